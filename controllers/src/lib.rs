@@ -1,0 +1,2 @@
+//! Control plane.
+#![forbid(unsafe_code)]

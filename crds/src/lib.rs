@@ -1,0 +1,2 @@
+//! Flotilla API types.
+#![forbid(unsafe_code)]

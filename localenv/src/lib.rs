@@ -1,0 +1,2 @@
+//! Local clusters.
+#![forbid(unsafe_code)]
