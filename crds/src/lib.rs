@@ -1,2 +1,45 @@
-//! Flotilla API types.
+//! Flotilla's API: kubefed v1beta1-compatible types (`core.kubefed.io`, `types.kubefed.io`,
+//! `scheduling.kubefed.io`) and the pure federation logic that works on them — placement,
+//! overrides, desired-object computation and content hashing. Nothing here does I/O.
 #![forbid(unsafe_code)]
+
+pub mod core;
+pub mod duration;
+pub mod federated;
+pub mod scheduling;
+
+pub use crate::core::{
+    ClusterCondition, FederatedTypeConfig, FederatedTypeConfigSpec, FederatedTypeConfigStatus,
+    KubeFedCluster, KubeFedClusterSpec, KubeFedClusterStatus, KubeFedConfig, KubeFedConfigSpec,
+};
+pub use crate::federated::{FederatedSpec, FederatedStatus, Placement};
+pub use crate::scheduling::ReplicaSchedulingPreference;
+
+/// API group of the cluster registry, configuration and type configs.
+pub const CORE_GROUP: &str = "core.kubefed.io";
+/// API group of the generated Federated&lt;Kind&gt; types.
+pub const TYPES_GROUP: &str = "types.kubefed.io";
+/// API group of scheduling preferences.
+pub const SCHEDULING_GROUP: &str = "scheduling.kubefed.io";
+/// Version of the core and types groups.
+pub const V1BETA1: &str = "v1beta1";
+
+/// Label put on every object Flotilla propagates; `"false"` on a member object blocks management.
+pub const MANAGED_LABEL: &str = "kubefed.io/managed";
+/// Annotation on a federated object: `"true"` keeps the member objects when it is deleted.
+pub const ORPHAN_ANNOTATION: &str = "kubefed.io/orphan";
+/// Annotation on a federated object holding JSON `DeleteOptions` used for member deletions.
+pub const DELETE_OPTIONS_ANNOTATION: &str = "kubefed.io/deleteoption";
+/// Finalizer the sync controller keeps on federated objects until members are cleaned up.
+pub const SYNC_FINALIZER: &str = "kubefed.io/sync-controller";
+/// Finalizer on FederatedTypeConfigs.
+pub const FTC_FINALIZER: &str = "core.kubefed.io/federated-type-config";
+/// Flotilla extension (beyond kubefed #574): `"true"` lets the sync controller delete and
+/// recreate a member object whose update is rejected because a field is immutable.
+pub const RECREATE_ON_IMMUTABLE_ANNOTATION: &str = "flotilla.io/recreate-on-immutable";
+/// Default control-plane namespace.
+pub const DEFAULT_NAMESPACE: &str = "kube-federation-system";
+/// Name of the KubeFedConfig singleton.
+pub const KUBEFED_CONFIG_NAME: &str = "kubefed";
+/// Field manager used for every server-side apply Flotilla sends.
+pub const FIELD_MANAGER: &str = "flotilla";

@@ -1,0 +1,323 @@
+//! `types.kubefed.io/v1beta1`: the generic shape of every Federated&lt;Kind&gt; — a template,
+//! a placement and per-cluster overrides in `spec`, propagation results in `status`.
+//! Federated types are generated per target type, so they are read and written as
+//! `DynamicObject`s; these structs give the `spec` and `status` a typed view.
+
+use std::collections::BTreeMap;
+
+use kube::core::DynamicObject;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+/// `spec` of a Federated&lt;Kind&gt;.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct FederatedSpec {
+    /// The object to create in each member cluster (name and namespace come from the
+    /// federated object).
+    #[serde(default)]
+    #[schemars(schema_with = "crate::federated::preserve_object")]
+    pub template: Value,
+    /// Which member clusters get the object.
+    #[serde(default)]
+    pub placement: Placement,
+    /// Per-cluster JSON patches on top of the template.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub overrides: Vec<ClusterOverrides>,
+    /// Keep the member's `spec.replicas` (for an HPA in the member).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub retain_replicas: bool,
+}
+
+/// Which clusters get an object. A non-nil `clusters` wins (an empty list selects none);
+/// otherwise `clusterSelector` (nil selects none, `{}` selects all).
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Placement {
+    /// Clusters by name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub clusters: Option<Vec<ClusterReference>>,
+    /// Clusters by the labels of their KubeFedCluster.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cluster_selector: Option<LabelSelector>,
+}
+
+/// A cluster named in a placement.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub struct ClusterReference {
+    /// Name of the KubeFedCluster.
+    pub name: String,
+}
+
+/// A Kubernetes label selector (metav1.LabelSelector).
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct LabelSelector {
+    /// Labels that must all match exactly.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub match_labels: BTreeMap<String, String>,
+    /// Expressions that must all hold.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub match_expressions: Vec<LabelSelectorRequirement>,
+}
+
+/// One expression of a label selector.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub struct LabelSelectorRequirement {
+    /// The label key.
+    pub key: String,
+    /// `In`, `NotIn`, `Exists` or `DoesNotExist`.
+    pub operator: String,
+    /// Values for `In` / `NotIn`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub values: Vec<String>,
+}
+
+/// The overrides of one cluster.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ClusterOverrides {
+    /// Name of the cluster the overrides apply to.
+    pub cluster_name: String,
+    /// JSON patch operations applied in order.
+    #[serde(default)]
+    pub cluster_overrides: Vec<ClusterOverride>,
+}
+
+/// One JSON patch operation.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+pub struct ClusterOverride {
+    /// `add`, `remove` or `replace` (the default).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub op: Option<OverrideOp>,
+    /// JSON pointer into the object, e.g. `/spec/replicas`.
+    pub path: String,
+    /// The value for `add` and `replace`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "crate::federated::preserve_any")]
+    pub value: Option<Value>,
+}
+
+/// Override operation.
+#[derive(Deserialize, Serialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum OverrideOp {
+    /// Add a value (or append with `/-`).
+    Add,
+    /// Remove the value at the path.
+    Remove,
+    /// Replace the value at the path.
+    #[default]
+    Replace,
+}
+
+/// `status` of a Federated&lt;Kind&gt;.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct FederatedStatus {
+    /// Generation of the federated object this status describes.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub observed_generation: i64,
+    /// The `Propagation` condition.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<FederatedCondition>,
+    /// Per-cluster propagation results.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub clusters: Vec<ClusterStatus>,
+}
+
+fn is_zero(n: &i64) -> bool {
+    *n == 0
+}
+
+/// A condition on a federated object.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct FederatedCondition {
+    /// `Propagation`.
+    #[serde(rename = "type")]
+    pub type_: String,
+    /// `True`, `False` or `Unknown`.
+    pub status: String,
+    /// Empty when True; a kubefed aggregate reason otherwise.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub reason: String,
+    /// Flotilla extension: a human-readable summary of what went wrong.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub message: String,
+    /// When the condition was last written (RFC 3339).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub last_update_time: String,
+    /// When the status last changed (RFC 3339).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub last_transition_time: String,
+}
+
+/// Propagation result in one cluster.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ClusterStatus {
+    /// Cluster name.
+    pub name: String,
+    /// Empty when propagated; a kubefed per-cluster reason otherwise.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub status: String,
+    /// Flotilla extension: the error behind `status`, for humans.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub message: String,
+    /// The member object's own status, when status collection is enabled.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "crate::federated::preserve_any")]
+    pub remote_status: Option<Value>,
+}
+
+/// Why a federated object failed to propagate as a whole (condition reasons).
+pub mod aggregate_reason {
+    /// The cluster list could not be read.
+    pub const CLUSTER_RETRIEVAL_FAILED: &str = "ClusterRetrievalFailed";
+    /// Placement could not be computed (e.g. a malformed selector or spec).
+    pub const COMPUTE_PLACEMENT_FAILED: &str = "ComputePlacementFailed";
+    /// At least one cluster did not propagate: see `status.clusters`.
+    pub const CHECK_CLUSTERS: &str = "CheckClusters";
+    /// The namespace of the object is not federated.
+    pub const NAMESPACE_NOT_FEDERATED: &str = "NamespaceNotFederated";
+}
+
+/// Per-cluster propagation reasons (kubefed's `pkg/controller/sync/status`).
+pub mod cluster_reason {
+    /// Being deleted from a cluster it is no longer placed in.
+    pub const WAITING_FOR_REMOVAL: &str = "WaitingForRemoval";
+    /// Placed in a cluster that is not Ready.
+    pub const CLUSTER_NOT_READY: &str = "ClusterNotReady";
+    /// The cached member object could not be read.
+    pub const CACHED_RETRIEVAL_FAILED: &str = "CachedRetrievalFailed";
+    /// The desired object could not be computed.
+    pub const COMPUTE_RESOURCE_FAILED: &str = "ComputeResourceFailed";
+    /// The overrides for the cluster could not be applied.
+    pub const APPLY_OVERRIDES_FAILED: &str = "ApplyOverridesFailed";
+    /// Creating the member object failed.
+    pub const CREATION_FAILED: &str = "CreationFailed";
+    /// Updating the member object failed.
+    pub const UPDATE_FAILED: &str = "UpdateFailed";
+    /// Deleting the member object failed.
+    pub const DELETION_FAILED: &str = "DeletionFailed";
+    /// Removing the managed label failed.
+    pub const LABEL_REMOVAL_FAILED: &str = "LabelRemovalFailed";
+    /// Reading the member object failed.
+    pub const RETRIEVAL_FAILED: &str = "RetrievalFailed";
+    /// An unmanaged object exists and adoption is disabled.
+    pub const ALREADY_EXISTS: &str = "AlreadyExists";
+    /// Fields could not be retained from the member object.
+    pub const FIELD_RETENTION_FAILED: &str = "FieldRetentionFailed";
+    /// The recorded version could not be read.
+    pub const VERSION_RETRIEVAL_FAILED: &str = "VersionRetrievalFailed";
+    /// No client for the cluster.
+    pub const CLIENT_RETRIEVAL_FAILED: &str = "ClientRetrievalFailed";
+    /// The member object is labelled `kubefed.io/managed=false`.
+    pub const MANAGED_LABEL_FALSE: &str = "ManagedLabelFalse";
+    /// Creation did not finish in time.
+    pub const CREATION_TIMED_OUT: &str = "CreationTimedOut";
+    /// Update did not finish in time.
+    pub const UPDATE_TIMED_OUT: &str = "UpdateTimedOut";
+    /// Deletion did not finish in time.
+    pub const DELETION_TIMED_OUT: &str = "DeletionTimedOut";
+    /// Label removal did not finish in time.
+    pub const LABEL_REMOVAL_TIMED_OUT: &str = "LabelRemovalTimedOut";
+}
+
+/// Reading a federated object's spec failed.
+#[derive(Debug, thiserror::Error)]
+#[error("spec of {kind} {name} is malformed: {source}")]
+pub struct SpecError {
+    /// Kind of the federated object.
+    pub kind: String,
+    /// namespace/name of the federated object.
+    pub name: String,
+    /// The decoding error.
+    #[source]
+    pub source: serde_json::Error,
+}
+
+impl FederatedSpec {
+    /// The typed spec of a federated object read as a `DynamicObject`.
+    pub fn from_dynamic(obj: &DynamicObject) -> Result<FederatedSpec, SpecError> {
+        let spec = obj.data.get("spec").cloned().unwrap_or(Value::Null);
+        serde_json::from_value(spec).map_err(|source| SpecError {
+            kind: obj
+                .types
+                .as_ref()
+                .map(|t| t.kind.clone())
+                .unwrap_or_default(),
+            name: format!(
+                "{}/{}",
+                obj.metadata.namespace.as_deref().unwrap_or(""),
+                obj.metadata.name.as_deref().unwrap_or("")
+            ),
+            source,
+        })
+    }
+}
+
+impl FederatedStatus {
+    /// The typed status of a federated object; a missing or unreadable status reads as empty.
+    pub fn from_dynamic(obj: &DynamicObject) -> FederatedStatus {
+        obj.data
+            .get("status")
+            .cloned()
+            .and_then(|s| serde_json::from_value(s).ok())
+            .unwrap_or_default()
+    }
+
+    /// The `Propagation` condition, if any.
+    pub fn propagation(&self) -> Option<&FederatedCondition> {
+        self.conditions.iter().find(|c| c.type_ == "Propagation")
+    }
+}
+
+/// Schema of an object whose fields are free-form (the template).
+pub(crate) fn preserve_object(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({ "type": "object", "x-kubernetes-preserve-unknown-fields": true })
+}
+
+/// Schema of a value of any JSON type (an override value, a remote status).
+pub(crate) fn preserve_any(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({ "x-kubernetes-preserve-unknown-fields": true })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn nil_and_empty_cluster_lists_stay_distinct() {
+        let nil: Placement = serde_json::from_value(json!({})).expect("parses");
+        let empty: Placement = serde_json::from_value(json!({"clusters": []})).expect("parses");
+        assert_eq!(nil.clusters, None);
+        assert_eq!(empty.clusters, Some(vec![]));
+        assert_eq!(
+            serde_json::to_value(&empty).expect("serializes"),
+            json!({"clusters": []})
+        );
+    }
+
+    #[test]
+    fn a_kubefed_federated_deployment_spec_round_trips() {
+        let spec = json!({
+            "template": {"metadata": {"labels": {"app": "nginx"}}, "spec": {"replicas": 3}},
+            "placement": {"clusters": [{"name": "cluster1"}, {"name": "cluster2"}]},
+            "overrides": [{"clusterName": "cluster2", "clusterOverrides": [
+                {"path": "/spec/replicas", "value": 5},
+                {"op": "add", "path": "/metadata/labels/env", "value": "prod"}
+            ]}]
+        });
+        let parsed: FederatedSpec = serde_json::from_value(spec.clone()).expect("parses");
+        assert_eq!(parsed.overrides[0].cluster_overrides[0].op, None);
+        assert_eq!(
+            parsed.overrides[0].cluster_overrides[1].op,
+            Some(OverrideOp::Add)
+        );
+        assert_eq!(serde_json::to_value(&parsed).expect("serializes"), spec);
+    }
+}
