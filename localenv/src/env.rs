@@ -1,0 +1,661 @@
+//! The environment: one etcd, and per cluster an apiserver and a controller-manager; their
+//! start-up, readiness, restart and teardown.
+
+use std::path::{Path, PathBuf};
+use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::ServiceAccount;
+use rand::Rng;
+use rand::distr::Alphanumeric;
+use tempfile::TempDir;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+use crate::cluster::Cluster;
+use crate::error::{Error, io};
+use crate::process::{self, Process};
+use crate::{kube_bin_dir, kubeconfig, pki, ports};
+
+/// Prefix of every environment directory, also used to find ones left behind.
+const DIR_PREFIX: &str = "flotilla-localenv-";
+/// File in an environment directory naming the pid of the process that owns it.
+const OWNER_FILE: &str = "owner.pid";
+/// How long a SIGTERMed process gets before SIGKILL.
+const STOP_GRACE: Duration = Duration::from_secs(5);
+/// Pause between readiness probes.
+const PROBE_INTERVAL: Duration = Duration::from_millis(100);
+/// Attempts at starting a process whose port was taken in the meantime.
+const PORT_ATTEMPTS: usize = 3;
+
+/// How to build a [`LocalEnv`].
+#[derive(Clone, Debug)]
+pub struct EnvOptions {
+    /// Number of member clusters, named `member1`, `member2`, … (default 2).
+    pub members: usize,
+    /// Start a kube-controller-manager per cluster (default `true`). Without it there are
+    /// no service-account tokens, no namespace deletion, no garbage collection and no
+    /// deployment → replicaset → pod.
+    pub start_controller_manager: bool,
+    /// How long each process may take to become ready (default 60 s).
+    pub startup_timeout: Duration,
+    /// Extra `--flag=value` arguments for every kube-apiserver, after the harness's own.
+    pub extra_apiserver_args: Vec<String>,
+}
+
+impl Default for EnvOptions {
+    fn default() -> Self {
+        Self {
+            members: 2,
+            start_controller_manager: true,
+            startup_timeout: Duration::from_secs(60),
+            extra_apiserver_args: Vec::new(),
+        }
+    }
+}
+
+impl EnvOptions {
+    /// The defaults, with `members` member clusters.
+    pub fn with_members(members: usize) -> Self {
+        Self {
+            members,
+            ..Self::default()
+        }
+    }
+}
+
+/// The processes of an environment; `None` where one is stopped or not started.
+#[derive(Default)]
+struct Processes {
+    etcd: Option<Process>,
+    apiservers: Vec<Option<Process>>,
+    controller_managers: Vec<Option<Process>>,
+}
+
+/// A running set of local clusters: `host` and `member1…N`.
+///
+/// Owns every process and its working directory; dropping it (also while a test panics)
+/// stops all processes and deletes the directory. [`LocalEnv::shutdown`] does the same
+/// without blocking the async runtime.
+pub struct LocalEnv {
+    options: EnvOptions,
+    clusters: Vec<Cluster>,
+    dir: PathBuf,
+    kubeconfig: PathBuf,
+    bin_dir: PathBuf,
+    etcd_url: String,
+    processes: Mutex<Processes>,
+    /// Removes `dir` when dropped; `None` once removed by [`LocalEnv::shutdown`].
+    dir_guard: Option<TempDir>,
+}
+
+impl LocalEnv {
+    /// Starts etcd, then every cluster's apiserver concurrently, then (unless disabled) the
+    /// controller-managers, and returns once all clusters serve `/readyz` and, with
+    /// controller-managers, the `default` service account of each has its token.
+    ///
+    /// On failure every process started so far is stopped and the directory removed; the
+    /// error carries the end of the failing process's log.
+    pub async fn start(options: EnvOptions) -> Result<LocalEnv, Error> {
+        let started = Instant::now();
+        let bin_dir = kube_bin_dir()?;
+        let etcd = etcd_binary()?;
+        let base = base_dir();
+        remove_abandoned_dirs(&base);
+        let dir_guard = tempfile::Builder::new()
+            .prefix(DIR_PREFIX)
+            .tempdir_in(&base)
+            .map_err(io(format!("creating a directory in {}", base.display())))?;
+        let dir = dir_guard.path().to_path_buf();
+        write(&dir.join(OWNER_FILE), &std::process::id().to_string())?;
+
+        let mut env = LocalEnv {
+            kubeconfig: dir.join("kubeconfig"),
+            options,
+            clusters: Vec::new(),
+            dir,
+            bin_dir,
+            etcd_url: String::new(),
+            processes: Mutex::new(Processes::default()),
+            dir_guard: Some(dir_guard),
+        };
+        env.start_etcd(&etcd).await?;
+
+        let names = std::iter::once("host".to_owned())
+            .chain((1..=env.options.members).map(|i| format!("member{i}")));
+        for name in names {
+            let cluster = prepare_cluster(&env.dir, name)?;
+            env.clusters.push(cluster);
+        }
+        {
+            let mut processes = env.lock();
+            processes.apiservers = env.clusters.iter().map(|_| None).collect();
+            processes.controller_managers = env.clusters.iter().map(|_| None).collect();
+        }
+        // Spawn all apiservers first so they start up in parallel, then wait for each.
+        for index in 0..env.clusters.len() {
+            env.spawn_apiserver(index)?;
+        }
+        for index in 0..env.clusters.len() {
+            env.await_first_apiserver_start(index).await?;
+        }
+        write(&env.kubeconfig, &kubeconfig::render(&env.clusters)?)?;
+
+        if env.options.start_controller_manager {
+            for index in 0..env.clusters.len() {
+                env.spawn_controller_manager(index)?;
+            }
+            for index in 0..env.clusters.len() {
+                env.wait_controllers_working(index).await?;
+            }
+        }
+        tracing::info!(
+            clusters = env.clusters.len(),
+            elapsed_ms = started.elapsed().as_millis() as u64,
+            dir = %env.dir.display(),
+            "local environment ready"
+        );
+        Ok(env)
+    }
+
+    /// The host cluster, named `host`.
+    pub fn host(&self) -> &Cluster {
+        // `start` always creates the host cluster first, before any member.
+        &self.clusters[0]
+    }
+
+    /// The member clusters, `member1`, `member2`, … in order.
+    pub fn members(&self) -> &[Cluster] {
+        &self.clusters[1..]
+    }
+
+    /// All clusters, the host first.
+    pub fn clusters(&self) -> &[Cluster] {
+        &self.clusters
+    }
+
+    /// The cluster with this name, if any.
+    pub fn cluster(&self, name: &str) -> Option<&Cluster> {
+        self.clusters.iter().find(|c| c.name() == name)
+    }
+
+    /// A kubeconfig with one context per cluster, named after it; the current context is
+    /// `host`. For example `kubectl --kubeconfig <path> --context member2 get ns`.
+    pub fn kubeconfig_path(&self) -> &Path {
+        &self.kubeconfig
+    }
+
+    /// The working directory (certificates, kubeconfigs, process logs, etcd data),
+    /// removed when the environment stops.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// The process ids of the running etcd, apiservers and controller-managers.
+    pub fn pids(&self) -> Vec<u32> {
+        let mut processes = self.lock();
+        let Processes {
+            etcd,
+            apiservers,
+            controller_managers,
+        } = &mut *processes;
+        etcd.iter_mut()
+            .chain(apiservers.iter_mut().flatten())
+            .chain(controller_managers.iter_mut().flatten())
+            .filter_map(|p| p.exit_status().is_none().then(|| p.pid()))
+            .collect()
+    }
+
+    /// Stops the apiserver of cluster `name` (SIGTERM, then SIGKILL after a grace period),
+    /// so requests to it fail until [`LocalEnv::start_apiserver`]. Its data stays in etcd
+    /// and its controller-manager keeps running. Stopping a stopped apiserver does nothing.
+    pub async fn stop_apiserver(&self, name: &str) -> Result<(), Error> {
+        let index = self.index(name)?;
+        let Some(mut apiserver) = self.lock().apiservers[index].take() else {
+            return Ok(());
+        };
+        tokio::task::spawn_blocking(move || {
+            process::terminate(std::slice::from_mut(&mut apiserver), STOP_GRACE)
+        })
+        .await
+        .map_err(|e| Error::Io {
+            context: format!("stopping the apiserver of {name}"),
+            source: std::io::Error::other(e),
+        })?;
+        tracing::info!(cluster = %name, "apiserver stopped");
+        Ok(())
+    }
+
+    /// Starts the apiserver of cluster `name` again, on the same port with the same
+    /// certificates and data, and waits until it serves `/readyz`.
+    pub async fn start_apiserver(&self, name: &str) -> Result<(), Error> {
+        let index = self.index(name)?;
+        {
+            let mut processes = self.lock();
+            if let Some(running) = processes.apiservers[index].as_mut()
+                && running.exit_status().is_none()
+            {
+                return Err(Error::AlreadyRunning(name.to_owned()));
+            }
+        }
+        self.spawn_apiserver(index)?;
+        self.wait_apiserver_ready(index).await?;
+        tracing::info!(cluster = %name, "apiserver restarted");
+        Ok(())
+    }
+
+    /// Stops every process and removes the directory, like dropping the environment, but
+    /// without blocking the async runtime; reports a directory that could not be removed.
+    pub async fn shutdown(mut self) -> Result<(), Error> {
+        tokio::task::spawn_blocking(move || {
+            self.stop_all();
+            match self.dir_guard.take() {
+                Some(guard) => guard
+                    .close()
+                    .map_err(io(format!("removing {}", self.dir.display()))),
+                None => Ok(()),
+            }
+        })
+        .await
+        .map_err(|e| Error::Io {
+            context: "shutting down the local environment".into(),
+            source: std::io::Error::other(e),
+        })?
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Processes> {
+        // A panic while holding the lock leaves the table consistent (every update is a
+        // single assignment), so a poisoned lock is still usable.
+        self.processes
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn index(&self, name: &str) -> Result<usize, Error> {
+        self.clusters
+            .iter()
+            .position(|c| c.name() == name)
+            .ok_or_else(|| Error::UnknownCluster(name.to_owned()))
+    }
+
+    async fn start_etcd(&mut self, etcd: &Path) -> Result<(), Error> {
+        let data = self.dir.join("etcd");
+        let log = self.dir.join("etcd.log");
+        for attempt in 1..=PORT_ATTEMPTS {
+            let client_port = ports::free_port()?;
+            let peer_port = ports::free_port()?;
+            let client_url = format!("http://127.0.0.1:{client_port}");
+            let peer_url = format!("http://127.0.0.1:{peer_port}");
+            let args = vec![
+                "--name=flotilla".to_owned(),
+                format!("--data-dir={}", data.display()),
+                format!("--listen-client-urls={client_url}"),
+                format!("--advertise-client-urls={client_url}"),
+                format!("--listen-peer-urls={peer_url}"),
+                format!("--initial-advertise-peer-urls={peer_url}"),
+                format!("--initial-cluster=flotilla={peer_url}"),
+                "--initial-cluster-state=new".to_owned(),
+                "--logger=zap".to_owned(),
+                "--log-level=warn".to_owned(),
+            ];
+            let etcd = Process::spawn("etcd", etcd, &args, &log)?;
+            self.lock().etcd = Some(etcd);
+            match self.wait_etcd_healthy(client_port).await {
+                Ok(()) => {
+                    tracing::debug!(%client_url, "etcd ready");
+                    self.etcd_url = client_url;
+                    return Ok(());
+                }
+                Err(e) if attempt < PORT_ATTEMPTS && port_conflict(&e) => {
+                    tracing::warn!(attempt, "etcd port taken, retrying with other ports");
+                    self.lock().etcd = None;
+                    // A failed first start may have left a half-initialised data dir.
+                    let _ = std::fs::remove_dir_all(&data);
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        Err(Error::NoFreePort)
+    }
+
+    async fn wait_etcd_healthy(&self, port: u16) -> Result<(), Error> {
+        let deadline = Instant::now() + self.options.startup_timeout;
+        loop {
+            {
+                let mut processes = self.lock();
+                if let Some(etcd) = processes.etcd.as_mut()
+                    && let Some(status) = etcd.exit_status()
+                {
+                    return Err(etcd.exited_error(status));
+                }
+            }
+            let last_error =
+                match tokio::time::timeout(Duration::from_secs(2), etcd_health(port)).await {
+                    Ok(Ok(true)) => return Ok(()),
+                    Ok(Ok(false)) => "etcd reports unhealthy".to_owned(),
+                    Ok(Err(e)) => e.to_string(),
+                    Err(_) => "health probe timed out".to_owned(),
+                };
+            if Instant::now() >= deadline {
+                return Err(Error::StartupTimeout {
+                    process: "etcd".into(),
+                    timeout: self.options.startup_timeout,
+                    last_error,
+                    log_tail: process::log_tail(&self.dir.join("etcd.log")),
+                });
+            }
+            tokio::time::sleep(PROBE_INTERVAL).await;
+        }
+    }
+
+    fn apiserver_args(&self, cluster: &Cluster) -> Vec<String> {
+        let dir = cluster.dir();
+        let file = |name: &str| dir.join(name).display().to_string();
+        let mut args = vec![
+            format!("--etcd-servers={}", self.etcd_url),
+            format!("--etcd-prefix=/{}", cluster.name()),
+            "--bind-address=127.0.0.1".to_owned(),
+            "--advertise-address=127.0.0.1".to_owned(),
+            format!("--secure-port={}", cluster.port()),
+            // v1.20 also serves plain HTTP on localhost:8080 unless told not to.
+            "--insecure-port=0".to_owned(),
+            format!("--cert-dir={}", dir.display()),
+            format!("--tls-cert-file={}", file("apiserver.crt")),
+            format!("--tls-private-key-file={}", file("apiserver.key")),
+            format!("--client-ca-file={}", file("ca.crt")),
+            format!("--token-auth-file={}", file("tokens.csv")),
+            "--authorization-mode=Node,RBAC".to_owned(),
+            "--service-cluster-ip-range=10.96.0.0/16".to_owned(),
+            "--service-account-issuer=https://kubernetes.default.svc".to_owned(),
+            format!("--service-account-key-file={}", file("sa.pub")),
+            format!("--service-account-signing-key-file={}", file("sa.key")),
+            "--api-audiences=https://kubernetes.default.svc".to_owned(),
+            "--allow-privileged=true".to_owned(),
+            "--max-requests-inflight=200".to_owned(),
+            "--max-mutating-requests-inflight=100".to_owned(),
+            "--profiling=false".to_owned(),
+        ];
+        args.extend(self.options.extra_apiserver_args.iter().cloned());
+        args
+    }
+
+    fn spawn_apiserver(&self, index: usize) -> Result<(), Error> {
+        let cluster = &self.clusters[index];
+        let apiserver = Process::spawn(
+            format!("apiserver {}", cluster.name()),
+            &self.bin_dir.join("kube-apiserver"),
+            &self.apiserver_args(cluster),
+            &cluster.dir().join("apiserver.log"),
+        )?;
+        tracing::debug!(cluster = %cluster.name(), port = cluster.port(), "apiserver spawned");
+        self.lock().apiservers[index] = Some(apiserver);
+        Ok(())
+    }
+
+    /// Waits for a freshly spawned apiserver; when its port was taken meanwhile, moves the
+    /// cluster to another port and tries again.
+    async fn await_first_apiserver_start(&mut self, index: usize) -> Result<(), Error> {
+        let mut attempt = 1;
+        loop {
+            match self.wait_apiserver_ready(index).await {
+                Ok(()) => return Ok(()),
+                Err(e) if attempt < PORT_ATTEMPTS && port_conflict(&e) => {
+                    attempt += 1;
+                    let port = ports::free_port()?;
+                    tracing::warn!(cluster = %self.clusters[index].name(), port, "apiserver port taken, retrying");
+                    self.clusters[index].set_port(port);
+                    self.spawn_apiserver(index)?;
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    async fn wait_apiserver_ready(&self, index: usize) -> Result<(), Error> {
+        let cluster = &self.clusters[index];
+        let mut config = cluster.kube_config();
+        // Probes are retried here, on our schedule.
+        config.default_retry = false;
+        let client = kube::Client::try_from(config).map_err(|source| Error::Client {
+            cluster: cluster.name().to_owned(),
+            source,
+        })?;
+        let deadline = Instant::now() + self.options.startup_timeout;
+        loop {
+            {
+                let mut processes = self.lock();
+                if let Some(apiserver) = processes.apiservers[index].as_mut()
+                    && let Some(status) = apiserver.exit_status()
+                {
+                    return Err(apiserver.exited_error(status));
+                }
+            }
+            let last_error = match http::Request::get("/readyz").body(Vec::new()) {
+                Ok(probe) => {
+                    match tokio::time::timeout(Duration::from_secs(5), client.request_text(probe))
+                        .await
+                    {
+                        Ok(Ok(body)) if body.trim() == "ok" => return Ok(()),
+                        Ok(Ok(body)) => body,
+                        Ok(Err(e)) => e.to_string(),
+                        Err(_) => "readiness probe timed out".to_owned(),
+                    }
+                }
+                Err(e) => e.to_string(),
+            };
+            if Instant::now() >= deadline {
+                return Err(Error::StartupTimeout {
+                    process: format!("apiserver {}", cluster.name()),
+                    timeout: self.options.startup_timeout,
+                    last_error,
+                    log_tail: process::log_tail(&cluster.dir().join("apiserver.log")),
+                });
+            }
+            tokio::time::sleep(PROBE_INTERVAL).await;
+        }
+    }
+
+    fn spawn_controller_manager(&self, index: usize) -> Result<(), Error> {
+        let cluster = &self.clusters[index];
+        let dir = cluster.dir();
+        let config = dir.join("controller-manager.kubeconfig");
+        write(&config, &kubeconfig::render(std::slice::from_ref(cluster))?)?;
+        let file = |name: &str| dir.join(name).display().to_string();
+        let args = vec![
+            format!("--kubeconfig={}", config.display()),
+            format!("--service-account-private-key-file={}", file("sa.key")),
+            format!("--root-ca-file={}", file("ca.crt")),
+            format!("--cluster-signing-cert-file={}", file("ca.crt")),
+            format!("--cluster-signing-key-file={}", file("ca.key")),
+            "--leader-elect=false".to_owned(),
+            // v1.20 serves on fixed ports 10252 (HTTP) and 10257 (HTTPS) by default, which
+            // would collide between clusters.
+            "--port=0".to_owned(),
+            "--secure-port=0".to_owned(),
+            "--controllers=*".to_owned(),
+            "--kube-api-qps=100".to_owned(),
+            "--kube-api-burst=200".to_owned(),
+        ];
+        let controller_manager = Process::spawn(
+            format!("controller-manager {}", cluster.name()),
+            &self.bin_dir.join("kube-controller-manager"),
+            &args,
+            &dir.join("controller-manager.log"),
+        )?;
+        self.lock().controller_managers[index] = Some(controller_manager);
+        Ok(())
+    }
+
+    /// Waits until the `default` service account of namespace `default` has a token
+    /// Secret: proof that the service-account and token controllers run, which pods need.
+    async fn wait_controllers_working(&self, index: usize) -> Result<(), Error> {
+        let cluster = &self.clusters[index];
+        let client = cluster.client().await?;
+        let accounts: kube::Api<ServiceAccount> = kube::Api::namespaced(client, "default");
+        let deadline = Instant::now() + self.options.startup_timeout;
+        loop {
+            {
+                let mut processes = self.lock();
+                if let Some(controller_manager) = processes.controller_managers[index].as_mut()
+                    && let Some(status) = controller_manager.exit_status()
+                {
+                    return Err(controller_manager.exited_error(status));
+                }
+            }
+            let last_error = match accounts.get_opt("default").await {
+                Ok(Some(account)) if account.secrets.as_ref().is_some_and(|s| !s.is_empty()) => {
+                    return Ok(());
+                }
+                Ok(Some(_)) => "service account default has no token yet".to_owned(),
+                Ok(None) => "no service account default yet".to_owned(),
+                Err(e) => e.to_string(),
+            };
+            if Instant::now() >= deadline {
+                return Err(Error::StartupTimeout {
+                    process: format!("controller-manager {}", cluster.name()),
+                    timeout: self.options.startup_timeout,
+                    last_error,
+                    log_tail: process::log_tail(&cluster.dir().join("controller-manager.log")),
+                });
+            }
+            tokio::time::sleep(PROBE_INTERVAL).await;
+        }
+    }
+
+    /// Stops controller-managers and apiservers, then etcd, and waits for all of them.
+    fn stop_all(&mut self) {
+        let processes = self
+            .processes
+            .get_mut()
+            .unwrap_or_else(PoisonError::into_inner);
+        let mut kube: Vec<Process> = processes
+            .controller_managers
+            .iter_mut()
+            .chain(processes.apiservers.iter_mut())
+            .filter_map(Option::take)
+            .collect();
+        process::terminate(&mut kube, STOP_GRACE);
+        if let Some(etcd) = processes.etcd.take() {
+            process::terminate(&mut [etcd], STOP_GRACE);
+        }
+    }
+}
+
+impl Drop for LocalEnv {
+    fn drop(&mut self) {
+        self.stop_all();
+        // `dir_guard` removes the directory after this, once no process writes into it.
+    }
+}
+
+impl std::fmt::Debug for LocalEnv {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LocalEnv")
+            .field("clusters", &self.clusters)
+            .field("dir", &self.dir)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Creates a cluster's directory, key material and token file, and picks its port.
+fn prepare_cluster(env_dir: &Path, name: String) -> Result<Cluster, Error> {
+    let dir = env_dir.join(&name);
+    std::fs::create_dir(&dir).map_err(io(format!("creating {}", dir.display())))?;
+    let pki = pki::generate(&name).map_err(|source| Error::Certificate {
+        cluster: name.clone(),
+        source,
+    })?;
+    let token: String = rand::rng()
+        .sample_iter(Alphanumeric)
+        .take(40)
+        .map(char::from)
+        .collect();
+    write(&dir.join("ca.crt"), &pki.ca_cert_pem)?;
+    write(&dir.join("ca.key"), &pki.ca_key_pem)?;
+    write(&dir.join("apiserver.crt"), &pki.serving_cert_pem)?;
+    write(&dir.join("apiserver.key"), &pki.serving_key_pem)?;
+    write(&dir.join("sa.key"), &pki.service_account_key_pem)?;
+    write(&dir.join("sa.pub"), &pki.service_account_public_pem)?;
+    // Static token file: token,user,uid,"group,…".
+    write(
+        &dir.join("tokens.csv"),
+        &format!("{token},admin,admin,\"system:masters\"\n"),
+    )?;
+    Ok(Cluster::new(
+        name,
+        ports::free_port()?,
+        pki.ca_cert_pem,
+        pki.ca_cert_der,
+        token,
+        dir,
+    ))
+}
+
+fn write(path: &Path, contents: &str) -> Result<(), Error> {
+    std::fs::write(path, contents).map_err(io(format!("writing {}", path.display())))
+}
+
+/// Whether a start-up failure came from a port that another process took meanwhile.
+fn port_conflict(error: &Error) -> bool {
+    matches!(error, Error::ProcessExited { log_tail, .. } if log_tail.contains("address already in use"))
+}
+
+/// One HTTP/1.0 request to etcd's `/health`; `true` when it reports healthy.
+async fn etcd_health(port: u16) -> std::io::Result<bool> {
+    let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", port)).await?;
+    stream
+        .write_all(b"GET /health HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n")
+        .await?;
+    let mut response = String::new();
+    stream.read_to_string(&mut response).await?;
+    Ok(response.contains("\"health\":\"true\""))
+}
+
+/// The `etcd` executable: the first on `PATH`, else Debian's `/usr/bin/etcd`.
+fn etcd_binary() -> Result<PathBuf, Error> {
+    let on_path = std::env::var_os("PATH")
+        .into_iter()
+        .flat_map(|path| std::env::split_paths(&path).collect::<Vec<_>>())
+        .map(|dir| dir.join("etcd"));
+    on_path
+        .chain(std::iter::once(PathBuf::from("/usr/bin/etcd")))
+        .find(|candidate| candidate.is_file())
+        .ok_or(Error::EtcdMissing)
+}
+
+/// Where environment directories go: `FLOTILLA_LOCALENV_DIR`, else `/dev/shm` (etcd's
+/// fsyncs are then nearly free), else the system temporary directory.
+fn base_dir() -> PathBuf {
+    if let Some(dir) = std::env::var_os("FLOTILLA_LOCALENV_DIR").filter(|d| !d.is_empty()) {
+        return PathBuf::from(dir);
+    }
+    let shm = Path::new("/dev/shm");
+    if shm.is_dir() {
+        return shm.to_path_buf();
+    }
+    std::env::temp_dir()
+}
+
+/// Removes environment directories whose owning process is gone (killed before it could
+/// clean up). Their children died with it through the parent-death signal.
+fn remove_abandoned_dirs(base: &Path) {
+    let Ok(entries) = std::fs::read_dir(base) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        if !entry.file_name().to_string_lossy().starts_with(DIR_PREFIX) {
+            continue;
+        }
+        let path = entry.path();
+        // No owner file yet means another process is still creating it: leave it alone.
+        let Ok(owner) = std::fs::read_to_string(path.join(OWNER_FILE)) else {
+            continue;
+        };
+        let Ok(pid) = owner.trim().parse::<u32>() else {
+            continue;
+        };
+        if !Path::new(&format!("/proc/{pid}")).exists() {
+            tracing::info!(dir = %path.display(), pid, "removing directory of a dead environment");
+            let _ = std::fs::remove_dir_all(&path);
+        }
+    }
+}
