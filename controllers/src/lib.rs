@@ -1,2 +1,6 @@
-//! Control plane.
+//! Flotilla's control plane: the cluster registry and health checks, the multi-cluster watch
+//! runtime, the federated type config controller, propagation (sync) and scheduling.
 #![forbid(unsafe_code)]
+
+pub mod multicluster;
+pub mod workqueue;
