@@ -37,6 +37,8 @@ pub mod reason {
 }
 
 /// The cluster registry entry: how to reach one member cluster.
+// clippy reads each `printcolumn(type_ = ..)` as a repeat of one attribute; they are distinct columns.
+#[allow(clippy::duplicated_attributes)]
 #[derive(CustomResource, Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[kube(
     group = "core.kubefed.io",
@@ -425,6 +427,8 @@ impl Default for EffectiveConfig {
 }
 
 /// Enables propagation of one target type through its federated type.
+// clippy reads each `printcolumn(type_ = ..)` as a repeat of one attribute; they are distinct columns.
+#[allow(clippy::duplicated_attributes)]
 #[derive(CustomResource, Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[kube(
     group = "core.kubefed.io",
@@ -595,9 +599,9 @@ mod tests {
     #[test]
     fn adoption_can_be_disabled() {
         let mut spec = KubeFedConfigSpec::with_defaults();
-        spec.sync_controller
-            .as_mut()
-            .map(|s| s.adopt_resources = Some("Disabled".into()));
+        if let Some(s) = spec.sync_controller.as_mut() {
+            s.adopt_resources = Some("Disabled".into());
+        }
         assert!(!spec.effective().adopt_resources);
     }
 

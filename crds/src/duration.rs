@@ -47,7 +47,7 @@ pub fn format(d: Duration) -> String {
     if ms == 0 {
         return "0s".to_string();
     }
-    if ms % 1000 != 0 && ms < 1000 {
+    if !ms.is_multiple_of(1000) && ms < 1000 {
         return format!("{ms}ms");
     }
     let secs = d.as_secs_f64();

@@ -4,8 +4,12 @@
 #![forbid(unsafe_code)]
 
 pub mod core;
+pub mod desired;
 pub mod duration;
 pub mod federated;
+pub mod hash;
+pub mod overrides;
+pub mod placement;
 pub mod scheduling;
 
 pub use crate::core::{
