@@ -2,5 +2,9 @@
 //! runtime, the federated type config controller, propagation (sync) and scheduling.
 #![forbid(unsafe_code)]
 
+pub mod ftc;
+pub mod metrics;
 pub mod multicluster;
+pub mod registry;
+pub mod sync;
 pub mod workqueue;

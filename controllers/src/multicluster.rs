@@ -315,7 +315,7 @@ where
 impl<K> MemberWatch<K>
 where
     K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
-    K::DynamicType: Eq + Hash + Clone + Default + Send + Sync + Debug,
+    K::DynamicType: Eq + Hash + Clone + Send + Sync + Debug,
 {
     /// Starts watching the kind in every Ready member of `set` (and every member that
     /// becomes Ready later), keeping only objects matching `label_selector`. Events go to
@@ -385,7 +385,7 @@ async fn supervise<K>(
     watches: Arc<RwLock<HashMap<String, RunningWatch<K>>>>,
 ) where
     K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
-    K::DynamicType: Eq + Hash + Clone + Default + Send + Sync + Debug,
+    K::DynamicType: Eq + Hash + Clone + Send + Sync + Debug,
 {
     let mut changes = set.changes();
     loop {
@@ -452,7 +452,7 @@ async fn run_watch<K>(
     events: mpsc::UnboundedSender<MemberEvent>,
 ) where
     K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
-    K::DynamicType: Eq + Hash + Clone + Default + Send + Sync,
+    K::DynamicType: Eq + Hash + Clone + Send + Sync,
 {
     let mut config = watcher::Config::default();
     if let Some(sel) = &label_selector {

@@ -1,0 +1,1251 @@
+//! The sync (propagation) controller of one federated type: template + placement +
+//! overrides → member objects, with per-cluster status on the federated object.
+//!
+//! Wiring: a reflector on the Federated&lt;Kind&gt; in the host, a [`MemberWatch`] of the
+//! target kind in every Ready member (only `kubefed.io/managed=true` objects are cached),
+//! the FederatedNamespace reflector for namespace placement, and cluster-set changes all
+//! feed one [`WorkQueue`] of host keys. Workers reconcile keys concurrently
+//! (`maxConcurrentReconciles`); within one reconcile every cluster is dispatched at once,
+//! each bounded by its own semaphore, so a slow member never delays the others.
+//! Decisions live in [`plan`]; this module only fetches, applies and records.
+
+pub mod plan;
+
+use std::{
+    collections::{BTreeMap, BTreeSet, HashMap},
+    sync::{
+        Arc, Mutex,
+        atomic::{AtomicBool, Ordering},
+    },
+    time::Duration,
+};
+
+use flotilla_crds::{
+    DEFAULT_NAMESPACE, DELETE_OPTIONS_ANNOTATION, FIELD_MANAGER, MANAGED_LABEL, ORPHAN_ANNOTATION,
+    RECREATE_ON_IMMUTABLE_ANNOTATION, SYNC_FINALIZER,
+    core::{EffectiveConfig, FederatedTypeConfigSpec},
+    federated::{FederatedSpec, FederatedStatus, aggregate_reason, cluster_reason},
+};
+use futures::{StreamExt, future::join_all};
+use kube::{
+    Api, Client, Resource, ResourceExt,
+    api::{DeleteParams, GetParams, Patch, PatchParams, PropagationPolicy},
+    core::{ApiResource, DynamicObject},
+    runtime::{
+        WatchStreamExt,
+        events::{Event as KubeEvent, EventType, Recorder, Reporter},
+        reflector::{self, ObjectRef, Store},
+        watcher,
+    },
+};
+use serde_json::{Value, json};
+use tokio::sync::{Semaphore, mpsc, watch};
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, info, instrument, warn};
+
+use crate::{
+    multicluster::{ClusterEvent, ClusterSet, MemberEvent, MemberWatch},
+    workqueue::WorkQueue,
+};
+use plan::{DesiredFor, HASH_ANNOTATION, Observed, Op, Outcome};
+
+/// How long one member operation may take before it counts as timed out.
+const OPERATION_TIMEOUT: Duration = Duration::from_secs(30);
+/// Concurrent operations per member cluster, across every federated type.
+const PER_CLUSTER_CONCURRENCY: usize = 64;
+/// Full resync period: every federated object is rechecked this often even without events.
+const RESYNC_PERIOD: Duration = Duration::from_secs(300);
+
+/// What every type's sync controller shares: clients, the cluster set, configuration,
+/// per-cluster concurrency limits and the event recorder.
+pub struct SyncShared {
+    /// Client of the host cluster.
+    pub host: Client,
+    /// The member clusters.
+    pub clusters: ClusterSet,
+    /// The current KubeFedConfig, with defaults resolved.
+    pub config: watch::Receiver<EffectiveConfig>,
+    /// The control-plane namespace.
+    pub namespace: String,
+    recorder: Recorder,
+    limits: Mutex<HashMap<String, Arc<Semaphore>>>,
+}
+
+impl SyncShared {
+    /// Shared state for sync controllers.
+    pub fn new(
+        host: Client,
+        clusters: ClusterSet,
+        config: watch::Receiver<EffectiveConfig>,
+        namespace: String,
+    ) -> Arc<Self> {
+        let recorder = Recorder::new(
+            host.clone(),
+            Reporter {
+                controller: "flotilla-sync".into(),
+                instance: std::env::var("POD_NAME").ok(),
+            },
+        );
+        Arc::new(SyncShared {
+            host,
+            clusters,
+            config,
+            namespace,
+            recorder,
+            limits: Mutex::default(),
+        })
+    }
+
+    fn limit(&self, cluster: &str) -> Arc<Semaphore> {
+        self.limits
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .entry(cluster.to_string())
+            .or_insert_with(|| Arc::new(Semaphore::new(PER_CLUSTER_CONCURRENCY)))
+            .clone()
+    }
+}
+
+/// Key of a federated object in the host.
+type Key = (Option<String>, String);
+
+/// A running sync controller for one federated type.
+pub struct TypeController {
+    cancel: CancellationToken,
+    queue: Arc<WorkQueue<Key>>,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl TypeController {
+    /// Starts propagation for the type configured by `ftc`.
+    pub fn start(shared: Arc<SyncShared>, ftc: &FederatedTypeConfigSpec) -> TypeController {
+        let fed_ar = ftc.federated_type.to_kube();
+        let target_ar = ftc.target_type.to_kube();
+        let target_namespaced = ftc.target_type.namespaced();
+        let is_namespace_type =
+            ftc.target_type.group.is_empty() && ftc.target_type.kind == "Namespace";
+        let cancel = CancellationToken::new();
+        let queue: Arc<WorkQueue<Key>> = WorkQueue::new();
+
+        let host_writer = reflector::store::Writer::<DynamicObject>::new(fed_ar.clone());
+        let host_store = host_writer.as_reader();
+        let host_synced = Arc::new(AtomicBool::new(false));
+
+        let fns_ar = federated_namespace_ar();
+        let needs_ns_placement = target_namespaced && !is_namespace_type;
+        let fns_writer = reflector::store::Writer::<DynamicObject>::new(fns_ar.clone());
+        let fns_store = fns_writer.as_reader();
+
+        let (member_tx, mut member_rx) = mpsc::unbounded_channel();
+        let members = Arc::new(MemberWatch::<DynamicObject>::start(
+            shared.clusters.clone(),
+            target_ar.clone(),
+            Some(format!("{MANAGED_LABEL}=true")),
+            member_tx,
+        ));
+
+        let ctl = Arc::new(Ctl {
+            shared: shared.clone(),
+            fed_ar: fed_ar.clone(),
+            target_ar,
+            target_namespaced,
+            is_namespace_type,
+            needs_ns_placement,
+            host_store: host_store.clone(),
+            host_synced: host_synced.clone(),
+            fns_store: fns_store.clone(),
+            members: members.clone(),
+            failures: Mutex::default(),
+        });
+        let mut tasks = Vec::new();
+
+        // Host: the federated objects.
+        {
+            let queue = queue.clone();
+            let api: Api<DynamicObject> = Api::all_with(shared.host.clone(), &fed_ar);
+            let host_store = host_store.clone();
+            tasks.push(tokio::spawn(async move {
+                let stream = reflector::reflector(
+                    host_writer,
+                    watcher(api, watcher::Config::default()).default_backoff(),
+                );
+                futures::pin_mut!(stream);
+                while let Some(ev) = stream.next().await {
+                    match ev {
+                        Ok(
+                            watcher::Event::Apply(o)
+                            | watcher::Event::Delete(o)
+                            | watcher::Event::InitApply(o),
+                        ) => {
+                            queue.add(key_of(&o));
+                        }
+                        Ok(watcher::Event::InitDone) => {
+                            host_synced.store(true, Ordering::Release);
+                            // Objects deleted while we were not watching are found through
+                            // the member caches (stray cleanup) on their Synced events.
+                            for o in host_store.state() {
+                                queue.add(key_of(&o));
+                            }
+                        }
+                        Ok(watcher::Event::Init) => {}
+                        Err(e) => warn!(error = %e, "federated object watch failed; retrying"),
+                    }
+                }
+            }));
+        }
+        // Host: FederatedNamespaces, for namespace placement.
+        if needs_ns_placement {
+            let queue = queue.clone();
+            let host_store = host_store.clone();
+            let api: Api<DynamicObject> = Api::all_with(shared.host.clone(), &fns_ar);
+            tasks.push(tokio::spawn(async move {
+                let stream = reflector::reflector(
+                    fns_writer,
+                    watcher(api, watcher::Config::default()).default_backoff(),
+                );
+                futures::pin_mut!(stream);
+                while let Some(ev) = stream.next().await {
+                    match ev {
+                        Ok(
+                            watcher::Event::Apply(o)
+                            | watcher::Event::Delete(o)
+                            | watcher::Event::InitApply(o),
+                        ) => {
+                            let ns = o.namespace();
+                            for fed in host_store.state() {
+                                if fed.namespace() == ns {
+                                    queue.add(key_of(&fed));
+                                }
+                            }
+                        }
+                        Ok(_) => {}
+                        Err(e) => debug!(error = %e, "federated namespace watch failed; retrying"),
+                    }
+                }
+            }));
+        }
+        // Members: managed objects map back to their federated object.
+        {
+            let queue = queue.clone();
+            let ctl = ctl.clone();
+            tasks.push(tokio::spawn(async move {
+                while let Some(ev) = member_rx.recv().await {
+                    match ev {
+                        MemberEvent::Object {
+                            namespace, name, ..
+                        } => {
+                            let key = if ctl.is_namespace_type {
+                                (Some(name.clone()), name)
+                            } else {
+                                (namespace, name)
+                            };
+                            queue.add(key);
+                        }
+                        MemberEvent::Synced { cluster } => {
+                            debug!(%cluster, "member cache synced; rechecking every object");
+                            ctl.requeue_all(&queue);
+                        }
+                    }
+                }
+            }));
+        }
+        // Cluster readiness changes and periodic resync.
+        {
+            let queue = queue.clone();
+            let ctl = ctl.clone();
+            let mut events = shared.clusters.subscribe();
+            tasks.push(tokio::spawn(async move {
+                let mut resync = tokio::time::interval(RESYNC_PERIOD);
+                resync.tick().await;
+                loop {
+                    tokio::select! {
+                        ev = events.recv() => match ev {
+                            Ok(ClusterEvent::Ready(_)) => {
+                                // Objects are requeued when the member cache has synced.
+                            }
+                            Ok(_) | Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => ctl.requeue_all(&queue),
+                            Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
+                        },
+                        _ = resync.tick() => ctl.requeue_all(&queue),
+                    }
+                }
+            }));
+        }
+        // Workers.
+        let workers = shared.config.borrow().max_concurrent_reconciles.max(1);
+        for _ in 0..workers {
+            let queue = queue.clone();
+            let ctl = ctl.clone();
+            let cancel = cancel.clone();
+            tasks.push(tokio::spawn(async move {
+                loop {
+                    let key = tokio::select! {
+                        k = queue.next() => match k { Some(k) => k, None => return },
+                        _ = cancel.cancelled() => return,
+                    };
+                    if !ctl.host_synced.load(Ordering::Acquire) {
+                        queue.done(&key);
+                        queue.add_after(key, Duration::from_millis(200));
+                        continue;
+                    }
+                    let requeue = ctl.reconcile(&key).await;
+                    queue.done(&key);
+                    if let Some(d) = requeue {
+                        queue.add_after(key, d);
+                    }
+                }
+            }));
+        }
+        info!(federated = %fed_ar.kind, target = %ctl.target_ar.kind, workers, "sync controller started");
+        TypeController {
+            cancel,
+            queue,
+            tasks,
+        }
+    }
+
+    /// Stops the controller and its watches.
+    pub fn stop(&self) {
+        self.cancel.cancel();
+        self.queue.shutdown();
+        for t in &self.tasks {
+            t.abort();
+        }
+    }
+}
+
+impl Drop for TypeController {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+fn federated_namespace_ar() -> ApiResource {
+    ApiResource {
+        group: flotilla_crds::TYPES_GROUP.into(),
+        version: flotilla_crds::V1BETA1.into(),
+        api_version: format!("{}/{}", flotilla_crds::TYPES_GROUP, flotilla_crds::V1BETA1),
+        kind: "FederatedNamespace".into(),
+        plural: "federatednamespaces".into(),
+    }
+}
+
+fn key_of(o: &DynamicObject) -> Key {
+    (o.namespace(), o.name_any())
+}
+
+fn now_rfc3339() -> String {
+    k8s_openapi::jiff::Timestamp::now().to_string()
+}
+
+struct Ctl {
+    shared: Arc<SyncShared>,
+    fed_ar: ApiResource,
+    target_ar: ApiResource,
+    target_namespaced: bool,
+    is_namespace_type: bool,
+    needs_ns_placement: bool,
+    host_store: Store<DynamicObject>,
+    host_synced: Arc<AtomicBool>,
+    fns_store: Store<DynamicObject>,
+    members: Arc<MemberWatch<DynamicObject>>,
+    failures: Mutex<HashMap<Key, u32>>,
+}
+
+/// Result of one cluster's operation, with the member object name for events.
+struct ClusterResult {
+    cluster: String,
+    outcome: Outcome,
+}
+
+impl Ctl {
+    fn requeue_all(&self, queue: &WorkQueue<Key>) {
+        for o in self.host_store.state() {
+            queue.add(key_of(&o));
+        }
+        // Stray managed objects whose federated object is gone.
+        for cluster in self.members.clusters() {
+            for m in self.members.list(&cluster) {
+                let key = if self.is_namespace_type {
+                    (Some(m.name_any()), m.name_any())
+                } else {
+                    (m.namespace(), m.name_any())
+                };
+                queue.add(key);
+            }
+        }
+    }
+
+    fn config(&self) -> EffectiveConfig {
+        self.shared.config.borrow().clone()
+    }
+
+    /// Name and namespace of the member object for a federated key.
+    fn member_name<'a>(&self, key: &'a Key) -> (Option<&'a str>, &'a str) {
+        if self.is_namespace_type {
+            (None, key.1.as_str())
+        } else if self.target_namespaced {
+            (key.0.as_deref(), key.1.as_str())
+        } else {
+            (None, key.1.as_str())
+        }
+    }
+
+    fn member_api(&self, client: Client, namespace: Option<&str>) -> Api<DynamicObject> {
+        match namespace {
+            Some(ns) => Api::namespaced_with(client, ns, &self.target_ar),
+            None => Api::all_with(client, &self.target_ar),
+        }
+    }
+
+    fn host_api(&self, namespace: Option<&str>) -> Api<DynamicObject> {
+        match namespace {
+            Some(ns) => Api::namespaced_with(self.shared.host.clone(), ns, &self.fed_ar),
+            None => Api::all_with(self.shared.host.clone(), &self.fed_ar),
+        }
+    }
+
+    fn observe(&self, cluster: &crate::multicluster::ClusterState, key: &Key) -> Observed {
+        if !cluster.ready || cluster.client.is_none() {
+            return Observed::NotReady;
+        }
+        if !self.members.is_synced(&cluster.name) {
+            return Observed::NotSynced;
+        }
+        let (ns, name) = self.member_name(key);
+        match self.members.get(&cluster.name, ns, name) {
+            Some(obj) => Observed::Present(serde_json::to_value(&*obj).unwrap_or(Value::Null)),
+            None => Observed::Absent,
+        }
+    }
+
+    fn is_protected(&self, key: &Key) -> bool {
+        self.is_namespace_type
+            && (plan::PROTECTED_NAMESPACES.contains(&key.1.as_str())
+                || key.1 == self.shared.namespace
+                || key.1 == DEFAULT_NAMESPACE)
+    }
+
+    fn backoff(&self, key: &Key, failed: bool) -> Option<Duration> {
+        let mut failures = self.failures.lock().unwrap_or_else(|e| e.into_inner());
+        if failed {
+            let n = failures.entry(key.clone()).or_insert(0);
+            *n = n.saturating_add(1);
+            Some(
+                Duration::from_millis(500u64.saturating_mul(1 << (*n).min(7)))
+                    .min(Duration::from_secs(60)),
+            )
+        } else {
+            failures.remove(key);
+            None
+        }
+    }
+
+    #[instrument(skip(self), fields(kind = %self.fed_ar.kind))]
+    async fn reconcile(&self, key: &Key) -> Option<Duration> {
+        let mut obj_ref = ObjectRef::<DynamicObject>::new_with(&key.1, self.fed_ar.clone());
+        if let Some(ns) = &key.0 {
+            obj_ref = obj_ref.within(ns);
+        }
+        let Some(fed) = self.host_store.get(&obj_ref) else {
+            return self.clean_strays(key).await;
+        };
+        if fed.metadata.deletion_timestamp.is_some() {
+            return self.ensure_deletion(key, &fed).await;
+        }
+        if !fed.finalizers().iter().any(|f| f == SYNC_FINALIZER) {
+            if let Err(e) = self.add_finalizer(&fed).await {
+                warn!(error = %e, "adding the sync finalizer failed");
+                return self.backoff(key, true);
+            }
+            // Propagation continues on the watch event of the patched object.
+            return None;
+        }
+        self.sync(key, &fed).await
+    }
+
+    async fn add_finalizer(&self, fed: &DynamicObject) -> Result<(), kube::Error> {
+        let api = self.host_api(fed.metadata.namespace.as_deref());
+        let patch = match &fed.metadata.finalizers {
+            None => {
+                json!([{"op": "add", "path": "/metadata/finalizers", "value": [SYNC_FINALIZER]}])
+            }
+            Some(list) => json!([
+                {"op": "test", "path": "/metadata/finalizers", "value": list},
+                {"op": "add", "path": "/metadata/finalizers/-", "value": SYNC_FINALIZER}
+            ]),
+        };
+        let patch: json_patch::Patch =
+            serde_json::from_value(patch).map_err(kube::Error::SerdeError)?;
+        api.patch(
+            &fed.name_any(),
+            &PatchParams::default(),
+            &Patch::<()>::Json(patch),
+        )
+        .await?;
+        Ok(())
+    }
+
+    async fn remove_finalizer(&self, fed: &DynamicObject) -> Result<(), kube::Error> {
+        let api = self.host_api(fed.metadata.namespace.as_deref());
+        let list = fed.metadata.finalizers.clone().unwrap_or_default();
+        let kept: Vec<&String> = list.iter().filter(|f| *f != SYNC_FINALIZER).collect();
+        let patch = json!([
+            {"op": "test", "path": "/metadata/finalizers", "value": list},
+            {"op": "replace", "path": "/metadata/finalizers", "value": kept}
+        ]);
+        let patch: json_patch::Patch =
+            serde_json::from_value(patch).map_err(kube::Error::SerdeError)?;
+        match api
+            .patch(
+                &fed.name_any(),
+                &PatchParams::default(),
+                &Patch::<()>::Json(patch),
+            )
+            .await
+        {
+            Ok(_) => Ok(()),
+            Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Placement of the object: the selected registered clusters, or an object-level
+    /// failure (reason, message).
+    fn placement(
+        &self,
+        key: &Key,
+        spec: &FederatedSpec,
+    ) -> Result<BTreeSet<String>, (&'static str, String)> {
+        let snapshot = self.shared.clusters.snapshot();
+        let infos: Vec<flotilla_crds::placement::ClusterInfo<'_>> = snapshot
+            .iter()
+            .map(|c| flotilla_crds::placement::ClusterInfo {
+                name: &c.name,
+                labels: &c.labels,
+            })
+            .collect();
+        let selected = flotilla_crds::placement::select(&spec.placement, &infos)
+            .map_err(|e| (aggregate_reason::COMPUTE_PLACEMENT_FAILED, e.to_string()))?;
+        if !self.needs_ns_placement || self.config().scope == "Namespaced" {
+            return Ok(selected);
+        }
+        let Some(ns) = &key.0 else {
+            return Ok(selected);
+        };
+        let fns_ref = ObjectRef::<DynamicObject>::new_with(ns, federated_namespace_ar()).within(ns);
+        let Some(fns) = self.fns_store.get(&fns_ref) else {
+            return Err((
+                aggregate_reason::NAMESPACE_NOT_FEDERATED,
+                format!(
+                    "namespace {ns} is not federated: create a FederatedNamespace named {ns} in it"
+                ),
+            ));
+        };
+        let ns_spec = FederatedSpec::from_dynamic(&fns)
+            .map_err(|e| (aggregate_reason::COMPUTE_PLACEMENT_FAILED, e.to_string()))?;
+        let ns_selected =
+            flotilla_crds::placement::select(&ns_spec.placement, &infos).map_err(|e| {
+                (
+                    aggregate_reason::COMPUTE_PLACEMENT_FAILED,
+                    format!("namespace placement: {e}"),
+                )
+            })?;
+        Ok(flotilla_crds::placement::intersect(&selected, &ns_selected))
+    }
+
+    async fn sync(&self, key: &Key, fed: &DynamicObject) -> Option<Duration> {
+        let previous = FederatedStatus::from_dynamic(fed);
+        let generation = fed.metadata.generation.unwrap_or(0);
+        let spec = match FederatedSpec::from_dynamic(fed) {
+            Ok(s) => s,
+            Err(e) => {
+                let msg = e.to_string();
+                self.write_status(
+                    fed,
+                    &previous,
+                    &BTreeMap::new(),
+                    Some((aggregate_reason::COMPUTE_PLACEMENT_FAILED, msg)),
+                    generation,
+                )
+                .await;
+                return None;
+            }
+        };
+        let (selected, aggregate) = match self.placement(key, &spec) {
+            Ok(s) => (s, None),
+            Err(agg) => (BTreeSet::new(), Some(agg)),
+        };
+        let (m_ns, m_name) = self.member_name(key);
+        let overrides = flotilla_crds::overrides::by_cluster(&spec.overrides);
+        let mut dropped = (false, false);
+        let mut desired: BTreeMap<String, DesiredFor> = BTreeMap::new();
+        for cluster in &selected {
+            let d = match &overrides {
+                Err(e) => DesiredFor::Failed(cluster_reason::APPLY_OVERRIDES_FAILED, e.to_string()),
+                Ok(by_cluster) => {
+                    let ops = by_cluster.get(cluster).map(Vec::as_slice);
+                    match flotilla_crds::desired::compute(
+                        &self.target_type_api(),
+                        &key.1,
+                        key.0.as_deref(),
+                        &spec,
+                        cluster,
+                        ops,
+                    ) {
+                        Ok(d) => {
+                            dropped.0 |= d.dropped_annotations;
+                            dropped.1 |= d.dropped_finalizers;
+                            let mut object = d.object;
+                            let hash = flotilla_crds::hash::content_hash(&object);
+                            set_annotation(&mut object, HASH_ANNOTATION, &hash);
+                            DesiredFor::Object { object, hash }
+                        }
+                        Err(e) => DesiredFor::Failed(e.reason(), e.to_string()),
+                    }
+                }
+            };
+            desired.insert(cluster.clone(), d);
+        }
+        if generation != previous.observed_generation {
+            if dropped.0 {
+                self.event(fed, EventType::Warning, "AnnotationsNotSupported", "template metadata.annotations are not propagated (use an override to set member annotations)".into()).await;
+            }
+            if dropped.1 {
+                self.event(
+                    fed,
+                    EventType::Warning,
+                    "FinalizersNotSupported",
+                    "template metadata.finalizers are not propagated".into(),
+                )
+                .await;
+            }
+        }
+
+        let config = self.config();
+        let recreate = fed
+            .annotations()
+            .get(RECREATE_ON_IMMUTABLE_ANNOTATION)
+            .is_some_and(|v| v == "true");
+        let dp = &self.delete_options(fed);
+        let snapshot = self.shared.clusters.snapshot();
+        let mut wait = false;
+        let mut jobs = Vec::new();
+        for cluster in &snapshot {
+            let observed = self.observe(cluster, key);
+            let is_selected = selected.contains(&cluster.name);
+            let op = plan::decide(
+                is_selected,
+                &observed,
+                desired.get(&cluster.name),
+                self.is_protected(key),
+            );
+            if op == Op::Wait {
+                wait = true;
+                continue;
+            }
+            let name = cluster.name.clone();
+            let client = cluster.client.clone();
+            let d = desired.get(&cluster.name).cloned();
+            let retain = spec.retain_replicas;
+            let adopt = config.adopt_resources;
+            jobs.push(async move {
+                let outcome = match (op, client) {
+                    (Op::Nothing, _) => {
+                        if is_selected {
+                            Outcome::Ok
+                        } else {
+                            Outcome::Gone
+                        }
+                    }
+                    (Op::Report(r, m), _) => Outcome::Status(r, m),
+                    (Op::Wait, _) => Outcome::Gone,
+                    (_, None) => Outcome::Status(
+                        cluster_reason::CLIENT_RETRIEVAL_FAILED,
+                        "no client for the cluster".into(),
+                    ),
+                    (op, Some(client)) => {
+                        let permit = self.shared.limit(&name);
+                        let _permit = permit.acquire().await;
+                        let api = self.member_api(client, m_ns);
+                        let fut = self.dispatch(
+                            op.clone(),
+                            &api,
+                            m_name,
+                            d,
+                            &observed,
+                            retain,
+                            adopt,
+                            recreate,
+                            dp,
+                        );
+                        match tokio::time::timeout(OPERATION_TIMEOUT, fut).await {
+                            Ok(o) => o,
+                            Err(_) => Outcome::Status(
+                                timed_out(&op),
+                                format!("no answer from the cluster within {OPERATION_TIMEOUT:?}"),
+                            ),
+                        }
+                    }
+                };
+                ClusterResult {
+                    cluster: name,
+                    outcome,
+                }
+            });
+        }
+        let results = join_all(jobs).await;
+        let mut outcomes = BTreeMap::new();
+        let mut recoverable = false;
+        for r in results {
+            if let Outcome::Status(reason, _) = &r.outcome {
+                recoverable |= plan::is_recoverable(reason);
+            }
+            if r.outcome == Outcome::Removing {
+                recoverable = true;
+            }
+            outcomes.insert(r.cluster, r.outcome);
+        }
+        // Clusters whose cache is still syncing keep the status they had.
+        for c in &previous.clusters {
+            if !outcomes.contains_key(&c.name) && wait && snapshot.iter().any(|s| s.name == c.name)
+            {
+                let o = if c.status.is_empty() {
+                    Outcome::Ok
+                } else {
+                    Outcome::Status(static_reason(&c.status), c.message.clone())
+                };
+                outcomes.insert(c.name.clone(), o);
+            }
+        }
+        self.write_status(fed, &previous, &outcomes, aggregate, generation)
+            .await;
+        if wait {
+            return Some(Duration::from_millis(500));
+        }
+        self.backoff(key, recoverable)
+    }
+
+    fn target_type_api(&self) -> flotilla_crds::core::ApiResource {
+        flotilla_crds::core::ApiResource {
+            group: self.target_ar.group.clone(),
+            version: self.target_ar.version.clone(),
+            kind: self.target_ar.kind.clone(),
+            plural_name: self.target_ar.plural.clone(),
+            scope: if self.target_namespaced {
+                flotilla_crds::core::Scope::Namespaced
+            } else {
+                flotilla_crds::core::Scope::Cluster
+            },
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)] // one call site; the flags are independent per-call facts
+    async fn dispatch(
+        &self,
+        op: Op,
+        api: &Api<DynamicObject>,
+        name: &str,
+        desired: Option<DesiredFor>,
+        observed: &Observed,
+        retain_replicas: bool,
+        adopt: bool,
+        recreate: bool,
+        dp: &DeleteParams,
+    ) -> Outcome {
+        match op {
+            Op::Create => {
+                let Some(DesiredFor::Object { object, .. }) = desired else {
+                    return Outcome::Gone;
+                };
+                // The cache holds managed objects only: an unmanaged one may exist.
+                match api.get_metadata_opt_with(name, &GetParams::any()).await {
+                    Err(e) => {
+                        return Outcome::Status(cluster_reason::RETRIEVAL_FAILED, e.to_string());
+                    }
+                    Ok(Some(existing)) => {
+                        let label = existing
+                            .metadata
+                            .labels
+                            .as_ref()
+                            .and_then(|l| l.get(MANAGED_LABEL));
+                        if label.is_some_and(|v| v == "false") {
+                            return Outcome::Status(
+                                cluster_reason::MANAGED_LABEL_FALSE,
+                                format!(
+                                    "the member object is labelled {MANAGED_LABEL}=false; Flotilla leaves it alone"
+                                ),
+                            );
+                        }
+                        if label.is_none_or(|v| v != "true") && !adopt {
+                            return Outcome::Status(
+                                cluster_reason::ALREADY_EXISTS,
+                                "an unmanaged object of this name exists and adoptResources is Disabled".into(),
+                            );
+                        }
+                    }
+                    Ok(None) => {}
+                }
+                match apply(api, name, &object).await {
+                    Ok(()) => Outcome::Ok,
+                    Err(e) => Outcome::Status(cluster_reason::CREATION_FAILED, api_message(&e)),
+                }
+            }
+            Op::Update => {
+                let Some(DesiredFor::Object { mut object, .. }) = desired else {
+                    return Outcome::Gone;
+                };
+                if retain_replicas
+                    && let Observed::Present(actual) = observed
+                    && let Some(r) = actual.pointer("/spec/replicas")
+                    && let Some(spec) = object.get_mut("spec").and_then(Value::as_object_mut)
+                {
+                    spec.insert("replicas".into(), r.clone());
+                }
+                match apply(api, name, &object).await {
+                    Ok(()) => Outcome::Ok,
+                    Err(e) if is_immutable(&e) && recreate => {
+                        let dp = DeleteParams {
+                            propagation_policy: Some(PropagationPolicy::Background),
+                            ..Default::default()
+                        };
+                        match api.delete(name, &dp).await {
+                            Ok(_) => Outcome::Status(
+                                cluster_reason::WAITING_FOR_REMOVAL,
+                                format!(
+                                    "recreating: an immutable field changed ({})",
+                                    api_message(&e)
+                                ),
+                            ),
+                            Err(de) => {
+                                Outcome::Status(cluster_reason::DELETION_FAILED, api_message(&de))
+                            }
+                        }
+                    }
+                    Err(e) => {
+                        let mut msg = api_message(&e);
+                        if is_immutable(&e) {
+                            msg.push_str(&format!(
+                                " (annotate the federated object with {RECREATE_ON_IMMUTABLE_ANNOTATION}=\"true\" to delete and recreate it)"
+                            ));
+                        }
+                        Outcome::Status(cluster_reason::UPDATE_FAILED, msg)
+                    }
+                }
+            }
+            Op::Delete => match api.delete(name, dp).await {
+                Ok(_) => Outcome::Removing,
+                Err(kube::Error::Api(s)) if s.code == 404 => Outcome::Gone,
+                Err(e) => Outcome::Status(cluster_reason::DELETION_FAILED, api_message(&e)),
+            },
+            Op::Unlabel => match unlabel(api, name).await {
+                Ok(()) => Outcome::Gone,
+                Err(e) => Outcome::Status(cluster_reason::LABEL_REMOVAL_FAILED, api_message(&e)),
+            },
+            Op::Nothing | Op::Wait => Outcome::Gone,
+            Op::Report(r, m) => Outcome::Status(r, m),
+        }
+    }
+
+    async fn write_status(
+        &self,
+        fed: &DynamicObject,
+        previous: &FederatedStatus,
+        outcomes: &BTreeMap<String, Outcome>,
+        aggregate: Option<(&'static str, String)>,
+        generation: i64,
+    ) {
+        let status = plan::build_status(generation, outcomes, aggregate, previous, &now_rfc3339());
+        if &status == previous {
+            return;
+        }
+        let became_failed = status.propagation().is_some_and(|c| c.status == "False")
+            && previous.propagation().map(|c| (&c.reason, &c.message))
+                != status.propagation().map(|c| (&c.reason, &c.message));
+        let mut value = serde_json::to_value(&status).unwrap_or(Value::Null);
+        if let Some(map) = value.as_object_mut() {
+            // Merge patch: absent keys would keep old values, so clear them explicitly.
+            for k in ["clusters", "conditions"] {
+                map.entry(k).or_insert(Value::Null);
+            }
+        }
+        let api = self.host_api(fed.metadata.namespace.as_deref());
+        let patch = json!({ "status": value });
+        if let Err(e) = api
+            .patch_status(
+                &fed.name_any(),
+                &PatchParams::default(),
+                &Patch::Merge(&patch),
+            )
+            .await
+        {
+            if !matches!(&e, kube::Error::Api(s) if s.code == 404) {
+                warn!(error = %e, "writing status failed");
+            }
+            return;
+        }
+        if became_failed && let Some(c) = status.propagation() {
+            let mut note = c.message.clone();
+            for cl in status.clusters.iter().filter(|c| !c.status.is_empty()) {
+                note.push_str(&format!("; {}: {} {}", cl.name, cl.status, cl.message));
+            }
+            self.event(fed, EventType::Warning, &c.reason, note).await;
+        }
+    }
+
+    async fn event(&self, fed: &DynamicObject, type_: EventType, reason: &str, note: String) {
+        let mut note = note;
+        // The events API limits notes to 1 kB.
+        if note.len() > 1000 {
+            let mut cut = 1000;
+            while !note.is_char_boundary(cut) {
+                cut -= 1;
+            }
+            note.truncate(cut);
+        }
+        let ev = KubeEvent {
+            type_,
+            reason: reason.to_string(),
+            note: Some(note),
+            action: "Propagate".into(),
+            secondary: None,
+        };
+        if let Err(e) = self
+            .shared
+            .recorder
+            .publish(&ev, &fed.object_ref(&self.fed_ar))
+            .await
+        {
+            debug!(error = %e, "publishing an event failed");
+        }
+    }
+
+    /// The federated object is being deleted: remove (or orphan) its member objects, then
+    /// drop the finalizer. Unready clusters are waited for up to the configured timeout.
+    async fn ensure_deletion(&self, key: &Key, fed: &DynamicObject) -> Option<Duration> {
+        if !fed.finalizers().iter().any(|f| f == SYNC_FINALIZER) {
+            return None;
+        }
+        let orphan = fed
+            .annotations()
+            .get(ORPHAN_ANNOTATION)
+            .is_some_and(|v| v == "true");
+        let previous = FederatedStatus::from_dynamic(fed);
+        let config = self.config();
+        let deleted_for = fed
+            .metadata
+            .deletion_timestamp
+            .as_ref()
+            .map(|t| {
+                let secs = k8s_openapi::jiff::Timestamp::now().as_second() - t.0.as_second();
+                Duration::from_secs(secs.max(0) as u64)
+            })
+            .unwrap_or_default();
+        let timed_out = deleted_for >= config.unready_cluster_deletion_timeout;
+        let (m_ns, m_name) = self.member_name(key);
+        let dp = self.delete_options(fed);
+        let snapshot = self.shared.clusters.snapshot();
+        let mut pending = false;
+        let mut abandoned = Vec::new();
+        let mut jobs = Vec::new();
+        for cluster in &snapshot {
+            let observed = self.observe(cluster, key);
+            let was_placed = previous.clusters.iter().any(|c| c.name == cluster.name);
+            let name = cluster.name.clone();
+            let client = cluster.client.clone();
+            match observed {
+                Observed::NotReady if was_placed => {
+                    if timed_out {
+                        abandoned.push(name);
+                    } else {
+                        pending = true;
+                        jobs.push(futures::future::Either::Left(futures::future::ready(ClusterResult {
+                            cluster: name,
+                            outcome: Outcome::Status(
+                                cluster_reason::CLUSTER_NOT_READY,
+                                format!(
+                                    "waiting up to {} for the cluster to return to remove the object",
+                                    flotilla_crds::duration::format(config.unready_cluster_deletion_timeout)
+                                ),
+                            ),
+                        })));
+                    }
+                }
+                Observed::NotReady | Observed::Absent => {}
+                Observed::NotSynced => pending = true,
+                Observed::Present(obj) => {
+                    pending = true;
+                    let protected = self.is_protected(key);
+                    let dp = dp.clone();
+                    let Some(client) = client else { continue };
+                    jobs.push(futures::future::Either::Right(async move {
+                        let api = self.member_api(client, m_ns);
+                        let outcome = if orphan || protected {
+                            match unlabel(&api, m_name).await {
+                                Ok(()) => Outcome::Removing,
+                                Err(e) => Outcome::Status(
+                                    cluster_reason::LABEL_REMOVAL_FAILED,
+                                    api_message(&e),
+                                ),
+                            }
+                        } else if plan::is_terminating(&obj) {
+                            Outcome::Removing
+                        } else {
+                            match api.delete(m_name, &dp).await {
+                                Ok(_) => Outcome::Removing,
+                                Err(kube::Error::Api(s)) if s.code == 404 => Outcome::Removing,
+                                Err(e) => Outcome::Status(
+                                    cluster_reason::DELETION_FAILED,
+                                    api_message(&e),
+                                ),
+                            }
+                        };
+                        ClusterResult {
+                            cluster: name,
+                            outcome,
+                        }
+                    }));
+                }
+            }
+        }
+        let results = join_all(jobs).await;
+        if !pending {
+            if !abandoned.is_empty() {
+                let msg = format!(
+                    "gave up waiting for unready cluster(s) {} after {}; their {} {} may be left behind and is removed when the cluster returns",
+                    abandoned.join(", "),
+                    flotilla_crds::duration::format(config.unready_cluster_deletion_timeout),
+                    self.target_ar.kind,
+                    key.0
+                        .as_ref()
+                        .map(|ns| format!("{ns}/{}", key.1))
+                        .unwrap_or_else(|| key.1.clone()),
+                );
+                warn!(clusters = ?abandoned, object = ?key, "{msg}");
+                self.event(fed, EventType::Warning, "DeletionIncomplete", msg)
+                    .await;
+            }
+            if let Err(e) = self.remove_finalizer(fed).await {
+                warn!(error = %e, "removing the sync finalizer failed");
+                return self.backoff(key, true);
+            }
+            info!(object = ?key, "member objects removed; finalizer dropped");
+            return None;
+        }
+        let outcomes: BTreeMap<String, Outcome> = results
+            .into_iter()
+            .map(|r| (r.cluster, r.outcome))
+            .collect();
+        self.write_status(
+            fed,
+            &previous,
+            &outcomes,
+            None,
+            fed.metadata.generation.unwrap_or(0),
+        )
+        .await;
+        // Member delete events requeue us; the timer covers the unready-cluster deadline.
+        let until_timeout = config
+            .unready_cluster_deletion_timeout
+            .saturating_sub(deleted_for);
+        Some(until_timeout.clamp(Duration::from_secs(1), Duration::from_secs(5)))
+    }
+
+    fn delete_options(&self, fed: &DynamicObject) -> DeleteParams {
+        let Some(raw) = fed.annotations().get(DELETE_OPTIONS_ANNOTATION) else {
+            return DeleteParams::default();
+        };
+        match parse_delete_options(raw) {
+            Ok(dp) => dp,
+            Err(e) => {
+                warn!(error = %e, "ignoring malformed {DELETE_OPTIONS_ANNOTATION} annotation");
+                DeleteParams::default()
+            }
+        }
+    }
+
+    /// No federated object for the key: any managed member object of that name is a stray
+    /// (its federated object was deleted while Flotilla was not running). Each is checked
+    /// live before it is deleted, so an object unlabelled meanwhile is never touched.
+    async fn clean_strays(&self, key: &Key) -> Option<Duration> {
+        let (m_ns, m_name) = self.member_name(key);
+        let mut jobs = Vec::new();
+        for c in self.shared.clusters.ready() {
+            if self.members.get(&c.name, m_ns, m_name).is_none() {
+                continue;
+            }
+            let api = self.member_api(c.client.clone(), m_ns);
+            let protected = self.is_protected(key);
+            jobs.push(async move {
+                let live = match api.get_opt(m_name).await {
+                    Ok(Some(o)) => o,
+                    Ok(None) => return true,
+                    Err(e) => {
+                        warn!(cluster = %c.name, error = %e, "reading a stray member object failed");
+                        return false;
+                    }
+                };
+                if live.labels().get(MANAGED_LABEL).is_none_or(|v| v != "true") {
+                    return true;
+                }
+                let result = if protected {
+                    unlabel(&api, m_name).await
+                } else {
+                    info!(cluster = %c.name, object = ?key, "deleting a managed object whose federated object is gone");
+                    api.delete(m_name, &DeleteParams::default()).await.map(|_| ())
+                };
+                match result {
+                    Ok(()) => true,
+                    Err(kube::Error::Api(s)) if s.code == 404 => true,
+                    Err(e) => {
+                        warn!(cluster = %c.name, error = %e, "cleaning up a stray member object failed");
+                        false
+                    }
+                }
+            });
+        }
+        let ok = join_all(jobs).await.into_iter().all(|ok| ok);
+        self.backoff(key, !ok)
+    }
+}
+
+fn timed_out(op: &Op) -> &'static str {
+    match op {
+        Op::Create => cluster_reason::CREATION_TIMED_OUT,
+        Op::Delete => cluster_reason::DELETION_TIMED_OUT,
+        Op::Unlabel => cluster_reason::LABEL_REMOVAL_TIMED_OUT,
+        _ => cluster_reason::UPDATE_TIMED_OUT,
+    }
+}
+
+/// Maps a reason string read back from a status to the constant of the same text.
+fn static_reason(s: &str) -> &'static str {
+    use cluster_reason::*;
+    [
+        WAITING_FOR_REMOVAL,
+        CLUSTER_NOT_READY,
+        CACHED_RETRIEVAL_FAILED,
+        COMPUTE_RESOURCE_FAILED,
+        APPLY_OVERRIDES_FAILED,
+        CREATION_FAILED,
+        UPDATE_FAILED,
+        DELETION_FAILED,
+        LABEL_REMOVAL_FAILED,
+        RETRIEVAL_FAILED,
+        ALREADY_EXISTS,
+        FIELD_RETENTION_FAILED,
+        VERSION_RETRIEVAL_FAILED,
+        CLIENT_RETRIEVAL_FAILED,
+        MANAGED_LABEL_FALSE,
+        CREATION_TIMED_OUT,
+        UPDATE_TIMED_OUT,
+        DELETION_TIMED_OUT,
+        LABEL_REMOVAL_TIMED_OUT,
+    ]
+    .into_iter()
+    .find(|r| *r == s)
+    .unwrap_or(CHECK)
+}
+
+const CHECK: &str = "Unknown";
+
+fn set_annotation(obj: &mut Value, key: &str, value: &str) {
+    if let Some(meta) = obj.get_mut("metadata").and_then(Value::as_object_mut) {
+        let ann = meta.entry("annotations").or_insert_with(|| json!({}));
+        if let Some(map) = ann.as_object_mut() {
+            map.insert(key.to_string(), Value::String(value.to_string()));
+        }
+    }
+}
+
+async fn apply(api: &Api<DynamicObject>, name: &str, object: &Value) -> Result<(), kube::Error> {
+    let pp = PatchParams::apply(FIELD_MANAGER).force();
+    api.patch(name, &pp, &Patch::Apply(object))
+        .await
+        .map(|_| ())
+}
+
+async fn unlabel(api: &Api<DynamicObject>, name: &str) -> Result<(), kube::Error> {
+    let patch = json!({"metadata": {"labels": {MANAGED_LABEL: null}}});
+    match api
+        .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+    {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
+        Err(e) => Err(e),
+    }
+}
+
+fn is_immutable(e: &kube::Error) -> bool {
+    matches!(e, kube::Error::Api(s) if s.code == 422 && s.message.contains("immutable"))
+}
+
+/// The API server's message for an API error, else the error's text.
+fn api_message(e: &kube::Error) -> String {
+    match e {
+        kube::Error::Api(s) => s.message.clone(),
+        other => other.to_string(),
+    }
+}
+
+/// Parses kubefed's `kubefed.io/deleteoption` annotation (JSON DeleteOptions).
+pub fn parse_delete_options(raw: &str) -> Result<DeleteParams, serde_json::Error> {
+    #[derive(serde::Deserialize)]
+    #[serde(rename_all = "camelCase")]
+    struct Raw {
+        grace_period_seconds: Option<u32>,
+        propagation_policy: Option<String>,
+        preconditions: Option<RawPre>,
+    }
+    #[derive(serde::Deserialize)]
+    #[serde(rename_all = "camelCase")]
+    struct RawPre {
+        resource_version: Option<String>,
+        uid: Option<String>,
+    }
+    let r: Raw = serde_json::from_str(raw)?;
+    let propagation_policy = match r.propagation_policy.as_deref() {
+        None => None,
+        Some("Orphan") => Some(PropagationPolicy::Orphan),
+        Some("Background") => Some(PropagationPolicy::Background),
+        Some("Foreground") => Some(PropagationPolicy::Foreground),
+        Some(other) => {
+            return Err(serde::de::Error::custom(format!(
+                "propagationPolicy {other:?} is not one of Orphan, Background, Foreground"
+            )));
+        }
+    };
+    Ok(DeleteParams {
+        grace_period_seconds: r.grace_period_seconds,
+        propagation_policy,
+        preconditions: r.preconditions.map(|p| kube::api::Preconditions {
+            resource_version: p.resource_version,
+            uid: p.uid,
+        }),
+        ..Default::default()
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn delete_options_annotation_parses_kubefeds_json() {
+        let dp = parse_delete_options(r#"{"propagationPolicy":"Orphan","gracePeriodSeconds":5}"#)
+            .expect("parses");
+        assert!(matches!(
+            dp.propagation_policy,
+            Some(PropagationPolicy::Orphan)
+        ));
+        assert_eq!(dp.grace_period_seconds, Some(5));
+    }
+
+    #[test]
+    fn an_unknown_propagation_policy_is_an_error_naming_it() {
+        let err =
+            parse_delete_options(r#"{"propagationPolicy":"Sideways"}"#).expect_err("rejected");
+        assert!(err.to_string().contains("Sideways"));
+    }
+}

@@ -1,0 +1,406 @@
+//! Pure propagation decisions: given what the federated object wants, which clusters are
+//! registered and Ready, and what each member's cache holds, decide one operation per
+//! cluster — and, from the operations' results, the status to report. No I/O here.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use flotilla_crds::federated::{
+    ClusterStatus, FederatedCondition, FederatedStatus, cluster_reason,
+};
+use serde_json::Value;
+
+/// Annotation on member objects holding the content hash of what Flotilla last applied.
+pub const HASH_ANNOTATION: &str = "flotilla.io/desired-hash";
+
+/// Namespaces that are never deleted in a member, whatever a FederatedNamespace says.
+pub const PROTECTED_NAMESPACES: [&str; 3] = ["kube-system", "kube-public", "default"];
+
+/// What one member cluster holds for the object, as seen through the managed-label cache.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Observed {
+    /// The cluster is not Ready (or has no client).
+    NotReady,
+    /// The cluster is Ready but its cache has not finished listing yet.
+    NotSynced,
+    /// Ready and synced; no managed object of that name.
+    Absent,
+    /// Ready and synced; the managed member object.
+    Present(Value),
+}
+
+/// The desired object for one selected cluster, or why it could not be computed.
+#[derive(Clone, Debug, PartialEq)]
+pub enum DesiredFor {
+    /// The object to apply and its content hash.
+    Object {
+        /// The desired member object.
+        object: Value,
+        /// Content hash of `object`.
+        hash: String,
+    },
+    /// Computing the object failed: (kubefed reason, message).
+    Failed(&'static str, String),
+}
+
+/// The operation decided for one cluster.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Op {
+    /// Nothing to do; the cluster is in the desired state.
+    Nothing,
+    /// Create (or adopt) the object.
+    Create,
+    /// Apply the desired object over the existing one.
+    Update,
+    /// Delete the managed object (no longer placed here).
+    Delete,
+    /// Remove the managed label instead of deleting (protected namespaces, orphaning).
+    Unlabel,
+    /// Report a status without acting: (reason, message).
+    Report(&'static str, String),
+    /// Try again shortly without reporting (cache still syncing).
+    Wait,
+}
+
+/// Decides the operation for one cluster while the federated object is live.
+pub fn decide(
+    selected: bool,
+    observed: &Observed,
+    desired: Option<&DesiredFor>,
+    protected: bool,
+) -> Op {
+    match (selected, observed) {
+        (true, Observed::NotReady) => Op::Report(
+            cluster_reason::CLUSTER_NOT_READY,
+            "the cluster is not ready; the object is propagated when it returns".into(),
+        ),
+        (_, Observed::NotSynced) => Op::Wait,
+        (false, Observed::NotReady | Observed::Absent) => Op::Nothing,
+        (false, Observed::Present(obj)) => {
+            if is_terminating(obj) {
+                Op::Report(cluster_reason::WAITING_FOR_REMOVAL, String::new())
+            } else if protected {
+                Op::Unlabel
+            } else {
+                Op::Delete
+            }
+        }
+        (true, Observed::Absent) => match desired {
+            Some(DesiredFor::Failed(reason, msg)) => Op::Report(reason, msg.clone()),
+            Some(DesiredFor::Object { .. }) => Op::Create,
+            None => Op::Nothing,
+        },
+        (true, Observed::Present(actual)) => match desired {
+            Some(DesiredFor::Failed(reason, msg)) => Op::Report(reason, msg.clone()),
+            Some(DesiredFor::Object { object, hash }) => {
+                if is_terminating(actual) {
+                    // Recreated once the old object is gone.
+                    Op::Report(
+                        cluster_reason::WAITING_FOR_REMOVAL,
+                        "the member object is being deleted; it is recreated once gone".into(),
+                    )
+                } else if up_to_date(object, hash, actual) {
+                    Op::Nothing
+                } else {
+                    Op::Update
+                }
+            }
+            None => Op::Nothing,
+        },
+    }
+}
+
+/// Whether a member object carries a deletion timestamp.
+pub fn is_terminating(obj: &Value) -> bool {
+    obj.pointer("/metadata/deletionTimestamp")
+        .is_some_and(|v| !v.is_null())
+}
+
+/// Whether the member object already is what Flotilla would apply: the recorded hash
+/// matches (so nothing was removed from the template) and every desired field still has
+/// its desired value (so nobody edited an owned field in the member).
+pub fn up_to_date(desired: &Value, hash: &str, actual: &Value) -> bool {
+    let recorded = actual
+        .pointer(&format!(
+            "/metadata/annotations/{}",
+            HASH_ANNOTATION.replace('/', "~1")
+        ))
+        .and_then(Value::as_str);
+    recorded == Some(hash) && is_subset(desired, actual)
+}
+
+/// Whether every field of `want` is present in `have` with an equal value. Objects may
+/// have extra keys (defaults, fields set by the member); lists may have extra trailing
+/// items (items other managers own, such as injected sidecars).
+pub fn is_subset(want: &Value, have: &Value) -> bool {
+    match (want, have) {
+        (Value::Object(w), Value::Object(h)) => w.iter().all(|(k, wv)| {
+            h.get(k).is_some_and(|hv| is_subset(wv, hv)) || (wv.is_null() && !h.contains_key(k))
+        }),
+        (Value::Array(w), Value::Array(h)) => {
+            w.len() <= h.len() && w.iter().zip(h.iter()).all(|(wv, hv)| is_subset(wv, hv))
+        }
+        (Value::Number(w), Value::Number(h)) => w.as_f64() == h.as_f64(),
+        (w, h) => w == h,
+    }
+}
+
+/// The outcome of one cluster's operation.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Outcome {
+    /// In the desired state.
+    Ok,
+    /// The object is (being) removed from the cluster: reported as WaitingForRemoval until
+    /// the member's cache no longer has it.
+    Removing,
+    /// Removed or never there: the cluster is not listed in status.
+    Gone,
+    /// Failed or pending with a reason.
+    Status(&'static str, String),
+}
+
+/// Whether a per-cluster reason is worth retrying with backoff (kubefed's recoverable set,
+/// plus ClusterNotReady which resolves itself when the cluster returns).
+pub fn is_recoverable(reason: &str) -> bool {
+    matches!(
+        reason,
+        cluster_reason::CREATION_FAILED
+            | cluster_reason::UPDATE_FAILED
+            | cluster_reason::DELETION_FAILED
+            | cluster_reason::LABEL_REMOVAL_FAILED
+            | cluster_reason::RETRIEVAL_FAILED
+            | cluster_reason::CREATION_TIMED_OUT
+            | cluster_reason::UPDATE_TIMED_OUT
+            | cluster_reason::DELETION_TIMED_OUT
+            | cluster_reason::LABEL_REMOVAL_TIMED_OUT
+            | cluster_reason::CLIENT_RETRIEVAL_FAILED
+            | cluster_reason::WAITING_FOR_REMOVAL
+    )
+}
+
+/// Builds the federated object's status from per-cluster outcomes. `aggregate` is an
+/// object-level failure (reason, message) that makes the condition False regardless.
+/// Timestamps are carried over from `previous` when the condition did not change, so an
+/// unchanged result produces an identical status (and no write).
+pub fn build_status(
+    generation: i64,
+    outcomes: &BTreeMap<String, Outcome>,
+    aggregate: Option<(&str, String)>,
+    previous: &FederatedStatus,
+    now: &str,
+) -> FederatedStatus {
+    let clusters: Vec<ClusterStatus> = outcomes
+        .iter()
+        .filter_map(|(name, o)| {
+            let (status, message) = match o {
+                Outcome::Ok => (String::new(), String::new()),
+                Outcome::Gone => return None,
+                Outcome::Removing => (
+                    cluster_reason::WAITING_FOR_REMOVAL.to_string(),
+                    String::new(),
+                ),
+                Outcome::Status(r, m) => (r.to_string(), m.clone()),
+            };
+            // Keep a remote status collected earlier.
+            let remote_status = previous
+                .clusters
+                .iter()
+                .find(|c| &c.name == name)
+                .and_then(|c| c.remote_status.clone());
+            Some(ClusterStatus {
+                name: name.clone(),
+                status,
+                message,
+                remote_status,
+            })
+        })
+        .collect();
+    let failing: BTreeSet<&str> = clusters
+        .iter()
+        .filter(|c| !c.status.is_empty())
+        .map(|c| c.name.as_str())
+        .collect();
+    let (status, reason, message) = match aggregate {
+        Some((r, m)) => ("False", r.to_string(), m),
+        None if failing.is_empty() => ("True", String::new(), String::new()),
+        None => (
+            "False",
+            flotilla_crds::federated::aggregate_reason::CHECK_CLUSTERS.to_string(),
+            format!(
+                "not propagated to {}: see status.clusters",
+                failing.into_iter().collect::<Vec<_>>().join(", ")
+            ),
+        ),
+    };
+    let prev = previous.propagation();
+    let unchanged =
+        prev.is_some_and(|p| p.status == status && p.reason == reason && p.message == message);
+    let condition = FederatedCondition {
+        type_: "Propagation".into(),
+        status: status.into(),
+        reason,
+        message,
+        last_update_time: match prev {
+            Some(p) if unchanged => p.last_update_time.clone(),
+            _ => now.to_string(),
+        },
+        last_transition_time: match prev {
+            Some(p) if p.status == status => p.last_transition_time.clone(),
+            _ => now.to_string(),
+        },
+    };
+    FederatedStatus {
+        observed_generation: generation,
+        conditions: vec![condition],
+        clusters,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn desired() -> DesiredFor {
+        DesiredFor::Object {
+            object: json!({"metadata": {"name": "a", "labels": {"kubefed.io/managed": "true"}, "annotations": {HASH_ANNOTATION: "h1"}}, "data": {"k": "v"}}),
+            hash: "h1".into(),
+        }
+    }
+
+    fn member(data: Value, hash: &str) -> Observed {
+        Observed::Present(json!({
+            "metadata": {"name": "a", "resourceVersion": "7", "labels": {"kubefed.io/managed": "true"}, "annotations": {HASH_ANNOTATION: hash}},
+            "data": data
+        }))
+    }
+
+    #[test]
+    fn a_selected_ready_cluster_without_the_object_gets_a_create() {
+        assert_eq!(
+            decide(true, &Observed::Absent, Some(&desired()), false),
+            Op::Create
+        );
+    }
+
+    #[test]
+    fn a_selected_unready_cluster_reports_cluster_not_ready() {
+        assert!(matches!(
+            decide(true, &Observed::NotReady, Some(&desired()), false),
+            Op::Report(cluster_reason::CLUSTER_NOT_READY, _)
+        ));
+    }
+
+    #[test]
+    fn an_up_to_date_member_object_needs_nothing() {
+        let observed = member(json!({"k": "v"}), "h1");
+        assert_eq!(
+            decide(true, &observed, Some(&desired()), false),
+            Op::Nothing
+        );
+    }
+
+    #[test]
+    fn a_member_side_edit_of_an_owned_field_is_drift_and_gets_an_update() {
+        let observed = member(json!({"k": "edited"}), "h1");
+        assert_eq!(decide(true, &observed, Some(&desired()), false), Op::Update);
+    }
+
+    #[test]
+    fn a_changed_hash_gets_an_update_even_when_the_fields_are_a_subset() {
+        let observed = member(json!({"k": "v", "removed": "x"}), "h0");
+        assert_eq!(decide(true, &observed, Some(&desired()), false), Op::Update);
+    }
+
+    #[test]
+    fn fields_the_member_adds_are_not_drift() {
+        let observed = member(json!({"k": "v", "extra": "member-set"}), "h1");
+        assert_eq!(
+            decide(true, &observed, Some(&desired()), false),
+            Op::Nothing
+        );
+    }
+
+    #[test]
+    fn a_deselected_cluster_with_the_object_gets_a_delete() {
+        assert_eq!(
+            decide(false, &member(json!({}), "h1"), None, false),
+            Op::Delete
+        );
+    }
+
+    #[test]
+    fn a_protected_namespace_is_unlabelled_instead_of_deleted() {
+        assert_eq!(
+            decide(false, &member(json!({}), "h1"), None, true),
+            Op::Unlabel
+        );
+    }
+
+    #[test]
+    fn a_deselected_cluster_without_the_object_needs_nothing() {
+        assert_eq!(decide(false, &Observed::Absent, None, false), Op::Nothing);
+        assert_eq!(decide(false, &Observed::NotReady, None, false), Op::Nothing);
+    }
+
+    #[test]
+    fn an_unsynced_cache_waits() {
+        assert_eq!(
+            decide(true, &Observed::NotSynced, Some(&desired()), false),
+            Op::Wait
+        );
+    }
+
+    #[test]
+    fn a_failed_desired_object_is_reported_with_its_reason() {
+        let failed = DesiredFor::Failed(cluster_reason::APPLY_OVERRIDES_FAILED, "bad path".into());
+        assert_eq!(
+            decide(true, &Observed::Absent, Some(&failed), false),
+            Op::Report(cluster_reason::APPLY_OVERRIDES_FAILED, "bad path".into())
+        );
+    }
+
+    #[test]
+    fn subset_allows_longer_lists_and_numeric_equality() {
+        assert!(is_subset(
+            &json!({"a": [1, {"x": 1}]}),
+            &json!({"a": [1.0, {"x": 1, "y": 2}, 3]})
+        ));
+        assert!(!is_subset(&json!({"a": [1, 2]}), &json!({"a": [1]})));
+        assert!(!is_subset(&json!({"a": {"b": 1}}), &json!({"a": {}})));
+    }
+
+    #[test]
+    fn status_is_true_when_every_cluster_propagated() {
+        let outcomes = BTreeMap::from([
+            ("m1".to_string(), Outcome::Ok),
+            ("m2".to_string(), Outcome::Gone),
+        ]);
+        let s = build_status(3, &outcomes, None, &FederatedStatus::default(), "t0");
+        assert_eq!(s.observed_generation, 3);
+        assert_eq!(s.conditions[0].status, "True");
+        assert_eq!(s.clusters.len(), 1);
+    }
+
+    #[test]
+    fn status_names_failing_clusters_with_check_clusters() {
+        let outcomes = BTreeMap::from([
+            ("m1".to_string(), Outcome::Ok),
+            (
+                "m2".to_string(),
+                Outcome::Status(cluster_reason::APPLY_OVERRIDES_FAILED, "bad".into()),
+            ),
+        ]);
+        let s = build_status(1, &outcomes, None, &FederatedStatus::default(), "t0");
+        assert_eq!(s.conditions[0].status, "False");
+        assert_eq!(s.conditions[0].reason, "CheckClusters");
+        assert!(s.conditions[0].message.contains("m2"));
+    }
+
+    #[test]
+    fn an_unchanged_result_rebuilds_an_identical_status() {
+        let outcomes = BTreeMap::from([("m1".to_string(), Outcome::Ok)]);
+        let first = build_status(1, &outcomes, None, &FederatedStatus::default(), "t0");
+        let second = build_status(1, &outcomes, None, &first, "t1");
+        assert_eq!(first, second);
+    }
+}
