@@ -1,0 +1,406 @@
+//! The cluster registry: turns KubeFedClusters and their token Secrets into member clients
+//! in the [`ClusterSet`], health-checks every member, writes the KubeFedClusters' status,
+//! and follows the KubeFedConfig singleton.
+//!
+//! [`start`] spawns three tasks and returns a [`RegistryHandle`]:
+//! - the **config** task creates `kubefed` with defaults when absent and publishes its
+//!   [`EffectiveConfig`] (health settings apply to the next probe, without a restart);
+//! - the **cluster** task watches KubeFedClusters and Secrets in the control-plane
+//!   namespace; it registers each cluster with its labels, (re)builds its client when the
+//!   spec or the token changes, and removes it when the KubeFedCluster is deleted;
+//! - the **gauge** task keeps the cluster gauges of [`Metrics`] in step with the set.
+//!
+//! The cluster task runs one health worker per cluster (see [`probe`]). A problem with one
+//! cluster's input (missing Secret, bad CA, bad URL) becomes that cluster's
+//! ConfigMalformed condition and never touches another cluster.
+
+pub mod client;
+pub mod config;
+pub mod health;
+pub mod probe;
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::Arc;
+
+use flotilla_crds::KubeFedCluster;
+use flotilla_crds::core::EffectiveConfig;
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::Secret;
+use kube::runtime::events::{Recorder, Reporter};
+use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Api, Client, Resource, ResourceExt};
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+use tracing::{debug, info, instrument, warn};
+
+use self::client::ClientInputs;
+use self::probe::{Shared, WorkerInput};
+use crate::metrics::Metrics;
+use crate::multicluster::ClusterSet;
+
+/// Name the registry reports Events under.
+pub const REPORTING_CONTROLLER: &str = "flotilla-cluster-registry";
+
+/// Errors of the cluster registry. Variants up to `ClientBuild` describe a malformed
+/// cluster configuration; their text is the ConfigMalformed condition's message.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// `spec.secretRef.name` names a Secret that does not exist.
+    #[error("Secret {secret} (spec.secretRef.name) does not exist")]
+    SecretMissing {
+        /// `namespace/name` of the Secret.
+        secret: String,
+    },
+    /// The Secret exists but has no `token` key.
+    #[error("Secret {secret} has no key `token`")]
+    SecretWithoutToken {
+        /// `namespace/name` of the Secret.
+        secret: String,
+    },
+    /// The `token` entry is empty or not printable ASCII.
+    #[error("key `token` of Secret {secret} is not a bearer token (empty or not printable ASCII)")]
+    InvalidToken {
+        /// `namespace/name` of the Secret.
+        secret: String,
+    },
+    /// `spec.caBundle` is not base64.
+    #[error("spec.caBundle is not valid base64")]
+    CaBundleNotBase64 {
+        /// The decoding error.
+        #[source]
+        source: base64::DecodeError,
+    },
+    /// `spec.caBundle` decodes, but not to a PEM bundle of certificates.
+    #[error("spec.caBundle is not a PEM certificate bundle: {reason}")]
+    CaBundleNotPem {
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// `spec.apiEndpoint` is not an absolute https URL with a host.
+    #[error("spec.apiEndpoint {endpoint:?} is malformed: {reason}")]
+    MalformedApiEndpoint {
+        /// The endpoint as written.
+        endpoint: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// `spec.proxyURL` is unusable (the URL is not repeated: it may hold credentials).
+    #[error("spec.proxyURL is malformed: {reason}")]
+    MalformedProxyUrl {
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// kube refused the configuration (for instance a CA certificate rustls cannot parse).
+    #[error("no client can be built from this configuration")]
+    ClientBuild {
+        /// kube's error.
+        #[source]
+        source: kube::Error,
+    },
+    /// A request to the host cluster failed.
+    #[error("{action} failed")]
+    Kube {
+        /// What was being done.
+        action: &'static str,
+        /// kube's error.
+        #[source]
+        source: kube::Error,
+    },
+}
+
+/// An error and its sources, joined with `: ` — the form used in conditions and logs.
+pub fn error_chain(error: &dyn std::error::Error) -> String {
+    let mut out = error.to_string();
+    let mut source = error.source();
+    while let Some(s) = source {
+        let text = s.to_string();
+        if !out.contains(&text) {
+            out.push_str(": ");
+            out.push_str(&text);
+        }
+        source = s.source();
+    }
+    out
+}
+
+/// Aborts its task when dropped.
+struct TaskGuard(JoinHandle<()>);
+
+impl Drop for TaskGuard {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// The running registry. Dropping it stops every task it started (health workers too);
+/// the [`ClusterSet`] keeps its last contents.
+pub struct RegistryHandle {
+    config: watch::Receiver<EffectiveConfig>,
+    tasks: Vec<TaskGuard>,
+}
+
+impl RegistryHandle {
+    /// The current KubeFedConfig settings, updated whenever the singleton changes (kubefed's
+    /// defaults until it has been read).
+    pub fn config(&self) -> watch::Receiver<EffectiveConfig> {
+        self.config.clone()
+    }
+
+    /// Stops every task and waits until they have ended.
+    pub async fn shutdown(mut self) {
+        let tasks = std::mem::take(&mut self.tasks);
+        for t in &tasks {
+            t.0.abort();
+        }
+        for mut t in tasks {
+            // An aborted task ends with a cancellation error; that is the expected outcome.
+            let _ = (&mut t.0).await;
+        }
+    }
+}
+
+/// Starts the registry for the KubeFedClusters in `namespace` of the host cluster,
+/// writing member states into `set` and its metrics into `metrics`. Must be called inside
+/// a Tokio runtime. The host client needs: get/list/watch Secrets; get/list/watch/patch
+/// KubeFedClusters and their status; get/list/watch/create KubeFedConfigs; create/patch
+/// events.k8s.io Events — all in `namespace`.
+pub fn start(
+    host: Client,
+    namespace: impl Into<String>,
+    set: ClusterSet,
+    metrics: Arc<Metrics>,
+) -> RegistryHandle {
+    let namespace = namespace.into();
+    let (config_tx, config_rx) = watch::channel(EffectiveConfig::default());
+    let config_task = tokio::spawn(config::run(
+        Api::namespaced(host.clone(), &namespace),
+        namespace.clone(),
+        config_tx,
+    ));
+    let shared = Arc::new(Shared {
+        api: Api::namespaced(host.clone(), &namespace),
+        set: set.clone(),
+        config: config_rx.clone(),
+        metrics: metrics.clone(),
+        recorder: Recorder::new(
+            host.clone(),
+            Reporter {
+                controller: REPORTING_CONTROLLER.to_owned(),
+                instance: std::env::var("POD_NAME").ok().filter(|n| !n.is_empty()),
+            },
+        ),
+    });
+    let cluster_task = tokio::spawn(run_clusters(host, namespace, shared));
+    let gauge_task = tokio::spawn(run_gauges(set, metrics));
+    RegistryHandle {
+        config: config_rx,
+        tasks: vec![
+            TaskGuard(config_task),
+            TaskGuard(cluster_task),
+            TaskGuard(gauge_task),
+        ],
+    }
+}
+
+async fn run_gauges(set: ClusterSet, metrics: Arc<Metrics>) {
+    let mut changes = set.changes();
+    loop {
+        let snapshot = set.snapshot();
+        let ready = snapshot.iter().filter(|c| c.ready).count();
+        metrics.clusters.clusters.set(snapshot.len() as i64);
+        metrics.clusters.ready_clusters.set(ready as i64);
+        if changes.changed().await.is_err() {
+            return;
+        }
+    }
+}
+
+/// A health worker and what its current client was built from.
+struct Worker {
+    inputs: ClientInputs,
+    uid: Option<String>,
+    input: watch::Sender<WorkerInput>,
+    _task: TaskGuard,
+}
+
+/// Which watch a change came from.
+enum Change {
+    Cluster(Result<watcher::Event<KubeFedCluster>, watcher::Error>),
+    Secret(Result<watcher::Event<Secret>, watcher::Error>),
+}
+
+/// The cluster task's state: both caches and the workers.
+struct Registry {
+    namespace: String,
+    clusters: Store<KubeFedCluster>,
+    secrets: Store<Secret>,
+    workers: HashMap<String, Worker>,
+    shared: Arc<Shared>,
+}
+
+async fn run_clusters(host: Client, namespace: String, shared: Arc<Shared>) {
+    let (clusters, cluster_writer) = reflector::store::<KubeFedCluster>();
+    let (secrets, secret_writer) = reflector::store::<Secret>();
+    let cluster_stream = reflector::reflector(
+        cluster_writer,
+        watcher(
+            Api::<KubeFedCluster>::namespaced(host.clone(), &namespace),
+            watcher::Config::default(),
+        )
+        .default_backoff(),
+    )
+    .map(Change::Cluster)
+    .boxed();
+    let secret_stream = reflector::reflector(
+        secret_writer,
+        watcher(
+            Api::<Secret>::namespaced(host, &namespace),
+            watcher::Config::default(),
+        )
+        .default_backoff(),
+    )
+    .map(Change::Secret)
+    .boxed();
+    let mut changes = futures::stream::select(cluster_stream, secret_stream);
+    let mut registry = Registry {
+        namespace,
+        clusters,
+        secrets,
+        workers: HashMap::new(),
+        shared,
+    };
+    // Until both caches are complete, a missing Secret may only be not listed yet.
+    let (mut clusters_listed, mut secrets_listed) = (false, false);
+    while let Some(change) = changes.next().await {
+        let affected: BTreeSet<String> = match change {
+            Change::Cluster(Ok(event)) => match event {
+                watcher::Event::Apply(c) | watcher::Event::Delete(c) => {
+                    BTreeSet::from([c.name_any()])
+                }
+                watcher::Event::InitDone => {
+                    clusters_listed = true;
+                    registry.all_names()
+                }
+                watcher::Event::Init | watcher::Event::InitApply(_) => BTreeSet::new(),
+            },
+            Change::Secret(Ok(event)) => match event {
+                watcher::Event::Apply(s) | watcher::Event::Delete(s) => {
+                    registry.clusters_using(&s.name_any())
+                }
+                watcher::Event::InitDone => {
+                    secrets_listed = true;
+                    registry.all_names()
+                }
+                watcher::Event::Init | watcher::Event::InitApply(_) => BTreeSet::new(),
+            },
+            Change::Cluster(Err(error)) => {
+                warn!(error = %error_chain(&error), "watching KubeFedClusters failed; retrying");
+                BTreeSet::new()
+            }
+            Change::Secret(Err(error)) => {
+                warn!(error = %error_chain(&error), "watching Secrets failed; retrying");
+                BTreeSet::new()
+            }
+        };
+        if !(clusters_listed && secrets_listed) {
+            continue;
+        }
+        for name in affected {
+            registry.reconcile(&name);
+        }
+    }
+}
+
+impl Registry {
+    fn all_names(&self) -> BTreeSet<String> {
+        self.clusters
+            .state()
+            .iter()
+            .map(|c| c.name_any())
+            .chain(self.workers.keys().cloned())
+            .collect()
+    }
+
+    fn clusters_using(&self, secret: &str) -> BTreeSet<String> {
+        self.clusters
+            .state()
+            .iter()
+            .filter(|c| c.spec.secret_ref.name == secret)
+            .map(|c| c.name_any())
+            .collect()
+    }
+
+    /// Brings one cluster's registration, client and worker in line with the caches.
+    #[instrument(skip(self), fields(cluster = %name))]
+    fn reconcile(&mut self, name: &str) {
+        let key = ObjectRef::<KubeFedCluster>::new(name).within(&self.namespace);
+        let Some(cluster) = self.clusters.get(&key) else {
+            if self.workers.remove(name).is_some() {
+                info!("KubeFedCluster deleted; removing the cluster");
+            }
+            self.shared.set.remove(name);
+            self.shared.metrics.clusters.forget_cluster(name);
+            return;
+        };
+        let labels: BTreeMap<String, String> = cluster.labels().clone();
+        self.shared.set.upsert(name, labels);
+
+        let secret_key =
+            ObjectRef::<Secret>::new(&cluster.spec.secret_ref.name).within(&self.namespace);
+        let secret = self.secrets.get(&secret_key);
+        let inputs = ClientInputs::new(&cluster.spec, &self.namespace, secret.as_deref());
+        let uid = cluster.uid();
+        if let Some(worker) = self.workers.get(name)
+            && worker.inputs == inputs
+            && worker.uid == uid
+        {
+            return;
+        }
+
+        let built = inputs.client();
+        let client = match &built {
+            Ok(client) => {
+                info!(endpoint = %cluster.spec.api_endpoint, "built the cluster's client");
+                Ok(client.clone())
+            }
+            Err(error) => {
+                let problem = error_chain(error);
+                warn!(%problem, "the cluster's configuration is malformed");
+                Err(problem)
+            }
+        };
+        self.shared.set.set_client(name, built.ok());
+        let input = WorkerInput {
+            client,
+            secret: inputs.secret_ref(),
+            object: cluster.object_ref(&()),
+        };
+        match self.workers.get_mut(name) {
+            Some(worker) if worker.uid == uid => {
+                debug!("handing the rebuilt client to the health worker");
+                worker.inputs = inputs;
+                // The worker holds the receiver for as long as it runs.
+                let _ = worker.input.send(input);
+            }
+            _ => {
+                let (tx, rx) = watch::channel(input);
+                let task = tokio::spawn(probe::run_worker(
+                    self.shared.clone(),
+                    name.to_owned(),
+                    rx,
+                    cluster.status.clone().unwrap_or_default(),
+                ));
+                self.workers.insert(
+                    name.to_owned(),
+                    Worker {
+                        inputs,
+                        uid,
+                        input: tx,
+                        _task: TaskGuard(task),
+                    },
+                );
+            }
+        }
+    }
+}

@@ -1,0 +1,250 @@
+//! One health worker per member cluster: probes `/healthz` every period, turns outcomes
+//! into the published state ([`HealthTracker`]), tells the [`ClusterSet`], writes the
+//! KubeFedCluster's status when it changed and records an Event when readiness changes.
+//!
+//! Each cluster has its own task, so a slow or hanging member only delays itself.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use flotilla_crds::core::EffectiveConfig;
+use flotilla_crds::{FIELD_MANAGER, KubeFedCluster, KubeFedClusterStatus};
+use k8s_openapi::api::core::v1::ObjectReference;
+use k8s_openapi::jiff::{Timestamp, Unit};
+use kube::api::{Patch, PatchParams};
+use kube::runtime::events::{Event, EventType, Recorder};
+use kube::{Api, Client};
+use tokio::sync::watch;
+use tracing::{debug, info, instrument, warn};
+
+use super::health::{Health, HealthTracker, Thresholds, excerpt, next_status, status_changed};
+use crate::metrics::Metrics;
+use crate::multicluster::ClusterSet;
+
+/// How often an unchanged status is written anyway, so `lastProbeTime` shows the health
+/// check is alive without a write every period.
+pub const PROBE_TIME_REFRESH: Duration = Duration::from_secs(300);
+
+/// What a health worker probes with; replaced whenever the registry rebuilds the client.
+#[derive(Clone)]
+pub struct WorkerInput {
+    /// The member client, or the reason none could be built.
+    pub client: Result<Client, String>,
+    /// `namespace/name` of the token Secret, for messages.
+    pub secret: String,
+    /// The KubeFedCluster, for Events.
+    pub object: ObjectReference,
+}
+
+/// What every health worker shares.
+pub struct Shared {
+    /// KubeFedClusters in the control-plane namespace (status writes).
+    pub api: Api<KubeFedCluster>,
+    /// Readiness goes here.
+    pub set: ClusterSet,
+    /// Current health-check settings.
+    pub config: watch::Receiver<EffectiveConfig>,
+    /// Probe metrics.
+    pub metrics: Arc<Metrics>,
+    /// Events on KubeFedClusters.
+    pub recorder: Recorder,
+}
+
+/// Probes one cluster until the input sender is dropped (the cluster left the registry).
+#[instrument(name = "health", skip_all, fields(cluster = %name))]
+pub async fn run_worker(
+    shared: Arc<Shared>,
+    name: String,
+    mut input: watch::Receiver<WorkerInput>,
+    initial_status: KubeFedClusterStatus,
+) {
+    let mut config = shared.config.clone();
+    let mut tracker = HealthTracker::default();
+    let mut written = initial_status;
+    let mut written_at = Instant::now();
+    // Readiness last announced by an Event; starts from the stored status so a controller
+    // restart does not repeat the Event.
+    let mut announced: Option<String> = written
+        .condition(flotilla_crds::core::condition::READY)
+        .and_then(|c| c.reason.clone());
+    let mut version_known = false;
+    loop {
+        let current = input.borrow_and_update().clone();
+        let settings = config.borrow_and_update().clone();
+        let started = Instant::now();
+
+        let outcome = match &current.client {
+            Err(problem) => Health::Malformed {
+                problem: problem.clone(),
+            },
+            Ok(client) => probe(client, settings.health_timeout, &current.secret).await,
+        };
+        if let Some(result) = outcome.probe_result() {
+            shared
+                .metrics
+                .clusters
+                .observe_probe(&name, result, started.elapsed().as_secs_f64());
+        }
+        // Ask for the version after every comeback (a restart may have been an upgrade).
+        let mut version = None;
+        if outcome.is_ready() {
+            if !version_known && let Ok(client) = &current.client {
+                version = kubernetes_version(client, settings.health_timeout).await;
+                version_known = version.is_some();
+            }
+        } else {
+            version_known = false;
+        }
+        debug!(outcome = ?outcome, "probed");
+
+        let thresholds = Thresholds {
+            failure: settings.failure_threshold,
+            success: settings.success_threshold,
+        };
+        let published = tracker.observe(outcome, thresholds);
+        shared.set.set_ready(&name, published.is_ready());
+
+        if announced.as_deref() != Some(published.reason()) {
+            announce(&shared.recorder, &current.object, &name, &published).await;
+            announced = Some(published.reason().to_owned());
+        }
+
+        let refresh = written_at.elapsed() >= PROBE_TIME_REFRESH;
+        let next = next_status(
+            &written,
+            &published,
+            version.as_deref(),
+            &now_rfc3339(),
+            refresh,
+        );
+        if refresh || status_changed(&written, &next) {
+            match write_status(&shared.api, &name, &next).await {
+                Ok(()) => {
+                    written = next;
+                    written_at = Instant::now();
+                }
+                Err(error) => {
+                    warn!(%error, "writing the KubeFedCluster status failed; retrying next period")
+                }
+            }
+        }
+
+        // Wait for the next period; a new client probes at once, new settings re-time the wait.
+        let mut deadline = started + settings.health_period;
+        let mut config_open = true;
+        loop {
+            tokio::select! {
+                _ = tokio::time::sleep_until(deadline.into()) => break,
+                changed = input.changed() => {
+                    if changed.is_err() {
+                        return;
+                    }
+                    break;
+                }
+                changed = config.changed(), if config_open => {
+                    // A closed config channel means the registry is stopping: keep the
+                    // last settings.
+                    config_open = changed.is_ok();
+                    deadline = started + config.borrow_and_update().health_period;
+                }
+            }
+        }
+    }
+}
+
+/// One `/healthz` probe within `timeout`.
+pub async fn probe(client: &Client, timeout: Duration, secret: &str) -> Health {
+    let request = match http::Request::get("/healthz").body(Vec::new()) {
+        Ok(r) => r,
+        Err(e) => {
+            return Health::Offline {
+                error: e.to_string(),
+            };
+        }
+    };
+    match tokio::time::timeout(timeout, client.request_text(request)).await {
+        Err(_) => Health::Offline {
+            error: format!("no answer to /healthz within {timeout:?}"),
+        },
+        Ok(Ok(body)) if body.trim().eq_ignore_ascii_case("ok") => Health::Ready,
+        Ok(Ok(body)) => Health::NotReady {
+            status: 200,
+            body: excerpt(&body),
+        },
+        Ok(Err(kube::Error::Api(status))) if matches!(status.code, 401 | 403) => {
+            Health::Unauthorized {
+                status: status.code,
+                secret: secret.to_owned(),
+            }
+        }
+        Ok(Err(kube::Error::Api(status))) => Health::NotReady {
+            status: status.code,
+            body: excerpt(&status.message),
+        },
+        Ok(Err(error)) => Health::Offline {
+            error: excerpt(&super::error_chain(&error)),
+        },
+    }
+}
+
+async fn kubernetes_version(client: &Client, timeout: Duration) -> Option<String> {
+    match tokio::time::timeout(timeout, client.apiserver_version()).await {
+        Ok(Ok(info)) => Some(info.git_version),
+        Ok(Err(error)) => {
+            warn!(error = %super::error_chain(&error), "reading /version failed");
+            None
+        }
+        Err(_) => {
+            warn!("reading /version timed out");
+            None
+        }
+    }
+}
+
+async fn write_status(
+    api: &Api<KubeFedCluster>,
+    name: &str,
+    status: &KubeFedClusterStatus,
+) -> Result<(), String> {
+    let patch = serde_json::json!({ "status": status });
+    let params = PatchParams {
+        field_manager: Some(FIELD_MANAGER.to_owned()),
+        ..PatchParams::default()
+    };
+    api.patch_status(name, &params, &Patch::Merge(&patch))
+        .await
+        .map(|_| ())
+        .map_err(|e| super::error_chain(&e))
+}
+
+async fn announce(recorder: &Recorder, object: &ObjectReference, name: &str, health: &Health) {
+    let (type_, action) = match health {
+        Health::Ready => (EventType::Normal, "ClusterReady"),
+        Health::Malformed { .. } => (EventType::Warning, "ClusterConfigMalformed"),
+        _ => (EventType::Warning, "ClusterNotReady"),
+    };
+    info!(cluster = %name, reason = health.reason(), "cluster health changed");
+    let event = Event {
+        type_,
+        reason: health.reason().to_owned(),
+        note: Some(truncate_note(&health.message())),
+        action: action.to_owned(),
+        secondary: None,
+    };
+    if let Err(error) = recorder.publish(&event, object).await {
+        warn!(error = %super::error_chain(&error), "recording an Event failed");
+    }
+}
+
+/// Event notes are limited to 1 kB.
+fn truncate_note(message: &str) -> String {
+    message.chars().take(1000).collect()
+}
+
+fn now_rfc3339() -> String {
+    // Kubernetes writes times with one-second precision.
+    Timestamp::now()
+        .round(Unit::Second)
+        .map(|t| t.to_string())
+        .unwrap_or_else(|_| Timestamp::now().to_string())
+}
