@@ -3,6 +3,8 @@
 #![forbid(unsafe_code)]
 
 pub mod ftc;
+pub mod join;
+pub mod manager;
 pub mod metrics;
 pub mod multicluster;
 pub mod registry;

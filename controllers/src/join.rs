@@ -1,0 +1,325 @@
+//! Joining a member cluster the way `kubefedctl join` does, and unjoining it.
+//!
+//! In the member: the control-plane namespace, a ServiceAccount `<cluster>-<host>`, a
+//! `kubernetes.io/service-account-token` Secret for it (required on Kubernetes ≥ 1.24,
+//! where token Secrets are no longer created automatically), and a ClusterRole +
+//! ClusterRoleBinding with what the controller needs there: read/write of the types it
+//! propagates and `/healthz`, `/version`. In the host: a Secret with the token and the
+//! KubeFedCluster. Every object is written with server-side apply, so joining again is safe.
+
+use std::{collections::BTreeMap, time::Duration};
+
+use base64::Engine;
+use flotilla_crds::{KubeFedCluster, KubeFedClusterSpec, core::LocalSecretReference};
+use k8s_openapi::{
+    api::{
+        core::v1::{Namespace, Secret, ServiceAccount},
+        rbac::v1::{ClusterRole, ClusterRoleBinding},
+    },
+    apimachinery::pkg::apis::meta::v1::ObjectMeta,
+};
+use kube::{
+    Api, Client,
+    api::{DeleteParams, Patch, PatchParams},
+};
+use serde_json::json;
+use tracing::info;
+
+/// Joining or unjoining failed.
+#[derive(Debug, thiserror::Error)]
+pub enum JoinError {
+    /// A request to one of the clusters failed.
+    #[error("{action} in the {side} cluster failed: {source}")]
+    Api {
+        /// What was being done.
+        action: String,
+        /// `host` or `member`.
+        side: &'static str,
+        /// The error.
+        #[source]
+        source: kube::Error,
+    },
+    /// The cluster is already joined and `error_on_existing` was set.
+    #[error("cluster {0} is already joined (KubeFedCluster exists)")]
+    AlreadyJoined(String),
+    /// The member never filled in the service account token.
+    #[error(
+        "the member did not issue a token for service account {0} within {1:?}; is its kube-controller-manager running?"
+    )]
+    NoToken(String, Duration),
+}
+
+/// What to join.
+#[derive(Clone, Debug)]
+pub struct JoinOptions {
+    /// Name of the KubeFedCluster.
+    pub cluster_name: String,
+    /// Name of the host cluster (used in the service account name).
+    pub host_name: String,
+    /// Control-plane namespace, in the host and the member.
+    pub namespace: String,
+    /// The member's API endpoint as the controller will reach it.
+    pub api_endpoint: String,
+    /// PEM CA bundle for the member's serving certificate; `None` takes the CA the member
+    /// puts into the service account Secret (`ca.crt`).
+    pub ca_pem: Option<String>,
+    /// Labels of the KubeFedCluster (placement selectors match them).
+    pub labels: BTreeMap<String, String>,
+    /// Fail when the cluster is already joined.
+    pub error_on_existing: bool,
+    /// How long to wait for the member to issue the token.
+    pub token_timeout: Duration,
+}
+
+impl JoinOptions {
+    /// Options with kubefed's defaults for the rest.
+    pub fn new(cluster_name: &str, api_endpoint: &str) -> Self {
+        JoinOptions {
+            cluster_name: cluster_name.into(),
+            host_name: "host".into(),
+            namespace: flotilla_crds::DEFAULT_NAMESPACE.into(),
+            api_endpoint: api_endpoint.into(),
+            ca_pem: None,
+            labels: BTreeMap::new(),
+            error_on_existing: false,
+            token_timeout: Duration::from_secs(60),
+        }
+    }
+
+    /// The service account the member creates for the control plane.
+    pub fn service_account(&self) -> String {
+        format!("{}-{}", self.cluster_name, self.host_name)
+    }
+
+    /// The host Secret holding the member token.
+    pub fn host_secret(&self) -> String {
+        format!("{}-token", self.cluster_name)
+    }
+
+    fn role_name(&self) -> String {
+        format!("kubefed-controller-manager:{}", self.service_account())
+    }
+}
+
+fn api_err(action: impl Into<String>, side: &'static str) -> impl FnOnce(kube::Error) -> JoinError {
+    let action = action.into();
+    move |source| JoinError::Api {
+        action,
+        side,
+        source,
+    }
+}
+
+fn apply_params() -> PatchParams {
+    PatchParams::apply(flotilla_crds::FIELD_MANAGER).force()
+}
+
+/// Joins a member cluster: returns the KubeFedCluster written to the host.
+pub async fn join(
+    host: &Client,
+    member: &Client,
+    opts: &JoinOptions,
+) -> Result<KubeFedCluster, JoinError> {
+    let ns = &opts.namespace;
+    let kfc_api: Api<KubeFedCluster> = Api::namespaced(host.clone(), ns);
+    if opts.error_on_existing
+        && kfc_api
+            .get_opt(&opts.cluster_name)
+            .await
+            .map_err(api_err("reading the KubeFedCluster", "host"))?
+            .is_some()
+    {
+        return Err(JoinError::AlreadyJoined(opts.cluster_name.clone()));
+    }
+    for (client, side) in [(member, "member"), (host, "host")] {
+        let nss: Api<Namespace> = Api::all(client.clone());
+        let body = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}});
+        nss.patch(ns, &apply_params(), &Patch::Apply(&body))
+            .await
+            .map_err(api_err(format!("creating namespace {ns}"), side))?;
+    }
+    let sa = opts.service_account();
+    let sas: Api<ServiceAccount> = Api::namespaced(member.clone(), ns);
+    let body = json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": sa}});
+    sas.patch(&sa, &apply_params(), &Patch::Apply(&body))
+        .await
+        .map_err(api_err(format!("creating service account {sa}"), "member"))?;
+    let role = opts.role_name();
+    let roles: Api<ClusterRole> = Api::all(member.clone());
+    let body = json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+        "metadata": {"name": role},
+        "rules": [
+            // The control plane propagates any enabled type, so it needs every resource;
+            // it never needs escalate/bind/impersonate.
+            {"apiGroups": ["*"], "resources": ["*"], "verbs": ["get", "list", "watch", "create", "update", "patch", "delete"]},
+            {"nonResourceURLs": ["/healthz", "/readyz", "/livez", "/version"], "verbs": ["get"]}
+        ]
+    });
+    roles
+        .patch(&role, &apply_params(), &Patch::Apply(&body))
+        .await
+        .map_err(api_err(format!("creating cluster role {role}"), "member"))?;
+    let bindings: Api<ClusterRoleBinding> = Api::all(member.clone());
+    let body = json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+        "metadata": {"name": role},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
+        "subjects": [{"kind": "ServiceAccount", "name": sa, "namespace": ns}]
+    });
+    bindings
+        .patch(&role, &apply_params(), &Patch::Apply(&body))
+        .await
+        .map_err(api_err(
+            format!("creating cluster role binding {role}"),
+            "member",
+        ))?;
+    let member_secrets: Api<Secret> = Api::namespaced(member.clone(), ns);
+    let token_secret = format!("{sa}-token");
+    let body = json!({
+        "apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/service-account-token",
+        "metadata": {"name": token_secret, "annotations": {"kubernetes.io/service-account.name": sa}}
+    });
+    member_secrets
+        .patch(&token_secret, &apply_params(), &Patch::Apply(&body))
+        .await
+        .map_err(api_err(
+            format!("creating token secret {token_secret}"),
+            "member",
+        ))?;
+    let (token, member_ca) = wait_for_token(&member_secrets, &token_secret, opts.token_timeout)
+        .await?
+        .ok_or_else(|| JoinError::NoToken(sa.clone(), opts.token_timeout))?;
+
+    let host_secrets: Api<Secret> = Api::namespaced(host.clone(), ns);
+    let secret_name = opts.host_secret();
+    let secret = Secret {
+        metadata: ObjectMeta {
+            name: Some(secret_name.clone()),
+            namespace: Some(ns.clone()),
+            ..Default::default()
+        },
+        string_data: Some(BTreeMap::from([("token".to_string(), token)])),
+        type_: Some("Opaque".into()),
+        ..Default::default()
+    };
+    let mut body = serde_json::to_value(&secret).map_err(|e| JoinError::Api {
+        action: "encoding the token secret".into(),
+        side: "host",
+        source: kube::Error::SerdeError(e),
+    })?;
+    body["apiVersion"] = json!("v1");
+    body["kind"] = json!("Secret");
+    host_secrets
+        .patch(&secret_name, &apply_params(), &Patch::Apply(&body))
+        .await
+        .map_err(api_err(format!("writing secret {secret_name}"), "host"))?;
+
+    let ca = opts.ca_pem.clone().or(member_ca);
+    let spec = KubeFedClusterSpec {
+        api_endpoint: opts.api_endpoint.clone(),
+        ca_bundle: ca.map(|pem| base64::engine::general_purpose::STANDARD.encode(pem)),
+        secret_ref: LocalSecretReference { name: secret_name },
+        disabled_tls_validations: Vec::new(),
+        proxy_url: None,
+    };
+    let body = json!({
+        "apiVersion": format!("{}/{}", flotilla_crds::CORE_GROUP, flotilla_crds::V1BETA1),
+        "kind": "KubeFedCluster",
+        "metadata": {"name": opts.cluster_name, "namespace": ns, "labels": opts.labels},
+        "spec": spec,
+    });
+    let kfc = kfc_api
+        .patch(&opts.cluster_name, &apply_params(), &Patch::Apply(&body))
+        .await
+        .map_err(api_err(
+            format!("writing KubeFedCluster {}", opts.cluster_name),
+            "host",
+        ))?;
+    info!(cluster = %opts.cluster_name, endpoint = %opts.api_endpoint, "cluster joined");
+    Ok(kfc)
+}
+
+async fn wait_for_token(
+    secrets: &Api<Secret>,
+    name: &str,
+    timeout: Duration,
+) -> Result<Option<(String, Option<String>)>, JoinError> {
+    let deadline = tokio::time::Instant::now() + timeout;
+    loop {
+        let secret = secrets
+            .get_opt(name)
+            .await
+            .map_err(api_err(format!("reading token secret {name}"), "member"))?;
+        if let Some(data) = secret.and_then(|s| s.data)
+            && let Some(token) = data
+                .get("token")
+                .and_then(|t| String::from_utf8(t.0.clone()).ok())
+        {
+            let ca = data
+                .get("ca.crt")
+                .and_then(|c| String::from_utf8(c.0.clone()).ok());
+            return Ok(Some((token, ca)));
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return Ok(None);
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// Removes what [`join`] created. `member` is `None` when the member cannot be reached
+/// (`unjoin --force`): then only the host side is removed.
+pub async fn unjoin(
+    host: &Client,
+    member: Option<&Client>,
+    opts: &JoinOptions,
+) -> Result<(), JoinError> {
+    let ns = &opts.namespace;
+    let dp = DeleteParams::default();
+    let ignore_missing = |r: Result<(), kube::Error>| match r {
+        Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
+        other => other,
+    };
+    let kfc_api: Api<KubeFedCluster> = Api::namespaced(host.clone(), ns);
+    ignore_missing(kfc_api.delete(&opts.cluster_name, &dp).await.map(|_| ())).map_err(api_err(
+        format!("deleting KubeFedCluster {}", opts.cluster_name),
+        "host",
+    ))?;
+    let host_secrets: Api<Secret> = Api::namespaced(host.clone(), ns);
+    ignore_missing(
+        host_secrets
+            .delete(&opts.host_secret(), &dp)
+            .await
+            .map(|_| ()),
+    )
+    .map_err(api_err(
+        format!("deleting secret {}", opts.host_secret()),
+        "host",
+    ))?;
+    if let Some(member) = member {
+        let sa = opts.service_account();
+        let role = opts.role_name();
+        let bindings: Api<ClusterRoleBinding> = Api::all(member.clone());
+        ignore_missing(bindings.delete(&role, &dp).await.map(|_| ())).map_err(api_err(
+            format!("deleting cluster role binding {role}"),
+            "member",
+        ))?;
+        let roles: Api<ClusterRole> = Api::all(member.clone());
+        ignore_missing(roles.delete(&role, &dp).await.map(|_| ()))
+            .map_err(api_err(format!("deleting cluster role {role}"), "member"))?;
+        let member_secrets: Api<Secret> = Api::namespaced(member.clone(), ns);
+        ignore_missing(
+            member_secrets
+                .delete(&format!("{sa}-token"), &dp)
+                .await
+                .map(|_| ()),
+        )
+        .map_err(api_err("deleting the token secret", "member"))?;
+        let sas: Api<ServiceAccount> = Api::namespaced(member.clone(), ns);
+        ignore_missing(sas.delete(&sa, &dp).await.map(|_| ()))
+            .map_err(api_err(format!("deleting service account {sa}"), "member"))?;
+    }
+    info!(cluster = %opts.cluster_name, "cluster unjoined");
+    Ok(())
+}
