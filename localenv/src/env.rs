@@ -10,6 +10,7 @@ use rand::Rng;
 use rand::distr::Alphanumeric;
 use tempfile::TempDir;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tracing::instrument::WithSubscriber as _;
 
 use crate::cluster::Cluster;
 use crate::error::{Error, io};
@@ -137,13 +138,13 @@ impl LocalEnv {
         }
         for index in 0..env.clusters.len() {
             env.await_first_apiserver_start(index).await?;
+            if env.options.start_controller_manager {
+                env.spawn_controller_manager(index)?;
+            }
         }
         write(&env.kubeconfig, &kubeconfig::render(&env.clusters)?)?;
 
         if env.options.start_controller_manager {
-            for index in 0..env.clusters.len() {
-                env.spawn_controller_manager(index)?;
-            }
             for index in 0..env.clusters.len() {
                 env.wait_controllers_working(index).await?;
             }
@@ -294,6 +295,10 @@ impl LocalEnv {
                 format!("--initial-advertise-peer-urls={peer_url}"),
                 format!("--initial-cluster=flotilla={peer_url}"),
                 "--initial-cluster-state=new".to_owned(),
+                // A single member elects itself after the election timeout (1 s by default,
+                // halved at start-up); it has no peer whose heartbeats could be late.
+                "--heartbeat-interval=20".to_owned(),
+                "--election-timeout=200".to_owned(),
                 "--logger=zap".to_owned(),
                 "--log-level=warn".to_owned(),
             ];
@@ -431,9 +436,12 @@ impl LocalEnv {
             }
             let last_error = match http::Request::get("/readyz").body(Vec::new()) {
                 Ok(probe) => {
-                    match tokio::time::timeout(Duration::from_secs(5), client.request_text(probe))
-                        .await
-                    {
+                    // kube's client logs every refused connection and every 500 at error
+                    // level; while starting those are expected, so they stay unlogged.
+                    let probe = client
+                        .request_text(probe)
+                        .with_subscriber(tracing::subscriber::NoSubscriber::default());
+                    match tokio::time::timeout(Duration::from_secs(5), probe).await {
                         Ok(Ok(body)) if body.trim() == "ok" => return Ok(()),
                         Ok(Ok(body)) => body,
                         Ok(Err(e)) => e.to_string(),

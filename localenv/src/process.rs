@@ -183,7 +183,8 @@ pub(crate) fn terminate(processes: &mut [Process], grace: Duration) {
         .stderr(Stdio::null())
         .status()
         .is_ok_and(|status| status.success());
-    let deadline = Instant::now() + if signalled { grace } else { Duration::ZERO };
+    let started = Instant::now();
+    let deadline = started + if signalled { grace } else { Duration::ZERO };
     while Instant::now() < deadline {
         if processes.iter_mut().all(|p| p.exit_status().is_some()) {
             break;
@@ -197,4 +198,9 @@ pub(crate) fn terminate(processes: &mut [Process], grace: Duration) {
             let _ = process.child.wait();
         }
     }
+    tracing::debug!(
+        processes = running.len(),
+        elapsed_ms = started.elapsed().as_millis() as u64,
+        "processes stopped"
+    );
 }

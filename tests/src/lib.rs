@@ -1,12 +1,15 @@
 //! Shared helpers for integration tests on real local clusters: starting an environment
 //! with logging set up, and polling until a condition holds.
 #![forbid(unsafe_code)]
+#![warn(missing_docs)]
 
 use std::future::Future;
 use std::sync::Once;
 use std::time::{Duration, Instant};
 
 pub use flotilla_localenv::{Cluster, EnvOptions, LocalEnv};
+
+pub mod federation;
 
 /// How often [`wait_for`] polls.
 const POLL_INTERVAL: Duration = Duration::from_millis(100);

@@ -248,6 +248,22 @@ async fn a_stopped_member_apiserver_refuses_requests_and_restarts_with_its_data(
 }
 
 #[tokio::test]
+async fn an_apiserver_that_cannot_start_fails_start_up_with_the_end_of_its_log() {
+    init_tracing();
+    let options = EnvOptions {
+        members: 0,
+        extra_apiserver_args: vec!["--no-such-flag=1".into()],
+        ..EnvOptions::default()
+    };
+    let error = match LocalEnv::start(options).await {
+        Ok(_) => panic!("an apiserver with an unknown flag started"),
+        Err(error) => error.to_string(),
+    };
+    assert!(error.contains("apiserver host exited"), "{error}");
+    assert!(error.contains("unknown flag: --no-such-flag"), "{error}");
+}
+
+#[tokio::test]
 async fn dropping_the_env_leaves_no_process_and_no_directory() {
     let env = env(1).await;
     let pids = env.pids();
