@@ -4,6 +4,7 @@
 #![forbid(unsafe_code)]
 
 pub mod core;
+pub mod crdgen;
 pub mod desired;
 pub mod duration;
 pub mod federated;

@@ -1,0 +1,948 @@
+//! CustomResourceDefinitions: the derived core CRDs (KubeFedCluster, KubeFedConfig,
+//! FederatedTypeConfig, ReplicaSchedulingPreference), the generated Federated&lt;Kind&gt; CRDs
+//! and their FederatedTypeConfigs, and their YAML rendering for `config/` (written and
+//! drift-checked by the `crdgen` binary).
+//!
+//! Federated&lt;Kind&gt; CRDs follow `kubefedctl enable`: group `types.kubefed.io/v1beta1`,
+//! kind `Federated<Kind>`, plural `federated<plural>`, short names `f<short>`, the target's
+//! scope except that FederatedNamespace is namespaced. Beyond kubefed they require
+//! `spec.template` (so a manifest missing it is rejected by the API server, naming the
+//! field), have printer columns for the `Propagation` condition, and belong to the
+//! categories `federated` and `kubefed` (`kubectl get federated`).
+//!
+//! Schemas are generated with the settings `kube`'s derive uses (inline subschemas,
+//! structural rewrites), so every CRD here is a structural schema for `apiextensions.k8s.io/v1`.
+
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{
+    CustomResourceColumnDefinition, CustomResourceDefinition, CustomResourceDefinitionNames,
+    CustomResourceDefinitionSpec, CustomResourceDefinitionVersion, CustomResourceSubresourceStatus,
+    CustomResourceSubresources, CustomResourceValidation, JSONSchemaProps,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::CustomResourceExt;
+use schemars::JsonSchema;
+use schemars::generate::SchemaSettings;
+use serde_json::{Value, json};
+
+use crate::core::{
+    ApiResource, FederatedTypeConfig, FederatedTypeConfigSpec, KubeFedCluster, KubeFedConfig,
+    PropagationMode, Scope,
+};
+use crate::federated::{FederatedSpec, FederatedStatus};
+use crate::scheduling::ReplicaSchedulingPreference;
+use crate::{DEFAULT_NAMESPACE, TYPES_GROUP, V1BETA1};
+
+/// Generating or rendering CRDs failed.
+#[derive(Debug, thiserror::Error)]
+pub enum CrdGenError {
+    /// A schema is not a valid `JSONSchemaProps`.
+    #[error("schema of {what} is not a valid OpenAPI v3 schema: {source}")]
+    Schema {
+        /// Which schema.
+        what: String,
+        /// The decoding error.
+        #[source]
+        source: serde_json::Error,
+    },
+    /// A resource could not be rendered as YAML.
+    #[error("cannot render {path} as YAML: {source}")]
+    Yaml {
+        /// The file being rendered.
+        path: String,
+        /// The serializer error.
+        #[source]
+        source: serde_saphyr::SerializeError,
+    },
+}
+
+/// A type that can be federated: its API resource and the short names its users know it by.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TargetType {
+    /// The target type (what is propagated into members).
+    pub api: ApiResource,
+    /// Short names of the target (`deploy`); the federated type gets `f<short>` (`fdeploy`).
+    pub short_names: Vec<String>,
+}
+
+impl TargetType {
+    fn new(group: &str, version: &str, kind: &str, plural: &str, scope: Scope) -> Self {
+        TargetType {
+            api: ApiResource {
+                group: group.into(),
+                version: version.into(),
+                kind: kind.into(),
+                plural_name: plural.into(),
+                scope,
+            },
+            short_names: Vec::new(),
+        }
+    }
+
+    fn short(mut self, name: &str) -> Self {
+        self.short_names.push(name.into());
+        self
+    }
+}
+
+/// The types Flotilla federates out of the box (kubefed's default set, at the API versions
+/// a v1.20 member serves).
+pub fn default_target_types() -> Vec<TargetType> {
+    use Scope::{Cluster, Namespaced};
+    vec![
+        TargetType::new("", "v1", "Namespace", "namespaces", Cluster).short("ns"),
+        TargetType::new("", "v1", "ConfigMap", "configmaps", Namespaced).short("cm"),
+        TargetType::new("", "v1", "Secret", "secrets", Namespaced),
+        TargetType::new("", "v1", "ServiceAccount", "serviceaccounts", Namespaced).short("sa"),
+        TargetType::new("", "v1", "Service", "services", Namespaced).short("svc"),
+        TargetType::new("apps", "v1", "Deployment", "deployments", Namespaced).short("deploy"),
+        TargetType::new("apps", "v1", "ReplicaSet", "replicasets", Namespaced).short("rs"),
+        TargetType::new("batch", "v1", "Job", "jobs", Namespaced),
+        TargetType::new(
+            "networking.k8s.io",
+            "v1",
+            "Ingress",
+            "ingresses",
+            Namespaced,
+        )
+        .short("ing"),
+        TargetType::new(
+            "rbac.authorization.k8s.io",
+            "v1",
+            "ClusterRole",
+            "clusterroles",
+            Cluster,
+        ),
+    ]
+}
+
+fn is_namespace(target: &ApiResource) -> bool {
+    target.group.is_empty() && target.kind == "Namespace"
+}
+
+/// The Federated&lt;Kind&gt; type of a target type: `types.kubefed.io/v1beta1`,
+/// `Federated<Kind>`, `federated<plural>`, the target's scope (FederatedNamespace: namespaced).
+pub fn federated_api_resource(target: &ApiResource) -> ApiResource {
+    ApiResource {
+        group: TYPES_GROUP.into(),
+        version: V1BETA1.into(),
+        kind: format!("Federated{}", target.kind),
+        plural_name: format!("federated{}", target.plural_name),
+        scope: if is_namespace(target) {
+            Scope::Namespaced
+        } else {
+            target.scope
+        },
+    }
+}
+
+/// The FederatedTypeConfig enabling propagation of `target`, named `<plural>.<group>`
+/// (`<plural>` for the core group), in `namespace`.
+pub fn federated_type_config(target: &TargetType, namespace: &str) -> FederatedTypeConfig {
+    let mut ftc = FederatedTypeConfig::new(
+        &target.api.qualified_name(),
+        FederatedTypeConfigSpec {
+            target_type: target.api.clone(),
+            propagation: PropagationMode::Enabled,
+            federated_type: federated_api_resource(&target.api),
+            status_type: None,
+            status_collection: None,
+        },
+    );
+    ftc.metadata.namespace = Some(namespace.into());
+    ftc
+}
+
+/// The schema generator `kube`'s `#[derive(CustomResource)]` uses, so hand-assembled CRDs
+/// get the same structural rewrites as derived ones.
+fn schema_of<T: JsonSchema>() -> Value {
+    let generator = SchemaSettings::openapi3()
+        .with(|s| {
+            s.inline_subschemas = true;
+            s.meta_schema = None;
+        })
+        .with_transform(schemars::transform::AddNullable::default())
+        .with_transform(kube::core::schema::StructuralSchemaRewriter)
+        .with_transform(kube::core::schema::OptionalEnum)
+        .with_transform(kube::core::schema::OptionalIntOrString)
+        .into_generator();
+    let mut schema = generator.into_root_schema_for::<T>().to_value();
+    if let Some(obj) = schema.as_object_mut() {
+        obj.remove("title");
+    }
+    schema
+}
+
+/// Removes a keyword from a schema and from all its subschemas.
+fn strip_keyword(schema: &mut Value, keyword: &str) {
+    let Some(obj) = schema.as_object_mut() else {
+        return;
+    };
+    obj.remove(keyword);
+    if let Some(props) = obj.get_mut("properties").and_then(Value::as_object_mut) {
+        props.values_mut().for_each(|p| strip_keyword(p, keyword));
+    }
+    for sub in ["items", "additionalProperties"] {
+        if let Some(s) = obj.get_mut(sub) {
+            strip_keyword(s, keyword);
+        }
+    }
+}
+
+/// rustdoc wants `&lt;` for a literal `<`; `kubectl explain` shows descriptions raw.
+fn unescape_descriptions(schema: &mut Value) {
+    match schema {
+        Value::Object(map) => {
+            for (k, v) in map.iter_mut() {
+                match v {
+                    Value::String(s) if k == "description" => {
+                        *s = s.replace("&lt;", "<").replace("&gt;", ">");
+                    }
+                    _ => unescape_descriptions(v),
+                }
+            }
+        }
+        Value::Array(items) => items.iter_mut().for_each(unescape_descriptions),
+        _ => {}
+    }
+}
+
+fn push_required(schema: &mut Value, field: &str) {
+    if let Some(obj) = schema.as_object_mut() {
+        let required = obj.entry("required").or_insert_with(|| json!([]));
+        if let Some(list) = required.as_array_mut()
+            && !list.iter().any(|f| f == field)
+        {
+            list.push(field.into());
+            list.sort_by(|a, b| a.as_str().cmp(&b.as_str()));
+        }
+    }
+}
+
+/// A target's own schema made fit for `spec.template`: `metadata` is free-form (name and
+/// namespace come from the federated object), `apiVersion` and `kind` optional, `status`
+/// gone.
+fn relax_template_schema(mut schema: Value) -> Value {
+    if let Some(obj) = schema.as_object_mut() {
+        obj.insert("type".into(), "object".into());
+        let props = obj.entry("properties").or_insert_with(|| json!({}));
+        if let Some(props) = props.as_object_mut() {
+            props.remove("status");
+            props.insert(
+                "metadata".into(),
+                json!({"type": "object", "x-kubernetes-preserve-unknown-fields": true}),
+            );
+            props.insert("apiVersion".into(), json!({"type": "string"}));
+            props.insert("kind".into(), json!({"type": "string"}));
+        }
+        if let Some(required) = obj.get_mut("required").and_then(Value::as_array_mut) {
+            required.retain(|f| {
+                !matches!(
+                    f.as_str(),
+                    Some("metadata" | "apiVersion" | "kind" | "status")
+                )
+            });
+            if required.is_empty() {
+                obj.remove("required");
+            }
+        }
+    }
+    schema
+}
+
+fn federated_schema(target: &ApiResource, template_schema: Option<Value>) -> Value {
+    let mut spec = schema_of::<FederatedSpec>();
+    // Defaults would be written into every stored object, and kubefed's CRDs have none;
+    // a null `op` or `clusters` means the same as an absent one.
+    strip_keyword(&mut spec, "default");
+    strip_keyword(&mut spec, "nullable");
+    push_required(&mut spec, "template");
+    if let Some(template) = template_schema {
+        let mut template = relax_template_schema(template);
+        if let (Some(t), Some(old)) = (
+            template.as_object_mut(),
+            spec.pointer("/properties/template/description").cloned(),
+        ) {
+            t.entry("description").or_insert(old);
+        }
+        if let Some(slot) = spec.pointer_mut("/properties/template") {
+            *slot = template;
+        }
+    }
+    let status = schema_of::<FederatedStatus>();
+    let kind = format!("Federated{}", target.kind);
+    json!({
+        "description": format!(
+            "{kind} propagates {} objects from this host cluster to member clusters: a \
+             template, a placement and per-cluster overrides.",
+            target.kind
+        ),
+        "type": "object",
+        "properties": {
+            "apiVersion": {"type": "string"},
+            "kind": {"type": "string"},
+            "metadata": {"type": "object"},
+            "spec": spec,
+            "status": status,
+        },
+        "required": ["spec"],
+    })
+}
+
+/// Like [`federated_crd`], but fails when `template_schema` is not a valid schema instead
+/// of falling back to a free-form template.
+pub fn try_federated_crd(
+    target: &TargetType,
+    template_schema: Option<Value>,
+) -> Result<CustomResourceDefinition, CrdGenError> {
+    let fed = federated_api_resource(&target.api);
+    let mut schema = federated_schema(&target.api, template_schema);
+    unescape_descriptions(&mut schema);
+    let schema: JSONSchemaProps =
+        serde_json::from_value(schema).map_err(|source| CrdGenError::Schema {
+            what: fed.kind.clone(),
+            source,
+        })?;
+    let condition = |field: &str| format!(".status.conditions[?(@.type=='Propagation')].{field}");
+    let column = |name: &str, type_: &str, json_path: String| CustomResourceColumnDefinition {
+        name: name.into(),
+        type_: type_.into(),
+        json_path,
+        ..Default::default()
+    };
+    Ok(CustomResourceDefinition {
+        metadata: ObjectMeta {
+            name: Some(fed.qualified_name()),
+            ..Default::default()
+        },
+        spec: CustomResourceDefinitionSpec {
+            group: fed.group.clone(),
+            names: CustomResourceDefinitionNames {
+                kind: fed.kind.clone(),
+                list_kind: Some(format!("{}List", fed.kind)),
+                plural: fed.plural_name.clone(),
+                singular: Some(fed.kind.to_lowercase()),
+                short_names: Some(target.short_names.iter().map(|s| format!("f{s}")).collect())
+                    .filter(|names: &Vec<String>| !names.is_empty()),
+                categories: Some(vec!["federated".into(), "kubefed".into()]),
+            },
+            scope: match fed.scope {
+                Scope::Namespaced => "Namespaced".into(),
+                Scope::Cluster => "Cluster".into(),
+            },
+            versions: vec![CustomResourceDefinitionVersion {
+                name: fed.version.clone(),
+                served: true,
+                storage: true,
+                schema: Some(CustomResourceValidation {
+                    open_api_v3_schema: Some(schema),
+                }),
+                subresources: Some(CustomResourceSubresources {
+                    status: Some(CustomResourceSubresourceStatus(json!({}))),
+                    scale: None,
+                }),
+                additional_printer_columns: Some(vec![
+                    column("Ready", "string", condition("status")),
+                    column("Reason", "string", condition("reason")),
+                    column("Age", "date", ".metadata.creationTimestamp".into()),
+                ]),
+                ..Default::default()
+            }],
+            ..Default::default()
+        },
+        status: None,
+    })
+}
+
+/// The Federated&lt;Kind&gt; CRD of a target type. `template_schema` is the target's own
+/// OpenAPI v3 schema (e.g. from its CRD), used for `spec.template` with `metadata`,
+/// `apiVersion` and `kind` relaxed; without it, or when it is not a valid schema, the
+/// template is a free-form object.
+pub fn federated_crd(
+    target: &TargetType,
+    template_schema: Option<Value>,
+) -> CustomResourceDefinition {
+    if template_schema.is_some()
+        && let Ok(crd) = try_federated_crd(target, template_schema)
+    {
+        return crd;
+    }
+    // Invariant: without a template schema the CRD is built only from Flotilla's own types,
+    // which `crdgen::tests` check turn into valid structural schemas.
+    #[allow(clippy::expect_used)]
+    try_federated_crd(target, None).expect("the built-in federated schema is valid")
+}
+
+/// Polishes a derived CRD: readable descriptions, and a root description saying what the
+/// type is rather than how it was generated.
+fn polish(mut crd: CustomResourceDefinition) -> CustomResourceDefinition {
+    for version in &mut crd.spec.versions {
+        let Some(schema) = version
+            .schema
+            .as_mut()
+            .and_then(|s| s.open_api_v3_schema.as_mut())
+        else {
+            continue;
+        };
+        if schema
+            .description
+            .as_deref()
+            .is_some_and(|d| d.starts_with("Auto-generated derived type"))
+        {
+            schema.description = schema
+                .properties
+                .as_ref()
+                .and_then(|p| p.get("spec"))
+                .and_then(|s| s.description.clone());
+        }
+        let polished = serde_json::to_value(&*schema)
+            .map(|mut v| {
+                unescape_descriptions(&mut v);
+                v
+            })
+            .and_then(serde_json::from_value);
+        if let Ok(polished) = polished {
+            *schema = polished;
+        }
+    }
+    crd
+}
+
+/// The CRDs of the control plane itself: KubeFedCluster, KubeFedConfig,
+/// FederatedTypeConfig and ReplicaSchedulingPreference.
+pub fn core_crds() -> Vec<CustomResourceDefinition> {
+    vec![
+        polish(KubeFedCluster::crd()),
+        polish(KubeFedConfig::crd()),
+        polish(FederatedTypeConfig::crd()),
+        polish(ReplicaSchedulingPreference::crd()),
+    ]
+}
+
+/// The core CRDs and the Federated&lt;Kind&gt; CRDs of [`default_target_types`].
+pub fn all_crds() -> Vec<CustomResourceDefinition> {
+    let mut crds = core_crds();
+    crds.extend(
+        default_target_types()
+            .iter()
+            .map(|t| federated_crd(t, None)),
+    );
+    crds
+}
+
+/// A file under `config/` that `crdgen` writes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GeneratedFile {
+    /// Path relative to the repository root, with `/` separators.
+    pub path: String,
+    /// The file's contents.
+    pub contents: String,
+}
+
+/// Directory of the CRD files, relative to the repository root.
+pub const CRDS_DIR: &str = "config/crds";
+/// Directory of the default FederatedTypeConfigs, relative to the repository root.
+pub const DEFAULT_TYPES_DIR: &str = "config/default-types";
+
+const HEADER: &str = "# Generated by `cargo run -p flotilla-crds --bin crdgen`; do not edit.\n";
+
+fn yaml<T: serde::Serialize>(path: &str, value: &T) -> Result<GeneratedFile, CrdGenError> {
+    let body = serde_saphyr::to_string(value).map_err(|source| CrdGenError::Yaml {
+        path: path.into(),
+        source,
+    })?;
+    Ok(GeneratedFile {
+        path: path.into(),
+        contents: format!("{HEADER}{body}"),
+    })
+}
+
+/// The file name of a CRD under `config/crds/`: `<group>_<plural>.yaml`.
+pub fn crd_file_name(crd: &CustomResourceDefinition) -> String {
+    format!("{}_{}.yaml", crd.spec.group, crd.spec.names.plural)
+}
+
+/// Everything `crdgen` writes: one file per CRD of [`all_crds`] in `config/crds/`, and one
+/// FederatedTypeConfig per default target type (namespace `kube-federation-system`) in
+/// `config/default-types/`. There is deliberately no `kustomization.yaml`: `kubectl apply
+/// -f config/crds/` would try to apply it as a resource and fail.
+pub fn generated_files() -> Result<Vec<GeneratedFile>, CrdGenError> {
+    let mut files = Vec::new();
+    for crd in all_crds() {
+        files.push(yaml(&format!("{CRDS_DIR}/{}", crd_file_name(&crd)), &crd)?);
+    }
+    for target in default_target_types() {
+        let ftc = federated_type_config(&target, DEFAULT_NAMESPACE);
+        files.push(yaml(
+            &format!("{DEFAULT_TYPES_DIR}/{}.yaml", target.api.qualified_name()),
+            &ftc,
+        )?);
+    }
+    Ok(files)
+}
+
+/// Whether a committed file says the same as a generated one: equal bytes, or equal
+/// parsed YAML (so re-indenting or re-quoting by hand is not drift; a changed value is).
+pub fn same_content(committed: &str, generated: &str) -> bool {
+    if committed == generated {
+        return true;
+    }
+    let parse = |s: &str| serde_saphyr::from_str::<Value>(s).ok();
+    matches!((parse(committed), parse(generated)), (Some(a), Some(b)) if a == b)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn schema_value(crd: &CustomResourceDefinition) -> Value {
+        let schema = crd.spec.versions[0]
+            .schema
+            .as_ref()
+            .and_then(|s| s.open_api_v3_schema.as_ref())
+            .expect("schema");
+        serde_json::to_value(schema).expect("serializes")
+    }
+
+    fn target(kind: &str) -> TargetType {
+        default_target_types()
+            .into_iter()
+            .find(|t| t.api.kind == kind)
+            .expect("a default type")
+    }
+
+    /// The structural-schema rules of apiextensions v1 that schemars output can break
+    /// (see `k8s.io/apiextensions-apiserver/pkg/apiserver/schema/validation.go`).
+    fn structural_problems(schema: &Value, at: &str, out: &mut Vec<String>) {
+        let Some(obj) = schema.as_object() else {
+            out.push(format!("{at}: not an object"));
+            return;
+        };
+        for banned in [
+            "$ref",
+            "definitions",
+            "$defs",
+            "$schema",
+            "oneOf",
+            "anyOf",
+            "allOf",
+            "not",
+        ] {
+            if obj.contains_key(banned) {
+                out.push(format!("{at}: uses {banned}"));
+            }
+        }
+        let preserve = obj.get("x-kubernetes-preserve-unknown-fields") == Some(&json!(true));
+        let int_or_string = obj.get("x-kubernetes-int-or-string") == Some(&json!(true));
+        let type_ = obj.get("type").and_then(Value::as_str);
+        if type_.is_none() && !preserve && !int_or_string {
+            out.push(format!("{at}: has no type"));
+        }
+        if let Some(values) = obj.get("enum") {
+            if type_ != Some("string") {
+                out.push(format!("{at}: enum without type string"));
+            }
+            if !values
+                .as_array()
+                .is_some_and(|v| v.iter().all(Value::is_string))
+            {
+                out.push(format!("{at}: enum values are not all strings"));
+            }
+        }
+        if obj.contains_key("properties") && obj.contains_key("additionalProperties") {
+            out.push(format!("{at}: both properties and additionalProperties"));
+        }
+        if let Some(props) = obj.get("properties").and_then(Value::as_object) {
+            if type_ != Some("object") {
+                out.push(format!("{at}: properties on a non-object"));
+            }
+            for (name, prop) in props {
+                structural_problems(prop, &format!("{at}.{name}"), out);
+            }
+            for required in obj
+                .get("required")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+            {
+                if !required.as_str().is_some_and(|r| props.contains_key(r)) {
+                    out.push(format!("{at}: requires unknown field {required}"));
+                }
+            }
+        }
+        if let Some(items) = obj.get("items") {
+            if type_ != Some("array") {
+                out.push(format!("{at}: items on a non-array"));
+            }
+            structural_problems(items, &format!("{at}[]"), out);
+        } else if type_ == Some("array") {
+            out.push(format!("{at}: array without items"));
+        }
+        if let Some(extra) = obj.get("additionalProperties")
+            && extra.is_object()
+        {
+            structural_problems(extra, &format!("{at}{{}}"), out);
+        }
+    }
+
+    #[test]
+    fn every_crd_has_a_structural_schema() {
+        for crd in all_crds() {
+            let mut problems = Vec::new();
+            structural_problems(&schema_value(&crd), "", &mut problems);
+            assert!(
+                problems.is_empty(),
+                "{}: {problems:#?}",
+                crd.metadata.name.unwrap_or_default()
+            );
+        }
+    }
+
+    #[test]
+    fn every_crd_has_short_names_or_categories_and_printer_columns() {
+        for crd in all_crds() {
+            let name = crd.metadata.name.clone().unwrap_or_default();
+            assert!(
+                crd.spec
+                    .names
+                    .categories
+                    .as_ref()
+                    .is_some_and(|c| c.contains(&"kubefed".to_string())),
+                "{name}"
+            );
+            let columns = crd.spec.versions[0]
+                .additional_printer_columns
+                .clone()
+                .unwrap_or_default();
+            assert!(columns.iter().any(|c| c.name == "Age"), "{name}");
+        }
+    }
+
+    #[test]
+    fn enums_are_strings_with_their_values() {
+        let by_name = |name: &str| {
+            core_crds()
+                .into_iter()
+                .find(|c| c.spec.names.kind == name)
+                .map(|c| schema_value(&c))
+                .expect("crd")
+        };
+        let kfc = by_name("KubeFedCluster");
+        assert_eq!(
+            kfc.pointer("/properties/spec/properties/disabledTLSValidations/items/enum"),
+            Some(&json!(["*", "SubjectName", "ValidityPeriod"]))
+        );
+        let ftc = by_name("FederatedTypeConfig");
+        let spec = ftc.pointer("/properties/spec/properties").expect("spec");
+        assert_eq!(spec.pointer("/propagation/type"), Some(&json!("string")));
+        assert_eq!(
+            spec.pointer("/propagation/enum"),
+            Some(&json!(["Enabled", "Disabled"]))
+        );
+        assert_eq!(
+            spec.pointer("/targetType/properties/scope/enum"),
+            Some(&json!(["Namespaced", "Cluster"]))
+        );
+        let fed = schema_value(&federated_crd(&target("Deployment"), None));
+        let op = fed
+            .pointer("/properties/spec/properties/overrides/items/properties/clusterOverrides/items/properties/op")
+            .expect("op");
+        assert_eq!(op["type"], json!("string"));
+        assert_eq!(op["enum"], json!(["add", "remove", "replace"]));
+        assert_eq!(op.get("nullable"), None);
+    }
+
+    #[test]
+    fn federated_api_resources_follow_kubefed_naming() {
+        let fed = federated_api_resource(&target("Deployment").api);
+        assert_eq!(
+            fed,
+            ApiResource {
+                group: "types.kubefed.io".into(),
+                version: "v1beta1".into(),
+                kind: "FederatedDeployment".into(),
+                plural_name: "federateddeployments".into(),
+                scope: Scope::Namespaced,
+            }
+        );
+        assert_eq!(
+            fed.qualified_name(),
+            "federateddeployments.types.kubefed.io"
+        );
+    }
+
+    #[test]
+    fn a_federated_namespace_is_namespaced_although_namespaces_are_not() {
+        let ns = target("Namespace");
+        assert_eq!(ns.api.scope, Scope::Cluster);
+        assert_eq!(federated_api_resource(&ns.api).scope, Scope::Namespaced);
+        assert_eq!(federated_crd(&ns, None).spec.scope, "Namespaced");
+    }
+
+    #[test]
+    fn a_federated_cluster_role_is_cluster_scoped() {
+        let crd = federated_crd(&target("ClusterRole"), None);
+        assert_eq!(crd.spec.scope, "Cluster");
+        assert_eq!(crd.spec.names.short_names, None);
+    }
+
+    #[test]
+    fn federated_crds_have_kubefed_names_short_names_and_categories() {
+        let crd = federated_crd(&target("Deployment"), None);
+        assert_eq!(
+            crd.metadata.name.as_deref(),
+            Some("federateddeployments.types.kubefed.io")
+        );
+        let names = &crd.spec.names;
+        assert_eq!(names.kind, "FederatedDeployment");
+        assert_eq!(names.list_kind.as_deref(), Some("FederatedDeploymentList"));
+        assert_eq!(names.singular.as_deref(), Some("federateddeployment"));
+        assert_eq!(names.short_names, Some(vec!["fdeploy".to_string()]));
+        assert_eq!(
+            names.categories,
+            Some(vec!["federated".to_string(), "kubefed".to_string()])
+        );
+    }
+
+    #[test]
+    fn federated_crds_show_the_propagation_condition() {
+        let crd = federated_crd(&target("ConfigMap"), None);
+        let version = &crd.spec.versions[0];
+        let columns: Vec<(String, String)> = version
+            .additional_printer_columns
+            .clone()
+            .unwrap_or_default()
+            .into_iter()
+            .map(|c| (c.name, c.json_path))
+            .collect();
+        assert_eq!(
+            columns,
+            [
+                (
+                    "Ready".to_string(),
+                    ".status.conditions[?(@.type=='Propagation')].status".to_string()
+                ),
+                (
+                    "Reason".to_string(),
+                    ".status.conditions[?(@.type=='Propagation')].reason".to_string()
+                ),
+                ("Age".to_string(), ".metadata.creationTimestamp".to_string()),
+            ]
+        );
+        assert!(
+            version
+                .subresources
+                .as_ref()
+                .is_some_and(|s| s.status.is_some())
+        );
+    }
+
+    #[test]
+    fn the_federated_schema_requires_spec_and_template_and_preserves_the_template() {
+        let schema = schema_value(&federated_crd(&target("Deployment"), None));
+        assert_eq!(schema.pointer("/required"), Some(&json!(["spec"])));
+        let spec = schema.pointer("/properties/spec").expect("spec");
+        assert_eq!(spec.pointer("/required"), Some(&json!(["template"])));
+        let template = spec.pointer("/properties/template").expect("template");
+        assert_eq!(template["type"], json!("object"));
+        assert_eq!(
+            template["x-kubernetes-preserve-unknown-fields"],
+            json!(true)
+        );
+        assert_eq!(
+            spec.pointer("/properties/placement/properties/clusters/items/required"),
+            Some(&json!(["name"]))
+        );
+        assert_eq!(
+            spec.pointer(
+                "/properties/placement/properties/clusterSelector/properties/matchExpressions/items/required"
+            ),
+            Some(&json!(["key", "operator"]))
+        );
+        let overrides = spec
+            .pointer("/properties/overrides/items")
+            .expect("overrides");
+        assert_eq!(overrides["required"], json!(["clusterName"]));
+        assert_eq!(
+            overrides.pointer("/properties/clusterOverrides/items/required"),
+            Some(&json!(["path"]))
+        );
+        assert_eq!(
+            overrides.pointer("/properties/clusterOverrides/items/properties/value"),
+            Some(&json!({
+                "description": "The value for `add` and `replace`.",
+                "x-kubernetes-preserve-unknown-fields": true
+            }))
+        );
+        assert_eq!(
+            spec.pointer("/properties/retainReplicas/type"),
+            Some(&json!("boolean"))
+        );
+    }
+
+    #[test]
+    fn the_federated_schema_has_no_defaults() {
+        let schema = schema_value(&federated_crd(&target("Deployment"), None));
+        assert!(!schema.to_string().contains("\"default\""));
+    }
+
+    #[test]
+    fn the_federated_status_schema_comes_from_the_status_type() {
+        let schema = schema_value(&federated_crd(&target("Deployment"), None));
+        let status = schema
+            .pointer("/properties/status/properties")
+            .expect("status");
+        assert_eq!(
+            status.pointer("/observedGeneration/format"),
+            Some(&json!("int64"))
+        );
+        assert_eq!(
+            status.pointer("/conditions/items/required"),
+            Some(&json!(["status", "type"]))
+        );
+        assert_eq!(
+            status.pointer(
+                "/clusters/items/properties/remoteStatus/x-kubernetes-preserve-unknown-fields"
+            ),
+            Some(&json!(true))
+        );
+    }
+
+    #[test]
+    fn a_target_schema_is_used_for_the_template_with_identity_fields_relaxed() {
+        let target_schema = json!({
+            "type": "object",
+            "required": ["apiVersion", "kind", "metadata", "spec"],
+            "properties": {
+                "apiVersion": {"type": "string", "enum": ["example.com/v1"]},
+                "kind": {"type": "string"},
+                "metadata": {"type": "object", "properties": {"name": {"type": "string"}}},
+                "spec": {"type": "object", "properties": {"size": {"type": "integer"}}},
+                "status": {"type": "object"}
+            }
+        });
+        let t = TargetType::new("example.com", "v1", "Widget", "widgets", Scope::Namespaced);
+        let crd = try_federated_crd(&t, Some(target_schema)).expect("valid");
+        let schema = schema_value(&crd);
+        let template = schema
+            .pointer("/properties/spec/properties/template")
+            .expect("template");
+        assert_eq!(template["required"], json!(["spec"]));
+        assert_eq!(
+            template.pointer("/properties/metadata"),
+            Some(&json!({"type": "object", "x-kubernetes-preserve-unknown-fields": true}))
+        );
+        assert_eq!(
+            template.pointer("/properties/apiVersion"),
+            Some(&json!({"type": "string"}))
+        );
+        assert_eq!(template.pointer("/properties/status"), None);
+        assert_eq!(
+            template.pointer("/properties/spec/properties/size/type"),
+            Some(&json!("integer"))
+        );
+        let mut problems = Vec::new();
+        structural_problems(&schema, "", &mut problems);
+        assert!(problems.is_empty(), "{problems:#?}");
+    }
+
+    #[test]
+    fn an_invalid_target_schema_falls_back_to_a_free_form_template() {
+        let t = target("ConfigMap");
+        let bad = json!({"properties": {"size": {"type": 5}}});
+        assert!(matches!(
+            try_federated_crd(&t, Some(bad.clone())),
+            Err(CrdGenError::Schema { .. })
+        ));
+        assert_eq!(federated_crd(&t, Some(bad)), federated_crd(&t, None));
+    }
+
+    #[test]
+    fn type_configs_are_named_plural_dot_group_and_enabled() {
+        let ftc = federated_type_config(&target("Deployment"), "kube-federation-system");
+        assert_eq!(ftc.metadata.name.as_deref(), Some("deployments.apps"));
+        assert_eq!(
+            ftc.metadata.namespace.as_deref(),
+            Some("kube-federation-system")
+        );
+        assert_eq!(ftc.spec.propagation, PropagationMode::Enabled);
+        assert_eq!(ftc.spec.federated_type.kind, "FederatedDeployment");
+        let ns = federated_type_config(&target("Namespace"), "fed");
+        assert_eq!(ns.metadata.name.as_deref(), Some("namespaces"));
+        let json = serde_json::to_value(&ns).expect("serializes");
+        assert_eq!(json["apiVersion"], json!("core.kubefed.io/v1beta1"));
+        assert_eq!(json["kind"], json!("FederatedTypeConfig"));
+        assert_eq!(
+            json["spec"]["targetType"],
+            json!({"version": "v1", "kind": "Namespace", "pluralName": "namespaces", "scope": "Cluster"})
+        );
+    }
+
+    #[test]
+    fn the_default_types_are_kubefeds_set() {
+        let names: Vec<String> = default_target_types()
+            .iter()
+            .map(|t| t.api.qualified_name())
+            .collect();
+        assert_eq!(
+            names,
+            [
+                "namespaces",
+                "configmaps",
+                "secrets",
+                "serviceaccounts",
+                "services",
+                "deployments.apps",
+                "replicasets.apps",
+                "jobs.batch",
+                "ingresses.networking.k8s.io",
+                "clusterroles.rbac.authorization.k8s.io",
+            ]
+        );
+    }
+
+    #[test]
+    fn all_crds_are_the_core_ones_then_one_per_default_type() {
+        let crds = all_crds();
+        assert_eq!(crds.len(), 4 + default_target_types().len());
+        let mut names: Vec<_> = crds
+            .iter()
+            .filter_map(|c| c.metadata.name.clone())
+            .collect();
+        names.sort();
+        names.dedup();
+        assert_eq!(names.len(), crds.len(), "CRD names are unique");
+    }
+
+    #[test]
+    fn descriptions_are_readable() {
+        let all = serde_json::to_string(&all_crds()).expect("serializes");
+        assert!(!all.contains("&lt;") && !all.contains("&gt;"));
+        assert!(!all.contains("Auto-generated derived type"));
+    }
+
+    #[test]
+    fn generated_yaml_parses_back_to_the_same_resources() {
+        let files = generated_files().expect("renders");
+        let crds = all_crds();
+        for crd in &crds {
+            let path = format!("{CRDS_DIR}/{}", crd_file_name(crd));
+            let file = files.iter().find(|f| f.path == path).expect("file");
+            let parsed: Value = serde_saphyr::from_str(&file.contents).expect("yaml");
+            assert_eq!(parsed, serde_json::to_value(crd).expect("json"), "{path}");
+        }
+        assert_eq!(
+            files.len(),
+            crds.len() + default_target_types().len(),
+            "CRDs and type configs"
+        );
+    }
+
+    #[test]
+    fn formatting_is_not_drift_but_a_changed_value_is() {
+        let generated = "a: 1\nb:\n  - x\n";
+        assert!(same_content(generated, generated));
+        assert!(same_content("b: [\"x\"]\na: 1\n", generated));
+        assert!(!same_content("a: 2\nb: [x]\n", generated));
+        assert!(!same_content("a: [", generated));
+    }
+}
