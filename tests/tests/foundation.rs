@@ -283,18 +283,21 @@ async fn dropping_the_env_leaves_no_process_and_no_directory() {
 #[test]
 fn a_panicking_test_body_still_stops_every_process() {
     let (report, reported) = std::sync::mpsc::channel::<(Vec<u32>, PathBuf)>();
-    let outcome = std::thread::spawn(move || {
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .expect("a tokio runtime");
-        runtime.block_on(async move {
-            let env = env(0).await;
-            let _ = report.send((env.pids(), env.dir().to_path_buf()));
-            panic!("the test body fails while it owns the environment");
+    let body = std::thread::Builder::new().name("panicking-test-body".into());
+    let outcome = body
+        .spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("a tokio runtime");
+            runtime.block_on(async move {
+                let env = env(0).await;
+                let _ = report.send((env.pids(), env.dir().to_path_buf()));
+                panic!("the test body fails while it owns the environment");
+            })
         })
-    })
-    .join();
+        .expect("a thread for the test body")
+        .join();
     assert!(outcome.is_err(), "the body panicked");
 
     let (pids, dir) = reported
