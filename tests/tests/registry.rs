@@ -14,7 +14,7 @@ use flotilla_controllers::registry::{self, RegistryHandle};
 use flotilla_crds::core::{ClusterHealthCheckConfig, LocalSecretReference, condition, reason};
 use flotilla_crds::{
     DEFAULT_NAMESPACE, KUBEFED_CONFIG_NAME, KubeFedCluster, KubeFedClusterSpec, KubeFedConfig,
-    KubeFedConfigSpec,
+    KubeFedConfigSpec, crdgen,
 };
 use flotilla_tests::{Cluster, LocalEnv, env, wait_for};
 use k8s_openapi::ByteString;
@@ -23,7 +23,7 @@ use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, PolicyRule, RoleRef, Subject};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{ListParams, ObjectMeta, Patch, PatchParams, PostParams};
-use kube::{Api, Client, CustomResourceExt};
+use kube::{Api, Client};
 use serde_json::json;
 use tokio::sync::mpsc;
 
@@ -71,11 +71,25 @@ async fn create_namespace(client: &Client, name: &str) -> anyhow::Result<()> {
     }
 }
 
-/// Installs the KubeFedCluster and KubeFedConfig CRDs in the host and waits until both are
-/// Established.
+/// Installs the generated KubeFedCluster and KubeFedConfig CRDs (only the registry's, so
+/// this test does not depend on the other core CRDs) and waits until each is Established.
 async fn install_core_crds(host: &Client) -> anyhow::Result<()> {
     let crds: Api<CustomResourceDefinition> = Api::all(host.clone());
-    for crd in [KubeFedCluster::crd(), KubeFedConfig::crd()] {
+    let wanted = [
+        "kubefedclusters.core.kubefed.io",
+        "kubefedconfigs.core.kubefed.io",
+    ];
+    let registry_crds: Vec<CustomResourceDefinition> = crdgen::core_crds()
+        .into_iter()
+        .filter(|c| {
+            c.metadata
+                .name
+                .as_deref()
+                .is_some_and(|n| wanted.contains(&n))
+        })
+        .collect();
+    anyhow::ensure!(registry_crds.len() == wanted.len(), "core CRDs missing");
+    for crd in registry_crds {
         let name = crd.metadata.name.clone().context("CRD without a name")?;
         crds.create(&PostParams::default(), &crd)
             .await
