@@ -83,7 +83,7 @@ async fn handle(
     }
     let want = FederatedTypeConfigStatus {
         observed_generation: ftc.metadata.generation.unwrap_or(0),
-        propagation_controller: if enabled { "Running" } else { "NotRunning" }.into(),
+        propagation_controller: Some(if enabled { "Running" } else { "NotRunning" }.into()),
         status_controller: ftc
             .status
             .as_ref()

@@ -562,8 +562,10 @@ pub struct FederatedTypeConfigStatus {
     #[serde(default)]
     pub observed_generation: i64,
     /// `Running` or `NotRunning`.
-    #[serde(default)]
-    pub propagation_controller: String,
+    // An Option, not a defaulted String: schemars would derive `default: ""`, which
+    // apiserver v1.20's CRD conversion drops and then rejects as null.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub propagation_controller: Option<String>,
     /// `Running` or `NotRunning`, when status collection is configured.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub status_controller: Option<String>,
