@@ -914,6 +914,14 @@ mod tests {
     }
 
     #[test]
+    fn no_crd_has_an_empty_string_or_null_default() {
+        // apiextensions v1.20 rejects `default: ""` as "must be of type string: null".
+        let all = serde_json::to_string(&all_crds()).expect("serializes");
+        assert!(!all.contains(r#""default":"""#), "an empty-string default");
+        assert!(!all.contains(r#""default":null"#), "a null default");
+    }
+
+    #[test]
     fn descriptions_are_readable() {
         let all = serde_json::to_string(&all_crds()).expect("serializes");
         assert!(!all.contains("&lt;") && !all.contains("&gt;"));
