@@ -25,6 +25,9 @@ use crate::multicluster::ClusterSet;
 /// check is alive without a write every period.
 pub const PROBE_TIME_REFRESH: Duration = Duration::from_secs(300);
 
+/// Shortest probe period honoured, so a tiny `period` (say `1ns`) cannot spin a worker.
+pub const MIN_PERIOD: Duration = Duration::from_millis(100);
+
 /// What a health worker probes with; replaced whenever the registry rebuilds the client.
 #[derive(Clone)]
 pub struct WorkerInput {
@@ -130,7 +133,7 @@ pub async fn run_worker(
         }
 
         // Wait for the next period; a new client probes at once, new settings re-time the wait.
-        let mut deadline = started + settings.health_period;
+        let mut deadline = started + settings.health_period.max(MIN_PERIOD);
         let mut config_open = true;
         loop {
             tokio::select! {
@@ -145,7 +148,7 @@ pub async fn run_worker(
                     // A closed config channel means the registry is stopping: keep the
                     // last settings.
                     config_open = changed.is_ok();
-                    deadline = started + config.borrow_and_update().health_period;
+                    deadline = started + config.borrow_and_update().health_period.max(MIN_PERIOD);
                 }
             }
         }
