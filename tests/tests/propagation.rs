@@ -300,7 +300,7 @@ async fn deployments_get_per_cluster_replicas_and_a_custom_resource_type_propaga
             "overrides": [{"clusterName": "member1", "clusterOverrides": [{"path": "/spec/size", "value": 7}]}]}
     });
     wait_for(T, "federated widget accepted", || async {
-        Ok(apply(&fed.host, &war, Some("demo"), &fwidget).await?)
+        apply(&fed.host, &war, Some("demo"), &fwidget).await
     })
     .await?;
     let widget_ar = ApiResource {

@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# The whole test suite, from a fresh machine: installs what it needs (Debian packages and the
+# Kubernetes binaries, cached outside the repository), then formatting, lints, unit tests and
+# the integration / end-to-end tests on real local clusters.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+export CARGO_BUILD_JOBS="${CARGO_BUILD_JOBS:-2}"
+export KUBE_BIN_DIR="$(bash scripts/install-k8s.sh)"
+echo "[test] Kubernetes binaries: $KUBE_BIN_DIR" >&2
+
+echo "[test] cargo fmt --check" >&2
+cargo fmt --all -- --check
+echo "[test] cargo clippy" >&2
+cargo clippy --workspace --all-targets -- -D warnings
+echo "[test] crdgen --check (committed YAML matches the code)" >&2
+cargo run -q -p flotilla-crds --bin crdgen -- --check
+
+# Tests on real clusters wait on API servers more than they compute, so a few run at once.
+if cargo nextest --version >/dev/null 2>&1; then
+  cargo nextest run --workspace --no-fail-fast --test-threads "${FLOTILLA_TEST_THREADS:-3}" \
+    --retries "${FLOTILLA_TEST_RETRIES:-0}"
+  # nextest skips doctests
+  cargo test --workspace --doc
+else
+  cargo test --workspace --no-fail-fast -- --test-threads "${FLOTILLA_TEST_THREADS:-3}"
+fi
