@@ -255,7 +255,11 @@ fn federated_schema(target: &ApiResource, template_schema: Option<Value>) -> Val
     // a null `op` or `clusters` means the same as an absent one.
     strip_keyword(&mut spec, "default");
     strip_keyword(&mut spec, "nullable");
-    push_required(&mut spec, "template");
+    // kubefed's FederatedNamespace manifests usually carry no template (the namespace has
+    // nothing to template), so it stays optional there; every other type requires one.
+    if !is_namespace(target) {
+        push_required(&mut spec, "template");
+    }
     if let Some(template) = template_schema {
         let mut template = relax_template_schema(template);
         if let (Some(t), Some(old)) = (

@@ -20,10 +20,10 @@
 //! 6. The cluster's overrides are applied, so they can still add annotations or labels.
 //! 7. The managed label is set again, in case an override replaced the labels, since the
 //!    controller only sees member objects that carry it.
-//! 8. With `spec.retainReplicas: true`, `spec.replicas` is removed, after the overrides, so
-//!    that the object never carries it: server-side apply then does not own the field and
-//!    an HPA in the member may set it. The flip side: on creation the member applies its
-//!    own default (1 for a Deployment) until the HPA scales it.
+//! 8. `spec.retainReplicas` is not applied here: like kubefed, the sync controller keeps
+//!    the member's current `spec.replicas` when it *updates* an object (so an HPA in the
+//!    member owns the count), while a *new* object gets the template's (or override's)
+//!    replicas. The desired object therefore always carries them.
 
 use serde_json::{Map, Value};
 
@@ -176,12 +176,6 @@ pub fn compute(
         overrides::apply(&mut object, cluster, ops)?;
         ensure_managed_label(&mut object);
     }
-    if spec.retain_replicas
-        && let Some(spec) = object.get_mut("spec").and_then(Value::as_object_mut)
-    {
-        spec.remove("replicas");
-    }
-
     Ok(Desired {
         object,
         dropped_annotations,
@@ -593,7 +587,7 @@ mod tests {
     }
 
     #[test]
-    fn retain_replicas_leaves_replicas_out_of_the_desired_object() {
+    fn retain_replicas_still_carries_the_overridden_replicas_for_creation() {
         let mut s = spec(nginx());
         s.retain_replicas = true;
         let ops = [ClusterOverride {
@@ -610,7 +604,7 @@ mod tests {
             Some(&ops),
         )
         .expect("an override of replicas still applies");
-        assert_eq!(d.object["spec"].get("replicas"), None);
+        assert_eq!(d.object["spec"]["replicas"], json!(5));
         assert_eq!(
             d.object["spec"]["selector"],
             json!({"matchLabels": {"app": "nginx"}})

@@ -202,7 +202,7 @@ pub async fn federated_namespace(fed: &Federation, ns: &str) -> anyhow::Result<(
         &json!({
             "apiVersion": "types.kubefed.io/v1beta1", "kind": "FederatedNamespace",
             "metadata": {"name": ns, "namespace": ns},
-            "spec": {"template": {}, "placement": {"clusterSelector": {}}}
+            "spec": {"placement": {"clusterSelector": {}}}
         }),
     )
     .await?;
