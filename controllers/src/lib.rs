@@ -2,11 +2,14 @@
 //! runtime, the federated type config controller, propagation (sync) and scheduling.
 #![forbid(unsafe_code)]
 
+pub mod cli;
 pub mod ftc;
 pub mod join;
+pub mod leader;
 pub mod manager;
 pub mod metrics;
 pub mod multicluster;
 pub mod registry;
+pub mod scheduling;
 pub mod sync;
 pub mod workqueue;

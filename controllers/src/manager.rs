@@ -1,5 +1,6 @@
 //! The control plane assembled: registry + health, KubeFedConfig, the FederatedTypeConfig
-//! controller and through it one sync controller per enabled type. Used in-process by
+//! controller and through it one sync controller per enabled type, and the
+//! ReplicaSchedulingPreference scheduler. Used in-process by
 //! `flotilla controller-manager`, `flotilla dev`, the benchmark and the tests.
 
 use std::sync::Arc;
@@ -22,6 +23,7 @@ pub struct ControlPlane {
     pub metrics: Arc<Metrics>,
     registry: Option<RegistryHandle>,
     ftc: tokio::task::JoinHandle<()>,
+    scheduler: tokio::task::JoinHandle<()>,
 }
 
 impl ControlPlane {
@@ -30,6 +32,7 @@ impl ControlPlane {
     pub fn start(host: Client, namespace: &str, metrics: Arc<Metrics>) -> ControlPlane {
         let clusters = ClusterSet::new();
         let registry = registry::start(host.clone(), namespace, clusters.clone(), metrics.clone());
+        let scheduler = tokio::spawn(crate::scheduling::run(host.clone(), clusters.clone()));
         let shared = SyncShared::new(
             host,
             clusters.clone(),
@@ -43,12 +46,14 @@ impl ControlPlane {
             metrics,
             registry: Some(registry),
             ftc,
+            scheduler,
         }
     }
 
     /// Stops every controller and waits for the registry's tasks to end.
     pub async fn shutdown(mut self) {
         self.ftc.abort();
+        self.scheduler.abort();
         if let Some(r) = self.registry.take() {
             r.shutdown().await;
         }
@@ -58,5 +63,6 @@ impl ControlPlane {
 impl Drop for ControlPlane {
     fn drop(&mut self) {
         self.ftc.abort();
+        self.scheduler.abort();
     }
 }

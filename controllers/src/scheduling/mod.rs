@@ -1,0 +1,391 @@
+//! ReplicaSchedulingPreference controller: for each RSP, the FederatedDeployment or
+//! FederatedReplicaSet of the same namespace/name gets `spec.placement.clusters` and a
+//! per-cluster `/spec/replicas` override computed by [`planner`] over the Ready clusters
+//! (intersected with the target's `clusterSelector` when `intersectWithClusterSelector`).
+//! Other overrides of the target are kept. Recomputed when the RSP, the target or the
+//! cluster set changes; written only when the result differs.
+
+pub mod planner;
+
+use std::{
+    collections::{BTreeMap, BTreeSet},
+    sync::Arc,
+    time::Duration,
+};
+
+use flotilla_crds::{
+    ReplicaSchedulingPreference,
+    federated::{ClusterOverride, ClusterOverrides, ClusterReference, FederatedSpec},
+    placement,
+};
+use futures::StreamExt;
+use kube::{
+    Api, Client, Resource, ResourceExt,
+    api::{DynamicObject, Patch, PatchParams},
+    core::ApiResource,
+    runtime::{
+        WatchStreamExt,
+        events::{Event, EventType, Recorder, Reporter},
+        reflector::{self, ObjectRef, Store},
+        watcher,
+    },
+};
+use serde_json::json;
+use tracing::{debug, info, warn};
+
+use crate::{multicluster::ClusterSet, workqueue::WorkQueue};
+
+/// Field manager of the scheduler's writes to federated objects.
+pub const SCHEDULER_MANAGER: &str = "flotilla-scheduler";
+
+fn federated_ar(kind: &str) -> Option<ApiResource> {
+    let plural = match kind {
+        "FederatedDeployment" => "federateddeployments",
+        "FederatedReplicaSet" => "federatedreplicasets",
+        _ => return None,
+    };
+    Some(ApiResource {
+        group: flotilla_crds::TYPES_GROUP.into(),
+        version: flotilla_crds::V1BETA1.into(),
+        api_version: format!("{}/{}", flotilla_crds::TYPES_GROUP, flotilla_crds::V1BETA1),
+        kind: kind.into(),
+        plural: plural.into(),
+    })
+}
+
+type Key = (String, String);
+
+struct Ctx {
+    host: Client,
+    clusters: ClusterSet,
+    rsps: Store<ReplicaSchedulingPreference>,
+    targets: BTreeMap<String, Store<DynamicObject>>,
+    recorder: Recorder,
+}
+
+/// Runs the scheduler until the task is aborted.
+pub async fn run(host: Client, clusters: ClusterSet) {
+    let queue: Arc<WorkQueue<Key>> = WorkQueue::new();
+    let rsp_writer = reflector::store::Writer::<ReplicaSchedulingPreference>::default();
+    let rsps = rsp_writer.as_reader();
+    let mut tasks = Vec::new();
+    {
+        let queue = queue.clone();
+        let api: Api<ReplicaSchedulingPreference> = Api::all(host.clone());
+        tasks.push(tokio::spawn(async move {
+            let stream = reflector::reflector(
+                rsp_writer,
+                watcher(api, watcher::Config::default()).default_backoff(),
+            );
+            futures::pin_mut!(stream);
+            while let Some(ev) = stream.next().await {
+                match ev {
+                    Ok(
+                        watcher::Event::Apply(o)
+                        | watcher::Event::InitApply(o)
+                        | watcher::Event::Delete(o),
+                    ) => {
+                        queue.add((o.namespace().unwrap_or_default(), o.name_any()));
+                    }
+                    Ok(_) => {}
+                    Err(e) => {
+                        debug!(error = %e, "ReplicaSchedulingPreference watch failed; retrying")
+                    }
+                }
+            }
+        }));
+    }
+    let mut targets = BTreeMap::new();
+    for kind in ["FederatedDeployment", "FederatedReplicaSet"] {
+        let Some(ar) = federated_ar(kind) else {
+            continue;
+        };
+        let writer = reflector::store::Writer::<DynamicObject>::new(ar.clone());
+        targets.insert(kind.to_string(), writer.as_reader());
+        let queue = queue.clone();
+        let api: Api<DynamicObject> = Api::all_with(host.clone(), &ar);
+        tasks.push(tokio::spawn(async move {
+            let stream = reflector::reflector(
+                writer,
+                watcher(api, watcher::Config::default()).default_backoff(),
+            );
+            futures::pin_mut!(stream);
+            while let Some(ev) = stream.next().await {
+                match ev {
+                    Ok(
+                        watcher::Event::Apply(o)
+                        | watcher::Event::InitApply(o)
+                        | watcher::Event::Delete(o),
+                    ) => {
+                        queue.add((o.namespace().unwrap_or_default(), o.name_any()));
+                    }
+                    Ok(_) => {}
+                    // The federated type may not be enabled (CRD absent): keep retrying quietly.
+                    Err(e) => debug!(error = %e, "federated target watch failed; retrying"),
+                }
+            }
+        }));
+    }
+    let ctx = Arc::new(Ctx {
+        host: host.clone(),
+        clusters: clusters.clone(),
+        rsps: rsps.clone(),
+        targets,
+        recorder: Recorder::new(
+            host,
+            Reporter {
+                controller: "flotilla-scheduler".into(),
+                instance: std::env::var("POD_NAME").ok(),
+            },
+        ),
+    });
+    {
+        let queue = queue.clone();
+        let rsps = rsps.clone();
+        let mut changes = clusters.changes();
+        tasks.push(tokio::spawn(async move {
+            while changes.changed().await.is_ok() {
+                for r in rsps.state() {
+                    queue.add((r.namespace().unwrap_or_default(), r.name_any()));
+                }
+            }
+        }));
+    }
+    struct AbortOnDrop(Vec<tokio::task::JoinHandle<()>>);
+    impl Drop for AbortOnDrop {
+        fn drop(&mut self) {
+            for t in &self.0 {
+                t.abort();
+            }
+        }
+    }
+    let _guard = AbortOnDrop(tasks);
+    while let Some(key) = queue.next().await {
+        let retry = ctx.reconcile(&key).await;
+        queue.done(&key);
+        if let Some(d) = retry {
+            queue.add_after(key, d);
+        }
+    }
+}
+
+impl Ctx {
+    async fn reconcile(&self, key: &Key) -> Option<Duration> {
+        let rsp_ref = ObjectRef::<ReplicaSchedulingPreference>::new(&key.1).within(&key.0);
+        let rsp = self.rsps.get(&rsp_ref)?;
+        let Some(ar) = federated_ar(&rsp.spec.target_kind) else {
+            self.event(
+                &rsp,
+                "InvalidTargetKind",
+                format!(
+                    "targetKind {:?} is not FederatedDeployment or FederatedReplicaSet",
+                    rsp.spec.target_kind
+                ),
+            )
+            .await;
+            return None;
+        };
+        let store = self.targets.get(&rsp.spec.target_kind)?;
+        let Some(target) = store.get(&ObjectRef::new_with(&key.1, ar.clone()).within(&key.0))
+        else {
+            debug!(rsp = ?key, "no target yet; scheduling waits for it");
+            return None;
+        };
+        if target.metadata.deletion_timestamp.is_some() {
+            return None;
+        }
+        let spec = match FederatedSpec::from_dynamic(&target) {
+            Ok(s) => s,
+            Err(e) => {
+                self.event(&rsp, "TargetMalformed", e.to_string()).await;
+                return None;
+            }
+        };
+        let snapshot = self.clusters.snapshot();
+        let mut candidates: Vec<String> = snapshot
+            .iter()
+            .filter(|c| c.ready)
+            .map(|c| c.name.clone())
+            .collect();
+        if rsp.spec.intersect_with_cluster_selector
+            && let Some(sel) = &spec.placement.cluster_selector
+        {
+            let mut kept = Vec::new();
+            for c in snapshot.iter().filter(|c| c.ready) {
+                match placement::matches_selector(sel, &c.labels) {
+                    Ok(true) => kept.push(c.name.clone()),
+                    Ok(false) => {}
+                    Err(e) => {
+                        self.event(&rsp, "InvalidClusterSelector", e.to_string())
+                            .await;
+                        return None;
+                    }
+                }
+            }
+            candidates = kept;
+        }
+        let current = current_replicas(&spec);
+        let plan = planner::plan(&planner::PlanInput {
+            total_replicas: i64::from(rsp.spec.total_replicas),
+            preferences: &rsp.spec.clusters,
+            clusters: &candidates,
+            current: &current,
+            rebalance: rsp.spec.rebalance,
+            key: &format!("{}/{}", key.0, key.1),
+        });
+        let (placement_clusters, overrides) = apply_plan(&spec, &plan);
+        let current_clusters: Option<BTreeSet<String>> = spec
+            .placement
+            .clusters
+            .as_ref()
+            .map(|l| l.iter().map(|c| c.name.clone()).collect());
+        let wanted_clusters: BTreeSet<String> =
+            placement_clusters.iter().map(|c| c.name.clone()).collect();
+        if current_clusters.as_ref() == Some(&wanted_clusters) && overrides == spec.overrides {
+            return None;
+        }
+        let api: Api<DynamicObject> = Api::namespaced_with(self.host.clone(), &key.0, &ar);
+        let patch = json!({"spec": {"placement": {"clusters": placement_clusters}, "overrides": overrides}});
+        match api
+            .patch(&key.1, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+        {
+            Ok(_) => {
+                info!(rsp = ?key, plan = ?plan, "replicas scheduled");
+                None
+            }
+            Err(e) => {
+                warn!(rsp = ?key, error = %e, "writing the schedule failed");
+                Some(Duration::from_secs(5))
+            }
+        }
+    }
+
+    async fn event(&self, rsp: &ReplicaSchedulingPreference, reason: &str, note: String) {
+        let ev = Event {
+            type_: EventType::Warning,
+            reason: reason.into(),
+            note: Some(note),
+            action: "Schedule".into(),
+            secondary: None,
+        };
+        if let Err(e) = self.recorder.publish(&ev, &rsp.object_ref(&())).await {
+            debug!(error = %e, "publishing an event failed");
+        }
+    }
+}
+
+/// The replicas per cluster the target's overrides set now.
+fn current_replicas(spec: &FederatedSpec) -> BTreeMap<String, i64> {
+    spec.overrides
+        .iter()
+        .filter_map(|o| {
+            let v = o
+                .cluster_overrides
+                .iter()
+                .find(|op| op.path == "/spec/replicas")?
+                .value
+                .as_ref()?
+                .as_i64()?;
+            Some((o.cluster_name.clone(), v))
+        })
+        .collect()
+}
+
+/// Placement and overrides for a plan: clusters with replicas are placed, each with a
+/// `/spec/replicas` override; the target's other overrides are kept as they are.
+fn apply_plan(
+    spec: &FederatedSpec,
+    plan: &BTreeMap<String, i64>,
+) -> (Vec<ClusterReference>, Vec<ClusterOverrides>) {
+    let placed: Vec<ClusterReference> = plan
+        .iter()
+        .filter(|(_, n)| **n > 0)
+        .map(|(c, _)| ClusterReference { name: c.clone() })
+        .collect();
+    let mut overrides: Vec<ClusterOverrides> = spec
+        .overrides
+        .iter()
+        .map(|o| ClusterOverrides {
+            cluster_name: o.cluster_name.clone(),
+            cluster_overrides: o
+                .cluster_overrides
+                .iter()
+                .filter(|op| op.path != "/spec/replicas")
+                .cloned()
+                .collect(),
+        })
+        .collect();
+    for c in &placed {
+        let n = plan.get(&c.name).copied().unwrap_or(0);
+        let op = ClusterOverride {
+            op: None,
+            path: "/spec/replicas".into(),
+            value: Some(json!(n)),
+        };
+        match overrides.iter_mut().find(|o| o.cluster_name == c.name) {
+            Some(o) => o.cluster_overrides.insert(0, op),
+            None => overrides.push(ClusterOverrides {
+                cluster_name: c.name.clone(),
+                cluster_overrides: vec![op],
+            }),
+        }
+    }
+    overrides.retain(|o| !o.cluster_overrides.is_empty());
+    overrides.sort_by(|a, b| a.cluster_name.cmp(&b.cluster_name));
+    (placed, overrides)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_plan_sets_placement_and_replica_overrides_keeping_other_overrides() {
+        let spec: FederatedSpec = serde_json::from_value(json!({
+            "template": {},
+            "overrides": [
+                {"clusterName": "b", "clusterOverrides": [{"path": "/spec/replicas", "value": 1}, {"path": "/metadata/labels/x", "value": "y"}]},
+                {"clusterName": "gone", "clusterOverrides": [{"path": "/spec/replicas", "value": 4}]}
+            ]
+        }))
+        .expect("valid spec");
+        let plan = BTreeMap::from([
+            ("a".to_string(), 6),
+            ("b".to_string(), 3),
+            ("c".to_string(), 0),
+        ]);
+        let (placed, overrides) = apply_plan(&spec, &plan);
+        assert_eq!(
+            placed.iter().map(|c| c.name.as_str()).collect::<Vec<_>>(),
+            vec!["a", "b"]
+        );
+        let by: BTreeMap<_, _> = overrides
+            .iter()
+            .map(|o| (o.cluster_name.as_str(), o))
+            .collect();
+        assert_eq!(by["a"].cluster_overrides[0].value, Some(json!(6)));
+        assert_eq!(
+            by["b"].cluster_overrides.len(),
+            2,
+            "the label override is kept"
+        );
+        assert_eq!(by["b"].cluster_overrides[0].value, Some(json!(3)));
+        assert!(
+            !by.contains_key("gone"),
+            "a cluster left with no override is dropped"
+        );
+    }
+
+    #[test]
+    fn current_replicas_are_read_from_the_overrides() {
+        let spec: FederatedSpec = serde_json::from_value(json!({
+            "overrides": [{"clusterName": "a", "clusterOverrides": [{"path": "/spec/replicas", "value": 2}]}]
+        }))
+        .expect("valid spec");
+        assert_eq!(
+            current_replicas(&spec),
+            BTreeMap::from([("a".to_string(), 2)])
+        );
+    }
+}
