@@ -3,6 +3,7 @@
 #![forbid(unsafe_code)]
 
 pub mod cli;
+pub mod bench;
 pub mod ftc;
 pub mod join;
 pub mod leader;
