@@ -65,6 +65,8 @@ pub struct JoinOptions {
     pub ca_pem: Option<String>,
     /// Labels of the KubeFedCluster (placement selectors match them).
     pub labels: BTreeMap<String, String>,
+    /// Name of the host Secret holding the member token; `None` for `<cluster>-token`.
+    pub secret_name: Option<String>,
     /// Fail when the cluster is already joined.
     pub error_on_existing: bool,
     /// How long to wait for the member to issue the token.
@@ -81,6 +83,7 @@ impl JoinOptions {
             api_endpoint: api_endpoint.into(),
             ca_pem: None,
             labels: BTreeMap::new(),
+            secret_name: None,
             error_on_existing: false,
             token_timeout: Duration::from_secs(60),
         }
@@ -93,7 +96,9 @@ impl JoinOptions {
 
     /// The host Secret holding the member token.
     pub fn host_secret(&self) -> String {
-        format!("{}-token", self.cluster_name)
+        self.secret_name
+            .clone()
+            .unwrap_or_else(|| format!("{}-token", self.cluster_name))
     }
 
     fn role_name(&self) -> String {

@@ -2,8 +2,8 @@
 //! runtime, the federated type config controller, propagation (sync) and scheduling.
 #![forbid(unsafe_code)]
 
-pub mod cli;
 pub mod bench;
+pub mod cli;
 pub mod ftc;
 pub mod join;
 pub mod leader;

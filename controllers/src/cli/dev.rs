@@ -1,0 +1,386 @@
+//! `flotilla dev up`: a whole federation on this machine, for trying Flotilla. It starts a
+//! local host and N members (the test environment of `flotilla-localenv`), installs the
+//! CRDs and the default type configs, joins the members (labelled `name=<member>`), runs
+//! the control plane in-process, applies the samples of `config/samples/`, waits until
+//! they are propagated and prints the status and how to look with kubectl. Ctrl-C (or
+//! SIGTERM) stops the control plane and every cluster process and deletes their files.
+
+use std::future::Future;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::Context as _;
+use flotilla_crds::{FederatedTypeConfig, KubeFedConfig, KubeFedConfigSpec, crdgen};
+use flotilla_localenv::{EnvOptions, LocalEnv};
+use k8s_openapi::api::core::v1::Namespace;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::{
+    Api, Client, ResourceExt,
+    api::{Patch, PatchParams},
+};
+use serde_json::{Value, json};
+use tokio_util::sync::CancellationToken;
+
+use super::status::{self, Selection};
+use super::{Context, FIELD_MANAGER, GlobalArgs, federate, parse_duration};
+use crate::join::{JoinOptions, join};
+use crate::manager::ControlPlane;
+use crate::metrics::Metrics;
+
+/// The samples `dev up` applies, in order (the namespace first). The KubeFedCluster sample
+/// is left out: `dev up` joins real clusters instead of its placeholders.
+pub const SAMPLES: &[(&str, &str)] = &[
+    (
+        "federatednamespace.yaml",
+        include_str!("../../../config/samples/federatednamespace.yaml"),
+    ),
+    (
+        "federatedconfigmap.yaml",
+        include_str!("../../../config/samples/federatedconfigmap.yaml"),
+    ),
+    (
+        "federateddeployment.yaml",
+        include_str!("../../../config/samples/federateddeployment.yaml"),
+    ),
+    (
+        "replicaschedulingpreference.yaml",
+        include_str!("../../../config/samples/replicaschedulingpreference.yaml"),
+    ),
+];
+
+/// The namespace the samples live in.
+pub const SAMPLE_NAMESPACE: &str = "demo";
+
+/// `flotilla dev` commands.
+#[derive(Debug, clap::Subcommand)]
+pub enum DevCommand {
+    /// Start a local host + members, federate the samples, and keep running until Ctrl-C.
+    #[command(after_help = UP_EXAMPLES)]
+    Up(DevUpArgs),
+}
+
+/// Examples of `flotilla dev up --help`.
+pub const UP_EXAMPLES: &str = "\
+Examples:
+  # Host + 2 members; Ctrl-C stops and deletes everything
+  flotilla dev up
+
+  # 3 members, with a kubeconfig for kubectl written to ./dev.kubeconfig
+  flotilla dev up --members 3 --kubeconfig-out dev.kubeconfig
+
+  # CI: exit 0 once the samples are propagated (non-zero on failure), cleaning up
+  flotilla dev up --non-interactive
+
+Needs kube-apiserver and kube-controller-manager (scripts/install-k8s.sh, or KUBE_BIN_DIR)
+and etcd on PATH.";
+
+/// Arguments of `flotilla dev up`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct DevUpArgs {
+    /// Number of member clusters (member1, member2, ...).
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u16).range(1..=20))]
+    pub members: u16,
+    /// Also write the kubeconfig (contexts host, member1, ...) to this file.
+    #[arg(long, value_name = "PATH")]
+    pub kubeconfig_out: Option<PathBuf>,
+    /// Stop and exit once the samples are propagated (exit code 0), or on failure.
+    #[arg(long)]
+    pub non_interactive: bool,
+    /// How long propagation of the samples may take.
+    #[arg(long, default_value = "180s", value_parser = parse_duration, value_name = "DURATION")]
+    pub timeout: Duration,
+}
+
+/// Runs a `flotilla dev` command.
+pub async fn run(_global: &GlobalArgs, cmd: DevCommand, ctx: &Context) -> anyhow::Result<()> {
+    match cmd {
+        DevCommand::Up(args) => up(args, ctx).await,
+    }
+}
+
+/// Runs `fut` unless `cancel` fires first.
+async fn cancellable<T>(
+    cancel: &CancellationToken,
+    fut: impl Future<Output = anyhow::Result<T>>,
+) -> anyhow::Result<T> {
+    tokio::select! {
+        r = fut => r,
+        _ = cancel.cancelled() => anyhow::bail!("interrupted"),
+    }
+}
+
+async fn up(args: DevUpArgs, ctx: &Context) -> anyhow::Result<()> {
+    let out = &ctx.out;
+    let started = Instant::now();
+    out.line(format!(
+        "Starting a local host cluster and {} member cluster(s)...",
+        args.members
+    ));
+    let env = cancellable(&ctx.shutdown, async {
+        LocalEnv::start(EnvOptions::with_members(args.members.into()))
+            .await
+            .map_err(|e| anyhow::Error::new(e).context("starting the local clusters"))
+    })
+    .await?;
+    out.line(format!(
+        "  {} clusters up in {:.1}s (working directory {})",
+        env.clusters().len(),
+        started.elapsed().as_secs_f64(),
+        env.dir().display()
+    ));
+    let result = federate_and_wait(&env, &args, ctx).await;
+    if let Err(e) = &result {
+        out.line(format!("dev up failed: {e:#}"));
+    }
+    out.line("Stopping the control plane and the local clusters...");
+    env.shutdown()
+        .await
+        .context("stopping the local clusters")?;
+    out.line("Stopped; every process started here is gone.");
+    result
+}
+
+async fn federate_and_wait(env: &LocalEnv, args: &DevUpArgs, ctx: &Context) -> anyhow::Result<()> {
+    let out = &ctx.out;
+    let cancel = &ctx.shutdown;
+    let ns = flotilla_crds::DEFAULT_NAMESPACE;
+    let host = env
+        .host()
+        .client()
+        .await
+        .context("connecting to the host")?;
+    cancellable(cancel, install(&host, ns)).await?;
+    out.line(format!(
+        "  installed {} CRDs and {} FederatedTypeConfigs",
+        crdgen::all_crds().len(),
+        crdgen::default_target_types().len()
+    ));
+    for member in env.members() {
+        let client = member.client().await.context("connecting to a member")?;
+        let mut opts = JoinOptions::new(member.name(), member.server());
+        opts.namespace = ns.to_owned();
+        opts.ca_pem = Some(member.ca_pem().to_owned());
+        opts.labels.insert("name".into(), member.name().into());
+        cancellable(cancel, async {
+            join(&host, &client, &opts)
+                .await
+                .with_context(|| format!("joining {}", member.name()))
+        })
+        .await?;
+        out.line(format!("  joined {} ({})", member.name(), member.server()));
+    }
+
+    let cp = ControlPlane::start(host.clone(), ns, Arc::new(Metrics::new()));
+    let result = run_demo(env, &host, &cp, args, ctx).await;
+    cp.shutdown().await;
+    result
+}
+
+async fn run_demo(
+    env: &LocalEnv,
+    host: &Client,
+    cp: &ControlPlane,
+    args: &DevUpArgs,
+    ctx: &Context,
+) -> anyhow::Result<()> {
+    let out = &ctx.out;
+    let cancel = &ctx.shutdown;
+    let members = env.members().len();
+    cancellable(cancel, async {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let ready = cp.clusters.ready().len();
+            if ready == members {
+                return Ok(());
+            }
+            anyhow::ensure!(
+                Instant::now() < deadline,
+                "only {ready} of {members} members became Ready within 60s"
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    })
+    .await?;
+    out.line(format!(
+        "  control plane running; {members} member(s) Ready"
+    ));
+
+    for (file, text) in SAMPLES {
+        let docs: Vec<Value> =
+            serde_saphyr::from_multiple(text).with_context(|| format!("parsing sample {file}"))?;
+        for doc in docs.iter().filter(|d| !d.is_null()) {
+            cancellable(cancel, apply_with_retry(host, doc)).await?;
+        }
+        out.line(format!("  applied config/samples/{file}"));
+    }
+
+    out.line("Waiting for propagation...\n");
+    let selection = Selection {
+        namespace: Some(SAMPLE_NAMESPACE.into()),
+        ..Selection::default()
+    };
+    let objects = status::wait(
+        host,
+        flotilla_crds::DEFAULT_NAMESPACE,
+        &selection,
+        args.timeout,
+        cancel,
+        out,
+    )
+    .await?;
+    out.write(status::table(&objects));
+    out.line("");
+    out.line(format!("all propagated: {}", status::summary(&objects)));
+
+    let kubeconfig = match &args.kubeconfig_out {
+        Some(path) => {
+            std::fs::copy(env.kubeconfig_path(), path)
+                .with_context(|| format!("writing the kubeconfig to {}", path.display()))?;
+            path.clone()
+        }
+        None => env.kubeconfig_path().to_path_buf(),
+    };
+    out.write(instructions(env, &kubeconfig.display().to_string()));
+    if args.non_interactive {
+        return Ok(());
+    }
+    out.line(
+        "\nPress Ctrl-C to stop; every process started here is stopped and its files deleted.",
+    );
+    cancel.cancelled().await;
+    Ok(())
+}
+
+/// What to try next, printed once everything is propagated.
+fn instructions(env: &LocalEnv, kubeconfig: &str) -> String {
+    let mut text = String::from("\nThe local federation is running:\n");
+    for c in env.clusters() {
+        text.push_str(&format!("  {:<9} {}\n", c.name(), c.server()));
+    }
+    let contexts: Vec<&str> = env.clusters().iter().map(|c| c.name()).collect();
+    text.push_str(&format!(
+        "\nKubeconfig: {kubeconfig} (contexts: {})\n\nTry:\n",
+        contexts.join(", ")
+    ));
+    let k = format!("kubectl --kubeconfig {kubeconfig}");
+    text.push_str(&format!(
+        "  {k} --context host get federatednamespaces,federatedconfigmaps,federateddeployments -n demo\n"
+    ));
+    text.push_str(&format!("  {k} --context member1 get deploy -n demo\n"));
+    text.push_str(&format!(
+        "  {k} --context member1 get configmap web-config -n demo -o yaml\n"
+    ));
+    text.push_str(&format!(
+        "  flotilla --kubeconfig {kubeconfig} --context host status -n demo\n"
+    ));
+    text.push_str(&format!(
+        "  {k} --context host edit federatedconfigmap web-config -n demo   # then look again in the members\n"
+    ));
+    text
+}
+
+async fn install(host: &Client, ns: &str) -> anyhow::Result<()> {
+    let pp = PatchParams::apply(FIELD_MANAGER).force();
+    let crds: Api<CustomResourceDefinition> = Api::all(host.clone());
+    let all = crdgen::all_crds();
+    for crd in &all {
+        crds.patch(&crd.name_any(), &pp, &Patch::Apply(crd))
+            .await
+            .with_context(|| format!("installing CRD {}", crd.name_any()))?;
+    }
+    for crd in &all {
+        let name = crd.name_any();
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let c = crds.get(&name).await?;
+            let established = c
+                .status
+                .and_then(|s| s.conditions)
+                .unwrap_or_default()
+                .iter()
+                .any(|c| c.type_ == "Established" && c.status == "True");
+            if established {
+                break;
+            }
+            anyhow::ensure!(
+                Instant::now() < deadline,
+                "CRD {name} not established within 60s"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+    let namespaces: Api<Namespace> = Api::all(host.clone());
+    namespaces
+        .patch(
+            ns,
+            &pp,
+            &Patch::Apply(
+                json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}),
+            ),
+        )
+        .await
+        .context("creating the control-plane namespace")?;
+    // Quicker health checks than the defaults, so members turn Ready within a second or two.
+    let mut spec = KubeFedConfigSpec::with_defaults();
+    if let Some(hc) = spec.cluster_health_check.as_mut() {
+        hc.period = Some("2s".into());
+        hc.timeout = Some("2s".into());
+    }
+    let config = json!({
+        "apiVersion": "core.kubefed.io/v1beta1", "kind": "KubeFedConfig",
+        "metadata": {"name": flotilla_crds::KUBEFED_CONFIG_NAME, "namespace": ns},
+        "spec": spec,
+    });
+    let configs: Api<KubeFedConfig> = Api::namespaced(host.clone(), ns);
+    configs
+        .patch(
+            flotilla_crds::KUBEFED_CONFIG_NAME,
+            &pp,
+            &Patch::Apply(&config),
+        )
+        .await
+        .context("writing the KubeFedConfig")?;
+    let ftcs: Api<FederatedTypeConfig> = Api::namespaced(host.clone(), ns);
+    for t in crdgen::default_target_types() {
+        let ftc = crdgen::federated_type_config(&t, ns);
+        ftcs.patch(&ftc.name_any(), &pp, &Patch::Apply(&ftc))
+            .await
+            .with_context(|| format!("applying FederatedTypeConfig {}", ftc.name_any()))?;
+    }
+    Ok(())
+}
+
+/// Applies a sample, retrying briefly: a just-created namespace or CRD may take a moment.
+async fn apply_with_retry(host: &Client, doc: &Value) -> anyhow::Result<()> {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        match federate::apply(host, doc).await {
+            Ok(_) => return Ok(()),
+            Err(e) if Instant::now() >= deadline => return Err(e),
+            Err(_) => tokio::time::sleep(Duration::from_millis(500)).await,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_embedded_sample_parses_and_the_namespace_comes_first() {
+        let kinds: Vec<String> = SAMPLES
+            .iter()
+            .flat_map(|(file, text)| {
+                serde_saphyr::from_multiple::<Value>(text).unwrap_or_else(|e| panic!("{file}: {e}"))
+            })
+            .filter_map(|d| d["kind"].as_str().map(str::to_owned))
+            .collect();
+        assert_eq!(kinds.first().map(String::as_str), Some("Namespace"));
+        assert!(
+            kinds.iter().any(|k| k == "FederatedDeployment"),
+            "{kinds:?}"
+        );
+        assert!(!kinds.iter().any(|k| k == "KubeFedCluster"), "{kinds:?}");
+    }
+}

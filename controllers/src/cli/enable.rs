@@ -1,0 +1,351 @@
+//! `flotilla enable` and `flotilla disable`: kubefedctl's commands for the federated types.
+//!
+//! `enable` resolves the target through discovery, takes the template schema from the
+//! target's CRD when it is one (built-in types get a free-form template, as in Flotilla's
+//! generated default CRDs), then applies the Federated CRD and the FederatedTypeConfig.
+//! `disable` stops propagation, waits until the controller reports it stopped, and deletes
+//! the FederatedTypeConfig (and with `--delete-crd` the Federated CRD).
+
+use std::time::Duration;
+
+use anyhow::Context as _;
+use flotilla_crds::{
+    CORE_GROUP, FederatedTypeConfig, SCHEDULING_GROUP, TYPES_GROUP,
+    crdgen::{self, TargetType},
+};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::{
+    Api, Client, ResourceExt,
+    api::{DeleteParams, Patch, PatchParams},
+};
+use serde_json::{Value, json};
+
+use super::{Context, FIELD_MANAGER, GlobalArgs, access, parse_duration, resolve};
+
+/// Examples of `flotilla enable --help`.
+pub const ENABLE_EXAMPLES: &str = "\
+Examples:
+  flotilla enable deployments.apps
+  flotilla enable configmaps
+  # A custom resource: the Federated CRD gets the CRD's schema for its template
+  flotilla enable widgets.example.com
+  # Print the FederatedWidget CRD and the FederatedTypeConfig instead of applying them
+  flotilla enable widgets.example.com -o yaml";
+
+/// Examples of `flotilla disable --help`.
+pub const DISABLE_EXAMPLES: &str = "\
+Examples:
+  flotilla disable widgets.example.com
+  # Also delete the FederatedWidget CRD (and with it every FederatedWidget)
+  flotilla disable widgets.example.com --delete-crd";
+
+/// Output formats of commands that can print instead of applying.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum OutputFormat {
+    /// YAML documents separated by `---`.
+    Yaml,
+}
+
+/// Arguments of `flotilla enable`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct EnableArgs {
+    /// The type: `plural.group` (`deployments.apps`, `widgets.example.com`), a plural, a
+    /// kind or a short name.
+    #[arg(value_name = "TYPE")]
+    pub type_name: String,
+    /// Print the Federated CRD and the FederatedTypeConfig instead of applying them.
+    #[arg(short = 'o', long = "output", value_enum, value_name = "FORMAT")]
+    pub output: Option<OutputFormat>,
+    /// How long to wait for the Federated CRD to be established.
+    #[arg(long, default_value = "60s", value_parser = parse_duration, value_name = "DURATION")]
+    pub timeout: Duration,
+}
+
+/// Arguments of `flotilla disable`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct DisableArgs {
+    /// The type, as for `enable`, or its federated type (`federatedwidgets`).
+    #[arg(value_name = "TYPE")]
+    pub type_name: String,
+    /// Also delete the Federated CRD, and with it every federated object of the type.
+    #[arg(long)]
+    pub delete_crd: bool,
+    /// How long to wait for the controller to stop propagating.
+    #[arg(long, default_value = "60s", value_parser = parse_duration, value_name = "DURATION")]
+    pub timeout: Duration,
+}
+
+/// Builds what `enable` applies: the Federated CRD and the FederatedTypeConfig.
+pub fn enable_objects(
+    target: &TargetType,
+    template_schema: Option<Value>,
+    namespace: &str,
+) -> (CustomResourceDefinition, FederatedTypeConfig) {
+    (
+        crdgen::federated_crd(target, template_schema),
+        crdgen::federated_type_config(target, namespace),
+    )
+}
+
+/// The OpenAPI v3 schema of `version` in a CRD.
+pub fn crd_schema(crd: &CustomResourceDefinition, version: &str) -> Option<Value> {
+    crd.spec
+        .versions
+        .iter()
+        .find(|v| v.name == version)
+        .and_then(|v| v.schema.as_ref())
+        .and_then(|s| s.open_api_v3_schema.as_ref())
+        .and_then(|s| serde_json::to_value(s).ok())
+}
+
+/// Runs `flotilla enable`.
+pub async fn enable(global: &GlobalArgs, args: EnableArgs, ctx: &Context) -> anyhow::Result<()> {
+    let host = access::host(global).await?.client()?;
+    let found = resolve::discover(&host, &args.type_name).await?;
+    if [CORE_GROUP, TYPES_GROUP, SCHEDULING_GROUP].contains(&found.api.group.as_str()) {
+        anyhow::bail!(
+            "{} is a Flotilla type itself and cannot be federated",
+            found.api.qualified_name()
+        );
+    }
+    let crds: Api<CustomResourceDefinition> = Api::all(host.clone());
+    let schema = if found.api.group.is_empty() {
+        None
+    } else {
+        crds.get_opt(&found.api.qualified_name())
+            .await
+            .context("reading the target's CRD")?
+            .and_then(|crd| crd_schema(&crd, &found.api.version))
+    };
+    let target = TargetType {
+        api: found.api.clone(),
+        short_names: found.short_names.clone(),
+    };
+    let (crd, ftc) = enable_objects(&target, schema.clone(), &global.kubefed_namespace);
+    if args.output == Some(OutputFormat::Yaml) {
+        ctx.out.write(format!(
+            "{}---\n{}",
+            serde_saphyr::to_string(&crd).context("rendering the CRD")?,
+            serde_saphyr::to_string(&ftc).context("rendering the FederatedTypeConfig")?
+        ));
+        return Ok(());
+    }
+    let crd_name = crd.name_any();
+    crds.patch(
+        &crd_name,
+        &PatchParams::apply(FIELD_MANAGER).force(),
+        &Patch::Apply(&crd),
+    )
+    .await
+    .with_context(|| format!("applying CRD {crd_name}"))?;
+    wait_established(&crds, &crd_name, args.timeout).await?;
+    ctx.out.line(format!(
+        "customresourcedefinition {crd_name} applied ({})",
+        if schema.is_some() {
+            "template schema from the target CRD"
+        } else {
+            "free-form template"
+        }
+    ));
+    let ftcs: Api<FederatedTypeConfig> = Api::namespaced(host.clone(), &global.kubefed_namespace);
+    let ftc_name = ftc.name_any();
+    ftcs.patch(
+        &ftc_name,
+        &PatchParams::apply(FIELD_MANAGER).force(),
+        &Patch::Apply(&ftc),
+    )
+    .await
+    .with_context(|| format!("applying FederatedTypeConfig {ftc_name}"))?;
+    ctx.out.line(format!(
+        "federatedtypeconfig {}/{ftc_name} applied: {} is federated as {}",
+        global.kubefed_namespace, found.api.kind, ftc.spec.federated_type.kind
+    ));
+    Ok(())
+}
+
+async fn wait_established(
+    crds: &Api<CustomResourceDefinition>,
+    name: &str,
+    timeout: Duration,
+) -> anyhow::Result<()> {
+    let deadline = tokio::time::Instant::now() + timeout;
+    loop {
+        let crd = crds
+            .get(name)
+            .await
+            .with_context(|| format!("reading CRD {name}"))?;
+        let established = crd
+            .status
+            .and_then(|s| s.conditions)
+            .unwrap_or_default()
+            .iter()
+            .any(|c| c.type_ == "Established" && c.status == "True");
+        if established {
+            return Ok(());
+        }
+        if tokio::time::Instant::now() >= deadline {
+            anyhow::bail!("CRD {name} was not established within {timeout:?}");
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// Runs `flotilla disable`.
+pub async fn disable(global: &GlobalArgs, args: DisableArgs, ctx: &Context) -> anyhow::Result<()> {
+    let host = access::host(global).await?.client()?;
+    let ns = &global.kubefed_namespace;
+    let ftc = resolve::ftc_for(&host, ns, &args.type_name).await?;
+    let name = ftc.name_any();
+    let api: Api<FederatedTypeConfig> = Api::namespaced(host.clone(), ns);
+    let patched = api
+        .patch(
+            &name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"propagation": "Disabled"}})),
+        )
+        .await
+        .with_context(|| format!("disabling propagation in FederatedTypeConfig {name}"))?;
+    ctx.out.line(format!(
+        "federatedtypeconfig {ns}/{name}: propagation Disabled"
+    ));
+    wait_not_running(
+        &api,
+        &name,
+        patched.metadata.generation.unwrap_or(0),
+        args.timeout,
+    )
+    .await?;
+    ctx.out.line(format!(
+        "federatedtypeconfig {ns}/{name}: propagation controller NotRunning"
+    ));
+    delete_ignoring_missing(&host, &api, &name, args.delete_crd, &ftc, ctx).await
+}
+
+async fn wait_not_running(
+    api: &Api<FederatedTypeConfig>,
+    name: &str,
+    generation: i64,
+    timeout: Duration,
+) -> anyhow::Result<()> {
+    let deadline = tokio::time::Instant::now() + timeout;
+    loop {
+        let ftc = api
+            .get(name)
+            .await
+            .with_context(|| format!("reading FederatedTypeConfig {name}"))?;
+        let stopped = ftc.status.as_ref().is_some_and(|s| {
+            s.observed_generation >= generation
+                && s.propagation_controller.as_deref() == Some("NotRunning")
+        });
+        if stopped {
+            return Ok(());
+        }
+        if tokio::time::Instant::now() >= deadline {
+            anyhow::bail!(
+                "the propagation controller of {name} did not report NotRunning within {timeout:?} (is `flotilla controller-manager` running?); the FederatedTypeConfig was kept"
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+async fn delete_ignoring_missing(
+    host: &Client,
+    api: &Api<FederatedTypeConfig>,
+    name: &str,
+    delete_crd: bool,
+    ftc: &FederatedTypeConfig,
+    ctx: &Context,
+) -> anyhow::Result<()> {
+    let gone = |r: Result<(), kube::Error>| match r {
+        Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
+        other => other,
+    };
+    gone(api.delete(name, &DeleteParams::default()).await.map(|_| ()))
+        .with_context(|| format!("deleting FederatedTypeConfig {name}"))?;
+    ctx.out.line(format!("federatedtypeconfig {name} deleted"));
+    if delete_crd {
+        let crd_name = ftc.spec.federated_type.qualified_name();
+        let crds: Api<CustomResourceDefinition> = Api::all(host.clone());
+        gone(
+            crds.delete(&crd_name, &DeleteParams::default())
+                .await
+                .map(|_| ()),
+        )
+        .with_context(|| format!("deleting CRD {crd_name}"))?;
+        ctx.out
+            .line(format!("customresourcedefinition {crd_name} deleted"));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use flotilla_crds::core::{ApiResource, Scope};
+
+    fn widget() -> TargetType {
+        TargetType {
+            api: ApiResource {
+                group: "example.com".into(),
+                version: "v1".into(),
+                kind: "Widget".into(),
+                plural_name: "widgets".into(),
+                scope: Scope::Namespaced,
+            },
+            short_names: vec!["wd".into()],
+        }
+    }
+
+    #[test]
+    fn enabling_a_crd_type_uses_its_schema_for_the_template() {
+        let schema = json!({
+            "type": "object",
+            "properties": {
+                "spec": {"type": "object", "properties": {"size": {"type": "integer"}}},
+                "status": {"type": "object"}
+            }
+        });
+        let (crd, ftc) = enable_objects(&widget(), Some(schema), "kube-federation-system");
+        assert_eq!(crd.name_any(), "federatedwidgets.types.kubefed.io");
+        assert_eq!(crd.spec.names.short_names, Some(vec!["fwd".to_string()]));
+        let rendered = serde_json::to_value(&crd).expect("serializes");
+        let template = &rendered["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]
+            ["spec"]["properties"]["template"];
+        assert_eq!(
+            template["properties"]["spec"]["properties"]["size"]["type"],
+            "integer"
+        );
+        assert!(template["properties"].get("status").is_none());
+        assert_eq!(ftc.name_any(), "widgets.example.com");
+        assert_eq!(
+            ftc.metadata.namespace.as_deref(),
+            Some("kube-federation-system")
+        );
+        assert_eq!(ftc.spec.federated_type.kind, "FederatedWidget");
+    }
+
+    #[test]
+    fn a_crd_schema_is_taken_from_the_matching_version() {
+        let crd: CustomResourceDefinition = serde_json::from_value(json!({
+            "metadata": {"name": "widgets.example.com"},
+            "spec": {
+                "group": "example.com",
+                "names": {"plural": "widgets", "kind": "Widget"},
+                "scope": "Namespaced",
+                "versions": [
+                    {"name": "v1alpha1", "served": true, "storage": false,
+                     "schema": {"openAPIV3Schema": {"type": "object", "description": "old"}}},
+                    {"name": "v1", "served": true, "storage": true,
+                     "schema": {"openAPIV3Schema": {"type": "object", "description": "new"}}}
+                ]
+            }
+        }))
+        .expect("parses");
+        assert_eq!(
+            crd_schema(&crd, "v1").expect("schema")["description"],
+            "new"
+        );
+        assert!(crd_schema(&crd, "v2").is_none());
+    }
+}

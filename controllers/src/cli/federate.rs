@@ -1,0 +1,355 @@
+//! `flotilla federate`: builds a Federated&lt;Kind&gt; from a live resource, like
+//! `kubefedctl federate`. The template is the object with only `metadata.labels` kept and
+//! `status` and server-set fields dropped; the placement selects every cluster
+//! (`clusterSelector: {}`). `--contents` on a namespace also federates the namespace's
+//! objects of every enabled namespaced type.
+
+use anyhow::Context as _;
+use flotilla_crds::{FederatedTypeConfig, FederatedTypeConfigSpec, MANAGED_LABEL};
+use kube::{
+    Api, Client, ResourceExt,
+    api::{DynamicObject, ListParams, Patch, PatchParams},
+};
+use serde_json::{Map, Value, json};
+
+use super::enable::OutputFormat;
+use super::{Context, FIELD_MANAGER, GlobalArgs, access, resolve};
+
+/// Examples of `flotilla federate --help`.
+pub const EXAMPLES: &str = "\
+Examples:
+  # Federate an existing ConfigMap to every member cluster
+  flotilla federate configmap web-config -n demo
+
+  # Only print the FederatedConfigMap
+  flotilla federate configmap web-config -n demo -o yaml
+
+  # Federate a namespace and everything in it of an enabled type
+  flotilla federate namespace demo --contents";
+
+/// Arguments of `flotilla federate`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct FederateArgs {
+    /// The type of the resource (`configmap`, `deployments.apps`, `namespace`, ...); it must
+    /// be enabled (`flotilla enable TYPE`).
+    #[arg(value_name = "TYPE")]
+    pub type_name: String,
+    /// Name of the resource.
+    pub name: String,
+    /// For a namespace: also federate its objects of every enabled namespaced type.
+    #[arg(long)]
+    pub contents: bool,
+    /// Print the federated objects instead of applying them.
+    #[arg(short = 'o', long = "output", value_enum, value_name = "FORMAT")]
+    pub output: Option<OutputFormat>,
+}
+
+fn is_namespace(spec: &FederatedTypeConfigSpec) -> bool {
+    spec.target_type.group.is_empty() && spec.target_type.kind == "Namespace"
+}
+
+/// The template of a federated object made from `obj`: no `apiVersion`, `kind`, `status`
+/// or metadata other than labels, and none of the fields the server or a controller sets
+/// (a Namespace's finalizers, a ServiceAccount's token secrets, a Service's cluster IPs).
+pub fn template_from(kind: &str, obj: &Value) -> Value {
+    let mut template = obj.as_object().cloned().unwrap_or_default();
+    for key in ["apiVersion", "kind", "status", "metadata"] {
+        template.remove(key);
+    }
+    let labels = obj
+        .pointer("/metadata/labels")
+        .and_then(Value::as_object)
+        .filter(|l| !l.is_empty());
+    if let Some(labels) = labels {
+        template.insert("metadata".into(), json!({ "labels": labels }));
+    }
+    let spec = template.get_mut("spec").and_then(Value::as_object_mut);
+    match (kind, spec) {
+        ("Namespace", Some(spec)) => {
+            spec.remove("finalizers");
+        }
+        // A headless Service keeps `None`; any real IP belongs to the host cluster.
+        ("Service", Some(spec))
+            if spec.get("clusterIP").and_then(Value::as_str) != Some("None") =>
+        {
+            spec.remove("clusterIP");
+            spec.remove("clusterIPs");
+        }
+        _ => {}
+    }
+    if kind == "ServiceAccount" {
+        template.remove("secrets");
+    }
+    if template
+        .get("spec")
+        .and_then(Value::as_object)
+        .is_some_and(Map::is_empty)
+    {
+        template.remove("spec");
+    }
+    Value::Object(template)
+}
+
+/// The Federated&lt;Kind&gt; of `obj` for the type configured by `spec`, placed in every
+/// cluster. A FederatedNamespace is named after and lives in its namespace.
+pub fn federated_from(spec: &FederatedTypeConfigSpec, obj: &Value) -> anyhow::Result<Value> {
+    let name = obj
+        .pointer("/metadata/name")
+        .and_then(Value::as_str)
+        .context("the resource has no name")?;
+    let namespace = if is_namespace(spec) {
+        Some(name)
+    } else {
+        obj.pointer("/metadata/namespace").and_then(Value::as_str)
+    };
+    let mut metadata = json!({ "name": name });
+    if spec.federated_type.namespaced()
+        && let Some(ns) = namespace
+    {
+        metadata["namespace"] = json!(ns);
+    }
+    Ok(json!({
+        "apiVersion": spec.federated_type.api_version(),
+        "kind": spec.federated_type.kind,
+        "metadata": metadata,
+        "spec": {
+            "template": template_from(&spec.target_type.kind, obj),
+            "placement": { "clusterSelector": {} },
+        }
+    }))
+}
+
+/// Whether an object found in a namespace (for `--contents`) should be left alone: one a
+/// controller owns (ReplicaSets of a Deployment), one Kubernetes creates in every namespace
+/// (the `default` ServiceAccount, its token Secrets, `kube-root-ca.crt`), or one Flotilla
+/// itself propagated into this cluster.
+pub fn skip_content(kind: &str, obj: &Value) -> bool {
+    let meta = &obj["metadata"];
+    let owned = meta["ownerReferences"]
+        .as_array()
+        .is_some_and(|o| !o.is_empty());
+    let managed = meta["labels"][MANAGED_LABEL].as_str() == Some("true");
+    let name = meta["name"].as_str().unwrap_or("");
+    let built_in = match kind {
+        "ServiceAccount" => name == "default",
+        "Secret" => obj["type"].as_str() == Some("kubernetes.io/service-account-token"),
+        "ConfigMap" => name == "kube-root-ca.crt",
+        _ => false,
+    };
+    owned || managed || built_in
+}
+
+fn target_api(
+    client: &Client,
+    spec: &FederatedTypeConfigSpec,
+    ns: Option<&str>,
+) -> Api<DynamicObject> {
+    let ar = spec.target_type.to_kube();
+    match ns {
+        Some(ns) if spec.target_type.namespaced() => Api::namespaced_with(client.clone(), ns, &ar),
+        _ => Api::all_with(client.clone(), &ar),
+    }
+}
+
+/// Runs `flotilla federate`.
+pub async fn run(global: &GlobalArgs, args: FederateArgs, ctx: &Context) -> anyhow::Result<()> {
+    let access = access::host(global).await?;
+    let host = access.client()?;
+    let ns = access::namespace(global, &access);
+    let ftc = resolve::ftc_for(&host, &global.kubefed_namespace, &args.type_name).await?;
+    let kind = ftc.spec.target_type.kind.clone();
+    if args.contents && !is_namespace(&ftc.spec) {
+        anyhow::bail!("--contents only applies to namespaces");
+    }
+    let obj = target_api(&host, &ftc.spec, Some(&ns))
+        .get(&args.name)
+        .await
+        .with_context(|| format!("reading {kind} {}", args.name))?;
+    let mut objects = vec![federated_from(&ftc.spec, &serde_json::to_value(&obj)?)?];
+    if args.contents {
+        objects.extend(contents(&host, &global.kubefed_namespace, &args.name).await?);
+    }
+    if args.output == Some(OutputFormat::Yaml) {
+        let docs = objects
+            .iter()
+            .map(serde_saphyr::to_string)
+            .collect::<Result<Vec<_>, _>>()
+            .context("rendering YAML")?;
+        ctx.out.write(docs.join("---\n"));
+        return Ok(());
+    }
+    for fed in &objects {
+        apply(&host, fed).await?;
+        ctx.out.line(format!(
+            "{} {} applied",
+            fed["kind"].as_str().unwrap_or("").to_lowercase(),
+            display_name(fed)
+        ));
+    }
+    Ok(())
+}
+
+fn display_name(obj: &Value) -> String {
+    match (
+        obj.pointer("/metadata/namespace").and_then(Value::as_str),
+        obj.pointer("/metadata/name")
+            .and_then(Value::as_str)
+            .unwrap_or(""),
+    ) {
+        (Some(ns), name) => format!("{ns}/{name}"),
+        (None, name) => name.to_owned(),
+    }
+}
+
+/// The federated objects of everything in namespace `ns` of an enabled namespaced type.
+async fn contents(host: &Client, kubefed_ns: &str, ns: &str) -> anyhow::Result<Vec<Value>> {
+    let mut out = Vec::new();
+    let mut ftcs: Vec<FederatedTypeConfig> = resolve::list_ftcs(host, kubefed_ns).await?;
+    ftcs.sort_by_key(|f| f.name_any());
+    for ftc in ftcs {
+        let spec = &ftc.spec;
+        if !spec.target_type.namespaced() || is_namespace(spec) {
+            continue;
+        }
+        let list = target_api(host, spec, Some(ns))
+            .list(&ListParams::default())
+            .await
+            .with_context(|| format!("listing {} in {ns}", spec.target_type.plural_name))?;
+        for item in list.items {
+            let value = serde_json::to_value(&item)?;
+            if !skip_content(&spec.target_type.kind, &value) {
+                out.push(federated_from(spec, &value)?);
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Applies a federated object built here (server-side apply, field manager `flotilla`).
+pub async fn apply(host: &Client, fed: &Value) -> anyhow::Result<DynamicObject> {
+    let api_version = fed["apiVersion"].as_str().unwrap_or_default();
+    let kind = fed["kind"].as_str().unwrap_or_default();
+    let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
+    let gvk = kube::core::GroupVersionKind::gvk(group, version, kind);
+    let (ar, caps) = kube::discovery::pinned_kind(host, &gvk)
+        .await
+        .with_context(|| format!("discovering {kind}; is its type enabled?"))?;
+    let name = fed
+        .pointer("/metadata/name")
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    let api: Api<DynamicObject> = match fed.pointer("/metadata/namespace").and_then(Value::as_str) {
+        Some(ns) if caps.scope == kube::discovery::Scope::Namespaced => {
+            Api::namespaced_with(host.clone(), ns, &ar)
+        }
+        _ => Api::all_with(host.clone(), &ar),
+    };
+    api.patch(
+        name,
+        &PatchParams::apply(FIELD_MANAGER).force(),
+        &Patch::Apply(fed),
+    )
+    .await
+    .with_context(|| format!("applying {kind} {}", display_name(fed)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use flotilla_crds::crdgen::{default_target_types, federated_type_config};
+
+    fn spec_of(plural: &str) -> FederatedTypeConfigSpec {
+        default_target_types()
+            .iter()
+            .map(|t| federated_type_config(t, "kube-federation-system").spec)
+            .find(|s| s.target_type.plural_name == plural)
+            .expect("a default type")
+    }
+
+    #[test]
+    fn a_configmap_becomes_a_federated_configmap_for_every_cluster() {
+        let cm = json!({
+            "apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {
+                "name": "web", "namespace": "demo", "uid": "1", "resourceVersion": "7",
+                "labels": {"app": "web"}, "annotations": {"a": "b"},
+                "managedFields": [{}], "creationTimestamp": "2024-01-01T00:00:00Z"
+            },
+            "data": {"k": "v"}
+        });
+        let fed = federated_from(&spec_of("configmaps"), &cm).expect("builds");
+        assert_eq!(
+            fed,
+            json!({
+                "apiVersion": "types.kubefed.io/v1beta1", "kind": "FederatedConfigMap",
+                "metadata": {"name": "web", "namespace": "demo"},
+                "spec": {
+                    "template": {"metadata": {"labels": {"app": "web"}}, "data": {"k": "v"}},
+                    "placement": {"clusterSelector": {}}
+                }
+            })
+        );
+    }
+
+    #[test]
+    fn a_namespace_becomes_a_federated_namespace_inside_itself_without_finalizers() {
+        let ns = json!({
+            "apiVersion": "v1", "kind": "Namespace",
+            "metadata": {"name": "demo"},
+            "spec": {"finalizers": ["kubernetes"]},
+            "status": {"phase": "Active"}
+        });
+        let fed = federated_from(&spec_of("namespaces"), &ns).expect("builds");
+        assert_eq!(fed["kind"], "FederatedNamespace");
+        assert_eq!(
+            fed["metadata"],
+            json!({"name": "demo", "namespace": "demo"})
+        );
+        assert_eq!(fed["spec"]["template"], json!({}));
+    }
+
+    #[test]
+    fn server_set_fields_of_services_and_service_accounts_are_dropped() {
+        let svc = json!({
+            "kind": "Service", "metadata": {"name": "s"},
+            "spec": {"clusterIP": "10.0.0.1", "clusterIPs": ["10.0.0.1"], "ports": [{"port": 80}]}
+        });
+        assert_eq!(
+            template_from("Service", &svc),
+            json!({"spec": {"ports": [{"port": 80}]}})
+        );
+        let headless = json!({"kind": "Service", "spec": {"clusterIP": "None"}});
+        assert_eq!(
+            template_from("Service", &headless),
+            json!({"spec": {"clusterIP": "None"}})
+        );
+        let sa = json!({"kind": "ServiceAccount", "secrets": [{"name": "t"}]});
+        assert_eq!(template_from("ServiceAccount", &sa), json!({}));
+    }
+
+    #[test]
+    fn namespace_contents_skip_owned_and_built_in_objects() {
+        let owned = json!({"metadata": {"name": "rs", "ownerReferences": [{"uid": "1"}]}});
+        assert!(skip_content("ReplicaSet", &owned));
+        assert!(skip_content(
+            "ServiceAccount",
+            &json!({"metadata": {"name": "default"}})
+        ));
+        assert!(skip_content(
+            "Secret",
+            &json!({"metadata": {"name": "t"}, "type": "kubernetes.io/service-account-token"})
+        ));
+        assert!(skip_content(
+            "ConfigMap",
+            &json!({"metadata": {"name": "kube-root-ca.crt"}})
+        ));
+        assert!(skip_content(
+            "ConfigMap",
+            &json!({"metadata": {"name": "x", "labels": {"kubefed.io/managed": "true"}}})
+        ));
+        assert!(!skip_content(
+            "ConfigMap",
+            &json!({"metadata": {"name": "web"}})
+        ));
+    }
+}

@@ -1,0 +1,171 @@
+//! `flotilla controller-manager`: every controller ([`ControlPlane`]) under leader election,
+//! plus `/metrics`, `/healthz` and `/readyz`.
+//!
+//! Only the Lease holder runs the control plane, so only it writes. When it loses the
+//! Lease it stops the control plane and exits non-zero, like kubefed, so its Pod restarts
+//! as a fresh standby. On SIGTERM it stops and releases the Lease, so a standby takes over
+//! at once.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use flotilla_crds::{KUBEFED_CONFIG_NAME, KubeFedConfig};
+use kube::{Api, Client};
+use prometheus_client::metrics::gauge::Gauge;
+use tracing::{info, warn};
+
+use super::http::{self, Health};
+use super::{Context, GlobalArgs, access, parse_duration};
+use crate::leader::{self, LeaderElectionConfig, LeaderElector, LeadershipEnd};
+use crate::manager::ControlPlane;
+use crate::metrics::Metrics;
+
+/// Examples of `flotilla controller-manager --help`.
+pub const EXAMPLES: &str = "\
+Examples:
+  # In the host cluster (see config/manager/): in-cluster credentials, leader election on
+  flotilla controller-manager --kubefed-namespace kube-federation-system
+
+  # From a workstation against the host context, a single instance
+  flotilla controller-manager --context host --leader-elect=false --metrics-addr 127.0.0.1:8080
+
+  # Short leases (tests, demos); the defaults come from the KubeFedConfig (15s/10s/5s)
+  flotilla controller-manager --lease-duration 3s --renew-deadline 2s --retry-period 1s";
+
+/// Arguments of `flotilla controller-manager`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct ControllerManagerArgs {
+    /// Run only while holding the leader Lease (`--leader-elect=false` for a single
+    /// instance).
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set, value_name = "BOOL")]
+    pub leader_elect: bool,
+    /// Address of the `/metrics`, `/healthz` and `/readyz` endpoints.
+    #[arg(long, default_value = "0.0.0.0:8080", value_name = "ADDR")]
+    pub metrics_addr: SocketAddr,
+    /// Name of the leader Lease in the control-plane namespace.
+    #[arg(long, default_value = leader::DEFAULT_LEASE_NAME, value_name = "NAME")]
+    pub leader_election_id: String,
+    /// Lease duration (default: the KubeFedConfig's leaderElect.leaseDuration, 15s).
+    #[arg(long, value_parser = parse_duration, value_name = "DURATION")]
+    pub lease_duration: Option<Duration>,
+    /// Renew deadline (default: the KubeFedConfig's leaderElect.renewDeadline, 10s).
+    #[arg(long, value_parser = parse_duration, value_name = "DURATION")]
+    pub renew_deadline: Option<Duration>,
+    /// Retry period (default: the KubeFedConfig's leaderElect.retryPeriod, 5s).
+    #[arg(long, value_parser = parse_duration, value_name = "DURATION")]
+    pub retry_period: Option<Duration>,
+    /// Identity in the Lease (default: $POD_NAME, else hostname_pid).
+    #[arg(long, value_name = "ID")]
+    pub identity: Option<String>,
+}
+
+/// The leader election settings: the KubeFedConfig's, overridden by flags.
+async fn election_config(
+    host: &Client,
+    namespace: &str,
+    args: &ControllerManagerArgs,
+) -> LeaderElectionConfig {
+    let api: Api<KubeFedConfig> = Api::namespaced(host.clone(), namespace);
+    let effective = match api.get_opt(KUBEFED_CONFIG_NAME).await {
+        Ok(Some(c)) => c.spec.effective(),
+        Ok(None) => flotilla_crds::KubeFedConfigSpec::default().effective(),
+        Err(error) => {
+            warn!(%error, "reading the KubeFedConfig failed; using default leader election timings");
+            flotilla_crds::KubeFedConfigSpec::default().effective()
+        }
+    };
+    let mut config = LeaderElectionConfig::new(
+        namespace,
+        &args
+            .identity
+            .clone()
+            .unwrap_or_else(leader::default_identity),
+    );
+    config.lease_name = args.leader_election_id.clone();
+    config.lease_duration = args.lease_duration.unwrap_or(effective.lease_duration);
+    config.renew_deadline = args.renew_deadline.unwrap_or(effective.renew_deadline);
+    config.retry_period = args.retry_period.unwrap_or(effective.retry_period);
+    config
+}
+
+/// Runs `flotilla controller-manager` until `ctx.shutdown` fires (Ok) or leadership is
+/// lost (an error, so the process exits non-zero and restarts as a standby).
+pub async fn run(
+    global: &GlobalArgs,
+    args: ControllerManagerArgs,
+    ctx: &Context,
+) -> anyhow::Result<()> {
+    let namespace = global.kubefed_namespace.clone();
+    let host = access::host(global).await?.client()?;
+    let metrics = Arc::new(Metrics::new());
+    let leading = Gauge::<i64>::default();
+    metrics.register(
+        "leader",
+        "1 while this controller-manager holds the leader Lease and runs the controllers",
+        leading.clone(),
+    );
+    let health = Arc::new(Health::default());
+    let addr = http::serve(
+        args.metrics_addr,
+        metrics.clone(),
+        health.clone(),
+        ctx.shutdown.clone(),
+    )
+    .await
+    .with_context(|| format!("listening on {}", args.metrics_addr))?;
+    info!(%addr, "serving /metrics, /healthz and /readyz");
+
+    let version = tokio::select! {
+        v = host.apiserver_version() => v.context("reaching the host cluster")?,
+        _ = ctx.shutdown.cancelled() => return Ok(()),
+    };
+    info!(host_version = %version.git_version, %namespace, "connected to the host cluster");
+    // Ready means "can serve as leader or standby": the host answered.
+    health.set_ready(true);
+
+    if !args.leader_elect {
+        let cp = ControlPlane::start(host, &namespace, metrics.clone());
+        leading.set(1);
+        ctx.shutdown.cancelled().await;
+        cp.shutdown().await;
+        leading.set(0);
+        info!("controller-manager stopped");
+        return Ok(());
+    }
+
+    let config = election_config(&host, &namespace, &args).await;
+    info!(
+        identity = %config.identity,
+        lease = %config.lease_name,
+        lease_duration = ?config.lease_duration,
+        renew_deadline = ?config.renew_deadline,
+        retry_period = ?config.retry_period,
+        "leader election enabled"
+    );
+    let mut elector = LeaderElector::new(host.clone(), config)?;
+    if !elector.acquire(&ctx.shutdown).await {
+        info!("stopped before becoming leader");
+        return Ok(());
+    }
+    info!(identity = %elector.config().identity, "leading: starting the controllers");
+    let cp = ControlPlane::start(host, &namespace, metrics.clone());
+    leading.set(1);
+    let end = elector.hold(&ctx.shutdown).await;
+    leading.set(0);
+    cp.shutdown().await;
+    match end {
+        LeadershipEnd::Cancelled => {
+            // Released only now that nothing of ours writes any more.
+            elector.release().await;
+            info!("controller-manager stopped; lease released");
+            Ok(())
+        }
+        LeadershipEnd::Lost => {
+            anyhow::bail!(
+                "leader election lost; exiting so that this instance restarts as a standby"
+            )
+        }
+    }
+}
