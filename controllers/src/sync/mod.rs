@@ -27,6 +27,7 @@ use flotilla_crds::{
     federated::{FederatedSpec, FederatedStatus, aggregate_reason, cluster_reason},
 };
 use futures::{StreamExt, future::join_all};
+use k8s_openapi::api::core::v1::Namespace;
 use kube::{
     Api, Client, Resource, ResourceExt,
     api::{DeleteParams, GetParams, Patch, PatchParams, PropagationPolicy},
@@ -47,7 +48,7 @@ use crate::{
     multicluster::{ClusterEvent, ClusterSet, MemberEvent, MemberWatch},
     workqueue::WorkQueue,
 };
-use plan::{DesiredFor, HASH_ANNOTATION, Observed, Op, Outcome};
+use plan::{DeletionOp, DesiredFor, HASH_ANNOTATION, Observed, Op, Outcome};
 
 /// How long one member operation may take before it counts as timed out.
 const OPERATION_TIMEOUT: Duration = Duration::from_secs(30);
@@ -135,6 +136,8 @@ impl TypeController {
         let needs_ns_placement = target_namespaced && !is_namespace_type;
         let fns_writer = reflector::store::Writer::<DynamicObject>::new(fns_ar.clone());
         let fns_store = fns_writer.as_reader();
+        // Without namespace placement there is nothing to wait for.
+        let fns_synced = Arc::new(AtomicBool::new(!needs_ns_placement));
 
         let (member_tx, mut member_rx) = mpsc::unbounded_channel();
         let members = Arc::new(MemberWatch::<DynamicObject>::start(
@@ -154,6 +157,7 @@ impl TypeController {
             host_store: host_store.clone(),
             host_synced: host_synced.clone(),
             fns_store: fns_store.clone(),
+            fns_synced: fns_synced.clone(),
             members: members.clone(),
             failures: Mutex::default(),
         });
@@ -218,7 +222,10 @@ impl TypeController {
                                 }
                             }
                         }
-                        Ok(_) => {}
+                        Ok(watcher::Event::InitDone) => {
+                            fns_synced.store(true, Ordering::Release);
+                        }
+                        Ok(watcher::Event::Init) => {}
                         Err(e) => debug!(error = %e, "federated namespace watch failed; retrying"),
                     }
                 }
@@ -283,7 +290,12 @@ impl TypeController {
                         k = queue.next() => match k { Some(k) => k, None => return },
                         _ = cancel.cancelled() => return,
                     };
-                    if !ctl.host_synced.load(Ordering::Acquire) {
+                    // Until both host caches are complete, an object would look deleted
+                    // (a stray) or its namespace unfederated (placed nowhere), and its
+                    // member copies would be deleted.
+                    if !ctl.host_synced.load(Ordering::Acquire)
+                        || !ctl.fns_synced.load(Ordering::Acquire)
+                    {
                         queue.done(&key);
                         queue.add_after(key, Duration::from_millis(200));
                         continue;
@@ -348,6 +360,7 @@ struct Ctl {
     host_store: Store<DynamicObject>,
     host_synced: Arc<AtomicBool>,
     fns_store: Store<DynamicObject>,
+    fns_synced: Arc<AtomicBool>,
     members: Arc<MemberWatch<DynamicObject>>,
     failures: Mutex<HashMap<Key, u32>>,
 }
@@ -450,6 +463,9 @@ impl Ctl {
         let Some(fed) = self.host_store.get(&obj_ref) else {
             return self.clean_strays(key).await;
         };
+        if self.is_namespace_type && key.0.as_deref() != Some(key.1.as_str()) {
+            return self.invalid_namespace_name(&fed).await;
+        }
         if fed.metadata.deletion_timestamp.is_some() {
             return self.ensure_deletion(key, &fed).await;
         }
@@ -462,6 +478,34 @@ impl Ctl {
             return None;
         }
         self.sync(key, &fed).await
+    }
+
+    /// A FederatedNamespace must be named after its namespace (kubefed's rule): any other
+    /// is ignored with an `InvalidName` event. Its member counterpart is named after the
+    /// namespace, so a finalizer left from an earlier version is simply dropped.
+    async fn invalid_namespace_name(&self, fed: &DynamicObject) -> Option<Duration> {
+        if fed.metadata.deletion_timestamp.is_some() {
+            if fed.finalizers().iter().any(|f| f == SYNC_FINALIZER)
+                && let Err(e) = self.remove_finalizer(fed).await
+            {
+                warn!(error = %e, "removing the sync finalizer failed");
+                return Some(Duration::from_secs(5));
+            }
+            return None;
+        }
+        let ns = fed.namespace().unwrap_or_default();
+        warn!(name = %fed.name_any(), namespace = %ns, "ignoring a FederatedNamespace not named after its namespace");
+        self.event(
+            fed,
+            EventType::Warning,
+            "InvalidName",
+            format!(
+                "a FederatedNamespace must be named after its namespace: rename {} to {ns}; it is ignored",
+                fed.name_any()
+            ),
+        )
+        .await;
+        None
     }
 
     async fn add_finalizer(&self, fed: &DynamicObject) -> Result<(), kube::Error> {
@@ -629,16 +673,33 @@ impl Ctl {
             .is_some_and(|v| v == "true");
         let dp = &self.delete_options(fed);
         let snapshot = self.shared.clusters.snapshot();
+        let observed: Vec<Observed> = snapshot.iter().map(|c| self.observe(c, key)).collect();
+        // A namespace about to be removed from a member might be the host's own (the host
+        // joined as a member): look its UID up only then.
+        let removing = snapshot
+            .iter()
+            .zip(&observed)
+            .any(|(c, o)| !selected.contains(&c.name) && matches!(o, Observed::Present(_)));
+        let host_ns_uid = if removing {
+            match self.host_namespace_uid(key).await {
+                Ok(uid) => uid,
+                Err(e) => {
+                    warn!(error = %e, "reading the host namespace failed");
+                    return self.backoff(key, true);
+                }
+            }
+        } else {
+            None
+        };
         let mut wait = false;
         let mut jobs = Vec::new();
-        for cluster in &snapshot {
-            let observed = self.observe(cluster, key);
+        for (cluster, observed) in snapshot.iter().zip(observed) {
             let is_selected = selected.contains(&cluster.name);
             let op = plan::decide(
                 is_selected,
                 &observed,
                 desired.get(&cluster.name),
-                self.is_protected(key),
+                self.is_protected(key) || is_host_namespace(&observed, host_ns_uid.as_deref()),
             );
             if op == Op::Wait {
                 wait = true;
@@ -921,7 +982,8 @@ impl Ctl {
     }
 
     /// The federated object is being deleted: remove (or orphan) its member objects, then
-    /// drop the finalizer. Unready clusters are waited for up to the configured timeout.
+    /// drop the finalizer. A cluster that may hold the object but cannot answer is waited
+    /// for up to the configured timeout; a cluster removed from the registry is not.
     async fn ensure_deletion(&self, key: &Key, fed: &DynamicObject) -> Option<Duration> {
         if !fed.finalizers().iter().any(|f| f == SYNC_FINALIZER) {
             return None;
@@ -938,90 +1000,134 @@ impl Ctl {
             .as_ref()
             .map(|t| {
                 let secs = k8s_openapi::jiff::Timestamp::now().as_second() - t.0.as_second();
-                Duration::from_secs(secs.max(0) as u64)
+                Duration::from_secs(secs.max(0).unsigned_abs())
             })
             .unwrap_or_default();
         let timed_out = deleted_for >= config.unready_cluster_deletion_timeout;
+        // A cluster may hold the object if the last status lists it (propagated, failed or
+        // pending) or the placement selects it now (a status write may have been lost).
+        let mut may_hold: BTreeSet<String> =
+            previous.clusters.iter().map(|c| c.name.clone()).collect();
+        if let Ok(spec) = FederatedSpec::from_dynamic(fed)
+            && let Ok(selected) = self.placement(key, &spec)
+        {
+            may_hold.extend(selected);
+        }
         let (m_ns, m_name) = self.member_name(key);
         let dp = self.delete_options(fed);
+        let host_ns_uid = match self.host_namespace_uid(key).await {
+            Ok(uid) => uid,
+            Err(e) => {
+                // Unknown whether a member is the host itself: delete nothing yet.
+                warn!(error = %e, "reading the host namespace failed");
+                return self.backoff(key, true);
+            }
+        };
         let snapshot = self.shared.clusters.snapshot();
         let mut pending = false;
         let mut abandoned = Vec::new();
         let mut jobs = Vec::new();
         for cluster in &snapshot {
             let observed = self.observe(cluster, key);
-            let was_placed = previous.clusters.iter().any(|c| c.name == cluster.name);
+            let keep = orphan
+                || self.is_protected(key)
+                || is_host_namespace(&observed, host_ns_uid.as_deref());
+            let op =
+                plan::decide_deletion(&observed, may_hold.contains(&cluster.name), keep, timed_out);
+            pending |= op.is_pending();
             let name = cluster.name.clone();
             let client = cluster.client.clone();
-            match observed {
-                Observed::NotReady if was_placed => {
-                    if timed_out {
-                        abandoned.push(name);
-                    } else {
-                        pending = true;
-                        jobs.push(futures::future::Either::Left(futures::future::ready(ClusterResult {
-                            cluster: name,
-                            outcome: Outcome::Status(
-                                cluster_reason::CLUSTER_NOT_READY,
-                                format!(
-                                    "waiting up to {} for the cluster to return to remove the object",
-                                    flotilla_crds::duration::format(config.unready_cluster_deletion_timeout)
-                                ),
-                            ),
-                        })));
-                    }
+            let dp = &dp;
+            let wait_message = match &observed {
+                Observed::NotSynced => (
+                    cluster_reason::WAITING_FOR_REMOVAL,
+                    "waiting for the cluster's cache to sync to remove the object".to_string(),
+                ),
+                _ => (
+                    cluster_reason::CLUSTER_NOT_READY,
+                    format!(
+                        "waiting up to {} for the cluster to return to remove the object",
+                        flotilla_crds::duration::format(config.unready_cluster_deletion_timeout)
+                    ),
+                ),
+            };
+            match op {
+                DeletionOp::Done => continue,
+                DeletionOp::Abandon => {
+                    abandoned.push(name);
+                    continue;
                 }
-                Observed::NotReady | Observed::Absent => {}
-                Observed::NotSynced => pending = true,
-                Observed::Present(obj) => {
-                    pending = true;
-                    let protected = self.is_protected(key);
-                    let dp = dp.clone();
-                    let Some(client) = client else { continue };
-                    jobs.push(futures::future::Either::Right(async move {
+                _ => {}
+            }
+            jobs.push(async move {
+                let outcome = match (op, client) {
+                    (DeletionOp::WaitForCluster, _) => {
+                        Outcome::Status(wait_message.0, wait_message.1)
+                    }
+                    (DeletionOp::WaitForRemoval, _) => Outcome::Removing,
+                    (_, None) => Outcome::Status(
+                        cluster_reason::CLIENT_RETRIEVAL_FAILED,
+                        "no client for the cluster".into(),
+                    ),
+                    (op, Some(client)) => {
+                        let permit = self.shared.limit(&name);
+                        let _permit = permit.acquire().await;
                         let api = self.member_api(client, m_ns);
-                        let outcome = if orphan || protected {
-                            match unlabel(&api, m_name).await {
-                                Ok(()) => Outcome::Removing,
-                                Err(e) => Outcome::Status(
-                                    cluster_reason::LABEL_REMOVAL_FAILED,
-                                    api_message(&e),
-                                ),
-                            }
-                        } else if plan::is_terminating(&obj) {
-                            Outcome::Removing
-                        } else {
-                            match api.delete(m_name, &dp).await {
-                                Ok(_) => Outcome::Removing,
-                                Err(kube::Error::Api(s)) if s.code == 404 => Outcome::Removing,
-                                Err(e) => Outcome::Status(
-                                    cluster_reason::DELETION_FAILED,
-                                    api_message(&e),
-                                ),
+                        let unlabelling = op == DeletionOp::Unlabel;
+                        let work = async {
+                            if unlabelling {
+                                match unlabel(&api, m_name).await {
+                                    Ok(()) => Outcome::Removing,
+                                    Err(e) => Outcome::Status(
+                                        cluster_reason::LABEL_REMOVAL_FAILED,
+                                        api_message(&e),
+                                    ),
+                                }
+                            } else {
+                                match api.delete(m_name, dp).await {
+                                    Ok(_) => Outcome::Removing,
+                                    Err(kube::Error::Api(s)) if s.code == 404 => Outcome::Gone,
+                                    Err(e) => Outcome::Status(
+                                        cluster_reason::DELETION_FAILED,
+                                        api_message(&e),
+                                    ),
+                                }
                             }
                         };
-                        ClusterResult {
-                            cluster: name,
-                            outcome,
+                        match tokio::time::timeout(OPERATION_TIMEOUT, work).await {
+                            Ok(o) => o,
+                            Err(_) => Outcome::Status(
+                                if unlabelling {
+                                    cluster_reason::LABEL_REMOVAL_TIMED_OUT
+                                } else {
+                                    cluster_reason::DELETION_TIMED_OUT
+                                },
+                                format!("no answer from the cluster within {OPERATION_TIMEOUT:?}"),
+                            ),
                         }
-                    }));
+                    }
+                };
+                ClusterResult {
+                    cluster: name,
+                    outcome,
                 }
-            }
+            });
         }
         let results = join_all(jobs).await;
         if !pending {
             if !abandoned.is_empty() {
+                let object = key
+                    .0
+                    .as_ref()
+                    .map(|ns| format!("{ns}/{}", key.1))
+                    .unwrap_or_else(|| key.1.clone());
                 let msg = format!(
-                    "gave up waiting for unready cluster(s) {} after {}; their {} {} may be left behind and is removed when the cluster returns",
+                    "gave up waiting for unready cluster(s) {} after {}: the {} {object} may be left behind there; it is removed as a stray when the cluster returns",
                     abandoned.join(", "),
                     flotilla_crds::duration::format(config.unready_cluster_deletion_timeout),
                     self.target_ar.kind,
-                    key.0
-                        .as_ref()
-                        .map(|ns| format!("{ns}/{}", key.1))
-                        .unwrap_or_else(|| key.1.clone()),
                 );
-                warn!(clusters = ?abandoned, object = ?key, "{msg}");
+                warn!(clusters = ?abandoned, object = %object, kind = %self.target_ar.kind, "deletion incomplete: {msg}");
                 self.event(fed, EventType::Warning, "DeletionIncomplete", msg)
                     .await;
             }
@@ -1029,7 +1135,8 @@ impl Ctl {
                 warn!(error = %e, "removing the sync finalizer failed");
                 return self.backoff(key, true);
             }
-            info!(object = ?key, "member objects removed; finalizer dropped");
+            info!(object = ?key, orphan, "member objects removed; finalizer dropped");
+            self.backoff(key, false);
             return None;
         }
         let outcomes: BTreeMap<String, Outcome> = results
@@ -1044,11 +1151,23 @@ impl Ctl {
             fed.metadata.generation.unwrap_or(0),
         )
         .await;
-        // Member delete events requeue us; the timer covers the unready-cluster deadline.
+        // Member delete events requeue us; the timer covers the unready-cluster deadline
+        // and clusters that failed to answer.
         let until_timeout = config
             .unready_cluster_deletion_timeout
             .saturating_sub(deleted_for);
         Some(until_timeout.clamp(Duration::from_secs(1), Duration::from_secs(5)))
+    }
+
+    /// UID of the host namespace of a FederatedNamespace (for other types, `None`): when
+    /// the host is also joined as a member, that namespace in the "member" is the host's
+    /// own, which holds the federated objects, and must never be deleted.
+    async fn host_namespace_uid(&self, key: &Key) -> Result<Option<String>, kube::Error> {
+        if !self.is_namespace_type {
+            return Ok(None);
+        }
+        let api: Api<Namespace> = Api::all(self.shared.host.clone());
+        Ok(api.get_opt(&key.1).await?.and_then(|n| n.metadata.uid))
     }
 
     fn delete_options(&self, fed: &DynamicObject) -> DeleteParams {
@@ -1069,36 +1188,66 @@ impl Ctl {
     /// live before it is deleted, so an object unlabelled meanwhile is never touched.
     async fn clean_strays(&self, key: &Key) -> Option<Duration> {
         let (m_ns, m_name) = self.member_name(key);
-        let mut jobs = Vec::new();
-        for c in self.shared.clusters.ready() {
-            if self.members.get(&c.name, m_ns, m_name).is_none() {
-                continue;
+        let clusters: Vec<_> = self
+            .shared
+            .clusters
+            .ready()
+            .into_iter()
+            .filter(|c| self.members.get(&c.name, m_ns, m_name).is_some())
+            .collect();
+        if clusters.is_empty() {
+            return self.backoff(key, false);
+        }
+        let host_ns_uid = match self.host_namespace_uid(key).await {
+            Ok(uid) => uid,
+            Err(e) => {
+                warn!(error = %e, "reading the host namespace failed");
+                return self.backoff(key, true);
             }
+        };
+        let mut jobs = Vec::new();
+        for c in clusters {
             let api = self.member_api(c.client.clone(), m_ns);
             let protected = self.is_protected(key);
+            let host_ns_uid = host_ns_uid.as_deref();
             jobs.push(async move {
-                let live = match api.get_opt(m_name).await {
-                    Ok(Some(o)) => o,
-                    Ok(None) => return true,
-                    Err(e) => {
-                        warn!(cluster = %c.name, error = %e, "reading a stray member object failed");
-                        return false;
+                let permit = self.shared.limit(&c.name);
+                let _permit = permit.acquire().await;
+                let work = async {
+                    let Some(live) = api.get_opt(m_name).await? else {
+                        return Ok(());
+                    };
+                    if live.labels().get(MANAGED_LABEL).is_none_or(|v| v != "true") {
+                        return Ok(());
+                    }
+                    if protected || host_ns_uid.is_some() && live.uid().as_deref() == host_ns_uid {
+                        info!(cluster = %c.name, object = ?key, "unlabelling a protected namespace whose federated namespace is gone");
+                        return unlabel(&api, m_name).await;
+                    }
+                    info!(cluster = %c.name, object = ?key, "deleting a managed object whose federated object is gone");
+                    // Preconditions: if the object was replaced or relabelled since it was
+                    // read, the delete fails and the next attempt reads it again.
+                    let dp = DeleteParams {
+                        preconditions: Some(kube::api::Preconditions {
+                            uid: live.uid(),
+                            resource_version: live.resource_version(),
+                        }),
+                        ..DeleteParams::default()
+                    };
+                    match api.delete(m_name, &dp).await {
+                        Ok(_) => Ok(()),
+                        Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
+                        Err(e) => Err(e),
                     }
                 };
-                if live.labels().get(MANAGED_LABEL).is_none_or(|v| v != "true") {
-                    return true;
-                }
-                let result = if protected {
-                    unlabel(&api, m_name).await
-                } else {
-                    info!(cluster = %c.name, object = ?key, "deleting a managed object whose federated object is gone");
-                    api.delete(m_name, &DeleteParams::default()).await.map(|_| ())
-                };
-                match result {
-                    Ok(()) => true,
-                    Err(kube::Error::Api(s)) if s.code == 404 => true,
-                    Err(e) => {
-                        warn!(cluster = %c.name, error = %e, "cleaning up a stray member object failed");
+                match tokio::time::timeout(OPERATION_TIMEOUT, work).await {
+                    Ok(Ok(())) => true,
+                    Ok(Err(e)) => {
+                        warn!(cluster = %c.name, object = ?key, error = %e, "cleaning up a stray member object failed");
+                        false
+                    }
+                    Err(_) => {
+                        warn!(cluster = %c.name, object = ?key, "cleaning up a stray member object timed out");
                         false
                     }
                 }
@@ -1174,6 +1323,17 @@ async fn unlabel(api: &Api<DynamicObject>, name: &str) -> Result<(), kube::Error
         Ok(_) => Ok(()),
         Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
         Err(e) => Err(e),
+    }
+}
+
+/// Whether an observed member namespace is the host's own namespace (same UID), which
+/// happens when the host cluster is also joined as a member.
+fn is_host_namespace(observed: &Observed, host_uid: Option<&str>) -> bool {
+    match (observed, host_uid) {
+        (Observed::Present(obj), Some(uid)) => {
+            obj.pointer("/metadata/uid").and_then(Value::as_str) == Some(uid)
+        }
+        _ => false,
     }
 }
 

@@ -109,6 +109,60 @@ pub fn decide(
     }
 }
 
+/// What deletion of the federated object does in one cluster.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum DeletionOp {
+    /// Nothing of ours is there (or the cluster never had the object): done here.
+    Done,
+    /// Delete the member object with the federated object's delete options.
+    Delete,
+    /// Remove the managed label and leave the object (orphaning, protected namespaces).
+    Unlabel,
+    /// The member object is terminating; wait until it is gone.
+    WaitForRemoval,
+    /// The cluster may hold the object but cannot be asked now (unready, or its cache is
+    /// still listing); wait for it, up to the unready-cluster deletion timeout.
+    WaitForCluster,
+    /// The timeout passed: stop waiting for this cluster. Whatever it holds is left
+    /// behind (and cleaned up as a stray when the cluster returns).
+    Abandon,
+}
+
+impl DeletionOp {
+    /// Whether the finalizer must stay because of this cluster.
+    pub fn is_pending(&self) -> bool {
+        !matches!(self, DeletionOp::Done | DeletionOp::Abandon)
+    }
+}
+
+/// Decides what deletion does in one cluster.
+///
+/// - `may_hold`: the cluster may hold the object although it cannot be observed — it is
+///   listed in the federated object's status or selected by its placement. An unready
+///   cluster that never had the object is not waited for.
+/// - `keep`: remove only the managed label (the `kubefed.io/orphan` annotation, or a
+///   namespace that must never be deleted).
+/// - `timed_out`: the object has been deleting for longer than the unready-cluster
+///   deletion timeout.
+///
+/// A cluster removed from the registry is not passed here at all: it is never waited for.
+pub fn decide_deletion(
+    observed: &Observed,
+    may_hold: bool,
+    keep: bool,
+    timed_out: bool,
+) -> DeletionOp {
+    match observed {
+        Observed::NotReady | Observed::NotSynced if !may_hold => DeletionOp::Done,
+        Observed::NotReady | Observed::NotSynced if timed_out => DeletionOp::Abandon,
+        Observed::NotReady | Observed::NotSynced => DeletionOp::WaitForCluster,
+        Observed::Absent => DeletionOp::Done,
+        Observed::Present(_) if keep => DeletionOp::Unlabel,
+        Observed::Present(obj) if is_terminating(obj) => DeletionOp::WaitForRemoval,
+        Observed::Present(_) => DeletionOp::Delete,
+    }
+}
+
 /// Whether a member object carries a deletion timestamp.
 pub fn is_terminating(obj: &Value) -> bool {
     obj.pointer("/metadata/deletionTimestamp")
@@ -356,6 +410,84 @@ mod tests {
         assert_eq!(
             decide(true, &Observed::Absent, Some(&failed), false),
             Op::Report(cluster_reason::APPLY_OVERRIDES_FAILED, "bad path".into())
+        );
+    }
+
+    fn terminating() -> Observed {
+        Observed::Present(
+            json!({"metadata": {"name": "a", "deletionTimestamp": "2024-01-01T00:00:00Z"}}),
+        )
+    }
+
+    #[test]
+    fn deletion_deletes_a_present_member_object() {
+        let present = member(json!({}), "h1");
+        assert_eq!(
+            decide_deletion(&present, true, false, false),
+            DeletionOp::Delete
+        );
+        assert_eq!(
+            decide_deletion(&present, false, false, true),
+            DeletionOp::Delete
+        );
+    }
+
+    #[test]
+    fn deletion_only_unlabels_when_orphaning_or_protected_even_if_terminating() {
+        assert_eq!(
+            decide_deletion(&member(json!({}), "h1"), true, true, false),
+            DeletionOp::Unlabel
+        );
+        assert_eq!(
+            decide_deletion(&terminating(), true, true, false),
+            DeletionOp::Unlabel
+        );
+    }
+
+    #[test]
+    fn deletion_waits_for_a_terminating_member_object() {
+        let op = decide_deletion(&terminating(), true, false, true);
+        assert_eq!(op, DeletionOp::WaitForRemoval);
+        assert!(op.is_pending());
+    }
+
+    #[test]
+    fn deletion_is_done_in_a_cluster_without_the_object() {
+        assert_eq!(
+            decide_deletion(&Observed::Absent, true, false, false),
+            DeletionOp::Done
+        );
+    }
+
+    #[test]
+    fn deletion_waits_for_an_unready_cluster_that_may_hold_the_object_until_the_timeout() {
+        for observed in [Observed::NotReady, Observed::NotSynced] {
+            let waiting = decide_deletion(&observed, true, false, false);
+            assert_eq!(waiting, DeletionOp::WaitForCluster);
+            assert!(waiting.is_pending());
+            let given_up = decide_deletion(&observed, true, false, true);
+            assert_eq!(given_up, DeletionOp::Abandon);
+            assert!(!given_up.is_pending());
+        }
+    }
+
+    #[test]
+    fn deletion_does_not_wait_for_an_unready_cluster_that_never_had_the_object() {
+        assert_eq!(
+            decide_deletion(&Observed::NotReady, false, false, false),
+            DeletionOp::Done
+        );
+        assert_eq!(
+            decide_deletion(&Observed::NotSynced, false, true, false),
+            DeletionOp::Done
+        );
+    }
+
+    #[test]
+    fn orphaning_also_waits_for_an_unready_cluster_to_remove_the_label() {
+        assert_eq!(
+            decide_deletion(&Observed::NotReady, true, true, false),
+            DeletionOp::WaitForCluster
         );
     }
 
