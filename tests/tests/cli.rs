@@ -1,0 +1,1037 @@
+//! The `flotilla` command line on real clusters: join / unjoin, enable / disable (a CRD
+//! type), federate, orphaning-deletion, status and `status --wait`, the controller-manager
+//! (in-process, and two processes under leader election), the deployment manifests against
+//! a real API server, and `dev up` as a subprocess that must leave no process behind.
+//!
+//! Commands run in-process through `flotilla_controllers::cli::run` where they can; leader
+//! election and `dev up` run the built binary (`cargo build` of `flotilla`, or `$FLOTILLA_BIN`).
+
+use std::{
+    collections::BTreeMap,
+    path::{Path, PathBuf},
+    process::Stdio,
+    sync::Mutex,
+    time::{Duration, Instant},
+};
+
+use anyhow::{Context as _, ensure};
+use flotilla_controllers::cli::{self, Context};
+use flotilla_crds::{DEFAULT_NAMESPACE, FederatedTypeConfig, KubeFedCluster};
+use flotilla_tests::{
+    LocalEnv,
+    federation::{apply, federated, federated_namespace, federation, install_crds},
+    wait_for,
+};
+use k8s_openapi::{
+    api::{
+        coordination::v1::Lease,
+        core::v1::{ConfigMap, Namespace, Secret, ServiceAccount},
+        rbac::v1::{ClusterRole, ClusterRoleBinding},
+    },
+    apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition,
+};
+use kube::{
+    Api, Client, ResourceExt,
+    api::{DeleteParams, DynamicObject, Patch, PatchParams},
+    core::ApiResource,
+};
+use serde_json::json;
+use tokio::io::{AsyncBufReadExt, BufReader};
+
+const T: Duration = Duration::from_secs(30);
+
+fn workspace_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+/// The `flotilla` binary: `$FLOTILLA_BIN`, or built once per test process with cargo.
+fn flotilla_binary() -> anyhow::Result<PathBuf> {
+    static BUILT: Mutex<Option<PathBuf>> = Mutex::new(None);
+    let mut built = BUILT.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(path) = built.as_ref() {
+        return Ok(path.clone());
+    }
+    if let Some(path) = std::env::var_os("FLOTILLA_BIN").filter(|p| !p.is_empty()) {
+        let path = PathBuf::from(path);
+        *built = Some(path.clone());
+        return Ok(path);
+    }
+    let cargo = std::env::var("CARGO")
+        .ok()
+        .or(option_env!("CARGO").map(str::to_owned))
+        .unwrap_or_else(|| "cargo".into());
+    let mut command = std::process::Command::new(cargo);
+    // Variables cargo sets for this test process would look like a changed environment to
+    // build scripts (ring tracks CARGO_PKG_NAME, CARGO_MANIFEST_DIR, ...) and rebuild them.
+    for (key, _) in std::env::vars_os() {
+        let key = key.to_string_lossy();
+        let set_by_cargo = [
+            "CARGO_PKG_",
+            "CARGO_MANIFEST_",
+            "CARGO_CRATE_",
+            "CARGO_BIN_",
+        ]
+        .iter()
+        .any(|p| key.starts_with(p))
+            || [
+                "CARGO_PRIMARY_PACKAGE",
+                "CARGO_TARGET_TMPDIR",
+                "CARGO_RUSTC_CURRENT_DIR",
+                "OUT_DIR",
+            ]
+            .contains(&key.as_ref());
+        if set_by_cargo {
+            command.env_remove(key.as_ref());
+        }
+    }
+    let output = command
+        .args([
+            "build",
+            "-p",
+            "flotilla-controllers",
+            "--bin",
+            "flotilla",
+            "--message-format=json",
+        ])
+        .current_dir(workspace_root())
+        .stderr(Stdio::inherit())
+        .output()
+        .context("running cargo build")?;
+    ensure!(output.status.success(), "cargo build of flotilla failed");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let path = stdout
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(|m| m["reason"] == "compiler-artifact" && m["target"]["name"] == "flotilla")
+        .find_map(|m| m["executable"].as_str().map(PathBuf::from))
+        .context("cargo did not report the flotilla executable")?;
+    *built = Some(path.clone());
+    Ok(path)
+}
+
+/// Runs `flotilla --kubeconfig <env> --context host ARGS…` in-process; returns the result
+/// and what it printed.
+async fn flotilla(env: &LocalEnv, args: &[&str]) -> (anyhow::Result<()>, String) {
+    let ctx = Context::captured();
+    let result = cli::run(full_args(env, args), ctx.clone()).await;
+    (result, ctx.out.text())
+}
+
+fn full_args(env: &LocalEnv, args: &[&str]) -> Vec<String> {
+    let mut full: Vec<String> = vec![
+        "flotilla".into(),
+        "--kubeconfig".into(),
+        env.kubeconfig_path().display().to_string(),
+        "--context".into(),
+        "host".into(),
+    ];
+    full.extend(args.iter().map(|a| a.to_string()));
+    full
+}
+
+/// Like [`flotilla`], failing with the output when the command fails.
+async fn flotilla_ok(env: &LocalEnv, args: &[&str]) -> anyhow::Result<String> {
+    let (result, out) = flotilla(env, args).await;
+    result.with_context(|| format!("flotilla {} failed; output:\n{out}", args.join(" ")))?;
+    Ok(out)
+}
+
+fn free_port() -> anyhow::Result<u16> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port())
+}
+
+async fn metrics_of(port: u16) -> anyhow::Result<String> {
+    let (status, body) = cli::http::get(([127, 0, 0, 1], port).into(), "/metrics").await?;
+    ensure!(status == 200, "/metrics answered {status}");
+    Ok(body)
+}
+
+async fn fast_health_checks(host: &Client) -> anyhow::Result<()> {
+    let mut spec = flotilla_crds::KubeFedConfigSpec::with_defaults();
+    if let Some(hc) = spec.cluster_health_check.as_mut() {
+        hc.period = Some("1s".into());
+        hc.timeout = Some("1s".into());
+    }
+    let api: Api<flotilla_crds::KubeFedConfig> = Api::namespaced(host.clone(), DEFAULT_NAMESPACE);
+    api.patch(
+        "kubefed",
+        &PatchParams::apply("flotilla-tests").force(),
+        &Patch::Apply(json!({
+            "apiVersion": "core.kubefed.io/v1beta1", "kind": "KubeFedConfig",
+            "metadata": {"name": "kubefed", "namespace": DEFAULT_NAMESPACE},
+            "spec": spec,
+        })),
+    )
+    .await?;
+    Ok(())
+}
+
+async fn cm_data(
+    client: &Client,
+    ns: &str,
+    name: &str,
+) -> anyhow::Result<Option<BTreeMap<String, String>>> {
+    let api: Api<ConfigMap> = Api::namespaced(client.clone(), ns);
+    Ok(api.get_opt(name).await?.map(|c| c.data.unwrap_or_default()))
+}
+
+fn widget_ar() -> ApiResource {
+    ApiResource {
+        group: "example.com".into(),
+        version: "v1".into(),
+        api_version: "example.com/v1".into(),
+        kind: "Widget".into(),
+        plural: "widgets".into(),
+    }
+}
+
+async fn install_widget_crd(clients: &[Client]) -> anyhow::Result<()> {
+    let crd: CustomResourceDefinition = serde_json::from_value(json!({
+        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+        "metadata": {"name": "widgets.example.com"},
+        "spec": {"group": "example.com", "scope": "Namespaced",
+            "names": {"plural": "widgets", "singular": "widget", "kind": "Widget", "shortNames": ["wd"]},
+            "versions": [{"name": "v1", "served": true, "storage": true,
+                "schema": {"openAPIV3Schema": {"type": "object", "properties": {"spec": {"type": "object",
+                    "properties": {"size": {"type": "integer"}, "color": {"type": "string"}}}}}}}]}
+    }))?;
+    for c in clients {
+        let api: Api<CustomResourceDefinition> = Api::all(c.clone());
+        api.patch(
+            "widgets.example.com",
+            &PatchParams::apply("flotilla-tests"),
+            &Patch::Apply(&crd),
+        )
+        .await?;
+    }
+    for c in clients {
+        let api: Api<CustomResourceDefinition> = Api::all(c.clone());
+        wait_for(T, "widget CRD established", || async {
+            let crd = api.get("widgets.example.com").await?;
+            let ok = crd
+                .status
+                .and_then(|s| s.conditions)
+                .unwrap_or_default()
+                .iter()
+                .any(|c| c.type_ == "Established" && c.status == "True");
+            ensure!(ok, "not established");
+            Ok(())
+        })
+        .await?;
+    }
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_cli_joins_enables_federates_reports_status_and_unjoins_on_real_clusters()
+-> anyhow::Result<()> {
+    let env = flotilla_tests::env(2).await;
+    let host = env.host().client().await?;
+    let m1 = env.members()[0].client().await?;
+    let m2 = env.members()[1].client().await?;
+    install_crds(&host).await?;
+    let kfcs: Api<KubeFedCluster> = Api::namespaced(host.clone(), DEFAULT_NAMESPACE);
+
+    // join --dry-run says what it would create and creates nothing.
+    let plan = flotilla_ok(
+        &env,
+        &[
+            "join",
+            "member1",
+            "--cluster-context",
+            "member1",
+            "--dry-run",
+        ],
+    )
+    .await?;
+    assert!(
+        plan.contains("ServiceAccount      kube-federation-system/member1-host"),
+        "{plan}"
+    );
+    assert!(
+        plan.contains(&format!("apiEndpoint: {}", env.members()[0].server())),
+        "{plan}"
+    );
+    assert!(kfcs.get_opt("member1").await?.is_none());
+
+    // join both members, from their kubeconfig contexts.
+    let out = flotilla_ok(
+        &env,
+        &[
+            "join",
+            "member1",
+            "--cluster-context",
+            "member1",
+            "--host-cluster-context",
+            "host",
+            "--label",
+            "name=member1",
+        ],
+    )
+    .await?;
+    assert!(out.contains("cluster member1 joined"), "{out}");
+    flotilla_ok(
+        &env,
+        &[
+            "join",
+            "member2",
+            "--cluster-context",
+            "member2",
+            "--label",
+            "name=member2",
+            "--secret-name",
+            "member2-credentials",
+        ],
+    )
+    .await?;
+    let kfc2 = kfcs.get("member2").await?;
+    assert_eq!(kfc2.spec.secret_ref.name, "member2-credentials");
+    assert_eq!(
+        kfc2.labels().get("name").map(String::as_str),
+        Some("member2")
+    );
+    // A second join of a joined cluster fails only when asked to.
+    let (again, _) = flotilla(
+        &env,
+        &[
+            "join",
+            "member1",
+            "--cluster-context",
+            "member1",
+            "--error-on-existing",
+        ],
+    )
+    .await;
+    assert!(
+        again.is_err(),
+        "joining twice with --error-on-existing must fail"
+    );
+    fast_health_checks(&host).await?;
+
+    // enable the two built-in types this test federates.
+    for t in ["namespaces", "configmaps"] {
+        let out = flotilla_ok(&env, &["enable", t]).await?;
+        assert!(out.contains("federatedtypeconfig"), "{out}");
+    }
+
+    // The controller-manager, in-process, without leader election.
+    let port = free_port()?;
+    let cm_ctx = Context::captured();
+    let addr = format!("127.0.0.1:{port}");
+    let cm = tokio::spawn(cli::run(
+        full_args(
+            &env,
+            &[
+                "controller-manager",
+                "--leader-elect=false",
+                "--metrics-addr",
+                &addr,
+            ],
+        ),
+        cm_ctx.clone(),
+    ));
+    wait_for(T, "both members Ready", || async {
+        for name in ["member1", "member2"] {
+            let ready = kfcs.get(name).await?.status.is_some_and(|s| s.is_ready());
+            ensure!(ready, "{name} not Ready");
+        }
+        Ok(())
+    })
+    .await?;
+    let metrics = wait_for(T, "metrics with both clusters ready", || async {
+        let (status, _) = cli::http::get(([127, 0, 0, 1], port).into(), "/readyz").await?;
+        ensure!(status == 200, "/readyz answered {status}");
+        let m = metrics_of(port).await?;
+        ensure!(m.contains("flotilla_ready_clusters 2"), "{m}");
+        Ok(m)
+    })
+    .await?;
+    assert!(metrics.contains("flotilla_leader 1"), "{metrics}");
+
+    // federate a namespace, then a ConfigMap in it.
+    let ns_api: Api<Namespace> = Api::all(host.clone());
+    ns_api
+        .patch(
+            "demo",
+            &PatchParams::apply("flotilla-tests"),
+            &Patch::Apply(
+                json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "demo"}}),
+            ),
+        )
+        .await?;
+    flotilla_ok(&env, &["federate", "namespace", "demo"]).await?;
+    for m in [&m1, &m2] {
+        let api: Api<Namespace> = Api::all(m.clone());
+        wait_for(T, "namespace demo in the member", || async {
+            ensure!(api.get_opt("demo").await?.is_some(), "missing");
+            Ok(())
+        })
+        .await?;
+    }
+    let host_cms: Api<ConfigMap> = Api::namespaced(host.clone(), "demo");
+    host_cms
+        .patch(
+            "settings",
+            &PatchParams::apply("flotilla-tests"),
+            &Patch::Apply(json!({"apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": "settings", "namespace": "demo", "labels": {"app": "web"}, "annotations": {"note": "host only"}},
+                "data": {"color": "blue", "size": "3"}})),
+        )
+        .await?;
+    let yaml = flotilla_ok(
+        &env,
+        &[
+            "federate",
+            "configmap",
+            "settings",
+            "-n",
+            "demo",
+            "-o",
+            "yaml",
+        ],
+    )
+    .await?;
+    assert!(
+        yaml.contains("kind: FederatedConfigMap") && yaml.contains("clusterSelector: {}"),
+        "{yaml}"
+    );
+    assert!(
+        !yaml.contains("resourceVersion") && !yaml.contains("note"),
+        "{yaml}"
+    );
+    let fcm = federated("ConfigMap", "configmaps");
+    let fcms: Api<DynamicObject> = Api::namespaced_with(host.clone(), "demo", &fcm);
+    assert!(
+        fcms.get_opt("settings").await?.is_none(),
+        "-o yaml must not apply"
+    );
+    flotilla_ok(&env, &["federate", "configmap", "settings", "-n", "demo"]).await?;
+    let want: BTreeMap<String, String> = [("color", "blue"), ("size", "3")]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    for m in [&m1, &m2] {
+        wait_for(
+            T,
+            "federated ConfigMap in the member with the same data",
+            || async {
+                ensure!(
+                    cm_data(m, "demo", "settings").await?.as_ref() == Some(&want),
+                    "not yet"
+                );
+                Ok(())
+            },
+        )
+        .await?;
+        let cm = Api::<ConfigMap>::namespaced(m.clone(), "demo")
+            .get("settings")
+            .await?;
+        assert_eq!(cm.labels().get("app").map(String::as_str), Some("web"));
+    }
+
+    // status: a row per object and cluster; --wait succeeds once propagated.
+    let out = flotilla_ok(
+        &env,
+        &["status", "-n", "demo", "--wait", "--timeout", "30s"],
+    )
+    .await?;
+    assert!(out.contains("all propagated"), "{out}");
+    let out = flotilla_ok(&env, &["status", "-n", "demo"]).await?;
+    for object in ["federatedconfigmap/settings", "federatednamespace/demo"] {
+        for member in ["member1", "member2"] {
+            let rows = out
+                .lines()
+                .filter(|l| {
+                    l.contains(object) && l.contains(member) && l.trim_end().ends_with("OK")
+                })
+                .count();
+            assert_eq!(rows, 1, "one OK row for {object} in {member}:\n{out}");
+        }
+    }
+    let out = flotilla_ok(&env, &["status", "cm/settings", "-n", "demo"]).await?;
+    assert_eq!(
+        out.lines().filter(|l| l.contains("settings")).count(),
+        2,
+        "{out}"
+    );
+
+    // status --wait fails, naming cluster and reason, on an override that cannot apply.
+    apply(
+        &host,
+        &fcm,
+        Some("demo"),
+        &json!({"apiVersion": "types.kubefed.io/v1beta1", "kind": "FederatedConfigMap",
+            "metadata": {"name": "broken", "namespace": "demo"},
+            "spec": {"template": {"data": {"k": "v"}}, "placement": {"clusterSelector": {}},
+                "overrides": [{"clusterName": "member2", "clusterOverrides": [{"path": "/data/missing/deeper", "value": "x"}]}]}}),
+    )
+    .await?;
+    let started = Instant::now();
+    let (result, out) = flotilla(
+        &env,
+        &[
+            "status",
+            "federatedconfigmaps/broken",
+            "-n",
+            "demo",
+            "--wait",
+            "--timeout",
+            "60s",
+        ],
+    )
+    .await;
+    assert!(result.is_err(), "a bad override must fail --wait:\n{out}");
+    assert!(
+        started.elapsed() < Duration::from_secs(30),
+        "it fails fast, not on timeout"
+    );
+    assert!(
+        out.contains("FAILED") && out.contains("member2") && out.contains("ApplyOverridesFailed"),
+        "{out}"
+    );
+
+    // orphaning-deletion manages the annotation.
+    flotilla_ok(
+        &env,
+        &[
+            "orphaning-deletion",
+            "enable",
+            "configmaps",
+            "settings",
+            "-n",
+            "demo",
+        ],
+    )
+    .await?;
+    let out = flotilla_ok(
+        &env,
+        &[
+            "orphaning-deletion",
+            "status",
+            "fcm",
+            "settings",
+            "-n",
+            "demo",
+        ],
+    )
+    .await?;
+    assert!(out.contains("is enabled"), "{out}");
+    let annotated = fcms.get("settings").await?;
+    assert_eq!(
+        annotated
+            .annotations()
+            .get("kubefed.io/orphan")
+            .map(String::as_str),
+        Some("true")
+    );
+    flotilla_ok(
+        &env,
+        &[
+            "orphaning-deletion",
+            "disable",
+            "configmaps",
+            "settings",
+            "-n",
+            "demo",
+        ],
+    )
+    .await?;
+    let out = flotilla_ok(
+        &env,
+        &[
+            "orphaning-deletion",
+            "status",
+            "configmaps",
+            "settings",
+            "-n",
+            "demo",
+        ],
+    )
+    .await?;
+    assert!(out.contains("is disabled"), "{out}");
+
+    // enable a CRD type: the Federated CRD carries its schema, and propagation works.
+    install_widget_crd(&[host.clone(), m1.clone(), m2.clone()]).await?;
+    let out = flotilla_ok(&env, &["enable", "widgets.example.com"]).await?;
+    assert!(out.contains("template schema from the target CRD"), "{out}");
+    let crds: Api<CustomResourceDefinition> = Api::all(host.clone());
+    let fcrd = serde_json::to_value(crds.get("federatedwidgets.types.kubefed.io").await?)?;
+    assert_eq!(
+        fcrd.pointer("/spec/versions/0/schema/openAPIV3Schema/properties/spec/properties/template/properties/spec/properties/size/type"),
+        Some(&json!("integer")),
+        "the template schema comes from the Widget CRD"
+    );
+    assert_eq!(
+        fcrd.pointer("/spec/names/shortNames/0"),
+        Some(&json!("fwd"))
+    );
+    let ftcs: Api<FederatedTypeConfig> = Api::namespaced(host.clone(), DEFAULT_NAMESPACE);
+    assert!(ftcs.get_opt("widgets.example.com").await?.is_some());
+    let fwidget = federated("Widget", "widgets");
+    let fwidget_json = |name: &str| {
+        json!({"apiVersion": "types.kubefed.io/v1beta1", "kind": "FederatedWidget",
+            "metadata": {"name": name, "namespace": "demo"},
+            "spec": {"template": {"spec": {"size": 3, "color": "red"}}, "placement": {"clusterSelector": {}}}})
+    };
+    wait_for(T, "FederatedWidget accepted", || async {
+        apply(&host, &fwidget, Some("demo"), &fwidget_json("gear")).await
+    })
+    .await?;
+    for m in [&m1, &m2] {
+        let api: Api<DynamicObject> = Api::namespaced_with(m.clone(), "demo", &widget_ar());
+        wait_for(T, "widget gear in the member", || async {
+            let w = api.get_opt("gear").await?.context("missing")?;
+            ensure!(w.data["spec"]["size"] == 3, "{:?}", w.data);
+            Ok(())
+        })
+        .await?;
+    }
+    let out = flotilla_ok(&env, &["status", "wd", "-n", "demo"]).await?;
+    assert!(
+        out.contains("federatedwidget/gear"),
+        "a CRD's short name resolves:\n{out}"
+    );
+
+    // disable: propagation reported NotRunning before the FTC goes; nothing propagates after.
+    let out = flotilla_ok(
+        &env,
+        &["disable", "widgets.example.com", "--timeout", "30s"],
+    )
+    .await?;
+    assert!(out.contains("NotRunning"), "{out}");
+    assert!(
+        ftcs.get_opt("widgets.example.com").await?.is_none(),
+        "FTC deleted"
+    );
+    apply(&host, &fwidget, Some("demo"), &fwidget_json("late")).await?;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let m1_widgets: Api<DynamicObject> = Api::namespaced_with(m1.clone(), "demo", &widget_ar());
+    assert!(
+        m1_widgets.get_opt("late").await?.is_none(),
+        "a disabled type does not propagate"
+    );
+    // Enabled again, its objects can be deleted; then disable --delete-crd removes the CRD.
+    flotilla_ok(&env, &["enable", "widgets.example.com"]).await?;
+    wait_for(T, "late widget propagated after re-enabling", || async {
+        ensure!(m1_widgets.get_opt("late").await?.is_some(), "missing");
+        Ok(())
+    })
+    .await?;
+    let host_fwidgets: Api<DynamicObject> = Api::namespaced_with(host.clone(), "demo", &fwidget);
+    for name in ["gear", "late"] {
+        host_fwidgets.delete(name, &DeleteParams::default()).await?;
+    }
+    wait_for(T, "federated widgets deleted", || async {
+        ensure!(
+            host_fwidgets
+                .list(&Default::default())
+                .await?
+                .items
+                .is_empty(),
+            "still there"
+        );
+        Ok(())
+    })
+    .await?;
+    flotilla_ok(&env, &["disable", "fwd", "--delete-crd"]).await?;
+    wait_for(T, "FederatedWidget CRD deleted", || async {
+        ensure!(
+            crds.get_opt("federatedwidgets.types.kubefed.io")
+                .await?
+                .is_none(),
+            "still there"
+        );
+        Ok(())
+    })
+    .await?;
+
+    // unjoin removes the member's service account, token, RBAC and the host side.
+    let out = flotilla_ok(&env, &["unjoin", "member2", "--cluster-context", "member2"]).await?;
+    assert!(out.contains("cluster member2 unjoined"), "{out}");
+    let sas: Api<ServiceAccount> = Api::namespaced(m2.clone(), DEFAULT_NAMESPACE);
+    assert!(
+        sas.get_opt("member2-host").await?.is_none(),
+        "service account"
+    );
+    let m2_secrets: Api<Secret> = Api::namespaced(m2.clone(), DEFAULT_NAMESPACE);
+    assert!(
+        m2_secrets.get_opt("member2-host-token").await?.is_none(),
+        "member token secret"
+    );
+    let role = "kubefed-controller-manager:member2-host";
+    assert!(
+        Api::<ClusterRole>::all(m2.clone())
+            .get_opt(role)
+            .await?
+            .is_none(),
+        "cluster role"
+    );
+    assert!(
+        Api::<ClusterRoleBinding>::all(m2.clone())
+            .get_opt(role)
+            .await?
+            .is_none(),
+        "binding"
+    );
+    let host_secrets: Api<Secret> = Api::namespaced(host.clone(), DEFAULT_NAMESPACE);
+    assert!(
+        host_secrets.get_opt("member2-credentials").await?.is_none(),
+        "host secret"
+    );
+    assert!(kfcs.get_opt("member2").await?.is_none(), "KubeFedCluster");
+
+    // unjoin --force when the member is down: the host side goes anyway.
+    env.stop_apiserver("member1").await?;
+    let (plain, _) = flotilla(&env, &["unjoin", "member1"]).await;
+    assert!(
+        plain.is_err(),
+        "without --force an unreachable member is an error"
+    );
+    assert!(kfcs.get_opt("member1").await?.is_some());
+    let out = flotilla_ok(&env, &["unjoin", "member1", "--force"]).await?;
+    assert!(out.contains("host side only"), "{out}");
+    assert!(kfcs.get_opt("member1").await?.is_none());
+    assert!(host_secrets.get_opt("member1-token").await?.is_none());
+
+    cm_ctx.shutdown.cancel();
+    cm.await?.context("controller-manager")?;
+    env.shutdown().await?;
+    Ok(())
+}
+
+async fn lease_holder(host: &Client) -> anyhow::Result<Option<String>> {
+    let api: Api<Lease> = Api::namespaced(host.clone(), DEFAULT_NAMESPACE);
+    Ok(api
+        .get_opt("kubefed-controller-manager")
+        .await?
+        .and_then(|l| l.spec)
+        .and_then(|s| s.holder_identity))
+}
+
+struct ManagerProcess {
+    identity: &'static str,
+    port: u16,
+    child: tokio::process::Child,
+}
+
+fn start_manager(
+    bin: &Path,
+    env: &LocalEnv,
+    identity: &'static str,
+) -> anyhow::Result<ManagerProcess> {
+    let port = free_port()?;
+    let log = std::fs::File::create(env.dir().join(format!("{identity}.log")))?;
+    let child = tokio::process::Command::new(bin)
+        .args(full_args(env, &[]).into_iter().skip(1))
+        .args([
+            "controller-manager",
+            "--identity",
+            identity,
+            "--lease-duration",
+            "3s",
+            "--renew-deadline",
+            "2s",
+            "--retry-period",
+            "1s",
+            "--metrics-addr",
+            &format!("127.0.0.1:{port}"),
+        ])
+        .env("RUST_LOG", "info")
+        .stdout(Stdio::null())
+        .stderr(log)
+        .kill_on_drop(true)
+        .spawn()
+        .context("starting flotilla controller-manager")?;
+    Ok(ManagerProcess {
+        identity,
+        port,
+        child,
+    })
+}
+
+async fn propagated_everywhere(
+    fed: &flotilla_tests::federation::Federation,
+    name: &str,
+) -> anyhow::Result<()> {
+    apply(
+        &fed.host,
+        &federated("ConfigMap", "configmaps"),
+        Some("demo"),
+        &json!({"apiVersion": "types.kubefed.io/v1beta1", "kind": "FederatedConfigMap",
+            "metadata": {"name": name, "namespace": "demo"},
+            "spec": {"template": {"data": {"object": name}}, "placement": {"clusterSelector": {}}}}),
+    )
+    .await?;
+    for m in &fed.members {
+        wait_for(T, &format!("{name} in the member"), || async {
+            ensure!(cm_data(m, "demo", name).await?.is_some(), "missing");
+            Ok(())
+        })
+        .await?;
+    }
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn two_controller_managers_elect_one_leader_and_the_standby_takes_over_when_it_is_killed()
+-> anyhow::Result<()> {
+    let bin = flotilla_binary()?;
+    let mut fed = federation(2).await?;
+    if let Some(cp) = fed.control_plane.take() {
+        cp.shutdown().await;
+    }
+    federated_namespace(&fed, "demo").await?;
+
+    // The deployment manifests are accepted by a real API server.
+    let kubectl = std::process::Command::new("kubectl")
+        .arg("--kubeconfig")
+        .arg(fed.env.kubeconfig_path())
+        .args(["--context", "host", "apply", "-k"])
+        .arg(workspace_root().join("config"))
+        .arg("--dry-run=server")
+        .output();
+    match kubectl {
+        Ok(out) => assert!(
+            out.status.success(),
+            "kubectl apply -k config --dry-run=server:\n{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ),
+        Err(e) => eprintln!("kubectl not available ({e}); manifests not checked"),
+    }
+
+    let mut managers = [
+        start_manager(&bin, &fed.env, "manager-a")?,
+        start_manager(&bin, &fed.env, "manager-b")?,
+    ];
+    let leader = wait_for(T, "a leader", || async {
+        lease_holder(&fed.host).await?.context("no holder yet")
+    })
+    .await?;
+    let leader_index = managers
+        .iter()
+        .position(|m| m.identity == leader)
+        .context("the holder is one of the two")?;
+    let standby_index = 1 - leader_index;
+    // Exactly one runs the controllers, and it stays so.
+    for _ in 0..3 {
+        let (leader_port, standby_port) =
+            (managers[leader_index].port, managers[standby_index].port);
+        let (l, s) = wait_for(T, "both metrics endpoints", || async {
+            Ok((
+                metrics_of(leader_port).await?,
+                metrics_of(standby_port).await?,
+            ))
+        })
+        .await?;
+        assert!(l.contains("flotilla_leader 1"), "leader metrics:\n{l}");
+        assert!(s.contains("flotilla_leader 0"), "standby metrics:\n{s}");
+        assert_eq!(
+            lease_holder(&fed.host).await?.as_deref(),
+            Some(leader.as_str())
+        );
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    propagated_everywhere(&fed, "before-failover").await?;
+
+    // Kill the leader: the standby takes over within the lease duration (plus a retry).
+    managers[leader_index].child.kill().await?;
+    let killed = Instant::now();
+    let standby = managers[standby_index].identity;
+    wait_for(
+        Duration::from_secs(20),
+        "the standby holds the lease",
+        || async {
+            ensure!(
+                lease_holder(&fed.host).await?.as_deref() == Some(standby),
+                "not yet"
+            );
+            Ok(())
+        },
+    )
+    .await?;
+    let took = killed.elapsed();
+    assert!(
+        took < Duration::from_secs(8),
+        "takeover took {took:?} with a 3s lease"
+    );
+    propagated_everywhere(&fed, "after-failover").await?;
+
+    // SIGTERM: the new leader stops cleanly and releases the lease.
+    let pid = managers[standby_index].child.id().context("pid")?;
+    let status = std::process::Command::new("kill")
+        .args(["-TERM", &pid.to_string()])
+        .status()?;
+    ensure!(status.success(), "kill -TERM failed");
+    let exit = tokio::time::timeout(T, managers[standby_index].child.wait()).await??;
+    assert!(
+        exit.success(),
+        "a stopped controller-manager exits 0, got {exit:?}"
+    );
+    assert_eq!(
+        lease_holder(&fed.host).await?,
+        None,
+        "the lease is released"
+    );
+    Ok(())
+}
+
+/// Processes whose command line mentions `needle` (an environment directory).
+fn processes_mentioning(needle: &str) -> Vec<String> {
+    let mut found = Vec::new();
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return found;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        if !name.to_string_lossy().chars().all(|c| c.is_ascii_digit()) {
+            continue;
+        }
+        if let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) {
+            let text = String::from_utf8_lossy(&cmdline).replace('\0', " ");
+            if text.contains(needle) {
+                found.push(format!("{}: {text}", name.to_string_lossy()));
+            }
+        }
+    }
+    found
+}
+
+fn working_directory(output: &str) -> anyhow::Result<String> {
+    let start = output
+        .find("working directory ")
+        .context("no working directory printed")?
+        + 18;
+    let rest = &output[start..];
+    Ok(rest[..rest.find(')').context("unterminated")?].to_owned())
+}
+
+fn assert_nothing_left(dir: &str) {
+    assert!(!Path::new(dir).exists(), "{dir} was not removed");
+    let left = processes_mentioning(dir);
+    assert!(left.is_empty(), "processes left behind: {left:#?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dev_up_reaches_all_propagated_and_leaves_no_process_behind() -> anyhow::Result<()> {
+    flotilla_tests::init_tracing();
+    let bin = flotilla_binary()?;
+    let out_dir = std::env::temp_dir().join(format!("flotilla-dev-test-{}", std::process::id()));
+    std::fs::create_dir_all(&out_dir)?;
+    let kubeconfig = out_dir.join("dev.kubeconfig");
+
+    // --non-interactive: exits 0 by itself once the samples are propagated.
+    let run = tokio::process::Command::new(&bin)
+        .args([
+            "dev",
+            "up",
+            "--members",
+            "2",
+            "--non-interactive",
+            "--kubeconfig-out",
+        ])
+        .arg(&kubeconfig)
+        .stdin(Stdio::null())
+        .kill_on_drop(true)
+        .output();
+    let output = tokio::time::timeout(Duration::from_secs(300), run).await??;
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        output.status.success(),
+        "dev up failed:\n{stdout}\n{stderr}"
+    );
+    assert!(stdout.contains("all propagated"), "{stdout}");
+    for object in [
+        "federateddeployment/web",
+        "federatedconfigmap/web-config",
+        "federatednamespace/demo",
+    ] {
+        assert!(
+            stdout.lines().any(|l| l.contains(object)
+                && l.contains("member2")
+                && l.trim_end().ends_with("OK")),
+            "{object} propagated to member2:\n{stdout}"
+        );
+    }
+    assert!(
+        stdout.contains("--context member1 get deploy -n demo"),
+        "{stdout}"
+    );
+    let written = std::fs::read_to_string(&kubeconfig)?;
+    assert!(written.contains("member2"), "{written}");
+    assert_nothing_left(&working_directory(&stdout)?);
+
+    // Interactive: runs until SIGINT, then stops everything and exits 0.
+    let mut child = tokio::process::Command::new(&bin)
+        .args(["dev", "up", "--members", "1"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()?;
+    let stdout = child.stdout.take().context("stdout")?;
+    let mut lines = BufReader::new(stdout).lines();
+    let mut seen = String::new();
+    let reached = tokio::time::timeout(Duration::from_secs(300), async {
+        while let Some(line) = lines.next_line().await? {
+            seen.push_str(&line);
+            seen.push('\n');
+            if line.contains("Press Ctrl-C") {
+                return Ok(true);
+            }
+        }
+        Ok::<_, std::io::Error>(false)
+    })
+    .await??;
+    assert!(reached && seen.contains("all propagated"), "{seen}");
+    let dir = working_directory(&seen)?;
+    assert!(
+        !processes_mentioning(&dir).is_empty(),
+        "the clusters run while dev up waits"
+    );
+    let pid = child.id().context("pid")?;
+    std::process::Command::new("kill")
+        .args(["-INT", &pid.to_string()])
+        .status()?;
+    let rest = tokio::time::timeout(Duration::from_secs(60), async {
+        let mut rest = String::new();
+        while let Some(line) = lines.next_line().await? {
+            rest.push_str(&line);
+            rest.push('\n');
+        }
+        Ok::<_, std::io::Error>(rest)
+    })
+    .await??;
+    let status = tokio::time::timeout(Duration::from_secs(60), child.wait()).await??;
+    assert!(status.success(), "dev up after SIGINT: {status:?}\n{rest}");
+    assert!(
+        rest.contains("every process started here is gone"),
+        "{rest}"
+    );
+    assert_nothing_left(&dir);
+    let _ = std::fs::remove_dir_all(&out_dir);
+    Ok(())
+}
+
+#[test]
+fn the_kustomization_installs_every_generated_crd() {
+    let root = workspace_root().join("config");
+    let kustomization = std::fs::read_to_string(root.join("kustomization.yaml"))
+        .expect("config/kustomization.yaml");
+    let mut missing = Vec::new();
+    for entry in std::fs::read_dir(root.join("crds"))
+        .expect("config/crds")
+        .flatten()
+    {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if name.ends_with(".yaml") && !kustomization.contains(&format!("- crds/{name}")) {
+            missing.push(name);
+        }
+    }
+    assert!(
+        missing.is_empty(),
+        "add to config/kustomization.yaml: {missing:?}"
+    );
+}
