@@ -431,6 +431,34 @@ async fn the_cli_joins_enables_federates_reports_status_and_unjoins_on_real_clus
         assert_eq!(cm.labels().get("app").map(String::as_str), Some("web"));
     }
 
+    // federate --contents: the namespace and what is in it, minus what Kubernetes put there.
+    ns_api
+        .patch(
+            "shop",
+            &PatchParams::apply("flotilla-tests"),
+            &Patch::Apply(
+                json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "shop"}}),
+            ),
+        )
+        .await?;
+    Api::<ConfigMap>::namespaced(host.clone(), "shop")
+        .patch("menu", &PatchParams::apply("flotilla-tests"), &Patch::Apply(json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "menu", "namespace": "shop"}, "data": {"soup": "yes"}})))
+        .await?;
+    let yaml = flotilla_ok(
+        &env,
+        &["federate", "namespace", "shop", "--contents", "-o", "yaml"],
+    )
+    .await?;
+    assert!(
+        yaml.contains("kind: FederatedNamespace") && yaml.contains("kind: FederatedConfigMap"),
+        "{yaml}"
+    );
+    assert!(
+        yaml.contains("name: menu") && yaml.contains("soup"),
+        "{yaml}"
+    );
+    assert!(!yaml.contains("kube-root-ca.crt"), "{yaml}");
+
     // status: a row per object and cluster; --wait succeeds once propagated.
     let out = flotilla_ok(
         &env,
