@@ -51,7 +51,7 @@ Examples:
 
 /// Flotilla: a kubefed-compatible multi-cluster federation control plane.
 #[derive(Debug, Parser)]
-#[command(name = "flotilla", version, about, long_about = None, after_help = EXAMPLES)]
+#[command(name = "flotilla", version, after_help = EXAMPLES)]
 pub struct Cli {
     /// Options shared by every command.
     #[command(flatten)]
