@@ -67,6 +67,8 @@ use crate::{
 const CP_THREAD: &str = "flotilla-cp";
 /// Namespace of the federated objects (host) and of their member copies.
 const FED_NS: &str = "bench";
+/// Namespace of federated objects created while no control plane runs (the input's cost).
+const INPUT_NS: &str = "bench-input";
 /// Namespace of the raw baseline objects in the members.
 const RAW_NS: &str = "bench-raw";
 /// Label on every benchmark object; its value tells the parts apart.
@@ -78,6 +80,8 @@ const MANAGER: &str = "flotilla-bench";
 const WARMUP_OBJECTS: usize = 50;
 /// The host counts as settled after this long without a write to a federated object.
 const QUIET: Duration = Duration::from_millis(1500);
+/// How long the clusters' background CPU use is sampled.
+const IDLE_SAMPLE: Duration = Duration::from_secs(3);
 /// Kernel clock ticks per second in /proc (USER_HZ, fixed at 100 by the Linux ABI).
 const USER_HZ: f64 = 100.0;
 
@@ -177,6 +181,9 @@ pub struct BenchReport {
     pub workers: usize,
     /// Where the control plane ran and how its cost is attributed.
     pub control_plane: String,
+    /// CPU seconds per second the clusters' processes use when nobody writes (their
+    /// background work), measured before the first part.
+    pub clusters_idle_cpu_per_s: f64,
     /// The machine.
     pub machine: Machine,
     /// Per workload kind: Flotilla against the raw baseline.
@@ -217,6 +224,9 @@ pub struct KindReport {
     pub delete: Comparison,
     /// Writes after convergence during a forced resync.
     pub steady: Steady,
+    /// The federated creates alone, with no control plane running: what accepting the
+    /// input costs the host, a floor under propagation.
+    pub host_input: Phase,
 }
 
 /// One phase through Flotilla and straight into the members.
@@ -275,6 +285,9 @@ pub struct Phase {
     pub process_cpu_s: f64,
     /// CPU seconds of etcd, the API servers and kube-controller-managers.
     pub clusters_cpu_s: f64,
+    /// The same, by process: `etcd`, `apiserver (host)`, `apiservers (members)`,
+    /// `controller-managers`.
+    pub clusters_cpu_by_process: BTreeMap<String, f64>,
     /// CPU seconds the whole machine was busy (other users' work included).
     pub machine_busy_cpu_s: f64,
     /// Wall seconds until the host settled (the window of the CPU and request figures).
@@ -466,17 +479,40 @@ impl BenchReport {
                 );
                 let _ = writeln!(
                     s,
-                    "  {:<32} control plane {:.2}, generator+watchers {:.2} (raw {:.2}), clusters {:.2} (raw {:.2}), machine busy {:.2}/{:.2}",
-                    "CPU s",
+                    "  CPU s in the window ({:.1} s, raw {:.1} s): control plane {:.2}, generator+watchers {:.2} (raw {:.2}), clusters above idle {:.2} (raw {:.2}), machine busy {:.1} of {:.1}",
+                    c.flotilla.window_s,
+                    c.raw.window_s,
                     c.flotilla.control_plane_cpu_s,
                     c.flotilla.process_cpu_s - c.flotilla.control_plane_cpu_s,
                     c.raw.process_cpu_s,
-                    c.flotilla.clusters_cpu_s,
-                    c.raw.clusters_cpu_s,
+                    c.flotilla.clusters_cpu_s - self.clusters_idle_cpu_per_s * c.flotilla.window_s,
+                    c.raw.clusters_cpu_s - self.clusters_idle_cpu_per_s * c.raw.window_s,
                     c.flotilla.machine_busy_cpu_s,
                     c.flotilla.window_s * self.machine.cpus as f64,
                 );
+                let by: Vec<String> = c
+                    .flotilla
+                    .clusters_cpu_by_process
+                    .iter()
+                    .map(|(p, v)| {
+                        let r = c.raw.clusters_cpu_by_process.get(p).copied().unwrap_or(0.0);
+                        format!("{p} {v:.2} (raw {r:.2})")
+                    })
+                    .collect();
+                let _ = writeln!(s, "  cluster CPU s by process: {}", by.join(", "));
             }
+            let hi = &k.host_input;
+            let _ = writeln!(
+                s,
+                "host input alone ({} federated creates, no controller running): {:.2} s, {:.0} obj/s, host apiserver {:.2} CPU s",
+                hi.member_objects,
+                hi.seconds,
+                hi.objects_per_second,
+                hi.clusters_cpu_by_process
+                    .get("apiserver (host)")
+                    .copied()
+                    .unwrap_or(0.0),
+            );
             let _ = writeln!(
                 s,
                 "steady state ({:.0} s after {} forced resyncs): {} member writes, {} host status writes, {} member requests, control plane {:.3} CPU s",
@@ -701,6 +737,18 @@ impl Kind {
             .map(str::to_string)
     }
 
+    /// The version in a federated object's template.
+    fn federated_version_of(self, obj: &DynamicObject) -> Option<String> {
+        let pointer = match self {
+            Kind::ConfigMap => "/spec/template/data/v",
+            Kind::Deployment => "/spec/template/spec/template/metadata/annotations/bench~1v",
+        };
+        obj.data
+            .pointer(pointer)
+            .and_then(Value::as_str)
+            .map(str::to_string)
+    }
+
     fn raw_object(self, name: &str, version: &str) -> anyhow::Result<DynamicObject> {
         let mut v = self.content(name, "raw", version);
         let ar = self.target();
@@ -711,12 +759,17 @@ impl Kind {
         Ok(serde_json::from_value(v)?)
     }
 
-    fn federated_object(self, name: &str, version: &str) -> anyhow::Result<DynamicObject> {
+    fn federated_object(
+        self,
+        namespace: &str,
+        name: &str,
+        version: &str,
+    ) -> anyhow::Result<DynamicObject> {
         let ar = self.federated();
         Ok(serde_json::from_value(json!({
             "apiVersion": ar.api_version,
             "kind": ar.kind,
-            "metadata": {"name": name, "namespace": FED_NS, "labels": {BENCH_LABEL: "fed"}},
+            "metadata": {"name": name, "namespace": namespace, "labels": {BENCH_LABEL: "fed"}},
             "spec": {
                 "template": self.content(name, "fed", version),
                 "placement": {"clusterSelector": {}},
@@ -1252,8 +1305,48 @@ struct Snapshot {
     host: RequestCounts,
     cp_cpu: f64,
     process_cpu: f64,
-    clusters_cpu: f64,
+    clusters_cpu: BTreeMap<String, f64>,
     machine_busy: f64,
+}
+
+/// What kind of cluster process `pid` is, from its command line.
+fn process_group(pid: u32) -> String {
+    let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+    let args: Vec<String> = cmdline
+        .split(|b| *b == 0)
+        .map(|a| String::from_utf8_lossy(a).into_owned())
+        .collect();
+    let binary = args
+        .first()
+        .and_then(|a| a.rsplit('/').next())
+        .unwrap_or_default();
+    match binary {
+        "kube-apiserver" if args.iter().any(|a| a == "--etcd-prefix=/host") => {
+            "apiserver (host)".into()
+        }
+        "kube-apiserver" => "apiservers (members)".into(),
+        "kube-controller-manager" => "controller-managers".into(),
+        b if b.contains("etcd") => "etcd".into(),
+        _ => "other".into(),
+    }
+}
+
+fn clusters_cpu(procs: &[(u32, String)]) -> BTreeMap<String, f64> {
+    let mut out = BTreeMap::new();
+    for (pid, group) in procs {
+        *out.entry(group.clone()).or_insert(0.0) += cpu_of(&format!("/proc/{pid}/stat"));
+    }
+    out
+}
+
+fn cpu_delta(
+    before: &BTreeMap<String, f64>,
+    after: &BTreeMap<String, f64>,
+) -> BTreeMap<String, f64> {
+    after
+        .iter()
+        .map(|(k, v)| (k.clone(), v - before.get(k).copied().unwrap_or(0.0)))
+        .collect()
 }
 
 impl Snapshot {
@@ -1266,11 +1359,7 @@ impl Snapshot {
             host,
             cp_cpu: threads_cpu(CP_THREAD),
             process_cpu: cpu_of("/proc/self/stat"),
-            clusters_cpu: run
-                .pids
-                .iter()
-                .map(|p| cpu_of(&format!("/proc/{p}/stat")))
-                .sum(),
+            clusters_cpu: clusters_cpu(&run.procs),
             machine_busy: machine_busy(),
         })
     }
@@ -1283,7 +1372,8 @@ struct Run {
     host: Client,
     members: Vec<Client>,
     kubefed_clusters: Vec<String>,
-    pids: Vec<u32>,
+    /// The clusters' processes and their kinds.
+    procs: Vec<(u32, String)>,
     objects: usize,
     concurrency: usize,
     timeout: Duration,
@@ -1355,7 +1445,7 @@ pub async fn run(opts: BenchOptions) -> anyhow::Result<BenchReport> {
     if let Err(e) = env.shutdown().await {
         warn!(error = %e, "stopping the local clusters failed");
     }
-    let (kinds, cost) = result?;
+    let (kinds, cost, clusters_idle_cpu_per_s) = result?;
     let mut report = BenchReport {
         scenario: scenario.clone(),
         members,
@@ -1365,6 +1455,7 @@ pub async fn run(opts: BenchOptions) -> anyhow::Result<BenchReport> {
         control_plane: format!(
             "in-process on its own runtime (threads {CP_THREAD}*: CPU per thread; RSS = peak growth minus the raw part's)"
         ),
+        clusters_idle_cpu_per_s,
         machine,
         kinds,
         cost,
@@ -1388,7 +1479,7 @@ async fn run_in(
     env: &LocalEnv,
     opts: &BenchOptions,
     objects: usize,
-) -> anyhow::Result<(Vec<KindReport>, Cost)> {
+) -> anyhow::Result<(Vec<KindReport>, Cost, f64)> {
     let host = env.host().client().await?;
     let mut members = Vec::new();
     for m in env.members() {
@@ -1399,7 +1490,11 @@ async fn run_in(
         host,
         members,
         kubefed_clusters,
-        pids: env.pids(),
+        procs: env
+            .pids()
+            .into_iter()
+            .map(|p| (p, process_group(p)))
+            .collect(),
         objects,
         concurrency: opts.concurrency,
         timeout: Duration::from_secs(opts.phase_timeout_secs),
@@ -1413,6 +1508,7 @@ async fn run_in(
         ensure_namespace(client, RAW_NS).await?;
     }
     ensure_namespace(&run.host, FED_NS).await?;
+    ensure_namespace(&run.host, INPUT_NS).await?;
 
     // Watchers for both parts start now, so both parts carry them.
     let mut trackers = Vec::new();
@@ -1439,12 +1535,25 @@ async fn run_in(
             &format!("{BENCH_LABEL}=fed"),
             |_| Some(String::new()),
         );
-        for t in [&fed_members, &raw_members, &host] {
+        let input = Tracker::start(
+            std::slice::from_ref(&run.host),
+            &kind.federated(),
+            INPUT_NS,
+            &format!("{BENCH_LABEL}=fed"),
+            move |o: &DynamicObject| kind.federated_version_of(o),
+        );
+        for t in [&fed_members, &raw_members, &host, &input] {
             t.wait_synced(Duration::from_secs(60)).await?;
         }
-        trackers.push((kind, fed_members, raw_members, host));
+        trackers.push((kind, fed_members, raw_members, host, input));
     }
     warm_up_raw(&run).await?;
+    let idle_before = clusters_cpu(&run.procs);
+    tokio::time::sleep(IDLE_SAMPLE).await;
+    let idle = cpu_delta(&idle_before, &clusters_cpu(&run.procs))
+        .values()
+        .sum::<f64>()
+        / IDLE_SAMPLE.as_secs_f64();
 
     // Part 1: through the control plane.
     let rss_before = rss_mib();
@@ -1464,7 +1573,7 @@ async fn run_in(
     federate_namespace(&run).await?;
     let cp_cpu_start = threads_cpu(CP_THREAD);
     let mut flotilla = Vec::new();
-    for (kind, fed_members, _, host) in &trackers {
+    for (kind, fed_members, _, host, _) in &trackers {
         warm_up_federated(&run, *kind).await?;
         info!(kind = kind.name(), "measuring propagation");
         let phases = flotilla_phases(&run, *kind, fed_members, host).await?;
@@ -1478,16 +1587,17 @@ async fn run_in(
     let rss_raw_before = rss_mib();
     reset_peak_rss();
     let mut raw = Vec::new();
-    for (kind, _, raw_members, _) in &trackers {
+    for (kind, _, raw_members, _, input) in &trackers {
         info!(kind = kind.name(), "measuring the raw baseline");
-        raw.push(raw_phases(&run, *kind, raw_members).await?);
+        let phases = raw_phases(&run, *kind, raw_members).await?;
+        raw.push((phases, input_phase(&run, *kind, input).await?));
     }
     let generator_growth = (peak_rss_mib() - rss_raw_before).max(0.0);
 
     let mut reports = Vec::new();
     let mut member_objects = 0usize;
     let mut created_requests = 0.0;
-    for ((kind, ..), ((create, update, delete, steady), (rc, ru, rd))) in
+    for ((kind, ..), ((create, update, delete, steady), ((rc, ru, rd), host_input))) in
         trackers.iter().zip(flotilla.into_iter().zip(raw))
     {
         member_objects += create.member_objects + update.member_objects + delete.member_objects;
@@ -1498,6 +1608,7 @@ async fn run_in(
             update: Comparison::new(update, ru),
             delete: Comparison::new(delete, rd),
             steady,
+            host_input,
         });
     }
     let created: usize = reports
@@ -1514,7 +1625,7 @@ async fn run_in(
         control_plane_cpu_ms_per_member_object: ratio(cp_cpu * 1000.0, member_objects as f64),
         requests_per_created_member_object: ratio(created_requests, created as f64),
     };
-    Ok((reports, cost))
+    Ok((reports, cost, idle))
 }
 
 fn names(kind: Kind, n: usize) -> Vec<String> {
@@ -1700,7 +1811,7 @@ async fn federate_namespace(run: &Run) -> anyhow::Result<()> {
 async fn warm_up_federated(run: &Run, kind: Kind) -> anyhow::Result<()> {
     let name = format!("{}-warmup", kind.prefix());
     let api: Api<DynamicObject> = Api::namespaced_with(run.host.clone(), FED_NS, &kind.federated());
-    let mut obj = kind.federated_object(&name, "0")?;
+    let mut obj = kind.federated_object(FED_NS, &name, "0")?;
     obj.labels_mut().insert(BENCH_LABEL.into(), "warmup".into());
     api.create(&PostParams::default(), &obj)
         .await
@@ -1739,7 +1850,7 @@ async fn measure<D, DF, S, SF>(
     names: &[String],
     tracker: &Tracker,
     want: Want,
-    own_host_writes: u64,
+    own_host_writes: (&str, u64),
     drive: D,
     settle: S,
 ) -> anyhow::Result<Phase>
@@ -1767,7 +1878,7 @@ where
         .filter_map(|n| Some(reached.get(n)?.saturating_duration_since(*starts.get(n)?)))
         .map(|d| d.as_secs_f64() * 1000.0)
         .collect();
-    let member_objects = names.len() * run.members.len();
+    let member_objects = names.len() * tracker.lock().clusters.len();
     let target = kind.target().plural;
     let mut member_requests = BTreeMap::new();
     for (b, a) in before.members.iter().zip(&after.members) {
@@ -1788,19 +1899,10 @@ where
     }) {
         *host_requests.entry(k).or_insert(0) += v;
     }
-    // The benchmark's own writes are one per object, on the main resource.
-    let mut own = own_host_writes;
-    for (k, v) in host_requests.iter_mut() {
-        if own > 0
-            && !k.contains('/')
-            && !k.starts_with("events")
-            && !k.ends_with("GET")
-            && !k.ends_with("LIST")
-        {
-            let take = own.min(*v);
-            *v -= take;
-            own -= take;
-        }
+    // The benchmark's own writes: one per object, on the main resource.
+    let (own_verb, own) = own_host_writes;
+    if let Some(v) = host_requests.get_mut(&format!("{fed} {own_verb}")) {
+        *v = v.saturating_sub(own);
     }
     host_requests.retain(|_, v| *v > 0);
     let total: u64 = member_requests.values().sum::<u64>() + host_requests.values().sum::<u64>();
@@ -1814,7 +1916,9 @@ where
         requests_per_member_object: ratio(total as f64, member_objects as f64),
         control_plane_cpu_s: after.cp_cpu - before.cp_cpu,
         process_cpu_s: after.process_cpu - before.process_cpu,
-        clusters_cpu_s: after.clusters_cpu - before.clusters_cpu,
+        clusters_cpu_s: after.clusters_cpu.values().sum::<f64>()
+            - before.clusters_cpu.values().sum::<f64>(),
+        clusters_cpu_by_process: cpu_delta(&before.clusters_cpu, &after.clusters_cpu),
         machine_busy_cpu_s: after.machine_busy - before.machine_busy,
         window_s: after.at.saturating_duration_since(before.at).as_secs_f64(),
     })
@@ -1856,13 +1960,13 @@ async fn flotilla_phases(
         &names,
         members,
         Want::Version("1".into()),
-        own,
+        ("POST", own),
         |starts| async {
             let starts = starts;
             write_all(&names, run.concurrency, &starts, |n| {
                 let api = api.clone();
                 async move {
-                    let o = kind.federated_object(&n, "1").map_err(to_kube)?;
+                    let o = kind.federated_object(FED_NS, &n, "1").map_err(to_kube)?;
                     api.create(&PostParams::default(), &o).await.map(|_| ())
                 }
             })
@@ -1888,7 +1992,7 @@ async fn flotilla_phases(
         &names,
         members,
         Want::Version("2".into()),
-        own,
+        ("PATCH", own),
         |starts| async {
             let starts = starts;
             write_all(&names, run.concurrency, &starts, |n| {
@@ -1913,7 +2017,7 @@ async fn flotilla_phases(
         &names,
         members,
         Want::Absent,
-        own,
+        ("DELETE", own),
         |starts| async {
             let starts = starts;
             write_all(&names, run.concurrency, &starts, |n| {
@@ -1980,6 +2084,42 @@ async fn steady_state(
     })
 }
 
+/// The federated objects created with no control plane running, then deleted unmeasured.
+async fn input_phase(run: &Run, kind: Kind, tracker: &Tracker) -> anyhow::Result<Phase> {
+    let names = names(kind, run.objects);
+    let api: Api<DynamicObject> =
+        Api::namespaced_with(run.host.clone(), INPUT_NS, &kind.federated());
+    let phase = measure(
+        run,
+        kind,
+        &names,
+        tracker,
+        Want::Version("1".into()),
+        ("POST", names.len() as u64),
+        |starts| async {
+            let starts = starts;
+            write_all(&names, run.concurrency, &starts, |n| {
+                let api = api.clone();
+                async move {
+                    let o = kind.federated_object(INPUT_NS, &n, "1").map_err(to_kube)?;
+                    api.create(&PostParams::default(), &o).await.map(|_| ())
+                }
+            })
+            .await
+        },
+        || async { Ok(()) },
+    )
+    .await?;
+    tracker.expect(Want::Absent);
+    write_all(&names, run.concurrency, &Starts::default(), |n| {
+        let api = api.clone();
+        async move { api.delete(&n, &DeleteParams::default()).await.map(|_| ()) }
+    })
+    .await?;
+    tracker.wait(&names, run.timeout).await?;
+    Ok(phase)
+}
+
 async fn raw_phases(
     run: &Run,
     kind: Kind,
@@ -1998,7 +2138,7 @@ async fn raw_phases(
         &names,
         tracker,
         Want::Version("1".into()),
-        0,
+        ("", 0),
         |starts| {
             let names = &names;
             let apis = &apis;
@@ -2031,7 +2171,7 @@ async fn raw_phases(
         &names,
         tracker,
         Want::Version("2".into()),
-        0,
+        ("", 0),
         |starts| {
             let names = &names;
             let apis = &apis;
@@ -2060,7 +2200,7 @@ async fn raw_phases(
         &names,
         tracker,
         Want::Absent,
-        0,
+        ("", 0),
         |starts| {
             let names = &names;
             let apis = &apis;
@@ -2179,6 +2319,7 @@ apiserver_request_total_other{verb="POST"} 9
             concurrency: 16,
             workers: 16,
             control_plane: "in-process".into(),
+            clusters_idle_cpu_per_s: 0.0,
             machine: machine(),
             kinds: vec![KindReport {
                 kind: "ConfigMap".into(),
@@ -2186,6 +2327,7 @@ apiserver_request_total_other{verb="POST"} 9
                 update: cmp.clone(),
                 delete: cmp,
                 steady: Steady::default(),
+                host_input: Phase::default(),
             }],
             cost: Cost::default(),
             reference: None,
