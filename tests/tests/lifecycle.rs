@@ -555,7 +555,7 @@ async fn pre_existing_objects_are_adopted_unless_disabled_and_managed_false_obje
 }
 
 #[tokio::test]
-async fn strays_left_while_the_control_plane_was_down_are_cleaned_up_and_unmanaged_objects_are_not()
+async fn strays_left_while_the_control_plane_was_down_are_cleaned_up_and_a_restart_honours_deletions_in_progress()
 -> anyhow::Result<()> {
     let mut fed = ready_federation().await?;
     let cm = cm_ar();
@@ -570,6 +570,18 @@ async fn strays_left_while_the_control_plane_was_down_are_cleaned_up_and_unmanag
         .await?;
         wait_propagated(&fed, &cm, "demo", name).await?;
     }
+    apply(
+        &fed.host,
+        &cm,
+        Some("demo"),
+        &fed_cm(
+            "late",
+            json!({"kubefed.io/orphan": "true"}),
+            json!({"k": "v"}),
+        ),
+    )
+    .await?;
+    wait_propagated(&fed, &cm, "demo", "late").await?;
     let m1 = cms(&fed.members[0], "demo");
     let bystander = m1
         .create(
@@ -604,18 +616,34 @@ async fn strays_left_while_the_control_plane_was_down_are_cleaned_up_and_unmanag
     for m in &fed.members {
         assert!(cms(m, "demo").get_opt("stray").await?.is_some());
     }
+    // An orphaning deletion that began longer than the unready-cluster timeout (20 s)
+    // before the restart, and member1 briefly away as the control plane starts: that
+    // must not count as having waited for member1.
+    delete(&fcms, "late").await?;
+    tokio::time::sleep(Duration::from_secs(21)).await;
+    fed.env.stop_apiserver("member1").await?;
 
     fed.control_plane = Some(ControlPlane::start(
         fed.host.clone(),
         DEFAULT_NAMESPACE,
         Arc::new(Metrics::new()),
     ));
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    fed.env.start_apiserver("member1").await?;
     for m in &fed.members {
         wait_for(T, "stray cleaned up", || async {
             ensure!(cms(m, "demo").get_opt("stray").await?.is_none(), "present");
             Ok(())
         })
         .await?;
+    }
+    wait_gone(&fcms, "late", T).await?;
+    for m in &fed.members {
+        let live = cms(m, "demo")
+            .get_opt("late")
+            .await?
+            .context("an orphaned object was deleted")?;
+        assert_eq!(live.labels().get(MANAGED), None, "still labelled managed");
     }
     tokio::time::sleep(Duration::from_secs(2)).await;
     for (m, uid) in fed.members.iter().zip(&keep_uids) {

@@ -17,12 +17,12 @@ use std::{
         Arc, Mutex,
         atomic::{AtomicBool, Ordering},
     },
-    time::Duration,
+    time::{Duration, Instant},
 };
 
 use flotilla_crds::{
-    DEFAULT_NAMESPACE, DELETE_OPTIONS_ANNOTATION, FIELD_MANAGER, MANAGED_LABEL, ORPHAN_ANNOTATION,
-    RECREATE_ON_IMMUTABLE_ANNOTATION, SYNC_FINALIZER,
+    DEFAULT_NAMESPACE, DELETE_OPTIONS_ANNOTATION, FIELD_MANAGER, KubeFedCluster, MANAGED_LABEL,
+    ORPHAN_ANNOTATION, RECREATE_ON_IMMUTABLE_ANNOTATION, SYNC_FINALIZER,
     core::{EffectiveConfig, FederatedTypeConfigSpec},
     federated::{FederatedSpec, FederatedStatus, aggregate_reason, cluster_reason},
 };
@@ -30,7 +30,7 @@ use futures::{StreamExt, future::join_all};
 use k8s_openapi::api::core::v1::Namespace;
 use kube::{
     Api, Client, Resource, ResourceExt,
-    api::{DeleteParams, GetParams, Patch, PatchParams, PropagationPolicy},
+    api::{DeleteParams, GetParams, ListParams, Patch, PatchParams, PropagationPolicy},
     core::{ApiResource, DynamicObject},
     runtime::{
         WatchStreamExt,
@@ -160,6 +160,7 @@ impl TypeController {
             fns_synced: fns_synced.clone(),
             members: members.clone(),
             failures: Mutex::default(),
+            unavailable_since: Mutex::default(),
         });
         let mut tasks = Vec::new();
 
@@ -278,12 +279,19 @@ impl TypeController {
                 }
             }));
         }
+        // The cluster registry: every registered cluster known and probed once.
+        let clusters_known = Arc::new(AtomicBool::new(false));
+        tasks.push(tokio::spawn(wait_for_registry(
+            shared.clone(),
+            clusters_known.clone(),
+        )));
         // Workers.
         let workers = shared.config.borrow().max_concurrent_reconciles.max(1);
         for _ in 0..workers {
             let queue = queue.clone();
             let ctl = ctl.clone();
             let cancel = cancel.clone();
+            let clusters_known = clusters_known.clone();
             tasks.push(tokio::spawn(async move {
                 loop {
                     let key = tokio::select! {
@@ -292,9 +300,11 @@ impl TypeController {
                     };
                     // Until both host caches are complete, an object would look deleted
                     // (a stray) or its namespace unfederated (placed nowhere), and its
-                    // member copies would be deleted.
+                    // member copies would be deleted. Until the registry knows every
+                    // cluster, a deletion would not wait for the clusters it lacks.
                     if !ctl.host_synced.load(Ordering::Acquire)
                         || !ctl.fns_synced.load(Ordering::Acquire)
+                        || !clusters_known.load(Ordering::Acquire)
                     {
                         queue.done(&key);
                         queue.add_after(key, Duration::from_millis(200));
@@ -332,6 +342,61 @@ impl Drop for TypeController {
     }
 }
 
+/// Longest wait for the registry at start-up; after it, reconciling starts anyway.
+const REGISTRY_WAIT_LIMIT: Duration = Duration::from_secs(60);
+
+/// Sets `known` once every KubeFedCluster of the host is registered in the cluster set and
+/// has had its first health verdict (Ready, or unready for longer than a probe takes).
+/// Before that, a cluster missing from the set would look removed — deletion would not wait
+/// for it — and an unprobed one unready.
+async fn wait_for_registry(shared: Arc<SyncShared>, known: Arc<AtomicBool>) {
+    let started = Instant::now();
+    let api: Api<KubeFedCluster> = Api::namespaced(shared.host.clone(), &shared.namespace);
+    let names: Vec<String> = loop {
+        match api.list_metadata(&ListParams::default()).await {
+            Ok(list) => break list.items.iter().map(|c| c.name_any()).collect(),
+            Err(e) if started.elapsed() < REGISTRY_WAIT_LIMIT => {
+                debug!(error = %e, "listing KubeFedClusters failed; retrying");
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
+            Err(e) => {
+                warn!(error = %e, "listing KubeFedClusters failed; reconciling without waiting for the registry");
+                known.store(true, Ordering::Release);
+                return;
+            }
+        }
+    };
+    let mut changes = shared.clusters.changes();
+    loop {
+        let config = shared.config.borrow().clone();
+        let probe_time = config.health_timeout
+            + config.health_period * config.success_threshold.max(1)
+            + Duration::from_secs(1);
+        let states: Vec<_> = names.iter().map(|n| shared.clusters.get(n)).collect();
+        let registered = states.iter().all(Option::is_some);
+        let probed = started.elapsed() >= probe_time || states.iter().flatten().all(|c| c.ready);
+        if registered && probed {
+            debug!(clusters = names.len(), waited = ?started.elapsed(), "cluster registry ready");
+            break;
+        }
+        if started.elapsed() >= REGISTRY_WAIT_LIMIT {
+            let missing: Vec<&String> = names
+                .iter()
+                .zip(&states)
+                .filter(|(_, s)| s.is_none())
+                .map(|(n, _)| n)
+                .collect();
+            warn!(?missing, "clusters still unregistered; reconciling anyway");
+            break;
+        }
+        tokio::select! {
+            _ = changes.changed() => {}
+            _ = tokio::time::sleep(Duration::from_millis(200)) => {}
+        }
+    }
+    known.store(true, Ordering::Release);
+}
+
 fn federated_namespace_ar() -> ApiResource {
     ApiResource {
         group: flotilla_crds::TYPES_GROUP.into(),
@@ -363,6 +428,11 @@ struct Ctl {
     fns_synced: Arc<AtomicBool>,
     members: Arc<MemberWatch<DynamicObject>>,
     failures: Mutex<HashMap<Key, u32>>,
+    /// Since when each cluster has been seen unready or unsynced, continuously. Deletion
+    /// gives up on a cluster only once it has been unavailable for the whole timeout as
+    /// far as this controller knows, so a restart never gives up on clusters that have
+    /// not been probed or listed yet.
+    unavailable_since: Mutex<HashMap<String, Instant>>,
 }
 
 /// Result of one cluster's operation, with the member object name for events.
@@ -419,10 +489,25 @@ impl Ctl {
     }
 
     fn observe(&self, cluster: &crate::multicluster::ClusterState, key: &Key) -> Observed {
-        if !cluster.ready || cluster.client.is_none() {
+        let available = cluster.ready && cluster.client.is_some();
+        let synced = available && self.members.is_synced(&cluster.name);
+        {
+            let mut since = self
+                .unavailable_since
+                .lock()
+                .unwrap_or_else(|e| e.into_inner());
+            if synced {
+                since.remove(&cluster.name);
+            } else {
+                since
+                    .entry(cluster.name.clone())
+                    .or_insert_with(Instant::now);
+            }
+        }
+        if !available {
             return Observed::NotReady;
         }
-        if !self.members.is_synced(&cluster.name) {
+        if !synced {
             return Observed::NotSynced;
         }
         let (ns, name) = self.member_name(key);
@@ -1003,7 +1088,8 @@ impl Ctl {
                 Duration::from_secs(secs.max(0).unsigned_abs())
             })
             .unwrap_or_default();
-        let timed_out = deleted_for >= config.unready_cluster_deletion_timeout;
+        let timeout = config.unready_cluster_deletion_timeout;
+        let mut next_deadline = timeout;
         // A cluster may hold the object if the last status lists it (propagated, failed or
         // pending) or the placement selects it now (a status write may have been lost).
         let mut may_hold: BTreeSet<String> =
@@ -1032,8 +1118,20 @@ impl Ctl {
             let keep = orphan
                 || self.is_protected(key)
                 || is_host_namespace(&observed, host_ns_uid.as_deref());
+            // Waited for this cluster: since the deletion, or since this controller first saw
+            // the cluster unavailable if that is later (e.g. after a restart).
+            let waited = self
+                .unavailable_since
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .get(&cluster.name)
+                .map_or(deleted_for, |since| since.elapsed().min(deleted_for));
+            let timed_out = waited >= timeout;
             let op =
                 plan::decide_deletion(&observed, may_hold.contains(&cluster.name), keep, timed_out);
+            if op == DeletionOp::WaitForCluster {
+                next_deadline = next_deadline.min(timeout.saturating_sub(waited));
+            }
             pending |= op.is_pending();
             let name = cluster.name.clone();
             let client = cluster.client.clone();
@@ -1153,10 +1251,7 @@ impl Ctl {
         .await;
         // Member delete events requeue us; the timer covers the unready-cluster deadline
         // and clusters that failed to answer.
-        let until_timeout = config
-            .unready_cluster_deletion_timeout
-            .saturating_sub(deleted_for);
-        Some(until_timeout.clamp(Duration::from_secs(1), Duration::from_secs(5)))
+        Some(next_deadline.clamp(Duration::from_secs(1), Duration::from_secs(5)))
     }
 
     /// UID of the host namespace of a FederatedNamespace (for other types, `None`): when
