@@ -1498,6 +1498,15 @@ mod tests {
     }
 
     #[test]
+    fn only_a_member_namespace_with_the_host_namespaces_uid_is_the_host_namespace() {
+        let ns = |uid: &str| Observed::Present(json!({"metadata": {"name": "demo", "uid": uid}}));
+        assert!(is_host_namespace(&ns("u1"), Some("u1")));
+        assert!(!is_host_namespace(&ns("u2"), Some("u1")));
+        assert!(!is_host_namespace(&ns("u1"), None));
+        assert!(!is_host_namespace(&Observed::Absent, Some("u1")));
+    }
+
+    #[test]
     fn an_unknown_propagation_policy_is_an_error_naming_it() {
         let err =
             parse_delete_options(r#"{"propagationPolicy":"Sideways"}"#).expect_err("rejected");
