@@ -38,6 +38,7 @@ impl ControlPlane {
             clusters.clone(),
             registry.config(),
             namespace.to_string(),
+            metrics.clone(),
         );
         let ftc = tokio::spawn(crate::ftc::run(shared));
         info!(%namespace, "control plane started");

@@ -25,6 +25,8 @@ pub struct Metrics {
     registry: Mutex<Registry>,
     /// Families of the cluster registry and health checks.
     pub clusters: ClusterMetrics,
+    /// Families of the sync (propagation) controllers.
+    pub sync: SyncMetrics,
 }
 
 impl Default for Metrics {
@@ -38,9 +40,11 @@ impl Metrics {
     pub fn new() -> Self {
         let mut registry = Registry::with_prefix(PREFIX);
         let clusters = ClusterMetrics::register(&mut registry);
+        let sync = SyncMetrics::register(&mut registry);
         Metrics {
             registry: Mutex::new(registry),
             clusters,
+            sync,
         }
     }
 
@@ -179,6 +183,118 @@ impl ClusterMetrics {
                 result,
             });
         }
+    }
+}
+
+/// Label set naming a federated type.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct TypeLabels {
+    /// The federated kind, e.g. `FederatedDeployment`.
+    pub kind: String,
+}
+
+/// Label set of a reconcile counter.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ReconcileLabels {
+    /// The federated kind.
+    pub kind: String,
+    /// `ok`, `failed` (a per-cluster or object-level failure) or `requeued` (waiting).
+    pub result: &'static str,
+}
+
+/// Label set of a per-cluster failure counter: the kubefed reason is a bounded set.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct FailureLabels {
+    /// The federated kind.
+    pub kind: String,
+    /// kubefed's per-cluster or aggregate reason.
+    pub reason: String,
+}
+
+/// Label set of member operations.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct OperationLabels {
+    /// The member cluster.
+    pub cluster: String,
+    /// `create`, `update`, `delete` or `unlabel`.
+    pub operation: &'static str,
+    /// `ok` or `error`.
+    pub result: &'static str,
+}
+
+fn reconcile_histogram() -> Histogram {
+    // 1 ms … ~30 s.
+    Histogram::new(exponential_buckets(0.001, 2.5, 12))
+}
+
+/// Families of the sync controllers.
+#[derive(Debug, Clone)]
+pub struct SyncMetrics {
+    /// `flotilla_reconciles_total{kind,result}`.
+    pub reconciles: Family<ReconcileLabels, Counter>,
+    /// `flotilla_reconcile_duration_seconds{kind}`.
+    pub reconcile_duration: Family<TypeLabels, Histogram, fn() -> Histogram>,
+    /// `flotilla_propagation_failures_total{kind,reason}`: per-cluster failures reported.
+    pub failures: Family<FailureLabels, Counter>,
+    /// `flotilla_member_operations_total{cluster,operation,result}`.
+    pub operations: Family<OperationLabels, Counter>,
+    /// `flotilla_member_operation_duration_seconds{cluster}`.
+    pub operation_duration: Family<ClusterLabels, Histogram, fn() -> Histogram>,
+    /// `flotilla_queue_depth{kind}`: keys waiting in a type's work queue.
+    pub queue_depth: Family<TypeLabels, Gauge>,
+    /// `flotilla_status_writes_total{kind}`: status updates of federated objects.
+    pub status_writes: Family<TypeLabels, Counter>,
+}
+
+impl SyncMetrics {
+    fn register(registry: &mut Registry) -> Self {
+        let m = SyncMetrics {
+            reconciles: Family::default(),
+            reconcile_duration: Family::new_with_constructor(reconcile_histogram),
+            failures: Family::default(),
+            operations: Family::default(),
+            operation_duration: Family::new_with_constructor(reconcile_histogram),
+            queue_depth: Family::default(),
+            status_writes: Family::default(),
+        };
+        registry.register(
+            "reconciles",
+            "Reconciles of federated objects by result",
+            m.reconciles.clone(),
+        );
+        registry.register_with_unit(
+            "reconcile_duration",
+            "Duration of one reconcile of a federated object",
+            Unit::Seconds,
+            m.reconcile_duration.clone(),
+        );
+        registry.register(
+            "propagation_failures",
+            "Per-cluster propagation failures reported in status, by reason",
+            m.failures.clone(),
+        );
+        registry.register(
+            "member_operations",
+            "Writes sent to member clusters",
+            m.operations.clone(),
+        );
+        registry.register_with_unit(
+            "member_operation_duration",
+            "Latency of writes to member clusters",
+            Unit::Seconds,
+            m.operation_duration.clone(),
+        );
+        registry.register(
+            "queue_depth",
+            "Federated objects waiting to be reconciled",
+            m.queue_depth.clone(),
+        );
+        registry.register(
+            "status_writes",
+            "Status updates written to federated objects",
+            m.status_writes.clone(),
+        );
+        m
     }
 }
 

@@ -231,6 +231,28 @@ async fn deployments_get_per_cluster_replicas_and_a_custom_resource_type_propaga
     })
     .await?;
     wait_propagated(&fed, &ar, "web").await?;
+
+    // Status collection (the FTC's statusCollection): each member's Deployment status is
+    // reported per cluster.
+    let ftcs: Api<flotilla_crds::FederatedTypeConfig> =
+        Api::namespaced(fed.host.clone(), DEFAULT_NAMESPACE);
+    ftcs.patch(
+        "deployments.apps",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"spec": {"statusCollection": "Enabled"}})),
+    )
+    .await?;
+    wait_for(T, "remote status of both members", || async {
+        let s = status_of(&fed.host, &ar, "demo", "web").await?;
+        ensure!(s.clusters.len() == 2, "{s:?}");
+        for c in &s.clusters {
+            let rs = c.remote_status.as_ref().context("no remoteStatus")?;
+            ensure!(rs.get("observedGeneration").is_some(), "{}: {rs}", c.name);
+        }
+        Ok(())
+    })
+    .await?;
+
     apply(&fed.host, &ar, Some("demo"), &fdeploy("nginx:1.26")).await?;
     wait_for(T, "image update in both members", || async {
         for m in &fed.members {
@@ -482,6 +504,38 @@ async fn a_bad_override_fails_only_its_cluster_and_an_unready_member_catches_up(
         "member1 propagated normally"
     );
     assert!(cm_data(&fed.members[1], "partial").await?.is_none());
+
+    // A placement naming a cluster that is not registered says so in status.
+    apply(
+        &fed.host,
+        &ar,
+        Some("demo"),
+        &fed_cm(
+            "typo",
+            json!({"k": "v"}),
+            json!({"clusters": [{"name": "member1"}, {"name": "membr2"}]}),
+            json!([]),
+        ),
+    )
+    .await?;
+    wait_for(T, "unregistered cluster reported", || async {
+        let s = status_of(&fed.host, &ar, "demo", "typo").await?;
+        let ghost = s
+            .clusters
+            .iter()
+            .find(|c| c.name == "membr2")
+            .context("membr2 not in status")?;
+        ensure!(
+            ghost.status == "ClusterNotReady" && ghost.message.contains("no KubeFedCluster membr2"),
+            "{ghost:?}"
+        );
+        ensure!(
+            cm_data(&fed.members[0], "typo").await?.is_some(),
+            "member1 still propagated"
+        );
+        Ok(())
+    })
+    .await?;
 
     // member1 stops; an update reaches member2 and member1 reports ClusterNotReady.
     apply(

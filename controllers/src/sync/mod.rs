@@ -23,7 +23,7 @@ use std::{
 use flotilla_crds::{
     DEFAULT_NAMESPACE, DELETE_OPTIONS_ANNOTATION, FIELD_MANAGER, KubeFedCluster, MANAGED_LABEL,
     ORPHAN_ANNOTATION, RECREATE_ON_IMMUTABLE_ANNOTATION, SYNC_FINALIZER,
-    core::{EffectiveConfig, FederatedTypeConfigSpec},
+    core::{EffectiveConfig, FederatedTypeConfigSpec, StatusCollectionMode},
     federated::{FederatedSpec, FederatedStatus, aggregate_reason, cluster_reason},
 };
 use futures::{StreamExt, future::join_all};
@@ -45,6 +45,9 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, instrument, warn};
 
 use crate::{
+    metrics::{
+        ClusterLabels, FailureLabels, Metrics, OperationLabels, ReconcileLabels, TypeLabels,
+    },
     multicluster::{ClusterEvent, ClusterSet, MemberEvent, MemberWatch},
     workqueue::WorkQueue,
 };
@@ -68,6 +71,8 @@ pub struct SyncShared {
     pub config: watch::Receiver<EffectiveConfig>,
     /// The control-plane namespace.
     pub namespace: String,
+    /// Metrics of every controller.
+    pub metrics: Arc<Metrics>,
     recorder: Recorder,
     limits: Mutex<HashMap<String, Arc<Semaphore>>>,
 }
@@ -79,6 +84,7 @@ impl SyncShared {
         clusters: ClusterSet,
         config: watch::Receiver<EffectiveConfig>,
         namespace: String,
+        metrics: Arc<Metrics>,
     ) -> Arc<Self> {
         let recorder = Recorder::new(
             host.clone(),
@@ -92,6 +98,7 @@ impl SyncShared {
             clusters,
             config,
             namespace,
+            metrics,
             recorder,
             limits: Mutex::default(),
         })
@@ -159,6 +166,7 @@ impl TypeController {
             fns_store: fns_store.clone(),
             fns_synced: fns_synced.clone(),
             members: members.clone(),
+            collect_status: ftc.status_collection == Some(StatusCollectionMode::Enabled),
             failures: Mutex::default(),
             unavailable_since: Mutex::default(),
         });
@@ -310,8 +318,10 @@ impl TypeController {
                         queue.add_after(key, Duration::from_millis(200));
                         continue;
                     }
+                    let started = Instant::now();
                     let requeue = ctl.reconcile(&key).await;
                     queue.done(&key);
+                    ctl.record_reconcile(started.elapsed(), requeue.is_some(), queue.len());
                     if let Some(d) = requeue {
                         queue.add_after(key, d);
                     }
@@ -427,6 +437,9 @@ struct Ctl {
     fns_store: Store<DynamicObject>,
     fns_synced: Arc<AtomicBool>,
     members: Arc<MemberWatch<DynamicObject>>,
+    /// Copy each member object's `status` into `status.clusters[].remoteStatus`
+    /// (the FTC's `statusCollection: Enabled`).
+    collect_status: bool,
     failures: Mutex<HashMap<Key, u32>>,
     /// Since when each cluster has been seen unready or unsynced, continuously. Deletion
     /// gives up on a cluster only once it has been unavailable for the whole timeout as
@@ -442,6 +455,57 @@ struct ClusterResult {
 }
 
 impl Ctl {
+    fn kind_labels(&self) -> TypeLabels {
+        TypeLabels {
+            kind: self.fed_ar.kind.clone(),
+        }
+    }
+
+    fn record_reconcile(&self, took: Duration, requeued: bool, depth: usize) {
+        let m = &self.shared.metrics.sync;
+        let kind = self.fed_ar.kind.clone();
+        m.reconcile_duration
+            .get_or_create(&self.kind_labels())
+            .observe(took.as_secs_f64());
+        m.reconciles
+            .get_or_create(&ReconcileLabels {
+                kind,
+                result: if requeued { "requeued" } else { "ok" },
+            })
+            .inc();
+        m.queue_depth
+            .get_or_create(&self.kind_labels())
+            .set(depth as i64);
+    }
+
+    fn record_operation(&self, cluster: &str, op: &Op, outcome: &Outcome, took: Duration) {
+        let operation = match op {
+            Op::Create => "create",
+            Op::Update => "update",
+            Op::Delete => "delete",
+            Op::Unlabel => "unlabel",
+            _ => return,
+        };
+        let result = if matches!(outcome, Outcome::Status(..)) {
+            "error"
+        } else {
+            "ok"
+        };
+        let m = &self.shared.metrics.sync;
+        m.operations
+            .get_or_create(&OperationLabels {
+                cluster: cluster.to_string(),
+                operation,
+                result,
+            })
+            .inc();
+        m.operation_duration
+            .get_or_create(&ClusterLabels {
+                cluster: cluster.to_string(),
+            })
+            .observe(took.as_secs_f64());
+    }
+
     fn requeue_all(&self, queue: &WorkQueue<Key>) {
         for o in self.host_store.state() {
             queue.add(key_of(&o));
@@ -696,6 +760,7 @@ impl Ctl {
                     &BTreeMap::new(),
                     Some((aggregate_reason::COMPUTE_PLACEMENT_FAILED, msg)),
                     generation,
+                    &BTreeMap::new(),
                 )
                 .await;
                 return None;
@@ -759,6 +824,16 @@ impl Ctl {
         let dp = &self.delete_options(fed);
         let snapshot = self.shared.clusters.snapshot();
         let observed: Vec<Observed> = snapshot.iter().map(|c| self.observe(c, key)).collect();
+        let mut remote: BTreeMap<String, Value> = BTreeMap::new();
+        if self.collect_status {
+            for (c, o) in snapshot.iter().zip(&observed) {
+                if let Observed::Present(obj) = o
+                    && let Some(st) = obj.get("status").filter(|v| !v.is_null())
+                {
+                    remote.insert(c.name.clone(), st.clone());
+                }
+            }
+        }
         // A namespace about to be removed from a member might be the host's own (the host
         // joined as a member): look its UID up only then.
         let removing = snapshot
@@ -825,13 +900,16 @@ impl Ctl {
                             recreate,
                             dp,
                         );
-                        match tokio::time::timeout(OPERATION_TIMEOUT, fut).await {
+                        let started = Instant::now();
+                        let outcome = match tokio::time::timeout(OPERATION_TIMEOUT, fut).await {
                             Ok(o) => o,
                             Err(_) => Outcome::Status(
                                 timed_out(&op),
                                 format!("no answer from the cluster within {OPERATION_TIMEOUT:?}"),
                             ),
-                        }
+                        };
+                        self.record_operation(&name, &op, &outcome, started.elapsed());
+                        outcome
                     }
                 };
                 ClusterResult {
@@ -862,9 +940,27 @@ impl Ctl {
                     Outcome::Status(static_reason(&c.status), c.message.clone())
                 };
                 outcomes.insert(c.name.clone(), o);
+                if let Some(r) = &c.remote_status {
+                    remote.entry(c.name.clone()).or_insert_with(|| r.clone());
+                }
             }
         }
-        self.write_status(fed, &previous, &outcomes, aggregate, generation)
+        // Clusters the placement names that are not registered: report them rather than
+        // drop them silently (kubefed does), so a typo or a cluster not joined yet shows.
+        if aggregate.is_none() {
+            let registered: BTreeSet<String> = snapshot.iter().map(|c| c.name.clone()).collect();
+            for name in plan::unregistered_clusters(&spec.placement, &registered) {
+                let msg = format!(
+                    "the placement names cluster {name}, but no KubeFedCluster {name} is registered in {}",
+                    self.shared.namespace
+                );
+                outcomes.insert(
+                    name,
+                    Outcome::Status(cluster_reason::CLUSTER_NOT_READY, msg),
+                );
+            }
+        }
+        self.write_status(fed, &previous, &outcomes, aggregate, generation, &remote)
             .await;
         if wait {
             return Some(Duration::from_millis(500));
@@ -1000,8 +1096,16 @@ impl Ctl {
         outcomes: &BTreeMap<String, Outcome>,
         aggregate: Option<(&'static str, String)>,
         generation: i64,
+        remote: &BTreeMap<String, Value>,
     ) {
-        let status = plan::build_status(generation, outcomes, aggregate, previous, &now_rfc3339());
+        let status = plan::build_status(
+            generation,
+            outcomes,
+            aggregate,
+            previous,
+            remote,
+            &now_rfc3339(),
+        );
         if &status == previous {
             return;
         }
@@ -1029,6 +1133,23 @@ impl Ctl {
                 warn!(error = %e, "writing status failed");
             }
             return;
+        }
+        let m = &self.shared.metrics.sync;
+        m.status_writes.get_or_create(&self.kind_labels()).inc();
+        // Count each failure once, when it first appears in status.
+        for c in status.clusters.iter().filter(|c| !c.status.is_empty()) {
+            let known = previous
+                .clusters
+                .iter()
+                .any(|p| p.name == c.name && p.status == c.status);
+            if !known {
+                m.failures
+                    .get_or_create(&FailureLabels {
+                        kind: self.fed_ar.kind.clone(),
+                        reason: c.status.clone(),
+                    })
+                    .inc();
+            }
         }
         if became_failed && let Some(c) = status.propagation() {
             let mut note = c.message.clone();
@@ -1247,6 +1368,7 @@ impl Ctl {
             &outcomes,
             None,
             fed.metadata.generation.unwrap_or(0),
+            &BTreeMap::new(),
         )
         .await;
         // Member delete events requeue us; the timer covers the unready-cluster deadline

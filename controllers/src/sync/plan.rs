@@ -231,6 +231,22 @@ pub fn is_recoverable(reason: &str) -> bool {
     )
 }
 
+/// Clusters a placement names explicitly (`placement.clusters`) that are not registered.
+pub fn unregistered_clusters(
+    placement: &flotilla_crds::federated::Placement,
+    registered: &BTreeSet<String>,
+) -> Vec<String> {
+    placement
+        .clusters
+        .iter()
+        .flatten()
+        .map(|c| c.name.clone())
+        .filter(|n| !registered.contains(n))
+        .collect::<BTreeSet<_>>()
+        .into_iter()
+        .collect()
+}
+
 /// Builds the federated object's status from per-cluster outcomes. `aggregate` is an
 /// object-level failure (reason, message) that makes the condition False regardless.
 /// Timestamps are carried over from `previous` when the condition did not change, so an
@@ -240,6 +256,7 @@ pub fn build_status(
     outcomes: &BTreeMap<String, Outcome>,
     aggregate: Option<(&str, String)>,
     previous: &FederatedStatus,
+    remote: &BTreeMap<String, Value>,
     now: &str,
 ) -> FederatedStatus {
     let clusters: Vec<ClusterStatus> = outcomes
@@ -254,12 +271,7 @@ pub fn build_status(
                 ),
                 Outcome::Status(r, m) => (r.to_string(), m.clone()),
             };
-            // Keep a remote status collected earlier.
-            let remote_status = previous
-                .clusters
-                .iter()
-                .find(|c| &c.name == name)
-                .and_then(|c| c.remote_status.clone());
+            let remote_status = remote.get(name).cloned();
             Some(ClusterStatus {
                 name: name.clone(),
                 status,
@@ -502,12 +514,52 @@ mod tests {
     }
 
     #[test]
+    fn clusters_named_in_the_placement_but_not_registered_are_listed() {
+        let placement: flotilla_crds::federated::Placement = serde_json::from_value(
+            json!({"clusters": [{"name": "m1"}, {"name": "typo"}, {"name": "typo"}]}),
+        )
+        .expect("valid placement");
+        let registered = BTreeSet::from(["m1".to_string()]);
+        assert_eq!(
+            unregistered_clusters(&placement, &registered),
+            vec!["typo".to_string()]
+        );
+        let by_selector = flotilla_crds::federated::Placement::default();
+        assert!(unregistered_clusters(&by_selector, &registered).is_empty());
+    }
+
+    #[test]
+    fn collected_remote_status_is_reported_per_cluster() {
+        let outcomes = BTreeMap::from([("m1".to_string(), Outcome::Ok)]);
+        let remote = BTreeMap::from([("m1".to_string(), json!({"readyReplicas": 2}))]);
+        let s = build_status(
+            1,
+            &outcomes,
+            None,
+            &FederatedStatus::default(),
+            &remote,
+            "t0",
+        );
+        assert_eq!(
+            s.clusters[0].remote_status,
+            Some(json!({"readyReplicas": 2}))
+        );
+    }
+
+    #[test]
     fn status_is_true_when_every_cluster_propagated() {
         let outcomes = BTreeMap::from([
             ("m1".to_string(), Outcome::Ok),
             ("m2".to_string(), Outcome::Gone),
         ]);
-        let s = build_status(3, &outcomes, None, &FederatedStatus::default(), "t0");
+        let s = build_status(
+            3,
+            &outcomes,
+            None,
+            &FederatedStatus::default(),
+            &BTreeMap::new(),
+            "t0",
+        );
         assert_eq!(s.observed_generation, 3);
         assert_eq!(s.conditions[0].status, "True");
         assert_eq!(s.clusters.len(), 1);
@@ -522,7 +574,14 @@ mod tests {
                 Outcome::Status(cluster_reason::APPLY_OVERRIDES_FAILED, "bad".into()),
             ),
         ]);
-        let s = build_status(1, &outcomes, None, &FederatedStatus::default(), "t0");
+        let s = build_status(
+            1,
+            &outcomes,
+            None,
+            &FederatedStatus::default(),
+            &BTreeMap::new(),
+            "t0",
+        );
         assert_eq!(s.conditions[0].status, "False");
         assert_eq!(s.conditions[0].reason, "CheckClusters");
         assert!(s.conditions[0].message.contains("m2"));
@@ -531,8 +590,15 @@ mod tests {
     #[test]
     fn an_unchanged_result_rebuilds_an_identical_status() {
         let outcomes = BTreeMap::from([("m1".to_string(), Outcome::Ok)]);
-        let first = build_status(1, &outcomes, None, &FederatedStatus::default(), "t0");
-        let second = build_status(1, &outcomes, None, &first, "t1");
+        let first = build_status(
+            1,
+            &outcomes,
+            None,
+            &FederatedStatus::default(),
+            &BTreeMap::new(),
+            "t0",
+        );
+        let second = build_status(1, &outcomes, None, &first, &BTreeMap::new(), "t1");
         assert_eq!(first, second);
     }
 }
