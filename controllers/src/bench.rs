@@ -95,6 +95,20 @@ pub enum Scenario {
     Karmada200x2,
 }
 
+/// Where the control plane runs during the benchmark.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ControlPlaneMode {
+    /// `process` when this program is the `flotilla` binary (or --flotilla-bin is given),
+    /// else `in-process`.
+    #[default]
+    Auto,
+    /// In this process on its own runtime: CPU per thread, RSS estimated (an upper bound).
+    InProcess,
+    /// A child `flotilla controller-manager` (leader election off): CPU and peak RSS exact.
+    Process,
+}
+
 /// What to benchmark. Defaults: 1,000 ConfigMaps × 4 members, 16 concurrent writes, 16 sync
 /// workers, a 10 s steady-state window.
 #[derive(Debug, Clone, clap::Args, Serialize, Deserialize)]
@@ -127,6 +141,13 @@ pub struct BenchOptions {
     /// Write the report as JSON to this file.
     #[arg(long, value_name = "PATH")]
     pub json: Option<PathBuf>,
+    /// Where the control plane runs.
+    #[arg(long, value_enum, default_value_t = ControlPlaneMode::Auto)]
+    pub control_plane: ControlPlaneMode,
+    /// The `flotilla` binary whose `controller-manager` is run for `--control-plane process`
+    /// [default: this program, when it is `flotilla`].
+    #[arg(long, value_name = "PATH")]
+    pub flotilla_bin: Option<PathBuf>,
 }
 
 impl Default for BenchOptions {
@@ -141,11 +162,29 @@ impl Default for BenchOptions {
             steady_secs: 10,
             phase_timeout_secs: 600,
             json: None,
+            control_plane: ControlPlaneMode::Auto,
+            flotilla_bin: None,
         }
     }
 }
 
 impl BenchOptions {
+    /// The binary to run as the control plane, or `None` to run it in-process.
+    pub fn control_plane_binary(&self) -> anyhow::Result<Option<PathBuf>> {
+        let this = || {
+            std::env::current_exe()
+                .ok()
+                .filter(|p| p.file_stem().is_some_and(|s| s == "flotilla"))
+        };
+        match self.control_plane {
+            ControlPlaneMode::InProcess => Ok(None),
+            ControlPlaneMode::Auto => Ok(self.flotilla_bin.clone().or_else(this)),
+            ControlPlaneMode::Process => self.flotilla_bin.clone().or_else(this).map(Some).context(
+                "--control-plane process needs --flotilla-bin when this program is not flotilla",
+            ),
+        }
+    }
+
     /// The scenario's name and the effective member and object counts.
     pub fn resolved(&self) -> (String, usize, usize) {
         let (name, members, objects) = match self.scenario {
@@ -281,8 +320,9 @@ pub struct Phase {
     pub requests_per_member_object: f64,
     /// CPU seconds of the control plane's threads, until the host settled.
     pub control_plane_cpu_s: f64,
-    /// CPU seconds of the whole benchmark process (load generator, watchers, control plane).
-    pub process_cpu_s: f64,
+    /// CPU seconds of the benchmark's load generator and watchers (this process, less the
+    /// control plane's threads when it runs in-process).
+    pub generator_cpu_s: f64,
     /// CPU seconds of etcd, the API servers and kube-controller-managers.
     pub clusters_cpu_s: f64,
     /// The same, by process: `etcd`, `apiserver (host)`, `apiservers (members)`,
@@ -339,6 +379,8 @@ pub struct Cost {
     pub generator_peak_growth_mib: f64,
     /// Whether the peak could be reset between parts (`/proc/self/clear_refs`).
     pub peak_reset: bool,
+    /// How the control plane's RSS was measured.
+    pub rss_method: String,
     /// CPU seconds of the control plane over the Flotilla part (all kinds and phases).
     pub control_plane_cpu_s: f64,
     /// Control-plane CPU milliseconds per propagated member object (creates, updates and
@@ -483,8 +525,8 @@ impl BenchReport {
                     c.flotilla.window_s,
                     c.raw.window_s,
                     c.flotilla.control_plane_cpu_s,
-                    c.flotilla.process_cpu_s - c.flotilla.control_plane_cpu_s,
-                    c.raw.process_cpu_s,
+                    c.flotilla.generator_cpu_s,
+                    c.raw.generator_cpu_s,
                     c.flotilla.clusters_cpu_s - self.clusters_idle_cpu_per_s * c.flotilla.window_s,
                     c.raw.clusters_cpu_s - self.clusters_idle_cpu_per_s * c.raw.window_s,
                     c.flotilla.machine_busy_cpu_s,
@@ -528,11 +570,9 @@ impl BenchReport {
         let _ = writeln!(s);
         let _ = writeln!(
             s,
-            "cost: control plane ~{:.1} MiB peak RSS (process {:.1} -> peak {:.1} MiB, generator alone +{:.1} MiB{}), {:.2} CPU s ({:.3} ms per member object), {:.2} requests per created member object",
+            "cost: control plane {:.1} MiB peak RSS ({}{}), {:.2} CPU s ({:.3} ms per member object), {:.2} requests per created member object",
             c.control_plane_peak_rss_mib,
-            c.process_rss_before_mib,
-            c.process_peak_flotilla_mib,
-            c.generator_peak_growth_mib,
+            c.rss_method,
             if c.peak_reset {
                 ""
             } else {
@@ -806,6 +846,33 @@ struct ClusterTrack {
 struct TrackState {
     clusters: Vec<ClusterTrack>,
     want: Option<Want>,
+    /// The objects of the phase.
+    wanted: HashSet<String>,
+    /// (wanted object, cluster) pairs that reached the want.
+    reached_pairs: usize,
+}
+
+/// Records that `name` reached the want in `c` if it did (and counts it once).
+fn reach(
+    c: &mut ClusterTrack,
+    want: Option<&Want>,
+    wanted: &HashSet<String>,
+    reached_pairs: &mut usize,
+    name: &str,
+    now: Instant,
+) {
+    let ok = match want {
+        Some(Want::Version(v)) => c
+            .current
+            .get(name)
+            .is_some_and(|cur| cur.as_deref() == Some(v)),
+        Some(Want::Absent) => !c.current.contains_key(name),
+        None => false,
+    };
+    if ok && wanted.contains(name) && !c.reached.contains_key(name) {
+        c.reached.insert(name.to_string(), now);
+        *reached_pairs += 1;
+    }
 }
 
 /// Label-filtered watchers on one kind in a set of clusters.
@@ -839,7 +906,7 @@ impl Tracker {
         let tracker = Arc::new(Tracker {
             state: Mutex::new(TrackState {
                 clusters: clients.iter().map(|_| ClusterTrack::default()).collect(),
-                want: None,
+                ..TrackState::default()
             }),
             changed: Notify::new(),
             tasks: Mutex::default(),
@@ -880,23 +947,17 @@ impl Tracker {
     ) {
         let now = Instant::now();
         let mut guard = self.lock();
-        let st = &mut *guard;
-        let want = st.want.clone();
-        let Some(c) = st.clusters.get_mut(cluster) else {
+        let TrackState {
+            clusters,
+            want,
+            wanted,
+            reached_pairs,
+        } = &mut *guard;
+        let Some(c) = clusters.get_mut(cluster) else {
             return;
         };
-        let reach = |c: &mut ClusterTrack, name: &str| {
-            let ok = match &want {
-                Some(Want::Version(v)) => c
-                    .current
-                    .get(name)
-                    .is_some_and(|cur| cur.as_deref() == Some(v)),
-                Some(Want::Absent) => !c.current.contains_key(name),
-                None => false,
-            };
-            if ok {
-                c.reached.entry(name.to_string()).or_insert(now);
-            }
+        let mut reach = |c: &mut ClusterTrack, name: &str| {
+            reach(c, want.as_ref(), wanted, reached_pairs, name, now);
         };
         match ev {
             watcher::Event::Apply(o) => {
@@ -946,75 +1007,60 @@ impl Tracker {
         Ok(())
     }
 
-    /// Starts a phase: from now on record when objects reach `want`.
-    fn expect(&self, want: Want) {
-        let mut st = self.lock();
-        st.want = Some(want);
+    /// Starts a phase: from now on record when each of `names` reaches `want`.
+    fn expect(&self, want: Want, names: &[String]) {
         let now = Instant::now();
-        let want = st.want.clone();
+        let mut guard = self.lock();
+        let st = &mut *guard;
+        st.want = Some(want);
+        st.wanted = names.iter().cloned().collect();
+        st.reached_pairs = 0;
         for c in &mut st.clusters {
             c.reached.clear();
-            if let Some(Want::Version(v)) = &want {
-                for (name, cur) in &c.current {
-                    if cur.as_deref() == Some(v.as_str()) {
-                        c.reached.insert(name.clone(), now);
-                    }
-                }
+            for name in names {
+                reach(
+                    c,
+                    st.want.as_ref(),
+                    &st.wanted,
+                    &mut st.reached_pairs,
+                    name,
+                    now,
+                );
             }
         }
     }
 
-    /// How many (object, cluster) pairs of `names` reached the want.
-    fn progress(&self, names: &[String]) -> usize {
-        let st = self.lock();
-        st.clusters
-            .iter()
-            .map(|c| names.iter().filter(|n| c.reached.contains_key(*n)).count())
-            .sum()
-    }
-
-    /// Waits until every object of `names` reached the want in every cluster (absent
-    /// objects count at once for [`Want::Absent`]); returns per object the time it reached
-    /// it in its last cluster.
-    async fn wait(
-        &self,
-        names: &[String],
-        timeout: Duration,
-    ) -> anyhow::Result<HashMap<String, Instant>> {
+    /// Waits until every object of the phase reached the want in every cluster; returns
+    /// per object the time it reached it in its last cluster.
+    async fn wait(&self, timeout: Duration) -> anyhow::Result<HashMap<String, Instant>> {
         let deadline = tokio::time::Instant::now() + timeout;
         loop {
             let notified = self.changed.notified();
-            if let Some(done) = self.all_reached(names) {
+            if let Some(done) = self.all_reached() {
                 return Ok(done);
             }
             tokio::select! {
                 _ = notified => {}
                 _ = tokio::time::sleep_until(deadline) => {
-                    let n = self.progress(names);
-                    let total = names.len() * self.lock().clusters.len();
-                    bail!("only {n} of {total} member objects reached the wanted state within {timeout:?}");
+                    let st = self.lock();
+                    let total = st.wanted.len() * st.clusters.len();
+                    bail!("only {} of {total} objects reached the wanted state within {timeout:?}", st.reached_pairs);
                 }
             }
         }
     }
 
-    fn all_reached(&self, names: &[String]) -> Option<HashMap<String, Instant>> {
-        let mut st = self.lock();
-        let absent = matches!(st.want, Some(Want::Absent));
-        let now = Instant::now();
-        let mut done = HashMap::with_capacity(names.len());
-        for c in &mut st.clusters {
-            for n in names {
-                let t = match c.reached.get(n) {
-                    Some(t) => *t,
-                    None if absent && !c.current.contains_key(n) => {
-                        *c.reached.entry(n.clone()).or_insert(now)
-                    }
-                    None => return None,
-                };
-                let e = done.entry(n.clone()).or_insert(t);
-                if t > *e {
-                    *e = t;
+    fn all_reached(&self) -> Option<HashMap<String, Instant>> {
+        let st = self.lock();
+        if st.reached_pairs < st.wanted.len() * st.clusters.len() {
+            return None;
+        }
+        let mut done: HashMap<String, Instant> = HashMap::with_capacity(st.wanted.len());
+        for c in &st.clusters {
+            for (name, t) in &c.reached {
+                let e = done.entry(name.clone()).or_insert(*t);
+                if t > e {
+                    *e = *t;
                 }
             }
         }
@@ -1357,7 +1403,7 @@ impl Snapshot {
             at: Instant::now(),
             members,
             host,
-            cp_cpu: threads_cpu(CP_THREAD),
+            cp_cpu: run.cp_cpu(),
             process_cpu: cpu_of("/proc/self/stat"),
             clusters_cpu: clusters_cpu(&run.procs),
             machine_busy: machine_busy(),
@@ -1374,10 +1420,143 @@ struct Run {
     kubefed_clusters: Vec<String>,
     /// The clusters' processes and their kinds.
     procs: Vec<(u32, String)>,
+    /// The control plane's process when it runs as a child.
+    cp_pid: Mutex<Option<u32>>,
     objects: usize,
     concurrency: usize,
     timeout: Duration,
     steady: Duration,
+}
+
+impl Run {
+    /// CPU seconds the control plane used so far.
+    fn cp_cpu(&self) -> f64 {
+        match *self.cp_pid.lock().unwrap_or_else(|e| e.into_inner()) {
+            Some(pid) => cpu_of(&format!("/proc/{pid}/stat")),
+            None => threads_cpu(CP_THREAD),
+        }
+    }
+}
+
+/// The control plane under test.
+enum RunningControlPlane {
+    InProcess(InProcessControlPlane),
+    Child {
+        child: tokio::process::Child,
+        pid: u32,
+        log: PathBuf,
+    },
+}
+
+impl RunningControlPlane {
+    fn start(env: &LocalEnv, binary: Option<&std::path::Path>) -> anyhow::Result<Self> {
+        let Some(binary) = binary else {
+            return Ok(RunningControlPlane::InProcess(
+                InProcessControlPlane::start(env.host())?,
+            ));
+        };
+        let log = env.dir().join("controller-manager.log");
+        let file = std::fs::File::create(&log)?;
+        let child = tokio::process::Command::new(binary)
+            .arg("--kubeconfig")
+            .arg(env.kubeconfig_path())
+            .args(["--context", "host", "controller-manager"])
+            .args(["--leader-elect=false", "--metrics-addr", "127.0.0.1:0"])
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(file)
+            .kill_on_drop(true)
+            .spawn()
+            .with_context(|| format!("starting {} controller-manager", binary.display()))?;
+        let pid = child
+            .id()
+            .context("the controller-manager exited at once")?;
+        Ok(RunningControlPlane::Child { child, pid, log })
+    }
+
+    fn describe(&self) -> String {
+        match self {
+            RunningControlPlane::InProcess(_) => format!(
+                "in-process on its own runtime (threads {CP_THREAD}*: CPU per thread; RSS = the process's peak growth, an upper bound)"
+            ),
+            RunningControlPlane::Child { .. } => {
+                "child process `flotilla controller-manager` (CPU and peak RSS of that process)"
+                    .into()
+            }
+        }
+    }
+
+    /// Waits until the control plane sees every member Ready.
+    async fn wait_ready(&mut self, run: &Run) -> anyhow::Result<()> {
+        let started = Instant::now();
+        let api: Api<KubeFedCluster> = Api::namespaced(run.host.clone(), DEFAULT_NAMESPACE);
+        loop {
+            let ready = match self {
+                RunningControlPlane::InProcess(cp) => cp.ready(),
+                RunningControlPlane::Child { child, log, .. } => {
+                    if let Some(status) = child.try_wait()? {
+                        let text = std::fs::read_to_string(&*log).unwrap_or_default();
+                        let tail: Vec<&str> = text.lines().rev().take(20).collect();
+                        bail!(
+                            "the controller-manager exited ({status}):\n{}",
+                            tail.into_iter().rev().collect::<Vec<_>>().join("\n")
+                        );
+                    }
+                    api.list(&ListParams::default())
+                        .await?
+                        .items
+                        .iter()
+                        .filter(|c| {
+                            serde_json::to_value(c).ok().is_some_and(|v| {
+                                v.pointer("/status/conditions")
+                                    .and_then(Value::as_array)
+                                    .is_some_and(|cs| {
+                                        cs.iter()
+                                            .any(|c| c["type"] == "Ready" && c["status"] == "True")
+                                    })
+                            })
+                        })
+                        .count()
+                }
+            };
+            if ready >= run.members.len() {
+                return Ok(());
+            }
+            if started.elapsed() > Duration::from_secs(120) {
+                bail!("only {ready} of {} members turned Ready", run.members.len());
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// Peak RSS of the control plane's own process, when it has one.
+    fn own_peak_rss_mib(&self) -> Option<f64> {
+        match self {
+            RunningControlPlane::InProcess(_) => None,
+            RunningControlPlane::Child { pid, .. } => {
+                let s = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+                let kib: f64 = s
+                    .lines()
+                    .find(|l| l.starts_with("VmHWM:"))?
+                    .split_whitespace()
+                    .nth(1)?
+                    .parse()
+                    .ok()?;
+                Some(kib / 1024.0)
+            }
+        }
+    }
+
+    async fn stop(self) {
+        match self {
+            RunningControlPlane::InProcess(cp) => cp.stop().await,
+            RunningControlPlane::Child { mut child, .. } => {
+                if let Err(e) = child.kill().await {
+                    warn!(error = %e, "stopping the controller-manager failed");
+                }
+            }
+        }
+    }
 }
 
 /// The control plane on its own runtime, so that its threads (and CPU time) are its own.
@@ -1445,16 +1624,14 @@ pub async fn run(opts: BenchOptions) -> anyhow::Result<BenchReport> {
     if let Err(e) = env.shutdown().await {
         warn!(error = %e, "stopping the local clusters failed");
     }
-    let (kinds, cost, clusters_idle_cpu_per_s) = result?;
+    let (kinds, cost, clusters_idle_cpu_per_s, control_plane) = result?;
     let mut report = BenchReport {
         scenario: scenario.clone(),
         members,
         objects,
         concurrency: opts.concurrency,
         workers: opts.workers,
-        control_plane: format!(
-            "in-process on its own runtime (threads {CP_THREAD}*: CPU per thread; RSS = peak growth minus the raw part's)"
-        ),
+        control_plane,
         clusters_idle_cpu_per_s,
         machine,
         kinds,
@@ -1479,7 +1656,7 @@ async fn run_in(
     env: &LocalEnv,
     opts: &BenchOptions,
     objects: usize,
-) -> anyhow::Result<(Vec<KindReport>, Cost, f64)> {
+) -> anyhow::Result<(Vec<KindReport>, Cost, f64, String)> {
     let host = env.host().client().await?;
     let mut members = Vec::new();
     for m in env.members() {
@@ -1490,6 +1667,7 @@ async fn run_in(
         host,
         members,
         kubefed_clusters,
+        cp_pid: Mutex::new(None),
         procs: env
             .pids()
             .into_iter()
@@ -1558,20 +1736,14 @@ async fn run_in(
     // Part 1: through the control plane.
     let rss_before = rss_mib();
     let peak_reset = reset_peak_rss();
-    let cp = InProcessControlPlane::start(env.host())?;
-    let started = Instant::now();
-    while cp.ready() < run.members.len() {
-        if started.elapsed() > Duration::from_secs(120) {
-            bail!(
-                "only {} of {} members turned Ready",
-                cp.ready(),
-                run.members.len()
-            );
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
+    let mut cp = RunningControlPlane::start(env, opts.control_plane_binary()?.as_deref())?;
+    if let RunningControlPlane::Child { pid, .. } = &cp {
+        *run.cp_pid.lock().unwrap_or_else(|e| e.into_inner()) = Some(*pid);
     }
+    let control_plane = cp.describe();
+    cp.wait_ready(&run).await?;
     federate_namespace(&run).await?;
-    let cp_cpu_start = threads_cpu(CP_THREAD);
+    let cp_cpu_start = run.cp_cpu();
     let mut flotilla = Vec::new();
     for (kind, fed_members, _, host, _) in &trackers {
         warm_up_federated(&run, *kind).await?;
@@ -1579,8 +1751,9 @@ async fn run_in(
         let phases = flotilla_phases(&run, *kind, fed_members, host).await?;
         flotilla.push(phases);
     }
-    let cp_cpu = threads_cpu(CP_THREAD) - cp_cpu_start;
+    let cp_cpu = run.cp_cpu() - cp_cpu_start;
     let peak_flotilla = peak_rss_mib();
+    let own_peak = cp.own_peak_rss_mib();
     cp.stop().await;
 
     // Part 2: the raw baseline, with the same watchers and no control plane.
@@ -1616,7 +1789,13 @@ async fn run_in(
         .map(|k| k.create.flotilla.member_objects)
         .sum();
     let cost = Cost {
-        control_plane_peak_rss_mib: ((peak_flotilla - rss_before) - generator_growth).max(0.0),
+        control_plane_peak_rss_mib: own_peak
+            .unwrap_or(((peak_flotilla - rss_before) - generator_growth).max(0.0)),
+        rss_method: if own_peak.is_some() {
+            "VmHWM of the controller-manager process".into()
+        } else {
+            "growth of this process's VmHWM during the Flotilla part minus that during the raw part (includes the load generator: an upper bound)".into()
+        },
         process_rss_before_mib: rss_before,
         process_peak_flotilla_mib: peak_flotilla,
         generator_peak_growth_mib: generator_growth,
@@ -1625,7 +1804,7 @@ async fn run_in(
         control_plane_cpu_ms_per_member_object: ratio(cp_cpu * 1000.0, member_objects as f64),
         requests_per_created_member_object: ratio(created_requests, created as f64),
     };
-    Ok((reports, cost, idle))
+    Ok((reports, cost, idle, control_plane))
 }
 
 fn names(kind: Kind, n: usize) -> Vec<String> {
@@ -1861,9 +2040,9 @@ where
     SF: Future<Output = anyhow::Result<()>>,
 {
     let before = Snapshot::take(run).await?;
-    tracker.expect(want);
+    tracker.expect(want, names);
     let starts = Arc::new(Starts::default());
-    let wait = tracker.wait(names, run.timeout);
+    let wait = tracker.wait(run.timeout);
     let (driven, reached) = tokio::join!(drive(starts.clone()), wait);
     driven?;
     let reached = reached?;
@@ -1915,7 +2094,18 @@ where
         host_requests,
         requests_per_member_object: ratio(total as f64, member_objects as f64),
         control_plane_cpu_s: after.cp_cpu - before.cp_cpu,
-        process_cpu_s: after.process_cpu - before.process_cpu,
+        generator_cpu_s: after.process_cpu
+            - before.process_cpu
+            - if run
+                .cp_pid
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .is_some()
+            {
+                0.0
+            } else {
+                after.cp_cpu - before.cp_cpu
+            },
         clusters_cpu_s: after.clusters_cpu.values().sum::<f64>()
             - before.clusters_cpu.values().sum::<f64>(),
         clusters_cpu_by_process: cpu_delta(&before.clusters_cpu, &after.clusters_cpu),
@@ -2027,8 +2217,8 @@ async fn flotilla_phases(
             .await
         },
         || async {
-            host.expect(Want::Absent);
-            host.wait(&names, run.timeout).await?;
+            host.expect(Want::Absent, &names);
+            host.wait(run.timeout).await?;
             host.quiet(run.timeout).await;
             Ok(())
         },
@@ -2110,13 +2300,13 @@ async fn input_phase(run: &Run, kind: Kind, tracker: &Tracker) -> anyhow::Result
         || async { Ok(()) },
     )
     .await?;
-    tracker.expect(Want::Absent);
+    tracker.expect(Want::Absent, &names);
     write_all(&names, run.concurrency, &Starts::default(), |n| {
         let api = api.clone();
         async move { api.delete(&n, &DeleteParams::default()).await.map(|_| ()) }
     })
     .await?;
-    tracker.wait(&names, run.timeout).await?;
+    tracker.wait(run.timeout).await?;
     Ok(phase)
 }
 
@@ -2224,6 +2414,53 @@ async fn raw_phases(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn tracker(clusters: usize) -> Tracker {
+        Tracker {
+            state: Mutex::new(TrackState {
+                clusters: (0..clusters).map(|_| ClusterTrack::default()).collect(),
+                ..TrackState::default()
+            }),
+            changed: Notify::new(),
+            tasks: Mutex::default(),
+        }
+    }
+
+    fn cm(name: &str, v: &str) -> DynamicObject {
+        Kind::ConfigMap.raw_object(name, v).expect("a valid object")
+    }
+
+    #[test]
+    fn an_object_is_reached_once_every_cluster_shows_the_wanted_version() {
+        let t = tracker(2);
+        let names = vec!["a".to_string(), "b".to_string()];
+        let version = |o: &DynamicObject| Kind::ConfigMap.version_of(o);
+        t.expect(Want::Version("1".into()), &names);
+        t.on_event(0, watcher::Event::Apply(cm("a", "1")), &version);
+        t.on_event(1, watcher::Event::Apply(cm("a", "0")), &version);
+        t.on_event(0, watcher::Event::Apply(cm("b", "1")), &version);
+        t.on_event(1, watcher::Event::Apply(cm("b", "1")), &version);
+        assert!(t.all_reached().is_none(), "a is at version 0 in cluster 1");
+        t.on_event(1, watcher::Event::Apply(cm("a", "1")), &version);
+        let done = t.all_reached().expect("all reached");
+        assert_eq!(done.len(), 2);
+        assert_eq!(t.writes(), 5);
+    }
+
+    #[test]
+    fn objects_missing_from_a_relist_count_as_deleted() {
+        let t = tracker(1);
+        let names = vec!["a".to_string(), "b".to_string()];
+        let version = |o: &DynamicObject| Kind::ConfigMap.version_of(o);
+        t.on_event(0, watcher::Event::Apply(cm("a", "1")), &version);
+        t.on_event(0, watcher::Event::Apply(cm("b", "1")), &version);
+        t.expect(Want::Absent, &names);
+        assert!(t.all_reached().is_none());
+        t.on_event(0, watcher::Event::Delete(cm("a", "1")), &version);
+        t.on_event(0, watcher::Event::Init, &version);
+        t.on_event(0, watcher::Event::InitDone, &version);
+        assert_eq!(t.all_reached().map(|d| d.len()), Some(2));
+    }
 
     #[test]
     fn percentiles_use_the_nearest_rank() {
