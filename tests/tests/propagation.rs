@@ -54,13 +54,20 @@ async fn status_of(
     Ok(FederatedStatus::from_dynamic(&api.get(name).await?))
 }
 
+/// Waits until the status describes the current generation and says Propagation=True.
 async fn wait_propagated(
     fed: &Federation,
     ar: &ApiResource,
     name: &str,
 ) -> anyhow::Result<FederatedStatus> {
     wait_for(T, &format!("{name} propagated"), || async {
-        let s = status_of(&fed.host, ar, "demo", name).await?;
+        let api: Api<DynamicObject> = Api::namespaced_with(fed.host.clone(), "demo", ar);
+        let obj = api.get(name).await?;
+        let s = FederatedStatus::from_dynamic(&obj);
+        ensure!(
+            s.observed_generation == obj.metadata.generation.unwrap_or(0),
+            "status is of an older generation: {s:?}"
+        );
         let ok = s.propagation().is_some_and(|c| c.status == "True");
         ensure!(ok, "status: {s:?}");
         Ok(s)
