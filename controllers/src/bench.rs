@@ -332,6 +332,14 @@ pub struct Phase {
     pub machine_busy_cpu_s: f64,
     /// Wall seconds until the host settled (the window of the CPU and request figures).
     pub window_s: f64,
+    /// Wall seconds from the phase's start until the last object reached its state: the
+    /// active part of the window.
+    pub active_s: f64,
+    /// CPU seconds the whole machine was busy during the active part; against
+    /// `active_s × CPUs` it tells whether the phase was CPU-bound.
+    pub machine_busy_active_cpu_s: f64,
+    /// CPU seconds of the clusters' processes during the active part.
+    pub clusters_active_cpu_s: f64,
 }
 
 /// Latency percentiles in milliseconds (or their ratios).
@@ -542,6 +550,18 @@ impl BenchReport {
                     })
                     .collect();
                 let _ = writeln!(s, "  cluster CPU s by process: {}", by.join(", "));
+                let _ = writeln!(
+                    s,
+                    "  until the last object landed ({:.2} s, raw {:.2} s): machine busy {:.2} of {:.2} CPU s (raw {:.2} of {:.2}), clusters {:.2} (raw {:.2})",
+                    c.flotilla.active_s,
+                    c.raw.active_s,
+                    c.flotilla.machine_busy_active_cpu_s,
+                    c.flotilla.active_s * self.machine.cpus as f64,
+                    c.raw.machine_busy_active_cpu_s,
+                    c.raw.active_s * self.machine.cpus as f64,
+                    c.flotilla.clusters_active_cpu_s,
+                    c.raw.clusters_active_cpu_s,
+                );
             }
             let hi = &k.host_input;
             let _ = writeln!(
@@ -2046,6 +2066,11 @@ where
     let (driven, reached) = tokio::join!(drive(starts.clone()), wait);
     driven?;
     let reached = reached?;
+    let (active_at, active_busy, active_clusters) = (
+        Instant::now(),
+        machine_busy(),
+        clusters_cpu(&run.procs).values().sum::<f64>(),
+    );
     settle().await?;
     let after = Snapshot::take(run).await?;
     let starts = starts.take();
@@ -2111,6 +2136,9 @@ where
         clusters_cpu_by_process: cpu_delta(&before.clusters_cpu, &after.clusters_cpu),
         machine_busy_cpu_s: after.machine_busy - before.machine_busy,
         window_s: after.at.saturating_duration_since(before.at).as_secs_f64(),
+        active_s: active_at.saturating_duration_since(before.at).as_secs_f64(),
+        machine_busy_active_cpu_s: active_busy - before.machine_busy,
+        clusters_active_cpu_s: active_clusters - before.clusters_cpu.values().sum::<f64>(),
     })
 }
 
