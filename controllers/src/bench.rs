@@ -1442,6 +1442,8 @@ struct Run {
     procs: Vec<(u32, String)>,
     /// The control plane's process when it runs as a child.
     cp_pid: Mutex<Option<u32>>,
+    /// LISTs of federated objects the benchmark itself sent (convergence checks).
+    own_lists: std::sync::atomic::AtomicU64,
     objects: usize,
     concurrency: usize,
     timeout: Duration,
@@ -1688,6 +1690,7 @@ async fn run_in(
         members,
         kubefed_clusters,
         cp_pid: Mutex::new(None),
+        own_lists: std::sync::atomic::AtomicU64::new(0),
         procs: env
             .pids()
             .into_iter()
@@ -2060,6 +2063,7 @@ where
     SF: Future<Output = anyhow::Result<()>>,
 {
     let before = Snapshot::take(run).await?;
+    let lists_before = run.own_lists.load(std::sync::atomic::Ordering::Relaxed);
     tracker.expect(want, names);
     let starts = Arc::new(Starts::default());
     let wait = tracker.wait(run.timeout);
@@ -2105,8 +2109,11 @@ where
     }
     // The benchmark's own writes: one per object, on the main resource.
     let (own_verb, own) = own_host_writes;
-    if let Some(v) = host_requests.get_mut(&format!("{fed} {own_verb}")) {
-        *v = v.saturating_sub(own);
+    let own_lists = run.own_lists.load(std::sync::atomic::Ordering::Relaxed) - lists_before;
+    for (verb, n) in [(own_verb, own), ("LIST", own_lists)] {
+        if let Some(v) = host_requests.get_mut(&format!("{fed} {verb}")) {
+            *v = v.saturating_sub(n);
+        }
     }
     host_requests.retain(|_, v| *v > 0);
     let total: u64 = member_requests.values().sum::<u64>() + host_requests.values().sum::<u64>();
@@ -2151,6 +2158,8 @@ async fn wait_propagated(run: &Run, kind: Kind, host: &Tracker) -> anyhow::Resul
     let api: Api<DynamicObject> = Api::namespaced_with(run.host.clone(), FED_NS, &kind.federated());
     let lp = ListParams::default().labels(&format!("{BENCH_LABEL}=fed"));
     poll(run.timeout, "every federated object propagated", || async {
+        run.own_lists
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let list = api.list(&lp).await?;
         Ok(list.items.iter().all(|o| {
             let s = FederatedStatus::from_dynamic(o);
