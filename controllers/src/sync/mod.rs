@@ -1109,9 +1109,14 @@ impl Ctl {
         if &status == previous {
             return;
         }
+        // Removal from a deselected cluster is routine, not a failure worth a Warning.
         let became_failed = status.propagation().is_some_and(|c| c.status == "False")
             && previous.propagation().map(|c| (&c.reason, &c.message))
-                != status.propagation().map(|c| (&c.reason, &c.message));
+                != status.propagation().map(|c| (&c.reason, &c.message))
+            && (status.clusters.is_empty()
+                || status.clusters.iter().any(|c| {
+                    !c.status.is_empty() && c.status != cluster_reason::WAITING_FOR_REMOVAL
+                }));
         let mut value = serde_json::to_value(&status).unwrap_or(Value::Null);
         if let Some(map) = value.as_object_mut() {
             // Merge patch: absent keys would keep old values, so clear them explicitly.
@@ -1232,6 +1237,7 @@ impl Ctl {
         };
         let snapshot = self.shared.clusters.snapshot();
         let mut pending = false;
+        let mut held = false;
         let mut abandoned = Vec::new();
         let mut jobs = Vec::new();
         for cluster in &snapshot {
@@ -1254,6 +1260,7 @@ impl Ctl {
                 next_deadline = next_deadline.min(timeout.saturating_sub(waited));
             }
             pending |= op.is_pending();
+            held |= op == DeletionOp::WaitForRemoval;
             let name = cluster.name.clone();
             let client = cluster.client.clone();
             let dp = &dp;
@@ -1362,15 +1369,24 @@ impl Ctl {
             .into_iter()
             .map(|r| (r.cluster, r.outcome))
             .collect();
-        self.write_status(
-            fed,
-            &previous,
-            &outcomes,
-            None,
-            fed.metadata.generation.unwrap_or(0),
-            &BTreeMap::new(),
-        )
-        .await;
+        // A deletion just issued everywhere is not news: writing WaitingForRemoval for
+        // every deleted object would double the host writes of a bulk delete. Status is
+        // written when something holds the deletion up: a member object still terminating
+        // on a later pass (a finalizer in the member), an unready cluster, a failure.
+        let only_removing = outcomes
+            .values()
+            .all(|o| matches!(o, Outcome::Removing | Outcome::Gone));
+        if held || !only_removing {
+            self.write_status(
+                fed,
+                &previous,
+                &outcomes,
+                None,
+                fed.metadata.generation.unwrap_or(0),
+                &BTreeMap::new(),
+            )
+            .await;
+        }
         // Member delete events requeue us; the timer covers the unready-cluster deadline
         // and clusters that failed to answer.
         Some(next_deadline.clamp(Duration::from_secs(1), Duration::from_secs(5)))
