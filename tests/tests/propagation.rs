@@ -443,6 +443,17 @@ async fn steady_state_makes_no_writes_drift_is_repaired_and_member_fields_are_ke
     })
     .await?;
 
+    // A member object deleted in the member (right after Flotilla wrote it) comes back.
+    m1.delete("steady", &Default::default()).await?;
+    wait_for(T, "deleted member object recreated", || async {
+        let d = cm_data(&fed.members[0], "steady")
+            .await?
+            .context("absent")?;
+        ensure!(d.get("k").map(String::as_str) == Some("v"), "{d:?}");
+        Ok(())
+    })
+    .await?;
+
     // The member-assigned clusterIP survives a template update.
     let svcs: Api<Service> = Api::namespaced(fed.members[1].clone(), "demo");
     let ip_before = svcs.get("front").await?.spec.and_then(|s| s.cluster_ip);

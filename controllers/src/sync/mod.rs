@@ -167,6 +167,7 @@ impl TypeController {
             fns_synced: fns_synced.clone(),
             members: members.clone(),
             collect_status: ftc.status_collection == Some(StatusCollectionMode::Enabled),
+            recent: Mutex::default(),
             failures: Mutex::default(),
             unavailable_since: Mutex::default(),
         });
@@ -437,6 +438,8 @@ struct Ctl {
     fns_store: Store<DynamicObject>,
     fns_synced: Arc<AtomicBool>,
     members: Arc<MemberWatch<DynamicObject>>,
+    /// Flotilla's own recent writes: (cluster, key) → (hash written, when).
+    recent: Mutex<HashMap<(String, Key), (String, Instant)>>,
     /// Copy each member object's `status` into `status.clusters[].remoteStatus`
     /// (the FTC's `statusCollection: Enabled`).
     collect_status: bool,
@@ -476,6 +479,31 @@ impl Ctl {
         m.queue_depth
             .get_or_create(&self.kind_labels())
             .set(depth as i64);
+    }
+
+    /// The hash Flotilla wrote to this member object within [`plan::RECENT_WRITE_TTL`],
+    /// and how long ago.
+    fn recent_write(&self, cluster: &str, key: &Key) -> Option<(String, Duration)> {
+        let recent = self.recent.lock().unwrap_or_else(|e| e.into_inner());
+        let (hash, at) = recent.get(&(cluster.to_string(), key.clone()))?;
+        let age = at.elapsed();
+        (age < plan::RECENT_WRITE_TTL).then(|| (hash.clone(), age))
+    }
+
+    fn remember_write(&self, cluster: &str, key: &Key, hash: Option<String>) {
+        let mut recent = self.recent.lock().unwrap_or_else(|e| e.into_inner());
+        if recent.len() > 4096 {
+            recent.retain(|_, (_, at)| at.elapsed() < plan::RECENT_WRITE_TTL);
+        }
+        let k = (cluster.to_string(), key.clone());
+        match hash {
+            Some(h) => {
+                recent.insert(k, (h, Instant::now()));
+            }
+            None => {
+                recent.remove(&k);
+            }
+        }
     }
 
     fn record_operation(&self, cluster: &str, op: &Op, outcome: &Outcome, took: Duration) {
@@ -853,14 +881,34 @@ impl Ctl {
         };
         let mut wait = false;
         let mut jobs = Vec::new();
+        let mut recheck_after: Option<Duration> = None;
         for (cluster, observed) in snapshot.iter().zip(observed) {
             let is_selected = selected.contains(&cluster.name);
-            let op = plan::decide(
-                is_selected,
-                &observed,
-                desired.get(&cluster.name),
-                self.is_protected(key) || is_host_namespace(&observed, host_ns_uid.as_deref()),
-            );
+            let desired_hash = match desired.get(&cluster.name) {
+                Some(DesiredFor::Object { hash, .. }) => Some(hash.clone()),
+                _ => None,
+            };
+            let recent = self.recent_write(&cluster.name, key);
+            let lagging = is_selected
+                && desired_hash.as_deref().is_some_and(|h| {
+                    plan::cache_lags(&observed, recent.as_ref().map(|(r, _)| r.as_str()), h)
+                });
+            let op = if lagging {
+                // Recheck once the memory expires, in case the object really is gone.
+                if let (Observed::Absent, Some((_, age))) = (&observed, &recent) {
+                    let left =
+                        plan::RECENT_WRITE_TTL.saturating_sub(*age) + Duration::from_millis(100);
+                    recheck_after = Some(recheck_after.map_or(left, |r| r.min(left)));
+                }
+                Op::Nothing
+            } else {
+                plan::decide(
+                    is_selected,
+                    &observed,
+                    desired.get(&cluster.name),
+                    self.is_protected(key) || is_host_namespace(&observed, host_ns_uid.as_deref()),
+                )
+            };
             if op == Op::Wait {
                 wait = true;
                 continue;
@@ -909,6 +957,13 @@ impl Ctl {
                             ),
                         };
                         self.record_operation(&name, &op, &outcome, started.elapsed());
+                        match (&op, &outcome) {
+                            (Op::Create | Op::Update, Outcome::Ok) => {
+                                self.remember_write(&name, key, desired_hash)
+                            }
+                            (Op::Delete | Op::Update, _) => self.remember_write(&name, key, None),
+                            _ => {}
+                        }
                         outcome
                     }
                 };
@@ -965,7 +1020,10 @@ impl Ctl {
         if wait {
             return Some(Duration::from_millis(500));
         }
-        self.backoff(key, recoverable)
+        match (self.backoff(key, recoverable), recheck_after) {
+            (Some(b), Some(r)) => Some(b.min(r)),
+            (b, r) => b.or(r),
+        }
     }
 
     fn target_type_api(&self) -> flotilla_crds::core::ApiResource {

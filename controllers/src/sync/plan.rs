@@ -247,6 +247,34 @@ pub fn unregistered_clusters(
         .collect()
 }
 
+/// How long Flotilla remembers its own last write to a member object. Within this time a
+/// member cache that does not show the write yet is taken to lag, not to disagree.
+pub const RECENT_WRITE_TTL: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Whether the member cache has merely not caught up with Flotilla's own recent write of
+/// `desired_hash` (`recent_hash` is the hash written within [`RECENT_WRITE_TTL`]): the
+/// object is absent from the cache, or cached with another hash. Acting on such a cache
+/// would send the same write twice (the host watch often delivers the status update of a
+/// reconcile before the member watch delivers the write).
+pub fn cache_lags(observed: &Observed, recent_hash: Option<&str>, desired_hash: &str) -> bool {
+    if recent_hash != Some(desired_hash) {
+        return false;
+    }
+    match observed {
+        Observed::Absent => true,
+        Observed::Present(obj) => recorded_hash(obj) != Some(desired_hash),
+        Observed::NotReady | Observed::NotSynced => false,
+    }
+}
+
+fn recorded_hash(obj: &Value) -> Option<&str> {
+    obj.pointer(&format!(
+        "/metadata/annotations/{}",
+        HASH_ANNOTATION.replace('/', "~1")
+    ))
+    .and_then(Value::as_str)
+}
+
 /// Builds the federated object's status from per-cluster outcomes. `aggregate` is an
 /// object-level failure (reason, message) that makes the condition False regardless.
 /// Timestamps are carried over from `previous` when the condition did not change, so an
@@ -544,6 +572,30 @@ mod tests {
             s.clusters[0].remote_status,
             Some(json!({"readyReplicas": 2}))
         );
+    }
+
+    #[test]
+    fn a_cache_that_has_not_seen_our_own_write_lags() {
+        assert!(cache_lags(&Observed::Absent, Some("h1"), "h1"));
+        assert!(cache_lags(
+            &member(json!({"k": "v"}), "h0"),
+            Some("h1"),
+            "h1"
+        ));
+    }
+
+    #[test]
+    fn a_cache_showing_our_write_or_another_desire_does_not_lag() {
+        // Our write is visible: normal drift detection applies.
+        assert!(!cache_lags(
+            &member(json!({"k": "edited"}), "h1"),
+            Some("h1"),
+            "h1"
+        ));
+        // The template changed since our last write: a new write is due.
+        assert!(!cache_lags(&Observed::Absent, Some("h0"), "h1"));
+        assert!(!cache_lags(&Observed::Absent, None, "h1"));
+        assert!(!cache_lags(&Observed::NotReady, Some("h1"), "h1"));
     }
 
     #[test]
