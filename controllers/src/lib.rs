@@ -10,6 +10,7 @@ pub mod leader;
 pub mod manager;
 pub mod metrics;
 pub mod multicluster;
+pub mod reflect;
 pub mod registry;
 pub mod scheduling;
 pub mod sync;

@@ -18,22 +18,23 @@ use flotilla_crds::{
     federated::{ClusterOverride, ClusterOverrides, ClusterReference, FederatedSpec},
     placement,
 };
-use futures::StreamExt;
 use kube::{
     Api, Client, Resource, ResourceExt,
     api::{DynamicObject, Patch, PatchParams},
     core::ApiResource,
     runtime::{
-        WatchStreamExt,
         events::{Event, EventType, Recorder, Reporter},
         reflector::{self, ObjectRef, Store},
-        watcher,
     },
 };
 use serde_json::json;
 use tracing::{debug, info, warn};
 
-use crate::{multicluster::ClusterSet, workqueue::WorkQueue};
+use crate::{
+    multicluster::ClusterSet,
+    reflect::{Change, reflect},
+    workqueue::WorkQueue,
+};
 
 /// Field manager of the scheduler's writes to federated objects.
 pub const SCHEDULER_MANAGER: &str = "flotilla-scheduler";
@@ -72,28 +73,16 @@ pub async fn run(host: Client, clusters: ClusterSet) {
     {
         let queue = queue.clone();
         let api: Api<ReplicaSchedulingPreference> = Api::all(host.clone());
-        tasks.push(tokio::spawn(async move {
-            let stream = reflector::reflector(
-                rsp_writer,
-                watcher(api, watcher::Config::default()).default_backoff(),
-            );
-            futures::pin_mut!(stream);
-            while let Some(ev) = stream.next().await {
-                match ev {
-                    Ok(
-                        watcher::Event::Apply(o)
-                        | watcher::Event::InitApply(o)
-                        | watcher::Event::Delete(o),
-                    ) => {
-                        queue.add((o.namespace().unwrap_or_default(), o.name_any()));
-                    }
-                    Ok(_) => {}
-                    Err(e) => {
-                        debug!(error = %e, "ReplicaSchedulingPreference watch failed; retrying")
-                    }
+        tasks.push(tokio::spawn(reflect(
+            api,
+            rsp_writer,
+            "ReplicaSchedulingPreference",
+            move |c| {
+                if let Change::Object(o) = c {
+                    queue.add((o.namespace().unwrap_or_default(), o.name_any()));
                 }
-            }
-        }));
+            },
+        )));
     }
     let mut targets = BTreeMap::new();
     for kind in ["FederatedDeployment", "FederatedReplicaSet"] {
@@ -104,27 +93,17 @@ pub async fn run(host: Client, clusters: ClusterSet) {
         targets.insert(kind.to_string(), writer.as_reader());
         let queue = queue.clone();
         let api: Api<DynamicObject> = Api::all_with(host.clone(), &ar);
-        tasks.push(tokio::spawn(async move {
-            let stream = reflector::reflector(
-                writer,
-                watcher(api, watcher::Config::default()).default_backoff(),
-            );
-            futures::pin_mut!(stream);
-            while let Some(ev) = stream.next().await {
-                match ev {
-                    Ok(
-                        watcher::Event::Apply(o)
-                        | watcher::Event::InitApply(o)
-                        | watcher::Event::Delete(o),
-                    ) => {
-                        queue.add((o.namespace().unwrap_or_default(), o.name_any()));
-                    }
-                    Ok(_) => {}
-                    // The federated type may not be enabled (CRD absent): keep retrying quietly.
-                    Err(e) => debug!(error = %e, "federated target watch failed; retrying"),
+        // The federated type may not be enabled (CRD absent): `reflect` keeps retrying.
+        tasks.push(tokio::spawn(reflect(
+            api,
+            writer,
+            "federated scheduling target",
+            move |c| {
+                if let Change::Object(o) = c {
+                    queue.add((o.namespace().unwrap_or_default(), o.name_any()));
                 }
-            }
-        }));
+            },
+        )));
     }
     let ctx = Arc::new(Ctx {
         host: host.clone(),

@@ -26,17 +26,15 @@ use flotilla_crds::{
     core::{EffectiveConfig, FederatedTypeConfigSpec, StatusCollectionMode},
     federated::{FederatedSpec, FederatedStatus, aggregate_reason, cluster_reason},
 };
-use futures::{StreamExt, future::join_all};
+use futures::future::join_all;
 use k8s_openapi::api::core::v1::Namespace;
 use kube::{
     Api, Client, Resource, ResourceExt,
     api::{DeleteParams, GetParams, ListParams, Patch, PatchParams, PropagationPolicy},
     core::{ApiResource, DynamicObject},
     runtime::{
-        WatchStreamExt,
         events::{Event as KubeEvent, EventType, Recorder, Reporter},
         reflector::{self, ObjectRef, Store},
-        watcher,
     },
 };
 use serde_json::{Value, json};
@@ -49,6 +47,7 @@ use crate::{
         ClusterLabels, FailureLabels, Metrics, OperationLabels, ReconcileLabels, TypeLabels,
     },
     multicluster::{ClusterEvent, ClusterSet, MemberEvent, MemberWatch},
+    reflect::{Change, reflect},
     workqueue::WorkQueue,
 };
 use plan::{DeletionOp, DesiredFor, HASH_ANNOTATION, Observed, Op, Outcome};
@@ -178,68 +177,46 @@ impl TypeController {
             let queue = queue.clone();
             let api: Api<DynamicObject> = Api::all_with(shared.host.clone(), &fed_ar);
             let host_store = host_store.clone();
-            tasks.push(tokio::spawn(async move {
-                let stream = reflector::reflector(
-                    host_writer,
-                    watcher(api, watcher::Config::default()).default_backoff(),
-                );
-                futures::pin_mut!(stream);
-                while let Some(ev) = stream.next().await {
-                    match ev {
-                        Ok(
-                            watcher::Event::Apply(o)
-                            | watcher::Event::Delete(o)
-                            | watcher::Event::InitApply(o),
-                        ) => {
-                            queue.add(key_of(&o));
-                        }
-                        Ok(watcher::Event::InitDone) => {
+            tasks.push(tokio::spawn(reflect(
+                api,
+                host_writer,
+                "federated object",
+                move |c| {
+                    match c {
+                        Change::Object(o) => queue.add(key_of(o)),
+                        Change::Synced => {
                             host_synced.store(true, Ordering::Release);
-                            // Objects deleted while we were not watching are found through
-                            // the member caches (stray cleanup) on their Synced events.
+                            // Objects deleted while we were not watching are found through the
+                            // member caches (stray cleanup) on their Synced events.
                             for o in host_store.state() {
                                 queue.add(key_of(&o));
                             }
                         }
-                        Ok(watcher::Event::Init) => {}
-                        Err(e) => warn!(error = %e, "federated object watch failed; retrying"),
                     }
-                }
-            }));
+                },
+            )));
         }
         // Host: FederatedNamespaces, for namespace placement.
         if needs_ns_placement {
             let queue = queue.clone();
             let host_store = host_store.clone();
             let api: Api<DynamicObject> = Api::all_with(shared.host.clone(), &fns_ar);
-            tasks.push(tokio::spawn(async move {
-                let stream = reflector::reflector(
-                    fns_writer,
-                    watcher(api, watcher::Config::default()).default_backoff(),
-                );
-                futures::pin_mut!(stream);
-                while let Some(ev) = stream.next().await {
-                    match ev {
-                        Ok(
-                            watcher::Event::Apply(o)
-                            | watcher::Event::Delete(o)
-                            | watcher::Event::InitApply(o),
-                        ) => {
-                            let ns = o.namespace();
-                            for fed in host_store.state() {
-                                if fed.namespace() == ns {
-                                    queue.add(key_of(&fed));
-                                }
+            tasks.push(tokio::spawn(reflect(
+                api,
+                fns_writer,
+                "federated namespace",
+                move |c| match c {
+                    Change::Object(o) => {
+                        let ns = o.namespace();
+                        for fed in host_store.state() {
+                            if fed.namespace() == ns {
+                                queue.add(key_of(&fed));
                             }
                         }
-                        Ok(watcher::Event::InitDone) => {
-                            fns_synced.store(true, Ordering::Release);
-                        }
-                        Ok(watcher::Event::Init) => {}
-                        Err(e) => debug!(error = %e, "federated namespace watch failed; retrying"),
                     }
-                }
-            }));
+                    Change::Synced => fns_synced.store(true, Ordering::Release),
+                },
+            )));
         }
         // Members: managed objects map back to their federated object.
         {
