@@ -32,8 +32,14 @@ apt_install() {
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >&2
 }
 
-# etcd is needed in every case (also with KUBE_BIN_DIR).
-apt_install etcd-server jq
+# etcd is needed in every case (also with KUBE_BIN_DIR); setpriv (util-linux) ties the
+# clusters' processes to the test process.
+apt_install etcd-server jq util-linux
+# The tests and the demo's hints use kubectl; Debian's kubernetes-client provides one when
+# the machine has none.
+if ! command -v kubectl >/dev/null 2>&1; then
+  apt_install kubernetes-client
+fi
 
 if [ -n "${KUBE_BIN_DIR:-}" ]; then
   for b in kube-apiserver kube-controller-manager; do
