@@ -4,8 +4,11 @@
 #![warn(missing_docs)]
 
 use std::future::Future;
+use std::path::PathBuf;
 use std::sync::Once;
 use std::time::{Duration, Instant};
+
+use anyhow::Context as _;
 
 pub use flotilla_localenv::{Cluster, EnvOptions, LocalEnv};
 
@@ -80,4 +83,70 @@ where
             Err(_) => tokio::time::sleep(POLL_INTERVAL).await,
         }
     }
+}
+
+/// The `flotilla` binary: `$FLOTILLA_BIN`, or built once per test process with cargo (debug
+/// profile), for tests that run it as a real process.
+pub fn flotilla_binary() -> anyhow::Result<PathBuf> {
+    static BUILT: std::sync::Mutex<Option<PathBuf>> = std::sync::Mutex::new(None);
+    let mut built = BUILT.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(path) = built.as_ref() {
+        return Ok(path.clone());
+    }
+    if let Some(path) = std::env::var_os("FLOTILLA_BIN").filter(|p| !p.is_empty()) {
+        let path = PathBuf::from(path);
+        *built = Some(path.clone());
+        return Ok(path);
+    }
+    let cargo = std::env::var("CARGO")
+        .ok()
+        .or(option_env!("CARGO").map(str::to_owned))
+        .unwrap_or_else(|| "cargo".into());
+    let mut command = std::process::Command::new(cargo);
+    // Variables cargo sets for this test process would look like a changed environment to
+    // build scripts (ring tracks CARGO_PKG_NAME, CARGO_MANIFEST_DIR, ...) and rebuild them.
+    for (key, _) in std::env::vars_os() {
+        let key = key.to_string_lossy();
+        let set_by_cargo = [
+            "CARGO_PKG_",
+            "CARGO_MANIFEST_",
+            "CARGO_CRATE_",
+            "CARGO_BIN_",
+        ]
+        .iter()
+        .any(|p| key.starts_with(p))
+            || [
+                "CARGO_PRIMARY_PACKAGE",
+                "CARGO_TARGET_TMPDIR",
+                "CARGO_RUSTC_CURRENT_DIR",
+                "OUT_DIR",
+            ]
+            .contains(&key.as_ref());
+        if set_by_cargo {
+            command.env_remove(key.as_ref());
+        }
+    }
+    let output = command
+        .args([
+            "build",
+            "-p",
+            "flotilla-controllers",
+            "--bin",
+            "flotilla",
+            "--message-format=json",
+        ])
+        .current_dir(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(".."))
+        .stderr(std::process::Stdio::inherit())
+        .output()
+        .context("running cargo build")?;
+    anyhow::ensure!(output.status.success(), "cargo build of flotilla failed");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let path = stdout
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(|m| m["reason"] == "compiler-artifact" && m["target"]["name"] == "flotilla")
+        .find_map(|m| m["executable"].as_str().map(PathBuf::from))
+        .context("cargo did not report the flotilla executable")?;
+    *built = Some(path.clone());
+    Ok(path)
 }

@@ -10,7 +10,6 @@ use std::{
     collections::BTreeMap,
     path::{Path, PathBuf},
     process::Stdio,
-    sync::Mutex,
     time::{Duration, Instant},
 };
 
@@ -20,7 +19,7 @@ use flotilla_crds::{DEFAULT_NAMESPACE, FederatedTypeConfig, KubeFedCluster};
 use flotilla_tests::{
     LocalEnv,
     federation::{apply, federated, federated_namespace, federation, install_crds},
-    wait_for,
+    flotilla_binary, wait_for,
 };
 use k8s_openapi::{
     api::{
@@ -42,71 +41,6 @@ const T: Duration = Duration::from_secs(30);
 
 fn workspace_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
-}
-
-/// The `flotilla` binary: `$FLOTILLA_BIN`, or built once per test process with cargo.
-fn flotilla_binary() -> anyhow::Result<PathBuf> {
-    static BUILT: Mutex<Option<PathBuf>> = Mutex::new(None);
-    let mut built = BUILT.lock().unwrap_or_else(|e| e.into_inner());
-    if let Some(path) = built.as_ref() {
-        return Ok(path.clone());
-    }
-    if let Some(path) = std::env::var_os("FLOTILLA_BIN").filter(|p| !p.is_empty()) {
-        let path = PathBuf::from(path);
-        *built = Some(path.clone());
-        return Ok(path);
-    }
-    let cargo = std::env::var("CARGO")
-        .ok()
-        .or(option_env!("CARGO").map(str::to_owned))
-        .unwrap_or_else(|| "cargo".into());
-    let mut command = std::process::Command::new(cargo);
-    // Variables cargo sets for this test process would look like a changed environment to
-    // build scripts (ring tracks CARGO_PKG_NAME, CARGO_MANIFEST_DIR, ...) and rebuild them.
-    for (key, _) in std::env::vars_os() {
-        let key = key.to_string_lossy();
-        let set_by_cargo = [
-            "CARGO_PKG_",
-            "CARGO_MANIFEST_",
-            "CARGO_CRATE_",
-            "CARGO_BIN_",
-        ]
-        .iter()
-        .any(|p| key.starts_with(p))
-            || [
-                "CARGO_PRIMARY_PACKAGE",
-                "CARGO_TARGET_TMPDIR",
-                "CARGO_RUSTC_CURRENT_DIR",
-                "OUT_DIR",
-            ]
-            .contains(&key.as_ref());
-        if set_by_cargo {
-            command.env_remove(key.as_ref());
-        }
-    }
-    let output = command
-        .args([
-            "build",
-            "-p",
-            "flotilla-controllers",
-            "--bin",
-            "flotilla",
-            "--message-format=json",
-        ])
-        .current_dir(workspace_root())
-        .stderr(Stdio::inherit())
-        .output()
-        .context("running cargo build")?;
-    ensure!(output.status.success(), "cargo build of flotilla failed");
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    let path = stdout
-        .lines()
-        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
-        .filter(|m| m["reason"] == "compiler-artifact" && m["target"]["name"] == "flotilla")
-        .find_map(|m| m["executable"].as_str().map(PathBuf::from))
-        .context("cargo did not report the flotilla executable")?;
-    *built = Some(path.clone());
-    Ok(path)
 }
 
 /// Runs `flotilla --kubeconfig <env> --context host ARGS…` in-process; returns the result

@@ -1,0 +1,170 @@
+//! The controller-manager as it runs in a host cluster: a separate `flotilla
+//! controller-manager` process authenticated as the `flotilla-controller-manager`
+//! ServiceAccount with only the RBAC of `config/rbac/`, proving those least-privilege rules
+//! are enough to register clusters, elect a leader, propagate, report status and delete.
+
+use std::{process::Stdio, time::Duration};
+
+use anyhow::{Context as _, ensure};
+use base64::Engine as _;
+use flotilla_crds::{DEFAULT_NAMESPACE, KubeFedCluster};
+use flotilla_tests::{
+    federation::{apply, federated, federated_namespace, federation},
+    flotilla_binary, wait_for,
+};
+use k8s_openapi::api::{
+    coordination::v1::Lease,
+    core::v1::{ConfigMap, Secret},
+};
+use kube::{
+    Api,
+    api::{DynamicObject, Patch, PatchParams},
+};
+use serde_json::json;
+
+const T: Duration = Duration::from_secs(45);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_controller_manager_works_with_only_the_rbac_in_config() -> anyhow::Result<()> {
+    let bin = flotilla_binary()?;
+    let mut fed = federation(2).await?;
+    if let Some(cp) = fed.control_plane.take() {
+        cp.shutdown().await;
+    }
+    federated_namespace(&fed, "demo").await?;
+
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let out = std::process::Command::new("kubectl")
+        .arg("--kubeconfig")
+        .arg(fed.env.kubeconfig_path())
+        .args(["--context", "host", "apply", "-k"])
+        .arg(root.join("config/rbac"))
+        .output()
+        .context("running kubectl")?;
+    ensure!(
+        out.status.success(),
+        "kubectl apply -k config/rbac: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    // A token for the controller-manager's ServiceAccount.
+    let secrets: Api<Secret> = Api::namespaced(fed.host.clone(), DEFAULT_NAMESPACE);
+    secrets
+        .patch(
+            "flotilla-controller-manager-token",
+            &PatchParams::apply("flotilla-tests"),
+            &Patch::Apply(json!({
+                "apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/service-account-token",
+                "metadata": {"name": "flotilla-controller-manager-token",
+                    "annotations": {"kubernetes.io/service-account.name": "flotilla-controller-manager"}}
+            })),
+        )
+        .await?;
+    let token = wait_for(T, "service account token", || async {
+        let s = secrets.get("flotilla-controller-manager-token").await?;
+        let t = s
+            .data
+            .and_then(|d| d.get("token").cloned())
+            .context("no token yet")?;
+        Ok(String::from_utf8(t.0)?)
+    })
+    .await?;
+    let host = fed.env.host();
+    let kubeconfig = json!({
+        "apiVersion": "v1", "kind": "Config", "current-context": "sa",
+        "clusters": [{"name": "host", "cluster": {
+            "server": host.server(),
+            "certificate-authority-data": base64::engine::general_purpose::STANDARD.encode(host.ca_pem()),
+        }}],
+        "users": [{"name": "sa", "user": {"token": token}}],
+        "contexts": [{"name": "sa", "context": {"cluster": "host", "user": "sa"}}],
+    });
+    let kubeconfig_path = fed.env.dir().join("controller-manager.kubeconfig");
+    std::fs::write(&kubeconfig_path, serde_json::to_vec(&kubeconfig)?)?;
+    let log_path = fed.env.dir().join("controller-manager.log");
+    let mut child = tokio::process::Command::new(&bin)
+        .arg("--kubeconfig")
+        .arg(&kubeconfig_path)
+        .args([
+            "controller-manager",
+            "--metrics-addr",
+            "127.0.0.1:0",
+            "--identity",
+            "rbac-test",
+        ])
+        // Debug for Flotilla, so denied Event writes (logged at debug) show too.
+        .env("RUST_LOG", "info,flotilla_controllers=debug")
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log_path)?)
+        .kill_on_drop(true)
+        .spawn()
+        .context("starting the controller-manager")?;
+
+    let result = async {
+        let leases: Api<Lease> = Api::namespaced(fed.host.clone(), DEFAULT_NAMESPACE);
+        wait_for(T, "the lease held by the controller-manager", || async {
+            let holder = leases.get("kubefed-controller-manager").await?.spec.and_then(|s| s.holder_identity);
+            ensure!(holder.as_deref() == Some("rbac-test"), "holder {holder:?}");
+            Ok(())
+        })
+        .await?;
+        let kfcs: Api<KubeFedCluster> = Api::namespaced(fed.host.clone(), DEFAULT_NAMESPACE);
+        wait_for(T, "cluster status written", || async {
+            for name in ["member1", "member2"] {
+                let ready = kfcs.get(name).await?.status.is_some_and(|s| s.is_ready());
+                ensure!(ready, "{name} not Ready");
+            }
+            Ok(())
+        })
+        .await?;
+        let ar = federated("ConfigMap", "configmaps");
+        apply(
+            &fed.host,
+            &ar,
+            Some("demo"),
+            &json!({"apiVersion": "types.kubefed.io/v1beta1", "kind": "FederatedConfigMap",
+                "metadata": {"name": "rbac", "namespace": "demo"},
+                "spec": {"template": {"data": {"k": "v"}}, "placement": {"clusterSelector": {}},
+                    "overrides": [{"clusterName": "member2", "clusterOverrides": [{"path": "/data/k", "value": "w"}]}]}}),
+        )
+        .await?;
+        let feds: Api<DynamicObject> = Api::namespaced_with(fed.host.clone(), "demo", &ar);
+        wait_for(T, "propagated with status", || async {
+            for (m, want) in fed.members.iter().zip(["v", "w"]) {
+                let cms: Api<ConfigMap> = Api::namespaced(m.clone(), "demo");
+                let data = cms.get_opt("rbac").await?.and_then(|c| c.data).context("absent")?;
+                ensure!(data.get("k").map(String::as_str) == Some(want), "{data:?}");
+            }
+            let s = flotilla_crds::FederatedStatus::from_dynamic(&feds.get("rbac").await?);
+            ensure!(s.propagation().is_some_and(|c| c.status == "True"), "{s:?}");
+            Ok(())
+        })
+        .await?;
+        feds.delete("rbac", &Default::default()).await?;
+        wait_for(T, "deleted everywhere", || async {
+            ensure!(feds.get_opt("rbac").await?.is_none(), "federated object still there");
+            for m in &fed.members {
+                let cms: Api<ConfigMap> = Api::namespaced(m.clone(), "demo");
+                ensure!(cms.get_opt("rbac").await?.is_none(), "member object still there");
+            }
+            Ok(())
+        })
+        .await?;
+        let log = std::fs::read_to_string(&log_path)?;
+        ensure!(log.contains("control plane started"), "the controllers never started:\n{log}");
+        ensure!(
+            !log.to_lowercase().contains("forbidden"),
+            "the controller-manager hit RBAC denials:\n{log}"
+        );
+        anyhow::Ok(())
+    }
+    .await;
+    let _ = child.kill().await;
+    if result.is_err() {
+        eprintln!(
+            "controller-manager log:\n{}",
+            std::fs::read_to_string(&log_path).unwrap_or_default()
+        );
+    }
+    result
+}
