@@ -194,6 +194,17 @@ fn propagation_cell(o: &ObjectState) -> String {
     }
 }
 
+/// A short reading of a collected member status (`statusCollection: Enabled`): the
+/// replica counts of workloads, e.g. `2/3 ready`.
+fn remote_summary(status: &serde_json::Value) -> Option<String> {
+    let replicas = status.get("replicas")?.as_i64()?;
+    let ready = status
+        .get("readyReplicas")
+        .and_then(serde_json::Value::as_i64)
+        .unwrap_or(0);
+    Some(format!("{ready}/{replicas} ready"))
+}
+
 fn shorten(text: &str, width: usize) -> String {
     if text.chars().count() <= width {
         return text.to_owned();
@@ -221,7 +232,10 @@ pub fn table(objects: &[ObjectState]) -> String {
             .iter()
             .map(|c| {
                 let state = if c.status.is_empty() {
-                    "OK".to_owned()
+                    match c.remote_status.as_ref().and_then(remote_summary) {
+                        Some(summary) => format!("OK ({summary})"),
+                        None => "OK".to_owned(),
+                    }
                 } else if c.message.is_empty() {
                     c.status.clone()
                 } else {
@@ -462,6 +476,19 @@ pub async fn run(global: &GlobalArgs, args: StatusArgs, ctx: &Context) -> anyhow
 mod tests {
     use super::*;
     use flotilla_crds::federated::{ClusterStatus, FederatedCondition};
+
+    #[test]
+    fn collected_workload_status_shows_ready_replicas_per_cluster() {
+        let mut o = object("web", ("True", ""), &[("member1", "", "")]);
+        o.status.clusters[0].remote_status =
+            Some(serde_json::json!({"replicas": 3, "readyReplicas": 2}));
+        let t = table(&[o]);
+        assert!(t.contains("OK (2/3 ready)"), "{t}");
+        assert_eq!(
+            remote_summary(&serde_json::json!({"phase": "Active"})),
+            None
+        );
+    }
 
     fn object(name: &str, condition: (&str, &str), clusters: &[(&str, &str, &str)]) -> ObjectState {
         ObjectState {
