@@ -39,12 +39,9 @@ use anyhow::{Context as _, bail};
 use flotilla_crds::{DEFAULT_NAMESPACE, KubeFedCluster, crdgen, federated::FederatedStatus};
 use flotilla_localenv::{Cluster, EnvOptions, LocalEnv};
 use futures::{StreamExt, TryStreamExt, stream};
-use k8s_openapi::{
-    api::{
-        apps::v1::Deployment,
-        core::v1::{ConfigMap, Namespace},
-    },
-    apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition,
+use k8s_openapi::api::{
+    apps::v1::Deployment,
+    core::v1::{ConfigMap, Namespace},
 };
 use kube::{
     Api, Client, ResourceExt,
@@ -1878,32 +1875,9 @@ async fn setup_federation(
     members: &[Client],
     workers: usize,
 ) -> anyhow::Result<Vec<String>> {
-    let crd_api: Api<CustomResourceDefinition> = Api::all(host.clone());
-    let pp = PatchParams::apply(MANAGER).force();
-    let crds = crdgen::all_crds();
-    for crd in &crds {
-        let name = crd.metadata.name.clone().context("CRD without a name")?;
-        crd_api
-            .patch(&name, &pp, &Patch::Apply(crd))
-            .await
-            .with_context(|| format!("installing CRD {name}"))?;
-    }
-    for crd in &crds {
-        let name = crd.metadata.name.clone().unwrap_or_default();
-        poll(
-            Duration::from_secs(60),
-            &format!("CRD {name} established"),
-            || async {
-                let c = crd_api.get(&name).await?;
-                Ok(c.status
-                    .and_then(|s| s.conditions)
-                    .unwrap_or_default()
-                    .iter()
-                    .any(|c| c.type_ == "Established" && c.status == "True"))
-            },
-        )
+    crate::install::install_crds(host, &crdgen::all_crds(), MANAGER, Duration::from_secs(60))
         .await?;
-    }
+    let pp = PatchParams::apply(MANAGER).force();
     ensure_namespace(host, DEFAULT_NAMESPACE).await?;
     let mut config = flotilla_crds::KubeFedConfigSpec::with_defaults();
     if let Some(sc) = config.sync_controller.as_mut() {

@@ -5,6 +5,7 @@
 pub mod bench;
 pub mod cli;
 pub mod ftc;
+pub mod install;
 pub mod join;
 pub mod leader;
 pub mod manager;

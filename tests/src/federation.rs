@@ -6,12 +6,12 @@ use std::{sync::Arc, time::Duration};
 
 use anyhow::Context as _;
 use flotilla_controllers::{
+    install,
     join::{JoinOptions, join},
     manager::ControlPlane,
     metrics::Metrics,
 };
 use flotilla_crds::{DEFAULT_NAMESPACE, crdgen};
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::{
     Api, Client,
     api::{DynamicObject, Patch, PatchParams},
@@ -41,34 +41,8 @@ impl Drop for Federation {
 
 /// Installs every CRD of `crdgen::all_crds()` into a cluster and waits until established.
 pub async fn install_crds(client: &Client) -> anyhow::Result<()> {
-    let api: Api<CustomResourceDefinition> = Api::all(client.clone());
-    let pp = PatchParams::apply("flotilla-tests").force();
     let crds = crdgen::all_crds();
-    for crd in &crds {
-        let name = crd.metadata.name.clone().context("crd without name")?;
-        if let Err(e) = api.patch(&name, &pp, &Patch::Apply(crd)).await {
-            anyhow::bail!("installing {name}: {e:?}");
-        }
-    }
-    for crd in &crds {
-        let name = crd.metadata.name.clone().unwrap_or_default();
-        wait_for(
-            Duration::from_secs(30),
-            &format!("CRD {name} established"),
-            || async {
-                let c = api.get(&name).await?;
-                let ok = c
-                    .status
-                    .and_then(|s| s.conditions)
-                    .unwrap_or_default()
-                    .iter()
-                    .any(|c| c.type_ == "Established" && c.status == "True");
-                anyhow::ensure!(ok, "not established");
-                Ok(())
-            },
-        )
-        .await?;
-    }
+    install::install_crds(client, &crds, "flotilla-tests", Duration::from_secs(30)).await?;
     Ok(())
 }
 

@@ -14,7 +14,6 @@ use anyhow::Context as _;
 use flotilla_crds::{FederatedTypeConfig, KubeFedConfig, KubeFedConfigSpec, crdgen};
 use flotilla_localenv::{EnvOptions, LocalEnv};
 use k8s_openapi::api::core::v1::Namespace;
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::{
     Api, Client, ResourceExt,
     api::{Patch, PatchParams},
@@ -281,35 +280,9 @@ fn instructions(env: &LocalEnv, kubeconfig: &str) -> String {
 }
 
 async fn install(host: &Client, ns: &str) -> anyhow::Result<()> {
-    let pp = PatchParams::apply(FIELD_MANAGER).force();
-    let crds: Api<CustomResourceDefinition> = Api::all(host.clone());
     let all = crdgen::all_crds();
-    for crd in &all {
-        crds.patch(&crd.name_any(), &pp, &Patch::Apply(crd))
-            .await
-            .with_context(|| format!("installing CRD {}", crd.name_any()))?;
-    }
-    for crd in &all {
-        let name = crd.name_any();
-        let deadline = Instant::now() + Duration::from_secs(60);
-        loop {
-            let c = crds.get(&name).await?;
-            let established = c
-                .status
-                .and_then(|s| s.conditions)
-                .unwrap_or_default()
-                .iter()
-                .any(|c| c.type_ == "Established" && c.status == "True");
-            if established {
-                break;
-            }
-            anyhow::ensure!(
-                Instant::now() < deadline,
-                "CRD {name} not established within 60s"
-            );
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-    }
+    crate::install::install_crds(host, &all, FIELD_MANAGER, Duration::from_secs(60)).await?;
+    let pp = PatchParams::apply(FIELD_MANAGER).force();
     let namespaces: Api<Namespace> = Api::all(host.clone());
     namespaces
         .patch(

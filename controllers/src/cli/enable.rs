@@ -138,7 +138,7 @@ pub async fn enable(global: &GlobalArgs, args: EnableArgs, ctx: &Context) -> any
     )
     .await
     .with_context(|| format!("applying CRD {crd_name}"))?;
-    wait_established(&crds, &crd_name, args.timeout).await?;
+    crate::install::wait_established(&crds, &crd_name, args.timeout).await?;
     ctx.out.line(format!(
         "customresourcedefinition {crd_name} applied ({})",
         if schema.is_some() {
@@ -161,33 +161,6 @@ pub async fn enable(global: &GlobalArgs, args: EnableArgs, ctx: &Context) -> any
         global.kubefed_namespace, found.api.kind, ftc.spec.federated_type.kind
     ));
     Ok(())
-}
-
-async fn wait_established(
-    crds: &Api<CustomResourceDefinition>,
-    name: &str,
-    timeout: Duration,
-) -> anyhow::Result<()> {
-    let deadline = tokio::time::Instant::now() + timeout;
-    loop {
-        let crd = crds
-            .get(name)
-            .await
-            .with_context(|| format!("reading CRD {name}"))?;
-        let established = crd
-            .status
-            .and_then(|s| s.conditions)
-            .unwrap_or_default()
-            .iter()
-            .any(|c| c.type_ == "Established" && c.status == "True");
-        if established {
-            return Ok(());
-        }
-        if tokio::time::Instant::now() >= deadline {
-            anyhow::bail!("CRD {name} was not established within {timeout:?}");
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
 }
 
 /// Runs `flotilla disable`.
