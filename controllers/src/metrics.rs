@@ -198,7 +198,7 @@ pub struct TypeLabels {
 pub struct ReconcileLabels {
     /// The federated kind.
     pub kind: String,
-    /// `ok`, `failed` (a per-cluster or object-level failure) or `requeued` (waiting).
+    /// `success`, `waiting` or `failure` (`sync::ReconcileResult::as_str`).
     pub result: &'static str,
 }
 
@@ -207,8 +207,8 @@ pub struct ReconcileLabels {
 pub struct FailureLabels {
     /// The federated kind.
     pub kind: String,
-    /// kubefed's per-cluster or aggregate reason.
-    pub reason: String,
+    /// kubefed's per-cluster reason (`ClusterReason::as_str`).
+    pub reason: &'static str,
 }
 
 /// Label set of member operations.

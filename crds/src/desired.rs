@@ -29,8 +29,11 @@ use serde_json::{Map, Value};
 
 use crate::MANAGED_LABEL;
 use crate::core::ApiResource;
-use crate::federated::{ClusterOverride, FederatedSpec, cluster_reason};
 use crate::overrides::{self, OverrideError};
+use crate::{
+    federated::{ClusterOverride, FederatedSpec},
+    reason::ClusterReason,
+};
 
 /// The object to apply in one member cluster.
 #[derive(Debug, Clone, PartialEq)]
@@ -90,10 +93,10 @@ pub enum DesiredError {
 
 impl DesiredError {
     /// The kubefed per-cluster status reason for this error.
-    pub fn reason(&self) -> &'static str {
+    pub fn reason(&self) -> ClusterReason {
         match self {
-            DesiredError::Template(_) => cluster_reason::COMPUTE_RESOURCE_FAILED,
-            DesiredError::Overrides(_) => cluster_reason::APPLY_OVERRIDES_FAILED,
+            DesiredError::Template(_) => ClusterReason::ComputeResourceFailed,
+            DesiredError::Overrides(_) => ClusterReason::ApplyOverridesFailed,
         }
     }
 }
@@ -334,7 +337,7 @@ mod tests {
             None,
         )
         .expect_err("array template");
-        assert_eq!(err.reason(), "ComputeResourceFailed");
+        assert_eq!(err.reason(), ClusterReason::ComputeResourceFailed);
         assert_eq!(
             err.to_string(),
             "spec.template must be an object, not an array"
@@ -579,7 +582,7 @@ mod tests {
             Some(&ops),
         )
         .expect_err("bad path");
-        assert_eq!(err.reason(), "ApplyOverridesFailed");
+        assert_eq!(err.reason(), ClusterReason::ApplyOverridesFailed);
         assert_eq!(
             err.to_string(),
             "cluster \"member2\": override replace /spec/replicaz: path does not exist"

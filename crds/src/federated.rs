@@ -172,60 +172,6 @@ pub struct ClusterStatus {
     pub remote_status: Option<Value>,
 }
 
-/// Why a federated object failed to propagate as a whole (condition reasons).
-pub mod aggregate_reason {
-    /// The cluster list could not be read.
-    pub const CLUSTER_RETRIEVAL_FAILED: &str = "ClusterRetrievalFailed";
-    /// Placement could not be computed (e.g. a malformed selector or spec).
-    pub const COMPUTE_PLACEMENT_FAILED: &str = "ComputePlacementFailed";
-    /// At least one cluster did not propagate: see `status.clusters`.
-    pub const CHECK_CLUSTERS: &str = "CheckClusters";
-    /// The namespace of the object is not federated.
-    pub const NAMESPACE_NOT_FEDERATED: &str = "NamespaceNotFederated";
-}
-
-/// Per-cluster propagation reasons (kubefed's `pkg/controller/sync/status`).
-pub mod cluster_reason {
-    /// Being deleted from a cluster it is no longer placed in.
-    pub const WAITING_FOR_REMOVAL: &str = "WaitingForRemoval";
-    /// Placed in a cluster that is not Ready.
-    pub const CLUSTER_NOT_READY: &str = "ClusterNotReady";
-    /// The cached member object could not be read.
-    pub const CACHED_RETRIEVAL_FAILED: &str = "CachedRetrievalFailed";
-    /// The desired object could not be computed.
-    pub const COMPUTE_RESOURCE_FAILED: &str = "ComputeResourceFailed";
-    /// The overrides for the cluster could not be applied.
-    pub const APPLY_OVERRIDES_FAILED: &str = "ApplyOverridesFailed";
-    /// Creating the member object failed.
-    pub const CREATION_FAILED: &str = "CreationFailed";
-    /// Updating the member object failed.
-    pub const UPDATE_FAILED: &str = "UpdateFailed";
-    /// Deleting the member object failed.
-    pub const DELETION_FAILED: &str = "DeletionFailed";
-    /// Removing the managed label failed.
-    pub const LABEL_REMOVAL_FAILED: &str = "LabelRemovalFailed";
-    /// Reading the member object failed.
-    pub const RETRIEVAL_FAILED: &str = "RetrievalFailed";
-    /// An unmanaged object exists and adoption is disabled.
-    pub const ALREADY_EXISTS: &str = "AlreadyExists";
-    /// Fields could not be retained from the member object.
-    pub const FIELD_RETENTION_FAILED: &str = "FieldRetentionFailed";
-    /// The recorded version could not be read.
-    pub const VERSION_RETRIEVAL_FAILED: &str = "VersionRetrievalFailed";
-    /// No client for the cluster.
-    pub const CLIENT_RETRIEVAL_FAILED: &str = "ClientRetrievalFailed";
-    /// The member object is labelled `kubefed.io/managed=false`.
-    pub const MANAGED_LABEL_FALSE: &str = "ManagedLabelFalse";
-    /// Creation did not finish in time.
-    pub const CREATION_TIMED_OUT: &str = "CreationTimedOut";
-    /// Update did not finish in time.
-    pub const UPDATE_TIMED_OUT: &str = "UpdateTimedOut";
-    /// Deletion did not finish in time.
-    pub const DELETION_TIMED_OUT: &str = "DeletionTimedOut";
-    /// Label removal did not finish in time.
-    pub const LABEL_REMOVAL_TIMED_OUT: &str = "LabelRemovalTimedOut";
-}
-
 /// Reading a federated object's spec failed.
 #[derive(Debug, thiserror::Error)]
 #[error("spec of {kind} {name} is malformed: {source}")]

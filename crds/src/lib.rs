@@ -11,6 +11,7 @@ pub mod federated;
 pub mod hash;
 pub mod overrides;
 pub mod placement;
+pub mod reason;
 pub mod scheduling;
 
 pub use crate::core::{
@@ -18,6 +19,7 @@ pub use crate::core::{
     KubeFedCluster, KubeFedClusterSpec, KubeFedClusterStatus, KubeFedConfig, KubeFedConfigSpec,
 };
 pub use crate::federated::{FederatedSpec, FederatedStatus, Placement};
+pub use crate::reason::{AggregateReason, ClusterReason};
 pub use crate::scheduling::ReplicaSchedulingPreference;
 
 /// API group of the cluster registry, configuration and type configs.

@@ -2,9 +2,11 @@
 //! plus `/metrics`, `/healthz` and `/readyz`.
 //!
 //! Only the Lease holder runs the control plane, so only it writes. When it loses the
-//! Lease it stops the control plane and exits non-zero, like kubefed, so its Pod restarts
-//! as a fresh standby. On SIGTERM it stops and releases the Lease, so a standby takes over
-//! at once.
+//! Lease (another candidate took it, or the host API was away for longer than the renew
+//! deadline) it stops the control plane — nothing of it writes after that — and campaigns
+//! again, leading again once it wins: a host control-plane outage is ridden out in the
+//! same process instead of ending in a restart loop (kubefed exits). On SIGTERM it stops
+//! and releases the Lease, so a standby takes over at once.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -90,8 +92,8 @@ async fn election_config(
     config
 }
 
-/// Runs `flotilla controller-manager` until `ctx.shutdown` fires (Ok) or leadership is
-/// lost (an error, so the process exits non-zero and restarts as a standby).
+/// Runs `flotilla controller-manager` until `ctx.shutdown` fires. Losing leadership is
+/// not an end: the controllers stop and the instance campaigns again.
 pub async fn run(
     global: &GlobalArgs,
     args: ControllerManagerArgs,
@@ -117,9 +119,8 @@ pub async fn run(
     .with_context(|| format!("listening on {}", args.metrics_addr))?;
     info!(%addr, "serving /metrics, /healthz and /readyz");
 
-    let version = tokio::select! {
-        v = host.apiserver_version() => v.context("reaching the host cluster")?,
-        _ = ctx.shutdown.cancelled() => return Ok(()),
+    let Some(version) = wait_for_host(&host, ctx).await else {
+        return Ok(());
     };
     info!(host_version = %version.git_version, %namespace, "connected to the host cluster");
     // Ready means "can serve as leader or standby": the host answered.
@@ -145,27 +146,67 @@ pub async fn run(
         "leader election enabled"
     );
     let mut elector = LeaderElector::new(host.clone(), config)?;
-    if !elector.acquire(&ctx.shutdown).await {
-        info!("stopped before becoming leader");
-        return Ok(());
-    }
-    info!(identity = %elector.config().identity, "leading: starting the controllers");
-    let cp = ControlPlane::start(host, &namespace, metrics.clone());
-    leading.set(1);
-    let end = elector.hold(&ctx.shutdown).await;
-    leading.set(0);
-    cp.shutdown().await;
-    match end {
-        LeadershipEnd::Cancelled => {
-            // Released only now that nothing of ours writes any more.
-            elector.release().await;
-            info!("controller-manager stopped; lease released");
-            Ok(())
+    lead_while_elected(&mut elector, &host, &namespace, &metrics, &leading, ctx).await;
+    Ok(())
+}
+
+/// How long to wait between attempts to reach the host at start-up.
+const HOST_RETRY: Duration = Duration::from_secs(2);
+
+/// Waits until the host API server answers (an outage at start-up is waited out, not an
+/// exit); `None` when shut down first.
+async fn wait_for_host(
+    host: &Client,
+    ctx: &Context,
+) -> Option<k8s_openapi::apimachinery::pkg::version::Info> {
+    loop {
+        tokio::select! {
+            v = host.apiserver_version() => match v {
+                Ok(v) => return Some(v),
+                Err(e) => warn!(error = %e, "the host cluster does not answer yet; retrying"),
+            },
+            _ = ctx.shutdown.cancelled() => return None,
         }
-        LeadershipEnd::Lost => {
-            anyhow::bail!(
-                "leader election lost; exiting so that this instance restarts as a standby"
-            )
+        tokio::select! {
+            _ = tokio::time::sleep(HOST_RETRY) => {}
+            _ = ctx.shutdown.cancelled() => return None,
+        }
+    }
+}
+
+/// Campaigns, runs the controllers while leading, and campaigns again when leadership is
+/// lost, until shutdown. The Lease is released only after the controllers have stopped.
+async fn lead_while_elected(
+    elector: &mut LeaderElector,
+    host: &Client,
+    namespace: &str,
+    metrics: &Arc<Metrics>,
+    leading: &Gauge<i64>,
+    ctx: &Context,
+) {
+    let mut terms = 0u64;
+    loop {
+        if !elector.acquire(&ctx.shutdown).await {
+            info!("stopped before becoming leader");
+            return;
+        }
+        terms += 1;
+        info!(identity = %elector.config().identity, term = terms, "leading: starting the controllers");
+        let cp = ControlPlane::start(host.clone(), namespace, metrics.clone());
+        leading.set(1);
+        let end = elector.hold(&ctx.shutdown).await;
+        leading.set(0);
+        cp.shutdown().await;
+        match end {
+            LeadershipEnd::Cancelled => {
+                // Released only now that nothing of ours writes any more.
+                elector.release().await;
+                info!("controller-manager stopped; lease released");
+                return;
+            }
+            LeadershipEnd::Lost => {
+                warn!("leader election lost; controllers stopped, campaigning again as a standby");
+            }
         }
     }
 }

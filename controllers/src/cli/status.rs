@@ -10,9 +10,8 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use flotilla_crds::{
-    FederatedTypeConfig,
-    core::PropagationMode,
-    federated::{FederatedStatus, aggregate_reason, cluster_reason},
+    AggregateReason, ClusterReason, FederatedTypeConfig, core::PropagationMode,
+    federated::FederatedStatus,
 };
 use kube::{
     Api, Client, ResourceExt,
@@ -113,16 +112,6 @@ impl ObjectState {
     }
 }
 
-/// Per-cluster reasons that retrying does not fix: the spec, an override or a member
-/// object has to change first. `--wait` fails on them at once.
-pub const TERMINAL_CLUSTER_REASONS: &[&str] = &[
-    cluster_reason::APPLY_OVERRIDES_FAILED,
-    cluster_reason::COMPUTE_RESOURCE_FAILED,
-    cluster_reason::MANAGED_LABEL_FALSE,
-    cluster_reason::ALREADY_EXISTS,
-    cluster_reason::FIELD_RETENTION_FAILED,
-];
-
 /// What an object's status means for `--wait`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Verdict {
@@ -153,14 +142,18 @@ pub fn verdict(o: &ObjectState) -> Verdict {
         .status
         .clusters
         .iter()
-        .filter(|c| TERMINAL_CLUSTER_REASONS.contains(&c.status.as_str()))
+        .filter(|c| {
+            c.status
+                .parse::<ClusterReason>()
+                .is_ok_and(ClusterReason::is_terminal)
+        })
         .map(|c| {
             format!("{} in {}: {} {}", o.object(), c.name, c.status, c.message)
                 .trim_end()
                 .to_owned()
         })
         .collect();
-    if cond.reason == aggregate_reason::COMPUTE_PLACEMENT_FAILED {
+    if cond.reason == AggregateReason::ComputePlacementFailed.as_str() {
         failures.push(
             format!("{}: {} {}", o.object(), cond.reason, cond.message)
                 .trim_end()

@@ -1,13 +1,19 @@
 //! Pure propagation decisions: given what the federated object wants, which clusters are
 //! registered and Ready, and what each member's cache holds, decide one operation per
-//! cluster — and, from the operations' results, the status to report. No I/O here.
+//! cluster ([`decide`]); what deletion does per cluster ([`deletion`]); and, from the
+//! operations' results, the status to report ([`status`]). No I/O here: every "why was an
+//! Update sent to member2?" is answered by a function of this module and its unit tests.
 
-use std::collections::{BTreeMap, BTreeSet};
+pub mod deletion;
+pub mod status;
 
-use flotilla_crds::federated::{
-    ClusterStatus, FederatedCondition, FederatedStatus, cluster_reason,
+use std::{
+    collections::{BTreeMap, BTreeSet},
+    time::Duration,
 };
-use serde_json::Value;
+
+use flotilla_crds::{ClusterReason, core::ApiResource, federated::FederatedSpec};
+use serde_json::{Value, json};
 
 /// Annotation on member objects holding the content hash of what Flotilla last applied.
 pub const HASH_ANNOTATION: &str = "flotilla.io/desired-hash";
@@ -39,7 +45,7 @@ pub enum DesiredFor {
         hash: String,
     },
     /// Computing the object failed: (kubefed reason, message).
-    Failed(&'static str, String),
+    Failed(ClusterReason, String),
 }
 
 /// The operation decided for one cluster.
@@ -56,7 +62,7 @@ pub enum Op {
     /// Remove the managed label instead of deleting (protected namespaces, orphaning).
     Unlabel,
     /// Report a status without acting: (reason, message).
-    Report(&'static str, String),
+    Report(ClusterReason, String),
     /// Try again shortly without reporting (cache still syncing).
     Wait,
 }
@@ -70,14 +76,14 @@ pub fn decide(
 ) -> Op {
     match (selected, observed) {
         (true, Observed::NotReady) => Op::Report(
-            cluster_reason::CLUSTER_NOT_READY,
+            ClusterReason::ClusterNotReady,
             "the cluster is not ready; the object is propagated when it returns".into(),
         ),
         (_, Observed::NotSynced) => Op::Wait,
         (false, Observed::NotReady | Observed::Absent) => Op::Nothing,
         (false, Observed::Present(obj)) => {
             if is_terminating(obj) {
-                Op::Report(cluster_reason::WAITING_FOR_REMOVAL, String::new())
+                Op::Report(ClusterReason::WaitingForRemoval, String::new())
             } else if protected {
                 Op::Unlabel
             } else {
@@ -85,17 +91,17 @@ pub fn decide(
             }
         }
         (true, Observed::Absent) => match desired {
-            Some(DesiredFor::Failed(reason, msg)) => Op::Report(reason, msg.clone()),
+            Some(DesiredFor::Failed(reason, msg)) => Op::Report(*reason, msg.clone()),
             Some(DesiredFor::Object { .. }) => Op::Create,
             None => Op::Nothing,
         },
         (true, Observed::Present(actual)) => match desired {
-            Some(DesiredFor::Failed(reason, msg)) => Op::Report(reason, msg.clone()),
+            Some(DesiredFor::Failed(reason, msg)) => Op::Report(*reason, msg.clone()),
             Some(DesiredFor::Object { object, hash }) => {
                 if is_terminating(actual) {
                     // Recreated once the old object is gone.
                     Op::Report(
-                        cluster_reason::WAITING_FOR_REMOVAL,
+                        ClusterReason::WaitingForRemoval,
                         "the member object is being deleted; it is recreated once gone".into(),
                     )
                 } else if up_to_date(object, hash, actual) {
@@ -106,60 +112,6 @@ pub fn decide(
             }
             None => Op::Nothing,
         },
-    }
-}
-
-/// What deletion of the federated object does in one cluster.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum DeletionOp {
-    /// Nothing of ours is there (or the cluster never had the object): done here.
-    Done,
-    /// Delete the member object with the federated object's delete options.
-    Delete,
-    /// Remove the managed label and leave the object (orphaning, protected namespaces).
-    Unlabel,
-    /// The member object is terminating; wait until it is gone.
-    WaitForRemoval,
-    /// The cluster may hold the object but cannot be asked now (unready, or its cache is
-    /// still listing); wait for it, up to the unready-cluster deletion timeout.
-    WaitForCluster,
-    /// The timeout passed: stop waiting for this cluster. Whatever it holds is left
-    /// behind (and cleaned up as a stray when the cluster returns).
-    Abandon,
-}
-
-impl DeletionOp {
-    /// Whether the finalizer must stay because of this cluster.
-    pub fn is_pending(&self) -> bool {
-        !matches!(self, DeletionOp::Done | DeletionOp::Abandon)
-    }
-}
-
-/// Decides what deletion does in one cluster.
-///
-/// - `may_hold`: the cluster may hold the object although it cannot be observed — it is
-///   listed in the federated object's status or selected by its placement. An unready
-///   cluster that never had the object is not waited for.
-/// - `keep`: remove only the managed label (the `kubefed.io/orphan` annotation, or a
-///   namespace that must never be deleted).
-/// - `timed_out`: the object has been deleting for longer than the unready-cluster
-///   deletion timeout.
-///
-/// A cluster removed from the registry is not passed here at all: it is never waited for.
-pub fn decide_deletion(
-    observed: &Observed,
-    may_hold: bool,
-    keep: bool,
-    timed_out: bool,
-) -> DeletionOp {
-    match observed {
-        Observed::NotReady | Observed::NotSynced if !may_hold => DeletionOp::Done,
-        Observed::NotReady | Observed::NotSynced if timed_out => DeletionOp::Abandon,
-        Observed::NotReady | Observed::NotSynced => DeletionOp::WaitForCluster,
-        Observed::Absent => DeletionOp::Done,
-        Observed::Present(_) if keep => DeletionOp::Unlabel,
-        Observed::Present(obj) if is_terminating(obj) => DeletionOp::WaitForRemoval,
-        Observed::Present(_) => DeletionOp::Delete,
     }
 }
 
@@ -209,26 +161,7 @@ pub enum Outcome {
     /// Removed or never there: the cluster is not listed in status.
     Gone,
     /// Failed or pending with a reason.
-    Status(&'static str, String),
-}
-
-/// Whether a per-cluster reason is worth retrying with backoff (kubefed's recoverable set,
-/// plus ClusterNotReady which resolves itself when the cluster returns).
-pub fn is_recoverable(reason: &str) -> bool {
-    matches!(
-        reason,
-        cluster_reason::CREATION_FAILED
-            | cluster_reason::UPDATE_FAILED
-            | cluster_reason::DELETION_FAILED
-            | cluster_reason::LABEL_REMOVAL_FAILED
-            | cluster_reason::RETRIEVAL_FAILED
-            | cluster_reason::CREATION_TIMED_OUT
-            | cluster_reason::UPDATE_TIMED_OUT
-            | cluster_reason::DELETION_TIMED_OUT
-            | cluster_reason::LABEL_REMOVAL_TIMED_OUT
-            | cluster_reason::CLIENT_RETRIEVAL_FAILED
-            | cluster_reason::WAITING_FOR_REMOVAL
-    )
+    Status(ClusterReason, String),
 }
 
 /// Clusters a placement names explicitly (`placement.clusters`) that are not registered.
@@ -249,7 +182,7 @@ pub fn unregistered_clusters(
 
 /// How long Flotilla remembers its own last write to a member object. Within this time a
 /// member cache that does not show the write yet is taken to lag, not to disagree.
-pub const RECENT_WRITE_TTL: std::time::Duration = std::time::Duration::from_secs(10);
+pub const RECENT_WRITE_TTL: Duration = Duration::from_secs(10);
 
 /// Whether the member cache has merely not caught up with Flotilla's own recent write of
 /// `desired_hash` (`recent_hash` is the hash written within [`RECENT_WRITE_TTL`]): the
@@ -275,80 +208,138 @@ fn recorded_hash(obj: &Value) -> Option<&str> {
     .and_then(Value::as_str)
 }
 
-/// Builds the federated object's status from per-cluster outcomes. `aggregate` is an
-/// object-level failure (reason, message) that makes the condition False regardless.
-/// Timestamps are carried over from `previous` when the condition did not change, so an
-/// unchanged result produces an identical status (and no write).
-pub fn build_status(
-    generation: i64,
-    outcomes: &BTreeMap<String, Outcome>,
-    aggregate: Option<(&str, String)>,
-    previous: &FederatedStatus,
-    remote: &BTreeMap<String, Value>,
-    now: &str,
-) -> FederatedStatus {
-    let clusters: Vec<ClusterStatus> = outcomes
-        .iter()
-        .filter_map(|(name, o)| {
-            let (status, message) = match o {
-                Outcome::Ok => (String::new(), String::new()),
-                Outcome::Gone => return None,
-                Outcome::Removing => (
-                    cluster_reason::WAITING_FOR_REMOVAL.to_string(),
-                    String::new(),
-                ),
-                Outcome::Status(r, m) => (r.to_string(), m.clone()),
-            };
-            let remote_status = remote.get(name).cloned();
-            Some(ClusterStatus {
-                name: name.clone(),
-                status,
-                message,
-                remote_status,
-            })
-        })
-        .collect();
-    let failing: BTreeSet<&str> = clusters
-        .iter()
-        .filter(|c| !c.status.is_empty())
-        .map(|c| c.name.as_str())
-        .collect();
-    let (status, reason, message) = match aggregate {
-        Some((r, m)) => ("False", r.to_string(), m),
-        None if failing.is_empty() => ("True", String::new(), String::new()),
-        None => (
-            "False",
-            flotilla_crds::federated::aggregate_reason::CHECK_CLUSTERS.to_string(),
-            format!(
-                "not propagated to {}: see status.clusters",
-                failing.into_iter().collect::<Vec<_>>().join(", ")
-            ),
-        ),
+/// What the lag check says about one cluster.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum LagCheck {
+    /// The cache can be trusted: decide normally.
+    Trust,
+    /// The cache has not caught up with our own recent write: do nothing now, and look
+    /// again after `recheck_after` (when set) in case the object really is gone.
+    Skip {
+        /// When the memory of the write expires, for an object absent from the cache.
+        recheck_after: Option<Duration>,
+    },
+}
+
+/// Whether to trust a selected cluster's cache, given our own last write to it
+/// (`recent`: hash written and how long ago, within [`RECENT_WRITE_TTL`]).
+pub fn lag_check(
+    selected: bool,
+    observed: &Observed,
+    recent: Option<(&str, Duration)>,
+    desired_hash: Option<&str>,
+) -> LagCheck {
+    let Some(hash) = desired_hash.filter(|_| selected) else {
+        return LagCheck::Trust;
     };
-    let prev = previous.propagation();
-    let unchanged =
-        prev.is_some_and(|p| p.status == status && p.reason == reason && p.message == message);
-    let condition = FederatedCondition {
-        type_: "Propagation".into(),
-        status: status.into(),
-        reason,
-        message,
-        last_update_time: match prev {
-            Some(p) if unchanged => p.last_update_time.clone(),
-            _ => now.to_string(),
-        },
-        last_transition_time: match prev {
-            Some(p) if p.status == status => p.last_transition_time.clone(),
-            _ => now.to_string(),
-        },
+    if !cache_lags(observed, recent.map(|(h, _)| h), hash) {
+        return LagCheck::Trust;
+    }
+    let recheck_after = match (observed, recent) {
+        (Observed::Absent, Some((_, age))) => {
+            Some(RECENT_WRITE_TTL.saturating_sub(age) + Duration::from_millis(100))
+        }
+        _ => None,
     };
-    FederatedStatus {
-        observed_generation: generation,
-        conditions: vec![condition],
-        clusters,
+    LagCheck::Skip { recheck_after }
+}
+
+/// The desired member objects of one federated object, per selected cluster.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct DesiredSet {
+    /// Per selected cluster: the object (with its hash annotation) or why it failed.
+    pub by_cluster: BTreeMap<String, DesiredFor>,
+    /// The template had annotations, which are not propagated.
+    pub dropped_annotations: bool,
+    /// The template had finalizers, which are not propagated.
+    pub dropped_finalizers: bool,
+}
+
+impl DesiredSet {
+    /// The desired content hash for a cluster, when an object could be computed.
+    pub fn hash(&self, cluster: &str) -> Option<&str> {
+        match self.by_cluster.get(cluster) {
+            Some(DesiredFor::Object { hash, .. }) => Some(hash),
+            _ => None,
+        }
     }
 }
 
+/// Computes the desired object for every selected cluster: template, name, namespace,
+/// managed label, the cluster's overrides, and the content-hash annotation.
+pub fn desired_objects(
+    target: &ApiResource,
+    name: &str,
+    namespace: Option<&str>,
+    spec: &FederatedSpec,
+    selected: &BTreeSet<String>,
+) -> DesiredSet {
+    let overrides = flotilla_crds::overrides::by_cluster(&spec.overrides);
+    let mut set = DesiredSet::default();
+    for cluster in selected {
+        let d = match &overrides {
+            Err(e) => DesiredFor::Failed(ClusterReason::ApplyOverridesFailed, e.to_string()),
+            Ok(by_cluster) => {
+                let ops = by_cluster.get(cluster).map(Vec::as_slice);
+                match flotilla_crds::desired::compute(target, name, namespace, spec, cluster, ops) {
+                    Ok(d) => {
+                        set.dropped_annotations |= d.dropped_annotations;
+                        set.dropped_finalizers |= d.dropped_finalizers;
+                        let mut object = d.object;
+                        let hash = flotilla_crds::hash::content_hash(&object);
+                        set_annotation(&mut object, HASH_ANNOTATION, &hash);
+                        DesiredFor::Object { object, hash }
+                    }
+                    Err(e) => DesiredFor::Failed(e.reason(), e.to_string()),
+                }
+            }
+        };
+        set.by_cluster.insert(cluster.clone(), d);
+    }
+    set
+}
+
+fn set_annotation(obj: &mut Value, key: &str, value: &str) {
+    if let Some(meta) = obj.get_mut("metadata").and_then(Value::as_object_mut) {
+        let ann = meta.entry("annotations").or_insert_with(|| json!({}));
+        if let Some(map) = ann.as_object_mut() {
+            map.insert(key.to_string(), Value::String(value.to_string()));
+        }
+    }
+}
+
+/// Whether the results of a live reconcile call for a retry with backoff: a failure that
+/// retrying may fix, or a member object still being removed.
+pub fn needs_backoff<'a>(outcomes: impl IntoIterator<Item = &'a Outcome>) -> bool {
+    outcomes.into_iter().any(|o| match o {
+        Outcome::Status(reason, _) => reason.is_recoverable(),
+        Outcome::Removing => true,
+        Outcome::Ok | Outcome::Gone => false,
+    })
+}
+
+/// The desired object with the member's current `spec.replicas` kept
+/// (`spec.retainReplicas`): replicas are owned by whatever scales the member (an HPA).
+pub fn retain_replicas(mut desired: Value, observed: &Observed) -> Value {
+    if let Observed::Present(actual) = observed
+        && let Some(r) = actual.pointer("/spec/replicas")
+        && let Some(spec) = desired.get_mut("spec").and_then(Value::as_object_mut)
+    {
+        spec.insert("replicas".into(), r.clone());
+    }
+    desired
+}
+
+/// Whether an observed member namespace is the host's own namespace (same UID), which
+/// happens when the host cluster is also joined as a member.
+pub fn is_host_namespace(observed: &Observed, host_uid: Option<&str>) -> bool {
+    match (observed, host_uid) {
+        (Observed::Present(obj), Some(uid)) => {
+            obj.pointer("/metadata/uid").and_then(Value::as_str) == Some(uid)
+        }
+        _ => false,
+    }
+}
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -380,7 +371,7 @@ mod tests {
     fn a_selected_unready_cluster_reports_cluster_not_ready() {
         assert!(matches!(
             decide(true, &Observed::NotReady, Some(&desired()), false),
-            Op::Report(cluster_reason::CLUSTER_NOT_READY, _)
+            Op::Report(ClusterReason::ClusterNotReady, _)
         ));
     }
 
@@ -446,88 +437,10 @@ mod tests {
 
     #[test]
     fn a_failed_desired_object_is_reported_with_its_reason() {
-        let failed = DesiredFor::Failed(cluster_reason::APPLY_OVERRIDES_FAILED, "bad path".into());
+        let failed = DesiredFor::Failed(ClusterReason::ApplyOverridesFailed, "bad path".into());
         assert_eq!(
             decide(true, &Observed::Absent, Some(&failed), false),
-            Op::Report(cluster_reason::APPLY_OVERRIDES_FAILED, "bad path".into())
-        );
-    }
-
-    fn terminating() -> Observed {
-        Observed::Present(
-            json!({"metadata": {"name": "a", "deletionTimestamp": "2024-01-01T00:00:00Z"}}),
-        )
-    }
-
-    #[test]
-    fn deletion_deletes_a_present_member_object() {
-        let present = member(json!({}), "h1");
-        assert_eq!(
-            decide_deletion(&present, true, false, false),
-            DeletionOp::Delete
-        );
-        assert_eq!(
-            decide_deletion(&present, false, false, true),
-            DeletionOp::Delete
-        );
-    }
-
-    #[test]
-    fn deletion_only_unlabels_when_orphaning_or_protected_even_if_terminating() {
-        assert_eq!(
-            decide_deletion(&member(json!({}), "h1"), true, true, false),
-            DeletionOp::Unlabel
-        );
-        assert_eq!(
-            decide_deletion(&terminating(), true, true, false),
-            DeletionOp::Unlabel
-        );
-    }
-
-    #[test]
-    fn deletion_waits_for_a_terminating_member_object() {
-        let op = decide_deletion(&terminating(), true, false, true);
-        assert_eq!(op, DeletionOp::WaitForRemoval);
-        assert!(op.is_pending());
-    }
-
-    #[test]
-    fn deletion_is_done_in_a_cluster_without_the_object() {
-        assert_eq!(
-            decide_deletion(&Observed::Absent, true, false, false),
-            DeletionOp::Done
-        );
-    }
-
-    #[test]
-    fn deletion_waits_for_an_unready_cluster_that_may_hold_the_object_until_the_timeout() {
-        for observed in [Observed::NotReady, Observed::NotSynced] {
-            let waiting = decide_deletion(&observed, true, false, false);
-            assert_eq!(waiting, DeletionOp::WaitForCluster);
-            assert!(waiting.is_pending());
-            let given_up = decide_deletion(&observed, true, false, true);
-            assert_eq!(given_up, DeletionOp::Abandon);
-            assert!(!given_up.is_pending());
-        }
-    }
-
-    #[test]
-    fn deletion_does_not_wait_for_an_unready_cluster_that_never_had_the_object() {
-        assert_eq!(
-            decide_deletion(&Observed::NotReady, false, false, false),
-            DeletionOp::Done
-        );
-        assert_eq!(
-            decide_deletion(&Observed::NotSynced, false, true, false),
-            DeletionOp::Done
-        );
-    }
-
-    #[test]
-    fn orphaning_also_waits_for_an_unready_cluster_to_remove_the_label() {
-        assert_eq!(
-            decide_deletion(&Observed::NotReady, true, true, false),
-            DeletionOp::WaitForCluster
+            Op::Report(ClusterReason::ApplyOverridesFailed, "bad path".into())
         );
     }
 
@@ -557,24 +470,6 @@ mod tests {
     }
 
     #[test]
-    fn collected_remote_status_is_reported_per_cluster() {
-        let outcomes = BTreeMap::from([("m1".to_string(), Outcome::Ok)]);
-        let remote = BTreeMap::from([("m1".to_string(), json!({"readyReplicas": 2}))]);
-        let s = build_status(
-            1,
-            &outcomes,
-            None,
-            &FederatedStatus::default(),
-            &remote,
-            "t0",
-        );
-        assert_eq!(
-            s.clusters[0].remote_status,
-            Some(json!({"readyReplicas": 2}))
-        );
-    }
-
-    #[test]
     fn a_cache_that_has_not_seen_our_own_write_lags() {
         assert!(cache_lags(&Observed::Absent, Some("h1"), "h1"));
         assert!(cache_lags(
@@ -599,58 +494,131 @@ mod tests {
     }
 
     #[test]
-    fn status_is_true_when_every_cluster_propagated() {
-        let outcomes = BTreeMap::from([
-            ("m1".to_string(), Outcome::Ok),
-            ("m2".to_string(), Outcome::Gone),
-        ]);
-        let s = build_status(
-            3,
-            &outcomes,
-            None,
-            &FederatedStatus::default(),
-            &BTreeMap::new(),
-            "t0",
+    fn a_lagging_absent_object_is_skipped_and_rechecked_when_the_memory_expires() {
+        let check = lag_check(
+            true,
+            &Observed::Absent,
+            Some(("h1", Duration::from_secs(4))),
+            Some("h1"),
         );
-        assert_eq!(s.observed_generation, 3);
-        assert_eq!(s.conditions[0].status, "True");
-        assert_eq!(s.clusters.len(), 1);
+        assert_eq!(
+            check,
+            LagCheck::Skip {
+                recheck_after: Some(Duration::from_millis(6100))
+            }
+        );
     }
 
     #[test]
-    fn status_names_failing_clusters_with_check_clusters() {
-        let outcomes = BTreeMap::from([
-            ("m1".to_string(), Outcome::Ok),
-            (
-                "m2".to_string(),
-                Outcome::Status(cluster_reason::APPLY_OVERRIDES_FAILED, "bad".into()),
-            ),
-        ]);
-        let s = build_status(
-            1,
-            &outcomes,
-            None,
-            &FederatedStatus::default(),
-            &BTreeMap::new(),
-            "t0",
+    fn a_lagging_present_object_is_skipped_without_a_recheck() {
+        let observed = member(json!({"k": "v"}), "h0");
+        let check = lag_check(
+            true,
+            &observed,
+            Some(("h1", Duration::from_secs(1))),
+            Some("h1"),
         );
-        assert_eq!(s.conditions[0].status, "False");
-        assert_eq!(s.conditions[0].reason, "CheckClusters");
-        assert!(s.conditions[0].message.contains("m2"));
+        assert_eq!(
+            check,
+            LagCheck::Skip {
+                recheck_after: None
+            }
+        );
     }
 
     #[test]
-    fn an_unchanged_result_rebuilds_an_identical_status() {
-        let outcomes = BTreeMap::from([("m1".to_string(), Outcome::Ok)]);
-        let first = build_status(
-            1,
-            &outcomes,
-            None,
-            &FederatedStatus::default(),
-            &BTreeMap::new(),
-            "t0",
+    fn an_unselected_cluster_or_one_without_a_desired_object_is_trusted() {
+        let recent = Some(("h1", Duration::from_secs(1)));
+        assert_eq!(
+            lag_check(false, &Observed::Absent, recent, Some("h1")),
+            LagCheck::Trust
         );
-        let second = build_status(1, &outcomes, None, &first, &BTreeMap::new(), "t1");
-        assert_eq!(first, second);
+        assert_eq!(
+            lag_check(true, &Observed::Absent, recent, None),
+            LagCheck::Trust
+        );
+    }
+
+    fn target() -> ApiResource {
+        ApiResource {
+            group: String::new(),
+            version: "v1".into(),
+            kind: "ConfigMap".into(),
+            plural_name: "configmaps".into(),
+            scope: flotilla_crds::core::Scope::Namespaced,
+        }
+    }
+
+    #[test]
+    fn desired_objects_carry_the_hash_annotation_and_each_clusters_overrides() {
+        let spec: FederatedSpec = serde_json::from_value(json!({
+            "template": {"data": {"k": "v"}},
+            "overrides": [{"clusterName": "m2", "clusterOverrides": [{"path": "/data/k", "value": "m2"}]}]
+        }))
+        .expect("valid spec");
+        let selected = BTreeSet::from(["m1".to_string(), "m2".to_string()]);
+        let set = desired_objects(&target(), "a", Some("demo"), &spec, &selected);
+        let DesiredFor::Object { object, hash } = &set.by_cluster["m2"] else {
+            panic!("m2 computed");
+        };
+        assert_eq!(object["data"]["k"], "m2");
+        assert_eq!(
+            object["metadata"]["annotations"][HASH_ANNOTATION].as_str(),
+            Some(hash.as_str())
+        );
+        assert_ne!(set.hash("m1"), set.hash("m2"));
+    }
+
+    #[test]
+    fn a_bad_override_fails_every_cluster_with_apply_overrides_failed() {
+        let spec: FederatedSpec = serde_json::from_value(json!({
+            "template": {"data": {"k": "v"}},
+            "overrides": [{"clusterName": "m1", "clusterOverrides": [{"op": "remove", "path": "/metadata"}]}]
+        }))
+        .expect("valid spec");
+        let selected = BTreeSet::from(["m1".to_string()]);
+        let set = desired_objects(&target(), "a", Some("demo"), &spec, &selected);
+        assert!(matches!(
+            set.by_cluster["m1"],
+            DesiredFor::Failed(ClusterReason::ApplyOverridesFailed, _)
+        ));
+        assert_eq!(set.hash("m1"), None);
+    }
+
+    #[test]
+    fn recoverable_failures_and_removals_back_off_while_user_errors_do_not() {
+        assert!(needs_backoff(&[Outcome::Ok, Outcome::Removing]));
+        assert!(needs_backoff(&[Outcome::Status(
+            ClusterReason::CreationFailed,
+            String::new()
+        )]));
+        assert!(!needs_backoff(&[Outcome::Status(
+            ClusterReason::AlreadyExists,
+            String::new()
+        )]));
+        assert!(!needs_backoff(&[Outcome::Ok, Outcome::Gone]));
+    }
+
+    #[test]
+    fn retained_replicas_come_from_the_member_object() {
+        let desired = json!({"spec": {"replicas": 3, "x": 1}});
+        let observed = Observed::Present(json!({"spec": {"replicas": 7}}));
+        assert_eq!(
+            retain_replicas(desired.clone(), &observed)["spec"]["replicas"],
+            7
+        );
+        assert_eq!(
+            retain_replicas(desired, &Observed::Absent)["spec"]["replicas"],
+            3
+        );
+    }
+
+    #[test]
+    fn only_a_member_namespace_with_the_host_namespaces_uid_is_the_host_namespace() {
+        let ns = |uid: &str| Observed::Present(json!({"metadata": {"name": "demo", "uid": uid}}));
+        assert!(is_host_namespace(&ns("u1"), Some("u1")));
+        assert!(!is_host_namespace(&ns("u2"), Some("u1")));
+        assert!(!is_host_namespace(&ns("u1"), None));
+        assert!(!is_host_namespace(&Observed::Absent, Some("u1")));
     }
 }

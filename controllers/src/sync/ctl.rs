@@ -1,0 +1,201 @@
+//! The state one type's sync controller shares between its workers ([`Ctl`]) and the
+//! host-side lookups every stage needs: names and APIs of the member object, placement,
+//! delete options, protected namespaces. Decisions are in [`super::plan`]; member writes in
+//! [`super::dispatch`].
+
+use std::{collections::BTreeSet, sync::Arc};
+
+use flotilla_crds::{
+    AggregateReason, DEFAULT_NAMESPACE, DELETE_OPTIONS_ANNOTATION,
+    core::{EffectiveConfig, Scope},
+    federated::FederatedSpec,
+    placement::{self, ClusterInfo},
+};
+use k8s_openapi::api::core::v1::Namespace;
+use kube::{
+    Api, Client, ResourceExt,
+    api::DeleteParams,
+    core::{ApiResource, DynamicObject},
+    runtime::reflector::{ObjectRef, Store},
+};
+use tracing::warn;
+
+use super::{
+    Key, SyncShared,
+    action::{Backoff, Error},
+    delete_options::parse_delete_options,
+    federated_namespace_ar,
+    observe::{Availability, RecentWrites},
+    plan::PROTECTED_NAMESPACES,
+};
+use crate::{metrics::TypeLabels, multicluster::MemberWatch};
+
+/// One federated type's sync controller, as its workers see it.
+pub(super) struct Ctl {
+    pub shared: Arc<SyncShared>,
+    pub fed_ar: ApiResource,
+    pub target_ar: ApiResource,
+    pub target_namespaced: bool,
+    pub is_namespace_type: bool,
+    pub needs_ns_placement: bool,
+    pub host_store: Store<DynamicObject>,
+    pub fns_store: Store<DynamicObject>,
+    pub members: Arc<MemberWatch<DynamicObject>>,
+    /// Copy each member object's `status` into `status.clusters[].remoteStatus`
+    /// (the FTC's `statusCollection: Enabled`).
+    pub collect_status: bool,
+    pub recent: RecentWrites,
+    pub availability: Availability,
+    pub backoff: Backoff<Key>,
+}
+
+/// An object-level placement failure: (reason, message).
+pub(super) type PlacementError = (AggregateReason, String);
+
+impl Ctl {
+    pub fn kind_labels(&self) -> TypeLabels {
+        TypeLabels {
+            kind: self.fed_ar.kind.clone(),
+        }
+    }
+
+    pub fn config(&self) -> EffectiveConfig {
+        self.shared.config.borrow().clone()
+    }
+
+    /// The federated object of a key in the host cache.
+    pub fn federated(&self, key: &Key) -> Option<Arc<DynamicObject>> {
+        let mut obj_ref = ObjectRef::<DynamicObject>::new_with(&key.1, self.fed_ar.clone());
+        if let Some(ns) = &key.0 {
+            obj_ref = obj_ref.within(ns);
+        }
+        self.host_store.get(&obj_ref)
+    }
+
+    /// Name and namespace of the member object for a federated key.
+    pub fn member_name<'a>(&self, key: &'a Key) -> (Option<&'a str>, &'a str) {
+        if self.target_namespaced && !self.is_namespace_type {
+            (key.0.as_deref(), key.1.as_str())
+        } else {
+            (None, key.1.as_str())
+        }
+    }
+
+    pub fn member_api(&self, client: Client, namespace: Option<&str>) -> Api<DynamicObject> {
+        match namespace {
+            Some(ns) => Api::namespaced_with(client, ns, &self.target_ar),
+            None => Api::all_with(client, &self.target_ar),
+        }
+    }
+
+    pub fn host_api(&self, namespace: Option<&str>) -> Api<DynamicObject> {
+        match namespace {
+            Some(ns) => Api::namespaced_with(self.shared.host.clone(), ns, &self.fed_ar),
+            None => Api::all_with(self.shared.host.clone(), &self.fed_ar),
+        }
+    }
+
+    pub fn target_type_api(&self) -> flotilla_crds::core::ApiResource {
+        flotilla_crds::core::ApiResource {
+            group: self.target_ar.group.clone(),
+            version: self.target_ar.version.clone(),
+            kind: self.target_ar.kind.clone(),
+            plural_name: self.target_ar.plural.clone(),
+            scope: if self.target_namespaced {
+                Scope::Namespaced
+            } else {
+                Scope::Cluster
+            },
+        }
+    }
+
+    /// Namespaces that are only ever unlabelled in members, never deleted.
+    pub fn is_protected(&self, key: &Key) -> bool {
+        self.is_namespace_type
+            && (PROTECTED_NAMESPACES.contains(&key.1.as_str())
+                || key.1 == self.shared.namespace
+                || key.1 == DEFAULT_NAMESPACE)
+    }
+
+    /// Every federated object and every managed member object (a stray whose federated
+    /// object is gone) as keys.
+    pub fn all_keys(&self) -> Vec<Key> {
+        let mut keys: Vec<Key> = self
+            .host_store
+            .state()
+            .iter()
+            .map(|o| super::key_of(o))
+            .collect();
+        keys.extend(self.member_keys());
+        keys
+    }
+
+    /// Placement of the object: the selected registered clusters, intersected with its
+    /// FederatedNamespace's placement for namespaced types, or an object-level failure.
+    pub fn placement(
+        &self,
+        key: &Key,
+        spec: &FederatedSpec,
+    ) -> Result<BTreeSet<String>, PlacementError> {
+        let snapshot = self.shared.clusters.snapshot();
+        let infos: Vec<ClusterInfo<'_>> = snapshot
+            .iter()
+            .map(|c| ClusterInfo {
+                name: &c.name,
+                labels: &c.labels,
+            })
+            .collect();
+        let selected = placement::select(&spec.placement, &infos)
+            .map_err(|e| (AggregateReason::ComputePlacementFailed, e.to_string()))?;
+        if !self.needs_ns_placement || self.config().scope == "Namespaced" {
+            return Ok(selected);
+        }
+        let Some(ns) = &key.0 else {
+            return Ok(selected);
+        };
+        let fns_ref = ObjectRef::<DynamicObject>::new_with(ns, federated_namespace_ar()).within(ns);
+        let Some(fns) = self.fns_store.get(&fns_ref) else {
+            return Err((
+                AggregateReason::NamespaceNotFederated,
+                format!(
+                    "namespace {ns} is not federated: create a FederatedNamespace named {ns} in it"
+                ),
+            ));
+        };
+        let ns_spec = FederatedSpec::from_dynamic(&fns)
+            .map_err(|e| (AggregateReason::ComputePlacementFailed, e.to_string()))?;
+        let ns_selected = placement::select(&ns_spec.placement, &infos).map_err(|e| {
+            (
+                AggregateReason::ComputePlacementFailed,
+                format!("namespace placement: {e}"),
+            )
+        })?;
+        Ok(placement::intersect(&selected, &ns_selected))
+    }
+
+    /// The member delete options of kubefed's `kubefed.io/deleteoption` annotation.
+    pub fn delete_options(&self, fed: &DynamicObject) -> DeleteParams {
+        let Some(raw) = fed.annotations().get(DELETE_OPTIONS_ANNOTATION) else {
+            return DeleteParams::default();
+        };
+        match parse_delete_options(raw) {
+            Ok(dp) => dp,
+            Err(e) => {
+                warn!(error = %e, "ignoring malformed {DELETE_OPTIONS_ANNOTATION} annotation");
+                DeleteParams::default()
+            }
+        }
+    }
+
+    /// UID of the host namespace of a FederatedNamespace (for other types, `None`): when
+    /// the host is also joined as a member, that namespace in the "member" is the host's
+    /// own, which holds the federated objects, and must never be deleted.
+    pub async fn host_namespace_uid(&self, key: &Key) -> Result<Option<String>, Error> {
+        if !self.is_namespace_type {
+            return Ok(None);
+        }
+        let api: Api<Namespace> = Api::all(self.shared.host.clone());
+        let ns = api.get_opt(&key.1).await.map_err(Error::HostNamespace)?;
+        Ok(ns.and_then(|n| n.metadata.uid))
+    }
+}

@@ -1,0 +1,295 @@
+//! Deleting a federated object: the sync finalizer is added before anything is propagated;
+//! on deletion each member object is deleted (or only unlabelled: `kubefed.io/orphan`,
+//! protected namespaces, the host's own namespace), unready clusters are waited for up to
+//! the unready-cluster deletion timeout, and then the finalizer goes. What happens per
+//! cluster is decided by [`super::plan::deletion`].
+
+use std::{collections::BTreeSet, time::Duration};
+
+use flotilla_crds::{
+    ORPHAN_ANNOTATION, SYNC_FINALIZER,
+    federated::{FederatedSpec, FederatedStatus},
+};
+use futures::future::join_all;
+use kube::{
+    ResourceExt,
+    api::{DeleteParams, Patch, PatchParams},
+    core::DynamicObject,
+    runtime::events::EventType,
+};
+use serde_json::json;
+use tracing::{info, warn};
+
+use super::{
+    Key,
+    action::{Action, Error},
+    ctl::Ctl,
+    dispatch::{MemberOp, MemberRef},
+    plan::{
+        Outcome,
+        deletion::{self as plan, DeletionOp},
+        is_host_namespace,
+    },
+    status::StatusUpdate,
+};
+
+/// Per-deletion facts shared by every cluster's decision.
+struct DeletionContext {
+    keep: bool,
+    deleted_for: Duration,
+    timeout: Duration,
+    timeout_text: String,
+    may_hold: BTreeSet<String>,
+    host_ns_uid: Option<String>,
+    params: DeleteParams,
+}
+
+impl Ctl {
+    /// The federated object is being deleted: remove (or orphan) its member objects, then
+    /// drop the finalizer. A cluster that may hold the object but cannot answer is waited
+    /// for up to the configured timeout; a cluster removed from the registry is not.
+    pub(super) async fn ensure_deletion(
+        &self,
+        key: &Key,
+        fed: &DynamicObject,
+    ) -> Result<Action, Error> {
+        if !has_finalizer(fed) {
+            return Ok(Action::Done);
+        }
+        let previous = FederatedStatus::from_dynamic(fed);
+        // Unknown whether a member is the host itself: delete nothing yet.
+        let host_ns_uid = self.host_namespace_uid(key).await?;
+        let cx = self.deletion_context(key, fed, &previous, host_ns_uid);
+        let (m_ns, m_name) = self.member_name(key);
+        let mut pending = false;
+        let mut held = false;
+        let mut abandoned = Vec::new();
+        let mut next_deadline = cx.timeout;
+        let mut jobs = Vec::new();
+        for cluster in self.shared.clusters.snapshot() {
+            let observed = self.observe(&cluster, key);
+            let keep = cx.keep || is_host_namespace(&observed, cx.host_ns_uid.as_deref());
+            let waited = plan::waited(
+                cx.deleted_for,
+                self.availability.unavailable_for(&cluster.name),
+            );
+            let op = plan::decide_deletion(
+                &observed,
+                cx.may_hold.contains(&cluster.name),
+                keep,
+                waited >= cx.timeout,
+            );
+            pending |= op.is_pending();
+            held |= op == DeletionOp::WaitForRemoval;
+            let outcome = match op {
+                DeletionOp::Done => continue,
+                DeletionOp::Abandon => {
+                    abandoned.push(cluster.name);
+                    continue;
+                }
+                DeletionOp::WaitForCluster => {
+                    next_deadline = next_deadline.min(cx.timeout.saturating_sub(waited));
+                    let (reason, msg) = plan::wait_reason(&observed, &cx.timeout_text);
+                    futures::future::Either::Left(std::future::ready((
+                        cluster.name,
+                        Outcome::Status(reason, msg),
+                    )))
+                }
+                DeletionOp::WaitForRemoval => futures::future::Either::Left(std::future::ready((
+                    cluster.name,
+                    Outcome::Removing,
+                ))),
+                DeletionOp::Delete | DeletionOp::Unlabel => {
+                    let member_op = if op == DeletionOp::Unlabel {
+                        MemberOp::Unlabel
+                    } else {
+                        MemberOp::Delete(&cx.params)
+                    };
+                    futures::future::Either::Right(self.delete_in(cluster, m_ns, m_name, member_op))
+                }
+            };
+            jobs.push(outcome);
+        }
+        let outcomes = join_all(jobs).await.into_iter().collect();
+        if !pending {
+            self.finish_deletion(key, fed, &abandoned, &cx).await?;
+            return Ok(Action::Done);
+        }
+        if plan::writes_status(held, &outcomes) {
+            let update = StatusUpdate {
+                previous: &previous,
+                outcomes: &outcomes,
+                aggregate: None,
+                generation: fed.metadata.generation.unwrap_or(0),
+                remote: &Default::default(),
+            };
+            self.write_status(fed, update).await;
+        }
+        Ok(Action::RequeueAfter(plan::recheck_after(next_deadline)))
+    }
+
+    async fn delete_in(
+        &self,
+        cluster: crate::multicluster::ClusterState,
+        namespace: Option<&str>,
+        name: &str,
+        op: MemberOp<'_>,
+    ) -> (String, Outcome) {
+        let outcome = match cluster.client {
+            None => no_client(),
+            Some(client) => {
+                let target = MemberRef {
+                    cluster: &cluster.name,
+                    client,
+                    namespace,
+                    name,
+                };
+                self.run_on_member(target, op).await
+            }
+        };
+        (cluster.name, outcome)
+    }
+
+    fn deletion_context(
+        &self,
+        key: &Key,
+        fed: &DynamicObject,
+        previous: &FederatedStatus,
+        host_ns_uid: Option<String>,
+    ) -> DeletionContext {
+        let config = self.config();
+        let orphan = fed
+            .annotations()
+            .get(ORPHAN_ANNOTATION)
+            .is_some_and(|v| v == "true");
+        let deleted_for = fed
+            .metadata
+            .deletion_timestamp
+            .as_ref()
+            .map(|t| {
+                let secs = k8s_openapi::jiff::Timestamp::now().as_second() - t.0.as_second();
+                Duration::from_secs(secs.max(0).unsigned_abs())
+            })
+            .unwrap_or_default();
+        // A cluster may hold the object if the last status lists it (propagated, failed or
+        // pending) or the placement selects it now (a status write may have been lost).
+        let mut may_hold: BTreeSet<String> =
+            previous.clusters.iter().map(|c| c.name.clone()).collect();
+        if let Ok(spec) = FederatedSpec::from_dynamic(fed)
+            && let Ok(selected) = self.placement(key, &spec)
+        {
+            may_hold.extend(selected);
+        }
+        DeletionContext {
+            keep: orphan || self.is_protected(key),
+            deleted_for,
+            timeout: config.unready_cluster_deletion_timeout,
+            timeout_text: flotilla_crds::duration::format(config.unready_cluster_deletion_timeout),
+            may_hold,
+            host_ns_uid,
+            params: self.delete_options(fed),
+        }
+    }
+
+    /// Nothing is pending any more: warn about clusters given up on, drop the finalizer.
+    async fn finish_deletion(
+        &self,
+        key: &Key,
+        fed: &DynamicObject,
+        abandoned: &[String],
+        cx: &DeletionContext,
+    ) -> Result<(), Error> {
+        if !abandoned.is_empty() {
+            let object = key
+                .0
+                .as_ref()
+                .map(|ns| format!("{ns}/{}", key.1))
+                .unwrap_or_else(|| key.1.clone());
+            let msg =
+                plan::abandoned_message(abandoned, &cx.timeout_text, &self.target_ar.kind, &object);
+            warn!(clusters = ?abandoned, object = %object, kind = %self.target_ar.kind, "deletion incomplete: {msg}");
+            self.event(fed, EventType::Warning, "DeletionIncomplete", msg)
+                .await;
+        }
+        self.remove_finalizer(fed).await?;
+        info!(object = ?key, orphan = cx.keep, "member objects removed; finalizer dropped");
+        Ok(())
+    }
+
+    /// Adds the sync finalizer, guarded by a test of the current list so a concurrent
+    /// change of the finalizers is never overwritten.
+    pub(super) async fn add_finalizer(&self, fed: &DynamicObject) -> Result<(), Error> {
+        let patch = match &fed.metadata.finalizers {
+            None => {
+                json!([{"op": "add", "path": "/metadata/finalizers", "value": [SYNC_FINALIZER]}])
+            }
+            Some(list) => json!([
+                {"op": "test", "path": "/metadata/finalizers", "value": list},
+                {"op": "add", "path": "/metadata/finalizers/-", "value": SYNC_FINALIZER}
+            ]),
+        };
+        self.patch_finalizers(fed, patch).await
+    }
+
+    /// Removes the sync finalizer (guarded like [`Ctl::add_finalizer`]); an object already
+    /// gone is fine.
+    pub(super) async fn remove_finalizer(&self, fed: &DynamicObject) -> Result<(), Error> {
+        let list = fed.metadata.finalizers.clone().unwrap_or_default();
+        let kept: Vec<&String> = list.iter().filter(|f| *f != SYNC_FINALIZER).collect();
+        let patch = json!([
+            {"op": "test", "path": "/metadata/finalizers", "value": list},
+            {"op": "replace", "path": "/metadata/finalizers", "value": kept}
+        ]);
+        match self.patch_finalizers(fed, patch).await {
+            Err(Error::Finalizer(kube::Error::Api(s))) if s.code == 404 => Ok(()),
+            other => other,
+        }
+    }
+
+    async fn patch_finalizers(
+        &self,
+        fed: &DynamicObject,
+        patch: serde_json::Value,
+    ) -> Result<(), Error> {
+        let patch: json_patch::Patch = serde_json::from_value(patch)
+            .map_err(|e| Error::Finalizer(kube::Error::SerdeError(e)))?;
+        let api = self.host_api(fed.metadata.namespace.as_deref());
+        api.patch(
+            &fed.name_any(),
+            &PatchParams::default(),
+            &Patch::<()>::Json(patch),
+        )
+        .await
+        .map_err(Error::Finalizer)?;
+        Ok(())
+    }
+}
+
+/// Whether the object carries the sync finalizer.
+pub(super) fn has_finalizer(fed: &DynamicObject) -> bool {
+    fed.finalizers().iter().any(|f| f == SYNC_FINALIZER)
+}
+
+/// The outcome for a cluster without a client.
+pub(super) fn no_client() -> Outcome {
+    Outcome::Status(
+        flotilla_crds::ClusterReason::ClientRetrievalFailed,
+        "no client for the cluster".into(),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_an_object_carrying_the_sync_finalizer_has_it() {
+        let mut o = DynamicObject::new(
+            "a",
+            &kube::core::ApiResource::erase::<k8s_openapi::api::core::v1::ConfigMap>(&()),
+        );
+        assert!(!has_finalizer(&o));
+        o.metadata.finalizers = Some(vec!["other".into(), SYNC_FINALIZER.into()]);
+        assert!(has_finalizer(&o));
+    }
+}

@@ -1,0 +1,328 @@
+//! One reconcile of one federated object: the entry branching (gone → strays, deleting →
+//! deletion, no finalizer → add it, else sync) and the live path — placement, desired
+//! objects, one decision per cluster, the member writes, and the status. Every decision is
+//! a call into [`super::plan`]; this module only gathers inputs and carries out results.
+
+use std::{
+    collections::{BTreeMap, BTreeSet},
+    time::Duration,
+};
+
+use flotilla_crds::{
+    AggregateReason, RECREATE_ON_IMMUTABLE_ANNOTATION,
+    federated::{FederatedSpec, FederatedStatus},
+};
+use futures::future::join_all;
+use kube::{ResourceExt, core::DynamicObject, runtime::events::EventType};
+use serde_json::Value;
+use tracing::{instrument, warn};
+
+use super::{
+    Key,
+    action::{Action, Error},
+    ctl::Ctl,
+    deletion::{has_finalizer, no_client},
+    dispatch::{MemberOp, MemberRef},
+    plan::{self, DesiredFor, DesiredSet, LagCheck, Observed, Op, Outcome},
+    status::StatusUpdate,
+};
+use crate::multicluster::ClusterState;
+
+/// How soon to look again while a member cache is still listing.
+const CACHE_SYNC_RECHECK: Duration = Duration::from_millis(500);
+/// How soon to look again at a FederatedNamespace not named after its namespace that is
+/// being deleted, when dropping its finalizer failed.
+const INVALID_NAME_RECHECK: Duration = Duration::from_secs(5);
+
+/// Per-reconcile facts every cluster's write needs.
+struct WriteContext<'a> {
+    key: &'a Key,
+    desired: &'a DesiredSet,
+    retain_replicas: bool,
+    adopt: bool,
+    recreate: bool,
+    /// kubefed's `deleteoption` annotation, also used when a cluster is deselected.
+    delete_params: kube::api::DeleteParams,
+}
+
+impl Ctl {
+    /// Reconciles one key.
+    #[instrument(skip(self), fields(kind = %self.fed_ar.kind))]
+    pub(super) async fn reconcile(&self, key: &Key) -> Result<Action, Error> {
+        let Some(fed) = self.federated(key) else {
+            return self.clean_strays(key).await;
+        };
+        if self.is_namespace_type && key.0.as_deref() != Some(key.1.as_str()) {
+            return self.invalid_namespace_name(&fed).await;
+        }
+        if fed.metadata.deletion_timestamp.is_some() {
+            return self.ensure_deletion(key, &fed).await;
+        }
+        if !has_finalizer(&fed) {
+            self.add_finalizer(&fed).await?;
+            // Propagation continues on the watch event of the patched object.
+            return Ok(Action::Done);
+        }
+        Ok(self.sync(key, &fed).await)
+    }
+
+    /// A FederatedNamespace must be named after its namespace (kubefed's rule): any other
+    /// is ignored with an `InvalidName` event. Its member counterpart is named after the
+    /// namespace, so a finalizer left from an earlier version is simply dropped.
+    async fn invalid_namespace_name(&self, fed: &DynamicObject) -> Result<Action, Error> {
+        if fed.metadata.deletion_timestamp.is_some() {
+            if has_finalizer(fed)
+                && let Err(e) = self.remove_finalizer(fed).await
+            {
+                warn!(error = %e, "removing the sync finalizer failed");
+                return Ok(Action::RequeueAfter(INVALID_NAME_RECHECK));
+            }
+            return Ok(Action::Done);
+        }
+        let ns = fed.namespace().unwrap_or_default();
+        warn!(name = %fed.name_any(), namespace = %ns, "ignoring a FederatedNamespace not named after its namespace");
+        let note = format!(
+            "a FederatedNamespace must be named after its namespace: rename {} to {ns}; it is ignored",
+            fed.name_any()
+        );
+        self.event(fed, EventType::Warning, "InvalidName", note)
+            .await;
+        Ok(Action::Done)
+    }
+
+    /// The live path: bring every member in line with the federated object.
+    async fn sync(&self, key: &Key, fed: &DynamicObject) -> Action {
+        let previous = FederatedStatus::from_dynamic(fed);
+        let generation = fed.metadata.generation.unwrap_or(0);
+        let spec = match FederatedSpec::from_dynamic(fed) {
+            Ok(s) => s,
+            Err(e) => {
+                let update = StatusUpdate {
+                    previous: &previous,
+                    outcomes: &BTreeMap::new(),
+                    aggregate: Some((AggregateReason::ComputePlacementFailed, e.to_string())),
+                    generation,
+                    remote: &BTreeMap::new(),
+                };
+                self.write_status(fed, update).await;
+                return Action::Done;
+            }
+        };
+        let (selected, aggregate) = match self.placement(key, &spec) {
+            Ok(s) => (s, None),
+            Err(agg) => (BTreeSet::new(), Some(agg)),
+        };
+        let desired = plan::desired_objects(
+            &self.target_type_api(),
+            &key.1,
+            key.0.as_deref(),
+            &spec,
+            &selected,
+        );
+        if generation != previous.observed_generation {
+            self.announce_dropped_metadata(fed, &desired).await;
+        }
+        let snapshot = self.shared.clusters.snapshot();
+        let observed: Vec<Observed> = snapshot.iter().map(|c| self.observe(c, key)).collect();
+        let mut remote = self.remote_statuses(&snapshot, &observed);
+        // A namespace about to be removed from a member might be the host's own (the host
+        // joined as a member): look its UID up only then.
+        let removing = snapshot
+            .iter()
+            .zip(&observed)
+            .any(|(c, o)| !selected.contains(&c.name) && matches!(o, Observed::Present(_)));
+        let host_ns_uid = if removing {
+            match self.host_namespace_uid(key).await {
+                Ok(uid) => uid,
+                Err(e) => {
+                    warn!(error = %e, "reading the host namespace failed");
+                    return Action::Backoff { recheck: None };
+                }
+            }
+        } else {
+            None
+        };
+        let config = self.config();
+        let cx = WriteContext {
+            key,
+            desired: &desired,
+            retain_replicas: spec.retain_replicas,
+            adopt: config.adopt_resources,
+            recreate: fed
+                .annotations()
+                .get(RECREATE_ON_IMMUTABLE_ANNOTATION)
+                .is_some_and(|v| v == "true"),
+            delete_params: self.delete_options(fed),
+        };
+        let mut waiting = false;
+        let mut recheck: Option<Duration> = None;
+        let mut jobs = Vec::new();
+        for (cluster, observed) in snapshot.iter().zip(observed) {
+            let is_selected = selected.contains(&cluster.name);
+            let recent = self.recent.get(&cluster.name, key);
+            let lag = plan::lag_check(
+                is_selected,
+                &observed,
+                recent.as_ref().map(|(h, age)| (h.as_str(), *age)),
+                desired.hash(&cluster.name),
+            );
+            let op = match lag {
+                LagCheck::Skip { recheck_after } => {
+                    recheck = earliest(recheck, recheck_after);
+                    Op::Nothing
+                }
+                LagCheck::Trust => {
+                    let protected = self.is_protected(key)
+                        || plan::is_host_namespace(&observed, host_ns_uid.as_deref());
+                    plan::decide(
+                        is_selected,
+                        &observed,
+                        desired.by_cluster.get(&cluster.name),
+                        protected,
+                    )
+                }
+            };
+            if op == Op::Wait {
+                waiting = true;
+                continue;
+            }
+            jobs.push(self.run_cluster(cluster, is_selected, op, observed, &cx));
+        }
+        let mut outcomes: BTreeMap<String, Outcome> = join_all(jobs).await.into_iter().collect();
+        let backoff = plan::needs_backoff(outcomes.values());
+        if waiting {
+            let registered: BTreeSet<String> = snapshot.iter().map(|c| c.name.clone()).collect();
+            plan::status::keep_previous(&mut outcomes, &mut remote, &previous, &registered);
+        }
+        if aggregate.is_none() {
+            let registered: BTreeSet<String> = snapshot.iter().map(|c| c.name.clone()).collect();
+            let unregistered = plan::unregistered_clusters(&spec.placement, &registered);
+            plan::status::report_unregistered(&mut outcomes, unregistered, &self.shared.namespace);
+        }
+        let update = StatusUpdate {
+            previous: &previous,
+            outcomes: &outcomes,
+            aggregate,
+            generation,
+            remote: &remote,
+        };
+        self.write_status(fed, update).await;
+        if waiting {
+            Action::RequeueAfter(CACHE_SYNC_RECHECK)
+        } else if backoff {
+            Action::Backoff { recheck }
+        } else {
+            Action::recheck(recheck)
+        }
+    }
+
+    /// Carries out the operation decided for one cluster.
+    async fn run_cluster(
+        &self,
+        cluster: &ClusterState,
+        selected: bool,
+        op: Op,
+        observed: Observed,
+        cx: &WriteContext<'_>,
+    ) -> (String, Outcome) {
+        let name = cluster.name.clone();
+        let object = match cx.desired.by_cluster.get(&name) {
+            Some(DesiredFor::Object { object, .. }) => Some(object.clone()),
+            _ => None,
+        };
+        let member_op = match (op, object) {
+            (Op::Nothing, _) => {
+                return (name, if selected { Outcome::Ok } else { Outcome::Gone });
+            }
+            (Op::Report(r, m), _) => return (name, Outcome::Status(r, m)),
+            (Op::Wait, _) | (Op::Create | Op::Update, None) => return (name, Outcome::Gone),
+            (Op::Create, Some(object)) => MemberOp::Create {
+                object,
+                adopt: cx.adopt,
+            },
+            (Op::Update, Some(object)) => {
+                let object = if cx.retain_replicas {
+                    plan::retain_replicas(object, &observed)
+                } else {
+                    object
+                };
+                MemberOp::Update {
+                    object,
+                    recreate: cx.recreate,
+                }
+            }
+            (Op::Delete, _) => MemberOp::Delete(&cx.delete_params),
+            (Op::Unlabel, _) => MemberOp::Unlabel,
+        };
+        let Some(client) = cluster.client.clone() else {
+            return (name, no_client());
+        };
+        let (m_ns, m_name) = self.member_name(cx.key);
+        let writes = matches!(member_op, MemberOp::Create { .. } | MemberOp::Update { .. });
+        let deletes = matches!(member_op, MemberOp::Delete(_) | MemberOp::Update { .. });
+        let target = MemberRef {
+            cluster: &name,
+            client,
+            namespace: m_ns,
+            name: m_name,
+        };
+        let outcome = self.run_on_member(target, member_op).await;
+        if writes && outcome == Outcome::Ok {
+            self.recent.remember(&name, cx.key, cx.desired.hash(&name));
+        } else if deletes {
+            self.recent.remember(&name, cx.key, None);
+        }
+        (name, outcome)
+    }
+
+    /// Template metadata Flotilla does not propagate is announced once per generation.
+    async fn announce_dropped_metadata(&self, fed: &DynamicObject, desired: &DesiredSet) {
+        if desired.dropped_annotations {
+            let note = "template metadata.annotations are not propagated (use an override to set member annotations)";
+            self.event(
+                fed,
+                EventType::Warning,
+                "AnnotationsNotSupported",
+                note.into(),
+            )
+            .await;
+        }
+        if desired.dropped_finalizers {
+            let note = "template metadata.finalizers are not propagated";
+            self.event(
+                fed,
+                EventType::Warning,
+                "FinalizersNotSupported",
+                note.into(),
+            )
+            .await;
+        }
+    }
+
+    /// Each member object's `status`, when status collection is enabled.
+    fn remote_statuses(
+        &self,
+        snapshot: &[ClusterState],
+        observed: &[Observed],
+    ) -> BTreeMap<String, Value> {
+        let mut remote = BTreeMap::new();
+        if !self.collect_status {
+            return remote;
+        }
+        for (c, o) in snapshot.iter().zip(observed) {
+            if let Observed::Present(obj) = o
+                && let Some(st) = obj.get("status").filter(|v| !v.is_null())
+            {
+                remote.insert(c.name.clone(), st.clone());
+            }
+        }
+        remote
+    }
+}
+
+fn earliest(a: Option<Duration>, b: Option<Duration>) -> Option<Duration> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    }
+}

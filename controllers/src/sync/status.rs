@@ -1,0 +1,121 @@
+//! Writing a federated object's status and its Events. What the status says is computed
+//! in [`super::plan::status`]; here it is written — only when it changed — and a Warning
+//! is published when [`super::plan::status::warrants_warning`] says so.
+
+use std::collections::BTreeMap;
+
+use flotilla_crds::{AggregateReason, federated::FederatedStatus};
+use kube::{
+    Resource, ResourceExt,
+    api::{Patch, PatchParams},
+    core::DynamicObject,
+    runtime::events::{Event as KubeEvent, EventType},
+};
+use serde_json::{Value, json};
+use tracing::{debug, warn};
+
+use super::{
+    ctl::Ctl,
+    plan::{Outcome, status as plan},
+};
+use crate::metrics::FailureLabels;
+
+/// The events API limits notes to 1 kB.
+const NOTE_LIMIT: usize = 1000;
+
+/// What a status write is about: the results and the previous status they replace.
+pub(super) struct StatusUpdate<'a> {
+    pub previous: &'a FederatedStatus,
+    pub outcomes: &'a BTreeMap<String, Outcome>,
+    pub aggregate: Option<(AggregateReason, String)>,
+    pub generation: i64,
+    pub remote: &'a BTreeMap<String, Value>,
+}
+
+impl Ctl {
+    /// Writes the status built from `update` when it differs from the previous one.
+    pub(super) async fn write_status(&self, fed: &DynamicObject, update: StatusUpdate<'_>) {
+        let previous = update.previous;
+        let status = plan::build_status(
+            update.generation,
+            update.outcomes,
+            update.aggregate,
+            previous,
+            update.remote,
+            &k8s_openapi::jiff::Timestamp::now().to_string(),
+        );
+        if &status == previous {
+            return;
+        }
+        let mut value = serde_json::to_value(&status).unwrap_or(Value::Null);
+        if let Some(map) = value.as_object_mut() {
+            // Merge patch: absent keys would keep old values, so clear them explicitly.
+            for k in ["clusters", "conditions"] {
+                map.entry(k).or_insert(Value::Null);
+            }
+        }
+        let api = self.host_api(fed.metadata.namespace.as_deref());
+        let patch = json!({ "status": value });
+        if let Err(e) = api
+            .patch_status(
+                &fed.name_any(),
+                &PatchParams::default(),
+                &Patch::Merge(&patch),
+            )
+            .await
+        {
+            if !matches!(&e, kube::Error::Api(s) if s.code == 404) {
+                warn!(error = %e, "writing status failed");
+            }
+            return;
+        }
+        let m = &self.shared.metrics.sync;
+        m.status_writes.get_or_create(&self.kind_labels()).inc();
+        for reason in plan::new_failures(previous, &status) {
+            m.failures
+                .get_or_create(&FailureLabels {
+                    kind: self.fed_ar.kind.clone(),
+                    reason: reason.as_str(),
+                })
+                .inc();
+        }
+        if plan::warrants_warning(previous, &status)
+            && let Some((reason, note)) = plan::warning_note(&status)
+        {
+            self.event(fed, EventType::Warning, &reason, note).await;
+        }
+    }
+
+    /// Publishes an Event on the federated object (failures are only logged at debug:
+    /// an Event is best effort).
+    pub(super) async fn event(
+        &self,
+        fed: &DynamicObject,
+        type_: EventType,
+        reason: &str,
+        mut note: String,
+    ) {
+        if note.len() > NOTE_LIMIT {
+            let mut cut = NOTE_LIMIT;
+            while !note.is_char_boundary(cut) {
+                cut -= 1;
+            }
+            note.truncate(cut);
+        }
+        let ev = KubeEvent {
+            type_,
+            reason: reason.to_string(),
+            note: Some(note),
+            action: "Propagate".into(),
+            secondary: None,
+        };
+        if let Err(e) = self
+            .shared
+            .recorder
+            .publish(&ev, &fed.object_ref(&self.fed_ar))
+            .await
+        {
+            debug!(error = %e, "publishing an event failed");
+        }
+    }
+}

@@ -1,0 +1,56 @@
+//! Strays: managed member objects whose federated object no longer exists (it was deleted
+//! while Flotilla was not running, or its finalizer was removed by hand). Each is checked
+//! live and deleted — or only unlabelled, for namespaces that must never be deleted.
+
+use futures::future::join_all;
+use tracing::warn;
+
+use super::{
+    Key,
+    action::{Action, Error},
+    ctl::Ctl,
+    dispatch::{MemberOp, MemberRef},
+    plan::Outcome,
+};
+
+impl Ctl {
+    /// No federated object for the key: clean up any managed member object of that name.
+    pub(super) async fn clean_strays(&self, key: &Key) -> Result<Action, Error> {
+        let (m_ns, m_name) = self.member_name(key);
+        let clusters: Vec<_> = self
+            .shared
+            .clusters
+            .ready()
+            .into_iter()
+            .filter(|c| self.members.get(&c.name, m_ns, m_name).is_some())
+            .collect();
+        if clusters.is_empty() {
+            return Ok(Action::Done);
+        }
+        let host_ns_uid = self.host_namespace_uid(key).await?;
+        let keep = self.is_protected(key);
+        let jobs = clusters.into_iter().map(|c| {
+            let host_uid = host_ns_uid.as_deref();
+            async move {
+                let target = MemberRef {
+                    cluster: &c.name,
+                    client: c.client.clone(),
+                    namespace: m_ns,
+                    name: m_name,
+                };
+                let outcome = self.run_on_member(target, MemberOp::CleanStray { keep, host_uid }).await;
+                if let Outcome::Status(reason, msg) = &outcome {
+                    warn!(cluster = %c.name, object = ?key, %reason, msg, "cleaning up a stray member object failed");
+                    return false;
+                }
+                true
+            }
+        });
+        let ok = join_all(jobs).await.into_iter().all(|ok| ok);
+        Ok(if ok {
+            Action::Done
+        } else {
+            Action::Backoff { recheck: None }
+        })
+    }
+}
