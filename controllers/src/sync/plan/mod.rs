@@ -131,7 +131,24 @@ pub fn up_to_date(desired: &Value, hash: &str, actual: &Value) -> bool {
             HASH_ANNOTATION.replace('/', "~1")
         ))
         .and_then(Value::as_str);
-    recorded == Some(hash) && is_subset(desired, actual)
+    recorded == Some(hash) && is_subset(&without_type_meta(desired), actual)
+}
+
+/// The object without `apiVersion` and `kind`. A member object that arrived in a LIST (a
+/// watch's initial list, after every restart) carries neither — the API server omits them
+/// on list items — while one from a watch event has both. They are fixed by the API the
+/// object is read from, so they are not compared: comparing them made every object listed
+/// at start-up look drifted, and a restart re-applied every member object once.
+fn without_type_meta(obj: &Value) -> Value {
+    match obj {
+        Value::Object(map) => Value::Object(
+            map.iter()
+                .filter(|(k, _)| k.as_str() != "apiVersion" && k.as_str() != "kind")
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect(),
+        ),
+        other => other.clone(),
+    }
 }
 
 /// Whether every field of `want` is present in `have` with an equal value. Objects may
@@ -382,6 +399,17 @@ mod tests {
             decide(true, &observed, Some(&desired()), false),
             Op::Nothing
         );
+    }
+
+    #[test]
+    fn a_member_object_from_a_list_without_api_version_and_kind_is_up_to_date() {
+        let desired = DesiredFor::Object {
+            object: json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "a", "annotations": {HASH_ANNOTATION: "h1"}}, "data": {"k": "v"}}),
+            hash: "h1".into(),
+        };
+        // As a LIST returns it after a restart: no apiVersion, no kind.
+        let listed = member(json!({"k": "v"}), "h1");
+        assert_eq!(decide(true, &listed, Some(&desired), false), Op::Nothing);
     }
 
     #[test]
