@@ -23,16 +23,24 @@ use super::{
     ctl::Ctl,
     deletion::{has_finalizer, no_client},
     dispatch::{MemberOp, MemberRef},
-    plan::{self, DesiredFor, DesiredSet, LagCheck, Observed, Op, Outcome},
+    plan::{self, DesiredFor, DesiredSet, Observed, Op, Outcome},
     status::StatusUpdate,
 };
 use crate::multicluster::ClusterState;
 
-/// How soon to look again while a member cache is still listing.
-const CACHE_SYNC_RECHECK: Duration = Duration::from_millis(500);
 /// How soon to look again at a FederatedNamespace not named after its namespace that is
 /// being deleted, when dropping its finalizer failed.
 const INVALID_NAME_RECHECK: Duration = Duration::from_secs(5);
+
+/// The results of one propagation round over every cluster.
+#[derive(Default)]
+struct Round {
+    outcomes: BTreeMap<String, Outcome>,
+    /// A cluster's cache is still listing: look again soon.
+    waiting: bool,
+    /// The earliest time a lagging cache should be looked at again.
+    recheck: Option<Duration>,
+}
 
 /// Per-reconcile facts every cluster's write needs.
 struct WriteContext<'a> {
@@ -97,10 +105,11 @@ impl Ctl {
         let spec = match FederatedSpec::from_dynamic(fed) {
             Ok(s) => s,
             Err(e) => {
+                let failure = (AggregateReason::ComputePlacementFailed, e.to_string());
                 let update = StatusUpdate {
                     previous: &previous,
                     outcomes: &BTreeMap::new(),
-                    aggregate: Some((AggregateReason::ComputePlacementFailed, e.to_string())),
+                    aggregate: Some(failure),
                     generation,
                     remote: &BTreeMap::new(),
                 };
@@ -125,94 +134,116 @@ impl Ctl {
         let snapshot = self.shared.clusters.snapshot();
         let observed: Vec<Observed> = snapshot.iter().map(|c| self.observe(c, key)).collect();
         let mut remote = self.remote_statuses(&snapshot, &observed);
-        // A namespace about to be removed from a member might be the host's own (the host
-        // joined as a member): look its UID up only then.
-        let removing = snapshot
-            .iter()
-            .zip(&observed)
-            .any(|(c, o)| !selected.contains(&c.name) && matches!(o, Observed::Present(_)));
-        let host_ns_uid = if removing {
-            match self.host_namespace_uid(key).await {
-                Ok(uid) => uid,
-                Err(e) => {
-                    warn!(error = %e, "reading the host namespace failed");
-                    return Action::Backoff { recheck: None };
-                }
+        let host_ns_uid = match self
+            .host_uid_if_removing(key, &snapshot, &observed, &selected)
+            .await
+        {
+            Ok(uid) => uid,
+            Err(e) => {
+                warn!(error = %e, "reading the host namespace failed");
+                return Action::Backoff { recheck: None };
             }
-        } else {
-            None
         };
-        let config = self.config();
-        let cx = WriteContext {
-            key,
-            desired: &desired,
-            retain_replicas: spec.retain_replicas,
-            adopt: config.adopt_resources,
-            recreate: fed
-                .annotations()
-                .get(RECREATE_ON_IMMUTABLE_ANNOTATION)
-                .is_some_and(|v| v == "true"),
-            delete_params: self.delete_options(fed),
-        };
-        let mut waiting = false;
-        let mut recheck: Option<Duration> = None;
-        let mut jobs = Vec::new();
-        for (cluster, observed) in snapshot.iter().zip(observed) {
-            let is_selected = selected.contains(&cluster.name);
-            let recent = self.recent.get(&cluster.name, key);
-            let lag = plan::lag_check(
-                is_selected,
-                &observed,
-                recent.as_ref().map(|(h, age)| (h.as_str(), *age)),
-                desired.hash(&cluster.name),
-            );
-            let op = match lag {
-                LagCheck::Skip { recheck_after } => {
-                    recheck = earliest(recheck, recheck_after);
-                    Op::Nothing
-                }
-                LagCheck::Trust => {
-                    let protected = self.is_protected(key)
-                        || plan::is_host_namespace(&observed, host_ns_uid.as_deref());
-                    plan::decide(
-                        is_selected,
-                        &observed,
-                        desired.by_cluster.get(&cluster.name),
-                        protected,
-                    )
-                }
-            };
-            if op == Op::Wait {
-                waiting = true;
-                continue;
-            }
-            jobs.push(self.run_cluster(cluster, is_selected, op, observed, &cx));
-        }
-        let mut outcomes: BTreeMap<String, Outcome> = join_all(jobs).await.into_iter().collect();
-        let backoff = plan::needs_backoff(outcomes.values());
-        if waiting {
-            let registered: BTreeSet<String> = snapshot.iter().map(|c| c.name.clone()).collect();
-            plan::status::keep_previous(&mut outcomes, &mut remote, &previous, &registered);
+        let cx = self.write_context(key, fed, &spec, &desired);
+        let mut round = self
+            .propagate(&snapshot, observed, &selected, host_ns_uid.as_deref(), &cx)
+            .await;
+        let backoff = plan::needs_backoff(round.outcomes.values());
+        let registered: BTreeSet<String> = snapshot.iter().map(|c| c.name.clone()).collect();
+        if round.waiting {
+            plan::status::keep_previous(&mut round.outcomes, &mut remote, &previous, &registered);
         }
         if aggregate.is_none() {
-            let registered: BTreeSet<String> = snapshot.iter().map(|c| c.name.clone()).collect();
             let unregistered = plan::unregistered_clusters(&spec.placement, &registered);
-            plan::status::report_unregistered(&mut outcomes, unregistered, &self.shared.namespace);
+            plan::status::report_unregistered(
+                &mut round.outcomes,
+                unregistered,
+                &self.shared.namespace,
+            );
         }
         let update = StatusUpdate {
             previous: &previous,
-            outcomes: &outcomes,
+            outcomes: &round.outcomes,
             aggregate,
             generation,
             remote: &remote,
         };
         self.write_status(fed, update).await;
-        if waiting {
-            Action::RequeueAfter(CACHE_SYNC_RECHECK)
-        } else if backoff {
-            Action::Backoff { recheck }
+        plan::live_action(round.waiting, backoff, round.recheck)
+    }
+
+    /// Decides and runs every cluster's operation, all clusters at once.
+    async fn propagate(
+        &self,
+        snapshot: &[ClusterState],
+        observed: Vec<Observed>,
+        selected: &BTreeSet<String>,
+        host_ns_uid: Option<&str>,
+        cx: &WriteContext<'_>,
+    ) -> Round {
+        let mut round = Round::default();
+        let mut jobs = Vec::new();
+        for (cluster, observed) in snapshot.iter().zip(observed) {
+            let is_selected = selected.contains(&cluster.name);
+            let recent = self.recent.get(&cluster.name, cx.key);
+            let protected =
+                self.is_protected(cx.key) || plan::is_host_namespace(&observed, host_ns_uid);
+            let (op, recheck) = plan::cluster_op(
+                is_selected,
+                &observed,
+                recent.as_ref().map(|(h, age)| (h.as_str(), *age)),
+                cx.desired,
+                &cluster.name,
+                protected,
+            );
+            round.recheck = earliest(round.recheck, recheck);
+            if op == Op::Wait {
+                round.waiting = true;
+                continue;
+            }
+            jobs.push(self.run_cluster(cluster, is_selected, op, observed, cx));
+        }
+        round.outcomes = join_all(jobs).await.into_iter().collect();
+        round
+    }
+
+    /// A namespace about to be removed from a member might be the host's own (the host
+    /// joined as a member): its UID is looked up only then.
+    async fn host_uid_if_removing(
+        &self,
+        key: &Key,
+        snapshot: &[ClusterState],
+        observed: &[Observed],
+        selected: &BTreeSet<String>,
+    ) -> Result<Option<String>, Error> {
+        let removing = snapshot
+            .iter()
+            .zip(observed)
+            .any(|(c, o)| !selected.contains(&c.name) && matches!(o, Observed::Present(_)));
+        if removing {
+            self.host_namespace_uid(key).await
         } else {
-            Action::recheck(recheck)
+            Ok(None)
+        }
+    }
+
+    fn write_context<'a>(
+        &self,
+        key: &'a Key,
+        fed: &DynamicObject,
+        spec: &FederatedSpec,
+        desired: &'a DesiredSet,
+    ) -> WriteContext<'a> {
+        WriteContext {
+            key,
+            desired,
+            retain_replicas: spec.retain_replicas,
+            adopt: self.config().adopt_resources,
+            recreate: fed
+                .annotations()
+                .get(RECREATE_ON_IMMUTABLE_ANNOTATION)
+                .is_some_and(|v| v == "true"),
+            delete_params: self.delete_options(fed),
         }
     }
 

@@ -261,6 +261,46 @@ pub fn lag_check(
     LagCheck::Skip { recheck_after }
 }
 
+/// The operation for one cluster, and when to look again if its cache lags behind our
+/// own recent write (`recent`: hash written and how long ago).
+pub fn cluster_op(
+    selected: bool,
+    observed: &Observed,
+    recent: Option<(&str, Duration)>,
+    desired: &DesiredSet,
+    cluster: &str,
+    protected: bool,
+) -> (Op, Option<Duration>) {
+    match lag_check(selected, observed, recent, desired.hash(cluster)) {
+        LagCheck::Skip { recheck_after } => (Op::Nothing, recheck_after),
+        LagCheck::Trust => (
+            decide(
+                selected,
+                observed,
+                desired.by_cluster.get(cluster),
+                protected,
+            ),
+            None,
+        ),
+    }
+}
+
+/// How soon to look again while a member cache is still listing.
+pub const CACHE_SYNC_RECHECK: Duration = Duration::from_millis(500);
+
+/// What the work queue does after a live reconcile: look again soon while a cache is
+/// listing, back off after a recoverable failure, else wait for events (or the lag recheck).
+pub fn live_action(waiting: bool, backoff: bool, recheck: Option<Duration>) -> crate::sync::Action {
+    use crate::sync::Action;
+    if waiting {
+        Action::RequeueAfter(CACHE_SYNC_RECHECK)
+    } else if backoff {
+        Action::Backoff { recheck }
+    } else {
+        Action::recheck(recheck)
+    }
+}
+
 /// The desired member objects of one federated object, per selected cluster.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct DesiredSet {
@@ -611,6 +651,34 @@ mod tests {
             DesiredFor::Failed(ClusterReason::ApplyOverridesFailed, _)
         ));
         assert_eq!(set.hash("m1"), None);
+    }
+
+    #[test]
+    fn a_lagging_cache_gets_nothing_and_a_recheck_while_a_trusted_one_gets_a_decision() {
+        let mut set = DesiredSet::default();
+        set.by_cluster.insert("m1".into(), desired());
+        let recent = Some(("h1", Duration::from_secs(9)));
+        let (op, recheck) = cluster_op(true, &Observed::Absent, recent, &set, "m1", false);
+        assert_eq!(op, Op::Nothing);
+        assert_eq!(recheck, Some(Duration::from_millis(1100)));
+        let (op, recheck) = cluster_op(true, &Observed::Absent, None, &set, "m1", false);
+        assert_eq!((op, recheck), (Op::Create, None));
+    }
+
+    #[test]
+    fn a_listing_cache_wins_over_backoff_and_backoff_over_a_plain_recheck() {
+        use crate::sync::Action;
+        let r = Some(Duration::from_secs(2));
+        assert_eq!(
+            live_action(true, true, r),
+            Action::RequeueAfter(CACHE_SYNC_RECHECK)
+        );
+        assert_eq!(live_action(false, true, r), Action::Backoff { recheck: r });
+        assert_eq!(
+            live_action(false, false, r),
+            Action::RequeueAfter(Duration::from_secs(2))
+        );
+        assert_eq!(live_action(false, false, None), Action::Done);
     }
 
     #[test]
