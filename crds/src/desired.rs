@@ -152,6 +152,34 @@ pub fn compute(
     };
     labels.insert(MANAGED_LABEL.into(), Value::String("true".into()));
 
+    let meta = member_metadata(target, fed_name, fed_namespace, labels)?;
+
+    template.remove("status");
+    template.insert("apiVersion".into(), target.api_version().into());
+    template.insert("kind".into(), target.kind.clone().into());
+    template.insert("metadata".into(), Value::Object(meta));
+    let mut object = Value::Object(template);
+
+    if let Some(ops) = overrides {
+        overrides::apply(&mut object, cluster, ops)?;
+        ensure_managed_label(&mut object);
+    }
+    crate::defaults::fill_list_map_keys(target, &mut object);
+    Ok(Desired {
+        object,
+        dropped_annotations,
+        dropped_finalizers,
+    })
+}
+
+/// The member object's metadata: its name (a Namespace is named after the federated
+/// object's namespace), its namespace for namespaced kinds, and the labels.
+fn member_metadata(
+    target: &ApiResource,
+    fed_name: &str,
+    fed_namespace: Option<&str>,
+    labels: Map<String, Value>,
+) -> Result<Map<String, Value>, TemplateError> {
     let mut meta = Map::new();
     if target.kind == "Namespace" && target.group.is_empty() {
         let ns = fed_namespace.ok_or_else(|| TemplateError::MissingNamespace {
@@ -168,22 +196,7 @@ pub fn compute(
         }
     }
     meta.insert("labels".into(), Value::Object(labels));
-
-    template.remove("status");
-    template.insert("apiVersion".into(), target.api_version().into());
-    template.insert("kind".into(), target.kind.clone().into());
-    template.insert("metadata".into(), Value::Object(meta));
-    let mut object = Value::Object(template);
-
-    if let Some(ops) = overrides {
-        overrides::apply(&mut object, cluster, ops)?;
-        ensure_managed_label(&mut object);
-    }
-    Ok(Desired {
-        object,
-        dropped_annotations,
-        dropped_finalizers,
-    })
+    Ok(meta)
 }
 
 /// Puts the managed label back after overrides, whatever they did to `metadata.labels`.

@@ -5,6 +5,7 @@
 
 pub mod core;
 pub mod crdgen;
+pub mod defaults;
 pub mod desired;
 pub mod duration;
 pub mod federated;
