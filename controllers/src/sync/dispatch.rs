@@ -16,7 +16,7 @@ use kube::{
 use serde_json::{Value, json};
 use tracing::info;
 
-use super::{ctl::Ctl, plan::Outcome};
+use super::{breaker, ctl::Ctl, plan::Outcome};
 use crate::metrics::{ClusterLabels, OperationLabels};
 
 /// How long one member operation may take before it counts as timed out.
@@ -72,19 +72,32 @@ pub(super) struct MemberRef<'a> {
 impl Ctl {
     /// Sends one write to one member, bounded by the cluster's permit and the timeout.
     pub(super) async fn run_on_member(&self, target: MemberRef<'_>, op: MemberOp<'_>) -> Outcome {
+        if let Err(next) = self.shared.breakers.admit(target.cluster) {
+            return Outcome::Status(
+                op.timed_out(),
+                format!(
+                    "the cluster did not answer a recent operation within {OPERATION_TIMEOUT:?}; next attempt in {}s",
+                    next.as_secs().max(1)
+                ),
+            );
+        }
         let permit = self.shared.limit(target.cluster);
         // A closed semaphore would mean no permit at all; the semaphore is never closed.
         let _permit = permit.acquire().await;
         let api = self.member_api(target.client, target.namespace);
         let started = Instant::now();
-        let outcome =
+        let (outcome, answered) =
             match tokio::time::timeout(OPERATION_TIMEOUT, execute(&api, target.name, &op)).await {
-                Ok(o) => o,
-                Err(_) => Outcome::Status(
-                    op.timed_out(),
-                    format!("no answer from the cluster within {OPERATION_TIMEOUT:?}"),
+                Ok(o) => (o, breaker::Result::Answered),
+                Err(_) => (
+                    Outcome::Status(
+                        op.timed_out(),
+                        format!("no answer from the cluster within {OPERATION_TIMEOUT:?}"),
+                    ),
+                    breaker::Result::NoAnswer,
                 ),
             };
+        self.shared.breakers.record(target.cluster, answered);
         self.record_operation(target.cluster, op.label(), &outcome, started.elapsed());
         outcome
     }

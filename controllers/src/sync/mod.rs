@@ -14,6 +14,7 @@
 //! (status and Events); deletion in [`deletion`], strays in [`strays`].
 
 mod action;
+mod breaker;
 mod ctl;
 mod delete_options;
 mod deletion;
@@ -83,6 +84,7 @@ pub struct SyncShared {
     pub metrics: Arc<Metrics>,
     recorder: Recorder,
     limits: Mutex<HashMap<String, Arc<Semaphore>>>,
+    breakers: breaker::Breakers,
 }
 
 impl SyncShared {
@@ -109,6 +111,7 @@ impl SyncShared {
             metrics,
             recorder,
             limits: Mutex::default(),
+            breakers: breaker::Breakers::default(),
         })
     }
 
