@@ -3,14 +3,18 @@
 //! In the member: the control-plane namespace, a ServiceAccount `<cluster>-<host>`, a
 //! `kubernetes.io/service-account-token` Secret for it (required on Kubernetes ≥ 1.24,
 //! where token Secrets are no longer created automatically), and a ClusterRole +
-//! ClusterRoleBinding with what the controller needs there: read/write of the types it
-//! propagates and `/healthz`, `/version`. In the host: a Secret with the token and the
+//! ClusterRoleBinding with what the controller needs there: read/write of the enabled
+//! types only, `/healthz`, `/version`, and updates of that one role (the control plane
+//! widens or narrows it as types are enabled or disabled). In the host: a Secret with the token and the
 //! KubeFedCluster. Every object is written with server-side apply, so joining again is safe.
 
 use std::{collections::BTreeMap, time::Duration};
 
 use base64::Engine;
-use flotilla_crds::{KubeFedCluster, KubeFedClusterSpec, core::LocalSecretReference};
+use flotilla_crds::{
+    FederatedTypeConfig, KubeFedCluster, KubeFedClusterSpec, MEMBER_ROLE_ANNOTATION,
+    core::LocalSecretReference,
+};
 use k8s_openapi::{
     api::{
         core::v1::{Namespace, Secret, ServiceAccount},
@@ -24,6 +28,8 @@ use kube::{
 };
 use serde_json::json;
 use tracing::info;
+
+use crate::member_rbac;
 
 /// Joining or unjoining failed.
 #[derive(Debug, thiserror::Error)]
@@ -119,6 +125,35 @@ fn apply_params() -> PatchParams {
     PatchParams::apply(flotilla_crds::FIELD_MANAGER).force()
 }
 
+/// The member ClusterRole: the target types of the host's enabled FederatedTypeConfigs
+/// (none yet when no type is enabled), health endpoints, and updates of itself — the
+/// control plane keeps it in step as types are enabled (see [`crate::member_rbac`]).
+async fn create_member_role(
+    host: &Client,
+    member: &Client,
+    ns: &str,
+    role: &str,
+) -> Result<(), JoinError> {
+    let ftcs: Api<FederatedTypeConfig> = Api::namespaced(host.clone(), ns);
+    let enabled = match ftcs.list(&Default::default()).await {
+        Ok(list) => member_rbac::rules::enabled_types(&list.items),
+        // No FederatedTypeConfig CRD yet: nothing is enabled.
+        Err(kube::Error::Api(s)) if s.code == 404 => Default::default(),
+        Err(e) => return Err(api_err("listing FederatedTypeConfigs", "host")(e)),
+    };
+    let roles: Api<ClusterRole> = Api::all(member.clone());
+    let body = json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+        "metadata": {"name": role},
+        "rules": member_rbac::rules::member_rules(&enabled, role),
+    });
+    roles
+        .patch(role, &apply_params(), &Patch::Apply(&body))
+        .await
+        .map_err(api_err(format!("creating cluster role {role}"), "member"))?;
+    Ok(())
+}
+
 /// Joins a member cluster: returns the KubeFedCluster written to the host.
 pub async fn join(
     host: &Client,
@@ -150,21 +185,7 @@ pub async fn join(
         .await
         .map_err(api_err(format!("creating service account {sa}"), "member"))?;
     let role = opts.role_name();
-    let roles: Api<ClusterRole> = Api::all(member.clone());
-    let body = json!({
-        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
-        "metadata": {"name": role},
-        "rules": [
-            // The control plane propagates any enabled type, so it needs every resource;
-            // it never needs escalate/bind/impersonate.
-            {"apiGroups": ["*"], "resources": ["*"], "verbs": ["get", "list", "watch", "create", "update", "patch", "delete"]},
-            {"nonResourceURLs": ["/healthz", "/readyz", "/livez", "/version"], "verbs": ["get"]}
-        ]
-    });
-    roles
-        .patch(&role, &apply_params(), &Patch::Apply(&body))
-        .await
-        .map_err(api_err(format!("creating cluster role {role}"), "member"))?;
+    create_member_role(host, member, ns, &role).await?;
     let bindings: Api<ClusterRoleBinding> = Api::all(member.clone());
     let body = json!({
         "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
@@ -231,7 +252,10 @@ pub async fn join(
     let body = json!({
         "apiVersion": format!("{}/{}", flotilla_crds::CORE_GROUP, flotilla_crds::V1BETA1),
         "kind": "KubeFedCluster",
-        "metadata": {"name": opts.cluster_name, "namespace": ns, "labels": opts.labels},
+        "metadata": {
+            "name": opts.cluster_name, "namespace": ns, "labels": opts.labels,
+            "annotations": {MEMBER_ROLE_ANNOTATION: opts.role_name()},
+        },
         "spec": spec,
     });
     let kfc = kfc_api

@@ -9,6 +9,7 @@ pub mod install;
 pub mod join;
 pub mod leader;
 pub mod manager;
+pub mod member_rbac;
 pub mod metrics;
 pub mod multicluster;
 pub mod reflect;

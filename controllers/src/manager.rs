@@ -24,6 +24,7 @@ pub struct ControlPlane {
     registry: Option<RegistryHandle>,
     ftc: tokio::task::JoinHandle<()>,
     scheduler: tokio::task::JoinHandle<()>,
+    member_rbac: tokio::task::JoinHandle<()>,
 }
 
 impl ControlPlane {
@@ -33,6 +34,11 @@ impl ControlPlane {
         let clusters = ClusterSet::new();
         let registry = registry::start(host.clone(), namespace, clusters.clone(), metrics.clone());
         let scheduler = tokio::spawn(crate::scheduling::run(host.clone(), clusters.clone()));
+        let member_rbac = tokio::spawn(crate::member_rbac::run(
+            host.clone(),
+            namespace.to_string(),
+            clusters.clone(),
+        ));
         let shared = SyncShared::new(
             host,
             clusters.clone(),
@@ -48,6 +54,7 @@ impl ControlPlane {
             registry: Some(registry),
             ftc,
             scheduler,
+            member_rbac,
         }
     }
 
@@ -55,6 +62,7 @@ impl ControlPlane {
     pub async fn shutdown(mut self) {
         self.ftc.abort();
         self.scheduler.abort();
+        self.member_rbac.abort();
         if let Some(r) = self.registry.take() {
             r.shutdown().await;
         }
@@ -65,5 +73,6 @@ impl Drop for ControlPlane {
     fn drop(&mut self) {
         self.ftc.abort();
         self.scheduler.abort();
+        self.member_rbac.abort();
     }
 }

@@ -49,5 +49,9 @@ pub const RECREATE_ON_IMMUTABLE_ANNOTATION: &str = "flotilla.io/recreate-on-immu
 pub const DEFAULT_NAMESPACE: &str = "kube-federation-system";
 /// Name of the KubeFedConfig singleton.
 pub const KUBEFED_CONFIG_NAME: &str = "kubefed";
+/// Annotation on a KubeFedCluster naming the member ClusterRole that `flotilla join` bound
+/// to the control plane's credential; the control plane keeps its rules in step with the
+/// enabled types.
+pub const MEMBER_ROLE_ANNOTATION: &str = "flotilla.io/member-cluster-role";
 /// Field manager used for every server-side apply Flotilla sends.
 pub const FIELD_MANAGER: &str = "flotilla";

@@ -1,0 +1,142 @@
+//! Least-privilege member credentials: each joined member's ClusterRole (named in the
+//! KubeFedCluster's `flotilla.io/member-cluster-role` annotation by `flotilla join`) grants
+//! exactly the target types of the enabled FederatedTypeConfigs ([`rules`]), and this
+//! controller keeps it in step when a type is enabled or disabled — on every joined member,
+//! including those joined before the change. It reads the role first and writes only when
+//! the rules differ, so a restart writes nothing when nothing changed.
+
+pub mod rules;
+
+use std::{collections::HashMap, sync::Arc, time::Duration};
+
+use flotilla_crds::{FIELD_MANAGER, FederatedTypeConfig, KubeFedCluster, MEMBER_ROLE_ANNOTATION};
+use k8s_openapi::api::rbac::v1::{ClusterRole, PolicyRule};
+use kube::{
+    Api, Client, ResourceExt,
+    api::{Patch, PatchParams},
+    runtime::reflector::{self, Store},
+};
+use serde_json::json;
+use tokio::sync::Notify;
+use tracing::{debug, info, warn};
+
+use crate::{
+    multicluster::ClusterSet,
+    reflect::{Change, reflect},
+};
+
+/// How often every member's role is checked again even without a change (a role edited
+/// in the member by hand is put back).
+const RECHECK: Duration = Duration::from_secs(300);
+
+/// Keeps every joined member's ClusterRole in step with the enabled types. Runs until
+/// aborted.
+pub async fn run(host: Client, namespace: String, clusters: ClusterSet) {
+    let changed = Arc::new(Notify::new());
+    let ftc_writer = reflector::store::Writer::<FederatedTypeConfig>::default();
+    let ftcs = ftc_writer.as_reader();
+    let kfc_writer = reflector::store::Writer::<KubeFedCluster>::default();
+    let kfcs = kfc_writer.as_reader();
+    let watches = [
+        tokio::spawn(reflect(
+            Api::<FederatedTypeConfig>::namespaced(host.clone(), &namespace),
+            ftc_writer,
+            "federated type config",
+            {
+                let n = changed.clone();
+                move |_: Change<'_, FederatedTypeConfig>| n.notify_one()
+            },
+        )),
+        tokio::spawn(reflect(
+            Api::<KubeFedCluster>::namespaced(host.clone(), &namespace),
+            kfc_writer,
+            "kubefed cluster",
+            {
+                let n = changed.clone();
+                move |_: Change<'_, KubeFedCluster>| n.notify_one()
+            },
+        )),
+    ];
+    let _abort = AbortOnDrop(watches);
+    let mut cluster_changes = clusters.changes();
+    let mut applied: HashMap<String, Vec<PolicyRule>> = HashMap::new();
+    loop {
+        tokio::select! {
+            _ = changed.notified() => {}
+            _ = cluster_changes.changed() => {}
+            _ = tokio::time::sleep(RECHECK) => applied.clear(),
+        }
+        if ftcs.wait_until_ready().await.is_err() || kfcs.wait_until_ready().await.is_err() {
+            return;
+        }
+        reconcile_all(&ftcs, &kfcs, &clusters, &mut applied).await;
+    }
+}
+
+struct AbortOnDrop<const N: usize>([tokio::task::JoinHandle<()>; N]);
+
+impl<const N: usize> Drop for AbortOnDrop<N> {
+    fn drop(&mut self) {
+        for t in &self.0 {
+            t.abort();
+        }
+    }
+}
+
+async fn reconcile_all(
+    ftcs: &Store<FederatedTypeConfig>,
+    kfcs: &Store<KubeFedCluster>,
+    clusters: &ClusterSet,
+    applied: &mut HashMap<String, Vec<PolicyRule>>,
+) {
+    let types = rules::enabled_types(ftcs.state().iter().map(|f| &**f));
+    for kfc in kfcs.state() {
+        let name = kfc.name_any();
+        // Clusters joined without the annotation (kubefedctl) keep the role they were given.
+        let Some(role) = kfc.annotations().get(MEMBER_ROLE_ANNOTATION) else {
+            continue;
+        };
+        let Some(client) = clusters
+            .get(&name)
+            .filter(|c| c.ready)
+            .and_then(|c| c.client)
+        else {
+            continue;
+        };
+        let rules = rules::member_rules(&types, role);
+        if applied.get(&name) == Some(&rules) {
+            continue;
+        }
+        match ensure_role(&client, role, &rules).await {
+            Ok(()) => {
+                applied.insert(name, rules);
+            }
+            Err(e) => {
+                warn!(cluster = %name, %role, error = %e, "updating the member cluster role failed")
+            }
+        }
+    }
+}
+
+/// Reads the role and applies `rules` only when they differ.
+async fn ensure_role(client: &Client, role: &str, rules: &[PolicyRule]) -> Result<(), kube::Error> {
+    let api: Api<ClusterRole> = Api::all(client.clone());
+    let current = api.get_opt(role).await?;
+    if current.as_ref().and_then(|r| r.rules.as_deref()) == Some(rules) {
+        debug!(%role, "member cluster role up to date");
+        return Ok(());
+    }
+    let body = json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+        "metadata": {"name": role},
+        "rules": rules,
+    });
+    api.patch(
+        role,
+        &PatchParams::apply(FIELD_MANAGER).force(),
+        &Patch::Apply(&body),
+    )
+    .await?;
+    info!(%role, rules = rules.len(), "member cluster role updated to the enabled types");
+    Ok(())
+}

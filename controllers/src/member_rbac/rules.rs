@@ -1,0 +1,144 @@
+//! What the control plane may do in a member cluster, as RBAC rules: read and write the
+//! target types of the enabled FederatedTypeConfigs, call the health and version
+//! endpoints, and keep its own ClusterRole in step with the enabled types — nothing else.
+//! (kubefedctl gave the host `*` on every resource of every group in every member.)
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use flotilla_crds::{FederatedTypeConfig, core::PropagationMode};
+use k8s_openapi::api::rbac::v1::PolicyRule;
+
+/// Verbs on every propagated type: what sync, status collection and deletion use.
+pub const TYPE_VERBS: [&str; 7] = [
+    "get", "list", "watch", "create", "update", "patch", "delete",
+];
+
+/// Endpoints the health checks and version reads call.
+pub const HEALTH_URLS: [&str; 4] = ["/healthz", "/readyz", "/livez", "/version"];
+
+/// Target types (group, plural) of the FederatedTypeConfigs whose propagation is enabled.
+pub fn enabled_types<'a>(
+    ftcs: impl IntoIterator<Item = &'a FederatedTypeConfig>,
+) -> BTreeSet<(String, String)> {
+    ftcs.into_iter()
+        .filter(|f| f.spec.propagation == PropagationMode::Enabled)
+        .map(|f| {
+            let t = &f.spec.target_type;
+            (t.group.clone(), t.plural_name.clone())
+        })
+        .collect()
+}
+
+/// The rules of the member ClusterRole named `role`, for the given target types.
+///
+/// The last rule lets the credential update this one ClusterRole — with `escalate`, so it
+/// can add the rules of a type enabled later without an administrator. That keeps types
+/// enabled after the join working; the cost is that whoever holds the token could widen
+/// its own role (an auditable change to one named object). See docs/operations.md.
+pub fn member_rules(types: &BTreeSet<(String, String)>, role: &str) -> Vec<PolicyRule> {
+    let mut by_group: BTreeMap<&str, Vec<String>> = BTreeMap::new();
+    for (group, plural) in types {
+        by_group.entry(group).or_default().push(plural.clone());
+    }
+    let strings = |items: &[&str]| items.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+    let mut rules: Vec<PolicyRule> = by_group
+        .into_iter()
+        .map(|(group, resources)| PolicyRule {
+            api_groups: Some(vec![group.to_string()]),
+            resources: Some(resources),
+            verbs: strings(&TYPE_VERBS),
+            ..PolicyRule::default()
+        })
+        .collect();
+    rules.push(PolicyRule {
+        non_resource_urls: Some(strings(&HEALTH_URLS)),
+        verbs: vec!["get".into()],
+        ..PolicyRule::default()
+    });
+    rules.push(PolicyRule {
+        api_groups: Some(vec!["rbac.authorization.k8s.io".into()]),
+        resources: Some(vec!["clusterroles".into()]),
+        resource_names: Some(vec![role.to_string()]),
+        verbs: strings(&["get", "patch", "update", "escalate"]),
+        ..PolicyRule::default()
+    });
+    rules
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use flotilla_crds::{FederatedTypeConfigSpec, core::ApiResource};
+
+    fn ftc(group: &str, plural: &str, propagation: PropagationMode) -> FederatedTypeConfig {
+        let target = ApiResource {
+            group: group.into(),
+            version: "v1".into(),
+            kind: "K".into(),
+            plural_name: plural.into(),
+            scope: flotilla_crds::core::Scope::Namespaced,
+        };
+        FederatedTypeConfig::new(
+            &format!("{plural}.{group}"),
+            FederatedTypeConfigSpec {
+                target_type: target.clone(),
+                propagation,
+                federated_type: target,
+                status_type: None,
+                status_collection: None,
+            },
+        )
+    }
+
+    #[test]
+    fn only_enabled_types_are_granted() {
+        let ftcs = [
+            ftc("", "configmaps", PropagationMode::Enabled),
+            ftc("", "secrets", PropagationMode::Disabled),
+            ftc("apps", "deployments", PropagationMode::Enabled),
+        ];
+        let types = enabled_types(&ftcs);
+        assert_eq!(
+            types,
+            BTreeSet::from([
+                (String::new(), "configmaps".to_string()),
+                ("apps".to_string(), "deployments".to_string())
+            ])
+        );
+    }
+
+    #[test]
+    fn rules_group_resources_by_api_group_and_never_grant_wildcards() {
+        let types = BTreeSet::from([
+            (String::new(), "configmaps".to_string()),
+            (String::new(), "services".to_string()),
+            ("apps".to_string(), "deployments".to_string()),
+        ]);
+        let rules = member_rules(&types, "kubefed-controller-manager:m1-host");
+        assert_eq!(rules[0].api_groups, Some(vec![String::new()]));
+        assert_eq!(
+            rules[0].resources,
+            Some(vec!["configmaps".to_string(), "services".to_string()])
+        );
+        assert_eq!(rules[1].api_groups, Some(vec!["apps".to_string()]));
+        for r in &rules {
+            for list in [&r.api_groups, &r.resources, &r.non_resource_urls] {
+                assert!(!list.iter().flatten().any(|s| s == "*"), "{r:?}");
+            }
+            assert!(
+                !r.verbs
+                    .iter()
+                    .any(|v| v == "*" || v == "bind" || v == "impersonate")
+            );
+        }
+    }
+
+    #[test]
+    fn the_role_may_only_update_itself() {
+        let rules = member_rules(&BTreeSet::new(), "role-x");
+        let own = rules.last().expect("a rule for the role itself");
+        assert_eq!(own.resource_names, Some(vec!["role-x".to_string()]));
+        assert!(own.verbs.contains(&"escalate".to_string()));
+        assert!(!own.verbs.contains(&"create".to_string()));
+    }
+}
