@@ -36,8 +36,8 @@ const INVALID_NAME_RECHECK: Duration = Duration::from_secs(5);
 #[derive(Default)]
 struct Round {
     outcomes: BTreeMap<String, Outcome>,
-    /// A cluster's cache is still listing: look again soon.
-    waiting: bool,
+    /// Clusters whose cache is still listing (look again soon), and whether each is selected.
+    waiting: BTreeMap<String, bool>,
     /// The earliest time a lagging cache should be looked at again.
     recheck: Option<Duration>,
 }
@@ -150,8 +150,9 @@ impl Ctl {
             .await;
         let backoff = plan::needs_backoff(round.outcomes.values());
         let registered: BTreeSet<String> = snapshot.iter().map(|c| c.name.clone()).collect();
-        if round.waiting {
+        if !round.waiting.is_empty() {
             plan::status::keep_previous(&mut round.outcomes, &mut remote, &previous, &registered);
+            plan::status::report_syncing(&mut round.outcomes, &round.waiting);
         }
         if aggregate.is_none() {
             let unregistered = plan::unregistered_clusters(&spec.placement, &registered);
@@ -169,7 +170,7 @@ impl Ctl {
             remote: &remote,
         };
         self.write_status(fed, update).await;
-        plan::live_action(round.waiting, backoff, round.recheck)
+        plan::live_action(!round.waiting.is_empty(), backoff, round.recheck)
     }
 
     /// Decides and runs every cluster's operation, all clusters at once.
@@ -198,7 +199,7 @@ impl Ctl {
             );
             round.recheck = earliest(round.recheck, recheck);
             if op == Op::Wait {
-                round.waiting = true;
+                round.waiting.insert(cluster.name.clone(), is_selected);
                 continue;
             }
             jobs.push(self.run_cluster(cluster, is_selected, op, observed, cx));

@@ -114,6 +114,21 @@ pub fn keep_previous(
     }
 }
 
+/// A selected cluster whose cache is still listing and that has no previous status (a new
+/// object, or a cluster just added to the placement) is reported as not ready yet: the
+/// object is not known to be there, so the condition must not say True. `waiting` maps
+/// each such cluster to whether it is selected.
+pub fn report_syncing(outcomes: &mut BTreeMap<String, Outcome>, waiting: &BTreeMap<String, bool>) {
+    for (name, _) in waiting.iter().filter(|(_, selected)| **selected) {
+        outcomes.entry(name.clone()).or_insert_with(|| {
+            Outcome::Status(
+                ClusterReason::ClusterNotReady,
+                "waiting for the cluster's cache to sync".into(),
+            )
+        });
+    }
+}
+
 /// Clusters the placement names that are not registered are reported (ClusterNotReady
 /// with a message) rather than dropped silently as kubefed does, so a typo or a cluster
 /// not joined yet shows.
@@ -283,6 +298,34 @@ mod tests {
             Outcome::Status(ClusterReason::CreationFailed, "why".into())
         );
         assert_eq!(remote["m1"], json!({"replicas": 1}));
+    }
+
+    #[test]
+    fn a_selected_cluster_still_syncing_without_a_previous_status_is_not_reported_propagated() {
+        let mut outcomes = BTreeMap::from([("m1".to_string(), Outcome::Ok)]);
+        let waiting = BTreeMap::from([("m2".to_string(), true), ("m3".to_string(), false)]);
+        report_syncing(&mut outcomes, &waiting);
+        assert!(matches!(
+            outcomes["m2"],
+            Outcome::Status(ClusterReason::ClusterNotReady, _)
+        ));
+        assert!(!outcomes.contains_key("m3"));
+        let s = build_status(
+            1,
+            &outcomes,
+            None,
+            &FederatedStatus::default(),
+            &BTreeMap::new(),
+            "t",
+        );
+        assert_eq!(s.conditions[0].status, "False");
+    }
+
+    #[test]
+    fn a_kept_previous_status_wins_over_the_syncing_report() {
+        let mut outcomes = BTreeMap::from([("m2".to_string(), Outcome::Ok)]);
+        report_syncing(&mut outcomes, &BTreeMap::from([("m2".to_string(), true)]));
+        assert_eq!(outcomes["m2"], Outcome::Ok);
     }
 
     #[test]
