@@ -32,7 +32,7 @@ use tracing::{debug, info, warn};
 
 use crate::{
     multicluster::ClusterSet,
-    reflect::{Change, reflect},
+    watch::{Change, reflect},
     workqueue::WorkQueue,
 };
 

@@ -13,10 +13,7 @@ pub mod plan;
 
 use std::{
     collections::{BTreeMap, BTreeSet, HashMap},
-    sync::{
-        Arc, Mutex,
-        atomic::{AtomicBool, Ordering},
-    },
+    sync::{Arc, Mutex},
     time::{Duration, Instant},
 };
 
@@ -47,7 +44,7 @@ use crate::{
         ClusterLabels, FailureLabels, Metrics, OperationLabels, ReconcileLabels, TypeLabels,
     },
     multicluster::{ClusterEvent, ClusterSet, MemberEvent, MemberWatch},
-    reflect::{Change, reflect},
+    watch::{Change, reflect},
     workqueue::WorkQueue,
 };
 use plan::{DeletionOp, DesiredFor, HASH_ANNOTATION, Observed, Op, Outcome};
@@ -136,14 +133,11 @@ impl TypeController {
 
         let host_writer = reflector::store::Writer::<DynamicObject>::new(fed_ar.clone());
         let host_store = host_writer.as_reader();
-        let host_synced = Arc::new(AtomicBool::new(false));
 
         let fns_ar = federated_namespace_ar();
         let needs_ns_placement = target_namespaced && !is_namespace_type;
         let fns_writer = reflector::store::Writer::<DynamicObject>::new(fns_ar.clone());
         let fns_store = fns_writer.as_reader();
-        // Without namespace placement there is nothing to wait for.
-        let fns_synced = Arc::new(AtomicBool::new(!needs_ns_placement));
 
         let (member_tx, mut member_rx) = mpsc::unbounded_channel();
         let members = Arc::new(MemberWatch::<DynamicObject>::start(
@@ -161,9 +155,7 @@ impl TypeController {
             is_namespace_type,
             needs_ns_placement,
             host_store: host_store.clone(),
-            host_synced: host_synced.clone(),
             fns_store: fns_store.clone(),
-            fns_synced: fns_synced.clone(),
             members: members.clone(),
             collect_status: ftc.status_collection == Some(StatusCollectionMode::Enabled),
             recent: Mutex::default(),
@@ -185,7 +177,6 @@ impl TypeController {
                     match c {
                         Change::Object(o) => queue.add(key_of(o)),
                         Change::Synced => {
-                            host_synced.store(true, Ordering::Release);
                             // Objects deleted while we were not watching are found through the
                             // member caches (stray cleanup) on their Synced events.
                             for o in host_store.state() {
@@ -205,8 +196,8 @@ impl TypeController {
                 api,
                 fns_writer,
                 "federated namespace",
-                move |c| match c {
-                    Change::Object(o) => {
+                move |c| {
+                    if let Change::Object(o) = c {
                         let ns = o.namespace();
                         for fed in host_store.state() {
                             if fed.namespace() == ns {
@@ -214,7 +205,6 @@ impl TypeController {
                             }
                         }
                     }
-                    Change::Synced => fns_synced.store(true, Ordering::Release),
                 },
             )));
         }
@@ -266,36 +256,42 @@ impl TypeController {
             }));
         }
         // The cluster registry: every registered cluster known and probed once.
-        let clusters_known = Arc::new(AtomicBool::new(false));
-        tasks.push(tokio::spawn(wait_for_registry(
-            shared.clone(),
-            clusters_known.clone(),
-        )));
+        let (known_tx, clusters_known) = watch::channel(false);
+        {
+            let shared = shared.clone();
+            tasks.push(tokio::spawn(async move {
+                wait_for_registry(shared).await;
+                // Workers hold receivers for as long as they run.
+                let _ = known_tx.send(true);
+            }));
+        }
         // Workers.
         let workers = shared.config.borrow().max_concurrent_reconciles.max(1);
         for _ in 0..workers {
             let queue = queue.clone();
             let ctl = ctl.clone();
             let cancel = cancel.clone();
-            let clusters_known = clusters_known.clone();
+            let mut clusters_known = clusters_known.clone();
             tasks.push(tokio::spawn(async move {
+                // Until both host caches are complete, an object would look deleted
+                // (a stray) or its namespace unfederated (placed nowhere), and its
+                // member copies would be deleted. Until the registry knows every
+                // cluster, a deletion would not wait for the clusters it lacks.
+                let ready = async {
+                    ctl.host_store.wait_until_ready().await.is_ok()
+                        && (!ctl.needs_ns_placement
+                            || ctl.fns_store.wait_until_ready().await.is_ok())
+                        && clusters_known.wait_for(|known| *known).await.is_ok()
+                };
+                tokio::select! {
+                    ready = ready => if !ready { return },
+                    _ = cancel.cancelled() => return,
+                }
                 loop {
                     let key = tokio::select! {
                         k = queue.next() => match k { Some(k) => k, None => return },
                         _ = cancel.cancelled() => return,
                     };
-                    // Until both host caches are complete, an object would look deleted
-                    // (a stray) or its namespace unfederated (placed nowhere), and its
-                    // member copies would be deleted. Until the registry knows every
-                    // cluster, a deletion would not wait for the clusters it lacks.
-                    if !ctl.host_synced.load(Ordering::Acquire)
-                        || !ctl.fns_synced.load(Ordering::Acquire)
-                        || !clusters_known.load(Ordering::Acquire)
-                    {
-                        queue.done(&key);
-                        queue.add_after(key, Duration::from_millis(200));
-                        continue;
-                    }
                     let started = Instant::now();
                     let requeue = ctl.reconcile(&key).await;
                     queue.done(&key);
@@ -333,11 +329,11 @@ impl Drop for TypeController {
 /// Longest wait for the registry at start-up; after it, reconciling starts anyway.
 const REGISTRY_WAIT_LIMIT: Duration = Duration::from_secs(60);
 
-/// Sets `known` once every KubeFedCluster of the host is registered in the cluster set and
+/// Returns once every KubeFedCluster of the host is registered in the cluster set and
 /// has had its first health verdict (Ready, or unready for longer than a probe takes).
 /// Before that, a cluster missing from the set would look removed — deletion would not wait
 /// for it — and an unprobed one unready.
-async fn wait_for_registry(shared: Arc<SyncShared>, known: Arc<AtomicBool>) {
+async fn wait_for_registry(shared: Arc<SyncShared>) {
     let started = Instant::now();
     let api: Api<KubeFedCluster> = Api::namespaced(shared.host.clone(), &shared.namespace);
     let names: Vec<String> = loop {
@@ -349,7 +345,6 @@ async fn wait_for_registry(shared: Arc<SyncShared>, known: Arc<AtomicBool>) {
             }
             Err(e) => {
                 warn!(error = %e, "listing KubeFedClusters failed; reconciling without waiting for the registry");
-                known.store(true, Ordering::Release);
                 return;
             }
         }
@@ -382,7 +377,6 @@ async fn wait_for_registry(shared: Arc<SyncShared>, known: Arc<AtomicBool>) {
             _ = tokio::time::sleep(Duration::from_millis(200)) => {}
         }
     }
-    known.store(true, Ordering::Release);
 }
 
 fn federated_namespace_ar() -> ApiResource {
@@ -411,9 +405,7 @@ struct Ctl {
     is_namespace_type: bool,
     needs_ns_placement: bool,
     host_store: Store<DynamicObject>,
-    host_synced: Arc<AtomicBool>,
     fns_store: Store<DynamicObject>,
-    fns_synced: Arc<AtomicBool>,
     members: Arc<MemberWatch<DynamicObject>>,
     /// Flotilla's own recent writes: (cluster, key) → (hash written, when).
     recent: Mutex<HashMap<(String, Key), (String, Instant)>>,
