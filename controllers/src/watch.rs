@@ -157,7 +157,10 @@ mod tests {
     #[test]
     fn a_host_watch_sees_every_object_and_logs_failures_at_debug() {
         let p = WatchParams::host("federated object");
-        assert_eq!((p.cluster, p.failures), (None, FailureLog::Debug));
+        assert_eq!(
+            (p.cluster.as_deref(), p.failures),
+            (None, FailureLog::Debug)
+        );
         assert_eq!(p.config().label_selector, None);
     }
 }

@@ -184,7 +184,11 @@ async fn request(
         .map_err(std::io::Error::other)?
         .to_bytes();
     connection.abort();
-    Ok((status, content_type, String::from_utf8_lossy(&body).into_owned()))
+    Ok((
+        status,
+        content_type,
+        String::from_utf8_lossy(&body).into_owned(),
+    ))
 }
 
 #[cfg(test)]
@@ -247,7 +251,9 @@ mod tests {
         let (addr, _cancel) = start(true).await;
         let nope = request(addr, Method::GET, "/nope").await.expect("answers");
         assert_eq!(nope, (404, TEXT.to_owned(), "not found\n".to_owned()));
-        let post = request(addr, Method::POST, "/metrics").await.expect("answers");
+        let post = request(addr, Method::POST, "/metrics")
+            .await
+            .expect("answers");
         assert_eq!(
             post,
             (405, TEXT.to_owned(), "method not allowed\n".to_owned())

@@ -240,4 +240,3 @@ impl ClusterSet {
         self.version.subscribe()
     }
 }
-

@@ -205,7 +205,6 @@ async fn supervise<K>(
     }
 }
 
-
 /// Feeds one member's cache and reports its changes; ends when `events` has no receiver.
 async fn run_watch<K>(
     cluster: String,
