@@ -1,30 +1,111 @@
-//! A small work queue for controllers: keys are deduplicated while waiting, a key being
-//! processed is never processed twice at once (a change that arrives meanwhile runs it
-//! again afterwards), delayed requeues, and a fixed number of concurrent workers.
+//! The controllers' work queue: keys are deduplicated while waiting, a key being processed
+//! is never handed to a second worker (a change that arrives meanwhile runs it again
+//! afterwards), delayed adds, per-key exponential backoff, and any number of workers.
+//!
+//! Like kube-runtime's scheduler, the earliest request for a key wins: a delayed add never
+//! postpones an earlier pending one (immediate or delayed), and an immediate add of a key
+//! with a pending delayed add runs it now. Delayed adds live in one ordered map of
+//! deadlines that the waiting workers sleep on — no task per key, no background task.
+//! The queue decides nothing about what a key means.
 
 use std::{
-    collections::{HashMap, HashSet, VecDeque},
+    collections::{BTreeMap, HashMap, HashSet, VecDeque},
     hash::Hash,
     sync::{Arc, Mutex},
     time::Duration,
 };
 
-use tokio::sync::Notify;
+use tokio::{sync::Notify, time::Instant};
+
+/// The first backoff step; the n-th consecutive failure waits `BACKOFF_BASE * 2^n`.
+const BACKOFF_BASE: Duration = Duration::from_millis(500);
+/// The longest backoff.
+const BACKOFF_MAX: Duration = Duration::from_secs(60);
+
+/// When a delayed add is due; the sequence number keeps equal instants apart.
+type Deadline = (Instant, u64);
 
 struct State<K> {
-    queue: VecDeque<K>,
+    /// Keys ready to be handed out, in order.
+    ready: VecDeque<K>,
+    /// The keys of `ready`.
     queued: HashSet<K>,
+    /// Keys handed to a worker and not yet done.
     active: HashSet<K>,
-    /// Keys that changed while being processed: they go back on the queue when done.
+    /// Active keys that were added again: they go back on the queue when done.
     dirty: HashSet<K>,
+    /// Pending delayed adds by key. A key here is never queued or dirty as well.
+    scheduled: HashMap<K, Deadline>,
+    /// The same delayed adds, by deadline.
+    deadlines: BTreeMap<Deadline, K>,
+    next_seq: u64,
+    /// Consecutive failures per key, for [`WorkQueue::add_rate_limited`].
+    failures: HashMap<K, u32>,
     shutdown: bool,
+}
+
+impl<K: Clone + Eq + Hash> State<K> {
+    /// Makes a key ready (or dirty when active); true when a worker should be woken.
+    fn enqueue(&mut self, key: K) -> bool {
+        if self.active.contains(&key) {
+            self.dirty.insert(key);
+            false
+        } else if self.queued.insert(key.clone()) {
+            self.ready.push_back(key);
+            true
+        } else {
+            false
+        }
+    }
+
+    fn unschedule(&mut self, key: &K) {
+        if let Some(deadline) = self.scheduled.remove(key) {
+            self.deadlines.remove(&deadline);
+        }
+    }
+
+    /// Schedules `key` at `at` unless an earlier run is already pending; true when this
+    /// became the earliest deadline (sleeping workers must re-arm their timer).
+    fn schedule(&mut self, key: K, at: Instant) -> bool {
+        if self.queued.contains(&key) || self.dirty.contains(&key) {
+            return false;
+        }
+        if self.scheduled.get(&key).is_some_and(|(t, _)| *t <= at) {
+            return false;
+        }
+        self.unschedule(&key);
+        let deadline = (at, self.next_seq);
+        self.next_seq += 1;
+        self.scheduled.insert(key.clone(), deadline);
+        self.deadlines.insert(deadline, key);
+        self.deadlines.first_key_value().map(|(d, _)| *d) == Some(deadline)
+    }
+
+    /// Moves every delayed add that is due onto the queue, earliest first.
+    fn promote_due(&mut self, now: Instant) {
+        while let Some(entry) = self.deadlines.first_entry() {
+            if entry.key().0 > now {
+                break;
+            }
+            let key = entry.remove();
+            self.scheduled.remove(&key);
+            self.enqueue(key);
+        }
+    }
+}
+
+/// The delay before the `failures`-th consecutive retry: 1 s, 2 s, 4 s, ... at most 60 s.
+fn backoff(failures: u32) -> Duration {
+    BACKOFF_BASE
+        .saturating_mul(1 << failures.min(7))
+        .min(BACKOFF_MAX)
 }
 
 /// A deduplicating work queue shared by producers and workers.
 pub struct WorkQueue<K> {
     state: Mutex<State<K>>,
+    /// Wakes workers: one for a new ready key, all for shutdown or an earlier deadline.
     notify: Notify,
-    delayed: Mutex<HashMap<K, tokio::task::JoinHandle<()>>>,
 }
 
 impl<K: Clone + Eq + Hash + Send + 'static> WorkQueue<K> {
@@ -32,14 +113,17 @@ impl<K: Clone + Eq + Hash + Send + 'static> WorkQueue<K> {
     pub fn new() -> Arc<Self> {
         Arc::new(WorkQueue {
             state: Mutex::new(State {
-                queue: VecDeque::new(),
+                ready: VecDeque::new(),
                 queued: HashSet::new(),
                 active: HashSet::new(),
                 dirty: HashSet::new(),
+                scheduled: HashMap::new(),
+                deadlines: BTreeMap::new(),
+                next_seq: 0,
+                failures: HashMap::new(),
                 shutdown: false,
             }),
             notify: Notify::new(),
-            delayed: Mutex::new(HashMap::new()),
         })
     }
 
@@ -48,123 +132,143 @@ impl<K: Clone + Eq + Hash + Send + 'static> WorkQueue<K> {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Queues a key now (no-op when already queued; re-run later when in progress).
+    /// Queues a key now, replacing a pending delayed add of it (no-op when already queued;
+    /// run again after [`WorkQueue::done`] when in progress).
     pub fn add(&self, key: K) {
         let mut s = self.lock();
         if s.shutdown {
             return;
         }
-        if s.active.contains(&key) {
-            s.dirty.insert(key);
-            return;
-        }
-        if s.queued.insert(key.clone()) {
-            s.queue.push_back(key);
+        s.unschedule(&key);
+        if s.enqueue(key) {
             drop(s);
             self.notify.notify_one();
         }
     }
 
-    /// Queues a key after a delay. A later delayed add of the same key replaces this one;
-    /// an immediate add does not cancel it.
-    pub fn add_after(self: &Arc<Self>, key: K, delay: Duration) {
+    /// Queues a key after `delay`, unless it is already due earlier (queued, to run again
+    /// after its current run, or delayed less).
+    pub fn add_after(&self, key: K, delay: Duration) {
         if delay.is_zero() {
-            self.add(key);
+            return self.add(key);
+        }
+        let mut s = self.lock();
+        if s.shutdown {
             return;
         }
-        let this = Arc::downgrade(self);
-        let k = key.clone();
-        let handle = tokio::spawn(async move {
-            tokio::time::sleep(delay).await;
-            if let Some(q) = this.upgrade() {
-                q.delayed
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .remove(&k);
-                q.add(k);
-            }
-        });
-        let mut delayed = self.delayed.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(old) = delayed.insert(key, handle) {
-            old.abort();
+        if s.schedule(key, Instant::now() + delay) {
+            drop(s);
+            self.notify.notify_waiters();
         }
     }
 
-    /// Cancels a pending delayed add of the key.
+    /// Counts one more consecutive failure of `key` and queues it after the backoff that
+    /// follows: 1 s after the first failure, doubling up to 60 s. Returns that delay.
+    pub fn add_rate_limited(&self, key: K) -> Duration {
+        let delay = {
+            let mut s = self.lock();
+            let n = s.failures.entry(key.clone()).or_insert(0);
+            *n = n.saturating_add(1);
+            backoff(*n)
+        };
+        self.add_after(key, delay);
+        delay
+    }
+
+    /// Resets the backoff of `key` (after a success).
     pub fn forget(&self, key: &K) {
-        if let Some(h) = self
-            .delayed
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .remove(key)
-        {
-            h.abort();
-        }
+        self.lock().failures.remove(key);
     }
 
     /// Waits for the next key; `None` after shutdown. Call [`WorkQueue::done`] when finished.
     pub async fn next(&self) -> Option<K> {
         loop {
+            // Created before looking, so a wake-up between the look and the wait is kept.
             let notified = self.notify.notified();
-            {
+            let next_deadline = {
                 let mut s = self.lock();
                 if s.shutdown {
                     return None;
                 }
-                if let Some(key) = s.queue.pop_front() {
+                s.promote_due(Instant::now());
+                if let Some(key) = s.ready.pop_front() {
                     s.queued.remove(&key);
                     s.active.insert(key.clone());
-                    let more = !s.queue.is_empty();
+                    let more = !s.ready.is_empty();
                     drop(s);
                     if more {
                         self.notify.notify_one();
                     }
                     return Some(key);
                 }
+                s.deadlines.first_key_value().map(|((at, _), _)| *at)
+            };
+            match next_deadline {
+                Some(at) => {
+                    tokio::select! {
+                        _ = notified => {}
+                        _ = tokio::time::sleep_until(at) => {}
+                    }
+                }
+                None => notified.await,
             }
-            notified.await;
         }
     }
 
-    /// Marks a key finished; if it changed meanwhile, it is queued again.
+    /// Marks a key finished; if it was added meanwhile, it is queued again.
     pub fn done(&self, key: &K) {
         let mut s = self.lock();
         s.active.remove(key);
-        if s.dirty.remove(key) && s.queued.insert(key.clone()) {
-            s.queue.push_back(key.clone());
+        if s.dirty.remove(key) && s.enqueue(key.clone()) {
             drop(s);
             self.notify.notify_one();
         }
     }
 
-    /// Keys waiting (not counting delayed ones or those in progress).
+    /// Keys ready to be handed out (not counting delayed ones or those in progress).
     pub fn len(&self) -> usize {
-        self.lock().queue.len()
+        self.lock().ready.len()
     }
 
-    /// Whether no key is waiting.
+    /// Whether no key is ready to be handed out.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
 
-    /// Stops the queue: workers get `None`, adds are ignored.
+    /// Stops the queue: workers get `None`, adds are ignored, delayed adds are dropped.
     pub fn shutdown(&self) {
-        self.lock().shutdown = true;
-        self.notify.notify_waiters();
-        for (_, h) in self
-            .delayed
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .drain()
         {
-            h.abort();
+            let mut s = self.lock();
+            s.shutdown = true;
+            s.scheduled.clear();
+            s.deadlines.clear();
         }
+        self.notify.notify_waiters();
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Waits for the next key and says how long it took (exact under paused time).
+    async fn next_after<K: Clone + Eq + Hash + Send + 'static>(
+        q: &WorkQueue<K>,
+    ) -> (Option<K>, Duration) {
+        let started = Instant::now();
+        let key = q.next().await;
+        (key, started.elapsed())
+    }
+
+    /// Whether nothing more comes out within an hour (of paused time).
+    async fn stays_empty<K: Clone + Eq + Hash + Send + 'static>(q: &WorkQueue<K>) -> bool {
+        tokio::time::timeout(Duration::from_secs(3600), q.next())
+            .await
+            .is_err()
+    }
+
+    const S: Duration = Duration::from_secs(1);
+    const ZERO: Duration = Duration::ZERO;
 
     #[tokio::test]
     async fn a_key_added_twice_while_waiting_is_processed_once() {
@@ -181,33 +285,124 @@ mod tests {
     async fn a_key_changed_while_in_progress_runs_again_after_done() {
         let q = WorkQueue::new();
         q.add(1);
-        let k = q.next().await;
-        assert_eq!(k, Some(1));
+        assert_eq!(q.next().await, Some(1));
         q.add(1);
-        assert!(
-            q.is_empty(),
-            "must not be handed to a second worker while active"
-        );
+        assert!(q.is_empty(), "not handed to a second worker while active");
         q.done(&1);
         assert_eq!(q.next().await, Some(1));
     }
 
-    #[tokio::test]
-    async fn delayed_adds_arrive_after_the_delay() {
+    #[tokio::test(start_paused = true)]
+    async fn a_delayed_add_arrives_after_its_delay() {
         let q = WorkQueue::new();
-        q.add_after(7, Duration::from_millis(30));
+        q.add_after(7, 3 * S);
         assert!(q.is_empty());
-        let got = tokio::time::timeout(Duration::from_secs(2), q.next()).await;
-        assert_eq!(got.ok().flatten(), Some(7));
+        assert_eq!(next_after(&q).await, (Some(7), 3 * S));
     }
 
-    #[tokio::test]
-    async fn shutdown_releases_waiting_workers() {
+    #[tokio::test(start_paused = true)]
+    async fn a_later_delayed_add_never_postpones_an_earlier_one() {
+        let q = WorkQueue::new();
+        q.add_after(1, S);
+        q.add_after(1, 5 * S);
+        assert_eq!(next_after(&q).await, (Some(1), S));
+        q.done(&1);
+        assert!(stays_empty(&q).await, "the later add was merged away");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_earlier_delayed_add_replaces_a_later_one() {
+        let q = WorkQueue::new();
+        q.add_after(1, 5 * S);
+        q.add_after(1, S);
+        assert_eq!(next_after(&q).await, (Some(1), S));
+        q.done(&1);
+        assert!(stays_empty(&q).await);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_immediate_add_of_a_delayed_key_runs_it_now_and_only_once() {
+        let q = WorkQueue::new();
+        q.add_after(1, 5 * S);
+        q.add(1);
+        assert_eq!(next_after(&q).await, (Some(1), ZERO));
+        q.done(&1);
+        assert!(stays_empty(&q).await);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_delayed_add_of_a_queued_key_changes_nothing() {
+        let q = WorkQueue::new();
+        q.add(1);
+        q.add_after(1, S);
+        assert_eq!(next_after(&q).await, (Some(1), ZERO));
+        q.done(&1);
+        assert!(stays_empty(&q).await);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_delayed_key_due_while_in_progress_runs_again_after_done() {
+        let q = WorkQueue::new();
+        q.add(1);
+        assert_eq!(q.next().await, Some(1));
+        q.add_after(1, S);
+        tokio::time::sleep(2 * S).await;
+        let second_worker = tokio::time::timeout(S, q.next()).await;
+        assert!(second_worker.is_err(), "not handed out while active");
+        q.done(&1);
+        assert_eq!(next_after(&q).await, (Some(1), ZERO));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn delayed_keys_come_out_in_deadline_order() {
+        let q = WorkQueue::new();
+        q.add_after("a", 3 * S);
+        q.add_after("b", S);
+        q.add_after("c", 2 * S);
+        assert_eq!(next_after(&q).await, (Some("b"), S));
+        assert_eq!(next_after(&q).await, (Some("c"), S));
+        assert_eq!(next_after(&q).await, (Some("a"), S));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_waiting_worker_wakes_for_a_new_earlier_deadline() {
+        let q = WorkQueue::new();
+        q.add_after(1, 10 * S);
+        let worker = {
+            let q = q.clone();
+            tokio::spawn(async move { next_after(&q).await })
+        };
+        tokio::task::yield_now().await;
+        q.add_after(2, S);
+        assert_eq!(worker.await.ok(), Some((Some(2), S)));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn rate_limited_adds_back_off_exponentially_until_forgotten() {
+        let q = WorkQueue::new();
+        let delays: Vec<Duration> = (0..9).map(|_| q.add_rate_limited("k")).collect();
+        let secs: Vec<u64> = delays.iter().map(Duration::as_secs).collect();
+        assert_eq!(secs, [1, 2, 4, 8, 16, 32, 60, 60, 60]);
+        q.forget(&"k");
+        assert_eq!(q.add_rate_limited("k"), S);
+        // The earliest of those adds (1 s) is the one pending.
+        assert_eq!(next_after(&q).await, (Some("k"), S));
+        q.done(&"k");
+        assert!(stays_empty(&q).await);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn shutdown_releases_waiting_workers_and_drops_delayed_adds() {
         let q: Arc<WorkQueue<u8>> = WorkQueue::new();
-        let q2 = q.clone();
-        let waiter = tokio::spawn(async move { q2.next().await });
-        tokio::time::sleep(Duration::from_millis(20)).await;
+        q.add_after(1, S);
+        let waiter = {
+            let q = q.clone();
+            tokio::spawn(async move { q.next().await })
+        };
+        tokio::task::yield_now().await;
         q.shutdown();
         assert_eq!(waiter.await.ok().flatten(), None);
+        q.add(2);
+        assert_eq!(q.next().await, None);
     }
 }

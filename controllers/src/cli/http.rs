@@ -1,25 +1,31 @@
-//! A tiny HTTP/1.1 responder for `/metrics`, `/healthz` and `/readyz`: one request per
-//! connection, GET or HEAD, `Connection: close`. Enough for Prometheus and kubelet probes
-//! without a web framework.
+//! `/metrics`, `/healthz` (and `/livez`) and `/readyz` over HTTP/1.1 on hyper: GET or HEAD,
+//! one request per connection (`Connection: close`). Enough for Prometheus and kubelet
+//! probes without a web framework. What each path answers is decided by [`respond`]; this
+//! module owns no metric and no readiness decision of its own.
 
+use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use bytes::Bytes;
+use http::{Method, Request, StatusCode, header};
+use http_body_util::{BodyExt, Empty, Full};
+use hyper::service::service_fn;
+use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::net::{TcpListener, TcpStream};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, warn};
 
 use crate::metrics::Metrics;
 
-/// Largest request head accepted.
-const MAX_HEAD: usize = 8 * 1024;
-/// How long a client may take to send its request.
+/// How long a client may take to send its request head.
 const READ_TIMEOUT: Duration = Duration::from_secs(5);
 /// Content type of the OpenMetrics text format.
 const OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+/// Content type of every other answer.
+const TEXT: &str = "text/plain; charset=utf-8";
 
 /// What the probes report.
 #[derive(Debug, Default)]
@@ -43,94 +49,66 @@ impl Health {
 #[derive(Debug, PartialEq, Eq)]
 pub struct Response {
     /// HTTP status code.
-    pub status: u16,
+    pub status: StatusCode,
     /// `Content-Type`.
     pub content_type: &'static str,
     /// The body.
     pub body: String,
 }
 
-fn text(status: u16, body: &str) -> Response {
+fn text(status: StatusCode, body: &str) -> Response {
     Response {
         status,
-        content_type: "text/plain; charset=utf-8",
+        content_type: TEXT,
         body: body.to_owned(),
     }
 }
 
-/// Answers one request line (`GET /metrics HTTP/1.1`).
-pub fn respond(request_line: &str, metrics: &Metrics, health: &Health) -> Response {
-    let mut parts = request_line.split_whitespace();
-    let (Some(method), Some(target)) = (parts.next(), parts.next()) else {
-        return text(400, "bad request\n");
-    };
-    if method != "GET" && method != "HEAD" {
-        return text(405, "method not allowed\n");
+/// Answers a request for `path` (without its query).
+pub fn respond(method: &Method, path: &str, metrics: &Metrics, health: &Health) -> Response {
+    if method != Method::GET && method != Method::HEAD {
+        return text(StatusCode::METHOD_NOT_ALLOWED, "method not allowed\n");
     }
-    let path = target.split('?').next().unwrap_or(target);
     match path {
         "/metrics" => Response {
-            status: 200,
+            status: StatusCode::OK,
             content_type: OPENMETRICS,
             body: metrics.encode(),
         },
-        "/healthz" | "/livez" => text(200, "ok\n"),
-        "/readyz" if health.is_ready() => text(200, "ok\n"),
-        "/readyz" => text(503, "not ready\n"),
-        _ => text(404, "not found\n"),
+        "/healthz" | "/livez" => text(StatusCode::OK, "ok\n"),
+        "/readyz" if health.is_ready() => text(StatusCode::OK, "ok\n"),
+        "/readyz" => text(StatusCode::SERVICE_UNAVAILABLE, "not ready\n"),
+        _ => text(StatusCode::NOT_FOUND, "not found\n"),
     }
 }
 
-fn reason(status: u16) -> &'static str {
-    match status {
-        200 => "OK",
-        400 => "Bad Request",
-        404 => "Not Found",
-        405 => "Method Not Allowed",
-        503 => "Service Unavailable",
-        _ => "Unknown",
+impl Response {
+    /// The hyper response (hyper leaves the body out for HEAD).
+    fn into_http(self) -> http::Response<Full<Bytes>> {
+        let mut response = http::Response::new(Full::new(Bytes::from(self.body)));
+        *response.status_mut() = self.status;
+        response.headers_mut().insert(
+            header::CONTENT_TYPE,
+            header::HeaderValue::from_static(self.content_type),
+        );
+        response
     }
 }
 
-async fn handle(mut stream: TcpStream, metrics: Arc<Metrics>, health: Arc<Health>) {
-    let mut head = Vec::with_capacity(512);
-    let mut buf = [0u8; 1024];
-    let read = tokio::time::timeout(READ_TIMEOUT, async {
-        loop {
-            let n = stream.read(&mut buf).await?;
-            if n == 0 {
-                break;
-            }
-            head.extend_from_slice(&buf[..n]);
-            if head.windows(4).any(|w| w == b"\r\n\r\n") || head.len() > MAX_HEAD {
-                break;
-            }
-        }
-        Ok::<_, std::io::Error>(())
-    })
-    .await;
-    if !matches!(read, Ok(Ok(()))) {
-        return;
+async fn handle(stream: TcpStream, metrics: Arc<Metrics>, health: Arc<Health>) {
+    let service = service_fn(move |request: Request<hyper::body::Incoming>| {
+        let response = respond(request.method(), request.uri().path(), &metrics, &health);
+        std::future::ready(Ok::<_, Infallible>(response.into_http()))
+    });
+    let served = hyper::server::conn::http1::Builder::new()
+        .keep_alive(false)
+        .timer(TokioTimer::new())
+        .header_read_timeout(READ_TIMEOUT)
+        .serve_connection(TokioIo::new(stream), service)
+        .await;
+    if let Err(error) = served {
+        debug!(%error, "serving an HTTP connection failed");
     }
-    let head = String::from_utf8_lossy(&head);
-    let line = head.lines().next().unwrap_or("");
-    let response = respond(line, &metrics, &health);
-    let is_head = line.starts_with("HEAD ");
-    let mut out = format!(
-        "HTTP/1.1 {} {}\r\nContent-Type: {}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
-        response.status,
-        reason(response.status),
-        response.content_type,
-        response.body.len()
-    )
-    .into_bytes();
-    if !is_head {
-        out.extend_from_slice(response.body.as_bytes());
-    }
-    if let Err(error) = stream.write_all(&out).await {
-        debug!(%error, "writing an HTTP response failed");
-    }
-    let _ = stream.shutdown().await;
 }
 
 /// Binds `addr` and serves until `cancel` fires. Returns the bound address (useful with
@@ -166,77 +144,145 @@ pub async fn serve(
 /// A minimal HTTP GET client for the endpoints above (used by tests and `dev`): returns
 /// the status code and body.
 pub async fn get(addr: SocketAddr, path: &str) -> std::io::Result<(u16, String)> {
-    let mut stream = TcpStream::connect(addr).await?;
-    stream
-        .write_all(
-            format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n").as_bytes(),
-        )
-        .await?;
-    let mut response = String::new();
-    stream.read_to_string(&mut response).await?;
-    let status = response
-        .split_whitespace()
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(0);
+    request(addr, Method::GET, path)
+        .await
+        .map(|(status, _, body)| (status, body))
+}
+
+/// Sends one request; returns the status code, `Content-Type` and body.
+async fn request(
+    addr: SocketAddr,
+    method: Method,
+    path: &str,
+) -> std::io::Result<(u16, String, String)> {
+    let stream = TcpStream::connect(addr).await?;
+    let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+        .await
+        .map_err(std::io::Error::other)?;
+    let connection = tokio::spawn(connection);
+    let request = Request::builder()
+        .method(method)
+        .uri(path)
+        .header(header::HOST, addr.to_string())
+        .body(Empty::<Bytes>::new())
+        .map_err(std::io::Error::other)?;
+    let response = sender
+        .send_request(request)
+        .await
+        .map_err(std::io::Error::other)?;
+    let status = response.status().as_u16();
+    let content_type = response
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default()
+        .to_owned();
     let body = response
-        .split_once("\r\n\r\n")
-        .map(|(_, b)| b.to_owned())
-        .unwrap_or_default();
-    Ok((status, body))
+        .into_body()
+        .collect()
+        .await
+        .map_err(std::io::Error::other)?
+        .to_bytes();
+    connection.abort();
+    Ok((
+        status,
+        content_type,
+        String::from_utf8_lossy(&body).into_owned(),
+    ))
 }
 
 #[cfg(test)]
 mod tests {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
     use super::*;
 
-    #[test]
-    fn probes_and_metrics_answer_by_path() {
-        let metrics = Metrics::new();
-        let health = Health::default();
-        assert_eq!(
-            respond("GET /healthz HTTP/1.1", &metrics, &health).status,
-            200
-        );
-        assert_eq!(
-            respond("GET /readyz HTTP/1.1", &metrics, &health).status,
-            503
-        );
-        health.set_ready(true);
-        assert_eq!(
-            respond("GET /readyz?verbose HTTP/1.1", &metrics, &health).status,
-            200
-        );
-        let m = respond("GET /metrics HTTP/1.1", &metrics, &health);
-        assert_eq!(m.status, 200);
-        assert!(m.body.contains("flotilla_clusters"), "{}", m.body);
-        assert_eq!(respond("GET /nope HTTP/1.1", &metrics, &health).status, 404);
-        assert_eq!(
-            respond("POST /metrics HTTP/1.1", &metrics, &health).status,
-            405
-        );
-        assert_eq!(respond("", &metrics, &health).status, 400);
-    }
-
-    #[tokio::test]
-    async fn the_server_answers_over_tcp_and_stops_when_cancelled() {
-        let metrics = Arc::new(Metrics::new());
+    async fn start(ready: bool) -> (SocketAddr, CancellationToken) {
         let health = Arc::new(Health::default());
-        health.set_ready(true);
+        health.set_ready(ready);
         let cancel = CancellationToken::new();
         let addr = serve(
             "127.0.0.1:0".parse().expect("an address"),
-            metrics,
+            Arc::new(Metrics::new()),
             health,
             cancel.clone(),
         )
         .await
         .expect("binds");
-        let (status, body) = get(addr, "/readyz").await.expect("answers");
-        assert_eq!((status, body.as_str()), (200, "ok\n"));
-        let (status, body) = get(addr, "/metrics").await.expect("answers");
-        assert_eq!(status, 200);
-        assert!(body.contains("# EOF"), "{body}");
+        (addr, cancel)
+    }
+
+    /// Sends raw bytes and reads the whole answer (the server closes the connection).
+    async fn raw(addr: SocketAddr, request: &str) -> String {
+        let mut stream = TcpStream::connect(addr).await.expect("connects");
+        stream.write_all(request.as_bytes()).await.expect("writes");
+        let mut answer = String::new();
+        stream.read_to_string(&mut answer).await.expect("reads");
+        answer
+    }
+
+    #[tokio::test]
+    async fn probes_answer_ok_and_readyz_follows_health() {
+        let (addr, _cancel) = start(false).await;
+        let get = |path| request(addr, Method::GET, path);
+        let ok = (200, TEXT.to_owned(), "ok\n".to_owned());
+        assert_eq!(get("/healthz").await.expect("answers"), ok);
+        assert_eq!(get("/livez").await.expect("answers"), ok);
+        let not_ready = (503, TEXT.to_owned(), "not ready\n".to_owned());
+        assert_eq!(get("/readyz").await.expect("answers"), not_ready);
+        let (addr, _cancel) = start(true).await;
+        let ready = request(addr, Method::GET, "/readyz?verbose").await;
+        assert_eq!(ready.expect("answers"), ok);
+    }
+
+    #[tokio::test]
+    async fn metrics_are_served_in_the_openmetrics_format() {
+        let (addr, _cancel) = start(true).await;
+        let (status, content_type, body) = request(addr, Method::GET, "/metrics")
+            .await
+            .expect("answers");
+        assert_eq!((status, content_type.as_str()), (200, OPENMETRICS));
+        assert!(body.contains("flotilla_clusters"), "{body}");
+        assert!(body.ends_with("# EOF\n"), "{body}");
+    }
+
+    #[tokio::test]
+    async fn unknown_paths_and_other_methods_are_refused() {
+        let (addr, _cancel) = start(true).await;
+        let nope = request(addr, Method::GET, "/nope").await.expect("answers");
+        assert_eq!(nope, (404, TEXT.to_owned(), "not found\n".to_owned()));
+        let post = request(addr, Method::POST, "/metrics")
+            .await
+            .expect("answers");
+        assert_eq!(
+            post,
+            (405, TEXT.to_owned(), "method not allowed\n".to_owned())
+        );
+    }
+
+    #[tokio::test]
+    async fn head_gets_the_headers_without_a_body_and_the_connection_closes() {
+        let (addr, _cancel) = start(true).await;
+        let answer = raw(addr, "HEAD /healthz HTTP/1.1\r\nHost: x\r\n\r\n").await;
+        let (head, body) = answer.split_once("\r\n\r\n").expect("a head");
+        assert!(head.starts_with("HTTP/1.1 200 OK\r\n"), "{head}");
+        let head = head.to_ascii_lowercase();
+        assert!(head.contains("content-length: 3"), "{head}");
+        assert!(head.contains("connection: close"), "{head}");
+        assert_eq!(body, "");
+    }
+
+    #[tokio::test]
+    async fn a_malformed_request_gets_400() {
+        let (addr, _cancel) = start(true).await;
+        let answer = raw(addr, "nonsense\r\n\r\n").await;
+        assert!(answer.starts_with("HTTP/1.1 400 "), "{answer}");
+    }
+
+    #[tokio::test]
+    async fn the_server_stops_when_cancelled() {
+        let (addr, cancel) = start(true).await;
+        assert_eq!(get(addr, "/healthz").await.expect("answers").0, 200);
         cancel.cancel();
         tokio::time::sleep(Duration::from_millis(100)).await;
         assert!(get(addr, "/healthz").await.is_err());

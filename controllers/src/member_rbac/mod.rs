@@ -22,7 +22,7 @@ use tracing::{debug, info, warn};
 
 use crate::{
     multicluster::ClusterSet,
-    reflect::{Change, reflect},
+    watch::{Change, reflect},
 };
 
 /// How often every member's role is checked again even without a change (a role edited

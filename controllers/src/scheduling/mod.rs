@@ -32,7 +32,7 @@ use tracing::{debug, info, warn};
 
 use crate::{
     multicluster::ClusterSet,
-    reflect::{Change, reflect},
+    watch::{Change, reflect},
     workqueue::WorkQueue,
 };
 
@@ -64,26 +64,35 @@ struct Ctx {
     recorder: Recorder,
 }
 
+/// Spawns a cache of `api`'s objects that queues the namespace/name of every change.
+fn watch_queued<K>(
+    api: Api<K>,
+    writer: reflector::store::Writer<K>,
+    what: &'static str,
+    queue: Arc<WorkQueue<Key>>,
+) -> tokio::task::JoinHandle<()>
+where
+    K: Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
+    K::DynamicType: Eq + std::hash::Hash + Clone + Send + Sync,
+{
+    tokio::spawn(reflect(api, writer, what, move |c| {
+        if let Change::Object(o) = c {
+            queue.add((o.namespace().unwrap_or_default(), o.name_any()));
+        }
+    }))
+}
+
 /// Runs the scheduler until the task is aborted.
 pub async fn run(host: Client, clusters: ClusterSet) {
     let queue: Arc<WorkQueue<Key>> = WorkQueue::new();
     let rsp_writer = reflector::store::Writer::<ReplicaSchedulingPreference>::default();
     let rsps = rsp_writer.as_reader();
-    let mut tasks = Vec::new();
-    {
-        let queue = queue.clone();
-        let api: Api<ReplicaSchedulingPreference> = Api::all(host.clone());
-        tasks.push(tokio::spawn(reflect(
-            api,
-            rsp_writer,
-            "ReplicaSchedulingPreference",
-            move |c| {
-                if let Change::Object(o) = c {
-                    queue.add((o.namespace().unwrap_or_default(), o.name_any()));
-                }
-            },
-        )));
-    }
+    let mut tasks = vec![watch_queued(
+        Api::all(host.clone()),
+        rsp_writer,
+        "ReplicaSchedulingPreference",
+        queue.clone(),
+    )];
     let mut targets = BTreeMap::new();
     for kind in ["FederatedDeployment", "FederatedReplicaSet"] {
         let Some(ar) = federated_ar(kind) else {
@@ -91,19 +100,13 @@ pub async fn run(host: Client, clusters: ClusterSet) {
         };
         let writer = reflector::store::Writer::<DynamicObject>::new(ar.clone());
         targets.insert(kind.to_string(), writer.as_reader());
-        let queue = queue.clone();
-        let api: Api<DynamicObject> = Api::all_with(host.clone(), &ar);
         // The federated type may not be enabled (CRD absent): `reflect` keeps retrying.
-        tasks.push(tokio::spawn(reflect(
-            api,
+        tasks.push(watch_queued(
+            Api::all_with(host.clone(), &ar),
             writer,
             "federated scheduling target",
-            move |c| {
-                if let Change::Object(o) = c {
-                    queue.add((o.namespace().unwrap_or_default(), o.name_any()));
-                }
-            },
-        )));
+            queue.clone(),
+        ));
     }
     let ctx = Arc::new(Ctx {
         host: host.clone(),

@@ -22,7 +22,7 @@ use tracing::warn;
 
 use super::{
     Key, SyncShared,
-    action::{Backoff, Error},
+    action::Error,
     delete_options::parse_delete_options,
     federated_namespace_ar,
     observe::{Availability, RecentWrites},
@@ -46,7 +46,6 @@ pub(super) struct Ctl {
     pub collect_status: bool,
     pub recent: RecentWrites,
     pub availability: Availability,
-    pub backoff: Backoff<Key>,
 }
 
 /// An object-level placement failure: (reason, message).

@@ -28,10 +28,7 @@ mod strays;
 
 use std::{
     collections::HashMap,
-    sync::{
-        Arc, Mutex,
-        atomic::{AtomicBool, Ordering},
-    },
+    sync::{Arc, Mutex},
     time::{Duration, Instant},
 };
 
@@ -57,7 +54,7 @@ pub use delete_options::parse_delete_options;
 use crate::{
     metrics::{Metrics, ReconcileLabels},
     multicluster::{ClusterEvent, ClusterSet, MemberEvent, MemberWatch},
-    reflect::{Change, reflect},
+    watch::{Change, reflect},
     workqueue::WorkQueue,
 };
 use ctl::Ctl;
@@ -66,8 +63,6 @@ use ctl::Ctl;
 const PER_CLUSTER_CONCURRENCY: usize = 64;
 /// Full resync period: every federated object is rechecked this often even without events.
 const RESYNC_PERIOD: Duration = Duration::from_secs(300);
-/// How soon a key is looked at again while the host caches or the registry are not ready.
-const NOT_READY_RECHECK: Duration = Duration::from_millis(200);
 
 /// What every type's sync controller shares: clients, the cluster set, configuration,
 /// per-cluster concurrency limits and the event recorder.
@@ -128,25 +123,6 @@ impl SyncShared {
 /// Key of a federated object in the host.
 type Key = (Option<String>, String);
 
-/// Readiness gates of a type controller: until both host caches are complete, an object
-/// would look deleted (a stray) or its namespace unfederated (placed nowhere), and its
-/// member copies would be deleted. Until the registry knows every cluster, a deletion
-/// would not wait for the clusters it lacks.
-#[derive(Clone)]
-struct Gates {
-    host_synced: Arc<AtomicBool>,
-    fns_synced: Arc<AtomicBool>,
-    clusters_known: Arc<AtomicBool>,
-}
-
-impl Gates {
-    fn open(&self) -> bool {
-        self.host_synced.load(Ordering::Acquire)
-            && self.fns_synced.load(Ordering::Acquire)
-            && self.clusters_known.load(Ordering::Acquire)
-    }
-}
-
 /// A running sync controller for one federated type.
 pub struct TypeController {
     cancel: CancellationToken,
@@ -167,12 +143,6 @@ impl TypeController {
         let queue: Arc<WorkQueue<Key>> = WorkQueue::new();
         let host_writer = reflector::store::Writer::<DynamicObject>::new(fed_ar.clone());
         let fns_writer = reflector::store::Writer::<DynamicObject>::new(federated_namespace_ar());
-        let gates = Gates {
-            host_synced: Arc::new(AtomicBool::new(false)),
-            // Without namespace placement there is nothing to wait for.
-            fns_synced: Arc::new(AtomicBool::new(!needs_ns_placement)),
-            clusters_known: Arc::new(AtomicBool::new(false)),
-        };
         let (member_tx, member_rx) = mpsc::unbounded_channel();
         let members = Arc::new(MemberWatch::<DynamicObject>::start(
             shared.clusters.clone(),
@@ -193,37 +163,33 @@ impl TypeController {
             collect_status: ftc.status_collection == Some(StatusCollectionMode::Enabled),
             recent: Default::default(),
             availability: Default::default(),
-            backoff: Default::default(),
         });
+        // The cluster registry: every registered cluster known and probed once.
+        let (known_tx, clusters_known) = watch::channel(false);
         let mut tasks = vec![
-            tokio::spawn(watch_federated(
-                ctl.clone(),
-                host_writer,
-                queue.clone(),
-                gates.host_synced.clone(),
-            )),
+            tokio::spawn(watch_federated(ctl.clone(), host_writer, queue.clone())),
             tokio::spawn(follow_members(ctl.clone(), member_rx, queue.clone())),
             tokio::spawn(follow_clusters(ctl.clone(), queue.clone())),
-            tokio::spawn(registry_wait::wait_for_registry(
-                shared.clone(),
-                gates.clusters_known.clone(),
-            )),
+            tokio::spawn(async move {
+                registry_wait::wait_for_registry(shared.clone()).await;
+                // Workers hold receivers for as long as they run.
+                let _ = known_tx.send(true);
+            }),
         ];
         if needs_ns_placement {
             tasks.push(tokio::spawn(watch_federated_namespaces(
                 ctl.clone(),
                 fns_writer,
                 queue.clone(),
-                gates.fns_synced.clone(),
             )));
         }
-        let workers = shared.config.borrow().max_concurrent_reconciles.max(1);
+        let workers = ctl.shared.config.borrow().max_concurrent_reconciles.max(1);
         for _ in 0..workers {
             tasks.push(tokio::spawn(work(
                 ctl.clone(),
                 queue.clone(),
                 cancel.clone(),
-                gates.clone(),
+                clusters_known.clone(),
             )));
         }
         info!(federated = %fed_ar.kind, target = %ctl.target_ar.kind, workers, "sync controller started");
@@ -256,14 +222,12 @@ async fn watch_federated(
     ctl: Arc<Ctl>,
     writer: reflector::store::Writer<DynamicObject>,
     queue: Arc<WorkQueue<Key>>,
-    synced: Arc<AtomicBool>,
 ) {
     let api: Api<DynamicObject> = Api::all_with(ctl.shared.host.clone(), &ctl.fed_ar);
     let store = ctl.host_store.clone();
     reflect(api, writer, "federated object", move |c| match c {
         Change::Object(o) => queue.add(key_of(o)),
         Change::Synced => {
-            synced.store(true, Ordering::Release);
             for o in store.state() {
                 queue.add(key_of(&o));
             }
@@ -278,7 +242,6 @@ async fn watch_federated_namespaces(
     ctl: Arc<Ctl>,
     writer: reflector::store::Writer<DynamicObject>,
     queue: Arc<WorkQueue<Key>>,
-    synced: Arc<AtomicBool>,
 ) {
     let api: Api<DynamicObject> = Api::all_with(ctl.shared.host.clone(), &federated_namespace_ar());
     let store: Store<DynamicObject> = ctl.host_store.clone();
@@ -291,7 +254,7 @@ async fn watch_federated_namespaces(
                 }
             }
         }
-        Change::Synced => synced.store(true, Ordering::Release),
+        Change::Synced => {}
     })
     .await;
 }
@@ -346,18 +309,32 @@ fn requeue_all(ctl: &Ctl, queue: &WorkQueue<Key>) {
     }
 }
 
-/// One worker: reconciles keys until cancelled.
-async fn work(ctl: Arc<Ctl>, queue: Arc<WorkQueue<Key>>, cancel: CancellationToken, gates: Gates) {
+/// Until both host caches are complete, an object would look deleted (a stray) or its
+/// namespace unfederated (placed nowhere), and its member copies would be deleted. Until
+/// the registry knows every cluster, a deletion would not wait for the clusters it lacks.
+async fn ready(ctl: &Ctl, mut clusters_known: watch::Receiver<bool>) -> bool {
+    ctl.host_store.wait_until_ready().await.is_ok()
+        && (!ctl.needs_ns_placement || ctl.fns_store.wait_until_ready().await.is_ok())
+        && clusters_known.wait_for(|known| *known).await.is_ok()
+}
+
+/// One worker: waits until the caches and the registry are ready, then reconciles keys
+/// until cancelled.
+async fn work(
+    ctl: Arc<Ctl>,
+    queue: Arc<WorkQueue<Key>>,
+    cancel: CancellationToken,
+    clusters_known: watch::Receiver<bool>,
+) {
+    tokio::select! {
+        ok = ready(&ctl, clusters_known) => if !ok { return },
+        _ = cancel.cancelled() => return,
+    }
     loop {
         let key = tokio::select! {
             k = queue.next() => match k { Some(k) => k, None => return },
             _ = cancel.cancelled() => return,
         };
-        if !gates.open() {
-            queue.done(&key);
-            queue.add_after(key, NOT_READY_RECHECK);
-            continue;
-        }
         let started = Instant::now();
         let action = match ctl.reconcile(&key).await {
             Ok(action) => action,
@@ -368,8 +345,24 @@ async fn work(ctl: Arc<Ctl>, queue: Arc<WorkQueue<Key>>, cancel: CancellationTok
         };
         queue.done(&key);
         record_reconcile(&ctl, started.elapsed(), action.result(), queue.len());
-        if let Some(d) = ctl.backoff.next(&key, action) {
+        requeue(&queue, key, action);
+    }
+}
+
+/// Hands a reconciled key back to the queue as its action says: a failure grows the key's
+/// backoff (an earlier recheck still wins), anything else resets it.
+fn requeue(queue: &WorkQueue<Key>, key: Key, action: Action) {
+    match action {
+        Action::Done => queue.forget(&key),
+        Action::RequeueAfter(d) => {
+            queue.forget(&key);
             queue.add_after(key, d);
+        }
+        Action::Backoff { recheck } => {
+            queue.add_rate_limited(key.clone());
+            if let Some(r) = recheck {
+                queue.add_after(key, r);
+            }
         }
     }
 }

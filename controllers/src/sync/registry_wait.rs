@@ -4,10 +4,7 @@
 //! unprobed one unready.
 
 use std::{
-    sync::{
-        Arc,
-        atomic::{AtomicBool, Ordering},
-    },
+    sync::Arc,
     time::{Duration, Instant},
 };
 
@@ -20,11 +17,11 @@ use super::SyncShared;
 /// Longest wait for the registry at start-up; after it, reconciling starts anyway.
 const REGISTRY_WAIT_LIMIT: Duration = Duration::from_secs(60);
 
-/// Sets `known` once every KubeFedCluster of the host is registered in the cluster set and
+/// Returns once every KubeFedCluster of the host is registered in the cluster set and
 /// has had its first health verdict (Ready, or unready for longer than a probe takes).
 /// Before that, a cluster missing from the set would look removed — deletion would not wait
 /// for it — and an unprobed one unready.
-pub(super) async fn wait_for_registry(shared: Arc<SyncShared>, known: Arc<AtomicBool>) {
+pub(super) async fn wait_for_registry(shared: Arc<SyncShared>) {
     let started = Instant::now();
     let api: Api<KubeFedCluster> = Api::namespaced(shared.host.clone(), &shared.namespace);
     let names: Vec<String> = loop {
@@ -36,7 +33,6 @@ pub(super) async fn wait_for_registry(shared: Arc<SyncShared>, known: Arc<Atomic
             }
             Err(e) => {
                 warn!(error = %e, "listing KubeFedClusters failed; reconciling without waiting for the registry");
-                known.store(true, Ordering::Release);
                 return;
             }
         }
@@ -69,5 +65,4 @@ pub(super) async fn wait_for_registry(shared: Arc<SyncShared>, known: Arc<Atomic
             _ = tokio::time::sleep(Duration::from_millis(200)) => {}
         }
     }
-    known.store(true, Ordering::Release);
 }

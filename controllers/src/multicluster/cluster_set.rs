@@ -1,0 +1,242 @@
+//! The set of registered member clusters: which exist, their labels, which are Ready, and a
+//! client for each. The registry writes it; every other controller reads it and subscribes
+//! to its changes ([`ClusterEvent`]). It does no I/O of its own.
+
+use std::{
+    collections::BTreeMap,
+    fmt::Debug,
+    sync::{Arc, RwLock},
+};
+
+use kube::Client;
+use tokio::sync::{broadcast, watch};
+use tracing::debug;
+
+/// What the control plane knows about one registered member cluster.
+#[derive(Clone)]
+pub struct ClusterState {
+    /// Name of the KubeFedCluster.
+    pub name: String,
+    /// Labels of the KubeFedCluster (placement selectors match on these).
+    pub labels: BTreeMap<String, String>,
+    /// Whether the health check currently says Ready.
+    pub ready: bool,
+    /// A client for the member, when one could be built.
+    pub client: Option<Client>,
+    /// Bumped whenever the client is rebuilt (rotated token, changed spec), so watches restart.
+    pub client_generation: u64,
+}
+
+impl Debug for ClusterState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ClusterState")
+            .field("name", &self.name)
+            .field("labels", &self.labels)
+            .field("ready", &self.ready)
+            .field("has_client", &self.client.is_some())
+            .field("client_generation", &self.client_generation)
+            .finish()
+    }
+}
+
+/// A Ready member cluster with its client.
+#[derive(Clone)]
+pub struct ReadyCluster {
+    /// Name of the KubeFedCluster.
+    pub name: String,
+    /// Client for the member's API server.
+    pub client: Client,
+    /// Bumped whenever the client is rebuilt.
+    pub client_generation: u64,
+}
+
+/// A change in the cluster set.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ClusterEvent {
+    /// The cluster turned Ready (or got a new client while Ready).
+    Ready(String),
+    /// The cluster turned unready.
+    NotReady(String),
+    /// The cluster was registered or its labels changed.
+    Updated(String),
+    /// The cluster was removed from the registry.
+    Removed(String),
+}
+
+impl ClusterEvent {
+    /// Name of the cluster the event is about.
+    pub fn cluster(&self) -> &str {
+        match self {
+            ClusterEvent::Ready(n)
+            | ClusterEvent::NotReady(n)
+            | ClusterEvent::Updated(n)
+            | ClusterEvent::Removed(n) => n,
+        }
+    }
+}
+
+/// The set of registered member clusters, shared by every controller.
+#[derive(Clone)]
+pub struct ClusterSet {
+    clusters: Arc<RwLock<BTreeMap<String, ClusterState>>>,
+    events: broadcast::Sender<ClusterEvent>,
+    version: Arc<watch::Sender<u64>>,
+}
+
+impl Default for ClusterSet {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl ClusterSet {
+    /// An empty set.
+    pub fn new() -> Self {
+        let (events, _) = broadcast::channel(1024);
+        let (version, _) = watch::channel(0);
+        ClusterSet {
+            clusters: Arc::default(),
+            events,
+            version: Arc::new(version),
+        }
+    }
+
+    fn read(&self) -> std::sync::RwLockReadGuard<'_, BTreeMap<String, ClusterState>> {
+        // A poisoned lock only means a writer panicked mid-update of a plain map; the map
+        // itself is still consistent, so keep serving it.
+        self.clusters.read().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn write(&self) -> std::sync::RwLockWriteGuard<'_, BTreeMap<String, ClusterState>> {
+        self.clusters.write().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn publish(&self, events: Vec<ClusterEvent>) {
+        if events.is_empty() {
+            return;
+        }
+        for e in events {
+            debug!(event = ?e, "cluster set changed");
+            // No receivers is fine: nobody is interested yet.
+            let _ = self.events.send(e);
+        }
+        self.version.send_modify(|v| *v += 1);
+    }
+
+    /// Registers a cluster (unready, without a client) or updates its labels.
+    pub fn upsert(&self, name: &str, labels: BTreeMap<String, String>) {
+        let mut events = Vec::new();
+        {
+            let mut map = self.write();
+            match map.get_mut(name) {
+                Some(state) => {
+                    if state.labels != labels {
+                        state.labels = labels;
+                        events.push(ClusterEvent::Updated(name.to_string()));
+                    }
+                }
+                None => {
+                    map.insert(
+                        name.to_string(),
+                        ClusterState {
+                            name: name.to_string(),
+                            labels,
+                            ready: false,
+                            client: None,
+                            client_generation: 0,
+                        },
+                    );
+                    events.push(ClusterEvent::Updated(name.to_string()));
+                }
+            }
+        }
+        self.publish(events);
+    }
+
+    /// Replaces a cluster's client (a rebuilt one after a token rotation or spec change, or
+    /// `None` when none can be built). Watches of a Ready cluster restart on the new client;
+    /// a cluster without a client turns unready.
+    pub fn set_client(&self, name: &str, client: Option<Client>) {
+        let mut events = Vec::new();
+        {
+            let mut map = self.write();
+            if let Some(state) = map.get_mut(name) {
+                state.client = client;
+                state.client_generation += 1;
+                if state.ready {
+                    if state.client.is_none() {
+                        state.ready = false;
+                        events.push(ClusterEvent::NotReady(name.to_string()));
+                    } else {
+                        events.push(ClusterEvent::Ready(name.to_string()));
+                    }
+                }
+            }
+        }
+        self.publish(events);
+    }
+
+    /// Records the health check's verdict. A cluster without a client never counts as Ready.
+    pub fn set_ready(&self, name: &str, ready: bool) {
+        let mut events = Vec::new();
+        {
+            let mut map = self.write();
+            if let Some(state) = map.get_mut(name) {
+                let ready = ready && state.client.is_some();
+                if state.ready != ready {
+                    state.ready = ready;
+                    events.push(if ready {
+                        ClusterEvent::Ready(name.to_string())
+                    } else {
+                        ClusterEvent::NotReady(name.to_string())
+                    });
+                }
+            }
+        }
+        self.publish(events);
+    }
+
+    /// Removes a cluster from the set.
+    pub fn remove(&self, name: &str) {
+        let removed = self.write().remove(name).is_some();
+        if removed {
+            self.publish(vec![ClusterEvent::Removed(name.to_string())]);
+        }
+    }
+
+    /// Every registered cluster.
+    pub fn snapshot(&self) -> Vec<ClusterState> {
+        self.read().values().cloned().collect()
+    }
+
+    /// One cluster's state.
+    pub fn get(&self, name: &str) -> Option<ClusterState> {
+        self.read().get(name).cloned()
+    }
+
+    /// The Ready clusters with their clients.
+    pub fn ready(&self) -> Vec<ReadyCluster> {
+        self.read()
+            .values()
+            .filter(|c| c.ready)
+            .filter_map(|c| {
+                c.client.clone().map(|client| ReadyCluster {
+                    name: c.name.clone(),
+                    client,
+                    client_generation: c.client_generation,
+                })
+            })
+            .collect()
+    }
+
+    /// A receiver of every change from now on. A lagging receiver should treat
+    /// `RecvError::Lagged` as "anything may have changed".
+    pub fn subscribe(&self) -> broadcast::Receiver<ClusterEvent> {
+        self.events.subscribe()
+    }
+
+    /// A receiver that is notified (without detail) whenever anything changed.
+    pub fn changes(&self) -> watch::Receiver<u64> {
+        self.version.subscribe()
+    }
+}

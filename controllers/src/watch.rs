@@ -1,0 +1,166 @@
+//! The one watch loop of the control plane: a `watcher` (optionally label-filtered, with
+//! kube's default backoff) feeding a reflector store, and a callback for every change.
+//!
+//! Host-side controllers use [`reflect`]; the member runtime
+//! ([`crate::multicluster::MemberWatch`]) uses [`watch_into`] with its cluster name,
+//! warn-level failure logs, a label selector, and a callback that ends the loop once its
+//! subscriber is gone. This module owns no queue and makes no decision: what a change means
+//! is the caller's business. Readiness is the store's own (`Store::wait_until_ready`).
+
+use std::{fmt::Debug, hash::Hash, ops::ControlFlow};
+
+use futures::StreamExt;
+use kube::{
+    Api, Resource,
+    runtime::{WatchStreamExt, reflector, watcher},
+};
+use serde::de::DeserializeOwned;
+use tracing::{debug, warn};
+
+/// A change seen by [`watch_into`].
+pub enum Change<'a, K> {
+    /// An object was added, modified or deleted (also each object of a (re)list).
+    Object(&'a K),
+    /// A (re)list completed: the cache is complete.
+    Synced,
+}
+
+/// How loudly a failed watch is logged before it is retried.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FailureLog {
+    /// Expected failures, such as a kind whose CRD is not installed yet.
+    Debug,
+    /// Failures an operator should see, such as an unreachable member.
+    Warn,
+}
+
+/// What a watch is and how it reports.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WatchParams {
+    /// Names the watch in log lines ("federated object", "member").
+    pub what: &'static str,
+    /// The member cluster, logged with every failure; `None` on the host.
+    pub cluster: Option<String>,
+    /// Only objects matching this label selector are watched and cached.
+    pub label_selector: Option<String>,
+    /// Level of the failure logs.
+    pub failures: FailureLog,
+}
+
+impl WatchParams {
+    /// A host-side watch of every object, failures at debug level.
+    pub fn host(what: &'static str) -> Self {
+        WatchParams {
+            what,
+            cluster: None,
+            label_selector: None,
+            failures: FailureLog::Debug,
+        }
+    }
+
+    /// A watch in a member cluster, failures at warn level with the cluster's name.
+    pub fn member(cluster: impl Into<String>, label_selector: Option<String>) -> Self {
+        WatchParams {
+            what: "member",
+            cluster: Some(cluster.into()),
+            label_selector,
+            failures: FailureLog::Warn,
+        }
+    }
+
+    fn config(&self) -> watcher::Config {
+        match &self.label_selector {
+            Some(selector) => watcher::Config::default().labels(selector),
+            None => watcher::Config::default(),
+        }
+    }
+
+    fn log_failure(&self, error: &watcher::Error) {
+        let cluster = self.cluster.as_deref();
+        let what = self.what;
+        match self.failures {
+            FailureLog::Debug => {
+                debug!(cluster, error = %error, "{what} watch failed; retrying with backoff")
+            }
+            FailureLog::Warn => {
+                warn!(cluster, error = %error, "{what} watch failed; retrying with backoff")
+            }
+        }
+    }
+}
+
+/// Feeds `writer` from a watch on `api` and calls `on_change` for every change, after the
+/// store has applied it. Errors are logged as `params` says and retried with backoff. Runs
+/// until `on_change` breaks (its subscriber is gone) or the task is aborted.
+pub async fn watch_into<K>(
+    api: Api<K>,
+    writer: reflector::store::Writer<K>,
+    params: WatchParams,
+    mut on_change: impl FnMut(Change<'_, K>) -> ControlFlow<()>,
+) where
+    K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+    K::DynamicType: Eq + Hash + Clone + Send + Sync,
+{
+    let stream = reflector::reflector(writer, watcher(api, params.config()).default_backoff());
+    futures::pin_mut!(stream);
+    while let Some(event) = stream.next().await {
+        let flow = match event {
+            Ok(
+                watcher::Event::Apply(o) | watcher::Event::Delete(o) | watcher::Event::InitApply(o),
+            ) => on_change(Change::Object(&o)),
+            Ok(watcher::Event::InitDone) => on_change(Change::Synced),
+            Ok(watcher::Event::Init) => ControlFlow::Continue(()),
+            Err(error) => {
+                params.log_failure(&error);
+                ControlFlow::Continue(())
+            }
+        };
+        if flow.is_break() {
+            return;
+        }
+    }
+}
+
+/// [`watch_into`] for a host-side cache of every object of a kind, failures at debug level
+/// under `what` (a kind whose CRD is not installed yet is normal). Runs until aborted.
+pub async fn reflect<K>(
+    api: Api<K>,
+    writer: reflector::store::Writer<K>,
+    what: &'static str,
+    mut on_change: impl FnMut(Change<'_, K>),
+) where
+    K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+    K::DynamicType: Eq + Hash + Clone + Send + Sync,
+{
+    watch_into(api, writer, WatchParams::host(what), |change| {
+        on_change(change);
+        ControlFlow::Continue(())
+    })
+    .await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_member_watch_filters_by_label_and_warns_with_its_cluster() {
+        let p = WatchParams::member("c1", Some("kubefed.io/managed=true".into()));
+        assert_eq!(p.cluster.as_deref(), Some("c1"));
+        assert_eq!(p.failures, FailureLog::Warn);
+        assert_eq!(
+            p.config().label_selector.as_deref(),
+            Some("kubefed.io/managed=true")
+        );
+    }
+
+    #[test]
+    fn a_host_watch_sees_every_object_and_logs_failures_at_debug() {
+        let p = WatchParams::host("federated object");
+        assert_eq!(
+            (p.cluster.as_deref(), p.failures),
+            (None, FailureLog::Debug)
+        );
+        assert_eq!(p.config().label_selector, None);
+    }
+}
