@@ -29,19 +29,20 @@
 //! This module owns the command-line options and the entry point; the parts live in:
 //! [`workload`] (the objects written), [`tracker`] (watchers that see them land),
 //! [`procfs`] and [`requests`] (CPU, memory and request counters), [`snapshot`] (a phase's
-//! start and end figures), [`control_plane`] (the control plane under test), [`run`] (one
-//! run's clusters and warm-ups), [`phases`] (the measured phases) and [`report`] /
-//! [`table`] (the results).
+//! start and end figures), [`control_plane`] (the control plane under test), [`session`]
+//! (one run's clusters and its two parts), [`warmup`] (unmeasured preparation), [`phases`]
+//! (the measured phases) and [`report`] / [`table`] (the results).
 
 mod control_plane;
 mod phases;
 mod procfs;
 mod report;
 mod requests;
-mod run;
+mod session;
 mod snapshot;
 mod table;
 mod tracker;
+mod warmup;
 mod workload;
 
 use std::path::PathBuf;
@@ -198,11 +199,11 @@ pub async fn run(opts: BenchOptions) -> anyhow::Result<BenchReport> {
     let env = LocalEnv::start(EnvOptions::with_members(members))
         .await
         .context("starting the local clusters")?;
-    let result = run::run_in(&env, &opts, objects).await;
+    let result = session::run_in(&env, &opts, objects).await;
     if let Err(e) = env.shutdown().await {
         warn!(error = %e, "stopping the local clusters failed");
     }
-    let run::Measured {
+    let session::Measured {
         kinds,
         cost,
         clusters_idle_cpu_per_s,

@@ -24,7 +24,7 @@ use super::{
     procfs::{clusters_cpu, cpu_delta, machine_busy},
     report::{Phase, Steady, percentiles, ratio},
     requests::delta,
-    run::Run,
+    session::Run,
     snapshot::Snapshot,
     tracker::{Tracker, Want},
     warmup::poll,

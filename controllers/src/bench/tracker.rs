@@ -300,8 +300,6 @@ impl Tracker {
     }
 }
 
-/// When each object's first write call started.
-
 #[cfg(test)]
 mod tests {
     use super::*;

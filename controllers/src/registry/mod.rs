@@ -26,7 +26,6 @@ use flotilla_crds::KubeFedCluster;
 use flotilla_crds::core::EffectiveConfig;
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Secret;
-use kube::runtime::events::Recorder;
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, Resource, ResourceExt};
