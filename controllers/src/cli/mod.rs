@@ -1,6 +1,7 @@
 //! The `flotilla` command line: the controller-manager, a kubefedctl-compatible CLI
 //! (`join`, `unjoin`, `enable`, `disable`, `federate`, `orphaning-deletion`), `status`,
-//! the `dev` demo, `bench` and `version`.
+//! the `dev` demo, `bench` and `version`. `dev` and `bench` exist only with the crate's
+//! `dev` feature (on by default; the container image builds without it).
 //!
 //! The binary is a thin shell around [`run`] / [`execute`], so tests drive every command
 //! in-process with their own [`Context`] (captured output, their own shutdown signal).
