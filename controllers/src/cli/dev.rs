@@ -1,9 +1,10 @@
 //! `flotilla dev up`: a whole federation on this machine, for trying Flotilla. It starts a
 //! local host and N members (the test environment of `flotilla-localenv`), installs the
 //! CRDs and the default type configs and joins the members (labelled `name=<member>`)
-//! through the shared [`crate::bootstrap`], runs the control plane in-process, applies the samples of `config/samples/`, waits until
-//! they are propagated and prints the status and how to look with kubectl. Ctrl-C (or
-//! SIGTERM) stops the control plane and every cluster process and deletes their files.
+//! through the shared [`crate::bootstrap`], runs the control plane in-process, applies the
+//! samples of `config/samples/`, waits until they are propagated and prints the status and
+//! how to look with kubectl. Ctrl-C (or SIGTERM) stops the control plane and every cluster
+//! process and deletes their files.
 
 use std::future::Future;
 use std::path::PathBuf;
