@@ -27,11 +27,11 @@
 //! report serializes to JSON for tools (`--json PATH`).
 //!
 //! This module owns the command-line options and the entry point; the parts live in:
-//! [`workload`] (the objects written), [`tracker`] (watchers that see them land),
-//! [`procfs`] and [`requests`] (CPU, memory and request counters), [`snapshot`] (a phase's
-//! start and end figures), [`control_plane`] (the control plane under test), [`session`]
-//! (one run's clusters and its two parts), [`warmup`] (unmeasured preparation), [`phases`]
-//! (the measured phases) and [`report`] / [`table`] (the results).
+//! `workload` (the objects written), `tracker` (watchers that see them land),
+//! `procfs` and `requests` (CPU, memory and request counters), `snapshot` (a phase's
+//! start and end figures), `control_plane` (the control plane under test), `session`
+//! (one run's clusters and its two parts), `warmup` (unmeasured preparation), `phases`
+//! (the measured phases) and `report` / `table` (the results).
 
 mod control_plane;
 mod phases;
