@@ -2,8 +2,12 @@
 //! runtime, the federated type config controller, propagation (sync) and scheduling.
 #![forbid(unsafe_code)]
 
+#[cfg(feature = "dev")]
 pub mod bench;
+#[cfg(feature = "dev")]
+pub mod bootstrap;
 pub mod cli;
+pub mod events;
 pub mod ftc;
 pub mod install;
 pub mod join;

@@ -1,17 +1,13 @@
-//! A complete federation for end-to-end tests: local host + members, the CRDs installed,
-//! members joined the way `flotilla join` does, the default type configs applied, and the
-//! control plane running in-process.
+//! A complete federation for end-to-end tests: local host + members, set up by the shared
+//! bootstrap of `flotilla_controllers::bootstrap` (CRDs, KubeFedConfig, default type
+//! configs, members joined the way `flotilla join` does) with the tests' quick health
+//! checks, and the control plane running in-process.
 
-use std::{sync::Arc, time::Duration};
+use std::time::Duration;
 
 use anyhow::Context as _;
-use flotilla_controllers::{
-    install,
-    join::{JoinOptions, join},
-    manager::ControlPlane,
-    metrics::Metrics,
-};
-use flotilla_crds::{DEFAULT_NAMESPACE, crdgen};
+use flotilla_controllers::{bootstrap::Bootstrap, install, manager::ControlPlane};
+use flotilla_crds::crdgen;
 use kube::{
     Api, Client,
     api::{DynamicObject, Patch, PatchParams},
@@ -19,7 +15,12 @@ use kube::{
 };
 use serde_json::{Value, json};
 
-use crate::{LocalEnv, env, wait_for};
+use crate::{LocalEnv, env};
+
+/// Field manager of the tests' own writes.
+const MANAGER: &str = "flotilla-tests";
+/// How long each CRD may take to become Established.
+const CRD_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// A running federation.
 pub struct Federation {
@@ -42,7 +43,7 @@ impl Drop for Federation {
 /// Installs every CRD of `crdgen::all_crds()` into a cluster and waits until established.
 pub async fn install_crds(client: &Client) -> anyhow::Result<()> {
     let crds = crdgen::all_crds();
-    install::install_crds(client, &crds, "flotilla-tests", Duration::from_secs(30)).await?;
+    install::install_crds(client, &crds, MANAGER, CRD_TIMEOUT).await?;
     Ok(())
 }
 
@@ -64,95 +65,53 @@ pub async fn apply(
     Ok(api
         .patch(
             &name,
-            &PatchParams::apply("flotilla-tests").force(),
+            &PatchParams::apply(MANAGER).force(),
             &Patch::Apply(obj),
         )
         .await?)
 }
 
 /// The kube ApiResource of a federated type, e.g. `federated("ConfigMap", "configmaps")`.
+/// Only the target's kind and plural name the federated type, so the target's group,
+/// version and scope given to crdgen here do not matter.
 pub fn federated(kind: &str, plural: &str) -> ApiResource {
-    ApiResource {
-        group: flotilla_crds::TYPES_GROUP.into(),
-        version: "v1beta1".into(),
-        api_version: "types.kubefed.io/v1beta1".into(),
-        kind: format!("Federated{kind}"),
-        plural: format!("federated{plural}"),
+    let target = flotilla_crds::core::ApiResource {
+        group: String::new(),
+        version: "v1".into(),
+        kind: kind.into(),
+        plural_name: plural.into(),
+        scope: flotilla_crds::core::Scope::Namespaced,
+    };
+    crdgen::federated_api_resource(&target).to_kube()
+}
+
+/// The tests' federation: health checked every second (unready after two failures), and
+/// resources in unready clusters given up after 20 s, so that tests of failures are quick.
+pub fn bootstrap() -> Bootstrap {
+    let mut boot = Bootstrap::new(MANAGER);
+    boot.crd_timeout = CRD_TIMEOUT;
+    if let Some(hc) = boot.config.cluster_health_check.as_mut() {
+        hc.period = Some("1s".into());
+        hc.timeout = Some("1s".into());
+        hc.failure_threshold = Some(2);
     }
+    if let Some(sc) = boot.config.sync_controller.as_mut() {
+        sc.unready_cluster_deletion_timeout = Some("20s".into());
+    }
+    boot
 }
 
 /// Starts host + `members` members with the control plane, every default type enabled,
 /// health checked every second. Members are labelled `name=<cluster>`.
 pub async fn federation(members: usize) -> anyhow::Result<Federation> {
     let env = env(members).await;
-    let host = env.host().client().await?;
-    install_crds(&host).await?;
-    let ns_api: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(host.clone());
-    ns_api
-        .patch(
-            DEFAULT_NAMESPACE,
-            &PatchParams::apply("flotilla-tests"),
-            &Patch::Apply(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": DEFAULT_NAMESPACE}})),
-        )
-        .await?;
-    let mut config = flotilla_crds::KubeFedConfigSpec::with_defaults();
-    if let Some(hc) = config.cluster_health_check.as_mut() {
-        hc.period = Some("1s".into());
-        hc.timeout = Some("1s".into());
-        hc.failure_threshold = Some(2);
-    }
-    if let Some(sc) = config.sync_controller.as_mut() {
-        sc.unready_cluster_deletion_timeout = Some("20s".into());
-    }
-    let kfc_cfg = json!({
-        "apiVersion": "core.kubefed.io/v1beta1", "kind": "KubeFedConfig",
-        "metadata": {"name": "kubefed", "namespace": DEFAULT_NAMESPACE},
-        "spec": config,
-    });
-    let cfg_api: Api<flotilla_crds::KubeFedConfig> =
-        Api::namespaced(host.clone(), DEFAULT_NAMESPACE);
-    cfg_api
-        .patch(
-            "kubefed",
-            &PatchParams::apply("flotilla-tests").force(),
-            &Patch::Apply(&kfc_cfg),
-        )
-        .await?;
-
-    let mut member_clients = Vec::new();
-    for m in env.members() {
-        let client = m.client().await?;
-        let mut opts = JoinOptions::new(m.name(), m.server());
-        opts.ca_pem = Some(m.ca_pem().to_string());
-        opts.labels.insert("name".into(), m.name().into());
-        join(&host, &client, &opts).await?;
-        member_clients.push(client);
-    }
-    let ftc_api: Api<flotilla_crds::FederatedTypeConfig> =
-        Api::namespaced(host.clone(), DEFAULT_NAMESPACE);
-    for t in crdgen::default_target_types() {
-        let ftc = crdgen::federated_type_config(&t, DEFAULT_NAMESPACE);
-        let name = ftc.metadata.name.clone().context("ftc without name")?;
-        ftc_api
-            .patch(
-                &name,
-                &PatchParams::apply("flotilla-tests").force(),
-                &Patch::Apply(&ftc),
-            )
-            .await?;
-    }
-    let cp = ControlPlane::start(host.clone(), DEFAULT_NAMESPACE, Arc::new(Metrics::new()));
-    let set = cp.clusters.clone();
-    wait_for(Duration::from_secs(60), "every member Ready", || async {
-        let ready = set.ready().len();
-        anyhow::ensure!(ready == members, "{ready} of {members} ready");
-        Ok(())
-    })
-    .await?;
+    let boot = bootstrap();
+    let fed = boot.federate(&env, |_| {}).await?;
+    let cp = boot.start_control_plane(&fed.host, members).await?;
     Ok(Federation {
         control_plane: Some(cp),
-        host,
-        members: member_clients,
+        host: fed.host,
+        members: fed.members,
         env,
     })
 }
@@ -163,7 +122,7 @@ pub async fn federated_namespace(fed: &Federation, ns: &str) -> anyhow::Result<(
     ns_api
         .patch(
             ns,
-            &PatchParams::apply("flotilla-tests"),
+            &PatchParams::apply(MANAGER),
             &Patch::Apply(
                 json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}),
             ),

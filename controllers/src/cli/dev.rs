@@ -1,9 +1,10 @@
 //! `flotilla dev up`: a whole federation on this machine, for trying Flotilla. It starts a
 //! local host and N members (the test environment of `flotilla-localenv`), installs the
-//! CRDs and the default type configs, joins the members (labelled `name=<member>`), runs
-//! the control plane in-process, applies the samples of `config/samples/`, waits until
-//! they are propagated and prints the status and how to look with kubectl. Ctrl-C (or
-//! SIGTERM) stops the control plane and every cluster process and deletes their files.
+//! CRDs and the default type configs and joins the members (labelled `name=<member>`)
+//! through the shared [`crate::bootstrap`], runs the control plane in-process, applies the
+//! samples of `config/samples/`, waits until they are propagated and prints the status and
+//! how to look with kubectl. Ctrl-C (or SIGTERM) stops the control plane and every cluster
+//! process and deletes their files.
 
 use std::future::Future;
 use std::path::PathBuf;
@@ -11,19 +12,14 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
-use flotilla_crds::{FederatedTypeConfig, KubeFedConfig, KubeFedConfigSpec, crdgen};
 use flotilla_localenv::{EnvOptions, LocalEnv};
-use k8s_openapi::api::core::v1::Namespace;
-use kube::{
-    Api, Client, ResourceExt,
-    api::{Patch, PatchParams},
-};
-use serde_json::{Value, json};
+use kube::Client;
+use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
 use super::status::{self, Selection};
 use super::{Context, FIELD_MANAGER, GlobalArgs, federate, parse_duration};
-use crate::join::{JoinOptions, join};
+use crate::bootstrap::{Bootstrap, Progress};
 use crate::manager::ControlPlane;
 use crate::metrics::Metrics;
 
@@ -142,43 +138,39 @@ async fn up(args: DevUpArgs, ctx: &Context) -> anyhow::Result<()> {
 
 async fn federate_and_wait(env: &LocalEnv, args: &DevUpArgs, ctx: &Context) -> anyhow::Result<()> {
     let out = &ctx.out;
-    let cancel = &ctx.shutdown;
-    let ns = flotilla_crds::DEFAULT_NAMESPACE;
-    let host = env
-        .host()
-        .client()
-        .await
-        .context("connecting to the host")?;
-    cancellable(cancel, install(&host, ns)).await?;
-    out.line(format!(
-        "  installed {} CRDs and {} FederatedTypeConfigs",
-        crdgen::all_crds().len(),
-        crdgen::default_target_types().len()
-    ));
-    for member in env.members() {
-        let client = member.client().await.context("connecting to a member")?;
-        let mut opts = JoinOptions::new(member.name(), member.server());
-        opts.namespace = ns.to_owned();
-        opts.ca_pem = Some(member.ca_pem().to_owned());
-        opts.labels.insert("name".into(), member.name().into());
-        cancellable(cancel, async {
-            join(&host, &client, &opts)
-                .await
-                .with_context(|| format!("joining {}", member.name()))
+    let boot = bootstrap();
+    let fed = cancellable(&ctx.shutdown, async {
+        boot.federate(env, |step| match step {
+            Progress::Installed { crds, type_configs } => out.line(format!(
+                "  installed {crds} CRDs and {type_configs} FederatedTypeConfigs"
+            )),
+            Progress::Joined { name, server } => out.line(format!("  joined {name} ({server})")),
         })
-        .await?;
-        out.line(format!("  joined {} ({})", member.name(), member.server()));
-    }
-
-    let cp = ControlPlane::start(host.clone(), ns, Arc::new(Metrics::new()));
-    let result = run_demo(env, &host, &cp, args, ctx).await;
+        .await
+        .map_err(anyhow::Error::new)
+    })
+    .await?;
+    let cp = ControlPlane::start(fed.host.clone(), &boot.namespace, Arc::new(Metrics::new()));
+    let result = run_demo(env, &fed.host, &boot, &cp, args, ctx).await;
     cp.shutdown().await;
     result
+}
+
+/// The demo's federation: written as `flotilla`, with quicker health checks than the
+/// defaults, so members turn Ready within a second or two.
+fn bootstrap() -> Bootstrap {
+    let mut boot = Bootstrap::new(FIELD_MANAGER);
+    if let Some(hc) = boot.config.cluster_health_check.as_mut() {
+        hc.period = Some("2s".into());
+        hc.timeout = Some("2s".into());
+    }
+    boot
 }
 
 async fn run_demo(
     env: &LocalEnv,
     host: &Client,
+    boot: &Bootstrap,
     cp: &ControlPlane,
     args: &DevUpArgs,
     ctx: &Context,
@@ -187,18 +179,9 @@ async fn run_demo(
     let cancel = &ctx.shutdown;
     let members = env.members().len();
     cancellable(cancel, async {
-        let deadline = Instant::now() + Duration::from_secs(60);
-        loop {
-            let ready = cp.clusters.ready().len();
-            if ready == members {
-                return Ok(());
-            }
-            anyhow::ensure!(
-                Instant::now() < deadline,
-                "only {ready} of {members} members became Ready within 60s"
-            );
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
+        crate::bootstrap::wait_ready(cp, members, boot.ready_timeout)
+            .await
+            .map_err(anyhow::Error::new)
     })
     .await?;
     out.line(format!(
@@ -277,51 +260,6 @@ fn instructions(env: &LocalEnv, kubeconfig: &str) -> String {
         "  {k} --context host edit federatedconfigmap web-config -n demo   # then look again in the members\n"
     ));
     text
-}
-
-async fn install(host: &Client, ns: &str) -> anyhow::Result<()> {
-    let all = crdgen::all_crds();
-    crate::install::install_crds(host, &all, FIELD_MANAGER, Duration::from_secs(60)).await?;
-    let pp = PatchParams::apply(FIELD_MANAGER).force();
-    let namespaces: Api<Namespace> = Api::all(host.clone());
-    namespaces
-        .patch(
-            ns,
-            &pp,
-            &Patch::Apply(
-                json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}),
-            ),
-        )
-        .await
-        .context("creating the control-plane namespace")?;
-    // Quicker health checks than the defaults, so members turn Ready within a second or two.
-    let mut spec = KubeFedConfigSpec::with_defaults();
-    if let Some(hc) = spec.cluster_health_check.as_mut() {
-        hc.period = Some("2s".into());
-        hc.timeout = Some("2s".into());
-    }
-    let config = json!({
-        "apiVersion": "core.kubefed.io/v1beta1", "kind": "KubeFedConfig",
-        "metadata": {"name": flotilla_crds::KUBEFED_CONFIG_NAME, "namespace": ns},
-        "spec": spec,
-    });
-    let configs: Api<KubeFedConfig> = Api::namespaced(host.clone(), ns);
-    configs
-        .patch(
-            flotilla_crds::KUBEFED_CONFIG_NAME,
-            &pp,
-            &Patch::Apply(&config),
-        )
-        .await
-        .context("writing the KubeFedConfig")?;
-    let ftcs: Api<FederatedTypeConfig> = Api::namespaced(host.clone(), ns);
-    for t in crdgen::default_target_types() {
-        let ftc = crdgen::federated_type_config(&t, ns);
-        ftcs.patch(&ftc.name_any(), &pp, &Patch::Apply(&ftc))
-            .await
-            .with_context(|| format!("applying FederatedTypeConfig {}", ftc.name_any()))?;
-    }
-    Ok(())
 }
 
 /// Applies a sample, retrying briefly: a just-created namespace or CRD may take a moment.

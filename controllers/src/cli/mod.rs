@@ -1,12 +1,14 @@
 //! The `flotilla` command line: the controller-manager, a kubefedctl-compatible CLI
 //! (`join`, `unjoin`, `enable`, `disable`, `federate`, `orphaning-deletion`), `status`,
-//! the `dev` demo, `bench` and `version`.
+//! the `dev` demo, `bench` and `version`. `dev` and `bench` exist only with the crate's
+//! `dev` feature (on by default; the container image builds without it).
 //!
 //! The binary is a thin shell around [`run`] / [`execute`], so tests drive every command
 //! in-process with their own [`Context`] (captured output, their own shutdown signal).
 //! Commands use `anyhow`: they are the outermost layer and only report.
 
 pub mod access;
+#[cfg(feature = "dev")]
 pub mod dev;
 pub mod enable;
 pub mod federate;
@@ -29,7 +31,10 @@ pub use self::output::Output;
 /// Field manager of every object the CLI writes with server-side apply.
 pub const FIELD_MANAGER: &str = flotilla_crds::FIELD_MANAGER;
 
-const EXAMPLES: &str = "\
+/// The examples of every build; a build with `dev` adds the local demo.
+macro_rules! examples {
+    () => {
+        "\
 Examples:
   # Run the control plane (in the host cluster, or against it from outside)
   flotilla controller-manager --kubefed-namespace kube-federation-system
@@ -44,10 +49,20 @@ Examples:
 
   # Watch propagation, and wait for it in a script
   flotilla status -n demo
-  flotilla status federateddeployment/nginx -n demo --wait --timeout 2m
+  flotilla status federateddeployment/nginx -n demo --wait --timeout 2m"
+    };
+}
+
+#[cfg(feature = "dev")]
+const EXAMPLES: &str = concat!(
+    examples!(),
+    "
 
   # Try it all on local clusters
-  flotilla dev up --members 2";
+  flotilla dev up --members 2"
+);
+#[cfg(not(feature = "dev"))]
+const EXAMPLES: &str = examples!();
 
 /// Flotilla: a kubefed-compatible multi-cluster federation control plane.
 #[derive(Debug, Parser)]
@@ -115,9 +130,11 @@ pub enum Command {
     #[command(after_help = status::EXAMPLES)]
     Status(status::StatusArgs),
     /// A local federation for trying Flotilla: host + members, samples, propagation.
+    #[cfg(feature = "dev")]
     #[command(subcommand)]
     Dev(dev::DevCommand),
     /// Measure propagation on local clusters against the raw API servers.
+    #[cfg(feature = "dev")]
     Bench(crate::bench::BenchOptions),
     /// Print the version.
     Version,
@@ -182,7 +199,9 @@ pub async fn execute(cli: Cli, ctx: Context) -> anyhow::Result<()> {
         Command::Federate(args) => federate::run(&global, args, &ctx).await,
         Command::OrphaningDeletion(args) => orphan::run(&global, args, &ctx).await,
         Command::Status(args) => status::run(&global, args, &ctx).await,
+        #[cfg(feature = "dev")]
         Command::Dev(cmd) => dev::run(&global, cmd, &ctx).await,
+        #[cfg(feature = "dev")]
         Command::Bench(opts) => {
             let report = crate::bench::run(opts).await?;
             ctx.out.write(report.table());

@@ -26,7 +26,6 @@ use flotilla_crds::KubeFedCluster;
 use flotilla_crds::core::EffectiveConfig;
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Secret;
-use kube::runtime::events::{Recorder, Reporter};
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, Resource, ResourceExt};
@@ -183,13 +182,7 @@ pub fn start(
         set: set.clone(),
         config: config_rx.clone(),
         metrics: metrics.clone(),
-        recorder: Recorder::new(
-            host.clone(),
-            Reporter {
-                controller: REPORTING_CONTROLLER.to_owned(),
-                instance: std::env::var("POD_NAME").ok().filter(|n| !n.is_empty()),
-            },
-        ),
+        recorder: crate::events::recorder(host.clone(), REPORTING_CONTROLLER),
     });
     let cluster_task = tokio::spawn(run_clusters(host, namespace, shared));
     let gauge_task = tokio::spawn(run_gauges(set, metrics));

@@ -14,7 +14,7 @@ use std::{
 };
 
 use flotilla_crds::{
-    ReplicaSchedulingPreference,
+    ReplicaSchedulingPreference, crdgen,
     federated::{ClusterOverride, ClusterOverrides, ClusterReference, FederatedSpec},
     placement,
 };
@@ -23,7 +23,7 @@ use kube::{
     api::{DynamicObject, Patch, PatchParams},
     core::ApiResource,
     runtime::{
-        events::{Event, EventType, Recorder, Reporter},
+        events::{Event, EventType, Recorder},
         reflector::{self, ObjectRef, Store},
     },
 };
@@ -38,20 +38,20 @@ use crate::{
 
 /// Field manager of the scheduler's writes to federated objects.
 pub const SCHEDULER_MANAGER: &str = "flotilla-scheduler";
+/// The scheduler's name as the reporting controller of its Events.
+const REPORTING_CONTROLLER: &str = "flotilla-scheduler";
 
 fn federated_ar(kind: &str) -> Option<ApiResource> {
-    let plural = match kind {
-        "FederatedDeployment" => "federateddeployments",
-        "FederatedReplicaSet" => "federatedreplicasets",
+    // Only the workload kinds whose replicas can be divided are scheduled.
+    let target = match kind {
+        "FederatedDeployment" => "Deployment",
+        "FederatedReplicaSet" => "ReplicaSet",
         _ => return None,
     };
-    Some(ApiResource {
-        group: flotilla_crds::TYPES_GROUP.into(),
-        version: flotilla_crds::V1BETA1.into(),
-        api_version: format!("{}/{}", flotilla_crds::TYPES_GROUP, flotilla_crds::V1BETA1),
-        kind: kind.into(),
-        plural: plural.into(),
-    })
+    crdgen::default_target_types()
+        .into_iter()
+        .find(|t| t.api.group == "apps" && t.api.kind == target)
+        .map(|t| crdgen::federated_api_resource(&t.api).to_kube())
 }
 
 type Key = (String, String);
@@ -113,13 +113,7 @@ pub async fn run(host: Client, clusters: ClusterSet) {
         clusters: clusters.clone(),
         rsps: rsps.clone(),
         targets,
-        recorder: Recorder::new(
-            host,
-            Reporter {
-                controller: "flotilla-scheduler".into(),
-                instance: std::env::var("POD_NAME").ok(),
-            },
-        ),
+        recorder: crate::events::recorder(host, REPORTING_CONTROLLER),
     });
     {
         let queue = queue.clone();
@@ -321,6 +315,18 @@ fn apply_plan(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_federated_deployments_and_replica_sets_are_scheduled() {
+        let ar = federated_ar("FederatedDeployment").expect("scheduled");
+        assert_eq!(
+            (ar.api_version.as_str(), ar.plural.as_str()),
+            ("types.kubefed.io/v1beta1", "federateddeployments")
+        );
+        let ar = federated_ar("FederatedReplicaSet").expect("scheduled");
+        assert_eq!(ar.plural, "federatedreplicasets");
+        assert!(federated_ar("FederatedConfigMap").is_none());
+    }
 
     #[test]
     fn a_plan_sets_placement_and_replica_overrides_keeping_other_overrides() {

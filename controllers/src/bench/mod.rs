@@ -1,0 +1,259 @@
+//! `flotilla bench`: propagation speed, cost and steady state of the control plane, each
+//! measured against the raw API servers of the same run.
+//!
+//! One run starts a local host and N members ([`flotilla_localenv`]), joins them, enables the
+//! default types and then, per workload kind (ConfigMaps, optionally Deployments):
+//!
+//! 1. **Flotilla**: the control plane runs in this process on its own Tokio runtime (threads
+//!    named `flotilla-cp`, so its CPU time is read per thread). K federated objects are
+//!    created in the host at a fixed concurrency; a label-filtered watcher per member records
+//!    when each member object appears, so a per-object latency runs from the federated create
+//!    call to "present in every member". Then every template is changed (latency to the new
+//!    data in every member), a resync is forced and member/host writes are counted (steady
+//!    state), and everything is deleted (time until the members are empty).
+//! 2. **Raw baseline**: the control plane is stopped and the same K×N objects are created,
+//!    updated and deleted straight in the members with admin clients, at the same per-member
+//!    concurrency as the sync controller's workers — the physical limit of these API servers.
+//!
+//! Requests are counted by the API servers themselves (`apiserver_request_total` from each
+//! cluster's `/metrics`, before and after a phase). Peak memory cannot be split between
+//! threads, so the control plane's RSS is the growth of the process's peak (`VmHWM`, reset
+//! through `/proc/self/clear_refs` before each part) during the Flotilla part, minus the
+//! same growth during the raw part, where the same watchers and load generator run without
+//! a control plane. The control plane runs first, in a process that has not yet allocated for
+//! the raw part, so that freed memory of the raw part cannot hide its allocations.
+//!
+//! [`run`] returns a [`BenchReport`]; [`BenchReport::table`] renders it for people and the
+//! report serializes to JSON for tools (`--json PATH`).
+//!
+//! This module owns the command-line options and the entry point; the parts live in:
+//! `workload` (the objects written), `tracker` (watchers that see them land),
+//! `procfs` and `requests` (CPU, memory and request counters), `snapshot` (a phase's
+//! start and end figures), `control_plane` (the control plane under test), `session`
+//! (one run's clusters and its two parts), `warmup` (unmeasured preparation), `phases`
+//! (the measured phases) and `report` / `table` (the results).
+
+mod control_plane;
+mod phases;
+mod procfs;
+mod report;
+mod requests;
+mod session;
+mod snapshot;
+mod table;
+mod tracker;
+mod warmup;
+mod workload;
+
+use std::path::PathBuf;
+
+use anyhow::Context as _;
+use flotilla_localenv::{EnvOptions, LocalEnv};
+use serde::{Deserialize, Serialize};
+use tracing::{info, warn};
+
+pub use self::report::{
+    BenchReport, Comparison, Cost, KindReport, Machine, Percentiles, Phase, Reference, Steady,
+    Target, percentiles,
+};
+pub use self::requests::{RequestCounts, parse_request_totals};
+
+/// Name of the control plane's runtime threads, by which its CPU time is found.
+const CP_THREAD: &str = "flotilla-cp";
+/// Namespace of the federated objects (host) and of their member copies.
+const FED_NS: &str = "bench";
+/// Namespace of federated objects created while no control plane runs (the input's cost).
+const INPUT_NS: &str = "bench-input";
+/// Namespace of the raw baseline objects in the members.
+const RAW_NS: &str = "bench-raw";
+/// Label on every benchmark object; its value tells the parts apart.
+const BENCH_LABEL: &str = "flotilla-bench";
+/// Field manager of the benchmark's own writes.
+const MANAGER: &str = "flotilla-bench";
+
+/// A named workload whose figures can be compared with published ones.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Serialize, Deserialize)]
+pub enum Scenario {
+    /// 200 ConfigMaps → 2 members, first create → all 400 member objects present. Reference
+    /// on this kind of machine: raw creates 1.5 s, Karmada v1.3.6 push mode 24–29 s.
+    #[value(name = "karmada-200x2")]
+    #[serde(rename = "karmada-200x2")]
+    Karmada200x2,
+}
+
+/// Where the control plane runs during the benchmark.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ControlPlaneMode {
+    /// `process` when this program is the `flotilla` binary (or --flotilla-bin is given),
+    /// else `in-process`.
+    #[default]
+    Auto,
+    /// In this process on its own runtime: CPU per thread, RSS estimated (an upper bound).
+    InProcess,
+    /// A child `flotilla controller-manager` (leader election off): CPU and peak RSS exact.
+    Process,
+}
+
+/// What to benchmark. Defaults: 1,000 ConfigMaps × 4 members, 16 concurrent writes, 16 sync
+/// workers, a 10 s steady-state window.
+#[derive(Debug, Clone, clap::Args, Serialize, Deserialize)]
+pub struct BenchOptions {
+    /// A named scenario (sets members and objects; explicit --members/--objects win).
+    #[arg(long, value_enum)]
+    pub scenario: Option<Scenario>,
+    /// Member clusters [default: 4; 2 for karmada-200x2].
+    #[arg(long)]
+    pub members: Option<usize>,
+    /// Federated objects per kind [default: 1000; 200 for karmada-200x2].
+    #[arg(long)]
+    pub objects: Option<usize>,
+    /// Also benchmark as many Deployments (0 replicas, so only the API objects count).
+    #[arg(long)]
+    pub with_deployments: bool,
+    /// Concurrent writes: federated creates/updates/deletes in the host, and raw writes per
+    /// member in the baseline.
+    #[arg(long, default_value_t = 16)]
+    pub concurrency: usize,
+    /// Sync workers (KubeFedConfig syncController.maxConcurrentReconciles).
+    #[arg(long, default_value_t = 16)]
+    pub workers: usize,
+    /// Seconds to count writes after forcing a resync of every converged object.
+    #[arg(long, default_value_t = 10)]
+    pub steady_secs: u64,
+    /// Seconds one phase may take before the run fails.
+    #[arg(long, default_value_t = 600)]
+    pub phase_timeout_secs: u64,
+    /// Write the report as JSON to this file.
+    #[arg(long, value_name = "PATH")]
+    pub json: Option<PathBuf>,
+    /// Where the control plane runs.
+    #[arg(long, value_enum, default_value_t = ControlPlaneMode::Auto)]
+    pub control_plane: ControlPlaneMode,
+    /// The `flotilla` binary whose `controller-manager` is run for `--control-plane process`
+    /// [default: this program, when it is `flotilla`].
+    #[arg(long, value_name = "PATH")]
+    pub flotilla_bin: Option<PathBuf>,
+}
+
+impl Default for BenchOptions {
+    fn default() -> Self {
+        BenchOptions {
+            scenario: None,
+            members: None,
+            objects: None,
+            with_deployments: false,
+            concurrency: 16,
+            workers: 16,
+            steady_secs: 10,
+            phase_timeout_secs: 600,
+            json: None,
+            control_plane: ControlPlaneMode::Auto,
+            flotilla_bin: None,
+        }
+    }
+}
+
+impl BenchOptions {
+    /// The binary to run as the control plane, or `None` to run it in-process.
+    pub fn control_plane_binary(&self) -> anyhow::Result<Option<PathBuf>> {
+        let this = || {
+            std::env::current_exe()
+                .ok()
+                .filter(|p| p.file_stem().is_some_and(|s| s == "flotilla"))
+        };
+        match self.control_plane {
+            ControlPlaneMode::InProcess => Ok(None),
+            ControlPlaneMode::Auto => Ok(self.flotilla_bin.clone().or_else(this)),
+            ControlPlaneMode::Process => self.flotilla_bin.clone().or_else(this).map(Some).context(
+                "--control-plane process needs --flotilla-bin when this program is not flotilla",
+            ),
+        }
+    }
+
+    /// The scenario's name and the effective member and object counts.
+    pub fn resolved(&self) -> (String, usize, usize) {
+        let (name, members, objects) = match self.scenario {
+            Some(Scenario::Karmada200x2) => ("karmada-200x2".to_string(), 2, 200),
+            None => (String::new(), 4, 1000),
+        };
+        let members = self.members.unwrap_or(members);
+        let objects = self.objects.unwrap_or(objects);
+        let name = if name.is_empty() || (members, objects) != (2, 200) {
+            format!("{objects}x{members}")
+        } else {
+            name
+        };
+        (name, members, objects)
+    }
+}
+
+/// Runs the benchmark: starts the clusters, measures, stops them. Writes the JSON report to
+/// `opts.json` when set; printing [`BenchReport::table`] is left to the caller.
+pub async fn run(opts: BenchOptions) -> anyhow::Result<BenchReport> {
+    let (scenario, members, objects) = opts.resolved();
+    anyhow::ensure!(members >= 1, "at least one member is needed");
+    anyhow::ensure!(objects >= 1, "at least one object is needed");
+    let machine = procfs::machine();
+    info!(%scenario, members, objects, "starting the local clusters");
+    let env = LocalEnv::start(EnvOptions::with_members(members))
+        .await
+        .context("starting the local clusters")?;
+    let result = session::run_in(&env, &opts, objects).await;
+    if let Err(e) = env.shutdown().await {
+        warn!(error = %e, "stopping the local clusters failed");
+    }
+    let session::Measured {
+        kinds,
+        cost,
+        clusters_idle_cpu_per_s,
+        control_plane,
+    } = result?;
+    let mut report = BenchReport {
+        scenario: scenario.clone(),
+        members,
+        objects,
+        concurrency: opts.concurrency,
+        workers: opts.workers,
+        control_plane,
+        clusters_idle_cpu_per_s,
+        machine,
+        kinds,
+        cost,
+        reference: (scenario == "karmada-200x2").then(|| Reference {
+            raw_s: 1.5,
+            karmada_s: (24.0, 29.0),
+            source: "issue 8: kubectl creates and Karmada v1.3.6 push mode, on this kind of machine (kind)".into(),
+        }),
+        targets: Vec::new(),
+        finished_at: k8s_openapi::jiff::Timestamp::now().to_string(),
+    };
+    report.targets = report::targets(&report);
+    if let Some(path) = &opts.json {
+        let text = serde_json::to_string_pretty(&report)?;
+        std::fs::write(path, text).with_context(|| format!("writing {}", path.display()))?;
+    }
+    Ok(report)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_karmada_scenario_sets_two_members_and_two_hundred_objects() {
+        let opts = BenchOptions {
+            scenario: Some(Scenario::Karmada200x2),
+            ..BenchOptions::default()
+        };
+        assert_eq!(opts.resolved(), ("karmada-200x2".to_string(), 2, 200));
+        let opts = BenchOptions::default();
+        assert_eq!(opts.resolved(), ("1000x4".to_string(), 4, 1000));
+        let opts = BenchOptions {
+            scenario: Some(Scenario::Karmada200x2),
+            objects: Some(10),
+            ..BenchOptions::default()
+        };
+        assert_eq!(opts.resolved(), ("10x2".to_string(), 2, 10));
+    }
+}

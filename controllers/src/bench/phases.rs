@@ -1,0 +1,518 @@
+//! The measured phases: federated creates, updates and deletes through the control plane
+//! (and the steady state between them), the host input alone, and the same writes straight
+//! into the members. Each phase is the difference of two [`Snapshot`]s around the writes,
+//! with per-object latencies from the [`Tracker`].
+
+use std::{
+    collections::{BTreeMap, HashMap},
+    future::Future,
+    sync::{Arc, atomic::Ordering},
+    time::Instant,
+};
+
+use anyhow::Context as _;
+use flotilla_crds::{DEFAULT_NAMESPACE, KubeFedCluster, federated::FederatedStatus};
+use kube::{
+    Api,
+    api::{DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams},
+};
+use serde_json::{Value, json};
+use tracing::info;
+
+use super::{
+    BENCH_LABEL, FED_NS, INPUT_NS, RAW_NS,
+    procfs::{clusters_cpu, cpu_delta, machine_busy},
+    report::{Phase, Steady, percentiles, ratio},
+    requests::delta,
+    session::Run,
+    snapshot::Snapshot,
+    tracker::{Tracker, Want},
+    warmup::poll,
+    workload::{Kind, Starts, names, to_kube, write_all},
+};
+
+/// Flotilla's phases of one kind.
+pub(super) struct FlotillaPhases {
+    pub(super) create: Phase,
+    pub(super) update: Phase,
+    pub(super) delete: Phase,
+    pub(super) steady: Steady,
+}
+
+/// The raw baseline's phases of one kind.
+pub(super) struct RawPhases {
+    pub(super) create: Phase,
+    pub(super) update: Phase,
+    pub(super) delete: Phase,
+}
+
+/// The figures when the last object reached its state: the end of the active part.
+struct Active {
+    at: Instant,
+    machine_busy: f64,
+    clusters_cpu: f64,
+}
+
+/// What one phase observed, from which its [`Phase`] is computed.
+struct Observed {
+    before: Snapshot,
+    active: Active,
+    after: Snapshot,
+    /// When each object's first write started.
+    starts: HashMap<String, Instant>,
+    /// When each object reached its state in its last cluster.
+    reached: HashMap<String, Instant>,
+    /// LISTs of federated objects the benchmark itself sent during the phase.
+    own_lists: u64,
+}
+
+/// Measures one phase: `drive` issues the writes (marking starts), `tracker` sees them land,
+/// `settle` waits for trailing work (status writes) before the end snapshot.
+#[allow(clippy::too_many_arguments)] // private, few call sites; each argument is one fact of the phase
+async fn measure<D, DF, S, SF>(
+    run: &Run,
+    kind: Kind,
+    names: &[String],
+    tracker: &Tracker,
+    want: Want,
+    own_host_writes: (&str, u64),
+    drive: D,
+    settle: S,
+) -> anyhow::Result<Phase>
+where
+    D: FnOnce(Arc<Starts>) -> DF,
+    DF: Future<Output = anyhow::Result<()>>,
+    S: FnOnce() -> SF,
+    SF: Future<Output = anyhow::Result<()>>,
+{
+    let before = Snapshot::take(run).await?;
+    let lists_before = run.own_lists.load(Ordering::Relaxed);
+    tracker.expect(want, names);
+    let starts = Arc::new(Starts::default());
+    let wait = tracker.wait(run.timeout);
+    let (driven, reached) = tokio::join!(drive(starts.clone()), wait);
+    driven?;
+    let reached = reached?;
+    let active = Active {
+        at: Instant::now(),
+        machine_busy: machine_busy(),
+        clusters_cpu: clusters_cpu(&run.procs).values().sum::<f64>(),
+    };
+    settle().await?;
+    let after = Snapshot::take(run).await?;
+    let observed = Observed {
+        before,
+        active,
+        after,
+        starts: starts.take(),
+        reached,
+        own_lists: run.own_lists.load(Ordering::Relaxed) - lists_before,
+    };
+    let member_objects = names.len() * tracker.clusters();
+    Ok(phase(
+        run,
+        kind,
+        names,
+        member_objects,
+        own_host_writes,
+        &observed,
+    ))
+}
+
+/// The figures of a phase from what it observed.
+fn phase(
+    run: &Run,
+    kind: Kind,
+    names: &[String],
+    member_objects: usize,
+    own_host_writes: (&str, u64),
+    o: &Observed,
+) -> Phase {
+    let (before, after) = (&o.before, &o.after);
+    let first = o.starts.values().min().copied().unwrap_or(before.at);
+    let last = o.reached.values().max().copied().unwrap_or(first);
+    let seconds = last.saturating_duration_since(first).as_secs_f64();
+    let mut lat: Vec<f64> = names
+        .iter()
+        .filter_map(|n| {
+            Some(
+                o.reached
+                    .get(n)?
+                    .saturating_duration_since(*o.starts.get(n)?),
+            )
+        })
+        .map(|d| d.as_secs_f64() * 1000.0)
+        .collect();
+    let member_requests = member_requests(before, after, &kind.target().plural);
+    let host_requests = host_requests(kind, own_host_writes, o);
+    let total: u64 = member_requests.values().sum::<u64>() + host_requests.values().sum::<u64>();
+    let cp_cpu = after.cp_cpu - before.cp_cpu;
+    // In-process, the control plane's threads are part of this process's CPU time.
+    let cp_in_process = if run.child_pid().is_some() {
+        0.0
+    } else {
+        cp_cpu
+    };
+    Phase {
+        member_objects,
+        seconds,
+        objects_per_second: ratio(member_objects as f64, seconds),
+        latency_ms: percentiles(&mut lat),
+        member_requests,
+        host_requests,
+        requests_per_member_object: ratio(total as f64, member_objects as f64),
+        control_plane_cpu_s: cp_cpu,
+        generator_cpu_s: after.process_cpu - before.process_cpu - cp_in_process,
+        clusters_cpu_s: after.clusters_cpu_total() - before.clusters_cpu_total(),
+        clusters_cpu_by_process: cpu_delta(&before.clusters_cpu, &after.clusters_cpu),
+        machine_busy_cpu_s: after.machine_busy - before.machine_busy,
+        window_s: after.at.saturating_duration_since(before.at).as_secs_f64(),
+        active_s: o
+            .active
+            .at
+            .saturating_duration_since(before.at)
+            .as_secs_f64(),
+        machine_busy_active_cpu_s: o.active.machine_busy - before.machine_busy,
+        clusters_active_cpu_s: o.active.clusters_cpu - before.clusters_cpu_total(),
+    }
+}
+
+/// Requests for `resource` the members served, by verb, summed over the members.
+fn member_requests(before: &Snapshot, after: &Snapshot, resource: &str) -> BTreeMap<String, u64> {
+    let mut out = BTreeMap::new();
+    for (b, a) in before.members.iter().zip(&after.members) {
+        for (k, v) in delta(b, a, resource, |_, verb| verb.to_string()) {
+            *out.entry(k).or_insert(0) += v;
+        }
+    }
+    out
+}
+
+/// Requests the host served for the federated kind and Events, the benchmark's own
+/// writes and LISTs excluded.
+fn host_requests(kind: Kind, own_host_writes: (&str, u64), o: &Observed) -> BTreeMap<String, u64> {
+    let (before, after) = (&o.before.host, &o.after.host);
+    let fed = kind.federated().plural;
+    let mut out = delta(before, after, &fed, |sub, verb| {
+        if sub.is_empty() {
+            format!("{fed} {verb}")
+        } else {
+            format!("{fed}/{sub} {verb}")
+        }
+    });
+    for (k, v) in delta(before, after, "events", |_, verb| format!("events {verb}")) {
+        *out.entry(k).or_insert(0) += v;
+    }
+    // The benchmark's own writes: one per object, on the main resource.
+    let (own_verb, own) = own_host_writes;
+    for (verb, n) in [(own_verb, own), ("LIST", o.own_lists)] {
+        if let Some(v) = out.get_mut(&format!("{fed} {verb}")) {
+            *v = v.saturating_sub(n);
+        }
+    }
+    out.retain(|_, v| *v > 0);
+    out
+}
+
+/// Every federated object reports Propagation=True for its current generation.
+async fn wait_propagated(run: &Run, kind: Kind, host: &Tracker) -> anyhow::Result<()> {
+    let api: Api<DynamicObject> = Api::namespaced_with(run.host.clone(), FED_NS, &kind.federated());
+    let lp = ListParams::default().labels(&format!("{BENCH_LABEL}=fed"));
+    poll(run.timeout, "every federated object propagated", || async {
+        run.own_lists.fetch_add(1, Ordering::Relaxed);
+        let list = api.list(&lp).await?;
+        Ok(list.items.iter().all(|o| {
+            let s = FederatedStatus::from_dynamic(o);
+            s.observed_generation == o.metadata.generation.unwrap_or(0)
+                && s.propagation().is_some_and(|c| c.status == "True")
+        }))
+    })
+    .await?;
+    host.quiet(run.timeout).await;
+    Ok(())
+}
+
+/// Creates (version 1) every named federated object of `kind` in `namespace`.
+async fn create_federated(
+    api: &Api<DynamicObject>,
+    run: &Run,
+    kind: Kind,
+    namespace: &str,
+    names: &[String],
+    starts: &Starts,
+) -> anyhow::Result<()> {
+    write_all(names, run.concurrency, starts, |n| {
+        let api = api.clone();
+        async move {
+            let o = kind.federated_object(namespace, &n, "1").map_err(to_kube)?;
+            api.create(&PostParams::default(), &o).await.map(|_| ())
+        }
+    })
+    .await
+}
+
+/// Applies `patch` as a merge patch to every named object.
+async fn patch_all(
+    api: &Api<DynamicObject>,
+    run: &Run,
+    names: &[String],
+    patch: &Value,
+    starts: &Starts,
+) -> anyhow::Result<()> {
+    write_all(names, run.concurrency, starts, |n| {
+        let api = api.clone();
+        async move {
+            api.patch(&n, &PatchParams::default(), &Patch::Merge(patch))
+                .await
+                .map(|_| ())
+        }
+    })
+    .await
+}
+
+/// Deletes every named object.
+async fn delete_all(
+    api: &Api<DynamicObject>,
+    run: &Run,
+    names: &[String],
+    starts: &Starts,
+) -> anyhow::Result<()> {
+    write_all(names, run.concurrency, starts, |n| {
+        let api = api.clone();
+        async move { api.delete(&n, &DeleteParams::default()).await.map(|_| ()) }
+    })
+    .await
+}
+
+/// Creates, updates and deletes the federated objects of `kind`, measuring each until the
+/// members show it; the steady state is measured between create and update.
+pub(super) async fn flotilla_phases(
+    run: &Run,
+    kind: Kind,
+    members: &Tracker,
+    host: &Tracker,
+) -> anyhow::Result<FlotillaPhases> {
+    let names = &names(kind, run.objects);
+    let own = names.len() as u64;
+    let api: &Api<DynamicObject> =
+        &Api::namespaced_with(run.host.clone(), FED_NS, &kind.federated());
+    let propagated = || wait_propagated(run, kind, host);
+    let want = Want::Version("1".into());
+    let create = measure(
+        run,
+        kind,
+        names,
+        members,
+        want,
+        ("POST", own),
+        |starts| async move { create_federated(api, run, kind, FED_NS, names, &starts).await },
+        propagated,
+    )
+    .await?;
+    info!(kind = kind.name(), seconds = create.seconds, "created");
+
+    let steady = steady_state(run, kind, members, host).await?;
+    info!(
+        kind = kind.name(),
+        member_writes = steady.member_writes,
+        host_writes = steady.host_writes,
+        "steady state"
+    );
+
+    let patch = &json!({"spec": {"template": kind.version_patch("2")}});
+    let want = Want::Version("2".into());
+    let update = measure(
+        run,
+        kind,
+        names,
+        members,
+        want,
+        ("PATCH", own),
+        |starts| async move { patch_all(api, run, names, patch, &starts).await },
+        propagated,
+    )
+    .await?;
+    info!(kind = kind.name(), seconds = update.seconds, "updated");
+
+    let host_empty = || async {
+        host.expect(Want::Absent, names);
+        host.wait(run.timeout).await?;
+        host.quiet(run.timeout).await;
+        Ok(())
+    };
+    let delete = measure(
+        run,
+        kind,
+        names,
+        members,
+        Want::Absent,
+        ("DELETE", own),
+        |starts| async move { delete_all(api, run, names, &starts).await },
+        host_empty,
+    )
+    .await?;
+    info!(kind = kind.name(), seconds = delete.seconds, "deleted");
+    Ok(FlotillaPhases {
+        create,
+        update,
+        delete,
+        steady,
+    })
+}
+
+/// Forces a resync of every converged object and counts the writes it causes.
+async fn steady_state(
+    run: &Run,
+    kind: Kind,
+    members: &Tracker,
+    host: &Tracker,
+) -> anyhow::Result<Steady> {
+    let before = Snapshot::take(run).await?;
+    let (mw, hw) = (members.writes(), host.writes());
+    let api: Api<KubeFedCluster> = Api::namespaced(run.host.clone(), DEFAULT_NAMESPACE);
+    let stamp = k8s_openapi::jiff::Timestamp::now()
+        .as_millisecond()
+        .to_string();
+    for name in &run.kubefed_clusters {
+        // A label change requeues every federated object that could place onto the cluster.
+        api.patch(
+            name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"labels": {"flotilla-bench/resync": stamp}}})),
+        )
+        .await
+        .with_context(|| format!("labelling KubeFedCluster {name}"))?;
+    }
+    tokio::time::sleep(run.steady).await;
+    let after = Snapshot::take(run).await?;
+    let member_requests: u64 = member_requests(&before, &after, &kind.target().plural)
+        .values()
+        .sum();
+    Ok(Steady {
+        window_s: after.at.saturating_duration_since(before.at).as_secs_f64(),
+        resyncs_forced: run.kubefed_clusters.len(),
+        member_writes: members.writes() - mw,
+        host_writes: host.writes() - hw,
+        member_requests,
+        control_plane_cpu_s: after.cp_cpu - before.cp_cpu,
+    })
+}
+
+/// The federated objects created with no control plane running, then deleted unmeasured.
+pub(super) async fn input_phase(run: &Run, kind: Kind, tracker: &Tracker) -> anyhow::Result<Phase> {
+    let names = &names(kind, run.objects);
+    let api: &Api<DynamicObject> =
+        &Api::namespaced_with(run.host.clone(), INPUT_NS, &kind.federated());
+    let own = ("POST", names.len() as u64);
+    let want = Want::Version("1".into());
+    let phase = measure(
+        run,
+        kind,
+        names,
+        tracker,
+        want,
+        own,
+        |starts| async move { create_federated(api, run, kind, INPUT_NS, names, &starts).await },
+        || async { Ok(()) },
+    )
+    .await?;
+    tracker.expect(Want::Absent, names);
+    delete_all(api, run, names, &Starts::default()).await?;
+    tracker.wait(run.timeout).await?;
+    Ok(phase)
+}
+
+/// What one raw phase writes into each member.
+enum RawWrite<'a> {
+    Create,
+    Patch(&'a Value),
+    Delete,
+}
+
+/// Writes every named object into every member at once, each member `run.concurrency` at
+/// a time (the sync controller's per-member concurrency).
+async fn raw_write_all(
+    run: &Run,
+    kind: Kind,
+    apis: &[Api<DynamicObject>],
+    names: &[String],
+    write: &RawWrite<'_>,
+    starts: &Starts,
+) -> anyhow::Result<()> {
+    futures::future::try_join_all(apis.iter().map(|api| async move {
+        match write {
+            RawWrite::Create => {
+                write_all(names, run.concurrency, starts, |n| {
+                    let api = api.clone();
+                    async move {
+                        let o = kind.raw_object(&n, "1").map_err(to_kube)?;
+                        api.create(&PostParams::default(), &o).await.map(|_| ())
+                    }
+                })
+                .await
+            }
+            RawWrite::Patch(patch) => patch_all(api, run, names, patch, starts).await,
+            RawWrite::Delete => delete_all(api, run, names, starts).await,
+        }
+    }))
+    .await
+    .map(|_| ())
+}
+
+/// The same creates, updates and deletes straight into the members, with no control plane.
+pub(super) async fn raw_phases(
+    run: &Run,
+    kind: Kind,
+    tracker: &Tracker,
+) -> anyhow::Result<RawPhases> {
+    let names = names(kind, run.objects);
+    let apis: Vec<Api<DynamicObject>> = run
+        .members
+        .iter()
+        .map(|c| Api::namespaced_with(c.clone(), RAW_NS, &kind.target()))
+        .collect();
+    let patch = kind.version_patch("2");
+    let names = &names;
+    let apis = &apis;
+    let create = raw_phase(run, kind, tracker, names, apis, RawWrite::Create).await?;
+    info!(
+        kind = kind.name(),
+        seconds = create.seconds,
+        "raw creates done"
+    );
+    let update = raw_phase(run, kind, tracker, names, apis, RawWrite::Patch(&patch)).await?;
+    let delete = raw_phase(run, kind, tracker, names, apis, RawWrite::Delete).await?;
+    Ok(RawPhases {
+        create,
+        update,
+        delete,
+    })
+}
+
+/// One raw phase: `write` into every member until the tracker sees it everywhere.
+async fn raw_phase(
+    run: &Run,
+    kind: Kind,
+    tracker: &Tracker,
+    names: &[String],
+    apis: &[Api<DynamicObject>],
+    write: RawWrite<'_>,
+) -> anyhow::Result<Phase> {
+    let want = match write {
+        RawWrite::Create => Want::Version("1".into()),
+        RawWrite::Patch(_) => Want::Version("2".into()),
+        RawWrite::Delete => Want::Absent,
+    };
+    let write = &write;
+    measure(
+        run,
+        kind,
+        names,
+        tracker,
+        want,
+        ("", 0),
+        |starts| async move { raw_write_all(run, kind, apis, names, write, &starts).await },
+        || async { Ok(()) },
+    )
+    .await
+}

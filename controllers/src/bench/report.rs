@@ -1,0 +1,362 @@
+//! The report of a run: what was measured (serialized as the `--json` output, so field
+//! names and shapes are a format), ratios and percentiles, and the targets. Only
+//! pure data and arithmetic; [`super::table`] renders it.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+/// Everything one run measured.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct BenchReport {
+    /// `karmada-200x2`, or `<objects>x<members>`.
+    pub scenario: String,
+    /// Member clusters.
+    pub members: usize,
+    /// Federated objects per kind.
+    pub objects: usize,
+    /// Concurrent writes (host writes; raw writes per member).
+    pub concurrency: usize,
+    /// Sync workers.
+    pub workers: usize,
+    /// Where the control plane ran and how its cost is attributed.
+    pub control_plane: String,
+    /// CPU seconds per second the clusters' processes use when nobody writes (their
+    /// background work), measured before the first part.
+    pub clusters_idle_cpu_per_s: f64,
+    /// The machine.
+    pub machine: Machine,
+    /// Per workload kind: Flotilla against the raw baseline.
+    pub kinds: Vec<KindReport>,
+    /// Control-plane cost over the whole Flotilla part.
+    pub cost: Cost,
+    /// Published figures for the named scenario, printed beside ours.
+    pub reference: Option<Reference>,
+    /// The targets, met or not.
+    pub targets: Vec<Target>,
+    /// When the run finished (RFC 3339).
+    pub finished_at: String,
+}
+
+/// The machine the run used.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Machine {
+    /// Logical CPUs.
+    pub cpus: usize,
+    /// Total memory, MiB.
+    pub memory_mib: u64,
+    /// Kernel release.
+    pub kernel: String,
+    /// 1-minute load average when the run started (others' work included).
+    pub load_at_start: f64,
+}
+
+/// One kind (ConfigMap, Deployment): each phase for Flotilla and for the raw baseline.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct KindReport {
+    /// Target kind.
+    pub kind: String,
+    /// Federated create → member objects present.
+    pub create: Comparison,
+    /// Template change → new data in every member.
+    pub update: Comparison,
+    /// Federated delete → members empty.
+    pub delete: Comparison,
+    /// Writes after convergence during a forced resync.
+    pub steady: Steady,
+    /// The federated creates alone, with no control plane running: what accepting the
+    /// input costs the host, a floor under propagation.
+    pub host_input: Phase,
+}
+
+/// One phase through Flotilla and straight into the members.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Comparison {
+    /// Through the control plane.
+    pub flotilla: Phase,
+    /// Raw writes into the members.
+    pub raw: Phase,
+    /// flotilla.seconds / raw.seconds (lower is better, 1 = as fast as raw).
+    pub time_ratio: f64,
+    /// flotilla.objects_per_second / raw.objects_per_second (higher is better).
+    pub throughput_ratio: f64,
+    /// Latency percentiles, flotilla / raw.
+    pub latency_ratio: Percentiles,
+}
+
+impl Comparison {
+    /// Flotilla's phase beside the raw one, with their ratios.
+    pub(super) fn new(flotilla: Phase, raw: Phase) -> Self {
+        Comparison {
+            time_ratio: ratio(flotilla.seconds, raw.seconds),
+            throughput_ratio: ratio(flotilla.objects_per_second, raw.objects_per_second),
+            latency_ratio: Percentiles {
+                p50: ratio(flotilla.latency_ms.p50, raw.latency_ms.p50),
+                p95: ratio(flotilla.latency_ms.p95, raw.latency_ms.p95),
+                p99: ratio(flotilla.latency_ms.p99, raw.latency_ms.p99),
+                max: ratio(flotilla.latency_ms.max, raw.latency_ms.max),
+            },
+            flotilla,
+            raw,
+        }
+    }
+}
+
+/// One measured phase.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct Phase {
+    /// Member objects written (objects × members).
+    pub member_objects: usize,
+    /// First write call → last member object observed in its new state.
+    pub seconds: f64,
+    /// member_objects / seconds.
+    pub objects_per_second: f64,
+    /// Per object: its (first) write call → observed in every member.
+    pub latency_ms: Percentiles,
+    /// Requests the members served for the kind (watches excluded), by verb.
+    pub member_requests: BTreeMap<String, u64>,
+    /// Requests the host served for the federated kind and Events, the benchmark's own
+    /// writes excluded, by `resource[/subresource] verb`.
+    pub host_requests: BTreeMap<String, u64>,
+    /// (member + host requests) / member_objects.
+    pub requests_per_member_object: f64,
+    /// CPU seconds of the control plane's threads, until the host settled.
+    pub control_plane_cpu_s: f64,
+    /// CPU seconds of the benchmark's load generator and watchers (this process, less the
+    /// control plane's threads when it runs in-process).
+    pub generator_cpu_s: f64,
+    /// CPU seconds of etcd, the API servers and kube-controller-managers.
+    pub clusters_cpu_s: f64,
+    /// The same, by process: `etcd`, `apiserver (host)`, `apiservers (members)`,
+    /// `controller-managers`.
+    pub clusters_cpu_by_process: BTreeMap<String, f64>,
+    /// CPU seconds the whole machine was busy (other users' work included).
+    pub machine_busy_cpu_s: f64,
+    /// Wall seconds until the host settled (the window of the CPU and request figures).
+    pub window_s: f64,
+    /// Wall seconds from the phase's start until the last object reached its state: the
+    /// active part of the window.
+    pub active_s: f64,
+    /// CPU seconds the whole machine was busy during the active part; against
+    /// `active_s × CPUs` it tells whether the phase was CPU-bound.
+    pub machine_busy_active_cpu_s: f64,
+    /// CPU seconds of the clusters' processes during the active part.
+    pub clusters_active_cpu_s: f64,
+}
+
+/// Latency percentiles in milliseconds (or their ratios).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct Percentiles {
+    /// Median.
+    pub p50: f64,
+    /// 95th percentile.
+    pub p95: f64,
+    /// 99th percentile.
+    pub p99: f64,
+    /// Maximum.
+    pub max: f64,
+}
+
+/// Writes during a steady-state window, which starts with a forced resync.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct Steady {
+    /// Window length, seconds.
+    pub window_s: f64,
+    /// Full resyncs forced (one KubeFedCluster label change per member, each requeueing
+    /// every federated object).
+    pub resyncs_forced: usize,
+    /// Write events on managed member objects (watch events; the goal is 0).
+    pub member_writes: u64,
+    /// Write events on the federated objects in the host (the goal is 0).
+    pub host_writes: u64,
+    /// Requests for the kind the members served in the window (watches excluded).
+    pub member_requests: u64,
+    /// CPU seconds the control plane spent in the window (the resync's work).
+    pub control_plane_cpu_s: f64,
+}
+
+/// What the control plane cost over the Flotilla part.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct Cost {
+    /// Estimated peak RSS of the control plane, MiB: peak growth of the process during the
+    /// Flotilla part minus that during the raw part (same watchers and generator).
+    pub control_plane_peak_rss_mib: f64,
+    /// Process RSS before the control plane started, MiB.
+    pub process_rss_before_mib: f64,
+    /// Process peak RSS during the Flotilla part, MiB.
+    pub process_peak_flotilla_mib: f64,
+    /// Peak growth during the raw part (the load generator and watchers alone), MiB.
+    pub generator_peak_growth_mib: f64,
+    /// Whether the peak could be reset between parts (`/proc/self/clear_refs`).
+    pub peak_reset: bool,
+    /// How the control plane's RSS was measured.
+    pub rss_method: String,
+    /// CPU seconds of the control plane over the Flotilla part (all kinds and phases).
+    pub control_plane_cpu_s: f64,
+    /// Control-plane CPU milliseconds per propagated member object (creates, updates and
+    /// deletes counted).
+    pub control_plane_cpu_ms_per_member_object: f64,
+    /// Requests (members + host) per created member object.
+    pub requests_per_created_member_object: f64,
+}
+
+/// Published figures for a scenario, printed beside ours.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Reference {
+    /// Raw creates into the members, seconds.
+    pub raw_s: f64,
+    /// Karmada v1.3.6 push mode, seconds (range).
+    pub karmada_s: (f64, f64),
+    /// Where the figures come from.
+    pub source: String,
+}
+
+/// One of the targets.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Target {
+    /// What is measured.
+    pub name: String,
+    /// The bar.
+    pub goal: String,
+    /// What this run measured.
+    pub measured: String,
+    /// Whether the bar was cleared.
+    pub met: bool,
+}
+
+/// a / b, NaN when b is not positive.
+pub(super) fn ratio(a: f64, b: f64) -> f64 {
+    if b > 0.0 { a / b } else { f64::NAN }
+}
+
+/// Nearest-rank percentiles of a sample (milliseconds).
+pub fn percentiles(samples: &mut [f64]) -> Percentiles {
+    if samples.is_empty() {
+        return Percentiles::default();
+    }
+    samples.sort_by(f64::total_cmp);
+    let at = |p: f64| {
+        let rank = ((p / 100.0) * samples.len() as f64).ceil() as usize;
+        samples[rank.clamp(1, samples.len()) - 1]
+    };
+    Percentiles {
+        p50: at(50.0),
+        p95: at(95.0),
+        p99: at(99.0),
+        max: samples[samples.len() - 1],
+    }
+}
+
+/// The targets, judged on `report`.
+pub(super) fn targets(report: &BenchReport) -> Vec<Target> {
+    let mut out = Vec::new();
+    let Some(cm) = report.kinds.first() else {
+        return out;
+    };
+    let c = &cm.create;
+    out.push(Target {
+        name: format!("{}: create -> all present vs raw", report.scenario),
+        goal: "<= 2x raw".into(),
+        measured: format!(
+            "{:.2} s vs {:.2} s = {:.2}x",
+            c.flotilla.seconds, c.raw.seconds, c.time_ratio
+        ),
+        met: c.time_ratio <= 2.0,
+    });
+    out.push(Target {
+        name: "propagation throughput vs raw writes".into(),
+        goal: ">= 0.8x raw".into(),
+        measured: format!(
+            "{:.0} vs {:.0} obj/s = {:.2}x",
+            c.flotilla.objects_per_second, c.raw.objects_per_second, c.throughput_ratio
+        ),
+        met: c.throughput_ratio >= 0.8,
+    });
+    out.push(Target {
+        name: "P99 create-to-all-members latency vs raw".into(),
+        goal: "<= 2x raw P99".into(),
+        measured: format!(
+            "{:.0} vs {:.0} ms = {:.2}x",
+            c.flotilla.latency_ms.p99, c.raw.latency_ms.p99, c.latency_ratio.p99
+        ),
+        met: c.latency_ratio.p99 <= 2.0,
+    });
+    let (mw, hw) = report.kinds.iter().fold((0, 0), |(m, h), k| {
+        (m + k.steady.member_writes, h + k.steady.host_writes)
+    });
+    out.push(Target {
+        name: "steady-state writes (members / host status)".into(),
+        goal: "0 / 0".into(),
+        measured: format!("{mw} / {hw}"),
+        met: mw == 0 && hw == 0,
+    });
+    let scale = if report.objects >= 1000 && report.members >= 4 {
+        ""
+    } else {
+        " (target set at 1000x4)"
+    };
+    out.push(Target {
+        name: format!("control-plane peak RSS{scale}"),
+        goal: "<= 150 MiB".into(),
+        measured: format!("{:.1} MiB", report.cost.control_plane_peak_rss_mib),
+        met: report.cost.control_plane_peak_rss_mib <= 150.0,
+    });
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn percentiles_use_the_nearest_rank() {
+        let mut v: Vec<f64> = (1..=100).map(f64::from).collect();
+        let p = percentiles(&mut v);
+        assert_eq!((p.p50, p.p95, p.p99, p.max), (50.0, 95.0, 99.0, 100.0));
+        let mut one = vec![7.0];
+        assert_eq!(percentiles(&mut one).p99, 7.0);
+        assert_eq!(percentiles(&mut []), Percentiles::default());
+    }
+
+    #[test]
+    fn the_table_names_every_target() {
+        let phase = Phase {
+            member_objects: 4,
+            seconds: 1.0,
+            objects_per_second: 4.0,
+            ..Phase::default()
+        };
+        let cmp = Comparison::new(phase.clone(), phase);
+        let mut report = BenchReport {
+            scenario: "karmada-200x2".into(),
+            members: 2,
+            objects: 2,
+            concurrency: 16,
+            workers: 16,
+            control_plane: "in-process".into(),
+            clusters_idle_cpu_per_s: 0.0,
+            machine: super::super::procfs::machine(),
+            kinds: vec![KindReport {
+                kind: "ConfigMap".into(),
+                create: cmp.clone(),
+                update: cmp.clone(),
+                delete: cmp,
+                steady: Steady::default(),
+                host_input: Phase::default(),
+            }],
+            cost: Cost::default(),
+            reference: None,
+            targets: Vec::new(),
+            finished_at: String::new(),
+        };
+        report.targets = targets(&report);
+        assert_eq!(report.targets.len(), 5);
+        let table = report.table();
+        for t in &report.targets {
+            assert!(table.contains(&t.name), "{table}");
+        }
+        let json = serde_json::to_value(&report).expect("serializes");
+        assert_eq!(json["kinds"][0]["create"]["time_ratio"], json!(1.0));
+    }
+}

@@ -1,0 +1,299 @@
+//! One run on started clusters: the federation set up through [`crate::bootstrap`], the
+//! watchers of both parts, the Flotilla part (control plane running) and then the raw part
+//! (control plane stopped), and the per-kind reports and cost assembled from them.
+
+use std::{
+    sync::{Arc, Mutex, atomic::AtomicU64},
+    time::Duration,
+};
+
+use flotilla_localenv::LocalEnv;
+use kube::{Client, api::DynamicObject};
+use tracing::info;
+
+use super::{
+    BENCH_LABEL, BenchOptions, CP_THREAD, FED_NS, INPUT_NS, MANAGER, RAW_NS,
+    control_plane::RunningControlPlane,
+    phases::{FlotillaPhases, RawPhases, flotilla_phases, input_phase, raw_phases},
+    procfs::{
+        clusters_cpu, cpu_delta, cpu_of, peak_rss_mib, process_group, reset_peak_rss, rss_mib,
+        threads_cpu,
+    },
+    report::{Comparison, Cost, KindReport, Phase, ratio},
+    tracker::Tracker,
+    warmup::{ensure_namespace, federate_namespace, warm_up_federated, warm_up_raw},
+    workload::Kind,
+};
+use crate::bootstrap::Bootstrap;
+
+/// How long the clusters' background CPU use is sampled.
+const IDLE_SAMPLE: Duration = Duration::from_secs(3);
+/// How long the benchmark's watchers may take to list what is there.
+const WATCH_SYNC: Duration = Duration::from_secs(60);
+
+/// The clusters and settings every phase of a run uses.
+pub(super) struct Run {
+    pub(super) host: Client,
+    pub(super) members: Vec<Client>,
+    pub(super) kubefed_clusters: Vec<String>,
+    /// The clusters' processes and their kinds.
+    pub(super) procs: Vec<(u32, String)>,
+    /// The control plane's process when it runs as a child.
+    pub(super) cp_pid: Mutex<Option<u32>>,
+    /// LISTs of federated objects the benchmark itself sent (convergence checks).
+    pub(super) own_lists: AtomicU64,
+    pub(super) objects: usize,
+    pub(super) concurrency: usize,
+    pub(super) timeout: Duration,
+    pub(super) steady: Duration,
+}
+
+impl Run {
+    /// CPU seconds the control plane used so far.
+    pub(super) fn cp_cpu(&self) -> f64 {
+        match self.child_pid() {
+            Some(pid) => cpu_of(&format!("/proc/{pid}/stat")),
+            None => threads_cpu(CP_THREAD),
+        }
+    }
+
+    /// The control plane's pid when it runs as a child process.
+    pub(super) fn child_pid(&self) -> Option<u32> {
+        *self.cp_pid.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// What [`run_in`] measured.
+pub(super) struct Measured {
+    pub(super) kinds: Vec<KindReport>,
+    pub(super) cost: Cost,
+    pub(super) clusters_idle_cpu_per_s: f64,
+    pub(super) control_plane: String,
+}
+
+/// The watchers of one kind, started before both parts so that both carry them.
+struct KindTrackers {
+    kind: Kind,
+    /// Managed member objects of the federated part.
+    fed_members: Arc<Tracker>,
+    /// Member objects of the raw part.
+    raw_members: Arc<Tracker>,
+    /// Federated objects in the host (settling after each phase).
+    host: Arc<Tracker>,
+    /// Federated objects created with no control plane running.
+    input: Arc<Tracker>,
+}
+
+/// The Flotilla part's figures.
+struct FlotillaPart {
+    phases: Vec<FlotillaPhases>,
+    control_plane: String,
+    cp_cpu: f64,
+    rss_before: f64,
+    peak_reset: bool,
+    peak: f64,
+    own_peak: Option<f64>,
+}
+
+/// Sets up the federation on `env`, measures both parts and assembles the reports.
+pub(super) async fn run_in(
+    env: &LocalEnv,
+    opts: &BenchOptions,
+    objects: usize,
+) -> anyhow::Result<Measured> {
+    let run = setup(env, opts, objects).await?;
+    let mut kinds = vec![Kind::ConfigMap];
+    if opts.with_deployments {
+        kinds.push(Kind::Deployment);
+    }
+    let mut trackers = Vec::new();
+    for kind in kinds {
+        trackers.push(start_trackers(&run, kind).await?);
+    }
+    warm_up_raw(&run).await?;
+    let idle = idle_cpu_per_s(&run).await;
+    let flotilla = flotilla_part(env, &run, opts, &trackers).await?;
+
+    // Part 2: the raw baseline, with the same watchers and no control plane.
+    let rss_raw_before = rss_mib();
+    reset_peak_rss();
+    let mut raw = Vec::new();
+    for t in &trackers {
+        info!(kind = t.kind.name(), "measuring the raw baseline");
+        let phases = raw_phases(&run, t.kind, &t.raw_members).await?;
+        raw.push((phases, input_phase(&run, t.kind, &t.input).await?));
+    }
+    let generator_growth = (peak_rss_mib() - rss_raw_before).max(0.0);
+    Ok(assemble(&trackers, flotilla, raw, generator_growth, idle))
+}
+
+/// The federation (CRDs, KubeFedConfig with `opts.workers` sync workers, joined members,
+/// default types) and the benchmark's namespaces.
+async fn setup(env: &LocalEnv, opts: &BenchOptions, objects: usize) -> anyhow::Result<Run> {
+    let mut boot = Bootstrap::new(MANAGER);
+    if let Some(sc) = boot.config.sync_controller.as_mut() {
+        sc.max_concurrent_reconciles = Some(opts.workers as i64);
+    }
+    let fed = boot.federate(env, |_| {}).await?;
+    let run = Run {
+        host: fed.host,
+        members: fed.members,
+        kubefed_clusters: fed.cluster_names,
+        cp_pid: Mutex::new(None),
+        own_lists: AtomicU64::new(0),
+        procs: env
+            .pids()
+            .into_iter()
+            .map(|p| (p, process_group(p)))
+            .collect(),
+        objects,
+        concurrency: opts.concurrency,
+        timeout: Duration::from_secs(opts.phase_timeout_secs),
+        steady: Duration::from_secs(opts.steady_secs),
+    };
+    for client in &run.members {
+        ensure_namespace(client, RAW_NS).await?;
+    }
+    ensure_namespace(&run.host, FED_NS).await?;
+    ensure_namespace(&run.host, INPUT_NS).await?;
+    Ok(run)
+}
+
+async fn start_trackers(run: &Run, kind: Kind) -> anyhow::Result<KindTrackers> {
+    let vo = move |o: &DynamicObject| kind.version_of(o);
+    let fed = format!("{BENCH_LABEL}=fed");
+    let t = KindTrackers {
+        kind,
+        fed_members: Tracker::start(
+            &run.members,
+            &kind.target(),
+            FED_NS,
+            &format!("{fed},{}=true", flotilla_crds::MANAGED_LABEL),
+            vo,
+        ),
+        raw_members: Tracker::start(
+            &run.members,
+            &kind.target(),
+            RAW_NS,
+            &format!("{BENCH_LABEL}=raw"),
+            vo,
+        ),
+        host: Tracker::start(
+            std::slice::from_ref(&run.host),
+            &kind.federated(),
+            FED_NS,
+            &fed,
+            |_| Some(String::new()),
+        ),
+        input: Tracker::start(
+            std::slice::from_ref(&run.host),
+            &kind.federated(),
+            INPUT_NS,
+            &fed,
+            move |o: &DynamicObject| kind.federated_version_of(o),
+        ),
+    };
+    for tracker in [&t.fed_members, &t.raw_members, &t.host, &t.input] {
+        tracker.wait_synced(WATCH_SYNC).await?;
+    }
+    Ok(t)
+}
+
+/// CPU seconds per second the clusters use while nobody writes.
+async fn idle_cpu_per_s(run: &Run) -> f64 {
+    let idle_before = clusters_cpu(&run.procs);
+    tokio::time::sleep(IDLE_SAMPLE).await;
+    cpu_delta(&idle_before, &clusters_cpu(&run.procs))
+        .values()
+        .sum::<f64>()
+        / IDLE_SAMPLE.as_secs_f64()
+}
+
+/// Part 1: every kind through the control plane, which is stopped again at the end.
+async fn flotilla_part(
+    env: &LocalEnv,
+    run: &Run,
+    opts: &BenchOptions,
+    trackers: &[KindTrackers],
+) -> anyhow::Result<FlotillaPart> {
+    let rss_before = rss_mib();
+    let peak_reset = reset_peak_rss();
+    let mut cp = RunningControlPlane::start(env, opts.control_plane_binary()?.as_deref())?;
+    if let RunningControlPlane::Child { pid, .. } = &cp {
+        *run.cp_pid.lock().unwrap_or_else(|e| e.into_inner()) = Some(*pid);
+    }
+    let control_plane = cp.describe();
+    cp.wait_ready(run).await?;
+    federate_namespace(run).await?;
+    let cp_cpu_start = run.cp_cpu();
+    let mut phases = Vec::new();
+    for t in trackers {
+        warm_up_federated(run, t.kind).await?;
+        info!(kind = t.kind.name(), "measuring propagation");
+        phases.push(flotilla_phases(run, t.kind, &t.fed_members, &t.host).await?);
+    }
+    let cp_cpu = run.cp_cpu() - cp_cpu_start;
+    let peak = peak_rss_mib();
+    let own_peak = cp.own_peak_rss_mib();
+    cp.stop().await;
+    Ok(FlotillaPart {
+        phases,
+        control_plane,
+        cp_cpu,
+        rss_before,
+        peak_reset,
+        peak,
+        own_peak,
+    })
+}
+
+/// Per-kind comparisons and the control plane's cost.
+fn assemble(
+    trackers: &[KindTrackers],
+    flotilla: FlotillaPart,
+    raw: Vec<(RawPhases, Phase)>,
+    generator_growth: f64,
+    idle: f64,
+) -> Measured {
+    let mut kinds = Vec::new();
+    let mut member_objects = 0usize;
+    let mut created_requests = 0.0;
+    for (t, (f, (r, host_input))) in trackers.iter().zip(flotilla.phases.into_iter().zip(raw)) {
+        member_objects +=
+            f.create.member_objects + f.update.member_objects + f.delete.member_objects;
+        created_requests += f.create.requests_per_member_object * f.create.member_objects as f64;
+        kinds.push(KindReport {
+            kind: t.kind.name().to_string(),
+            create: Comparison::new(f.create, r.create),
+            update: Comparison::new(f.update, r.update),
+            delete: Comparison::new(f.delete, r.delete),
+            steady: f.steady,
+            host_input,
+        });
+    }
+    let created: usize = kinds.iter().map(|k| k.create.flotilla.member_objects).sum();
+    let cp_cpu = flotilla.cp_cpu;
+    let cost = Cost {
+        control_plane_peak_rss_mib: flotilla
+            .own_peak
+            .unwrap_or(((flotilla.peak - flotilla.rss_before) - generator_growth).max(0.0)),
+        rss_method: if flotilla.own_peak.is_some() {
+            "VmHWM of the controller-manager process".into()
+        } else {
+            "growth of this process's VmHWM during the Flotilla part minus that during the raw part (includes the load generator: an upper bound)".into()
+        },
+        process_rss_before_mib: flotilla.rss_before,
+        process_peak_flotilla_mib: flotilla.peak,
+        generator_peak_growth_mib: generator_growth,
+        peak_reset: flotilla.peak_reset,
+        control_plane_cpu_s: cp_cpu,
+        control_plane_cpu_ms_per_member_object: ratio(cp_cpu * 1000.0, member_objects as f64),
+        requests_per_created_member_object: ratio(created_requests, created as f64),
+    };
+    Measured {
+        kinds,
+        cost,
+        clusters_idle_cpu_per_s: idle,
+        control_plane: flotilla.control_plane,
+    }
+}

@@ -1,0 +1,44 @@
+//! What a phase measures at its start and at its end: request counters of every API
+//! server, CPU seconds of the control plane, this process, the clusters and the machine.
+//! A phase's figures are differences of two snapshots.
+
+use std::{collections::BTreeMap, time::Instant};
+
+use super::{
+    procfs::{clusters_cpu, cpu_of, machine_busy},
+    requests::{RequestCounts, request_counts},
+    session::Run,
+};
+
+/// Everything a phase measures at its start and end.
+pub(super) struct Snapshot {
+    pub(super) at: Instant,
+    pub(super) members: Vec<RequestCounts>,
+    pub(super) host: RequestCounts,
+    pub(super) cp_cpu: f64,
+    pub(super) process_cpu: f64,
+    pub(super) clusters_cpu: BTreeMap<String, f64>,
+    pub(super) machine_busy: f64,
+}
+
+impl Snapshot {
+    /// The figures now.
+    pub(super) async fn take(run: &Run) -> anyhow::Result<Snapshot> {
+        let members = futures::future::try_join_all(run.members.iter().map(request_counts)).await?;
+        let host = request_counts(&run.host).await?;
+        Ok(Snapshot {
+            at: Instant::now(),
+            members,
+            host,
+            cp_cpu: run.cp_cpu(),
+            process_cpu: cpu_of("/proc/self/stat"),
+            clusters_cpu: clusters_cpu(&run.procs),
+            machine_busy: machine_busy(),
+        })
+    }
+
+    /// CPU seconds of the clusters' processes, all together.
+    pub(super) fn clusters_cpu_total(&self) -> f64 {
+        self.clusters_cpu.values().sum()
+    }
+}

@@ -1,0 +1,230 @@
+//! The report as a plain-text table for people: every Flotilla figure beside its raw
+//! baseline, then cost, the reference figures and the targets. Rendering only; what the
+//! figures are is [`super::report`]'s.
+
+use std::fmt::Write as _;
+
+use super::report::{BenchReport, Comparison, KindReport, Phase, ratio};
+
+// Writing into a String cannot fail, so `let _ = writeln!(...)` drops an always-Ok result.
+
+impl BenchReport {
+    /// The report as a plain-text table, every figure beside its raw baseline.
+    pub fn table(&self) -> String {
+        let mut s = String::new();
+        self.header(&mut s);
+        for k in &self.kinds {
+            self.kind_section(&mut s, k);
+        }
+        self.cost_lines(&mut s);
+        self.target_lines(&mut s);
+        s
+    }
+
+    fn header(&self, s: &mut String) {
+        let _ = writeln!(
+            s,
+            "Flotilla bench {}: {} objects per kind x {} members, {} concurrent writes, {} sync workers",
+            self.scenario, self.objects, self.members, self.concurrency, self.workers
+        );
+        let _ = writeln!(
+            s,
+            "machine: {} CPUs, {:.1} GiB, Linux {}, load {:.2} at start; control plane: {}",
+            self.machine.cpus,
+            self.machine.memory_mib as f64 / 1024.0,
+            self.machine.kernel,
+            self.machine.load_at_start,
+            self.control_plane
+        );
+    }
+
+    fn kind_section(&self, s: &mut String, k: &KindReport) {
+        let _ = writeln!(s);
+        let _ = writeln!(
+            s,
+            "{:<34} {:>16} {:>16} {:>9}",
+            format!(
+                "{} ({} member objects)",
+                k.kind, k.create.raw.member_objects
+            ),
+            "raw (direct)",
+            "flotilla",
+            "ratio"
+        );
+        for (label, c) in [
+            ("create -> all present", &k.create),
+            ("update -> new data everywhere", &k.update),
+            ("delete -> members empty", &k.delete),
+        ] {
+            comparison_rows(s, label, c);
+            self.cpu_lines(s, c);
+        }
+        let hi = &k.host_input;
+        let _ = writeln!(
+            s,
+            "host input alone ({} federated creates, no controller running): {:.2} s, {:.0} obj/s, host apiserver {:.2} CPU s",
+            hi.member_objects,
+            hi.seconds,
+            hi.objects_per_second,
+            hi.clusters_cpu_by_process
+                .get("apiserver (host)")
+                .copied()
+                .unwrap_or(0.0),
+        );
+        let _ = writeln!(
+            s,
+            "steady state ({:.0} s after {} forced resyncs): {} member writes, {} host status writes, {} member requests, control plane {:.3} CPU s",
+            k.steady.window_s,
+            k.steady.resyncs_forced,
+            k.steady.member_writes,
+            k.steady.host_writes,
+            k.steady.member_requests,
+            k.steady.control_plane_cpu_s
+        );
+    }
+
+    /// Where the CPU time of one phase went, Flotilla's beside the raw baseline's.
+    fn cpu_lines(&self, s: &mut String, c: &Comparison) {
+        let cpus = self.machine.cpus as f64;
+        let idle = self.clusters_idle_cpu_per_s;
+        let _ = writeln!(
+            s,
+            "  CPU s in the window ({:.1} s, raw {:.1} s): control plane {:.2}, generator+watchers {:.2} (raw {:.2}), clusters above idle {:.2} (raw {:.2}), machine busy {:.1} of {:.1}",
+            c.flotilla.window_s,
+            c.raw.window_s,
+            c.flotilla.control_plane_cpu_s,
+            c.flotilla.generator_cpu_s,
+            c.raw.generator_cpu_s,
+            c.flotilla.clusters_cpu_s - idle * c.flotilla.window_s,
+            c.raw.clusters_cpu_s - idle * c.raw.window_s,
+            c.flotilla.machine_busy_cpu_s,
+            c.flotilla.window_s * cpus,
+        );
+        let by: Vec<String> = c
+            .flotilla
+            .clusters_cpu_by_process
+            .iter()
+            .map(|(p, v)| {
+                let r = c.raw.clusters_cpu_by_process.get(p).copied().unwrap_or(0.0);
+                format!("{p} {v:.2} (raw {r:.2})")
+            })
+            .collect();
+        let _ = writeln!(s, "  cluster CPU s by process: {}", by.join(", "));
+        let _ = writeln!(
+            s,
+            "  until the last object landed ({:.2} s, raw {:.2} s): machine busy {:.2} of {:.2} CPU s (raw {:.2} of {:.2}), clusters {:.2} (raw {:.2})",
+            c.flotilla.active_s,
+            c.raw.active_s,
+            c.flotilla.machine_busy_active_cpu_s,
+            c.flotilla.active_s * cpus,
+            c.raw.machine_busy_active_cpu_s,
+            c.raw.active_s * cpus,
+            c.flotilla.clusters_active_cpu_s,
+            c.raw.clusters_active_cpu_s,
+        );
+    }
+
+    fn cost_lines(&self, s: &mut String) {
+        let c = &self.cost;
+        let _ = writeln!(s);
+        let _ = writeln!(
+            s,
+            "cost: control plane {:.1} MiB peak RSS ({}{}), {:.2} CPU s ({:.3} ms per member object), {:.2} requests per created member object",
+            c.control_plane_peak_rss_mib,
+            c.rss_method,
+            if c.peak_reset {
+                ""
+            } else {
+                "; peak not resettable, estimate unreliable"
+            },
+            c.control_plane_cpu_s,
+            c.control_plane_cpu_ms_per_member_object,
+            c.requests_per_created_member_object,
+        );
+        let Some(r) = &self.reference else {
+            return;
+        };
+        let ours = self
+            .kinds
+            .first()
+            .map(|k| (k.create.raw.seconds, k.create.flotilla.seconds))
+            .unwrap_or_default();
+        let _ = writeln!(
+            s,
+            "reference ({}): raw {:.1} s, Karmada v1.3.6 push {:.0}-{:.0} s ({:.0}-{:.0}x raw); this run: raw {:.2} s, Flotilla {:.2} s ({:.2}x raw)",
+            r.source,
+            r.raw_s,
+            r.karmada_s.0,
+            r.karmada_s.1,
+            r.karmada_s.0 / r.raw_s,
+            r.karmada_s.1 / r.raw_s,
+            ours.0,
+            ours.1,
+            ratio(ours.1, ours.0),
+        );
+    }
+
+    fn target_lines(&self, s: &mut String) {
+        let _ = writeln!(s);
+        let _ = writeln!(s, "targets:");
+        for t in &self.targets {
+            let _ = writeln!(
+                s,
+                "  [{}] {:<44} goal {:<14} measured {}",
+                if t.met { "met " } else { "MISS" },
+                t.name,
+                t.goal,
+                t.measured
+            );
+        }
+    }
+}
+
+/// Time, throughput, latency and request rows of one phase.
+fn comparison_rows(s: &mut String, label: &str, c: &Comparison) {
+    row(
+        s,
+        label,
+        c.raw.seconds,
+        c.flotilla.seconds,
+        "s",
+        c.time_ratio,
+    );
+    row(
+        s,
+        "  throughput (obj/s)",
+        c.raw.objects_per_second,
+        c.flotilla.objects_per_second,
+        "",
+        c.throughput_ratio,
+    );
+    let (r, f, q) = (&c.raw.latency_ms, &c.flotilla.latency_ms, &c.latency_ratio);
+    row(s, "  latency p50", r.p50, f.p50, "ms", q.p50);
+    row(s, "  latency p95", r.p95, f.p95, "ms", q.p95);
+    row(s, "  latency p99", r.p99, f.p99, "ms", q.p99);
+    let req = |p: &Phase| p.requests_per_member_object;
+    row(
+        s,
+        "  requests per member object",
+        req(&c.raw),
+        req(&c.flotilla),
+        "",
+        ratio(req(&c.flotilla), req(&c.raw)),
+    );
+}
+
+fn row(s: &mut String, label: &str, raw: f64, ours: f64, unit: &str, ratio: f64) {
+    let fmt = |v: f64| match unit {
+        "s" => format!("{v:.2} s"),
+        "ms" => format!("{v:.0} ms"),
+        _ => format!("{v:.2}"),
+    };
+    let _ = writeln!(
+        s,
+        "{:<34} {:>16} {:>16} {:>8.2}x",
+        label,
+        fmt(raw),
+        fmt(ours),
+        ratio
+    );
+}
