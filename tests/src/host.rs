@@ -86,7 +86,10 @@ impl FederatedRef {
             let status = self.status().await?;
             for (cluster, reason) in expected {
                 let actual = cluster_status(&status, cluster).map(|c| c.status.as_str());
-                ensure!(actual == Some(*reason), "{cluster}: {actual:?} in {status:?}");
+                ensure!(
+                    actual == Some(*reason),
+                    "{cluster}: {actual:?} in {status:?}"
+                );
             }
             Ok(status)
         })
@@ -110,7 +113,9 @@ impl FederatedRef {
 
     /// Deletes the object (with the default delete options).
     pub async fn delete(&self) -> anyhow::Result<()> {
-        self.api.delete(&self.name, &DeleteParams::default()).await?;
+        self.api
+            .delete(&self.name, &DeleteParams::default())
+            .await?;
         Ok(())
     }
 

@@ -23,7 +23,7 @@ pub async fn wait_object<K, F>(
     check: F,
 ) -> anyhow::Result<K>
 where
-    K: Clone + DeserializeOwned + Debug,
+    K: kube::Resource + Clone + DeserializeOwned + Debug,
     F: Fn(&K) -> anyhow::Result<()>,
 {
     let what = format!("{}/{name} as expected", api.resource_url());
@@ -38,7 +38,7 @@ where
 /// Waits until `name` exists in `api`; returns it.
 pub async fn wait_present<K>(timeout: Duration, api: &Api<K>, name: &str) -> anyhow::Result<K>
 where
-    K: Clone + DeserializeOwned + Debug,
+    K: kube::Resource + Clone + DeserializeOwned + Debug,
 {
     wait_object(timeout, api, name, |_| Ok(())).await
 }
@@ -46,7 +46,7 @@ where
 /// Waits until `name` is gone from `api`.
 pub async fn wait_absent<K>(timeout: Duration, api: &Api<K>, name: &str) -> anyhow::Result<()>
 where
-    K: Clone + DeserializeOwned + Debug,
+    K: kube::Resource + Clone + DeserializeOwned + Debug,
 {
     let what = format!("{}/{name} absent", api.resource_url());
     wait_for(timeout, &what, || async {

@@ -129,7 +129,13 @@ impl Clusters {
 async fn join_both_members(env: &LocalEnv, c: &Clusters) -> anyhow::Result<()> {
     let kfcs = c.kfcs();
     // join --dry-run says what it would create and creates nothing.
-    let dry_run = ["join", "member1", "--cluster-context", "member1", "--dry-run"];
+    let dry_run = [
+        "join",
+        "member1",
+        "--cluster-context",
+        "member1",
+        "--dry-run",
+    ];
     let plan = flotilla_ok(env, &dry_run).await?;
     assert!(
         plan.contains("ServiceAccount      kube-federation-system/member1-host"),
@@ -145,8 +151,14 @@ async fn join_both_members(env: &LocalEnv, c: &Clusters) -> anyhow::Result<()> {
     let out = flotilla_ok(
         env,
         &[
-            "join", "member1", "--cluster-context", "member1",
-            "--host-cluster-context", "host", "--label", "name=member1",
+            "join",
+            "member1",
+            "--cluster-context",
+            "member1",
+            "--host-cluster-context",
+            "host",
+            "--label",
+            "name=member1",
         ],
     )
     .await?;
@@ -154,8 +166,14 @@ async fn join_both_members(env: &LocalEnv, c: &Clusters) -> anyhow::Result<()> {
     flotilla_ok(
         env,
         &[
-            "join", "member2", "--cluster-context", "member2", "--label", "name=member2",
-            "--secret-name", "member2-credentials",
+            "join",
+            "member2",
+            "--cluster-context",
+            "member2",
+            "--label",
+            "name=member2",
+            "--secret-name",
+            "member2-credentials",
         ],
     )
     .await?;
@@ -166,7 +184,13 @@ async fn join_both_members(env: &LocalEnv, c: &Clusters) -> anyhow::Result<()> {
         Some("member2")
     );
     // A second join of a joined cluster fails only when asked to.
-    let again = ["join", "member1", "--cluster-context", "member1", "--error-on-existing"];
+    let again = [
+        "join",
+        "member1",
+        "--cluster-context",
+        "member1",
+        "--error-on-existing",
+    ];
     let (again, _) = flotilla(env, &again).await;
     assert!(
         again.is_err(),
@@ -184,7 +208,12 @@ async fn start_controller_manager(
     let port = free_port()?;
     let ctx = Context::captured();
     let addr = format!("127.0.0.1:{port}");
-    let args = ["controller-manager", "--leader-elect=false", "--metrics-addr", &addr];
+    let args = [
+        "controller-manager",
+        "--leader-elect=false",
+        "--metrics-addr",
+        &addr,
+    ];
     let task = tokio::spawn(cli::run(full_args(env, &args), ctx.clone()));
     let kfcs = c.kfcs();
     wait_for(T, "both members Ready", || async {
@@ -221,7 +250,15 @@ async fn federate_a_namespace_and_a_config_map(env: &LocalEnv, c: &Clusters) -> 
                 "data": {"color": "blue", "size": "3"}})),
         )
         .await?;
-    let args = ["federate", "configmap", "settings", "-n", "demo", "-o", "yaml"];
+    let args = [
+        "federate",
+        "configmap",
+        "settings",
+        "-n",
+        "demo",
+        "-o",
+        "yaml",
+    ];
     let yaml = flotilla_ok(env, &args).await?;
     assert!(
         yaml.contains("kind: FederatedConfigMap") && yaml.contains("clusterSelector: {}"),
@@ -250,7 +287,10 @@ async fn federate_a_namespace_and_a_config_map(env: &LocalEnv, c: &Clusters) -> 
 }
 
 /// federate --contents: the namespace and what is in it, minus what Kubernetes put there.
-async fn federate_a_namespace_with_its_contents(env: &LocalEnv, c: &Clusters) -> anyhow::Result<()> {
+async fn federate_a_namespace_with_its_contents(
+    env: &LocalEnv,
+    c: &Clusters,
+) -> anyhow::Result<()> {
     create_namespace(&c.host, "shop").await?;
     config_maps(&c.host, "shop")
         .patch("menu", &PatchParams::apply("flotilla-tests"), &Patch::Apply(json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "menu", "namespace": "shop"}, "data": {"soup": "yes"}})))
@@ -300,7 +340,13 @@ async fn status_reports_rows_and_waits(env: &LocalEnv, c: &Clusters) -> anyhow::
         .await?;
     let started = Instant::now();
     let args = [
-        "status", "federatedconfigmaps/broken", "-n", "demo", "--wait", "--timeout", "60s",
+        "status",
+        "federatedconfigmaps/broken",
+        "-n",
+        "demo",
+        "--wait",
+        "--timeout",
+        "60s",
     ];
     let (result, out) = flotilla(env, &args).await;
     assert!(result.is_err(), "a bad override must fail --wait:\n{out}");
@@ -316,7 +362,10 @@ async fn status_reports_rows_and_waits(env: &LocalEnv, c: &Clusters) -> anyhow::
 }
 
 /// orphaning-deletion manages the annotation.
-async fn orphaning_deletion_toggles_the_annotation(env: &LocalEnv, c: &Clusters) -> anyhow::Result<()> {
+async fn orphaning_deletion_toggles_the_annotation(
+    env: &LocalEnv,
+    c: &Clusters,
+) -> anyhow::Result<()> {
     let verb = |action: &'static str, kind: &'static str| {
         ["orphaning-deletion", action, kind, "settings", "-n", "demo"]
     };
@@ -388,7 +437,10 @@ async fn enabling_a_crd_type_propagates_its_objects(
 
 /// disable: propagation reported NotRunning before the FTC goes; nothing propagates after.
 /// Enabled again, its objects can be deleted; then disable --delete-crd removes the CRD.
-async fn disabling_a_crd_type_stops_propagation(env: &LocalEnv, c: &Clusters) -> anyhow::Result<()> {
+async fn disabling_a_crd_type_stops_propagation(
+    env: &LocalEnv,
+    c: &Clusters,
+) -> anyhow::Result<()> {
     let args = ["disable", "widgets.example.com", "--timeout", "30s"];
     let out = flotilla_ok(env, &args).await?;
     assert!(out.contains("NotRunning"), "{out}");
@@ -428,7 +480,10 @@ async fn unjoin_removes_both_sides(env: &LocalEnv, c: &Clusters) -> anyhow::Resu
     let out = flotilla_ok(env, &["unjoin", "member2", "--cluster-context", "member2"]).await?;
     assert!(out.contains("cluster member2 unjoined"), "{out}");
     let sas: Api<ServiceAccount> = Api::namespaced(c.m2.clone(), DEFAULT_NAMESPACE);
-    assert!(sas.get_opt("member2-host").await?.is_none(), "service account");
+    assert!(
+        sas.get_opt("member2-host").await?.is_none(),
+        "service account"
+    );
     let m2_secrets: Api<Secret> = Api::namespaced(c.m2.clone(), DEFAULT_NAMESPACE);
     assert!(
         m2_secrets.get_opt("member2-host-token").await?.is_none(),
@@ -493,7 +548,6 @@ async fn the_cli_joins_enables_federates_reports_status_and_unjoins_on_real_clus
     env.shutdown().await?;
     Ok(())
 }
-
 
 async fn lease_holder(host: &Client) -> anyhow::Result<Option<String>> {
     let api: Api<Lease> = Api::namespaced(host.clone(), DEFAULT_NAMESPACE);

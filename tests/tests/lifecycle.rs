@@ -101,7 +101,13 @@ async fn propagate_deletion_cases(fed: &Federation) -> anyhow::Result<DeletionCa
             .apply(host)
             .await?,
     };
-    for f in [&cases.doomed, &cases.held, &cases.orphaned, &cases.web, &cases.keep_rs] {
+    for f in [
+        &cases.doomed,
+        &cases.held,
+        &cases.orphaned,
+        &cases.web,
+        &cases.keep_rs,
+    ] {
         f.wait_propagated().await?;
     }
     // Every federated object carries the sync finalizer before anything is propagated.
@@ -193,7 +199,13 @@ async fn deleting_federated_objects_removes_member_objects_first_and_honours_del
     let cases = propagate_deletion_cases(&fed).await?;
     // member1 holds its copy of `held` back with a finalizer of its own.
     set_finalizers(&fed.members[0], "held", json!(["example.com/hold"])).await?;
-    for f in [&cases.doomed, &cases.held, &cases.orphaned, &cases.web, &cases.keep_rs] {
+    for f in [
+        &cases.doomed,
+        &cases.held,
+        &cases.orphaned,
+        &cases.web,
+        &cases.keep_rs,
+    ] {
         f.delete().await?;
     }
 
@@ -278,7 +290,12 @@ async fn an_unready_member_holds_deletion_until_the_timeout_and_an_unjoined_memb
         started.elapsed() < Duration::from_secs(10),
         "waited for an unjoined cluster"
     );
-    assert!(config_maps(&fed.members[1], "demo").get_opt("b").await?.is_none());
+    assert!(
+        config_maps(&fed.members[1], "demo")
+            .get_opt("b")
+            .await?
+            .is_none()
+    );
     // The unjoined member keeps its copy: Flotilla no longer manages that cluster.
     fed.env.start_apiserver("member1").await?;
     assert_eq!(m1.get("b").await?.uid(), m1_b.uid());
@@ -293,7 +310,10 @@ async fn create_plain(
     value: &str,
 ) -> anyhow::Result<ConfigMap> {
     Ok(api
-        .create(&PostParams::default(), &config_map(name, labels, &[("k", value)]))
+        .create(
+            &PostParams::default(),
+            &config_map(name, labels, &[("k", value)]),
+        )
         .await?)
 }
 
@@ -302,7 +322,10 @@ async fn create_plain(
 async fn adoption_disabled_leaves_pre2_alone(
     fed: &Federation,
 ) -> anyhow::Result<(FederatedRef, ConfigMap)> {
-    let (m1, m2) = (config_maps(&fed.members[0], "demo"), config_maps(&fed.members[1], "demo"));
+    let (m1, m2) = (
+        config_maps(&fed.members[0], "demo"),
+        config_maps(&fed.members[1], "demo"),
+    );
     let cfgs: Api<flotilla_crds::KubeFedConfig> =
         Api::namespaced(fed.host.clone(), DEFAULT_NAMESPACE);
     cfgs.patch(
@@ -321,7 +344,12 @@ async fn adoption_disabled_leaves_pre2_alone(
         .await?;
     assert!(m2.get_opt("pre2").await?.is_some());
     tokio::time::sleep(Duration::from_secs(2)).await;
-    assert_unchanged(&m1, &untouched, "a pre-existing object with adoption disabled").await?;
+    assert_unchanged(
+        &m1,
+        &untouched,
+        "a pre-existing object with adoption disabled",
+    )
+    .await?;
     Ok((pre2, untouched))
 }
 
@@ -329,7 +357,10 @@ async fn adoption_disabled_leaves_pre2_alone(
 async fn pre_existing_objects_are_adopted_unless_disabled_and_managed_false_objects_are_never_touched()
 -> anyhow::Result<()> {
     let fed = ready_federation().await?;
-    let (m1, m2) = (config_maps(&fed.members[0], "demo"), config_maps(&fed.members[1], "demo"));
+    let (m1, m2) = (
+        config_maps(&fed.members[0], "demo"),
+        config_maps(&fed.members[1], "demo"),
+    );
     // member1: an unlabelled object of the same name; member2: one marked managed=false.
     create_plain(&m1, "pre", &[], "old").await?;
     let hands_off = create_plain(&m2, "pre", &[(MANAGED, "false")], "mine").await?;
@@ -360,7 +391,10 @@ async fn pre_existing_objects_are_adopted_unless_disabled_and_managed_false_obje
     pre2.delete().await?;
     pre.wait_gone(T).await?;
     pre2.wait_gone(T).await?;
-    assert!(m1.get_opt("pre").await?.is_none(), "adopted object is managed");
+    assert!(
+        m1.get_opt("pre").await?.is_none(),
+        "adopted object is managed"
+    );
     assert!(m2.get_opt("pre2").await?.is_none());
     assert_unchanged(&m2, &hands_off, "a managed=false object").await?;
     assert_unchanged(&m1, &untouched, "an unadopted object").await?;
@@ -508,7 +542,12 @@ async fn namespace_placement_bounds_its_objects(fed: &Federation) -> anyhow::Res
         let nss: Api<Namespace> = Api::all(m.clone());
         assert!(nss.get_opt("misnamed").await?.is_none());
     }
-    assert!(config_maps(&fed.members[0], "solo").get_opt("cfg").await?.is_some());
+    assert!(
+        config_maps(&fed.members[0], "solo")
+            .get_opt("cfg")
+            .await?
+            .is_some()
+    );
     let m2_ns: Api<Namespace> = Api::all(fed.members[1].clone());
     assert!(m2_ns.get_opt("solo").await?.is_none());
     lonely.wait_not_propagated("NamespaceNotFederated").await?;
@@ -606,10 +645,12 @@ async fn namespace_placement_bounds_namespaced_objects_and_deleting_a_federated_
 
 /// FederatedJob `demo/once`, one container running `image`.
 fn once(image: &str) -> FederatedObject {
-    FederatedObject::new("Job", "jobs", "demo", "once").template(json!({"spec": {"template": {"spec": {
-        "restartPolicy": "Never",
-        "containers": [{"name": "c", "image": image, "command": ["true"]}]
-    }}}}))
+    FederatedObject::new("Job", "jobs", "demo", "once").template(
+        json!({"spec": {"template": {"spec": {
+            "restartPolicy": "Never",
+            "containers": [{"name": "c", "image": image, "command": ["true"]}]
+        }}}}),
+    )
 }
 
 #[tokio::test]
@@ -625,7 +666,9 @@ async fn an_immutable_field_change_fails_with_the_servers_message_or_recreates_w
     let status = fonce
         .wait_cluster_reasons(&[("member1", "UpdateFailed")])
         .await?;
-    let message = &cluster_status(&status, "member1").context("member1")?.message;
+    let message = &cluster_status(&status, "member1")
+        .context("member1")?
+        .message;
     assert!(message.contains("field is immutable"), "message: {message}");
     assert_eq!(jobs.get("once").await?.uid(), first.uid());
 

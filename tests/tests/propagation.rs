@@ -14,7 +14,9 @@ use flotilla_tests::{
     assert::MANAGED,
     federation::Federation,
     host::{cluster_names, cluster_status},
-    member::{config_map_data, config_maps, data_is, data_value, deployments, first_image, replicas},
+    member::{
+        config_map_data, config_maps, data_is, data_value, deployments, first_image, replicas,
+    },
     objects::{FederatedObject, widget_crd, widget_resource},
     setup::federation_with_namespace,
     wait::wait_object,
@@ -50,8 +52,12 @@ async fn configmaps_are_created_updated_and_moved_with_placement_and_overrides()
     let (m1, m2) = (&fed.members[0], &fed.members[1]);
     let fcm = settings(json!({"color": "blue"})).apply(&fed.host).await?;
     wait_for(T, "configmap in both members", || async {
-        let d1 = config_map_data(m1, "demo", "settings").await?.context("absent in member1")?;
-        let d2 = config_map_data(m2, "demo", "settings").await?.context("absent in member2")?;
+        let d1 = config_map_data(m1, "demo", "settings")
+            .await?
+            .context("absent in member1")?;
+        let d2 = config_map_data(m2, "demo", "settings")
+            .await?
+            .context("absent in member2")?;
         ensure!(
             d1.get("color").map(String::as_str) == Some("blue") && !d1.contains_key("region"),
             "member1: {d1:?}"
@@ -196,7 +202,8 @@ async fn enable_widgets(fed: &Federation) -> anyhow::Result<()> {
     let ftc = crdgen::federated_type_config(&target, DEFAULT_NAMESPACE);
     let ftcs: Api<flotilla_crds::FederatedTypeConfig> =
         Api::namespaced(fed.host.clone(), DEFAULT_NAMESPACE);
-    ftcs.patch(&ftc.name_any(), &pp, &Patch::Apply(&ftc)).await?;
+    ftcs.patch(&ftc.name_any(), &pp, &Patch::Apply(&ftc))
+        .await?;
     Ok(())
 }
 
@@ -216,8 +223,15 @@ async fn a_custom_resource_type_enabled_by_its_own_type_config_propagates_with_o
         let w2: Api<DynamicObject> =
             Api::namespaced_with(fed.members[1].clone(), "demo", &widget_resource());
         let w = w1.get_opt("gear").await?.context("absent in member1")?;
-        ensure!(w.data["spec"]["size"] == json!(7), "spec {:?}", w.data["spec"]);
-        ensure!(w2.get_opt("gear").await?.is_none(), "must not be in member2");
+        ensure!(
+            w.data["spec"]["size"] == json!(7),
+            "spec {:?}",
+            w.data["spec"]
+        );
+        ensure!(
+            w2.get_opt("gear").await?.is_none(),
+            "must not be in member2"
+        );
         Ok(())
     })
     .await?;
@@ -229,7 +243,12 @@ async fn a_custom_resource_type_enabled_by_its_own_type_config_propagates_with_o
 async fn steady_versions(fed: &Federation) -> anyhow::Result<Vec<Option<String>>> {
     let mut versions = Vec::new();
     for m in &fed.members {
-        versions.push(config_maps(m, "demo").get("steady").await?.resource_version());
+        versions.push(
+            config_maps(m, "demo")
+                .get("steady")
+                .await?
+                .resource_version(),
+        );
     }
     Ok(versions)
 }
@@ -269,7 +288,11 @@ async fn steady_state_makes_no_writes_drift_is_repaired_and_member_fields_are_ke
         steady_versions(&fed).await?,
         "a resync of converged objects must not write to members"
     );
-    assert_eq!(host_rv, fsteady.get().await?.resource_version(), "nor to the host");
+    assert_eq!(
+        host_rv,
+        fsteady.get().await?.resource_version(),
+        "nor to the host"
+    );
 
     // Drift: a member-side edit of an owned field is reverted.
     let m1 = config_maps(&fed.members[0], "demo");
@@ -328,10 +351,16 @@ async fn a_bad_override_fails_only_its_cluster_and_an_unregistered_cluster_is_re
         Some("CheckClusters")
     );
     assert!(
-        config_map_data(&fed.members[0], "demo", "partial").await?.is_some(),
+        config_map_data(&fed.members[0], "demo", "partial")
+            .await?
+            .is_some(),
         "member1 propagated normally"
     );
-    assert!(config_map_data(&fed.members[1], "demo", "partial").await?.is_none());
+    assert!(
+        config_map_data(&fed.members[1], "demo", "partial")
+            .await?
+            .is_none()
+    );
 
     // A placement naming a cluster that is not registered says so in status.
     let typo = FederatedObject::config_map("demo", "typo", json!({"k": "v"}))
@@ -346,7 +375,9 @@ async fn a_bad_override_fails_only_its_cluster_and_an_unregistered_cluster_is_re
             "{ghost:?}"
         );
         ensure!(
-            config_map_data(&fed.members[0], "demo", "typo").await?.is_some(),
+            config_map_data(&fed.members[0], "demo", "typo")
+                .await?
+                .is_some(),
             "member1 still propagated"
         );
         Ok(())
@@ -356,8 +387,8 @@ async fn a_bad_override_fails_only_its_cluster_and_an_unregistered_cluster_is_re
 }
 
 #[tokio::test]
-async fn an_unready_member_reports_cluster_not_ready_and_catches_up_when_back()
--> anyhow::Result<()> {
+async fn an_unready_member_reports_cluster_not_ready_and_catches_up_when_back() -> anyhow::Result<()>
+{
     let fed = ready_federation().await?;
     let both = |v: &str| FederatedObject::config_map("demo", "both", json!({ "v": v }));
     let fboth = both("1").apply(&fed.host).await?;
@@ -366,7 +397,9 @@ async fn an_unready_member_reports_cluster_not_ready_and_catches_up_when_back()
     fed.env.stop_apiserver("member1").await?;
     both("2").apply(&fed.host).await?;
     wait_for(T, "member2 updated, member1 ClusterNotReady", || async {
-        let d = config_map_data(&fed.members[1], "demo", "both").await?.context("absent")?;
+        let d = config_map_data(&fed.members[1], "demo", "both")
+            .await?
+            .context("absent")?;
         ensure!(d.get("v").map(String::as_str) == Some("2"), "{d:?}");
         let s = fboth.status().await?;
         let m1 = cluster_status(&s, "member1").map(|c| c.status.as_str());
@@ -380,4 +413,3 @@ async fn an_unready_member_reports_cluster_not_ready_and_catches_up_when_back()
     fboth.wait_propagated().await?;
     Ok(())
 }
-

@@ -70,10 +70,17 @@ async fn service_account_kubeconfig(fed: &Federation) -> anyhow::Result<PathBuf>
 
 /// With the controller-manager running: it takes the lease, writes cluster status,
 /// propagates with status and deletes, and its log shows no RBAC denial.
-async fn the_controller_manager_does_its_job(fed: &Federation, log_path: &Path) -> anyhow::Result<()> {
+async fn the_controller_manager_does_its_job(
+    fed: &Federation,
+    log_path: &Path,
+) -> anyhow::Result<()> {
     let leases: Api<Lease> = Api::namespaced(fed.host.clone(), DEFAULT_NAMESPACE);
     wait_for(T, "the lease held by the controller-manager", || async {
-        let holder = leases.get("kubefed-controller-manager").await?.spec.and_then(|s| s.holder_identity);
+        let holder = leases
+            .get("kubefed-controller-manager")
+            .await?
+            .spec
+            .and_then(|s| s.holder_identity);
         ensure!(holder.as_deref() == Some("rbac-test"), "holder {holder:?}");
         Ok(())
     })
@@ -93,7 +100,9 @@ async fn the_controller_manager_does_its_job(fed: &Federation, log_path: &Path) 
         .await?;
     wait_for(T, "propagated with status", || async {
         for (m, want) in fed.members.iter().zip(["v", "w"]) {
-            let data = config_map_data(m, "demo", "rbac").await?.context("absent")?;
+            let data = config_map_data(m, "demo", "rbac")
+                .await?
+                .context("absent")?;
             ensure!(data.get("k").map(String::as_str) == Some(want), "{data:?}");
         }
         frbac.check_propagated().await
@@ -101,7 +110,10 @@ async fn the_controller_manager_does_its_job(fed: &Federation, log_path: &Path) 
     .await?;
     frbac.delete().await?;
     wait_for(T, "deleted everywhere", || async {
-        ensure!(frbac.api.get_opt("rbac").await?.is_none(), "federated object still there");
+        ensure!(
+            frbac.api.get_opt("rbac").await?.is_none(),
+            "federated object still there"
+        );
         for m in &fed.members {
             ensure!(
                 config_map_data(m, "demo", "rbac").await?.is_none(),
@@ -111,14 +123,16 @@ async fn the_controller_manager_does_its_job(fed: &Federation, log_path: &Path) 
         Ok(())
     })
     .await?;
-    let log = std::fs::read_to_string(&log_path)?;
-    ensure!(log.contains("control plane started"), "the controllers never started:\n{log}");
+    let log = std::fs::read_to_string(log_path)?;
+    ensure!(
+        log.contains("control plane started"),
+        "the controllers never started:\n{log}"
+    );
     ensure!(
         !log.to_lowercase().contains("forbidden"),
         "the controller-manager hit RBAC denials:\n{log}"
     );
     Ok(())
-
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -164,7 +178,7 @@ async fn the_controller_manager_works_with_only_the_rbac_in_config() -> anyhow::
         .spawn()
         .context("starting the controller-manager")?;
 
-    let result = the_controller_manager_does_its_job(&fed, &log_path)    .await;
+    let result = the_controller_manager_does_its_job(&fed, &log_path).await;
     let _ = child.kill().await;
     if result.is_err() {
         eprintln!(

@@ -24,7 +24,7 @@ use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret, ServiceAccount};
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, PolicyRule, RoleRef, Subject};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use kube::api::{ListParams, ObjectMeta, Patch, PatchParams, PostParams};
+use kube::api::{ObjectMeta, Patch, PatchParams, PostParams};
 use kube::{Api, Client};
 use serde_json::json;
 use tokio::sync::mpsc;
@@ -64,7 +64,13 @@ async fn install_core_crds(host: &Client) -> anyhow::Result<()> {
         })
         .collect();
     anyhow::ensure!(registry_crds.len() == wanted.len(), "core CRDs missing");
-    install::install_crds(host, &registry_crds, "registry-test", Duration::from_secs(30)).await?;
+    install::install_crds(
+        host,
+        &registry_crds,
+        "registry-test",
+        Duration::from_secs(30),
+    )
+    .await?;
     Ok(())
 }
 
@@ -342,12 +348,16 @@ async fn joined_members_become_ready_with_their_kubernetes_version_and_labels() 
     let env = env(2).await;
     let plane = start_plane(&env).await?;
     for member in env.members() {
-        join(&plane.host, member, string_map(&[("region", member.name())])).await?;
+        join(
+            &plane.host,
+            member,
+            string_map(&[("region", member.name())]),
+        )
+        .await?;
     }
 
     for member in env.members() {
-        await_ready(&plane.host, member.name(), Duration::from_secs(30))
-        .await?;
+        await_ready(&plane.host, member.name(), Duration::from_secs(30)).await?;
         let version = wait_for(Duration::from_secs(10), "kubernetesVersion", || async {
             let status = Api::<KubeFedCluster>::namespaced(plane.host.clone(), NS)
                 .get(member.name())
@@ -430,8 +440,7 @@ async fn a_stopped_member_goes_offline_and_comes_back_while_the_other_stays_read
         join(&plane.host, member, BTreeMap::new()).await?;
     }
     for member in env.members() {
-        await_ready(&plane.host, member.name(), Duration::from_secs(30))
-        .await?;
+        await_ready(&plane.host, member.name(), Duration::from_secs(30)).await?;
     }
 
     // Watch member2 the whole time: it must never turn unready, in the set or in its status.
@@ -478,8 +487,7 @@ async fn a_stopped_member_goes_offline_and_comes_back_while_the_other_stays_read
     assert!(!plane.set.get("member1").is_some_and(|c| c.ready));
 
     env.start_apiserver("member1").await?;
-    await_ready(&plane.host, "member1", Duration::from_secs(20))
-    .await?;
+    await_ready(&plane.host, "member1", Duration::from_secs(20)).await?;
     let (offline, ..) = condition_of(&plane.host, "member1", condition::OFFLINE).await?;
     assert_eq!(offline, "False");
     assert!(plane.set.get("member1").is_some_and(|c| c.ready));
@@ -572,17 +580,14 @@ async fn broken_credentials_and_configurations_are_reported_and_recover_once_fix
         "{message}"
     );
     assert!(message.contains("does not exist"), "{message}");
-    await_ready(host, member.name(), timeout)
-    .await?;
+    await_ready(host, member.name(), timeout).await?;
     let ready: Vec<String> = plane.set.ready().into_iter().map(|c| c.name).collect();
     assert_eq!(ready, [member.name()]);
 
     // Each turn for the worse is an Event on the KubeFedCluster.
     wait_for(Duration::from_secs(10), "an Unauthorized Event", || async {
         let events = events_about(host, NS, "wrong-token", reason::CLUSTER_UNAUTHORIZED).await?;
-        let found = events
-            .iter()
-            .any(|e| e.type_.as_deref() == Some("Warning"));
+        let found = events.iter().any(|e| e.type_.as_deref() == Some("Warning"));
         anyhow::ensure!(found, "no such Event yet");
         Ok(())
     })
@@ -592,8 +597,7 @@ async fn broken_credentials_and_configurations_are_reported_and_recover_once_fix
     put_token_secret(host, "wrong-token-secret", &token).await?;
     put_token_secret(host, "missing-secret", &token).await?;
     for name in ["wrong-token", "no-secret"] {
-        await_ready(host, name, timeout)
-        .await?;
+        await_ready(host, name, timeout).await?;
     }
     let (malformed, ..) = condition_of(host, "no-secret", condition::CONFIG_MALFORMED)
         .await
@@ -626,10 +630,16 @@ async fn member_watches_follow_member_readiness() -> anyhow::Result<()> {
         let client = member.client().await?;
         create_namespace(&client, "watched").await?;
         let api: Api<ConfigMap> = Api::namespaced(client, "watched");
-        api.create(&PostParams::default(), &config_map("labelled", &[("app", "x")], &[]))
-            .await?;
-        api.create(&PostParams::default(), &config_map("other", &[("app", "y")], &[]))
-            .await?;
+        api.create(
+            &PostParams::default(),
+            &config_map("labelled", &[("app", "x")], &[]),
+        )
+        .await?;
+        api.create(
+            &PostParams::default(),
+            &config_map("other", &[("app", "y")], &[]),
+        )
+        .await?;
     }
     wait_for(
         Duration::from_secs(30),
@@ -679,7 +689,10 @@ async fn member_watches_follow_member_readiness() -> anyhow::Result<()> {
     // member2 keeps being watched while member1 is down.
     let member2: Api<ConfigMap> = Api::namespaced(env.members()[1].client().await?, "watched");
     member2
-        .create(&PostParams::default(), &config_map("while-down", &[("app", "x")], &[]))
+        .create(
+            &PostParams::default(),
+            &config_map("while-down", &[("app", "x")], &[]),
+        )
         .await?;
     wait_for(
         Duration::from_secs(10),

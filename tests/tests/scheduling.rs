@@ -53,8 +53,12 @@ async fn replicas_are_spread_by_weight_and_follow_cluster_readiness() -> anyhow:
         Duration::from_secs(60),
         "6 replicas in member1 and 3 in member2",
         || async {
-            let r1 = web_replicas(&fed.members[0]).await?.context("absent in member1")?;
-            let r2 = web_replicas(&fed.members[1]).await?.context("absent in member2")?;
+            let r1 = web_replicas(&fed.members[0])
+                .await?
+                .context("absent in member1")?;
+            let r2 = web_replicas(&fed.members[1])
+                .await?
+                .context("absent in member2")?;
             ensure!((r1, r2) == (6, 3), "replicas {r1} {r2}");
             Ok(())
         },
