@@ -1,11 +1,15 @@
 //! A handle on one federated object in the host: reading its status, waiting until it is
 //! propagated (for its current generation) or until clusters report given reasons, and
-//! deleting it. It never looks at member clusters; see [`crate::wait`] for those.
+//! deleting it; and waiting until clusters are registered Ready. It never looks at member
+//! clusters; see [`crate::wait`] for those.
 
 use std::{collections::BTreeMap, time::Duration};
 
 use anyhow::{Context as _, ensure};
-use flotilla_crds::federated::{ClusterStatus, FederatedCondition, FederatedStatus};
+use flotilla_crds::{
+    DEFAULT_NAMESPACE, KubeFedCluster,
+    federated::{ClusterStatus, FederatedCondition, FederatedStatus},
+};
 use kube::{
     Api, Client,
     api::{DeleteParams, DynamicObject},
@@ -138,4 +142,21 @@ pub fn cluster_status<'a>(status: &'a FederatedStatus, cluster: &str) -> Option<
 /// The cluster names of `status.clusters`, in order.
 pub fn cluster_names(status: &FederatedStatus) -> Vec<&str> {
     status.clusters.iter().map(|c| c.name.as_str()).collect()
+}
+
+/// Waits until the KubeFedClusters `names` in the host all report Ready.
+pub async fn wait_clusters_ready(
+    timeout: Duration,
+    host: &Client,
+    names: &[&str],
+) -> anyhow::Result<()> {
+    let kfcs: Api<KubeFedCluster> = Api::namespaced(host.clone(), DEFAULT_NAMESPACE);
+    wait_for(timeout, &format!("clusters {names:?} Ready"), || async {
+        for name in names {
+            let ready = kfcs.get(name).await?.status.is_some_and(|s| s.is_ready());
+            ensure!(ready, "{name} not Ready");
+        }
+        Ok(())
+    })
+    .await
 }

@@ -22,6 +22,7 @@ use flotilla_tests::{
     LocalEnv,
     federation::{Federation, federated_namespace, federation, install_crds},
     flotilla_binary,
+    host::wait_clusters_ready,
     member::config_maps,
     objects::{FederatedObject, create_namespace, string_map, widget_crd, widget_resource},
     wait::{wait_absent, wait_namespace_in, wait_object, wait_present},
@@ -215,15 +216,7 @@ async fn start_controller_manager(
         &addr,
     ];
     let task = tokio::spawn(cli::run(full_args(env, &args), ctx.clone()));
-    let kfcs = c.kfcs();
-    wait_for(T, "both members Ready", || async {
-        for name in ["member1", "member2"] {
-            let ready = kfcs.get(name).await?.status.is_some_and(|s| s.is_ready());
-            ensure!(ready, "{name} not Ready");
-        }
-        Ok(())
-    })
-    .await?;
+    wait_clusters_ready(T, &c.host, &["member1", "member2"]).await?;
     let metrics = wait_for(T, "metrics with both clusters ready", || async {
         let (status, _) = cli::http::get(([127, 0, 0, 1], port).into(), "/readyz").await?;
         ensure!(status == 200, "/readyz answered {status}");

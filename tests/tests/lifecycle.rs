@@ -81,6 +81,18 @@ struct DeletionCases {
     keep_rs: FederatedRef,
 }
 
+impl DeletionCases {
+    fn all(&self) -> [&FederatedRef; 5] {
+        [
+            &self.doomed,
+            &self.held,
+            &self.orphaned,
+            &self.web,
+            &self.keep_rs,
+        ]
+    }
+}
+
 async fn propagate_deletion_cases(fed: &Federation) -> anyhow::Result<DeletionCases> {
     let host = &fed.host;
     let cases = DeletionCases {
@@ -101,13 +113,7 @@ async fn propagate_deletion_cases(fed: &Federation) -> anyhow::Result<DeletionCa
             .apply(host)
             .await?,
     };
-    for f in [
-        &cases.doomed,
-        &cases.held,
-        &cases.orphaned,
-        &cases.web,
-        &cases.keep_rs,
-    ] {
+    for f in cases.all() {
         f.wait_propagated().await?;
     }
     // Every federated object carries the sync finalizer before anything is propagated.
@@ -199,13 +205,7 @@ async fn deleting_federated_objects_removes_member_objects_first_and_honours_del
     let cases = propagate_deletion_cases(&fed).await?;
     // member1 holds its copy of `held` back with a finalizer of its own.
     set_finalizers(&fed.members[0], "held", json!(["example.com/hold"])).await?;
-    for f in [
-        &cases.doomed,
-        &cases.held,
-        &cases.orphaned,
-        &cases.web,
-        &cases.keep_rs,
-    ] {
+    for f in cases.all() {
         f.delete().await?;
     }
 

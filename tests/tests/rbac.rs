@@ -11,10 +11,11 @@ use std::{
 
 use anyhow::{Context as _, ensure};
 use base64::Engine as _;
-use flotilla_crds::{DEFAULT_NAMESPACE, KubeFedCluster};
+use flotilla_crds::DEFAULT_NAMESPACE;
 use flotilla_tests::{
     federation::{Federation, federated_namespace, federation},
     flotilla_binary,
+    host::wait_clusters_ready,
     member::config_map_data,
     objects::FederatedObject,
     wait_for,
@@ -85,15 +86,8 @@ async fn the_controller_manager_does_its_job(
         Ok(())
     })
     .await?;
-    let kfcs: Api<KubeFedCluster> = Api::namespaced(fed.host.clone(), DEFAULT_NAMESPACE);
-    wait_for(T, "cluster status written", || async {
-        for name in ["member1", "member2"] {
-            let ready = kfcs.get(name).await?.status.is_some_and(|s| s.is_ready());
-            ensure!(ready, "{name} not Ready");
-        }
-        Ok(())
-    })
-    .await?;
+    // Cluster status written.
+    wait_clusters_ready(T, &fed.host, &["member1", "member2"]).await?;
     let frbac = FederatedObject::config_map("demo", "rbac", json!({"k": "v"}))
         .override_path("member2", "/data/k", json!("w"))
         .apply(&fed.host)
