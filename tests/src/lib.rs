@@ -1,5 +1,8 @@
 //! Shared helpers for integration tests on real local clusters: starting an environment
-//! with logging set up, and polling until a condition holds.
+//! with logging set up, and polling until a condition holds. Builders of test objects are in
+//! [`objects`], waits on a federated object in [`host`], waits on member objects in
+//! [`wait`], member reads in [`member`], shared assertions in [`assert`] and the usual
+//! starting point in [`setup`].
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
@@ -12,7 +15,13 @@ use anyhow::Context as _;
 
 pub use flotilla_localenv::{Cluster, EnvOptions, LocalEnv};
 
+pub mod assert;
 pub mod federation;
+pub mod host;
+pub mod member;
+pub mod objects;
+pub mod setup;
+pub mod wait;
 
 /// How often [`wait_for`] polls.
 const POLL_INTERVAL: Duration = Duration::from_millis(100);

@@ -7,24 +7,31 @@
 //! election and `dev up` run the built binary (`cargo build` of `flotilla`, or `$FLOTILLA_BIN`).
 
 use std::{
-    collections::BTreeMap,
     path::{Path, PathBuf},
     process::Stdio,
     time::{Duration, Instant},
 };
 
 use anyhow::{Context as _, ensure};
-use flotilla_controllers::cli::{self, Context};
+use flotilla_controllers::{
+    cli::{self, Context},
+    install,
+};
 use flotilla_crds::{DEFAULT_NAMESPACE, FederatedTypeConfig, KubeFedCluster};
 use flotilla_tests::{
     LocalEnv,
-    federation::{apply, federated, federated_namespace, federation, install_crds},
-    flotilla_binary, wait_for,
+    federation::{Federation, federated_namespace, federation, install_crds},
+    flotilla_binary,
+    host::wait_clusters_ready,
+    member::config_maps,
+    objects::{FederatedObject, create_namespace, string_map, widget_crd, widget_resource},
+    wait::{wait_absent, wait_namespace_in, wait_object, wait_present},
+    wait_for,
 };
 use k8s_openapi::{
     api::{
         coordination::v1::Lease,
-        core::v1::{ConfigMap, Namespace, Secret, ServiceAccount},
+        core::v1::{Secret, ServiceAccount},
         rbac::v1::{ClusterRole, ClusterRoleBinding},
     },
     apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition,
@@ -32,7 +39,6 @@ use k8s_openapi::{
 use kube::{
     Api, Client, ResourceExt,
     api::{DeleteParams, DynamicObject, Patch, PatchParams},
-    core::ApiResource,
 };
 use serde_json::json;
 use tokio::io::{AsyncBufReadExt, BufReader};
@@ -102,84 +108,36 @@ async fn fast_health_checks(host: &Client) -> anyhow::Result<()> {
     Ok(())
 }
 
-async fn cm_data(
-    client: &Client,
-    ns: &str,
-    name: &str,
-) -> anyhow::Result<Option<BTreeMap<String, String>>> {
-    let api: Api<ConfigMap> = Api::namespaced(client.clone(), ns);
-    Ok(api.get_opt(name).await?.map(|c| c.data.unwrap_or_default()))
+/// The clusters of the CLI test: the host and the two members.
+struct Clusters {
+    host: Client,
+    m1: Client,
+    m2: Client,
 }
 
-fn widget_ar() -> ApiResource {
-    ApiResource {
-        group: "example.com".into(),
-        version: "v1".into(),
-        api_version: "example.com/v1".into(),
-        kind: "Widget".into(),
-        plural: "widgets".into(),
+impl Clusters {
+    fn members(&self) -> [&Client; 2] {
+        [&self.m1, &self.m2]
+    }
+
+    fn kfcs(&self) -> Api<KubeFedCluster> {
+        Api::namespaced(self.host.clone(), DEFAULT_NAMESPACE)
     }
 }
 
-async fn install_widget_crd(clients: &[Client]) -> anyhow::Result<()> {
-    let crd: CustomResourceDefinition = serde_json::from_value(json!({
-        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
-        "metadata": {"name": "widgets.example.com"},
-        "spec": {"group": "example.com", "scope": "Namespaced",
-            "names": {"plural": "widgets", "singular": "widget", "kind": "Widget", "shortNames": ["wd"]},
-            "versions": [{"name": "v1", "served": true, "storage": true,
-                "schema": {"openAPIV3Schema": {"type": "object", "properties": {"spec": {"type": "object",
-                    "properties": {"size": {"type": "integer"}, "color": {"type": "string"}}}}}}}]}
-    }))?;
-    for c in clients {
-        let api: Api<CustomResourceDefinition> = Api::all(c.clone());
-        api.patch(
-            "widgets.example.com",
-            &PatchParams::apply("flotilla-tests"),
-            &Patch::Apply(&crd),
-        )
-        .await?;
-    }
-    for c in clients {
-        let api: Api<CustomResourceDefinition> = Api::all(c.clone());
-        wait_for(T, "widget CRD established", || async {
-            let crd = api.get("widgets.example.com").await?;
-            let ok = crd
-                .status
-                .and_then(|s| s.conditions)
-                .unwrap_or_default()
-                .iter()
-                .any(|c| c.type_ == "Established" && c.status == "True");
-            ensure!(ok, "not established");
-            Ok(())
-        })
-        .await?;
-    }
-    Ok(())
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn the_cli_joins_enables_federates_reports_status_and_unjoins_on_real_clusters()
--> anyhow::Result<()> {
-    let env = flotilla_tests::env(2).await;
-    let host = env.host().client().await?;
-    let m1 = env.members()[0].client().await?;
-    let m2 = env.members()[1].client().await?;
-    install_crds(&host).await?;
-    let kfcs: Api<KubeFedCluster> = Api::namespaced(host.clone(), DEFAULT_NAMESPACE);
-
+/// join --dry-run, join of both members (one with its own Secret name), and a second join
+/// that fails only with --error-on-existing.
+async fn join_both_members(env: &LocalEnv, c: &Clusters) -> anyhow::Result<()> {
+    let kfcs = c.kfcs();
     // join --dry-run says what it would create and creates nothing.
-    let plan = flotilla_ok(
-        &env,
-        &[
-            "join",
-            "member1",
-            "--cluster-context",
-            "member1",
-            "--dry-run",
-        ],
-    )
-    .await?;
+    let dry_run = [
+        "join",
+        "member1",
+        "--cluster-context",
+        "member1",
+        "--dry-run",
+    ];
+    let plan = flotilla_ok(env, &dry_run).await?;
     assert!(
         plan.contains("ServiceAccount      kube-federation-system/member1-host"),
         "{plan}"
@@ -192,7 +150,7 @@ async fn the_cli_joins_enables_federates_reports_status_and_unjoins_on_real_clus
 
     // join both members, from their kubeconfig contexts.
     let out = flotilla_ok(
-        &env,
+        env,
         &[
             "join",
             "member1",
@@ -207,7 +165,7 @@ async fn the_cli_joins_enables_federates_reports_status_and_unjoins_on_real_clus
     .await?;
     assert!(out.contains("cluster member1 joined"), "{out}");
     flotilla_ok(
-        &env,
+        env,
         &[
             "join",
             "member2",
@@ -227,53 +185,38 @@ async fn the_cli_joins_enables_federates_reports_status_and_unjoins_on_real_clus
         Some("member2")
     );
     // A second join of a joined cluster fails only when asked to.
-    let (again, _) = flotilla(
-        &env,
-        &[
-            "join",
-            "member1",
-            "--cluster-context",
-            "member1",
-            "--error-on-existing",
-        ],
-    )
-    .await;
+    let again = [
+        "join",
+        "member1",
+        "--cluster-context",
+        "member1",
+        "--error-on-existing",
+    ];
+    let (again, _) = flotilla(env, &again).await;
     assert!(
         again.is_err(),
         "joining twice with --error-on-existing must fail"
     );
-    fast_health_checks(&host).await?;
+    Ok(())
+}
 
-    // enable the two built-in types this test federates.
-    for t in ["namespaces", "configmaps"] {
-        let out = flotilla_ok(&env, &["enable", t]).await?;
-        assert!(out.contains("federatedtypeconfig"), "{out}");
-    }
-
-    // The controller-manager, in-process, without leader election.
+/// Starts the controller-manager in-process, without leader election, serving metrics on
+/// a free port; waits until both members are Ready and the metrics say so.
+async fn start_controller_manager(
+    env: &LocalEnv,
+    c: &Clusters,
+) -> anyhow::Result<(Context, tokio::task::JoinHandle<anyhow::Result<()>>)> {
     let port = free_port()?;
-    let cm_ctx = Context::captured();
+    let ctx = Context::captured();
     let addr = format!("127.0.0.1:{port}");
-    let cm = tokio::spawn(cli::run(
-        full_args(
-            &env,
-            &[
-                "controller-manager",
-                "--leader-elect=false",
-                "--metrics-addr",
-                &addr,
-            ],
-        ),
-        cm_ctx.clone(),
-    ));
-    wait_for(T, "both members Ready", || async {
-        for name in ["member1", "member2"] {
-            let ready = kfcs.get(name).await?.status.is_some_and(|s| s.is_ready());
-            ensure!(ready, "{name} not Ready");
-        }
-        Ok(())
-    })
-    .await?;
+    let args = [
+        "controller-manager",
+        "--leader-elect=false",
+        "--metrics-addr",
+        &addr,
+    ];
+    let task = tokio::spawn(cli::run(full_args(env, &args), ctx.clone()));
+    wait_clusters_ready(T, &c.host, &["member1", "member2"]).await?;
     let metrics = wait_for(T, "metrics with both clusters ready", || async {
         let (status, _) = cli::http::get(([127, 0, 0, 1], port).into(), "/readyz").await?;
         ensure!(status == 200, "/readyz answered {status}");
@@ -283,29 +226,15 @@ async fn the_cli_joins_enables_federates_reports_status_and_unjoins_on_real_clus
     })
     .await?;
     assert!(metrics.contains("flotilla_leader 1"), "{metrics}");
+    Ok((ctx, task))
+}
 
-    // federate a namespace, then a ConfigMap in it.
-    let ns_api: Api<Namespace> = Api::all(host.clone());
-    ns_api
-        .patch(
-            "demo",
-            &PatchParams::apply("flotilla-tests"),
-            &Patch::Apply(
-                json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "demo"}}),
-            ),
-        )
-        .await?;
-    flotilla_ok(&env, &["federate", "namespace", "demo"]).await?;
-    for m in [&m1, &m2] {
-        let api: Api<Namespace> = Api::all(m.clone());
-        wait_for(T, "namespace demo in the member", || async {
-            ensure!(api.get_opt("demo").await?.is_some(), "missing");
-            Ok(())
-        })
-        .await?;
-    }
-    let host_cms: Api<ConfigMap> = Api::namespaced(host.clone(), "demo");
-    host_cms
+/// federate a namespace, then a ConfigMap in it (first as YAML only, then applied).
+async fn federate_a_namespace_and_a_config_map(env: &LocalEnv, c: &Clusters) -> anyhow::Result<()> {
+    create_namespace(&c.host, "demo").await?;
+    flotilla_ok(env, &["federate", "namespace", "demo"]).await?;
+    wait_namespace_in(&[c.m1.clone(), c.m2.clone()], "demo").await?;
+    config_maps(&c.host, "demo")
         .patch(
             "settings",
             &PatchParams::apply("flotilla-tests"),
@@ -314,19 +243,16 @@ async fn the_cli_joins_enables_federates_reports_status_and_unjoins_on_real_clus
                 "data": {"color": "blue", "size": "3"}})),
         )
         .await?;
-    let yaml = flotilla_ok(
-        &env,
-        &[
-            "federate",
-            "configmap",
-            "settings",
-            "-n",
-            "demo",
-            "-o",
-            "yaml",
-        ],
-    )
-    .await?;
+    let args = [
+        "federate",
+        "configmap",
+        "settings",
+        "-n",
+        "demo",
+        "-o",
+        "yaml",
+    ];
+    let yaml = flotilla_ok(env, &args).await?;
     assert!(
         yaml.contains("kind: FederatedConfigMap") && yaml.contains("clusterSelector: {}"),
         "{yaml}"
@@ -335,54 +261,35 @@ async fn the_cli_joins_enables_federates_reports_status_and_unjoins_on_real_clus
         !yaml.contains("resourceVersion") && !yaml.contains("note"),
         "{yaml}"
     );
-    let fcm = federated("ConfigMap", "configmaps");
-    let fcms: Api<DynamicObject> = Api::namespaced_with(host.clone(), "demo", &fcm);
+    let settings = FederatedObject::config_map("demo", "settings", json!({})).in_host(&c.host);
     assert!(
-        fcms.get_opt("settings").await?.is_none(),
+        settings.api.get_opt("settings").await?.is_none(),
         "-o yaml must not apply"
     );
-    flotilla_ok(&env, &["federate", "configmap", "settings", "-n", "demo"]).await?;
-    let want: BTreeMap<String, String> = [("color", "blue"), ("size", "3")]
-        .into_iter()
-        .map(|(k, v)| (k.to_string(), v.to_string()))
-        .collect();
-    for m in [&m1, &m2] {
-        wait_for(
-            T,
-            "federated ConfigMap in the member with the same data",
-            || async {
-                ensure!(
-                    cm_data(m, "demo", "settings").await?.as_ref() == Some(&want),
-                    "not yet"
-                );
-                Ok(())
-            },
-        )
+    flotilla_ok(env, &["federate", "configmap", "settings", "-n", "demo"]).await?;
+    let want = string_map(&[("color", "blue"), ("size", "3")]);
+    for m in c.members() {
+        let cm = wait_object(T, &config_maps(m, "demo"), "settings", |cm| {
+            ensure!(cm.data.as_ref() == Some(&want), "not yet: {:?}", cm.data);
+            Ok(())
+        })
         .await?;
-        let cm = Api::<ConfigMap>::namespaced(m.clone(), "demo")
-            .get("settings")
-            .await?;
         assert_eq!(cm.labels().get("app").map(String::as_str), Some("web"));
     }
+    Ok(())
+}
 
-    // federate --contents: the namespace and what is in it, minus what Kubernetes put there.
-    ns_api
-        .patch(
-            "shop",
-            &PatchParams::apply("flotilla-tests"),
-            &Patch::Apply(
-                json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "shop"}}),
-            ),
-        )
-        .await?;
-    Api::<ConfigMap>::namespaced(host.clone(), "shop")
+/// federate --contents: the namespace and what is in it, minus what Kubernetes put there.
+async fn federate_a_namespace_with_its_contents(
+    env: &LocalEnv,
+    c: &Clusters,
+) -> anyhow::Result<()> {
+    create_namespace(&c.host, "shop").await?;
+    config_maps(&c.host, "shop")
         .patch("menu", &PatchParams::apply("flotilla-tests"), &Patch::Apply(json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "menu", "namespace": "shop"}, "data": {"soup": "yes"}})))
         .await?;
-    let yaml = flotilla_ok(
-        &env,
-        &["federate", "namespace", "shop", "--contents", "-o", "yaml"],
-    )
-    .await?;
+    let args = ["federate", "namespace", "shop", "--contents", "-o", "yaml"];
+    let yaml = flotilla_ok(env, &args).await?;
     assert!(
         yaml.contains("kind: FederatedNamespace") && yaml.contains("kind: FederatedConfigMap"),
         "{yaml}"
@@ -392,15 +299,16 @@ async fn the_cli_joins_enables_federates_reports_status_and_unjoins_on_real_clus
         "{yaml}"
     );
     assert!(!yaml.contains("kube-root-ca.crt"), "{yaml}");
+    Ok(())
+}
 
-    // status: a row per object and cluster; --wait succeeds once propagated.
-    let out = flotilla_ok(
-        &env,
-        &["status", "-n", "demo", "--wait", "--timeout", "30s"],
-    )
-    .await?;
+/// status: a row per object and cluster; --wait succeeds once propagated, and fails fast,
+/// naming cluster and reason, on an override that cannot apply.
+async fn status_reports_rows_and_waits(env: &LocalEnv, c: &Clusters) -> anyhow::Result<()> {
+    let args = ["status", "-n", "demo", "--wait", "--timeout", "30s"];
+    let out = flotilla_ok(env, &args).await?;
     assert!(out.contains("all propagated"), "{out}");
-    let out = flotilla_ok(&env, &["status", "-n", "demo"]).await?;
+    let out = flotilla_ok(env, &["status", "-n", "demo"]).await?;
     for object in ["federatedconfigmap/settings", "federatednamespace/demo"] {
         for member in ["member1", "member2"] {
             let rows = out
@@ -412,38 +320,28 @@ async fn the_cli_joins_enables_federates_reports_status_and_unjoins_on_real_clus
             assert_eq!(rows, 1, "one OK row for {object} in {member}:\n{out}");
         }
     }
-    let out = flotilla_ok(&env, &["status", "cm/settings", "-n", "demo"]).await?;
+    let out = flotilla_ok(env, &["status", "cm/settings", "-n", "demo"]).await?;
     assert_eq!(
         out.lines().filter(|l| l.contains("settings")).count(),
         2,
         "{out}"
     );
 
-    // status --wait fails, naming cluster and reason, on an override that cannot apply.
-    apply(
-        &host,
-        &fcm,
-        Some("demo"),
-        &json!({"apiVersion": "types.kubefed.io/v1beta1", "kind": "FederatedConfigMap",
-            "metadata": {"name": "broken", "namespace": "demo"},
-            "spec": {"template": {"data": {"k": "v"}}, "placement": {"clusterSelector": {}},
-                "overrides": [{"clusterName": "member2", "clusterOverrides": [{"path": "/data/missing/deeper", "value": "x"}]}]}}),
-    )
-    .await?;
+    FederatedObject::config_map("demo", "broken", json!({"k": "v"}))
+        .override_path("member2", "/data/missing/deeper", json!("x"))
+        .apply(&c.host)
+        .await?;
     let started = Instant::now();
-    let (result, out) = flotilla(
-        &env,
-        &[
-            "status",
-            "federatedconfigmaps/broken",
-            "-n",
-            "demo",
-            "--wait",
-            "--timeout",
-            "60s",
-        ],
-    )
-    .await;
+    let args = [
+        "status",
+        "federatedconfigmaps/broken",
+        "-n",
+        "demo",
+        "--wait",
+        "--timeout",
+        "60s",
+    ];
+    let (result, out) = flotilla(env, &args).await;
     assert!(result.is_err(), "a bad override must fail --wait:\n{out}");
     assert!(
         started.elapsed() < Duration::from_secs(30),
@@ -453,34 +351,22 @@ async fn the_cli_joins_enables_federates_reports_status_and_unjoins_on_real_clus
         out.contains("FAILED") && out.contains("member2") && out.contains("ApplyOverridesFailed"),
         "{out}"
     );
+    Ok(())
+}
 
-    // orphaning-deletion manages the annotation.
-    flotilla_ok(
-        &env,
-        &[
-            "orphaning-deletion",
-            "enable",
-            "configmaps",
-            "settings",
-            "-n",
-            "demo",
-        ],
-    )
-    .await?;
-    let out = flotilla_ok(
-        &env,
-        &[
-            "orphaning-deletion",
-            "status",
-            "fcm",
-            "settings",
-            "-n",
-            "demo",
-        ],
-    )
-    .await?;
+/// orphaning-deletion manages the annotation.
+async fn orphaning_deletion_toggles_the_annotation(
+    env: &LocalEnv,
+    c: &Clusters,
+) -> anyhow::Result<()> {
+    let verb = |action: &'static str, kind: &'static str| {
+        ["orphaning-deletion", action, kind, "settings", "-n", "demo"]
+    };
+    flotilla_ok(env, &verb("enable", "configmaps")).await?;
+    let out = flotilla_ok(env, &verb("status", "fcm")).await?;
     assert!(out.contains("is enabled"), "{out}");
-    let annotated = fcms.get("settings").await?;
+    let settings = FederatedObject::config_map("demo", "settings", json!({})).in_host(&c.host);
+    let annotated = settings.get().await?;
     assert_eq!(
         annotated
             .annotations()
@@ -488,37 +374,30 @@ async fn the_cli_joins_enables_federates_reports_status_and_unjoins_on_real_clus
             .map(String::as_str),
         Some("true")
     );
-    flotilla_ok(
-        &env,
-        &[
-            "orphaning-deletion",
-            "disable",
-            "configmaps",
-            "settings",
-            "-n",
-            "demo",
-        ],
-    )
-    .await?;
-    let out = flotilla_ok(
-        &env,
-        &[
-            "orphaning-deletion",
-            "status",
-            "configmaps",
-            "settings",
-            "-n",
-            "demo",
-        ],
-    )
-    .await?;
+    flotilla_ok(env, &verb("disable", "configmaps")).await?;
+    let out = flotilla_ok(env, &verb("status", "configmaps")).await?;
     assert!(out.contains("is disabled"), "{out}");
+    Ok(())
+}
 
-    // enable a CRD type: the Federated CRD carries its schema, and propagation works.
-    install_widget_crd(&[host.clone(), m1.clone(), m2.clone()]).await?;
-    let out = flotilla_ok(&env, &["enable", "widgets.example.com"]).await?;
+fn widget(name: &str) -> FederatedObject {
+    FederatedObject::new("Widget", "widgets", "demo", name)
+        .template(json!({"spec": {"size": 3, "color": "red"}}))
+}
+
+/// enable a CRD type: the Federated CRD carries its schema and short name, and
+/// propagation works.
+async fn enabling_a_crd_type_propagates_its_objects(
+    env: &LocalEnv,
+    c: &Clusters,
+) -> anyhow::Result<()> {
+    let crd = widget_crd(&["wd"])?;
+    for client in [&c.host, &c.m1, &c.m2] {
+        install::install_crds(client, std::slice::from_ref(&crd), "flotilla-tests", T).await?;
+    }
+    let out = flotilla_ok(env, &["enable", "widgets.example.com"]).await?;
     assert!(out.contains("template schema from the target CRD"), "{out}");
-    let crds: Api<CustomResourceDefinition> = Api::all(host.clone());
+    let crds: Api<CustomResourceDefinition> = Api::all(c.host.clone());
     let fcrd = serde_json::to_value(crds.get("federatedwidgets.types.kubefed.io").await?)?;
     assert_eq!(
         fcrd.pointer("/spec/versions/0/schema/openAPIV3Schema/properties/spec/properties/template/properties/spec/properties/size/type"),
@@ -529,133 +408,133 @@ async fn the_cli_joins_enables_federates_reports_status_and_unjoins_on_real_clus
         fcrd.pointer("/spec/names/shortNames/0"),
         Some(&json!("fwd"))
     );
-    let ftcs: Api<FederatedTypeConfig> = Api::namespaced(host.clone(), DEFAULT_NAMESPACE);
+    let ftcs: Api<FederatedTypeConfig> = Api::namespaced(c.host.clone(), DEFAULT_NAMESPACE);
     assert!(ftcs.get_opt("widgets.example.com").await?.is_some());
-    let fwidget = federated("Widget", "widgets");
-    let fwidget_json = |name: &str| {
-        json!({"apiVersion": "types.kubefed.io/v1beta1", "kind": "FederatedWidget",
-            "metadata": {"name": name, "namespace": "demo"},
-            "spec": {"template": {"spec": {"size": 3, "color": "red"}}, "placement": {"clusterSelector": {}}}})
-    };
-    wait_for(T, "FederatedWidget accepted", || async {
-        apply(&host, &fwidget, Some("demo"), &fwidget_json("gear")).await
-    })
-    .await?;
-    for m in [&m1, &m2] {
-        let api: Api<DynamicObject> = Api::namespaced_with(m.clone(), "demo", &widget_ar());
-        wait_for(T, "widget gear in the member", || async {
-            let w = api.get_opt("gear").await?.context("missing")?;
+    let gear = widget("gear");
+    wait_for(T, "FederatedWidget accepted", || gear.apply(&c.host)).await?;
+    for m in c.members() {
+        let api: Api<DynamicObject> = Api::namespaced_with(m.clone(), "demo", &widget_resource());
+        wait_object(T, &api, "gear", |w| {
             ensure!(w.data["spec"]["size"] == 3, "{:?}", w.data);
             Ok(())
         })
         .await?;
     }
-    let out = flotilla_ok(&env, &["status", "wd", "-n", "demo"]).await?;
+    let out = flotilla_ok(env, &["status", "wd", "-n", "demo"]).await?;
     assert!(
         out.contains("federatedwidget/gear"),
         "a CRD's short name resolves:\n{out}"
     );
+    Ok(())
+}
 
-    // disable: propagation reported NotRunning before the FTC goes; nothing propagates after.
-    let out = flotilla_ok(
-        &env,
-        &["disable", "widgets.example.com", "--timeout", "30s"],
-    )
-    .await?;
+/// disable: propagation reported NotRunning before the FTC goes; nothing propagates after.
+/// Enabled again, its objects can be deleted; then disable --delete-crd removes the CRD.
+async fn disabling_a_crd_type_stops_propagation(
+    env: &LocalEnv,
+    c: &Clusters,
+) -> anyhow::Result<()> {
+    let args = ["disable", "widgets.example.com", "--timeout", "30s"];
+    let out = flotilla_ok(env, &args).await?;
     assert!(out.contains("NotRunning"), "{out}");
+    let ftcs: Api<FederatedTypeConfig> = Api::namespaced(c.host.clone(), DEFAULT_NAMESPACE);
     assert!(
         ftcs.get_opt("widgets.example.com").await?.is_none(),
         "FTC deleted"
     );
-    apply(&host, &fwidget, Some("demo"), &fwidget_json("late")).await?;
+    let late = widget("late").apply(&c.host).await?;
     tokio::time::sleep(Duration::from_secs(3)).await;
-    let m1_widgets: Api<DynamicObject> = Api::namespaced_with(m1.clone(), "demo", &widget_ar());
+    let m1_widgets: Api<DynamicObject> =
+        Api::namespaced_with(c.m1.clone(), "demo", &widget_resource());
     assert!(
         m1_widgets.get_opt("late").await?.is_none(),
         "a disabled type does not propagate"
     );
-    // Enabled again, its objects can be deleted; then disable --delete-crd removes the CRD.
-    flotilla_ok(&env, &["enable", "widgets.example.com"]).await?;
-    wait_for(T, "late widget propagated after re-enabling", || async {
-        ensure!(m1_widgets.get_opt("late").await?.is_some(), "missing");
-        Ok(())
-    })
-    .await?;
-    let host_fwidgets: Api<DynamicObject> = Api::namespaced_with(host.clone(), "demo", &fwidget);
+    flotilla_ok(env, &["enable", "widgets.example.com"]).await?;
+    wait_present(T, &m1_widgets, "late").await?;
     for name in ["gear", "late"] {
-        host_fwidgets.delete(name, &DeleteParams::default()).await?;
+        late.api.delete(name, &DeleteParams::default()).await?;
     }
     wait_for(T, "federated widgets deleted", || async {
-        ensure!(
-            host_fwidgets
-                .list(&Default::default())
-                .await?
-                .items
-                .is_empty(),
-            "still there"
-        );
+        let left = late.api.list(&Default::default()).await?.items;
+        ensure!(left.is_empty(), "still there");
         Ok(())
     })
     .await?;
-    flotilla_ok(&env, &["disable", "fwd", "--delete-crd"]).await?;
-    wait_for(T, "FederatedWidget CRD deleted", || async {
-        ensure!(
-            crds.get_opt("federatedwidgets.types.kubefed.io")
-                .await?
-                .is_none(),
-            "still there"
-        );
-        Ok(())
-    })
-    .await?;
+    flotilla_ok(env, &["disable", "fwd", "--delete-crd"]).await?;
+    let crds: Api<CustomResourceDefinition> = Api::all(c.host.clone());
+    wait_absent(T, &crds, "federatedwidgets.types.kubefed.io").await?;
+    Ok(())
+}
 
-    // unjoin removes the member's service account, token, RBAC and the host side.
-    let out = flotilla_ok(&env, &["unjoin", "member2", "--cluster-context", "member2"]).await?;
+/// unjoin removes the member's service account, token, RBAC and the host side; with
+/// --force, the host side goes even when the member is down.
+async fn unjoin_removes_both_sides(env: &LocalEnv, c: &Clusters) -> anyhow::Result<()> {
+    let out = flotilla_ok(env, &["unjoin", "member2", "--cluster-context", "member2"]).await?;
     assert!(out.contains("cluster member2 unjoined"), "{out}");
-    let sas: Api<ServiceAccount> = Api::namespaced(m2.clone(), DEFAULT_NAMESPACE);
+    let sas: Api<ServiceAccount> = Api::namespaced(c.m2.clone(), DEFAULT_NAMESPACE);
     assert!(
         sas.get_opt("member2-host").await?.is_none(),
         "service account"
     );
-    let m2_secrets: Api<Secret> = Api::namespaced(m2.clone(), DEFAULT_NAMESPACE);
+    let m2_secrets: Api<Secret> = Api::namespaced(c.m2.clone(), DEFAULT_NAMESPACE);
     assert!(
         m2_secrets.get_opt("member2-host-token").await?.is_none(),
         "member token secret"
     );
     let role = "kubefed-controller-manager:member2-host";
-    assert!(
-        Api::<ClusterRole>::all(m2.clone())
-            .get_opt(role)
-            .await?
-            .is_none(),
-        "cluster role"
-    );
-    assert!(
-        Api::<ClusterRoleBinding>::all(m2.clone())
-            .get_opt(role)
-            .await?
-            .is_none(),
-        "binding"
-    );
-    let host_secrets: Api<Secret> = Api::namespaced(host.clone(), DEFAULT_NAMESPACE);
+    let roles: Api<ClusterRole> = Api::all(c.m2.clone());
+    assert!(roles.get_opt(role).await?.is_none(), "cluster role");
+    let bindings: Api<ClusterRoleBinding> = Api::all(c.m2.clone());
+    assert!(bindings.get_opt(role).await?.is_none(), "binding");
+    let host_secrets: Api<Secret> = Api::namespaced(c.host.clone(), DEFAULT_NAMESPACE);
     assert!(
         host_secrets.get_opt("member2-credentials").await?.is_none(),
         "host secret"
     );
+    let kfcs = c.kfcs();
     assert!(kfcs.get_opt("member2").await?.is_none(), "KubeFedCluster");
 
-    // unjoin --force when the member is down: the host side goes anyway.
     env.stop_apiserver("member1").await?;
-    let (plain, _) = flotilla(&env, &["unjoin", "member1"]).await;
+    let (plain, _) = flotilla(env, &["unjoin", "member1"]).await;
     assert!(
         plain.is_err(),
         "without --force an unreachable member is an error"
     );
     assert!(kfcs.get_opt("member1").await?.is_some());
-    let out = flotilla_ok(&env, &["unjoin", "member1", "--force"]).await?;
+    let out = flotilla_ok(env, &["unjoin", "member1", "--force"]).await?;
     assert!(out.contains("host side only"), "{out}");
     assert!(kfcs.get_opt("member1").await?.is_none());
     assert!(host_secrets.get_opt("member1-token").await?.is_none());
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_cli_joins_enables_federates_reports_status_and_unjoins_on_real_clusters()
+-> anyhow::Result<()> {
+    let env = flotilla_tests::env(2).await;
+    let c = Clusters {
+        host: env.host().client().await?,
+        m1: env.members()[0].client().await?,
+        m2: env.members()[1].client().await?,
+    };
+    install_crds(&c.host).await?;
+    join_both_members(&env, &c).await?;
+    fast_health_checks(&c.host).await?;
+    // enable the two built-in types this test federates.
+    for t in ["namespaces", "configmaps"] {
+        let out = flotilla_ok(&env, &["enable", t]).await?;
+        assert!(out.contains("federatedtypeconfig"), "{out}");
+    }
+    let (cm_ctx, cm) = start_controller_manager(&env, &c).await?;
+
+    federate_a_namespace_and_a_config_map(&env, &c).await?;
+    federate_a_namespace_with_its_contents(&env, &c).await?;
+    status_reports_rows_and_waits(&env, &c).await?;
+    orphaning_deletion_toggles_the_annotation(&env, &c).await?;
+    enabling_a_crd_type_propagates_its_objects(&env, &c).await?;
+    disabling_a_crd_type_stops_propagation(&env, &c).await?;
+    unjoin_removes_both_sides(&env, &c).await?;
 
     cm_ctx.shutdown.cancel();
     cm.await?.context("controller-manager")?;
@@ -713,25 +592,12 @@ fn start_manager(
     })
 }
 
-async fn propagated_everywhere(
-    fed: &flotilla_tests::federation::Federation,
-    name: &str,
-) -> anyhow::Result<()> {
-    apply(
-        &fed.host,
-        &federated("ConfigMap", "configmaps"),
-        Some("demo"),
-        &json!({"apiVersion": "types.kubefed.io/v1beta1", "kind": "FederatedConfigMap",
-            "metadata": {"name": name, "namespace": "demo"},
-            "spec": {"template": {"data": {"object": name}}, "placement": {"clusterSelector": {}}}}),
-    )
-    .await?;
-    for m in &fed.members {
-        wait_for(T, &format!("{name} in the member"), || async {
-            ensure!(cm_data(m, "demo", name).await?.is_some(), "missing");
-            Ok(())
-        })
+async fn propagated_everywhere(fed: &Federation, name: &str) -> anyhow::Result<()> {
+    FederatedObject::config_map("demo", name, json!({ "object": name }))
+        .apply(&fed.host)
         .await?;
+    for m in &fed.members {
+        wait_present(T, &config_maps(m, "demo"), name).await?;
     }
     Ok(())
 }

@@ -11,10 +11,9 @@ use std::time::Duration;
 use anyhow::{Context as _, bail, ensure};
 use flotilla_crds::DEFAULT_NAMESPACE;
 use flotilla_crds::crdgen::{CRDS_DIR, DEFAULT_TYPES_DIR, all_crds};
-use flotilla_tests::{EnvOptions, LocalEnv, env_with, wait_for};
-use k8s_openapi::api::core::v1::Namespace;
+use flotilla_tests::{EnvOptions, LocalEnv, env_with, objects::create_namespace, wait_for};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use kube::api::{ObjectMeta, Patch, PatchParams, PostParams};
+use kube::api::{Patch, PatchParams};
 use kube::{Api, Client};
 use tokio::io::AsyncWriteExt as _;
 
@@ -40,17 +39,7 @@ async fn host_with_crds() -> anyhow::Result<(LocalEnv, Client)> {
     let client = env.host().client().await?;
     install_crds(&client).await?;
     for ns in [DEFAULT_NAMESPACE, "demo"] {
-        let api: Api<Namespace> = Api::all(client.clone());
-        let namespace = Namespace {
-            metadata: ObjectMeta {
-                name: Some(ns.into()),
-                ..ObjectMeta::default()
-            },
-            ..Namespace::default()
-        };
-        api.create(&PostParams::default(), &namespace)
-            .await
-            .with_context(|| format!("creating namespace {ns}"))?;
+        create_namespace(&client, ns).await?;
     }
     Ok((env, client))
 }

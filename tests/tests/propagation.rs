@@ -2,242 +2,140 @@
 //! steady state, drift repair, bad overrides and an unready member — for ConfigMaps,
 //! Deployments and a custom resource type.
 
-use std::{collections::BTreeMap, time::Duration};
+use std::time::Duration;
 
 use anyhow::{Context as _, ensure};
 use flotilla_crds::{
     DEFAULT_NAMESPACE,
     core::Scope,
     crdgen::{self, TargetType},
-    federated::FederatedStatus,
 };
 use flotilla_tests::{
-    federation::{Federation, apply, federated, federated_namespace, federation},
+    assert::MANAGED,
+    federation::Federation,
+    host::{cluster_names, cluster_status},
+    member::{
+        config_map_data, config_maps, data_is, data_value, deployments, first_image, replicas,
+    },
+    objects::{FederatedObject, widget_crd, widget_resource},
+    setup::federation_with_namespace,
+    wait::wait_object,
     wait_for,
 };
 use k8s_openapi::{
-    api::{
-        apps::v1::Deployment,
-        core::v1::{ConfigMap, Service},
-    },
+    api::core::v1::Service,
     apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition,
 };
 use kube::{
-    Api, Client, ResourceExt,
+    Api, ResourceExt,
     api::{DynamicObject, Patch, PatchParams},
-    core::ApiResource,
 };
-use serde_json::{Value, json};
+use serde_json::json;
 
 const T: Duration = Duration::from_secs(30);
 
-fn fed_cm(name: &str, data: Value, placement: Value, overrides: Value) -> Value {
-    json!({
-        "apiVersion": "types.kubefed.io/v1beta1", "kind": "FederatedConfigMap",
-        "metadata": {"name": name, "namespace": "demo"},
-        "spec": {"template": {"data": data}, "placement": placement, "overrides": overrides}
-    })
-}
-
-async fn cm_data(client: &Client, name: &str) -> anyhow::Result<Option<BTreeMap<String, String>>> {
-    let api: Api<ConfigMap> = Api::namespaced(client.clone(), "demo");
-    Ok(api.get_opt(name).await?.map(|c| c.data.unwrap_or_default()))
-}
-
-async fn status_of(
-    client: &Client,
-    ar: &ApiResource,
-    ns: &str,
-    name: &str,
-) -> anyhow::Result<FederatedStatus> {
-    let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), ns, ar);
-    Ok(FederatedStatus::from_dynamic(&api.get(name).await?))
-}
-
-/// Waits until the status describes the current generation and says Propagation=True.
-async fn wait_propagated(
-    fed: &Federation,
-    ar: &ApiResource,
-    name: &str,
-) -> anyhow::Result<FederatedStatus> {
-    wait_for(T, &format!("{name} propagated"), || async {
-        let api: Api<DynamicObject> = Api::namespaced_with(fed.host.clone(), "demo", ar);
-        let obj = api.get(name).await?;
-        let s = FederatedStatus::from_dynamic(&obj);
-        ensure!(
-            s.observed_generation == obj.metadata.generation.unwrap_or(0),
-            "status is of an older generation: {s:?}"
-        );
-        let ok = s.propagation().is_some_and(|c| c.status == "True");
-        ensure!(ok, "status: {s:?}");
-        Ok(s)
-    })
-    .await
-}
-
 async fn ready_federation() -> anyhow::Result<Federation> {
-    let fed = federation(2).await?;
-    federated_namespace(&fed, "demo").await?;
-    for m in &fed.members {
-        let ns: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(m.clone());
-        wait_for(T, "namespace demo in member", || async {
-            ensure!(ns.get_opt("demo").await?.is_some(), "missing");
-            Ok(())
-        })
-        .await?;
-    }
-    Ok(fed)
+    federation_with_namespace(2, "demo").await
+}
+
+/// `settings` in both members, with member2's `region` override.
+fn settings(data: serde_json::Value) -> FederatedObject {
+    FederatedObject::config_map("demo", "settings", data)
+        .on_clusters(&["member1", "member2"])
+        .override_op("member2", "add", "/data/region", json!("eu"))
 }
 
 #[tokio::test]
 async fn configmaps_are_created_updated_and_moved_with_placement_and_overrides()
 -> anyhow::Result<()> {
     let fed = ready_federation().await?;
-    let ar = federated("ConfigMap", "configmaps");
-    apply(
-        &fed.host,
-        &ar,
-        Some("demo"),
-        &fed_cm(
-            "settings",
-            json!({"color": "blue"}),
-            json!({"clusters": [{"name": "member1"}, {"name": "member2"}]}),
-            json!([{"clusterName": "member2", "clusterOverrides": [{"op": "add", "path": "/data/region", "value": "eu"}]}]),
-        ),
-    )
-    .await?;
+    let (m1, m2) = (&fed.members[0], &fed.members[1]);
+    let fcm = settings(json!({"color": "blue"})).apply(&fed.host).await?;
     wait_for(T, "configmap in both members", || async {
-        let m1 = cm_data(&fed.members[0], "settings")
+        let d1 = config_map_data(m1, "demo", "settings")
             .await?
             .context("absent in member1")?;
-        let m2 = cm_data(&fed.members[1], "settings")
+        let d2 = config_map_data(m2, "demo", "settings")
             .await?
             .context("absent in member2")?;
         ensure!(
-            m1.get("color").map(String::as_str) == Some("blue") && !m1.contains_key("region"),
-            "member1: {m1:?}"
+            d1.get("color").map(String::as_str) == Some("blue") && !d1.contains_key("region"),
+            "member1: {d1:?}"
         );
         ensure!(
-            m2.get("region").map(String::as_str) == Some("eu"),
-            "member2 override missing: {m2:?}"
+            d2.get("region").map(String::as_str) == Some("eu"),
+            "member2 override missing: {d2:?}"
         );
         Ok(())
     })
     .await?;
-    let status = wait_propagated(&fed, &ar, "settings").await?;
+    let status = fcm.wait_propagated().await?;
     assert_eq!(status.clusters.len(), 2);
 
     // The managed label is on every member object.
-    let cms: Api<ConfigMap> = Api::namespaced(fed.members[0].clone(), "demo");
-    let live = cms.get("settings").await?;
-    assert_eq!(
-        live.labels().get("kubefed.io/managed").map(String::as_str),
-        Some("true")
-    );
+    let live = config_maps(m1, "demo").get("settings").await?;
+    assert_eq!(live.labels().get(MANAGED).map(String::as_str), Some("true"));
 
     // Template update reaches both members; a removed key is removed.
-    apply(
-        &fed.host,
-        &ar,
-        Some("demo"),
-        &fed_cm(
-            "settings",
-            json!({"shape": "round"}),
-            json!({"clusters": [{"name": "member1"}, {"name": "member2"}]}),
-            json!([{"clusterName": "member2", "clusterOverrides": [{"op": "add", "path": "/data/region", "value": "eu"}]}]),
-        ),
-    )
-    .await?;
-    wait_for(T, "template update in both members", || async {
-        for m in &fed.members {
-            let d = cm_data(m, "settings").await?.context("absent")?;
+    settings(json!({"shape": "round"})).apply(&fed.host).await?;
+    for m in &fed.members {
+        wait_object(T, &config_maps(m, "demo"), "settings", |cm| {
             ensure!(
-                d.get("shape").map(String::as_str) == Some("round") && !d.contains_key("color"),
-                "{d:?}"
+                data_value(cm, "shape") == Some("round") && data_value(cm, "color").is_none(),
+                "{:?}",
+                cm.data
             );
-        }
-        Ok(())
-    })
-    .await?;
+            Ok(())
+        })
+        .await?;
+    }
 
     // Placement change: removed from the deselected member only.
-    apply(
-        &fed.host,
-        &ar,
-        Some("demo"),
-        &fed_cm(
-            "settings",
-            json!({"shape": "round"}),
-            json!({"clusters": [{"name": "member2"}]}),
-            json!([]),
-        ),
-    )
-    .await?;
+    FederatedObject::config_map("demo", "settings", json!({"shape": "round"}))
+        .on_clusters(&["member2"])
+        .without_overrides()
+        .apply(&fed.host)
+        .await?;
     wait_for(T, "removed from member1 only", || async {
         ensure!(
-            cm_data(&fed.members[0], "settings").await?.is_none(),
+            config_map_data(m1, "demo", "settings").await?.is_none(),
             "still in member1"
         );
         ensure!(
-            cm_data(&fed.members[1], "settings").await?.is_some(),
+            config_map_data(m2, "demo", "settings").await?.is_some(),
             "gone from member2"
         );
         Ok(())
     })
     .await?;
-    let status = wait_propagated(&fed, &ar, "settings").await?;
-    assert_eq!(
-        status
-            .clusters
-            .iter()
-            .map(|c| c.name.as_str())
-            .collect::<Vec<_>>(),
-        vec!["member2"]
-    );
+    let status = fcm.wait_propagated().await?;
+    assert_eq!(cluster_names(&status), vec!["member2"]);
     Ok(())
 }
 
+fn web(image: &str) -> FederatedObject {
+    FederatedObject::deployment("demo", "web", 2, image).override_path(
+        "member2",
+        "/spec/replicas",
+        json!(5),
+    )
+}
+
 #[tokio::test]
-async fn deployments_get_per_cluster_replicas_and_a_custom_resource_type_propagates()
+async fn deployments_get_per_cluster_replicas_report_member_status_and_roll_out_a_new_image()
 -> anyhow::Result<()> {
     let fed = ready_federation().await?;
-    let ar = federated("Deployment", "deployments");
-    let fdeploy = |image: &str| {
-        json!({
-            "apiVersion": "types.kubefed.io/v1beta1", "kind": "FederatedDeployment",
-            "metadata": {"name": "web", "namespace": "demo"},
-            "spec": {
-                "template": {"spec": {
-                    "replicas": 2,
-                    "selector": {"matchLabels": {"app": "web"}},
-                    "template": {"metadata": {"labels": {"app": "web"}}, "spec": {"containers": [{"name": "web", "image": image}]}}
-                }},
-                "placement": {"clusterSelector": {}},
-                "overrides": [{"clusterName": "member2", "clusterOverrides": [{"path": "/spec/replicas", "value": 5}]}]
-            }
-        })
-    };
-    apply(&fed.host, &ar, Some("demo"), &fdeploy("nginx:1.25")).await?;
+    let fweb = web("nginx:1.25").apply(&fed.host).await?;
     wait_for(T, "deployments with per-cluster replicas", || async {
-        let d1: Api<Deployment> = Api::namespaced(fed.members[0].clone(), "demo");
-        let d2: Api<Deployment> = Api::namespaced(fed.members[1].clone(), "demo");
-        let r1 = d1
-            .get_opt("web")
-            .await?
-            .context("absent in member1")?
-            .spec
-            .and_then(|s| s.replicas);
-        let r2 = d2
-            .get_opt("web")
-            .await?
-            .context("absent in member2")?
-            .spec
-            .and_then(|s| s.replicas);
+        let d1 = deployments(&fed.members[0], "demo").get_opt("web").await?;
+        let d2 = deployments(&fed.members[1], "demo").get_opt("web").await?;
+        let r1 = replicas(&d1.context("absent in member1")?);
+        let r2 = replicas(&d2.context("absent in member2")?);
         ensure!(r1 == Some(2) && r2 == Some(5), "replicas {r1:?} {r2:?}");
         Ok(())
     })
     .await?;
-    wait_propagated(&fed, &ar, "web").await?;
+    fweb.wait_propagated().await?;
 
     // Status collection (the FTC's statusCollection): each member's Deployment status is
     // reported per cluster.
@@ -250,7 +148,7 @@ async fn deployments_get_per_cluster_replicas_and_a_custom_resource_type_propaga
     )
     .await?;
     wait_for(T, "remote status of both members", || async {
-        let s = status_of(&fed.host, &ar, "demo", "web").await?;
+        let s = fweb.status().await?;
         ensure!(s.clusters.len() == 2, "{s:?}");
         for c in &s.clusters {
             let rs = c.remote_status.as_ref().context("no remoteStatus")?;
@@ -260,30 +158,31 @@ async fn deployments_get_per_cluster_replicas_and_a_custom_resource_type_propaga
     })
     .await?;
 
-    apply(&fed.host, &ar, Some("demo"), &fdeploy("nginx:1.26")).await?;
-    wait_for(T, "image update in both members", || async {
-        for m in &fed.members {
-            let api: Api<Deployment> = Api::namespaced(m.clone(), "demo");
-            let d = api.get("web").await?;
-            let image = d
-                .spec
-                .and_then(|s| s.template.spec)
-                .map(|p| p.containers[0].image.clone().unwrap_or_default());
-            ensure!(image.as_deref() == Some("nginx:1.26"), "image {image:?}");
-        }
-        Ok(())
-    })
-    .await?;
+    web("nginx:1.26").apply(&fed.host).await?;
+    for m in &fed.members {
+        wait_object(T, &deployments(m, "demo"), "web", |d| {
+            let image = first_image(d);
+            ensure!(image == Some("nginx:1.26"), "image {image:?}");
+            Ok(())
+        })
+        .await?;
+    }
+    Ok(())
+}
 
-    // A custom resource type, enabled through its own FederatedTypeConfig.
-    let widget_crd: CustomResourceDefinition = serde_json::from_value(json!({
-        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
-        "metadata": {"name": "widgets.example.com"},
-        "spec": {"group": "example.com", "scope": "Namespaced",
-            "names": {"plural": "widgets", "singular": "widget", "kind": "Widget"},
-            "versions": [{"name": "v1", "served": true, "storage": true,
-                "schema": {"openAPIV3Schema": {"type": "object", "properties": {"spec": {"type": "object", "properties": {"size": {"type": "integer"}, "color": {"type": "string"}}}}}}}]}
-    }))?;
+/// Installs the Widget CRD everywhere, its federated CRD in the host and its
+/// FederatedTypeConfig, as a user enabling a custom resource type would.
+async fn enable_widgets(fed: &Federation) -> anyhow::Result<()> {
+    let widget_crd = widget_crd(&[])?;
+    for c in std::iter::once(&fed.host).chain(fed.members.iter()) {
+        let api: Api<CustomResourceDefinition> = Api::all(c.clone());
+        api.patch(
+            "widgets.example.com",
+            &PatchParams::apply("flotilla-tests"),
+            &Patch::Apply(&widget_crd),
+        )
+        .await?;
+    }
     let target = TargetType {
         api: flotilla_crds::core::ApiResource {
             group: "example.com".into(),
@@ -294,56 +193,35 @@ async fn deployments_get_per_cluster_replicas_and_a_custom_resource_type_propaga
         },
         short_names: vec![],
     };
-    for c in std::iter::once(&fed.host).chain(fed.members.iter()) {
-        let api: Api<CustomResourceDefinition> = Api::all(c.clone());
-        api.patch(
-            "widgets.example.com",
-            &PatchParams::apply("flotilla-tests"),
-            &Patch::Apply(&widget_crd),
-        )
-        .await?;
-    }
     let crds: Api<CustomResourceDefinition> = Api::all(fed.host.clone());
     let fcrd = crdgen::federated_crd(&target, None);
-    crds.patch(
-        &fcrd.name_any(),
-        &PatchParams::apply("flotilla-tests"),
-        &Patch::Apply(&fcrd),
-    )
-    .await?;
+    let pp = PatchParams::apply("flotilla-tests");
+    crds.patch(&fcrd.name_any(), &pp, &Patch::Apply(&fcrd))
+        .await?;
     tokio::time::sleep(Duration::from_secs(2)).await;
     let ftc = crdgen::federated_type_config(&target, DEFAULT_NAMESPACE);
     let ftcs: Api<flotilla_crds::FederatedTypeConfig> =
         Api::namespaced(fed.host.clone(), DEFAULT_NAMESPACE);
-    ftcs.patch(
-        &ftc.name_any(),
-        &PatchParams::apply("flotilla-tests"),
-        &Patch::Apply(&ftc),
-    )
-    .await?;
-    let war = federated("Widget", "widgets");
-    let fwidget = json!({
-        "apiVersion": "types.kubefed.io/v1beta1", "kind": "FederatedWidget",
-        "metadata": {"name": "gear", "namespace": "demo"},
-        "spec": {"template": {"spec": {"size": 3, "color": "red"}}, "placement": {"clusters": [{"name": "member1"}]},
-            "overrides": [{"clusterName": "member1", "clusterOverrides": [{"path": "/spec/size", "value": 7}]}]}
-    });
-    wait_for(T, "federated widget accepted", || async {
-        apply(&fed.host, &war, Some("demo"), &fwidget).await
-    })
-    .await?;
-    let widget_ar = ApiResource {
-        group: "example.com".into(),
-        version: "v1".into(),
-        api_version: "example.com/v1".into(),
-        kind: "Widget".into(),
-        plural: "widgets".into(),
-    };
+    ftcs.patch(&ftc.name_any(), &pp, &Patch::Apply(&ftc))
+        .await?;
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_custom_resource_type_enabled_by_its_own_type_config_propagates_with_overrides()
+-> anyhow::Result<()> {
+    let fed = ready_federation().await?;
+    enable_widgets(&fed).await?;
+    let gear = FederatedObject::new("Widget", "widgets", "demo", "gear")
+        .template(json!({"spec": {"size": 3, "color": "red"}}))
+        .on_clusters(&["member1"])
+        .override_path("member1", "/spec/size", json!(7));
+    let fgear = wait_for(T, "federated widget accepted", || gear.apply(&fed.host)).await?;
     wait_for(T, "widget only in member1 with the override", || async {
         let w1: Api<DynamicObject> =
-            Api::namespaced_with(fed.members[0].clone(), "demo", &widget_ar);
+            Api::namespaced_with(fed.members[0].clone(), "demo", &widget_resource());
         let w2: Api<DynamicObject> =
-            Api::namespaced_with(fed.members[1].clone(), "demo", &widget_ar);
+            Api::namespaced_with(fed.members[1].clone(), "demo", &widget_resource());
         let w = w1.get_opt("gear").await?.context("absent in member1")?;
         ensure!(
             w.data["spec"]["size"] == json!(7),
@@ -357,51 +235,44 @@ async fn deployments_get_per_cluster_replicas_and_a_custom_resource_type_propaga
         Ok(())
     })
     .await?;
-    wait_propagated(&fed, &war, "gear").await?;
+    fgear.wait_propagated().await?;
     Ok(())
+}
+
+/// Records the member copies' resourceVersions of ConfigMap `steady`.
+async fn steady_versions(fed: &Federation) -> anyhow::Result<Vec<Option<String>>> {
+    let mut versions = Vec::new();
+    for m in &fed.members {
+        versions.push(
+            config_maps(m, "demo")
+                .get("steady")
+                .await?
+                .resource_version(),
+        );
+    }
+    Ok(versions)
+}
+
+fn front(port: i64) -> FederatedObject {
+    FederatedObject::new("Service", "services", "demo", "front").template(json!({"spec": {
+        "selector": {"app": "web"},
+        "ports": [{"name": "http", "port": port, "protocol": "TCP"}]
+    }}))
 }
 
 #[tokio::test]
 async fn steady_state_makes_no_writes_drift_is_repaired_and_member_fields_are_kept()
 -> anyhow::Result<()> {
     let fed = ready_federation().await?;
-    let ar = federated("ConfigMap", "configmaps");
-    apply(
-        &fed.host,
-        &ar,
-        Some("demo"),
-        &fed_cm(
-            "steady",
-            json!({"k": "v"}),
-            json!({"clusterSelector": {}}),
-            json!([]),
-        ),
-    )
-    .await?;
-    wait_propagated(&fed, &ar, "steady").await?;
-    let sar = federated("Service", "services");
-    let fsvc = |port: i64| {
-        json!({
-            "apiVersion": "types.kubefed.io/v1beta1", "kind": "FederatedService",
-            "metadata": {"name": "front", "namespace": "demo"},
-            "spec": {"template": {"spec": {"selector": {"app": "web"}, "ports": [{"name": "http", "port": port, "protocol": "TCP"}]}},
-                "placement": {"clusterSelector": {}}}
-        })
-    };
-    apply(&fed.host, &sar, Some("demo"), &fsvc(80)).await?;
-    wait_propagated(&fed, &sar, "front").await?;
+    let fsteady = FederatedObject::config_map("demo", "steady", json!({"k": "v"}))
+        .apply(&fed.host)
+        .await?;
+    fsteady.wait_propagated().await?;
+    front(80).apply(&fed.host).await?.wait_propagated().await?;
     tokio::time::sleep(Duration::from_secs(1)).await;
 
-    let rv = |c: Client| async move {
-        let api: Api<ConfigMap> = Api::namespaced(c, "demo");
-        anyhow::Ok(api.get("steady").await?.resource_version())
-    };
-    let before: Vec<_> = vec![
-        rv(fed.members[0].clone()).await?,
-        rv(fed.members[1].clone()).await?,
-    ];
-    let host_api: Api<DynamicObject> = Api::namespaced_with(fed.host.clone(), "demo", &ar);
-    let host_rv = host_api.get("steady").await?.resource_version();
+    let before = steady_versions(&fed).await?;
+    let host_rv = fsteady.get().await?.resource_version();
     // Force a full resync: a cluster label change requeues every federated object.
     let kfcs: Api<flotilla_crds::KubeFedCluster> =
         Api::namespaced(fed.host.clone(), DEFAULT_NAMESPACE);
@@ -412,55 +283,38 @@ async fn steady_state_makes_no_writes_drift_is_repaired_and_member_fields_are_ke
     )
     .await?;
     tokio::time::sleep(Duration::from_secs(5)).await;
-    let after: Vec<_> = vec![
-        rv(fed.members[0].clone()).await?,
-        rv(fed.members[1].clone()).await?,
-    ];
     assert_eq!(
-        before, after,
+        before,
+        steady_versions(&fed).await?,
         "a resync of converged objects must not write to members"
     );
     assert_eq!(
         host_rv,
-        host_api.get("steady").await?.resource_version(),
+        fsteady.get().await?.resource_version(),
         "nor to the host"
     );
 
     // Drift: a member-side edit of an owned field is reverted.
-    let m1: Api<ConfigMap> = Api::namespaced(fed.members[0].clone(), "demo");
+    let m1 = config_maps(&fed.members[0], "demo");
     m1.patch(
         "steady",
         &PatchParams::default(),
         &Patch::Merge(json!({"data": {"k": "edited"}})),
     )
     .await?;
-    wait_for(T, "drift reverted", || async {
-        let d = cm_data(&fed.members[0], "steady")
-            .await?
-            .context("absent")?;
-        ensure!(d.get("k").map(String::as_str) == Some("v"), "{d:?}");
-        Ok(())
-    })
-    .await?;
+    wait_object(T, &m1, "steady", data_is("k", "v")).await?;
 
     // A member object deleted in the member (right after Flotilla wrote it) comes back.
     m1.delete("steady", &Default::default()).await?;
-    wait_for(T, "deleted member object recreated", || async {
-        let d = cm_data(&fed.members[0], "steady")
-            .await?
-            .context("absent")?;
-        ensure!(d.get("k").map(String::as_str) == Some("v"), "{d:?}");
-        Ok(())
-    })
-    .await?;
+    wait_object(T, &m1, "steady", data_is("k", "v")).await?;
 
     // The member-assigned clusterIP survives a template update.
     let svcs: Api<Service> = Api::namespaced(fed.members[1].clone(), "demo");
     let ip_before = svcs.get("front").await?.spec.and_then(|s| s.cluster_ip);
     assert!(ip_before.is_some());
-    apply(&fed.host, &sar, Some("demo"), &fsvc(8080)).await?;
-    wait_for(T, "service port updated", || async {
-        let s = svcs.get("front").await?.spec.context("no spec")?;
+    front(8080).apply(&fed.host).await?;
+    wait_object(T, &svcs, "front", |svc| {
+        let s = svc.spec.as_ref().context("no spec")?;
         let port = s.ports.as_ref().and_then(|p| p.first()).map(|p| p.port);
         ensure!(port == Some(8080), "port {port:?}");
         ensure!(
@@ -476,38 +330,17 @@ async fn steady_state_makes_no_writes_drift_is_repaired_and_member_fields_are_ke
 }
 
 #[tokio::test]
-async fn a_bad_override_fails_only_its_cluster_and_an_unready_member_catches_up()
+async fn a_bad_override_fails_only_its_cluster_and_an_unregistered_cluster_is_reported()
 -> anyhow::Result<()> {
     let fed = ready_federation().await?;
-    let ar = federated("ConfigMap", "configmaps");
-    apply(
-        &fed.host,
-        &ar,
-        Some("demo"),
-        &fed_cm(
-            "partial",
-            json!({"k": "v"}),
-            json!({"clusterSelector": {}}),
-            json!([{"clusterName": "member2", "clusterOverrides": [{"op": "replace", "path": "/data/missing/deeper", "value": "x"}]}]),
-        ),
-    )
-    .await?;
-    let status = wait_for(T, "member2 ApplyOverridesFailed", || async {
-        let s = status_of(&fed.host, &ar, "demo", "partial").await?;
-        let m2 = s
-            .clusters
-            .iter()
-            .find(|c| c.name == "member2")
-            .map(|c| c.status.clone());
-        ensure!(m2.as_deref() == Some("ApplyOverridesFailed"), "{s:?}");
-        Ok(s)
-    })
-    .await?;
-    let m2 = status
-        .clusters
-        .iter()
-        .find(|c| c.name == "member2")
-        .context("member2")?;
+    let partial = FederatedObject::config_map("demo", "partial", json!({"k": "v"}))
+        .override_op("member2", "replace", "/data/missing/deeper", json!("x"))
+        .apply(&fed.host)
+        .await?;
+    let status = partial
+        .wait_cluster_reasons(&[("member2", "ApplyOverridesFailed")])
+        .await?;
+    let m2 = cluster_status(&status, "member2").context("member2")?;
     assert!(
         m2.message.contains("/data/missing/deeper"),
         "message names the path: {}",
@@ -518,90 +351,65 @@ async fn a_bad_override_fails_only_its_cluster_and_an_unready_member_catches_up(
         Some("CheckClusters")
     );
     assert!(
-        cm_data(&fed.members[0], "partial").await?.is_some(),
+        config_map_data(&fed.members[0], "demo", "partial")
+            .await?
+            .is_some(),
         "member1 propagated normally"
     );
-    assert!(cm_data(&fed.members[1], "partial").await?.is_none());
+    assert!(
+        config_map_data(&fed.members[1], "demo", "partial")
+            .await?
+            .is_none()
+    );
 
     // A placement naming a cluster that is not registered says so in status.
-    apply(
-        &fed.host,
-        &ar,
-        Some("demo"),
-        &fed_cm(
-            "typo",
-            json!({"k": "v"}),
-            json!({"clusters": [{"name": "member1"}, {"name": "membr2"}]}),
-            json!([]),
-        ),
-    )
-    .await?;
+    let typo = FederatedObject::config_map("demo", "typo", json!({"k": "v"}))
+        .on_clusters(&["member1", "membr2"])
+        .apply(&fed.host)
+        .await?;
     wait_for(T, "unregistered cluster reported", || async {
-        let s = status_of(&fed.host, &ar, "demo", "typo").await?;
-        let ghost = s
-            .clusters
-            .iter()
-            .find(|c| c.name == "membr2")
-            .context("membr2 not in status")?;
+        let s = typo.status().await?;
+        let ghost = cluster_status(&s, "membr2").context("membr2 not in status")?;
         ensure!(
             ghost.status == "ClusterNotReady" && ghost.message.contains("no KubeFedCluster membr2"),
             "{ghost:?}"
         );
         ensure!(
-            cm_data(&fed.members[0], "typo").await?.is_some(),
+            config_map_data(&fed.members[0], "demo", "typo")
+                .await?
+                .is_some(),
             "member1 still propagated"
         );
         Ok(())
     })
     .await?;
+    Ok(())
+}
 
+#[tokio::test]
+async fn an_unready_member_reports_cluster_not_ready_and_catches_up_when_back() -> anyhow::Result<()>
+{
+    let fed = ready_federation().await?;
+    let both = |v: &str| FederatedObject::config_map("demo", "both", json!({ "v": v }));
+    let fboth = both("1").apply(&fed.host).await?;
+    fboth.wait_propagated().await?;
     // member1 stops; an update reaches member2 and member1 reports ClusterNotReady.
-    apply(
-        &fed.host,
-        &ar,
-        Some("demo"),
-        &fed_cm(
-            "both",
-            json!({"v": "1"}),
-            json!({"clusterSelector": {}}),
-            json!([]),
-        ),
-    )
-    .await?;
-    wait_propagated(&fed, &ar, "both").await?;
     fed.env.stop_apiserver("member1").await?;
-    apply(
-        &fed.host,
-        &ar,
-        Some("demo"),
-        &fed_cm(
-            "both",
-            json!({"v": "2"}),
-            json!({"clusterSelector": {}}),
-            json!([]),
-        ),
-    )
-    .await?;
+    both("2").apply(&fed.host).await?;
     wait_for(T, "member2 updated, member1 ClusterNotReady", || async {
-        let d = cm_data(&fed.members[1], "both").await?.context("absent")?;
+        let d = config_map_data(&fed.members[1], "demo", "both")
+            .await?
+            .context("absent")?;
         ensure!(d.get("v").map(String::as_str) == Some("2"), "{d:?}");
-        let s = status_of(&fed.host, &ar, "demo", "both").await?;
-        let m1 = s
-            .clusters
-            .iter()
-            .find(|c| c.name == "member1")
-            .map(|c| c.status.clone());
-        ensure!(m1.as_deref() == Some("ClusterNotReady"), "{s:?}");
+        let s = fboth.status().await?;
+        let m1 = cluster_status(&s, "member1").map(|c| c.status.as_str());
+        ensure!(m1 == Some("ClusterNotReady"), "{s:?}");
         Ok(())
     })
     .await?;
     fed.env.start_apiserver("member1").await?;
-    wait_for(Duration::from_secs(60), "member1 caught up", || async {
-        let d = cm_data(&fed.members[0], "both").await?.context("absent")?;
-        ensure!(d.get("v").map(String::as_str) == Some("2"), "{d:?}");
-        Ok(())
-    })
-    .await?;
-    wait_propagated(&fed, &ar, "both").await?;
+    let m1 = config_maps(&fed.members[0], "demo");
+    wait_object(Duration::from_secs(60), &m1, "both", data_is("v", "2")).await?;
+    fboth.wait_propagated().await?;
     Ok(())
 }

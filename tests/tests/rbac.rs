@@ -3,50 +3,35 @@
 //! ServiceAccount with only the RBAC of `config/rbac/`, proving those least-privilege rules
 //! are enough to register clusters, elect a leader, propagate, report status and delete.
 
-use std::{process::Stdio, time::Duration};
+use std::{
+    path::{Path, PathBuf},
+    process::Stdio,
+    time::Duration,
+};
 
 use anyhow::{Context as _, ensure};
 use base64::Engine as _;
-use flotilla_crds::{DEFAULT_NAMESPACE, KubeFedCluster};
+use flotilla_crds::DEFAULT_NAMESPACE;
 use flotilla_tests::{
-    federation::{apply, federated, federated_namespace, federation},
-    flotilla_binary, wait_for,
+    federation::{Federation, federated_namespace, federation},
+    flotilla_binary,
+    host::wait_clusters_ready,
+    member::config_map_data,
+    objects::FederatedObject,
+    wait_for,
 };
-use k8s_openapi::api::{
-    coordination::v1::Lease,
-    core::v1::{ConfigMap, Secret},
-};
+use k8s_openapi::api::{coordination::v1::Lease, core::v1::Secret};
 use kube::{
     Api,
-    api::{DynamicObject, Patch, PatchParams},
+    api::{Patch, PatchParams},
 };
 use serde_json::json;
 
 const T: Duration = Duration::from_secs(45);
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn the_controller_manager_works_with_only_the_rbac_in_config() -> anyhow::Result<()> {
-    let bin = flotilla_binary()?;
-    let mut fed = federation(2).await?;
-    if let Some(cp) = fed.control_plane.take() {
-        cp.shutdown().await;
-    }
-    federated_namespace(&fed, "demo").await?;
-
-    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-    let out = std::process::Command::new("kubectl")
-        .arg("--kubeconfig")
-        .arg(fed.env.kubeconfig_path())
-        .args(["--context", "host", "apply", "-k"])
-        .arg(root.join("config/rbac"))
-        .output()
-        .context("running kubectl")?;
-    ensure!(
-        out.status.success(),
-        "kubectl apply -k config/rbac: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-
+/// Writes a kubeconfig that authenticates as the `flotilla-controller-manager`
+/// ServiceAccount (with a token Secret the host fills in); returns its path.
+async fn service_account_kubeconfig(fed: &Federation) -> anyhow::Result<PathBuf> {
     // A token for the controller-manager's ServiceAccount.
     let secrets: Api<Secret> = Api::namespaced(fed.host.clone(), DEFAULT_NAMESPACE);
     secrets
@@ -79,8 +64,95 @@ async fn the_controller_manager_works_with_only_the_rbac_in_config() -> anyhow::
         "users": [{"name": "sa", "user": {"token": token}}],
         "contexts": [{"name": "sa", "context": {"cluster": "host", "user": "sa"}}],
     });
-    let kubeconfig_path = fed.env.dir().join("controller-manager.kubeconfig");
-    std::fs::write(&kubeconfig_path, serde_json::to_vec(&kubeconfig)?)?;
+    let path = fed.env.dir().join("controller-manager.kubeconfig");
+    std::fs::write(&path, serde_json::to_vec(&kubeconfig)?)?;
+    Ok(path)
+}
+
+/// With the controller-manager running: it takes the lease, writes cluster status,
+/// propagates with status and deletes, and its log shows no RBAC denial.
+async fn the_controller_manager_does_its_job(
+    fed: &Federation,
+    log_path: &Path,
+) -> anyhow::Result<()> {
+    let leases: Api<Lease> = Api::namespaced(fed.host.clone(), DEFAULT_NAMESPACE);
+    wait_for(T, "the lease held by the controller-manager", || async {
+        let holder = leases
+            .get("kubefed-controller-manager")
+            .await?
+            .spec
+            .and_then(|s| s.holder_identity);
+        ensure!(holder.as_deref() == Some("rbac-test"), "holder {holder:?}");
+        Ok(())
+    })
+    .await?;
+    // Cluster status written.
+    wait_clusters_ready(T, &fed.host, &["member1", "member2"]).await?;
+    let frbac = FederatedObject::config_map("demo", "rbac", json!({"k": "v"}))
+        .override_path("member2", "/data/k", json!("w"))
+        .apply(&fed.host)
+        .await?;
+    wait_for(T, "propagated with status", || async {
+        for (m, want) in fed.members.iter().zip(["v", "w"]) {
+            let data = config_map_data(m, "demo", "rbac")
+                .await?
+                .context("absent")?;
+            ensure!(data.get("k").map(String::as_str) == Some(want), "{data:?}");
+        }
+        frbac.check_propagated().await
+    })
+    .await?;
+    frbac.delete().await?;
+    wait_for(T, "deleted everywhere", || async {
+        ensure!(
+            frbac.api.get_opt("rbac").await?.is_none(),
+            "federated object still there"
+        );
+        for m in &fed.members {
+            ensure!(
+                config_map_data(m, "demo", "rbac").await?.is_none(),
+                "member object still there"
+            );
+        }
+        Ok(())
+    })
+    .await?;
+    let log = std::fs::read_to_string(log_path)?;
+    ensure!(
+        log.contains("control plane started"),
+        "the controllers never started:\n{log}"
+    );
+    ensure!(
+        !log.to_lowercase().contains("forbidden"),
+        "the controller-manager hit RBAC denials:\n{log}"
+    );
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_controller_manager_works_with_only_the_rbac_in_config() -> anyhow::Result<()> {
+    let bin = flotilla_binary()?;
+    let mut fed = federation(2).await?;
+    if let Some(cp) = fed.control_plane.take() {
+        cp.shutdown().await;
+    }
+    federated_namespace(&fed, "demo").await?;
+
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let out = std::process::Command::new("kubectl")
+        .arg("--kubeconfig")
+        .arg(fed.env.kubeconfig_path())
+        .args(["--context", "host", "apply", "-k"])
+        .arg(root.join("config/rbac"))
+        .output()
+        .context("running kubectl")?;
+    ensure!(
+        out.status.success(),
+        "kubectl apply -k config/rbac: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    let kubeconfig_path = service_account_kubeconfig(&fed).await?;
     let log_path = fed.env.dir().join("controller-manager.log");
     let mut child = tokio::process::Command::new(&bin)
         .arg("--kubeconfig")
@@ -100,65 +172,7 @@ async fn the_controller_manager_works_with_only_the_rbac_in_config() -> anyhow::
         .spawn()
         .context("starting the controller-manager")?;
 
-    let result = async {
-        let leases: Api<Lease> = Api::namespaced(fed.host.clone(), DEFAULT_NAMESPACE);
-        wait_for(T, "the lease held by the controller-manager", || async {
-            let holder = leases.get("kubefed-controller-manager").await?.spec.and_then(|s| s.holder_identity);
-            ensure!(holder.as_deref() == Some("rbac-test"), "holder {holder:?}");
-            Ok(())
-        })
-        .await?;
-        let kfcs: Api<KubeFedCluster> = Api::namespaced(fed.host.clone(), DEFAULT_NAMESPACE);
-        wait_for(T, "cluster status written", || async {
-            for name in ["member1", "member2"] {
-                let ready = kfcs.get(name).await?.status.is_some_and(|s| s.is_ready());
-                ensure!(ready, "{name} not Ready");
-            }
-            Ok(())
-        })
-        .await?;
-        let ar = federated("ConfigMap", "configmaps");
-        apply(
-            &fed.host,
-            &ar,
-            Some("demo"),
-            &json!({"apiVersion": "types.kubefed.io/v1beta1", "kind": "FederatedConfigMap",
-                "metadata": {"name": "rbac", "namespace": "demo"},
-                "spec": {"template": {"data": {"k": "v"}}, "placement": {"clusterSelector": {}},
-                    "overrides": [{"clusterName": "member2", "clusterOverrides": [{"path": "/data/k", "value": "w"}]}]}}),
-        )
-        .await?;
-        let feds: Api<DynamicObject> = Api::namespaced_with(fed.host.clone(), "demo", &ar);
-        wait_for(T, "propagated with status", || async {
-            for (m, want) in fed.members.iter().zip(["v", "w"]) {
-                let cms: Api<ConfigMap> = Api::namespaced(m.clone(), "demo");
-                let data = cms.get_opt("rbac").await?.and_then(|c| c.data).context("absent")?;
-                ensure!(data.get("k").map(String::as_str) == Some(want), "{data:?}");
-            }
-            let s = flotilla_crds::FederatedStatus::from_dynamic(&feds.get("rbac").await?);
-            ensure!(s.propagation().is_some_and(|c| c.status == "True"), "{s:?}");
-            Ok(())
-        })
-        .await?;
-        feds.delete("rbac", &Default::default()).await?;
-        wait_for(T, "deleted everywhere", || async {
-            ensure!(feds.get_opt("rbac").await?.is_none(), "federated object still there");
-            for m in &fed.members {
-                let cms: Api<ConfigMap> = Api::namespaced(m.clone(), "demo");
-                ensure!(cms.get_opt("rbac").await?.is_none(), "member object still there");
-            }
-            Ok(())
-        })
-        .await?;
-        let log = std::fs::read_to_string(&log_path)?;
-        ensure!(log.contains("control plane started"), "the controllers never started:\n{log}");
-        ensure!(
-            !log.to_lowercase().contains("forbidden"),
-            "the controller-manager hit RBAC denials:\n{log}"
-        );
-        anyhow::Ok(())
-    }
-    .await;
+    let result = the_controller_manager_does_its_job(&fed, &log_path).await;
     let _ = child.kill().await;
     if result.is_err() {
         eprintln!(

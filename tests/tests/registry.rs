@@ -8,6 +8,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
+use flotilla_controllers::install;
 use flotilla_controllers::metrics::Metrics;
 use flotilla_controllers::multicluster::{ClusterSet, MemberEvent, MemberWatch};
 use flotilla_controllers::registry::{self, RegistryHandle};
@@ -16,13 +17,14 @@ use flotilla_crds::{
     DEFAULT_NAMESPACE, KUBEFED_CONFIG_NAME, KubeFedCluster, KubeFedClusterSpec, KubeFedConfig,
     KubeFedConfigSpec, crdgen,
 };
+use flotilla_tests::assert::events_about;
+use flotilla_tests::objects::{config_map, create_namespace, meta, string_map};
 use flotilla_tests::{Cluster, LocalEnv, env, wait_for};
 use k8s_openapi::ByteString;
-use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret, ServiceAccount};
-use k8s_openapi::api::events::v1::Event;
+use k8s_openapi::api::core::v1::{ConfigMap, Secret, ServiceAccount};
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, PolicyRule, RoleRef, Subject};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use kube::api::{ListParams, ObjectMeta, Patch, PatchParams, PostParams};
+use kube::api::{ObjectMeta, Patch, PatchParams, PostParams};
 use kube::{Api, Client};
 use serde_json::json;
 use tokio::sync::mpsc;
@@ -37,14 +39,6 @@ const SLACK: Duration = Duration::from_secs(8);
 // ---------------------------------------------------------------------------------------
 // Helpers: CRDs, configuration, `kubefedctl join`, conditions.
 
-fn meta(name: &str, namespace: Option<&str>) -> ObjectMeta {
-    ObjectMeta {
-        name: Some(name.to_owned()),
-        namespace: namespace.map(str::to_owned),
-        ..ObjectMeta::default()
-    }
-}
-
 /// Base64 as Kubernetes writes `[]byte` fields.
 fn base64(bytes: &[u8]) -> anyhow::Result<String> {
     match serde_json::to_value(ByteString(bytes.to_vec()))? {
@@ -53,28 +47,9 @@ fn base64(bytes: &[u8]) -> anyhow::Result<String> {
     }
 }
 
-async fn create_namespace(client: &Client, name: &str) -> anyhow::Result<()> {
-    let api: Api<Namespace> = Api::all(client.clone());
-    match api
-        .create(
-            &PostParams::default(),
-            &Namespace {
-                metadata: meta(name, None),
-                ..Namespace::default()
-            },
-        )
-        .await
-    {
-        Ok(_) => Ok(()),
-        Err(kube::Error::Api(s)) if s.code == 409 => Ok(()),
-        Err(e) => Err(e).with_context(|| format!("creating namespace {name}")),
-    }
-}
-
 /// Installs the generated KubeFedCluster and KubeFedConfig CRDs (only the registry's, so
 /// this test does not depend on the other core CRDs) and waits until each is Established.
 async fn install_core_crds(host: &Client) -> anyhow::Result<()> {
-    let crds: Api<CustomResourceDefinition> = Api::all(host.clone());
     let wanted = [
         "kubefedclusters.core.kubefed.io",
         "kubefedconfigs.core.kubefed.io",
@@ -89,29 +64,13 @@ async fn install_core_crds(host: &Client) -> anyhow::Result<()> {
         })
         .collect();
     anyhow::ensure!(registry_crds.len() == wanted.len(), "core CRDs missing");
-    for crd in registry_crds {
-        let name = crd.metadata.name.clone().context("CRD without a name")?;
-        crds.create(&PostParams::default(), &crd)
-            .await
-            .with_context(|| format!("creating CRD {name}"))?;
-        wait_for(Duration::from_secs(30), "the CRD to be Established", || {
-            let crds = crds.clone();
-            let name = name.clone();
-            async move {
-                let established = crds
-                    .get(&name)
-                    .await?
-                    .status
-                    .and_then(|s| s.conditions)
-                    .unwrap_or_default()
-                    .iter()
-                    .any(|c| c.type_ == "Established" && c.status == "True");
-                anyhow::ensure!(established, "{name} not established yet");
-                Ok(())
-            }
-        })
-        .await?;
-    }
+    install::install_crds(
+        host,
+        &registry_crds,
+        "registry-test",
+        Duration::from_secs(30),
+    )
+    .await?;
     Ok(())
 }
 
@@ -372,11 +331,12 @@ async fn await_condition(
     .await
 }
 
-fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
-    pairs
-        .iter()
-        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
-        .collect()
+/// Waits until the cluster is Ready=True (ClusterReady).
+async fn await_ready(host: &Client, name: &str, timeout: Duration) -> anyhow::Result<()> {
+    let (ready, cluster_ready) = (condition::READY, reason::CLUSTER_READY);
+    await_condition(host, name, ready, "True", cluster_ready, timeout)
+        .await
+        .map(drop)
 }
 
 // ---------------------------------------------------------------------------------------
@@ -388,19 +348,16 @@ async fn joined_members_become_ready_with_their_kubernetes_version_and_labels() 
     let env = env(2).await;
     let plane = start_plane(&env).await?;
     for member in env.members() {
-        join(&plane.host, member, labels(&[("region", member.name())])).await?;
+        join(
+            &plane.host,
+            member,
+            string_map(&[("region", member.name())]),
+        )
+        .await?;
     }
 
     for member in env.members() {
-        await_condition(
-            &plane.host,
-            member.name(),
-            condition::READY,
-            "True",
-            reason::CLUSTER_READY,
-            Duration::from_secs(30),
-        )
-        .await?;
+        await_ready(&plane.host, member.name(), Duration::from_secs(30)).await?;
         let version = wait_for(Duration::from_secs(10), "kubernetesVersion", || async {
             let status = Api::<KubeFedCluster>::namespaced(plane.host.clone(), NS)
                 .get(member.name())
@@ -418,7 +375,7 @@ async fn joined_members_become_ready_with_their_kubernetes_version_and_labels() 
     let ready: Vec<String> = plane.set.ready().into_iter().map(|c| c.name).collect();
     assert_eq!(ready, ["member1", "member2"]);
     let member1 = plane.set.get("member1").context("member1 registered")?;
-    assert_eq!(member1.labels, labels(&[("region", "member1")]));
+    assert_eq!(member1.labels, string_map(&[("region", "member1")]));
     let text = plane.metrics.encode();
     assert!(text.contains("flotilla_clusters 2"), "{text}");
     assert!(text.contains("flotilla_ready_clusters 2"), "{text}");
@@ -483,15 +440,7 @@ async fn a_stopped_member_goes_offline_and_comes_back_while_the_other_stays_read
         join(&plane.host, member, BTreeMap::new()).await?;
     }
     for member in env.members() {
-        await_condition(
-            &plane.host,
-            member.name(),
-            condition::READY,
-            "True",
-            reason::CLUSTER_READY,
-            Duration::from_secs(30),
-        )
-        .await?;
+        await_ready(&plane.host, member.name(), Duration::from_secs(30)).await?;
     }
 
     // Watch member2 the whole time: it must never turn unready, in the set or in its status.
@@ -538,15 +487,7 @@ async fn a_stopped_member_goes_offline_and_comes_back_while_the_other_stays_read
     assert!(!plane.set.get("member1").is_some_and(|c| c.ready));
 
     env.start_apiserver("member1").await?;
-    await_condition(
-        &plane.host,
-        "member1",
-        condition::READY,
-        "True",
-        reason::CLUSTER_READY,
-        Duration::from_secs(20),
-    )
-    .await?;
+    await_ready(&plane.host, "member1", Duration::from_secs(20)).await?;
     let (offline, ..) = condition_of(&plane.host, "member1", condition::OFFLINE).await?;
     assert_eq!(offline, "False");
     assert!(plane.set.get("member1").is_some_and(|c| c.ready));
@@ -639,28 +580,14 @@ async fn broken_credentials_and_configurations_are_reported_and_recover_once_fix
         "{message}"
     );
     assert!(message.contains("does not exist"), "{message}");
-    await_condition(
-        host,
-        member.name(),
-        condition::READY,
-        "True",
-        reason::CLUSTER_READY,
-        timeout,
-    )
-    .await?;
+    await_ready(host, member.name(), timeout).await?;
     let ready: Vec<String> = plane.set.ready().into_iter().map(|c| c.name).collect();
     assert_eq!(ready, [member.name()]);
 
     // Each turn for the worse is an Event on the KubeFedCluster.
     wait_for(Duration::from_secs(10), "an Unauthorized Event", || async {
-        let events = Api::<Event>::namespaced(host.clone(), NS)
-            .list(&ListParams::default())
-            .await?;
-        let found = events.items.iter().any(|e| {
-            e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some("wrong-token")
-                && e.reason.as_deref() == Some(reason::CLUSTER_UNAUTHORIZED)
-                && e.type_.as_deref() == Some("Warning")
-        });
+        let events = events_about(host, NS, "wrong-token", reason::CLUSTER_UNAUTHORIZED).await?;
+        let found = events.iter().any(|e| e.type_.as_deref() == Some("Warning"));
         anyhow::ensure!(found, "no such Event yet");
         Ok(())
     })
@@ -670,15 +597,7 @@ async fn broken_credentials_and_configurations_are_reported_and_recover_once_fix
     put_token_secret(host, "wrong-token-secret", &token).await?;
     put_token_secret(host, "missing-secret", &token).await?;
     for name in ["wrong-token", "no-secret"] {
-        await_condition(
-            host,
-            name,
-            condition::READY,
-            "True",
-            reason::CLUSTER_READY,
-            timeout,
-        )
-        .await?;
+        await_ready(host, name, timeout).await?;
     }
     let (malformed, ..) = condition_of(host, "no-secret", condition::CONFIG_MALFORMED)
         .await
@@ -707,21 +626,20 @@ async fn member_watches_follow_member_readiness() -> anyhow::Result<()> {
     let (tx, mut rx) = mpsc::unbounded_channel();
     let watch = MemberWatch::<ConfigMap>::start(plane.set.clone(), (), Some("app=x".into()), tx);
 
-    let config_map = |name: &str, app: &str| ConfigMap {
-        metadata: ObjectMeta {
-            labels: Some(labels(&[("app", app)])),
-            ..meta(name, Some("watched"))
-        },
-        ..ConfigMap::default()
-    };
     for member in env.members() {
         let client = member.client().await?;
         create_namespace(&client, "watched").await?;
         let api: Api<ConfigMap> = Api::namespaced(client, "watched");
-        api.create(&PostParams::default(), &config_map("labelled", "x"))
-            .await?;
-        api.create(&PostParams::default(), &config_map("other", "y"))
-            .await?;
+        api.create(
+            &PostParams::default(),
+            &config_map("labelled", &[("app", "x")], &[]),
+        )
+        .await?;
+        api.create(
+            &PostParams::default(),
+            &config_map("other", &[("app", "y")], &[]),
+        )
+        .await?;
     }
     wait_for(
         Duration::from_secs(30),
@@ -771,7 +689,10 @@ async fn member_watches_follow_member_readiness() -> anyhow::Result<()> {
     // member2 keeps being watched while member1 is down.
     let member2: Api<ConfigMap> = Api::namespaced(env.members()[1].client().await?, "watched");
     member2
-        .create(&PostParams::default(), &config_map("while-down", "x"))
+        .create(
+            &PostParams::default(),
+            &config_map("while-down", &[("app", "x")], &[]),
+        )
         .await?;
     wait_for(
         Duration::from_secs(10),

@@ -5,54 +5,41 @@ use std::time::Duration;
 
 use anyhow::{Context as _, ensure};
 use flotilla_tests::{
-    federation::{apply, federated, federated_namespace, federation},
+    federation::apply,
+    member::{deployments, replicas},
+    objects::FederatedObject,
+    setup::federation_with_namespace,
+    wait::wait_object,
     wait_for,
 };
-use k8s_openapi::api::apps::v1::Deployment;
-use kube::{Api, Client, core::ApiResource};
+use kube::{Client, core::ApiResource};
 use serde_json::json;
 
-async fn replicas(client: &Client) -> anyhow::Result<Option<i32>> {
-    let api: Api<Deployment> = Api::namespaced(client.clone(), "demo");
-    Ok(api
-        .get_opt("web")
-        .await?
-        .and_then(|d| d.spec)
-        .and_then(|s| s.replicas))
+/// The replicas of Deployment `demo/web` in a member, if it exists.
+async fn web_replicas(client: &Client) -> anyhow::Result<Option<i32>> {
+    let web = deployments(client, "demo").get_opt("web").await?;
+    Ok(web.as_ref().and_then(replicas))
 }
 
-#[tokio::test]
-async fn replicas_are_spread_by_weight_and_follow_cluster_readiness() -> anyhow::Result<()> {
-    let fed = federation(2).await?;
-    federated_namespace(&fed, "demo").await?;
-    apply(
-        &fed.host,
-        &federated("Deployment", "deployments"),
-        Some("demo"),
-        &json!({
-            "apiVersion": "types.kubefed.io/v1beta1", "kind": "FederatedDeployment",
-            "metadata": {"name": "web", "namespace": "demo"},
-            "spec": {
-                "template": {"spec": {
-                    "replicas": 1,
-                    "selector": {"matchLabels": {"app": "web"}},
-                    "template": {"metadata": {"labels": {"app": "web"}}, "spec": {"containers": [{"name": "web", "image": "nginx:1.25"}]}}
-                }},
-                "placement": {"clusterSelector": {}}
-            }
-        }),
-    )
-    .await?;
-    let rsp_ar = ApiResource {
+fn rsp_resource() -> ApiResource {
+    ApiResource {
         group: "scheduling.kubefed.io".into(),
         version: "v1alpha1".into(),
         api_version: "scheduling.kubefed.io/v1alpha1".into(),
         kind: "ReplicaSchedulingPreference".into(),
         plural: "replicaschedulingpreferences".into(),
-    };
+    }
+}
+
+#[tokio::test]
+async fn replicas_are_spread_by_weight_and_follow_cluster_readiness() -> anyhow::Result<()> {
+    let fed = federation_with_namespace(2, "demo").await?;
+    FederatedObject::deployment("demo", "web", 1, "nginx:1.25")
+        .apply(&fed.host)
+        .await?;
     apply(
         &fed.host,
-        &rsp_ar,
+        &rsp_resource(),
         Some("demo"),
         &json!({
             "apiVersion": "scheduling.kubefed.io/v1alpha1", "kind": "ReplicaSchedulingPreference",
@@ -66,10 +53,10 @@ async fn replicas_are_spread_by_weight_and_follow_cluster_readiness() -> anyhow:
         Duration::from_secs(60),
         "6 replicas in member1 and 3 in member2",
         || async {
-            let r1 = replicas(&fed.members[0])
+            let r1 = web_replicas(&fed.members[0])
                 .await?
                 .context("absent in member1")?;
-            let r2 = replicas(&fed.members[1])
+            let r2 = web_replicas(&fed.members[1])
                 .await?
                 .context("absent in member2")?;
             ensure!((r1, r2) == (6, 3), "replicas {r1} {r2}");
@@ -79,17 +66,12 @@ async fn replicas_are_spread_by_weight_and_follow_cluster_readiness() -> anyhow:
     .await?;
 
     fed.env.stop_apiserver("member1").await?;
-    wait_for(
-        Duration::from_secs(60),
-        "all 9 replicas in member2",
-        || async {
-            let r2 = replicas(&fed.members[1])
-                .await?
-                .context("absent in member2")?;
-            ensure!(r2 == 9, "member2 has {r2}");
-            Ok(())
-        },
-    )
+    let m2 = deployments(&fed.members[1], "demo");
+    wait_object(Duration::from_secs(60), &m2, "web", |d| {
+        let r2 = replicas(d);
+        ensure!(r2 == Some(9), "member2 has {r2:?}");
+        Ok(())
+    })
     .await?;
     Ok(())
 }
