@@ -40,7 +40,7 @@ use kube::{
     Api, Client, ResourceExt,
     core::{ApiResource, DynamicObject},
     runtime::{
-        events::{Recorder, Reporter},
+        events::Recorder,
         reflector::{self, Store},
     },
 };
@@ -59,6 +59,8 @@ use crate::{
 };
 use ctl::Ctl;
 
+/// The controller name on Events the sync controllers publish.
+const REPORTING_CONTROLLER: &str = "flotilla-sync";
 /// Concurrent operations per member cluster, across every federated type.
 const PER_CLUSTER_CONCURRENCY: usize = 64;
 /// Full resync period: every federated object is rechecked this often even without events.
@@ -91,13 +93,7 @@ impl SyncShared {
         namespace: String,
         metrics: Arc<Metrics>,
     ) -> Arc<Self> {
-        let recorder = Recorder::new(
-            host.clone(),
-            Reporter {
-                controller: "flotilla-sync".into(),
-                instance: std::env::var("POD_NAME").ok(),
-            },
-        );
+        let recorder = crate::events::recorder(host.clone(), REPORTING_CONTROLLER);
         Arc::new(SyncShared {
             host,
             clusters,
@@ -383,14 +379,16 @@ fn record_reconcile(ctl: &Ctl, took: Duration, result: ReconcileResult, depth: u
         .set(depth as i64);
 }
 
+/// The FederatedNamespace type, for namespace placement.
 fn federated_namespace_ar() -> ApiResource {
-    ApiResource {
-        group: flotilla_crds::TYPES_GROUP.into(),
-        version: flotilla_crds::V1BETA1.into(),
-        api_version: format!("{}/{}", flotilla_crds::TYPES_GROUP, flotilla_crds::V1BETA1),
-        kind: "FederatedNamespace".into(),
-        plural: "federatednamespaces".into(),
-    }
+    let namespace = flotilla_crds::core::ApiResource {
+        group: String::new(),
+        version: "v1".into(),
+        kind: "Namespace".into(),
+        plural_name: "namespaces".into(),
+        scope: flotilla_crds::core::Scope::Cluster,
+    };
+    flotilla_crds::crdgen::federated_api_resource(&namespace).to_kube()
 }
 
 fn key_of(o: &DynamicObject) -> Key {
