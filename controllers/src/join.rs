@@ -147,11 +147,24 @@ async fn create_member_role(
         "metadata": {"name": role},
         "rules": member_rbac::rules::member_rules(&enabled, role),
     });
-    roles
-        .patch(role, &apply_params(), &Patch::Apply(&body))
-        .await
-        .map_err(api_err(format!("creating cluster role {role}"), "member"))?;
+    apply_object(&roles, role, &body, "cluster role", "member").await?;
     Ok(())
+}
+
+/// Applies one object (server-side apply, Flotilla's field manager), naming it in errors.
+async fn apply_object<K>(
+    api: &Api<K>,
+    name: &str,
+    body: &serde_json::Value,
+    what: &str,
+    side: &'static str,
+) -> Result<K, JoinError>
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    api.patch(name, &apply_params(), &Patch::Apply(body))
+        .await
+        .map_err(api_err(format!("writing {what} {name}"), side))
 }
 
 /// Joins a member cluster: returns the KubeFedCluster written to the host.
@@ -174,73 +187,10 @@ pub async fn join(
     for (client, side) in [(member, "member"), (host, "host")] {
         let nss: Api<Namespace> = Api::all(client.clone());
         let body = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}});
-        nss.patch(ns, &apply_params(), &Patch::Apply(&body))
-            .await
-            .map_err(api_err(format!("creating namespace {ns}"), side))?;
+        apply_object(&nss, ns, &body, "namespace", side).await?;
     }
-    let sa = opts.service_account();
-    let sas: Api<ServiceAccount> = Api::namespaced(member.clone(), ns);
-    let body = json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": sa}});
-    sas.patch(&sa, &apply_params(), &Patch::Apply(&body))
-        .await
-        .map_err(api_err(format!("creating service account {sa}"), "member"))?;
-    let role = opts.role_name();
-    create_member_role(host, member, ns, &role).await?;
-    let bindings: Api<ClusterRoleBinding> = Api::all(member.clone());
-    let body = json!({
-        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
-        "metadata": {"name": role},
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
-        "subjects": [{"kind": "ServiceAccount", "name": sa, "namespace": ns}]
-    });
-    bindings
-        .patch(&role, &apply_params(), &Patch::Apply(&body))
-        .await
-        .map_err(api_err(
-            format!("creating cluster role binding {role}"),
-            "member",
-        ))?;
-    let member_secrets: Api<Secret> = Api::namespaced(member.clone(), ns);
-    let token_secret = format!("{sa}-token");
-    let body = json!({
-        "apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/service-account-token",
-        "metadata": {"name": token_secret, "annotations": {"kubernetes.io/service-account.name": sa}}
-    });
-    member_secrets
-        .patch(&token_secret, &apply_params(), &Patch::Apply(&body))
-        .await
-        .map_err(api_err(
-            format!("creating token secret {token_secret}"),
-            "member",
-        ))?;
-    let (token, member_ca) = wait_for_token(&member_secrets, &token_secret, opts.token_timeout)
-        .await?
-        .ok_or_else(|| JoinError::NoToken(sa.clone(), opts.token_timeout))?;
-
-    let host_secrets: Api<Secret> = Api::namespaced(host.clone(), ns);
-    let secret_name = opts.host_secret();
-    let secret = Secret {
-        metadata: ObjectMeta {
-            name: Some(secret_name.clone()),
-            namespace: Some(ns.clone()),
-            ..Default::default()
-        },
-        string_data: Some(BTreeMap::from([("token".to_string(), token)])),
-        type_: Some("Opaque".into()),
-        ..Default::default()
-    };
-    let mut body = serde_json::to_value(&secret).map_err(|e| JoinError::Api {
-        action: "encoding the token secret".into(),
-        side: "host",
-        source: kube::Error::SerdeError(e),
-    })?;
-    body["apiVersion"] = json!("v1");
-    body["kind"] = json!("Secret");
-    host_secrets
-        .patch(&secret_name, &apply_params(), &Patch::Apply(&body))
-        .await
-        .map_err(api_err(format!("writing secret {secret_name}"), "host"))?;
-
+    let (token, member_ca) = member_identity(host, member, opts).await?;
+    let secret_name = store_token(host, opts, token).await?;
     let ca = opts.ca_pem.clone().or(member_ca);
     let spec = KubeFedClusterSpec {
         api_endpoint: opts.api_endpoint.clone(),
@@ -258,15 +208,88 @@ pub async fn join(
         },
         "spec": spec,
     });
-    let kfc = kfc_api
-        .patch(&opts.cluster_name, &apply_params(), &Patch::Apply(&body))
-        .await
-        .map_err(api_err(
-            format!("writing KubeFedCluster {}", opts.cluster_name),
-            "host",
-        ))?;
+    let kfc = apply_object(
+        &kfc_api,
+        &opts.cluster_name,
+        &body,
+        "KubeFedCluster",
+        "host",
+    )
+    .await?;
     info!(cluster = %opts.cluster_name, endpoint = %opts.api_endpoint, "cluster joined");
     Ok(kfc)
+}
+
+/// In the member: the control plane's ServiceAccount, its scoped ClusterRole and binding,
+/// and a token Secret; returns the token and the CA the member put beside it.
+async fn member_identity(
+    host: &Client,
+    member: &Client,
+    opts: &JoinOptions,
+) -> Result<(String, Option<String>), JoinError> {
+    let ns = &opts.namespace;
+    let sa = opts.service_account();
+    let sas: Api<ServiceAccount> = Api::namespaced(member.clone(), ns);
+    let body = json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": sa}});
+    apply_object(&sas, &sa, &body, "service account", "member").await?;
+    let role = opts.role_name();
+    create_member_role(host, member, ns, &role).await?;
+    let bindings: Api<ClusterRoleBinding> = Api::all(member.clone());
+    let body = json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+        "metadata": {"name": role},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
+        "subjects": [{"kind": "ServiceAccount", "name": sa, "namespace": ns}]
+    });
+    apply_object(&bindings, &role, &body, "cluster role binding", "member").await?;
+    // Token Secrets are no longer created automatically from Kubernetes 1.24 on; one
+    // created explicitly is still filled in by the member's token controller.
+    let member_secrets: Api<Secret> = Api::namespaced(member.clone(), ns);
+    let token_secret = format!("{sa}-token");
+    let body = json!({
+        "apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/service-account-token",
+        "metadata": {"name": token_secret, "annotations": {"kubernetes.io/service-account.name": sa}}
+    });
+    apply_object(
+        &member_secrets,
+        &token_secret,
+        &body,
+        "token secret",
+        "member",
+    )
+    .await?;
+    wait_for_token(&member_secrets, &token_secret, opts.token_timeout)
+        .await?
+        .ok_or_else(|| JoinError::NoToken(sa.clone(), opts.token_timeout))
+}
+
+/// In the host: the Secret holding the member token; returns its name.
+async fn store_token(
+    host: &Client,
+    opts: &JoinOptions,
+    token: String,
+) -> Result<String, JoinError> {
+    let host_secrets: Api<Secret> = Api::namespaced(host.clone(), &opts.namespace);
+    let secret_name = opts.host_secret();
+    let secret = Secret {
+        metadata: ObjectMeta {
+            name: Some(secret_name.clone()),
+            namespace: Some(opts.namespace.clone()),
+            ..Default::default()
+        },
+        string_data: Some(BTreeMap::from([("token".to_string(), token)])),
+        type_: Some("Opaque".into()),
+        ..Default::default()
+    };
+    let mut body = serde_json::to_value(&secret).map_err(|e| JoinError::Api {
+        action: "encoding the token secret".into(),
+        side: "host",
+        source: kube::Error::SerdeError(e),
+    })?;
+    body["apiVersion"] = json!("v1");
+    body["kind"] = json!("Secret");
+    apply_object(&host_secrets, &secret_name, &body, "secret", "host").await?;
+    Ok(secret_name)
 }
 
 async fn wait_for_token(

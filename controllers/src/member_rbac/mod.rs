@@ -33,31 +33,17 @@ const RECHECK: Duration = Duration::from_secs(300);
 /// aborted.
 pub async fn run(host: Client, namespace: String, clusters: ClusterSet) {
     let changed = Arc::new(Notify::new());
-    let ftc_writer = reflector::store::Writer::<FederatedTypeConfig>::default();
-    let ftcs = ftc_writer.as_reader();
-    let kfc_writer = reflector::store::Writer::<KubeFedCluster>::default();
-    let kfcs = kfc_writer.as_reader();
-    let watches = [
-        tokio::spawn(reflect(
-            Api::<FederatedTypeConfig>::namespaced(host.clone(), &namespace),
-            ftc_writer,
-            "federated type config",
-            {
-                let n = changed.clone();
-                move |_: Change<'_, FederatedTypeConfig>| n.notify_one()
-            },
-        )),
-        tokio::spawn(reflect(
-            Api::<KubeFedCluster>::namespaced(host.clone(), &namespace),
-            kfc_writer,
-            "kubefed cluster",
-            {
-                let n = changed.clone();
-                move |_: Change<'_, KubeFedCluster>| n.notify_one()
-            },
-        )),
-    ];
-    let _abort = AbortOnDrop(watches);
+    let (ftcs, ftc_watch) = notifying_store::<FederatedTypeConfig>(
+        Api::namespaced(host.clone(), &namespace),
+        "federated type config",
+        &changed,
+    );
+    let (kfcs, kfc_watch) = notifying_store::<KubeFedCluster>(
+        Api::namespaced(host.clone(), &namespace),
+        "kubefed cluster",
+        &changed,
+    );
+    let _abort = AbortOnDrop([ftc_watch, kfc_watch]);
     let mut cluster_changes = clusters.changes();
     let mut applied: HashMap<String, Vec<PolicyRule>> = HashMap::new();
     loop {
@@ -71,6 +57,30 @@ pub async fn run(host: Client, namespace: String, clusters: ClusterSet) {
         }
         reconcile_all(&ftcs, &kfcs, &clusters, &mut applied).await;
     }
+}
+
+/// A cache of one kind in the control-plane namespace whose every change wakes `changed`.
+fn notifying_store<K>(
+    api: Api<K>,
+    what: &'static str,
+    changed: &Arc<Notify>,
+) -> (Store<K>, tokio::task::JoinHandle<()>)
+where
+    K: kube::Resource<DynamicType = ()>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug
+        + Send
+        + Sync
+        + 'static,
+{
+    let writer = reflector::store::Writer::<K>::default();
+    let store = writer.as_reader();
+    let changed = changed.clone();
+    let task = tokio::spawn(reflect(api, writer, what, move |_: Change<'_, K>| {
+        changed.notify_one()
+    }));
+    (store, task)
 }
 
 struct AbortOnDrop<const N: usize>([tokio::task::JoinHandle<()>; N]);
