@@ -31,9 +31,21 @@ const TEXT: &str = "text/plain; charset=utf-8";
 #[derive(Debug, Default)]
 pub struct Health {
     ready: AtomicBool,
+    leading: AtomicBool,
 }
 
 impl Health {
+    /// Records whether this instance runs the controllers (holds the Lease) or stands by;
+    /// `/readyz` says which.
+    pub fn set_leading(&self, leading: bool) {
+        self.leading.store(leading, Ordering::Release);
+    }
+
+    /// Whether this instance runs the controllers.
+    pub fn is_leading(&self) -> bool {
+        self.leading.load(Ordering::Acquire)
+    }
+
     /// Marks the process ready (or not) for `/readyz`.
     pub fn set_ready(&self, ready: bool) {
         self.ready.store(ready, Ordering::Release);
@@ -76,7 +88,12 @@ pub fn respond(method: &Method, path: &str, metrics: &Metrics, health: &Health) 
             body: metrics.encode(),
         },
         "/healthz" | "/livez" => text(StatusCode::OK, "ok\n"),
-        "/readyz" if health.is_ready() => text(StatusCode::OK, "ok\n"),
+        // Both roles are ready (a standby must stay in the Service to take over); the body
+        // says which one this instance plays.
+        "/readyz" if health.is_ready() && health.is_leading() => {
+            text(StatusCode::OK, "ok: leader\n")
+        }
+        "/readyz" if health.is_ready() => text(StatusCode::OK, "ok: standby\n"),
         "/readyz" => text(StatusCode::SERVICE_UNAVAILABLE, "not ready\n"),
         _ => text(StatusCode::NOT_FOUND, "not found\n"),
     }
@@ -232,7 +249,19 @@ mod tests {
         assert_eq!(get("/readyz").await.expect("answers"), not_ready);
         let (addr, _cancel) = start(true).await;
         let ready = request(addr, Method::GET, "/readyz?verbose").await;
-        assert_eq!(ready.expect("answers"), ok);
+        let standby = (200, TEXT.to_owned(), "ok: standby\n".to_owned());
+        assert_eq!(ready.expect("answers"), standby);
+    }
+
+    #[test]
+    fn readyz_says_whether_the_instance_leads_or_stands_by() {
+        let metrics = Metrics::new();
+        let health = Health::default();
+        health.set_ready(true);
+        let body = |h: &Health| respond(&Method::GET, "/readyz", &metrics, h).body;
+        assert_eq!(body(&health), "ok: standby\n");
+        health.set_leading(true);
+        assert_eq!(body(&health), "ok: leader\n");
     }
 
     #[tokio::test]

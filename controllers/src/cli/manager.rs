@@ -109,6 +109,10 @@ pub async fn run(
         leading.clone(),
     );
     let health = Arc::new(Health::default());
+    let leading = Leading {
+        gauge: leading,
+        health: health.clone(),
+    };
     let addr = http::serve(
         args.metrics_addr,
         metrics.clone(),
@@ -128,10 +132,10 @@ pub async fn run(
 
     if !args.leader_elect {
         let cp = ControlPlane::start(host, &namespace, metrics.clone());
-        leading.set(1);
+        leading.set(true);
         ctx.shutdown.cancelled().await;
         cp.shutdown().await;
-        leading.set(0);
+        leading.set(false);
         info!("controller-manager stopped");
         return Ok(());
     }
@@ -148,6 +152,19 @@ pub async fn run(
     let mut elector = LeaderElector::new(host.clone(), config)?;
     lead_while_elected(&mut elector, &host, &namespace, &metrics, &leading, ctx).await;
     Ok(())
+}
+
+/// Whether this instance runs the controllers: the `flotilla_leader` gauge and `/readyz`.
+struct Leading {
+    gauge: Gauge<i64>,
+    health: Arc<Health>,
+}
+
+impl Leading {
+    fn set(&self, leading: bool) {
+        self.gauge.set(i64::from(leading));
+        self.health.set_leading(leading);
+    }
 }
 
 /// How long to wait between attempts to reach the host at start-up.
@@ -181,7 +198,7 @@ async fn lead_while_elected(
     host: &Client,
     namespace: &str,
     metrics: &Arc<Metrics>,
-    leading: &Gauge<i64>,
+    leading: &Leading,
     ctx: &Context,
 ) {
     let mut terms = 0u64;
@@ -193,9 +210,9 @@ async fn lead_while_elected(
         terms += 1;
         info!(identity = %elector.config().identity, term = terms, "leading: starting the controllers");
         let cp = ControlPlane::start(host.clone(), namespace, metrics.clone());
-        leading.set(1);
+        leading.set(true);
         let end = elector.hold(&ctx.shutdown).await;
-        leading.set(0);
+        leading.set(false);
         cp.shutdown().await;
         match end {
             LeadershipEnd::Cancelled => {
