@@ -87,6 +87,22 @@ async fn a_small_benchmark_run_propagates_everything_and_reports_complete_figure
     );
     assert_eq!(cm.steady.resyncs_forced, 2);
 
+    // A hard restart with everything propagated: nothing rewritten, and the probe object
+    // created right after it reached every member.
+    assert_eq!(cm.restart.objects, 10);
+    assert_eq!(
+        (cm.restart.member_writes, cm.restart.host_writes),
+        (0, 0),
+        "writes after a restart: {:?}",
+        cm.restart
+    );
+    assert!(
+        cm.restart.member_reads > 0,
+        "the new process listed: {:?}",
+        cm.restart
+    );
+    assert!(cm.restart.first_new_object_s > 0.0);
+
     assert!(report.cost.control_plane_cpu_s > 0.0);
     assert!(report.cost.control_plane_peak_rss_mib.is_finite());
     assert_eq!(report.targets.len(), 5);
@@ -100,6 +116,7 @@ async fn a_small_benchmark_run_propagates_everything_and_reports_complete_figure
         "ConfigMap",
         "create -> all present",
         "steady state",
+        "restart (SIGKILL",
         "targets:",
     ] {
         assert!(table.contains(needle), "table lacks {needle:?}:\n{table}");

@@ -159,9 +159,9 @@ async fn member_objects(fed: &Federation) -> anyhow::Result<usize> {
     Ok(n)
 }
 
-/// Reconciles of a kind that finished without failure or waiting, from the metrics.
-fn successes(metrics: &Metrics, kind: &str) -> u64 {
-    let needle = format!("flotilla_reconciles_total{{kind=\"{kind}\",result=\"success\"}} ");
+/// A sample of the control plane's metrics, e.g. `flotilla_queue_depth{kind="..."}`.
+fn sample(metrics: &Metrics, family: &str, labels: &str) -> u64 {
+    let needle = format!("{family}{{{labels}}} ");
     metrics
         .encode()
         .lines()
@@ -200,12 +200,20 @@ async fn a_restarted_control_plane_writes_nothing_when_nothing_changed_and_still
     let metrics = restart(&mut fed, &host).await;
     // Every object reconciled by the new process at least once after its member caches
     // synced (each member's Synced event requeues every object).
+    // Every object reconciled by the new process (each member's Synced event requeues
+    // every object; the queue keeps one entry per key), and nothing left in its queue.
     wait_for(
         T,
         "the restarted control plane reconciled everything",
         || async {
-            let done = successes(&metrics, "FederatedConfigMap");
-            ensure!(done >= 2 * OBJECTS as u64, "{done} reconciles so far");
+            let kind = "kind=\"FederatedConfigMap\"";
+            let success = format!("{kind},result=\"success\"");
+            let done = sample(&metrics, "flotilla_reconciles_total", &success);
+            let queued = sample(&metrics, "flotilla_queue_depth", kind);
+            ensure!(
+                done >= OBJECTS as u64 && queued == 0,
+                "{done} reconciles so far, {queued} queued"
+            );
             Ok(())
         },
     )

@@ -18,6 +18,9 @@ use tracing::warn;
 use super::{CP_THREAD, session::Run};
 use crate::{manager::ControlPlane, metrics::Metrics};
 
+/// How long stopping the in-process control plane waits for its threads.
+const STOP_WAIT: Duration = Duration::from_secs(5);
+
 /// The control plane under test.
 pub(super) enum RunningControlPlane {
     /// On its own runtime in this process.
@@ -165,7 +168,12 @@ impl InProcessControlPlane {
             cp.shutdown().await;
         }
         if let Some(rt) = self.rt.take() {
-            rt.shutdown_background();
+            // Wait for its threads to end, so that a control plane started next is not
+            // charged for their CPU time (threads are found by name).
+            let ended = tokio::task::spawn_blocking(move || rt.shutdown_timeout(STOP_WAIT)).await;
+            if let Err(e) = ended {
+                warn!(error = %e, "stopping the in-process control plane's runtime failed");
+            }
         }
     }
 }

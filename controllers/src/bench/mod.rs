@@ -38,6 +38,7 @@ mod phases;
 mod procfs;
 mod report;
 mod requests;
+mod restart;
 mod session;
 mod snapshot;
 mod table;
@@ -53,8 +54,8 @@ use serde::{Deserialize, Serialize};
 use tracing::{info, warn};
 
 pub use self::report::{
-    BenchReport, Comparison, Cost, KindReport, Machine, Percentiles, Phase, Reference, Steady,
-    Target, percentiles,
+    BenchReport, Comparison, Cost, KindReport, Machine, Percentiles, Phase, Reference, Restart,
+    Steady, Target, percentiles,
 };
 pub use self::requests::{RequestCounts, parse_request_totals};
 
@@ -79,6 +80,26 @@ pub enum Scenario {
     #[value(name = "karmada-200x2")]
     #[serde(rename = "karmada-200x2")]
     Karmada200x2,
+    /// 10,000 ConfigMaps → 2 members: scale, memory, and a restart with 10,000 objects
+    /// propagated (the restart figures of every run; this scenario makes them large).
+    #[value(name = "restart-10k")]
+    #[serde(rename = "restart-10k")]
+    Restart10k,
+    /// 1,000 ConfigMaps → 10 members (11 API servers on this machine): fan-out cost per cluster.
+    #[value(name = "10-members")]
+    #[serde(rename = "10-members")]
+    TenMembers,
+}
+
+impl Scenario {
+    /// The scenario's name, members and objects.
+    fn shape(self) -> (&'static str, usize, usize) {
+        match self {
+            Scenario::Karmada200x2 => ("karmada-200x2", 2, 200),
+            Scenario::Restart10k => ("restart-10k", 2, 10_000),
+            Scenario::TenMembers => ("10-members", 10, 1_000),
+        }
+    }
 }
 
 /// Where the control plane runs during the benchmark.
@@ -173,16 +194,14 @@ impl BenchOptions {
 
     /// The scenario's name and the effective member and object counts.
     pub fn resolved(&self) -> (String, usize, usize) {
-        let (name, members, objects) = match self.scenario {
-            Some(Scenario::Karmada200x2) => ("karmada-200x2".to_string(), 2, 200),
-            None => (String::new(), 4, 1000),
-        };
+        let (name, members, objects) = self.scenario.map_or(("", 4, 1000), Scenario::shape);
+        let shape = (members, objects);
         let members = self.members.unwrap_or(members);
         let objects = self.objects.unwrap_or(objects);
-        let name = if name.is_empty() || (members, objects) != (2, 200) {
+        let name = if name.is_empty() || (members, objects) != shape {
             format!("{objects}x{members}")
         } else {
-            name
+            name.to_string()
         };
         (name, members, objects)
     }
@@ -255,5 +274,21 @@ mod tests {
             ..BenchOptions::default()
         };
         assert_eq!(opts.resolved(), ("10x2".to_string(), 2, 10));
+    }
+
+    #[test]
+    fn the_scale_scenarios_name_their_shapes() {
+        let of = |s| BenchOptions {
+            scenario: Some(s),
+            ..BenchOptions::default()
+        };
+        assert_eq!(
+            of(Scenario::Restart10k).resolved(),
+            ("restart-10k".to_string(), 2, 10_000)
+        );
+        assert_eq!(
+            of(Scenario::TenMembers).resolved(),
+            ("10-members".to_string(), 10, 1_000)
+        );
     }
 }

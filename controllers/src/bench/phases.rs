@@ -22,8 +22,9 @@ use tracing::info;
 use super::{
     BENCH_LABEL, FED_NS, INPUT_NS, RAW_NS,
     procfs::{clusters_cpu, cpu_delta, machine_busy},
-    report::{Phase, Steady, percentiles, ratio},
+    report::{Phase, Restart, Steady, percentiles, ratio},
     requests::delta,
+    restart::{Restarter, restart_phase},
     session::Run,
     snapshot::Snapshot,
     tracker::{Tracker, Want},
@@ -37,6 +38,7 @@ pub(super) struct FlotillaPhases {
     pub(super) update: Phase,
     pub(super) delete: Phase,
     pub(super) steady: Steady,
+    pub(super) restart: Restart,
 }
 
 /// The raw baseline's phases of one kind.
@@ -285,12 +287,13 @@ async fn delete_all(
 }
 
 /// Creates, updates and deletes the federated objects of `kind`, measuring each until the
-/// members show it; the steady state is measured between create and update.
+/// members show it; the steady state and a restart are measured between create and update.
 pub(super) async fn flotilla_phases(
     run: &Run,
     kind: Kind,
     members: &Tracker,
     host: &Tracker,
+    restarter: &mut Restarter<'_>,
 ) -> anyhow::Result<FlotillaPhases> {
     let names = &names(kind, run.objects);
     let own = names.len() as u64;
@@ -317,6 +320,14 @@ pub(super) async fn flotilla_phases(
         member_writes = steady.member_writes,
         host_writes = steady.host_writes,
         "steady state"
+    );
+    let restart = restart_phase(run, kind, restarter).await?;
+    info!(
+        kind = kind.name(),
+        member_writes = restart.member_writes,
+        host_writes = restart.host_writes,
+        first_new_object_s = restart.first_new_object_s,
+        "restart"
     );
 
     let patch = &json!({"spec": {"template": kind.version_patch("2")}});
@@ -357,6 +368,7 @@ pub(super) async fn flotilla_phases(
         update,
         delete,
         steady,
+        restart,
     })
 }
 

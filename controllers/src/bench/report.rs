@@ -64,6 +64,9 @@ pub struct KindReport {
     pub delete: Comparison,
     /// Writes after convergence during a forced resync.
     pub steady: Steady,
+    /// A hard restart of the control plane with every object propagated.
+    #[serde(default)]
+    pub restart: Restart,
     /// The federated creates alone, with no control plane running: what accepting the
     /// input costs the host, a floor under propagation.
     pub host_input: Phase,
@@ -172,6 +175,30 @@ pub struct Steady {
     /// Requests for the kind the members served in the window (watches excluded).
     pub member_requests: u64,
     /// CPU seconds the control plane spent in the window (the resync's work).
+    pub control_plane_cpu_s: f64,
+}
+
+/// A hard restart of the control plane with every object of the kind propagated
+/// (`restart.rs`). The probe object created right after the restart is not counted.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct Restart {
+    /// Federated objects propagated when the control plane was restarted.
+    pub objects: usize,
+    /// Window from just before the restart, seconds.
+    pub window_s: f64,
+    /// Write requests (POST, PUT, PATCH, APPLY, DELETE) for the kind the members served in
+    /// the window (the goal is 0).
+    pub member_writes: u64,
+    /// Reads (LIST, GET, WATCH) for the kind the members served in the window: the new
+    /// process's initial lists.
+    pub member_reads: u64,
+    /// Write requests on the federated kind and its status the host served (the goal is 0).
+    pub host_writes: u64,
+    /// From the new control plane's start to a federated object created right then being
+    /// present in every member, seconds.
+    pub first_new_object_s: f64,
+    /// CPU seconds of the control plane in the window (start-up: lists and one reconcile
+    /// of every object).
     pub control_plane_cpu_s: f64,
 }
 
@@ -343,6 +370,7 @@ mod tests {
                 update: cmp.clone(),
                 delete: cmp,
                 steady: Steady::default(),
+                restart: Restart::default(),
                 host_input: Phase::default(),
             }],
             cost: Cost::default(),

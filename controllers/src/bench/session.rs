@@ -20,6 +20,7 @@ use super::{
         threads_cpu,
     },
     report::{Comparison, Cost, KindReport, Phase, ratio},
+    restart::Restarter,
     tracker::Tracker,
     warmup::{ensure_namespace, federate_namespace, warm_up_federated, warm_up_raw},
     workload::Kind,
@@ -40,6 +41,9 @@ pub(super) struct Run {
     pub(super) procs: Vec<(u32, String)>,
     /// The control plane's process when it runs as a child.
     pub(super) cp_pid: Mutex<Option<u32>>,
+    /// CPU seconds of control planes stopped by a restart (their processes or threads are
+    /// gone, so their time is kept here).
+    pub(super) cp_cpu_retired: Mutex<f64>,
     /// LISTs of federated objects the benchmark itself sent (convergence checks).
     pub(super) own_lists: AtomicU64,
     pub(super) objects: usize,
@@ -51,6 +55,15 @@ pub(super) struct Run {
 impl Run {
     /// CPU seconds the control plane used so far.
     pub(super) fn cp_cpu(&self) -> f64 {
+        let retired = *self
+            .cp_cpu_retired
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        retired + self.running_cp_cpu()
+    }
+
+    /// CPU seconds of the control plane running now.
+    pub(super) fn running_cp_cpu(&self) -> f64 {
         match self.child_pid() {
             Some(pid) => cpu_of(&format!("/proc/{pid}/stat")),
             None => threads_cpu(CP_THREAD),
@@ -140,6 +153,7 @@ async fn setup(env: &LocalEnv, opts: &BenchOptions, objects: usize) -> anyhow::R
         members: fed.members,
         kubefed_clusters: fed.cluster_names,
         cp_pid: Mutex::new(None),
+        cp_cpu_retired: Mutex::new(0.0),
         own_lists: AtomicU64::new(0),
         procs: env
             .pids()
@@ -218,7 +232,8 @@ async fn flotilla_part(
 ) -> anyhow::Result<FlotillaPart> {
     let rss_before = rss_mib();
     let peak_reset = reset_peak_rss();
-    let mut cp = RunningControlPlane::start(env, opts.control_plane_binary()?.as_deref())?;
+    let binary = opts.control_plane_binary()?;
+    let mut cp = RunningControlPlane::start(env, binary.as_deref())?;
     if let RunningControlPlane::Child { pid, .. } = &cp {
         *run.cp_pid.lock().unwrap_or_else(|e| e.into_inner()) = Some(*pid);
     }
@@ -227,15 +242,29 @@ async fn flotilla_part(
     federate_namespace(run).await?;
     let cp_cpu_start = run.cp_cpu();
     let mut phases = Vec::new();
+    let mut running = Some(cp);
+    let mut restarter = Restarter {
+        env,
+        binary: binary.as_deref(),
+        cp: &mut running,
+        peak_mib: None,
+    };
     for t in trackers {
         warm_up_federated(run, t.kind).await?;
         info!(kind = t.kind.name(), "measuring propagation");
-        phases.push(flotilla_phases(run, t.kind, &t.fed_members, &t.host).await?);
+        phases.push(flotilla_phases(run, t.kind, &t.fed_members, &t.host, &mut restarter).await?);
     }
+    let earlier_peak = restarter.peak_mib;
     let cp_cpu = run.cp_cpu() - cp_cpu_start;
     let peak = peak_rss_mib();
-    let own_peak = cp.own_peak_rss_mib();
-    cp.stop().await;
+    let mut own_peak = None;
+    if let Some(cp) = running {
+        own_peak = [earlier_peak, cp.own_peak_rss_mib()]
+            .into_iter()
+            .flatten()
+            .reduce(f64::max);
+        cp.stop().await;
+    }
     Ok(FlotillaPart {
         phases,
         control_plane,
@@ -268,6 +297,7 @@ fn assemble(
             update: Comparison::new(f.update, r.update),
             delete: Comparison::new(f.delete, r.delete),
             steady: f.steady,
+            restart: f.restart,
             host_input,
         });
     }

@@ -81,6 +81,18 @@ impl BenchReport {
             k.steady.member_requests,
             k.steady.control_plane_cpu_s
         );
+        let r = &k.restart;
+        let _ = writeln!(
+            s,
+            "restart (SIGKILL + start with {} objects propagated, {:.0} s window): {} member writes, {} host writes, {} member reads, first new object in every member after {:.2} s, control plane {:.3} CPU s",
+            r.objects,
+            r.window_s,
+            r.member_writes,
+            r.host_writes,
+            r.member_reads,
+            r.first_new_object_s,
+            r.control_plane_cpu_s
+        );
     }
 
     /// Where the CPU time of one phase went, Flotilla's beside the raw baseline's.

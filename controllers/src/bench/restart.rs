@@ -1,0 +1,141 @@
+//! The restart phase: with every object of a kind propagated, the control plane is stopped
+//! hard (SIGKILL for a child process) and started again, as a crash or an upgrade does. A
+//! fresh process must recognise every up-to-date member object: the figures are the writes
+//! the members and the host served in a window after the restart (the goal is 0), and how
+//! long a federated object created right after the restart took to reach every member.
+
+use std::{
+    path::Path,
+    time::{Duration, Instant},
+};
+
+use flotilla_localenv::LocalEnv;
+use kube::api::{Api, DeleteParams, DynamicObject, PostParams};
+use serde_json::json;
+
+use super::{
+    BENCH_LABEL, FED_NS, control_plane::RunningControlPlane, report::Restart, requests::delta,
+    session::Run, snapshot::Snapshot, warmup::poll, workload::Kind,
+};
+
+/// Name of the object created right after the restart.
+const PROBE: &str = "restart-probe";
+/// Request verbs that write.
+const WRITE_VERBS: [&str; 5] = ["POST", "PUT", "PATCH", "APPLY", "DELETE"];
+
+/// How to restart the control plane under test.
+pub(super) struct Restarter<'a> {
+    pub(super) env: &'a LocalEnv,
+    pub(super) binary: Option<&'a Path>,
+    pub(super) cp: &'a mut Option<RunningControlPlane>,
+    /// The highest peak RSS of the child processes stopped so far, MiB.
+    pub(super) peak_mib: Option<f64>,
+}
+
+impl Restarter<'_> {
+    /// Stops the running control plane and starts a new one; returns when it was started.
+    async fn restart(&mut self, run: &Run) -> anyhow::Result<Instant> {
+        if let Some(old) = self.cp.take() {
+            self.peak_mib = [self.peak_mib, old.own_peak_rss_mib()]
+                .into_iter()
+                .flatten()
+                .reduce(f64::max);
+            let spent = run.running_cp_cpu();
+            old.stop().await;
+            *run.cp_cpu_retired.lock().unwrap_or_else(|e| e.into_inner()) += spent;
+        }
+        let started = Instant::now();
+        let cp = RunningControlPlane::start(self.env, self.binary)?;
+        if let RunningControlPlane::Child { pid, .. } = &cp {
+            *run.cp_pid.lock().unwrap_or_else(|e| e.into_inner()) = Some(*pid);
+        }
+        *self.cp = Some(cp);
+        Ok(started)
+    }
+}
+
+/// Restarts the control plane with `kind`'s objects propagated and measures what follows.
+pub(super) async fn restart_phase(
+    run: &Run,
+    kind: Kind,
+    restarter: &mut Restarter<'_>,
+) -> anyhow::Result<Restart> {
+    let before = Snapshot::take(run).await?;
+    let started = restarter.restart(run).await?;
+    let api: Api<DynamicObject> = Api::namespaced_with(run.host.clone(), FED_NS, &kind.federated());
+    api.create(&PostParams::default(), &probe(kind)?).await?;
+    wait_in_members(run, kind, true).await?;
+    let first_new_object_s = started.elapsed().as_secs_f64();
+    if let Some(rest) = run.steady.checked_sub(started.elapsed()) {
+        tokio::time::sleep(rest).await;
+    }
+    let after = Snapshot::take(run).await?;
+    api.delete(PROBE, &DeleteParams::default()).await?;
+    wait_in_members(run, kind, false).await?;
+    Ok(figures(run, kind, &before, &after, first_new_object_s))
+}
+
+/// The counts of the window, without the probe's own cost: its create in the host, its
+/// finalizer and status writes, and one write per member.
+fn figures(run: &Run, kind: Kind, before: &Snapshot, after: &Snapshot, first: f64) -> Restart {
+    let is_write = |verb: &str| WRITE_VERBS.contains(&verb);
+    let target = kind.target().plural;
+    let mut member_writes = 0u64;
+    let mut member_reads = 0u64;
+    for (b, a) in before.members.iter().zip(&after.members) {
+        for (verb, n) in delta(b, a, &target, |_, verb| verb.to_string()) {
+            if is_write(&verb) {
+                member_writes += n;
+            } else {
+                member_reads += n;
+            }
+        }
+    }
+    let fed = kind.federated().plural;
+    let host_writes: u64 = delta(&before.host, &after.host, &fed, |_, verb| verb.to_string())
+        .into_iter()
+        .filter(|(verb, _)| is_write(verb))
+        .map(|(_, n)| n)
+        .sum();
+    Restart {
+        objects: run.objects,
+        window_s: after.at.saturating_duration_since(before.at).as_secs_f64(),
+        member_writes: member_writes.saturating_sub(run.members.len() as u64),
+        member_reads,
+        host_writes: host_writes.saturating_sub(3),
+        first_new_object_s: first,
+        control_plane_cpu_s: after.cp_cpu - before.cp_cpu,
+    }
+}
+
+/// The probe: placed in every member, labelled apart from the measured objects.
+fn probe(kind: Kind) -> anyhow::Result<DynamicObject> {
+    let mut o = kind.federated_object(FED_NS, PROBE, "1")?;
+    o.metadata
+        .labels
+        .get_or_insert_default()
+        .insert(BENCH_LABEL.into(), "probe".into());
+    if let Some(labels) = o.data.pointer_mut("/spec/template/metadata/labels") {
+        *labels = json!({BENCH_LABEL: "probe"});
+    }
+    Ok(o)
+}
+
+/// Waits until the probe is in every member (`present`) or in none.
+async fn wait_in_members(run: &Run, kind: Kind, present: bool) -> anyhow::Result<()> {
+    let what = if present {
+        "the restart probe in every member"
+    } else {
+        "the restart probe gone from every member"
+    };
+    poll(run.timeout.max(Duration::from_secs(60)), what, || async {
+        for m in &run.members {
+            let api: Api<DynamicObject> = Api::namespaced_with(m.clone(), FED_NS, &kind.target());
+            if api.get_opt(PROBE).await?.is_some() != present {
+                return Ok(false);
+            }
+        }
+        Ok(true)
+    })
+    .await
+}
