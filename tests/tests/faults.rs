@@ -19,7 +19,8 @@ use fault_harness::{
 };
 use flotilla_localenv::FaultMode;
 use flotilla_tests::{federation::federation, init_tracing, wait_for};
-use kube::Client;
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::{Api, Client};
 use tokio::time::Instant;
 
 const NS: &str = "faults";
@@ -30,6 +31,9 @@ const OBJECTS: usize = 30;
 const REACH_HEALTHY: Duration = Duration::from_secs(120);
 /// How long a member may take to converge once its fault is lifted.
 const CONVERGE: Duration = Duration::from_secs(120);
+
+/// A propagation to the healthy member slower than this waited on something else.
+const SLOW: Duration = Duration::from_secs(5);
 
 /// The longest a member may take to be reported not Ready after it stops answering:
 /// `FAILURE_THRESHOLD` failed probes, each up to a period plus the probe timeout, one more
@@ -44,6 +48,8 @@ struct Phase {
     p50: Duration,
     p99: Duration,
     max: Duration,
+    /// Objects that took longer than [`SLOW`] to reach member1.
+    slow: usize,
     not_ready_after: Option<Duration>,
     converged_after_heal: Option<Duration>,
 }
@@ -87,19 +93,35 @@ async fn phase(
         created.insert(name, Instant::now());
     }
     let names: BTreeSet<String> = created.keys().cloned().collect();
-    wait_for(
+    let member1_api: Api<ConfigMap> = Api::namespaced(pf.fed.members[0].clone(), NS);
+    let reached = wait_for(
         REACH_HEALTHY,
         &format!("every {label} object in member1"),
         || async {
-            let seen = member1.count(&names);
-            ensure!(seen == OBJECTS, "{seen} of {OBJECTS} in member1");
+            // The watch gives the arrival times; a direct read double-checks what it has not
+            // reported yet, so a watch hiccup cannot pass for a propagation failure.
+            let mut missing = Vec::new();
+            for name in names.iter().filter(|n| member1.get(n).is_none()) {
+                if member1_api.get_opt(name).await?.is_none() {
+                    missing.push(name.clone());
+                }
+            }
+            ensure!(missing.is_empty(), "not in member1: {missing:?}");
             Ok(())
         },
     )
-    .await?;
+    .await;
+    if let Err(e) = reached {
+        let found = violations(host, &members, NS).await.unwrap_or_default();
+        return Err(e.context(format!("state: {found:#?}")));
+    }
     let latencies: Vec<Duration> = created
         .iter()
-        .filter_map(|(name, at)| Some(member1.get(name)?.saturating_duration_since(*at)))
+        .map(|(name, at)| {
+            // Seen by the direct read only: count it as arriving when the wait ended.
+            let seen = member1.get(name).unwrap_or_else(Instant::now);
+            seen.saturating_duration_since(*at)
+        })
         .collect();
 
     let mut not_ready_after = None;
@@ -121,6 +143,7 @@ async fn phase(
         p50: percentile(&latencies, 50.0),
         p99: percentile(&latencies, 99.0),
         max: percentile(&latencies, 100.0),
+        slow: latencies.iter().filter(|l| **l > SLOW).count(),
         not_ready_after,
         converged_after_heal,
     })
@@ -132,13 +155,15 @@ fn report(phases: &[Phase]) {
     println!("member1 propagation latency per object ({OBJECTS} objects per phase):");
     for p in phases {
         println!(
-            "  {:<11} P50 {:>6.0} ms ({:>5.1}x baseline)  P99 {:>6.0} ms ({:>5.1}x)  max {:>6.0} ms  member2 not Ready after {}  converged {} after the fault was lifted",
+            "  {:<11} P50 {:>6.0} ms ({:>5.1}x baseline)  P99 {:>6.0} ms ({:>5.1}x)  max {:>6.0} ms  over {}s: {:>2}  member2 not Ready after {}  converged {} after the fault was lifted",
             p.label,
             p.p50.as_secs_f64() * 1000.0,
             ratio(p.p50, base.p50),
             p.p99.as_secs_f64() * 1000.0,
             ratio(p.p99, base.p99),
             p.max.as_secs_f64() * 1000.0,
+            SLOW.as_secs(),
+            p.slow,
             p.not_ready_after
                 .map_or("-".to_owned(), |d| format!("{:.1} s", d.as_secs_f64())),
             p.converged_after_heal
@@ -156,6 +181,9 @@ async fn a_black_holed_or_slow_member_neither_holds_back_the_others_nor_misses_o
     federated_namespace_everywhere(&pf.fed.host, &members, NS).await?;
     let member1 = FirstSeen::start(&pf.fed.members[0], NS).await?;
 
+    // The first objects after start-up also wait for caches and namespaces to settle;
+    // the baseline is taken once warm.
+    phase(&pf, &member1, "warm-up", None).await?;
     let mut phases = vec![phase(&pf, &member1, "baseline", None).await?];
     phases.push(phase(&pf, &member1, "black-hole", Some(FaultMode::BlackHole)).await?);
     phases.push(
@@ -179,6 +207,27 @@ async fn a_black_holed_or_slow_member_neither_holds_back_the_others_nor_misses_o
             "member2 turned not Ready only after {after:?} during {} (bound {:?})",
             p.label,
             not_ready_bound()
+        );
+    }
+    // KNOWN CONTROLLER BUG — this assertion is expected to fail until the sync controller
+    // is fixed. The objects created while the faulty member still counts as Ready (the
+    // first ~2.5 s) occupy every reconcile worker (maxConcurrentReconciles = 16) on their
+    // writes to that member, which end only at the member client's connect timeout (10 s,
+    // new connections) or at the operation timeout (30 s, pooled connections), or after
+    // the injected latency. The objects queued behind them (30 - 16 = 14 here) reach the
+    // *healthy* member1 only then, while the baseline takes milliseconds. A healthy member
+    // must not wait on a faulty one.
+    for p in &phases[1..] {
+        ensure!(
+            p.slow == 0,
+            "KNOWN BUG: during {}: {} of {OBJECTS} objects took over {SLOW:?} to reach the \
+             healthy member1 (P99 {:?}, max {:?}, baseline P99 {:?}): reconcile workers wait on \
+             the faulty member",
+            p.label,
+            p.slow,
+            p.p99,
+            p.max,
+            phases[0].p99
         );
     }
     Ok(())
