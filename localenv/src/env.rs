@@ -9,11 +9,11 @@ use k8s_openapi::api::core::v1::ServiceAccount;
 use rand::Rng;
 use rand::distr::Alphanumeric;
 use tempfile::TempDir;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tracing::instrument::WithSubscriber as _;
 
 use crate::cluster::Cluster;
 use crate::error::{Error, io};
+use crate::etcd::{self, EtcdSpec};
 use crate::process::{self, Process};
 use crate::{kube_bin_dir, kubeconfig, pki, ports};
 
@@ -84,6 +84,8 @@ pub struct LocalEnv {
     kubeconfig: PathBuf,
     bin_dir: PathBuf,
     etcd_url: String,
+    /// How etcd was started, to start it again the same way; set once it is up.
+    etcd_spec: Option<EtcdSpec>,
     processes: Mutex<Processes>,
     /// Removes `dir` when dropped; `None` once removed by [`LocalEnv::shutdown`].
     dir_guard: Option<TempDir>,
@@ -99,7 +101,7 @@ impl LocalEnv {
     pub async fn start(options: EnvOptions) -> Result<LocalEnv, Error> {
         let started = Instant::now();
         let bin_dir = kube_bin_dir()?;
-        let etcd = etcd_binary()?;
+        let etcd = etcd::binary()?;
         let base = base_dir();
         remove_abandoned_dirs(&base);
         let dir_guard = tempfile::Builder::new()
@@ -116,6 +118,7 @@ impl LocalEnv {
             dir,
             bin_dir,
             etcd_url: String::new(),
+            etcd_spec: None,
             processes: Mutex::new(Processes::default()),
             dir_guard: Some(dir_guard),
         };
@@ -244,6 +247,48 @@ impl LocalEnv {
         Ok(())
     }
 
+    /// Stops etcd (SIGTERM, then SIGKILL after a grace period): every apiserver loses its
+    /// storage and fails requests (watches end, writes and uncached reads fail) until
+    /// [`LocalEnv::start_etcd_again`]. The apiservers keep running. Stopping a stopped
+    /// etcd does nothing.
+    pub async fn stop_etcd(&self) -> Result<(), Error> {
+        let Some(mut etcd) = self.lock().etcd.take() else {
+            return Ok(());
+        };
+        tokio::task::spawn_blocking(move || {
+            process::terminate(std::slice::from_mut(&mut etcd), STOP_GRACE)
+        })
+        .await
+        .map_err(|e| Error::Io {
+            context: "stopping etcd".into(),
+            source: std::io::Error::other(e),
+        })?;
+        tracing::info!("etcd stopped");
+        Ok(())
+    }
+
+    /// Starts etcd again after [`LocalEnv::stop_etcd`], on the same ports with the same
+    /// data directory (so every object is still there), and waits until it is healthy.
+    /// The apiservers reconnect by themselves; this does not wait for them.
+    pub async fn start_etcd_again(&self) -> Result<(), Error> {
+        {
+            let mut processes = self.lock();
+            if let Some(running) = processes.etcd.as_mut()
+                && running.exit_status().is_none()
+            {
+                return Err(Error::EtcdAlreadyRunning);
+            }
+        }
+        // `start` always sets the spec before it returns a `LocalEnv`.
+        let Some(spec) = self.etcd_spec.as_ref() else {
+            return Err(Error::EtcdAlreadyRunning);
+        };
+        self.spawn_etcd(spec)?;
+        self.wait_etcd_healthy(spec.client_port).await?;
+        tracing::info!("etcd restarted");
+        Ok(())
+    }
+
     /// Stops every process and removes the directory, like dropping the environment, but
     /// without blocking the async runtime; reports a directory that could not be removed.
     pub async fn shutdown(mut self) -> Result<(), Error> {
@@ -279,47 +324,39 @@ impl LocalEnv {
     }
 
     async fn start_etcd(&mut self, etcd: &Path) -> Result<(), Error> {
-        let data = self.dir.join("etcd");
-        let log = self.dir.join("etcd.log");
+        let data_dir = self.dir.join("etcd");
         for attempt in 1..=PORT_ATTEMPTS {
-            let client_port = ports::free_port()?;
-            let peer_port = ports::free_port()?;
-            let client_url = format!("http://127.0.0.1:{client_port}");
-            let peer_url = format!("http://127.0.0.1:{peer_port}");
-            let args = vec![
-                "--name=flotilla".to_owned(),
-                format!("--data-dir={}", data.display()),
-                format!("--listen-client-urls={client_url}"),
-                format!("--advertise-client-urls={client_url}"),
-                format!("--listen-peer-urls={peer_url}"),
-                format!("--initial-advertise-peer-urls={peer_url}"),
-                format!("--initial-cluster=flotilla={peer_url}"),
-                "--initial-cluster-state=new".to_owned(),
-                // A single member elects itself after the election timeout (1 s by default,
-                // halved at start-up); it has no peer whose heartbeats could be late.
-                "--heartbeat-interval=20".to_owned(),
-                "--election-timeout=200".to_owned(),
-                "--logger=zap".to_owned(),
-                "--log-level=warn".to_owned(),
-            ];
-            let etcd = Process::spawn("etcd", etcd, &args, &log)?;
-            self.lock().etcd = Some(etcd);
-            match self.wait_etcd_healthy(client_port).await {
+            let spec = EtcdSpec {
+                binary: etcd.to_path_buf(),
+                data_dir: data_dir.clone(),
+                log: self.dir.join("etcd.log"),
+                client_port: ports::free_port()?,
+                peer_port: ports::free_port()?,
+            };
+            self.spawn_etcd(&spec)?;
+            match self.wait_etcd_healthy(spec.client_port).await {
                 Ok(()) => {
-                    tracing::debug!(%client_url, "etcd ready");
-                    self.etcd_url = client_url;
+                    self.etcd_url = spec.client_url();
+                    tracing::debug!(client_url = %self.etcd_url, "etcd ready");
+                    self.etcd_spec = Some(spec);
                     return Ok(());
                 }
                 Err(e) if attempt < PORT_ATTEMPTS && port_conflict(&e) => {
                     tracing::warn!(attempt, "etcd port taken, retrying with other ports");
                     self.lock().etcd = None;
                     // A failed first start may have left a half-initialised data dir.
-                    let _ = std::fs::remove_dir_all(&data);
+                    let _ = std::fs::remove_dir_all(&data_dir);
                 }
                 Err(e) => return Err(e),
             }
         }
         Err(Error::NoFreePort)
+    }
+
+    fn spawn_etcd(&self, spec: &EtcdSpec) -> Result<(), Error> {
+        let etcd = Process::spawn("etcd", &spec.binary, &spec.args(), &spec.log)?;
+        self.lock().etcd = Some(etcd);
+        Ok(())
     }
 
     async fn wait_etcd_healthy(&self, port: u16) -> Result<(), Error> {
@@ -334,7 +371,7 @@ impl LocalEnv {
                 }
             }
             let last_error =
-                match tokio::time::timeout(Duration::from_secs(2), etcd_health(port)).await {
+                match tokio::time::timeout(Duration::from_secs(2), etcd::health(port)).await {
                     Ok(Ok(true)) => return Ok(()),
                     Ok(Ok(false)) => "etcd reports unhealthy".to_owned(),
                     Ok(Err(e)) => e.to_string(),
@@ -605,29 +642,6 @@ fn write(path: &Path, contents: &str) -> Result<(), Error> {
 /// Whether a start-up failure came from a port that another process took meanwhile.
 fn port_conflict(error: &Error) -> bool {
     matches!(error, Error::ProcessExited { log_tail, .. } if log_tail.contains("address already in use"))
-}
-
-/// One HTTP/1.0 request to etcd's `/health`; `true` when it reports healthy.
-async fn etcd_health(port: u16) -> std::io::Result<bool> {
-    let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", port)).await?;
-    stream
-        .write_all(b"GET /health HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n")
-        .await?;
-    let mut response = String::new();
-    stream.read_to_string(&mut response).await?;
-    Ok(response.contains("\"health\":\"true\""))
-}
-
-/// The `etcd` executable: the first on `PATH`, else Debian's `/usr/bin/etcd`.
-fn etcd_binary() -> Result<PathBuf, Error> {
-    let on_path = std::env::var_os("PATH")
-        .into_iter()
-        .flat_map(|path| std::env::split_paths(&path).collect::<Vec<_>>())
-        .map(|dir| dir.join("etcd"));
-    on_path
-        .chain(std::iter::once(PathBuf::from("/usr/bin/etcd")))
-        .find(|candidate| candidate.is_file())
-        .ok_or(Error::EtcdMissing)
 }
 
 /// Where environment directories go: `FLOTILLA_LOCALENV_DIR`, else `/dev/shm` (etcd's

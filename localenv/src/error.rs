@@ -102,6 +102,15 @@ pub enum Error {
     #[error("no free loopback port found")]
     NoFreePort,
 
+    /// A [`crate::FaultProxy`] was asked to forward to an address off the loopback
+    /// interface.
+    #[error("the fault proxy only forwards to loopback addresses, not {0}")]
+    ProxyTargetNotLoopback(std::net::SocketAddr),
+
+    /// [`crate::LocalEnv::start_etcd_again`] was called while etcd still runs.
+    #[error("etcd is already running")]
+    EtcdAlreadyRunning,
+
     /// The process-spawner thread could not be started or has gone away.
     #[error("the process spawner thread is unavailable")]
     SpawnerGone,

@@ -25,16 +25,19 @@
 mod cluster;
 mod env;
 mod error;
+mod etcd;
 mod kubeconfig;
 mod pki;
 mod ports;
 mod process;
+mod proxy;
 
 use std::path::PathBuf;
 
 pub use cluster::Cluster;
 pub use env::{EnvOptions, LocalEnv};
 pub use error::Error;
+pub use proxy::{FaultMode, FaultProxy, ProxyStats};
 
 /// The Kubernetes version `scripts/install-k8s.sh` builds and caches.
 pub const KUBE_VERSION: &str = "v1.20.2";
