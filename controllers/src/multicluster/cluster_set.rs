@@ -239,4 +239,19 @@ impl ClusterSet {
     pub fn changes(&self) -> watch::Receiver<u64> {
         self.version.subscribe()
     }
+
+    /// Resolves once cluster `name` is not Ready (or no longer registered): lets work
+    /// that is waiting on a cluster give up as soon as health checks declare it gone.
+    pub async fn until_unready(&self, name: &str) {
+        let mut changes = self.changes();
+        loop {
+            if !self.get(name).is_some_and(|c| c.ready) {
+                return;
+            }
+            if changes.changed().await.is_err() {
+                // The set is gone; nothing will ever change again.
+                return std::future::pending().await;
+            }
+        }
+    }
 }

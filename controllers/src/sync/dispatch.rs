@@ -81,12 +81,12 @@ impl Ctl {
                 ),
             );
         }
-        let permit = self.shared.limit(target.cluster);
-        // A closed semaphore would mean no permit at all; the semaphore is never closed.
-        let _permit = permit.acquire().await;
-        let api = self.member_api(target.client, target.namespace);
         let started = Instant::now();
-        let (outcome, answered) =
+        let api = self.member_api(target.client, target.namespace);
+        let work = async {
+            let permit = self.shared.limit(target.cluster);
+            // A closed semaphore would mean no permit at all; the semaphore is never closed.
+            let _permit = permit.acquire().await;
             match tokio::time::timeout(OPERATION_TIMEOUT, execute(&api, target.name, &op)).await {
                 Ok(o) => (o, breaker::Result::Answered),
                 Err(_) => (
@@ -96,8 +96,21 @@ impl Ctl {
                     ),
                     breaker::Result::NoAnswer,
                 ),
-            };
-        self.shared.breakers.record(target.cluster, answered);
+            }
+        };
+        // A cluster that health checks declare unready meanwhile releases the worker at
+        // once: its operations would only end at the timeout, holding up every other
+        // cluster's objects behind this reconcile.
+        let outcome = tokio::select! {
+            (outcome, answered) = work => {
+                self.shared.breakers.record(target.cluster, answered);
+                outcome
+            }
+            _ = self.shared.clusters.until_unready(target.cluster) => Outcome::Status(
+                ClusterReason::ClusterNotReady,
+                "the cluster turned unready during the operation; it is retried when the cluster returns".into(),
+            ),
+        };
         self.record_operation(target.cluster, op.label(), &outcome, started.elapsed());
         outcome
     }

@@ -105,6 +105,21 @@ pub async fn proxied_federation(
         )
         .await?;
 
+    // Types first: `join` scopes each member's credential to the enabled types.
+    let ftc_api: Api<flotilla_crds::FederatedTypeConfig> =
+        Api::namespaced(host.clone(), DEFAULT_NAMESPACE);
+    for t in crdgen::default_target_types() {
+        let ftc = crdgen::federated_type_config(&t, DEFAULT_NAMESPACE);
+        let name = ftc.metadata.name.clone().context("ftc without name")?;
+        ftc_api
+            .patch(
+                &name,
+                &PatchParams::apply("flotilla-tests").force(),
+                &Patch::Apply(&ftc),
+            )
+            .await?;
+    }
+
     let proxy = FaultProxy::for_cluster(&env.members()[proxied - 1]).await?;
     let mut member_clients = Vec::new();
     let mut names = Vec::new();
@@ -121,19 +136,6 @@ pub async fn proxied_federation(
         join(&host, &client, &opts).await?;
         member_clients.push(client);
         names.push(m.name().to_owned());
-    }
-    let ftc_api: Api<flotilla_crds::FederatedTypeConfig> =
-        Api::namespaced(host.clone(), DEFAULT_NAMESPACE);
-    for t in crdgen::default_target_types() {
-        let ftc = crdgen::federated_type_config(&t, DEFAULT_NAMESPACE);
-        let name = ftc.metadata.name.clone().context("ftc without name")?;
-        ftc_api
-            .patch(
-                &name,
-                &PatchParams::apply("flotilla-tests").force(),
-                &Patch::Apply(&ftc),
-            )
-            .await?;
     }
     let fed = Federation {
         control_plane: Some(start_control_plane(&host)),
