@@ -209,20 +209,14 @@ async fn a_black_holed_or_slow_member_neither_holds_back_the_others_nor_misses_o
             not_ready_bound()
         );
     }
-    // KNOWN CONTROLLER BUG — this assertion is expected to fail until the sync controller
-    // is fixed. The objects created while the faulty member still counts as Ready (the
-    // first ~2.5 s) occupy every reconcile worker (maxConcurrentReconciles = 16) on their
-    // writes to that member, which end only at the member client's connect timeout (10 s,
-    // new connections) or at the operation timeout (30 s, pooled connections), or after
-    // the injected latency. The objects queued behind them (30 - 16 = 14 here) reach the
-    // *healthy* member1 only then, while the baseline takes milliseconds. A healthy member
-    // must not wait on a faulty one.
+    // A healthy member must not wait on a faulty one: operations to a cluster that turns
+    // unready end at once instead of holding a reconcile worker until their timeout.
     for p in &phases[1..] {
         ensure!(
             p.slow == 0,
-            "KNOWN BUG: during {}: {} of {OBJECTS} objects took over {SLOW:?} to reach the \
-             healthy member1 (P99 {:?}, max {:?}, baseline P99 {:?}): reconcile workers wait on \
-             the faulty member",
+            "during {}: {} of {OBJECTS} objects took over {SLOW:?} to reach the healthy \
+             member1 (P99 {:?}, max {:?}, baseline P99 {:?}): reconcile workers wait on the \
+             faulty member",
             p.label,
             p.slow,
             p.p99,
