@@ -265,6 +265,7 @@ enum Write<'a> {
     Create(Template<'a>),
     /// Applies this merge patch (the update to version 2).
     Patch(&'a Value),
+    /// Deletes the object.
     Delete,
 }
 

@@ -412,4 +412,59 @@ mod tests {
             BTreeMap::from([("a".to_string(), 2)])
         );
     }
+
+    fn cluster(name: &str, ready: bool, region: &str) -> ClusterState {
+        ClusterState {
+            name: name.into(),
+            labels: BTreeMap::from([("region".to_string(), region.to_string())]),
+            ready,
+            client: None,
+            client_generation: 0,
+        }
+    }
+
+    #[test]
+    fn candidates_are_the_ready_clusters_the_selector_matches() {
+        let clusters = [
+            cluster("a", true, "eu"),
+            cluster("b", false, "eu"),
+            cluster("c", true, "us"),
+        ];
+        assert_eq!(
+            candidates(&clusters, None).expect("no selector"),
+            ["a", "c"]
+        );
+        let eu = LabelSelector {
+            match_labels: BTreeMap::from([("region".to_string(), "eu".to_string())]),
+            ..LabelSelector::default()
+        };
+        assert_eq!(candidates(&clusters, Some(&eu)).expect("valid"), ["a"]);
+    }
+
+    #[test]
+    fn a_malformed_selector_fails_only_when_a_ready_cluster_is_matched() {
+        let bad = LabelSelector {
+            match_expressions: vec![flotilla_crds::federated::LabelSelectorRequirement {
+                key: String::new(),
+                operator: "Exists".into(),
+                values: Vec::new(),
+            }],
+            ..LabelSelector::default()
+        };
+        assert!(candidates(&[cluster("a", true, "eu")], Some(&bad)).is_err());
+        assert!(candidates(&[cluster("a", false, "eu")], Some(&bad)).is_ok());
+    }
+
+    #[test]
+    fn a_target_with_the_planned_placement_and_overrides_is_already_scheduled() {
+        let spec: FederatedSpec = serde_json::from_value(json!({
+            "placement": {"clusters": [{"name": "a"}]},
+            "overrides": [{"clusterName": "a", "clusterOverrides": [{"path": "/spec/replicas", "value": 2}]}]
+        }))
+        .expect("valid spec");
+        let (placed, overrides) = apply_plan(&spec, &BTreeMap::from([("a".to_string(), 2)]));
+        assert!(is_scheduled(&spec, &placed, &overrides));
+        let (placed, overrides) = apply_plan(&spec, &BTreeMap::from([("a".to_string(), 3)]));
+        assert!(!is_scheduled(&spec, &placed, &overrides));
+    }
 }
