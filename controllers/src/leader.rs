@@ -244,20 +244,7 @@ impl LeaderElector {
     pub async fn try_acquire_or_renew(&mut self) -> Result<bool, Error> {
         let name = self.config.lease_name.clone();
         let current = self.api.get_opt(&name).await.map_err(self.err("reading"))?;
-        let now_instant = Instant::now();
-        let observed_for = match current.as_ref().and_then(|l| l.spec.as_ref()) {
-            Some(spec) => {
-                let record = Record::of(spec);
-                match &self.observed {
-                    Some((seen, since)) if *seen == record => now_instant - *since,
-                    _ => {
-                        self.observed = Some((record, now_instant));
-                        Duration::ZERO
-                    }
-                }
-            }
-            None => Duration::ZERO,
-        };
+        let observed_for = self.observe(current.as_ref());
         // A Lease without a spec is held by nobody.
         let empty = LeaseSpec::default();
         let step = decide(
@@ -266,49 +253,14 @@ impl LeaderElector {
             observed_for,
             self.config.lease_duration,
         );
-        let mine = |acquire_time: Option<MicroTime>, transitions: Option<i32>| LeaseSpec {
-            holder_identity: Some(self.config.identity.clone()),
-            lease_duration_seconds: Some(seconds(self.config.lease_duration)),
-            acquire_time,
-            renew_time: Some(now()),
-            lease_transitions: transitions,
-            ..LeaseSpec::default()
-        };
         let result = match step {
             Step::Follow { holder } => {
                 debug!(%holder, lease = %name, "lease held by another candidate");
                 return Ok(false);
             }
-            Step::Create => {
-                let lease = Lease {
-                    metadata: ObjectMeta {
-                        name: Some(name.clone()),
-                        namespace: Some(self.config.namespace.clone()),
-                        ..ObjectMeta::default()
-                    },
-                    spec: Some(mine(Some(now()), Some(0))),
-                };
-                self.api.create(&PostParams::default(), &lease).await
-            }
+            Step::Create => self.create_lease(&name).await,
             Step::Renew | Step::Takeover => {
-                let mut lease = current.unwrap_or_default();
-                let old = lease.spec.take().unwrap_or_default();
-                let spec = if step == Step::Renew {
-                    mine(
-                        old.acquire_time.clone().or_else(|| Some(now())),
-                        old.lease_transitions,
-                    )
-                } else {
-                    mine(
-                        Some(now()),
-                        Some(old.lease_transitions.unwrap_or(0).saturating_add(1)),
-                    )
-                };
-                lease.spec = Some(spec);
-                // `lease.metadata.resourceVersion` is the one just read: the write fails
-                // with 409 if anyone changed the Lease in between.
-                self.api
-                    .replace(&name, &PostParams::default(), &lease)
+                self.replace_lease(&name, current.unwrap_or_default(), step == Step::Renew)
                     .await
             }
         };
@@ -328,6 +280,74 @@ impl LeaderElector {
             }
             Err(e) => Err(self.err("writing")(e)),
         }
+    }
+
+    /// How long the Lease has looked the same to this candidate; a changed record restarts
+    /// the clock, since its holder has proved it is alive.
+    fn observe(&mut self, current: Option<&Lease>) -> Duration {
+        let Some(spec) = current.and_then(|l| l.spec.as_ref()) else {
+            return Duration::ZERO;
+        };
+        let now = Instant::now();
+        let record = Record::of(spec);
+        match &self.observed {
+            Some((seen, since)) if *seen == record => now - *since,
+            _ => {
+                self.observed = Some((record, now));
+                Duration::ZERO
+            }
+        }
+    }
+
+    /// This candidate's claim on the Lease, renewed now.
+    fn my_spec(&self, acquire_time: Option<MicroTime>, transitions: Option<i32>) -> LeaseSpec {
+        LeaseSpec {
+            holder_identity: Some(self.config.identity.clone()),
+            lease_duration_seconds: Some(seconds(self.config.lease_duration)),
+            acquire_time,
+            renew_time: Some(now()),
+            lease_transitions: transitions,
+            ..LeaseSpec::default()
+        }
+    }
+
+    /// Creates the Lease, held by this candidate.
+    async fn create_lease(&self, name: &str) -> Result<Lease, kube::Error> {
+        let lease = Lease {
+            metadata: ObjectMeta {
+                name: Some(name.to_owned()),
+                namespace: Some(self.config.namespace.clone()),
+                ..ObjectMeta::default()
+            },
+            spec: Some(self.my_spec(Some(now()), Some(0))),
+        };
+        self.api.create(&PostParams::default(), &lease).await
+    }
+
+    /// Renews this candidate's Lease, or takes over another's (a new acquire time and one
+    /// more transition).
+    async fn replace_lease(
+        &self,
+        name: &str,
+        mut lease: Lease,
+        renew: bool,
+    ) -> Result<Lease, kube::Error> {
+        let old = lease.spec.take().unwrap_or_default();
+        let spec = if renew {
+            self.my_spec(
+                old.acquire_time.clone().or_else(|| Some(now())),
+                old.lease_transitions,
+            )
+        } else {
+            self.my_spec(
+                Some(now()),
+                Some(old.lease_transitions.unwrap_or(0).saturating_add(1)),
+            )
+        };
+        lease.spec = Some(spec);
+        // `lease.metadata.resourceVersion` is the one just read: the write fails with 409
+        // if anyone changed the Lease in between.
+        self.api.replace(name, &PostParams::default(), &lease).await
     }
 
     /// Polls until this candidate holds the Lease. Returns `false` when `cancel` fires

@@ -19,6 +19,55 @@ use prometheus_client::registry::{Metric, Registry, Unit};
 /// Prefix of every metric name.
 pub const PREFIX: &str = "flotilla";
 
+/// Declares a struct of metric families and its `register`, from one list: each field with
+/// its type, its initial value, its name (`in Unit` for a unit suffix) and its help. One list
+/// keeps a family's field, name and help from drifting apart as families are added.
+macro_rules! families {
+    (@unit) => { None };
+    (@unit $unit:ident) => { Some(Unit::$unit) };
+    (
+        $(#[$meta:meta])*
+        pub struct $name:ident {
+            $(
+                $(#[$doc:meta])*
+                $field:ident: $ty:ty = $init:expr,
+                    $metric:literal $(in $unit:ident)?, $help:literal;
+            )*
+        }
+    ) => {
+        $(#[$meta])*
+        #[derive(Debug, Clone)]
+        pub struct $name {
+            $( $(#[$doc])* pub $field: $ty, )*
+        }
+
+        impl $name {
+            fn register(registry: &mut Registry) -> Self {
+                let families = $name { $( $field: $init, )* };
+                $(
+                    let unit = families!(@unit $($unit)?);
+                    register_family(registry, $metric, $help, unit, families.$field.clone());
+                )*
+                families
+            }
+        }
+    };
+}
+
+/// Registers one family, with its unit suffix when it has one.
+fn register_family(
+    registry: &mut Registry,
+    name: &str,
+    help: &str,
+    unit: Option<Unit>,
+    metric: impl Metric,
+) {
+    match unit {
+        Some(unit) => registry.register_with_unit(name, help, unit, metric),
+        None => registry.register(name, help, metric),
+    }
+}
+
 /// The metric registry and the families of the controllers.
 #[derive(Debug)]
 pub struct Metrics {
@@ -109,51 +158,26 @@ fn probe_histogram() -> Histogram {
     Histogram::new(exponential_buckets(0.005, 2.0, 12))
 }
 
-/// Families of the cluster registry and health checks.
-#[derive(Debug, Clone)]
-pub struct ClusterMetrics {
-    /// `flotilla_clusters`: registered member clusters.
-    pub clusters: Gauge,
-    /// `flotilla_ready_clusters`: member clusters whose health check says Ready.
-    pub ready_clusters: Gauge,
-    /// `flotilla_cluster_probe_duration_seconds{cluster}`: latency of `/healthz` probes.
-    pub probe_duration: Family<ClusterLabels, Histogram, fn() -> Histogram>,
-    /// `flotilla_cluster_probes_total{cluster,result}`: probes by outcome.
-    pub probes: Family<ProbeLabels, Counter>,
+families! {
+    /// Families of the cluster registry and health checks.
+    pub struct ClusterMetrics {
+        /// `flotilla_clusters`: registered member clusters.
+        clusters: Gauge = Gauge::default(),
+            "clusters", "Registered member clusters (KubeFedClusters)";
+        /// `flotilla_ready_clusters`: member clusters whose health check says Ready.
+        ready_clusters: Gauge = Gauge::default(),
+            "ready_clusters", "Member clusters whose health check says Ready";
+        /// `flotilla_cluster_probe_duration_seconds{cluster}`: latency of `/healthz` probes.
+        probe_duration: Family<ClusterLabels, Histogram, fn() -> Histogram>
+            = Family::new_with_constructor(probe_histogram),
+            "cluster_probe_duration" in Seconds, "Latency of /healthz probes of member clusters";
+        /// `flotilla_cluster_probes_total{cluster,result}`: probes by outcome.
+        probes: Family<ProbeLabels, Counter> = Family::default(),
+            "cluster_probes", "Health probes of member clusters by outcome";
+    }
 }
 
 impl ClusterMetrics {
-    fn register(registry: &mut Registry) -> Self {
-        let metrics = ClusterMetrics {
-            clusters: Gauge::default(),
-            ready_clusters: Gauge::default(),
-            probe_duration: Family::new_with_constructor(probe_histogram),
-            probes: Family::default(),
-        };
-        registry.register(
-            "clusters",
-            "Registered member clusters (KubeFedClusters)",
-            metrics.clusters.clone(),
-        );
-        registry.register(
-            "ready_clusters",
-            "Member clusters whose health check says Ready",
-            metrics.ready_clusters.clone(),
-        );
-        registry.register_with_unit(
-            "cluster_probe_duration",
-            "Latency of /healthz probes of member clusters",
-            Unit::Seconds,
-            metrics.probe_duration.clone(),
-        );
-        registry.register(
-            "cluster_probes",
-            "Health probes of member clusters by outcome",
-            metrics.probes.clone(),
-        );
-        metrics
-    }
-
     /// Records one probe.
     pub fn observe_probe(&self, cluster: &str, result: ProbeResult, seconds: f64) {
         let cluster = cluster.to_owned();
@@ -227,74 +251,32 @@ fn reconcile_histogram() -> Histogram {
     Histogram::new(exponential_buckets(0.001, 2.5, 12))
 }
 
-/// Families of the sync controllers.
-#[derive(Debug, Clone)]
-pub struct SyncMetrics {
-    /// `flotilla_reconciles_total{kind,result}`.
-    pub reconciles: Family<ReconcileLabels, Counter>,
-    /// `flotilla_reconcile_duration_seconds{kind}`.
-    pub reconcile_duration: Family<TypeLabels, Histogram, fn() -> Histogram>,
-    /// `flotilla_propagation_failures_total{kind,reason}`: per-cluster failures reported.
-    pub failures: Family<FailureLabels, Counter>,
-    /// `flotilla_member_operations_total{cluster,operation,result}`.
-    pub operations: Family<OperationLabels, Counter>,
-    /// `flotilla_member_operation_duration_seconds{cluster}`.
-    pub operation_duration: Family<ClusterLabels, Histogram, fn() -> Histogram>,
-    /// `flotilla_queue_depth{kind}`: keys waiting in a type's work queue.
-    pub queue_depth: Family<TypeLabels, Gauge>,
-    /// `flotilla_status_writes_total{kind}`: status updates of federated objects.
-    pub status_writes: Family<TypeLabels, Counter>,
-}
-
-impl SyncMetrics {
-    fn register(registry: &mut Registry) -> Self {
-        let m = SyncMetrics {
-            reconciles: Family::default(),
-            reconcile_duration: Family::new_with_constructor(reconcile_histogram),
-            failures: Family::default(),
-            operations: Family::default(),
-            operation_duration: Family::new_with_constructor(reconcile_histogram),
-            queue_depth: Family::default(),
-            status_writes: Family::default(),
-        };
-        registry.register(
-            "reconciles",
-            "Reconciles of federated objects by result",
-            m.reconciles.clone(),
-        );
-        registry.register_with_unit(
-            "reconcile_duration",
-            "Duration of one reconcile of a federated object",
-            Unit::Seconds,
-            m.reconcile_duration.clone(),
-        );
-        registry.register(
-            "propagation_failures",
-            "Per-cluster propagation failures reported in status, by reason",
-            m.failures.clone(),
-        );
-        registry.register(
-            "member_operations",
-            "Writes sent to member clusters",
-            m.operations.clone(),
-        );
-        registry.register_with_unit(
-            "member_operation_duration",
-            "Latency of writes to member clusters",
-            Unit::Seconds,
-            m.operation_duration.clone(),
-        );
-        registry.register(
-            "queue_depth",
-            "Federated objects waiting to be reconciled",
-            m.queue_depth.clone(),
-        );
-        registry.register(
-            "status_writes",
-            "Status updates written to federated objects",
-            m.status_writes.clone(),
-        );
-        m
+families! {
+    /// Families of the sync controllers.
+    pub struct SyncMetrics {
+        /// `flotilla_reconciles_total{kind,result}`.
+        reconciles: Family<ReconcileLabels, Counter> = Family::default(),
+            "reconciles", "Reconciles of federated objects by result";
+        /// `flotilla_reconcile_duration_seconds{kind}`.
+        reconcile_duration: Family<TypeLabels, Histogram, fn() -> Histogram>
+            = Family::new_with_constructor(reconcile_histogram),
+            "reconcile_duration" in Seconds, "Duration of one reconcile of a federated object";
+        /// `flotilla_propagation_failures_total{kind,reason}`: per-cluster failures reported.
+        failures: Family<FailureLabels, Counter> = Family::default(),
+            "propagation_failures", "Per-cluster propagation failures reported in status, by reason";
+        /// `flotilla_member_operations_total{cluster,operation,result}`.
+        operations: Family<OperationLabels, Counter> = Family::default(),
+            "member_operations", "Writes sent to member clusters";
+        /// `flotilla_member_operation_duration_seconds{cluster}`.
+        operation_duration: Family<ClusterLabels, Histogram, fn() -> Histogram>
+            = Family::new_with_constructor(reconcile_histogram),
+            "member_operation_duration" in Seconds, "Latency of writes to member clusters";
+        /// `flotilla_queue_depth{kind}`: keys waiting in a type's work queue.
+        queue_depth: Family<TypeLabels, Gauge> = Family::default(),
+            "queue_depth", "Federated objects waiting to be reconciled";
+        /// `flotilla_status_writes_total{kind}`: status updates of federated objects.
+        status_writes: Family<TypeLabels, Counter> = Family::default(),
+            "status_writes", "Status updates written to federated objects";
     }
 }
 

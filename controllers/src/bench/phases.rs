@@ -6,7 +6,7 @@
 use std::{
     collections::{BTreeMap, HashMap},
     future::Future,
-    sync::{Arc, atomic::Ordering},
+    sync::atomic::Ordering,
     time::Instant,
 };
 
@@ -68,57 +68,74 @@ struct Observed {
     own_lists: u64,
 }
 
-/// Measures one phase: `drive` issues the writes (marking starts), `tracker` sees them land,
-/// `settle` waits for trailing work (status writes) before the end snapshot.
-#[allow(clippy::too_many_arguments)] // private, few call sites; each argument is one fact of the phase
-async fn measure<D, DF, S, SF>(
-    run: &Run,
+/// What every phase of one kind shares: the objects, the APIs they are written through
+/// (the host's federated API, or every member's) and the tracker that sees them land.
+#[derive(Clone, Copy)]
+struct Phases<'a> {
+    run: &'a Run,
     kind: Kind,
-    names: &[String],
-    tracker: &Tracker,
-    want: Want,
-    own_host_writes: (&str, u64),
-    drive: D,
-    settle: S,
-) -> anyhow::Result<Phase>
-where
-    D: FnOnce(Arc<Starts>) -> DF,
-    DF: Future<Output = anyhow::Result<()>>,
-    S: FnOnce() -> SF,
-    SF: Future<Output = anyhow::Result<()>>,
-{
-    let before = Snapshot::take(run).await?;
-    let lists_before = run.own_lists.load(Ordering::Relaxed);
-    tracker.expect(want, names);
-    let starts = Arc::new(Starts::default());
-    let wait = tracker.wait(run.timeout);
-    let (driven, reached) = tokio::join!(drive(starts.clone()), wait);
-    driven?;
-    let reached = reached?;
-    let active = Active {
-        at: Instant::now(),
-        machine_busy: machine_busy(),
-        clusters_cpu: clusters_cpu(&run.procs).values().sum::<f64>(),
-    };
-    settle().await?;
-    let after = Snapshot::take(run).await?;
-    let observed = Observed {
-        before,
-        active,
-        after,
-        starts: starts.take(),
-        reached,
-        own_lists: run.own_lists.load(Ordering::Relaxed) - lists_before,
-    };
-    let member_objects = names.len() * tracker.clusters();
-    Ok(phase(
-        run,
-        kind,
-        names,
-        member_objects,
-        own_host_writes,
-        &observed,
-    ))
+    names: &'a [String],
+    tracker: &'a Tracker,
+    apis: &'a [Api<DynamicObject>],
+}
+
+impl Phases<'_> {
+    /// Measures one phase: `write` goes to every object through every API at once (marking
+    /// starts), the tracker sees it land, `settle` waits for trailing work (status writes)
+    /// before the end snapshot.
+    async fn measure<S, SF>(
+        self,
+        write: Write<'_>,
+        own_host_writes: (&str, u64),
+        settle: S,
+    ) -> anyhow::Result<Phase>
+    where
+        S: FnOnce() -> SF,
+        SF: Future<Output = anyhow::Result<()>>,
+    {
+        let Phases {
+            run,
+            kind,
+            names,
+            tracker,
+            apis,
+        } = self;
+        let before = Snapshot::take(run).await?;
+        let lists_before = run.own_lists.load(Ordering::Relaxed);
+        tracker.expect(write.want(), names);
+        let starts = Starts::default();
+        let drive = futures::future::try_join_all(
+            apis.iter()
+                .map(|api| write_each(api, run, kind, names, write, &starts)),
+        );
+        let (driven, reached) = tokio::join!(drive, tracker.wait(run.timeout));
+        driven?;
+        let reached = reached?;
+        let active = Active {
+            at: Instant::now(),
+            machine_busy: machine_busy(),
+            clusters_cpu: clusters_cpu(&run.procs).values().sum::<f64>(),
+        };
+        settle().await?;
+        let after = Snapshot::take(run).await?;
+        let observed = Observed {
+            before,
+            active,
+            after,
+            starts: starts.take(),
+            reached,
+            own_lists: run.own_lists.load(Ordering::Relaxed) - lists_before,
+        };
+        let member_objects = names.len() * tracker.clusters();
+        Ok(phase(
+            run,
+            kind,
+            names,
+            member_objects,
+            own_host_writes,
+            &observed,
+        ))
+    }
 }
 
 /// The figures of a phase from what it observed.
@@ -234,54 +251,65 @@ async fn wait_propagated(run: &Run, kind: Kind, host: &Tracker) -> anyhow::Resul
     Ok(())
 }
 
-/// Creates (version 1) every named federated object of `kind` in `namespace`.
-async fn create_federated(
+/// Which object a create writes.
+#[derive(Clone, Copy)]
+enum Template<'a> {
+    /// The federated object of the kind, in this host namespace.
+    Federated(&'a str),
+    /// The kind's own object, straight into a member.
+    Raw,
+}
+
+/// What one phase writes to every named object.
+#[derive(Clone, Copy)]
+enum Write<'a> {
+    /// Creates version 1.
+    Create(Template<'a>),
+    /// Applies this merge patch (the update to version 2).
+    Patch(&'a Value),
+    /// Deletes the object.
+    Delete,
+}
+
+impl Write<'_> {
+    /// What the tracker waits for once the write is done.
+    fn want(self) -> Want {
+        match self {
+            Write::Create(_) => Want::Version("1".into()),
+            Write::Patch(_) => Want::Version("2".into()),
+            Write::Delete => Want::Absent,
+        }
+    }
+}
+
+/// Applies `write` to every named object of `kind` through `api`.
+async fn write_each(
     api: &Api<DynamicObject>,
     run: &Run,
     kind: Kind,
-    namespace: &str,
     names: &[String],
+    write: Write<'_>,
     starts: &Starts,
 ) -> anyhow::Result<()> {
     write_all(names, run.concurrency, starts, |n| {
         let api = api.clone();
         async move {
-            let o = kind.federated_object(namespace, &n, "1").map_err(to_kube)?;
-            api.create(&PostParams::default(), &o).await.map(|_| ())
+            match write {
+                Write::Create(template) => {
+                    let o = match template {
+                        Template::Federated(namespace) => kind.federated_object(namespace, &n, "1"),
+                        Template::Raw => kind.raw_object(&n, "1"),
+                    }
+                    .map_err(to_kube)?;
+                    api.create(&PostParams::default(), &o).await.map(|_| ())
+                }
+                Write::Patch(patch) => api
+                    .patch(&n, &PatchParams::default(), &Patch::Merge(patch))
+                    .await
+                    .map(|_| ()),
+                Write::Delete => api.delete(&n, &DeleteParams::default()).await.map(|_| ()),
+            }
         }
-    })
-    .await
-}
-
-/// Applies `patch` as a merge patch to every named object.
-async fn patch_all(
-    api: &Api<DynamicObject>,
-    run: &Run,
-    names: &[String],
-    patch: &Value,
-    starts: &Starts,
-) -> anyhow::Result<()> {
-    write_all(names, run.concurrency, starts, |n| {
-        let api = api.clone();
-        async move {
-            api.patch(&n, &PatchParams::default(), &Patch::Merge(patch))
-                .await
-                .map(|_| ())
-        }
-    })
-    .await
-}
-
-/// Deletes every named object.
-async fn delete_all(
-    api: &Api<DynamicObject>,
-    run: &Run,
-    names: &[String],
-    starts: &Starts,
-) -> anyhow::Result<()> {
-    write_all(names, run.concurrency, starts, |n| {
-        let api = api.clone();
-        async move { api.delete(&n, &DeleteParams::default()).await.map(|_| ()) }
     })
     .await
 }
@@ -297,21 +325,17 @@ pub(super) async fn flotilla_phases(
 ) -> anyhow::Result<FlotillaPhases> {
     let names = &names(kind, run.objects);
     let own = names.len() as u64;
-    let api: &Api<DynamicObject> =
-        &Api::namespaced_with(run.host.clone(), FED_NS, &kind.federated());
-    let propagated = || wait_propagated(run, kind, host);
-    let want = Want::Version("1".into());
-    let create = measure(
+    let api = Api::namespaced_with(run.host.clone(), FED_NS, &kind.federated());
+    let phases = Phases {
         run,
         kind,
         names,
-        members,
-        want,
-        ("POST", own),
-        |starts| async move { create_federated(api, run, kind, FED_NS, names, &starts).await },
-        propagated,
-    )
-    .await?;
+        tracker: members,
+        apis: std::slice::from_ref(&api),
+    };
+    let propagated = || wait_propagated(run, kind, host);
+    let create = Write::Create(Template::Federated(FED_NS));
+    let create = phases.measure(create, ("POST", own), propagated).await?;
     info!(kind = kind.name(), seconds = create.seconds, "created");
 
     let steady = steady_state(run, kind, members, host).await?;
@@ -331,18 +355,8 @@ pub(super) async fn flotilla_phases(
     );
 
     let patch = &json!({"spec": {"template": kind.version_patch("2")}});
-    let want = Want::Version("2".into());
-    let update = measure(
-        run,
-        kind,
-        names,
-        members,
-        want,
-        ("PATCH", own),
-        |starts| async move { patch_all(api, run, names, patch, &starts).await },
-        propagated,
-    )
-    .await?;
+    let update = Write::Patch(patch);
+    let update = phases.measure(update, ("PATCH", own), propagated).await?;
     info!(kind = kind.name(), seconds = update.seconds, "updated");
 
     let host_empty = || async {
@@ -351,17 +365,9 @@ pub(super) async fn flotilla_phases(
         host.quiet(run.timeout).await;
         Ok(())
     };
-    let delete = measure(
-        run,
-        kind,
-        names,
-        members,
-        Want::Absent,
-        ("DELETE", own),
-        |starts| async move { delete_all(api, run, names, &starts).await },
-        host_empty,
-    )
-    .await?;
+    let delete = phases
+        .measure(Write::Delete, ("DELETE", own), host_empty)
+        .await?;
     info!(kind = kind.name(), seconds = delete.seconds, "deleted");
     Ok(FlotillaPhases {
         create,
@@ -413,65 +419,26 @@ async fn steady_state(
 /// The federated objects created with no control plane running, then deleted unmeasured.
 pub(super) async fn input_phase(run: &Run, kind: Kind, tracker: &Tracker) -> anyhow::Result<Phase> {
     let names = &names(kind, run.objects);
-    let api: &Api<DynamicObject> =
-        &Api::namespaced_with(run.host.clone(), INPUT_NS, &kind.federated());
-    let own = ("POST", names.len() as u64);
-    let want = Want::Version("1".into());
-    let phase = measure(
+    let api = Api::namespaced_with(run.host.clone(), INPUT_NS, &kind.federated());
+    let phases = Phases {
         run,
         kind,
         names,
         tracker,
-        want,
-        own,
-        |starts| async move { create_federated(api, run, kind, INPUT_NS, names, &starts).await },
-        || async { Ok(()) },
-    )
-    .await?;
+        apis: std::slice::from_ref(&api),
+    };
+    let create = Write::Create(Template::Federated(INPUT_NS));
+    let own = ("POST", names.len() as u64);
+    let phase = phases.measure(create, own, || async { Ok(()) }).await?;
     tracker.expect(Want::Absent, names);
-    delete_all(api, run, names, &Starts::default()).await?;
+    write_each(&api, run, kind, names, Write::Delete, &Starts::default()).await?;
     tracker.wait(run.timeout).await?;
     Ok(phase)
 }
 
-/// What one raw phase writes into each member.
-enum RawWrite<'a> {
-    Create,
-    Patch(&'a Value),
-    Delete,
-}
-
-/// Writes every named object into every member at once, each member `run.concurrency` at
-/// a time (the sync controller's per-member concurrency).
-async fn raw_write_all(
-    run: &Run,
-    kind: Kind,
-    apis: &[Api<DynamicObject>],
-    names: &[String],
-    write: &RawWrite<'_>,
-    starts: &Starts,
-) -> anyhow::Result<()> {
-    futures::future::try_join_all(apis.iter().map(|api| async move {
-        match write {
-            RawWrite::Create => {
-                write_all(names, run.concurrency, starts, |n| {
-                    let api = api.clone();
-                    async move {
-                        let o = kind.raw_object(&n, "1").map_err(to_kube)?;
-                        api.create(&PostParams::default(), &o).await.map(|_| ())
-                    }
-                })
-                .await
-            }
-            RawWrite::Patch(patch) => patch_all(api, run, names, patch, starts).await,
-            RawWrite::Delete => delete_all(api, run, names, starts).await,
-        }
-    }))
-    .await
-    .map(|_| ())
-}
-
-/// The same creates, updates and deletes straight into the members, with no control plane.
+/// The same creates, updates and deletes straight into the members, with no control plane;
+/// each member is written `run.concurrency` at a time (the sync controller's per-member
+/// concurrency).
 pub(super) async fn raw_phases(
     run: &Run,
     kind: Kind,
@@ -484,47 +451,27 @@ pub(super) async fn raw_phases(
         .map(|c| Api::namespaced_with(c.clone(), RAW_NS, &kind.target()))
         .collect();
     let patch = kind.version_patch("2");
-    let names = &names;
-    let apis = &apis;
-    let create = raw_phase(run, kind, tracker, names, apis, RawWrite::Create).await?;
+    let phases = Phases {
+        run,
+        kind,
+        names: &names,
+        tracker,
+        apis: &apis,
+    };
+    let unsettled = || async { Ok(()) };
+    let create = Write::Create(Template::Raw);
+    let create = phases.measure(create, ("", 0), unsettled).await?;
     info!(
         kind = kind.name(),
         seconds = create.seconds,
         "raw creates done"
     );
-    let update = raw_phase(run, kind, tracker, names, apis, RawWrite::Patch(&patch)).await?;
-    let delete = raw_phase(run, kind, tracker, names, apis, RawWrite::Delete).await?;
+    let update = Write::Patch(&patch);
+    let update = phases.measure(update, ("", 0), unsettled).await?;
+    let delete = phases.measure(Write::Delete, ("", 0), unsettled).await?;
     Ok(RawPhases {
         create,
         update,
         delete,
     })
-}
-
-/// One raw phase: `write` into every member until the tracker sees it everywhere.
-async fn raw_phase(
-    run: &Run,
-    kind: Kind,
-    tracker: &Tracker,
-    names: &[String],
-    apis: &[Api<DynamicObject>],
-    write: RawWrite<'_>,
-) -> anyhow::Result<Phase> {
-    let want = match write {
-        RawWrite::Create => Want::Version("1".into()),
-        RawWrite::Patch(_) => Want::Version("2".into()),
-        RawWrite::Delete => Want::Absent,
-    };
-    let write = &write;
-    measure(
-        run,
-        kind,
-        names,
-        tracker,
-        want,
-        ("", 0),
-        |starts| async move { raw_write_all(run, kind, apis, names, write, &starts).await },
-        || async { Ok(()) },
-    )
-    .await
 }

@@ -98,27 +98,22 @@ impl Kind {
         }
     }
 
-    pub(super) fn version_of(self, obj: &DynamicObject) -> Option<String> {
-        let pointer = match self {
+    /// Where the version sits in the member object; the federated object holds the same
+    /// content under `/spec/template`.
+    fn version_pointer(self) -> &'static str {
+        match self {
             Kind::ConfigMap => "/data/v",
             Kind::Deployment => "/spec/template/metadata/annotations/bench~1v",
-        };
-        obj.data
-            .pointer(pointer)
-            .and_then(Value::as_str)
-            .map(str::to_string)
+        }
+    }
+
+    pub(super) fn version_of(self, obj: &DynamicObject) -> Option<String> {
+        string_at(obj, self.version_pointer())
     }
 
     /// The version in a federated object's template.
     pub(super) fn federated_version_of(self, obj: &DynamicObject) -> Option<String> {
-        let pointer = match self {
-            Kind::ConfigMap => "/spec/template/data/v",
-            Kind::Deployment => "/spec/template/spec/template/metadata/annotations/bench~1v",
-        };
-        obj.data
-            .pointer(pointer)
-            .and_then(Value::as_str)
-            .map(str::to_string)
+        string_at(obj, &format!("/spec/template{}", self.version_pointer()))
     }
 
     pub(super) fn raw_object(self, name: &str, version: &str) -> anyhow::Result<DynamicObject> {
@@ -184,6 +179,14 @@ impl Starts {
     pub(super) fn take(&self) -> HashMap<String, Instant> {
         std::mem::take(&mut *self.0.lock().unwrap_or_else(|e| e.into_inner()))
     }
+}
+
+/// The string at a JSON pointer of the object's content, if there is one.
+fn string_at(obj: &DynamicObject, pointer: &str) -> Option<String> {
+    obj.data
+        .pointer(pointer)
+        .and_then(Value::as_str)
+        .map(str::to_string)
 }
 
 /// Calls `op` for every name, `concurrency` at a time, marking each start; a failed call

@@ -20,7 +20,7 @@ use kube::{
 };
 use serde_json::{Value, json};
 
-use super::{Context, FIELD_MANAGER, GlobalArgs, access, parse_duration, resolve};
+use super::{Context, GlobalArgs, access, parse_duration, resolve};
 
 /// Examples of `flotilla enable --help`.
 pub const ENABLE_EXAMPLES: &str = "\
@@ -131,13 +131,9 @@ pub async fn enable(global: &GlobalArgs, args: EnableArgs, ctx: &Context) -> any
         return Ok(());
     }
     let crd_name = crd.name_any();
-    crds.patch(
-        &crd_name,
-        &PatchParams::apply(FIELD_MANAGER).force(),
-        &Patch::Apply(&crd),
-    )
-    .await
-    .with_context(|| format!("applying CRD {crd_name}"))?;
+    super::apply(&crds, &crd_name, &crd)
+        .await
+        .with_context(|| format!("applying CRD {crd_name}"))?;
     crate::install::wait_established(&crds, &crd_name, args.timeout).await?;
     ctx.out.line(format!(
         "customresourcedefinition {crd_name} applied ({})",
@@ -149,13 +145,9 @@ pub async fn enable(global: &GlobalArgs, args: EnableArgs, ctx: &Context) -> any
     ));
     let ftcs: Api<FederatedTypeConfig> = Api::namespaced(host.clone(), &global.kubefed_namespace);
     let ftc_name = ftc.name_any();
-    ftcs.patch(
-        &ftc_name,
-        &PatchParams::apply(FIELD_MANAGER).force(),
-        &Patch::Apply(&ftc),
-    )
-    .await
-    .with_context(|| format!("applying FederatedTypeConfig {ftc_name}"))?;
+    super::apply(&ftcs, &ftc_name, &ftc)
+        .await
+        .with_context(|| format!("applying FederatedTypeConfig {ftc_name}"))?;
     ctx.out.line(format!(
         "federatedtypeconfig {}/{ftc_name} applied: {} is federated as {}",
         global.kubefed_namespace, found.api.kind, ftc.spec.federated_type.kind

@@ -8,12 +8,12 @@ use anyhow::Context as _;
 use flotilla_crds::{FederatedTypeConfig, FederatedTypeConfigSpec, MANAGED_LABEL};
 use kube::{
     Api, Client, ResourceExt,
-    api::{DynamicObject, ListParams, Patch, PatchParams},
+    api::{DynamicObject, ListParams},
 };
 use serde_json::{Map, Value, json};
 
 use super::enable::OutputFormat;
-use super::{Context, FIELD_MANAGER, GlobalArgs, access, resolve};
+use super::{Context, GlobalArgs, access, resolve};
 
 /// Examples of `flotilla federate --help`.
 pub const EXAMPLES: &str = "\
@@ -244,13 +244,9 @@ pub async fn apply(host: &Client, fed: &Value) -> anyhow::Result<DynamicObject> 
         }
         _ => Api::all_with(host.clone(), &ar),
     };
-    api.patch(
-        name,
-        &PatchParams::apply(FIELD_MANAGER).force(),
-        &Patch::Apply(fed),
-    )
-    .await
-    .with_context(|| format!("applying {kind} {}", display_name(fed)))
+    super::apply(&api, name, fed)
+        .await
+        .with_context(|| format!("applying {kind} {}", display_name(fed)))
 }
 
 #[cfg(test)]

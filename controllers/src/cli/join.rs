@@ -34,12 +34,9 @@ Examples:
 pub struct JoinArgs {
     /// Name of the member cluster (its KubeFedCluster).
     pub name: String,
-    /// Kubeconfig context of the member cluster (default: NAME).
-    #[arg(long, value_name = "CONTEXT")]
-    pub cluster_context: Option<String>,
-    /// Kubeconfig context of the host cluster (default: --context, else the current one).
-    #[arg(long, value_name = "CONTEXT")]
-    pub host_cluster_context: Option<String>,
+    /// Which kubeconfig contexts reach the member and the host.
+    #[command(flatten)]
+    pub contexts: Contexts,
     /// The member's API endpoint as the control plane reaches it (default: the server of
     /// the member's context).
     #[arg(long, value_name = "URL")]
@@ -66,25 +63,45 @@ pub struct JoinArgs {
 pub struct UnjoinArgs {
     /// Name of the member cluster.
     pub name: String,
+    /// Which kubeconfig contexts reach the member and the host.
+    #[command(flatten)]
+    pub contexts: Contexts,
+    /// Remove the host side even when the member cannot be reached or cleaned up.
+    #[arg(long)]
+    pub force: bool,
+}
+
+/// The kubeconfig contexts of `join` and `unjoin`: the same two flags with the same
+/// defaults, resolved in one place.
+#[derive(Debug, Clone, clap::Args)]
+pub struct Contexts {
     /// Kubeconfig context of the member cluster (default: NAME).
     #[arg(long, value_name = "CONTEXT")]
     pub cluster_context: Option<String>,
     /// Kubeconfig context of the host cluster (default: --context, else the current one).
     #[arg(long, value_name = "CONTEXT")]
     pub host_cluster_context: Option<String>,
-    /// Remove the host side even when the member cannot be reached or cleaned up.
-    #[arg(long)]
-    pub force: bool,
 }
 
-async fn host_access(
-    global: &GlobalArgs,
-    host_context: Option<&String>,
-) -> anyhow::Result<ClusterAccess> {
-    let context = host_context.or(global.context.as_ref()).map(String::as_str);
-    access::load(global.kubeconfig.as_deref(), context)
-        .await
-        .context("host cluster")
+impl Contexts {
+    /// The member's context: `--cluster-context`, else the cluster's name.
+    fn member(&self, name: &str) -> String {
+        self.cluster_context
+            .clone()
+            .unwrap_or_else(|| name.to_owned())
+    }
+
+    /// The host's access: `--host-cluster-context`, else `--context`, else the current one.
+    async fn host(&self, global: &GlobalArgs) -> anyhow::Result<ClusterAccess> {
+        let context = self
+            .host_cluster_context
+            .as_ref()
+            .or(global.context.as_ref())
+            .map(String::as_str);
+        access::load(global.kubeconfig.as_deref(), context)
+            .await
+            .context("host cluster")
+    }
 }
 
 fn host_name(host: &ClusterAccess) -> String {
@@ -94,8 +111,8 @@ fn host_name(host: &ClusterAccess) -> String {
 
 /// Runs `flotilla join`.
 pub async fn join(global: &GlobalArgs, args: JoinArgs, ctx: &Context) -> anyhow::Result<()> {
-    let host = host_access(global, args.host_cluster_context.as_ref()).await?;
-    let member_context = args.cluster_context.clone().unwrap_or(args.name.clone());
+    let host = args.contexts.host(global).await?;
+    let member_context = args.contexts.member(&args.name);
     let member = access::load(global.kubeconfig.as_deref(), Some(&member_context))
         .await
         .context("member cluster")?;
@@ -171,7 +188,7 @@ pub fn dry_run_plan(
 
 /// Runs `flotilla unjoin`.
 pub async fn unjoin(global: &GlobalArgs, args: UnjoinArgs, ctx: &Context) -> anyhow::Result<()> {
-    let host = host_access(global, args.host_cluster_context.as_ref()).await?;
+    let host = args.contexts.host(global).await?;
     let host_client = host.client()?;
     let mut opts = JoinOptions::new(&args.name, "");
     opts.host_name = host_name(&host);
@@ -192,7 +209,7 @@ pub async fn unjoin(global: &GlobalArgs, args: UnjoinArgs, ctx: &Context) -> any
             args.name
         );
     }
-    let member_context = args.cluster_context.clone().unwrap_or(args.name.clone());
+    let member_context = args.contexts.member(&args.name);
     let member = match reachable_member(global, &member_context).await {
         Ok(client) => Some(client),
         Err(e) if args.force => {

@@ -233,6 +233,18 @@ pub fn parse_label(s: &str) -> Result<(String, String), String> {
     }
 }
 
+/// Server-side applies `object` as `name` with the CLI's field manager. Forced, so a field
+/// someone else set by hand is taken over rather than failing the command with a conflict.
+pub async fn apply<K, P>(api: &kube::Api<K>, name: &str, object: &P) -> kube::Result<K>
+where
+    K: Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+    P: serde::Serialize + std::fmt::Debug,
+{
+    let params = kube::api::PatchParams::apply(FIELD_MANAGER).force();
+    api.patch(name, &params, &kube::api::Patch::Apply(object))
+        .await
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -62,20 +62,52 @@ pub async fn run_worker(
     initial_status: KubeFedClusterStatus,
 ) {
     let mut config = shared.config.clone();
-    let mut tracker = HealthTracker::default();
-    let mut written = initial_status;
-    let mut written_at = Instant::now();
-    // Readiness last announced by an Event; starts from the stored status so a controller
-    // restart does not repeat the Event.
-    let mut announced: Option<String> = written
-        .condition(flotilla_crds::core::condition::READY)
-        .and_then(|c| c.reason.clone());
-    let mut version_known = false;
+    let mut worker = Worker::new(&shared, &name, initial_status);
     loop {
         let current = input.borrow_and_update().clone();
         let settings = config.borrow_and_update().clone();
         let started = Instant::now();
+        worker.round(&current, &settings, started).await;
+        if !wait_next_round(&mut input, &mut config, started, &settings).await {
+            return;
+        }
+    }
+}
 
+/// One worker's memory between rounds.
+struct Worker<'a> {
+    shared: &'a Shared,
+    name: &'a str,
+    tracker: HealthTracker,
+    /// The status last written (at start, the stored one).
+    written: KubeFedClusterStatus,
+    written_at: Instant,
+    /// Readiness last announced by an Event; starts from the stored status so a controller
+    /// restart does not repeat the Event.
+    announced: Option<String>,
+    /// Whether the version was read since the cluster last became ready.
+    version_known: bool,
+}
+
+impl<'a> Worker<'a> {
+    fn new(shared: &'a Shared, name: &'a str, initial_status: KubeFedClusterStatus) -> Self {
+        let announced = initial_status
+            .condition(flotilla_crds::core::condition::READY)
+            .and_then(|c| c.reason.clone());
+        Worker {
+            shared,
+            name,
+            tracker: HealthTracker::default(),
+            written: initial_status,
+            written_at: Instant::now(),
+            announced,
+            version_known: false,
+        }
+    }
+
+    /// Probes once, then publishes what the thresholds make of it: readiness, an Event when
+    /// it changed, and the status when it changed or is due a refresh.
+    async fn round(&mut self, current: &WorkerInput, settings: &EffectiveConfig, started: Instant) {
         let outcome = match &current.client {
             Err(problem) => Health::Malformed {
                 problem: problem.clone(),
@@ -83,73 +115,96 @@ pub async fn run_worker(
             Ok(client) => probe(client, settings.health_timeout, &current.secret).await,
         };
         if let Some(result) = outcome.probe_result() {
-            shared
-                .metrics
-                .clusters
-                .observe_probe(&name, result, started.elapsed().as_secs_f64());
+            self.shared.metrics.clusters.observe_probe(
+                self.name,
+                result,
+                started.elapsed().as_secs_f64(),
+            );
         }
-        // Ask for the version after every comeback (a restart may have been an upgrade).
-        let mut version = None;
-        if outcome.is_ready() {
-            if !version_known && let Ok(client) = &current.client {
-                version = kubernetes_version(client, settings.health_timeout).await;
-                version_known = version.is_some();
-            }
-        } else {
-            version_known = false;
-        }
+        let version = self.new_version(&outcome, current, settings).await;
         debug!(outcome = ?outcome, "probed");
 
         let thresholds = Thresholds {
             failure: settings.failure_threshold,
             success: settings.success_threshold,
         };
-        let published = tracker.observe(outcome, thresholds);
-        shared.set.set_ready(&name, published.is_ready());
+        let published = self.tracker.observe(outcome, thresholds);
+        self.shared.set.set_ready(self.name, published.is_ready());
 
-        if announced.as_deref() != Some(published.reason()) {
-            announce(&shared.recorder, &current.object, &name, &published).await;
-            announced = Some(published.reason().to_owned());
+        if self.announced.as_deref() != Some(published.reason()) {
+            announce(
+                &self.shared.recorder,
+                &current.object,
+                self.name,
+                &published,
+            )
+            .await;
+            self.announced = Some(published.reason().to_owned());
         }
+        self.write_status(&published, version.as_deref()).await;
+    }
 
-        let refresh = written_at.elapsed() >= PROBE_TIME_REFRESH;
-        let next = next_status(
-            &written,
-            &published,
-            version.as_deref(),
-            &now_rfc3339(),
-            refresh,
-        );
-        if refresh || status_changed(&written, &next) {
-            match write_status(&shared.api, &name, &next).await {
-                Ok(()) => {
-                    written = next;
-                    written_at = Instant::now();
-                }
-                Err(error) => {
-                    warn!(%error, "writing the KubeFedCluster status failed; retrying next period")
-                }
+    /// The member's version, read once after every comeback (a restart may have been an
+    /// upgrade); `None` when it is known already or could not be read.
+    async fn new_version(
+        &mut self,
+        outcome: &Health,
+        current: &WorkerInput,
+        settings: &EffectiveConfig,
+    ) -> Option<String> {
+        if !outcome.is_ready() {
+            self.version_known = false;
+            return None;
+        }
+        let Ok(client) = &current.client else {
+            return None;
+        };
+        if self.version_known {
+            return None;
+        }
+        let version = kubernetes_version(client, settings.health_timeout).await;
+        self.version_known = version.is_some();
+        version
+    }
+
+    /// Writes the status when it changed, or unchanged every [`PROBE_TIME_REFRESH`].
+    async fn write_status(&mut self, published: &Health, version: Option<&str>) {
+        let refresh = self.written_at.elapsed() >= PROBE_TIME_REFRESH;
+        let next = next_status(&self.written, published, version, &now_rfc3339(), refresh);
+        if !refresh && !status_changed(&self.written, &next) {
+            return;
+        }
+        match write_status(&self.shared.api, self.name, &next).await {
+            Ok(()) => {
+                self.written = next;
+                self.written_at = Instant::now();
+            }
+            Err(error) => {
+                warn!(%error, "writing the KubeFedCluster status failed; retrying next period")
             }
         }
+    }
+}
 
-        // Wait for the next period; a new client probes at once, new settings re-time the wait.
-        let mut deadline = started + settings.health_period.max(MIN_PERIOD);
-        let mut config_open = true;
-        loop {
-            tokio::select! {
-                _ = tokio::time::sleep_until(deadline.into()) => break,
-                changed = input.changed() => {
-                    if changed.is_err() {
-                        return;
-                    }
-                    break;
-                }
-                changed = config.changed(), if config_open => {
-                    // A closed config channel means the registry is stopping: keep the
-                    // last settings.
-                    config_open = changed.is_ok();
-                    deadline = started + config.borrow_and_update().health_period.max(MIN_PERIOD);
-                }
+/// Waits for the next round: the period after `started`, or at once for a new client; new
+/// settings re-time the wait. `false` when the input sender is gone.
+async fn wait_next_round(
+    input: &mut watch::Receiver<WorkerInput>,
+    config: &mut watch::Receiver<EffectiveConfig>,
+    started: Instant,
+    settings: &EffectiveConfig,
+) -> bool {
+    let mut deadline = started + settings.health_period.max(MIN_PERIOD);
+    let mut config_open = true;
+    loop {
+        tokio::select! {
+            _ = tokio::time::sleep_until(deadline.into()) => return true,
+            changed = input.changed() => return changed.is_ok(),
+            changed = config.changed(), if config_open => {
+                // A closed config channel means the registry is stopping: keep the last
+                // settings.
+                config_open = changed.is_ok();
+                deadline = started + config.borrow_and_update().health_period.max(MIN_PERIOD);
             }
         }
     }

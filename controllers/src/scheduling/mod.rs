@@ -15,7 +15,9 @@ use std::{
 
 use flotilla_crds::{
     ReplicaSchedulingPreference, crdgen,
-    federated::{ClusterOverride, ClusterOverrides, ClusterReference, FederatedSpec},
+    federated::{
+        ClusterOverride, ClusterOverrides, ClusterReference, FederatedSpec, LabelSelector,
+    },
     placement,
 };
 use kube::{
@@ -31,7 +33,7 @@ use serde_json::json;
 use tracing::{debug, info, warn};
 
 use crate::{
-    multicluster::ClusterSet,
+    multicluster::{ClusterSet, ClusterState},
     watch::{Change, reflect},
     workqueue::WorkQueue,
 };
@@ -149,9 +151,47 @@ impl Ctx {
     async fn reconcile(&self, key: &Key) -> Option<Duration> {
         let rsp_ref = ObjectRef::<ReplicaSchedulingPreference>::new(&key.1).within(&key.0);
         let rsp = self.rsps.get(&rsp_ref)?;
+        let (ar, spec) = self.target(key, &rsp).await?;
+        let selector = spec
+            .placement
+            .cluster_selector
+            .as_ref()
+            .filter(|_| rsp.spec.intersect_with_cluster_selector);
+        let candidates = match candidates(&self.clusters.snapshot(), selector) {
+            Ok(c) => c,
+            Err(e) => {
+                self.event(&rsp, "InvalidClusterSelector", e.to_string())
+                    .await;
+                return None;
+            }
+        };
+        let current = current_replicas(&spec);
+        let plan = planner::plan(&planner::PlanInput {
+            total_replicas: i64::from(rsp.spec.total_replicas),
+            preferences: &rsp.spec.clusters,
+            clusters: &candidates,
+            current: &current,
+            rebalance: rsp.spec.rebalance,
+            key: &format!("{}/{}", key.0, key.1),
+        });
+        let (placement_clusters, overrides) = apply_plan(&spec, &plan);
+        if is_scheduled(&spec, &placement_clusters, &overrides) {
+            return None;
+        }
+        let patch = json!({"spec": {"placement": {"clusters": placement_clusters}, "overrides": overrides}});
+        self.write_schedule(key, &ar, &patch, &plan).await
+    }
+
+    /// The federated object `rsp` schedules and its spec; `None` (after an Event when the
+    /// RSP or the target is at fault) when there is nothing to schedule now.
+    async fn target(
+        &self,
+        key: &Key,
+        rsp: &ReplicaSchedulingPreference,
+    ) -> Option<(ApiResource, FederatedSpec)> {
         let Some(ar) = federated_ar(&rsp.spec.target_kind) else {
             self.event(
-                &rsp,
+                rsp,
                 "InvalidTargetKind",
                 format!(
                     "targetKind {:?} is not FederatedDeployment or FederatedReplicaSet",
@@ -170,60 +210,26 @@ impl Ctx {
         if target.metadata.deletion_timestamp.is_some() {
             return None;
         }
-        let spec = match FederatedSpec::from_dynamic(&target) {
-            Ok(s) => s,
+        match FederatedSpec::from_dynamic(&target) {
+            Ok(spec) => Some((ar, spec)),
             Err(e) => {
-                self.event(&rsp, "TargetMalformed", e.to_string()).await;
-                return None;
+                self.event(rsp, "TargetMalformed", e.to_string()).await;
+                None
             }
-        };
-        let snapshot = self.clusters.snapshot();
-        let mut candidates: Vec<String> = snapshot
-            .iter()
-            .filter(|c| c.ready)
-            .map(|c| c.name.clone())
-            .collect();
-        if rsp.spec.intersect_with_cluster_selector
-            && let Some(sel) = &spec.placement.cluster_selector
-        {
-            let mut kept = Vec::new();
-            for c in snapshot.iter().filter(|c| c.ready) {
-                match placement::matches_selector(sel, &c.labels) {
-                    Ok(true) => kept.push(c.name.clone()),
-                    Ok(false) => {}
-                    Err(e) => {
-                        self.event(&rsp, "InvalidClusterSelector", e.to_string())
-                            .await;
-                        return None;
-                    }
-                }
-            }
-            candidates = kept;
         }
-        let current = current_replicas(&spec);
-        let plan = planner::plan(&planner::PlanInput {
-            total_replicas: i64::from(rsp.spec.total_replicas),
-            preferences: &rsp.spec.clusters,
-            clusters: &candidates,
-            current: &current,
-            rebalance: rsp.spec.rebalance,
-            key: &format!("{}/{}", key.0, key.1),
-        });
-        let (placement_clusters, overrides) = apply_plan(&spec, &plan);
-        let current_clusters: Option<BTreeSet<String>> = spec
-            .placement
-            .clusters
-            .as_ref()
-            .map(|l| l.iter().map(|c| c.name.clone()).collect());
-        let wanted_clusters: BTreeSet<String> =
-            placement_clusters.iter().map(|c| c.name.clone()).collect();
-        if current_clusters.as_ref() == Some(&wanted_clusters) && overrides == spec.overrides {
-            return None;
-        }
-        let api: Api<DynamicObject> = Api::namespaced_with(self.host.clone(), &key.0, &ar);
-        let patch = json!({"spec": {"placement": {"clusters": placement_clusters}, "overrides": overrides}});
+    }
+
+    /// Writes the new placement and overrides; a failed write is retried after a pause.
+    async fn write_schedule(
+        &self,
+        key: &Key,
+        ar: &ApiResource,
+        patch: &serde_json::Value,
+        plan: &BTreeMap<String, i64>,
+    ) -> Option<Duration> {
+        let api: Api<DynamicObject> = Api::namespaced_with(self.host.clone(), &key.0, ar);
         match api
-            .patch(&key.1, &PatchParams::default(), &Patch::Merge(&patch))
+            .patch(&key.1, &PatchParams::default(), &Patch::Merge(patch))
             .await
         {
             Ok(_) => {
@@ -249,6 +255,36 @@ impl Ctx {
             debug!(error = %e, "publishing an event failed");
         }
     }
+}
+
+/// The Ready clusters that may receive replicas: all of them, or those `selector` matches.
+/// A malformed selector is an error as soon as there is a Ready cluster to match.
+fn candidates(
+    clusters: &[ClusterState],
+    selector: Option<&LabelSelector>,
+) -> Result<Vec<String>, placement::PlacementError> {
+    let mut kept = Vec::new();
+    for c in clusters.iter().filter(|c| c.ready) {
+        if selector.map_or(Ok(true), |sel| placement::matches_selector(sel, &c.labels))? {
+            kept.push(c.name.clone());
+        }
+    }
+    Ok(kept)
+}
+
+/// Whether the target already has the placement and overrides of the plan.
+fn is_scheduled(
+    spec: &FederatedSpec,
+    placement_clusters: &[ClusterReference],
+    overrides: &[ClusterOverrides],
+) -> bool {
+    let current_clusters: Option<BTreeSet<&String>> = spec
+        .placement
+        .clusters
+        .as_ref()
+        .map(|l| l.iter().map(|c| &c.name).collect());
+    let wanted_clusters: BTreeSet<&String> = placement_clusters.iter().map(|c| &c.name).collect();
+    current_clusters.as_ref() == Some(&wanted_clusters) && overrides == spec.overrides
 }
 
 /// The replicas per cluster the target's overrides set now.
@@ -375,5 +411,60 @@ mod tests {
             current_replicas(&spec),
             BTreeMap::from([("a".to_string(), 2)])
         );
+    }
+
+    fn cluster(name: &str, ready: bool, region: &str) -> ClusterState {
+        ClusterState {
+            name: name.into(),
+            labels: BTreeMap::from([("region".to_string(), region.to_string())]),
+            ready,
+            client: None,
+            client_generation: 0,
+        }
+    }
+
+    #[test]
+    fn candidates_are_the_ready_clusters_the_selector_matches() {
+        let clusters = [
+            cluster("a", true, "eu"),
+            cluster("b", false, "eu"),
+            cluster("c", true, "us"),
+        ];
+        assert_eq!(
+            candidates(&clusters, None).expect("no selector"),
+            ["a", "c"]
+        );
+        let eu = LabelSelector {
+            match_labels: BTreeMap::from([("region".to_string(), "eu".to_string())]),
+            ..LabelSelector::default()
+        };
+        assert_eq!(candidates(&clusters, Some(&eu)).expect("valid"), ["a"]);
+    }
+
+    #[test]
+    fn a_malformed_selector_fails_only_when_a_ready_cluster_is_matched() {
+        let bad = LabelSelector {
+            match_expressions: vec![flotilla_crds::federated::LabelSelectorRequirement {
+                key: String::new(),
+                operator: "Exists".into(),
+                values: Vec::new(),
+            }],
+            ..LabelSelector::default()
+        };
+        assert!(candidates(&[cluster("a", true, "eu")], Some(&bad)).is_err());
+        assert!(candidates(&[cluster("a", false, "eu")], Some(&bad)).is_ok());
+    }
+
+    #[test]
+    fn a_target_with_the_planned_placement_and_overrides_is_already_scheduled() {
+        let spec: FederatedSpec = serde_json::from_value(json!({
+            "placement": {"clusters": [{"name": "a"}]},
+            "overrides": [{"clusterName": "a", "clusterOverrides": [{"path": "/spec/replicas", "value": 2}]}]
+        }))
+        .expect("valid spec");
+        let (placed, overrides) = apply_plan(&spec, &BTreeMap::from([("a".to_string(), 2)]));
+        assert!(is_scheduled(&spec, &placed, &overrides));
+        let (placed, overrides) = apply_plan(&spec, &BTreeMap::from([("a".to_string(), 3)]));
+        assert!(!is_scheduled(&spec, &placed, &overrides));
     }
 }

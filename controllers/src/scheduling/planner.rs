@@ -46,6 +46,19 @@ fn fnv1a(s: &str) -> u32 {
 /// Replicas per cluster. Clusters that get no preference (not listed and no `*`) are absent;
 /// clusters with a preference but no replicas map to 0.
 pub fn plan(input: &PlanInput<'_>) -> BTreeMap<String, i64> {
+    let prefs = preferences(input);
+    let mut remaining = input.total_replicas.max(0);
+    let mut plan = minimums(&prefs, &mut remaining);
+    if !input.rebalance {
+        keep_current(&prefs, input.current, &mut plan, &mut remaining);
+    }
+    spread_by_weight(&prefs, &mut plan, remaining);
+    plan
+}
+
+/// The preference of every candidate cluster that has one, in the order that receives
+/// replicas first: heavier weight, then the tie-breaking hash, then the name.
+fn preferences(input: &PlanInput<'_>) -> Vec<Pref> {
     let default_prefs = BTreeMap::from([(
         "*".to_string(),
         ClusterPreferences {
@@ -79,32 +92,47 @@ pub fn plan(input: &PlanInput<'_>) -> BTreeMap<String, i64> {
             .then(a.hash.cmp(&b.hash))
             .then(a.cluster.cmp(&b.cluster))
     });
+    prefs
+}
 
-    let mut remaining = input.total_replicas.max(0);
-    let mut plan: BTreeMap<String, i64> = BTreeMap::new();
-    for p in &prefs {
-        let mut min = p.min.min(remaining);
+/// Each cluster's minimum (capped by its maximum), in order, while `remaining` lasts.
+fn minimums(prefs: &[Pref], remaining: &mut i64) -> BTreeMap<String, i64> {
+    let mut plan = BTreeMap::new();
+    for p in prefs {
+        let mut min = p.min.min(*remaining);
         if let Some(max) = p.max {
             min = min.min(max);
         }
-        remaining -= min;
+        *remaining -= min;
         plan.insert(p.cluster.clone(), min);
     }
+    plan
+}
 
-    if !input.rebalance {
-        for p in &prefs {
-            let planned = plan[&p.cluster];
-            if let Some(&count) = input.current.get(&p.cluster)
-                && count > planned
-            {
-                let target = p.max.map_or(count, |m| m.min(count));
-                let extra = (target - planned).clamp(0, remaining);
-                remaining -= extra;
-                plan.insert(p.cluster.clone(), planned + extra);
-            }
+/// Without rebalancing, a cluster keeps the replicas it has now (up to its maximum) before
+/// anything is spread by weight.
+fn keep_current(
+    prefs: &[Pref],
+    current: &BTreeMap<String, i64>,
+    plan: &mut BTreeMap<String, i64>,
+    remaining: &mut i64,
+) {
+    for p in prefs {
+        let planned = plan[&p.cluster];
+        if let Some(&count) = current.get(&p.cluster)
+            && count > planned
+        {
+            let target = p.max.map_or(count, |m| m.min(count));
+            let extra = (target - planned).clamp(0, *remaining);
+            *remaining -= extra;
+            plan.insert(p.cluster.clone(), planned + extra);
         }
     }
+}
 
+/// Spreads `remaining` over the clusters below their maximum in proportion to weight,
+/// round after round, until nothing is left or no cluster can take more.
+fn spread_by_weight(prefs: &[Pref], plan: &mut BTreeMap<String, i64>, mut remaining: i64) {
     let mut open: Vec<&Pref> = prefs
         .iter()
         .filter(|p| p.max.is_none_or(|m| plan[&p.cluster] < m))
@@ -135,7 +163,6 @@ pub fn plan(input: &PlanInput<'_>) -> BTreeMap<String, i64> {
             break;
         }
     }
-    plan
 }
 
 #[cfg(test)]
