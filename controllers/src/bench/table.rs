@@ -71,28 +71,42 @@ impl BenchReport {
                 .copied()
                 .unwrap_or(0.0),
         );
-        let _ = writeln!(
+        let st = &k.steady;
+        let head = format!(
+            "steady state ({:.0} s after {} forced resyncs)",
+            st.window_s, st.resyncs_forced
+        );
+        figures(
             s,
-            "steady state ({:.0} s after {} forced resyncs): {} member writes, {} host status writes, {} member requests, control plane {:.3} CPU s",
-            k.steady.window_s,
-            k.steady.resyncs_forced,
-            k.steady.member_writes,
-            k.steady.host_writes,
-            k.steady.member_requests,
-            k.steady.control_plane_cpu_s
+            &head,
+            &[
+                (st.member_writes.to_string(), "member writes"),
+                (st.host_writes.to_string(), "host status writes"),
+                (st.member_requests.to_string(), "member requests"),
+                (
+                    format!("{:.3}", st.control_plane_cpu_s),
+                    "control-plane CPU s",
+                ),
+            ],
         );
         let r = &k.restart;
-        let _ = writeln!(
-            s,
-            "restart (SIGKILL + start with {} objects propagated, {:.0} s window): {} member writes, {} host writes, {} member reads, first new object in every member after {:.2} s, control plane {:.3} CPU s",
-            r.objects,
-            r.window_s,
-            r.member_writes,
-            r.host_writes,
-            r.member_reads,
-            r.first_new_object_s,
-            r.control_plane_cpu_s
+        let head = format!(
+            "restart (SIGKILL + start with {} objects propagated; first new object in every member after {:.2} s)",
+            r.objects, r.first_new_object_s
         );
+        let window = format!("{:.0} s window", r.window_s);
+        let writes = [
+            (r.member_writes, "member writes"),
+            (r.host_writes, "host writes"),
+            (r.member_reads, "member reads"),
+        ];
+        let mut parts: Vec<(String, &str)> = vec![(window, "")];
+        parts.extend(writes.into_iter().map(|(n, label)| (n.to_string(), label)));
+        parts.push((
+            format!("{:.3}", r.control_plane_cpu_s),
+            "control-plane CPU s",
+        ));
+        figures(s, &head, &parts);
     }
 
     /// Where the CPU time of one phase went, Flotilla's beside the raw baseline's.
@@ -239,4 +253,13 @@ fn row(s: &mut String, label: &str, raw: f64, ours: f64, unit: &str, ratio: f64)
         fmt(ours),
         ratio
     );
+}
+
+/// One line of labelled figures: `head: v1 label1, v2 label2, ...`.
+fn figures(s: &mut String, head: &str, figures: &[(String, &str)]) {
+    let parts: Vec<String> = figures
+        .iter()
+        .map(|(v, label)| format!("{v} {label}").trim_end().to_string())
+        .collect();
+    let _ = writeln!(s, "{head}: {}", parts.join(", "));
 }
