@@ -160,3 +160,27 @@ pub async fn wait_clusters_ready(
     })
     .await
 }
+
+/// Waits until the leader Lease of the control plane names `identity` as its holder.
+pub async fn wait_lease_holder(
+    timeout: Duration,
+    host: &Client,
+    identity: &str,
+) -> anyhow::Result<()> {
+    let leases: Api<k8s_openapi::api::coordination::v1::Lease> =
+        Api::namespaced(host.clone(), flotilla_crds::DEFAULT_NAMESPACE);
+    wait_for(
+        timeout,
+        &format!("the lease held by {identity}"),
+        || async {
+            let holder = leases
+                .get(flotilla_controllers::leader::DEFAULT_LEASE_NAME)
+                .await?
+                .spec
+                .and_then(|s| s.holder_identity);
+            ensure!(holder.as_deref() == Some(identity), "holder {holder:?}");
+            Ok(())
+        },
+    )
+    .await
+}

@@ -6,12 +6,11 @@
 use std::{process::Stdio, time::Duration};
 
 use anyhow::{Context as _, ensure};
-use flotilla_crds::DEFAULT_NAMESPACE;
 use flotilla_tests::{
     federation::{Federation, apply, federated, federated_namespace, federation},
     flotilla_binary, init_tracing, wait_for,
 };
-use k8s_openapi::api::{coordination::v1::Lease, core::v1::ConfigMap};
+use k8s_openapi::api::core::v1::ConfigMap;
 use kube::Api;
 use serde_json::json;
 
@@ -43,17 +42,7 @@ async fn propagate(fed: &Federation, name: &str) -> anyhow::Result<()> {
 }
 
 async fn wait_leading(fed: &Federation) -> anyhow::Result<()> {
-    let leases: Api<Lease> = Api::namespaced(fed.host.clone(), DEFAULT_NAMESPACE);
-    wait_for(T, "the lease held by the controller-manager", || async {
-        let holder = leases
-            .get("kubefed-controller-manager")
-            .await?
-            .spec
-            .and_then(|s| s.holder_identity);
-        ensure!(holder.as_deref() == Some(IDENTITY), "holder {holder:?}");
-        Ok(())
-    })
-    .await
+    flotilla_tests::host::wait_lease_holder(T, &fed.host, IDENTITY).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

@@ -2,19 +2,16 @@
 //! Service and container ports without `protocol` (server-side apply needs every key of
 //! an associative list, and older API servers publish no default for it).
 
-use std::time::Duration;
-
 use anyhow::ensure;
-use flotilla_crds::FederatedStatus;
 use flotilla_tests::{
     federation::{apply, federated, federated_namespace, federation},
-    init_tracing, wait_for,
+    host::FederatedRef,
+    init_tracing,
 };
 use k8s_openapi::api::{apps::v1::Deployment, core::v1::Service};
-use kube::{Api, api::DynamicObject};
+use kube::Api;
 use serde_json::json;
 
-const T: Duration = Duration::from_secs(90);
 const NS: &str = "kubefed-sample";
 
 #[tokio::test]
@@ -59,19 +56,9 @@ async fn services_and_deployments_whose_ports_omit_protocol_propagate_with_tcp()
         ("Service", "services", "test-service"),
         ("Deployment", "deployments", "test-deployment"),
     ] {
-        let api: Api<DynamicObject> =
-            Api::namespaced_with(fed.host.clone(), NS, &federated(kind, plural));
-        wait_for(T, &format!("{name} propagated"), || async {
-            let o = api.get(name).await?;
-            let s = FederatedStatus::from_dynamic(&o);
-            ensure!(
-                s.observed_generation == o.metadata.generation.unwrap_or(0)
-                    && s.propagation().is_some_and(|c| c.status == "True"),
-                "status: {s:?}"
-            );
-            Ok(())
-        })
-        .await?;
+        FederatedRef::new(&fed.host, &federated(kind, plural), NS, name)
+            .wait_propagated()
+            .await?;
     }
     for m in &fed.members {
         let svc = Api::<Service>::namespaced(m.clone(), NS)

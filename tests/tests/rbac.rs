@@ -20,7 +20,7 @@ use flotilla_tests::{
     objects::FederatedObject,
     wait_for,
 };
-use k8s_openapi::api::{coordination::v1::Lease, core::v1::Secret};
+use k8s_openapi::api::core::v1::Secret;
 use kube::{
     Api,
     api::{Patch, PatchParams},
@@ -75,17 +75,7 @@ async fn the_controller_manager_does_its_job(
     fed: &Federation,
     log_path: &Path,
 ) -> anyhow::Result<()> {
-    let leases: Api<Lease> = Api::namespaced(fed.host.clone(), DEFAULT_NAMESPACE);
-    wait_for(T, "the lease held by the controller-manager", || async {
-        let holder = leases
-            .get("kubefed-controller-manager")
-            .await?
-            .spec
-            .and_then(|s| s.holder_identity);
-        ensure!(holder.as_deref() == Some("rbac-test"), "holder {holder:?}");
-        Ok(())
-    })
-    .await?;
+    flotilla_tests::host::wait_lease_holder(T, &fed.host, "rbac-test").await?;
     // Cluster status written.
     wait_clusters_ready(T, &fed.host, &["member1", "member2"]).await?;
     let frbac = FederatedObject::config_map("demo", "rbac", json!({"k": "v"}))

@@ -17,7 +17,7 @@ use kube::{
     api::{DynamicObject, ListParams},
     core::ApiResource,
 };
-use serde_json::json;
+use serde_json::{Value, json};
 
 const T: Duration = Duration::from_secs(90);
 const NS: &str = "restart";
@@ -34,43 +34,29 @@ fn target(kind: &str) -> ApiResource {
 /// Federated ConfigMaps, a Service and a Deployment (objects the member defaults and
 /// adds fields to), all placed in every member.
 async fn create_objects(fed: &Federation) -> anyhow::Result<()> {
-    let every = json!({"clusterSelector": {}});
-    for i in 0..OBJECTS {
+    let mut objects: Vec<(&str, &str, String, Value)> = (0..OBJECTS)
+        .map(|i| {
+            let template = json!({"data": {"i": i.to_string()}});
+            ("ConfigMap", "configmaps", format!("cm-{i}"), template)
+        })
+        .collect();
+    let service =
+        json!({"spec": {"selector": {"app": "web"}, "ports": [{"port": 80, "protocol": "TCP"}]}});
+    objects.push(("Service", "services", "web".into(), service));
+    let deployment = json!({"spec": {
+        "replicas": 1,
+        "selector": {"matchLabels": {"app": "web"}},
+        "template": {"metadata": {"labels": {"app": "web"}}, "spec": {"containers": [{"name": "c", "image": "nginx"}]}}
+    }});
+    objects.push(("Deployment", "deployments", "web".into(), deployment));
+    for (kind, plural, name, template) in objects {
         let obj = json!({
-            "apiVersion": "types.kubefed.io/v1beta1", "kind": "FederatedConfigMap",
-            "metadata": {"name": format!("cm-{i}"), "namespace": NS},
-            "spec": {"template": {"data": {"i": i.to_string()}}, "placement": every}
+            "apiVersion": "types.kubefed.io/v1beta1", "kind": format!("Federated{kind}"),
+            "metadata": {"name": name, "namespace": NS},
+            "spec": {"template": template, "placement": {"clusterSelector": {}}}
         });
-        apply(
-            &fed.host,
-            &federated("ConfigMap", "configmaps"),
-            Some(NS),
-            &obj,
-        )
-        .await?;
+        apply(&fed.host, &federated(kind, plural), Some(NS), &obj).await?;
     }
-    let svc = json!({
-        "apiVersion": "types.kubefed.io/v1beta1", "kind": "FederatedService",
-        "metadata": {"name": "web", "namespace": NS},
-        "spec": {"template": {"spec": {"selector": {"app": "web"}, "ports": [{"port": 80, "protocol": "TCP"}]}}, "placement": every}
-    });
-    apply(&fed.host, &federated("Service", "services"), Some(NS), &svc).await?;
-    let deploy = json!({
-        "apiVersion": "types.kubefed.io/v1beta1", "kind": "FederatedDeployment",
-        "metadata": {"name": "web", "namespace": NS},
-        "spec": {"template": {"spec": {
-            "replicas": 1,
-            "selector": {"matchLabels": {"app": "web"}},
-            "template": {"metadata": {"labels": {"app": "web"}}, "spec": {"containers": [{"name": "c", "image": "nginx"}]}}
-        }}, "placement": every}
-    });
-    apply(
-        &fed.host,
-        &federated("Deployment", "deployments"),
-        Some(NS),
-        &deploy,
-    )
-    .await?;
     Ok(())
 }
 
