@@ -78,9 +78,6 @@ pub struct Contexts {
     /// Kubeconfig context of the member cluster (default: NAME).
     #[arg(long, value_name = "CONTEXT")]
     pub cluster_context: Option<String>,
-    /// Kubeconfig context of the host cluster (default: --context, else the current one).
-    #[arg(long, value_name = "CONTEXT")]
-    pub host_cluster_context: Option<String>,
 }
 
 impl Contexts {
@@ -91,14 +88,9 @@ impl Contexts {
             .unwrap_or_else(|| name.to_owned())
     }
 
-    /// The host's access: `--host-cluster-context`, else `--context`, else the current one.
+    /// The host's access: `--context` (alias `--host-cluster-context`), else the current one.
     async fn host(&self, global: &GlobalArgs) -> anyhow::Result<ClusterAccess> {
-        let context = self
-            .host_cluster_context
-            .as_ref()
-            .or(global.context.as_ref())
-            .map(String::as_str);
-        access::load(global.kubeconfig.as_deref(), context)
+        access::load(global.kubeconfig.as_deref(), global.context.as_deref())
             .await
             .context("host cluster")
     }

@@ -82,8 +82,14 @@ pub struct GlobalArgs {
     /// Path to the kubeconfig file (default: $KUBECONFIG, ~/.kube/config, or in-cluster).
     #[arg(long, global = true, value_name = "PATH")]
     pub kubeconfig: Option<PathBuf>,
-    /// The kubeconfig context of the host cluster.
-    #[arg(long, global = true, value_name = "NAME")]
+    /// The kubeconfig context of the host cluster. `--host-cluster-context` (kubefedctl's
+    /// name) is the same flag, accepted by every command.
+    #[arg(
+        long,
+        global = true,
+        value_name = "NAME",
+        visible_alias = "host-cluster-context"
+    )]
     pub context: Option<String>,
     /// Namespace of the objects a command works on (default: the context's namespace).
     #[arg(short = 'n', long, global = true, value_name = "NS")]
@@ -272,6 +278,24 @@ mod tests {
         assert_eq!(cli.global.namespace.as_deref(), Some("demo"));
         assert_eq!(cli.global.context.as_deref(), Some("host"));
         assert_eq!(cli.global.kubefed_namespace, "kube-federation-system");
+    }
+
+    #[test]
+    fn every_command_accepts_kubefedctls_host_cluster_context() {
+        for args in [
+            &["federate", "configmaps", "plain", "-n", "ns"][..],
+            &["join", "cluster1", "--cluster-context", "c1"][..],
+            &["unjoin", "cluster1"][..],
+            &["enable", "deployments.apps"][..],
+            &["status", "-n", "demo"][..],
+        ] {
+            let argv = ["flotilla"]
+                .iter()
+                .chain(args)
+                .chain(&["--host-cluster-context", "host"]);
+            let cli = Cli::try_parse_from(argv).expect("parses");
+            assert_eq!(cli.global.context.as_deref(), Some("host"), "{args:?}");
+        }
     }
 
     #[test]
