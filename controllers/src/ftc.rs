@@ -69,6 +69,7 @@ async fn handle(
                 info!(ftc = %name, "FederatedTypeConfig changed; restarting its sync controller");
             }
             let controller = TypeController::start(shared.clone(), &ftc.spec);
+            crate::ftc_schema::warn_if_pruning(&shared.host, ftc).await;
             running.insert(
                 name.clone(),
                 Running {

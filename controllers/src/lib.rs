@@ -9,6 +9,7 @@ pub mod bootstrap;
 pub mod cli;
 pub mod events;
 pub mod ftc;
+pub mod ftc_schema;
 pub mod install;
 pub mod join;
 pub mod leader;

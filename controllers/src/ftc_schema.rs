@@ -1,0 +1,152 @@
+//! A check of the Federated&lt;Kind&gt; CRD a type config uses. kubefed's own CRDs declare
+//! `status.clusters[]` with only `name`, `status` and `remoteStatus`, and conditions without
+//! a `message`, so the API server prunes Flotilla's per-cluster messages (the member's own
+//! words behind `CreationFailed`, say) and users see a bare reason. Flotilla's CRDs
+//! (`config/crds`, `flotilla enable`) keep them. The controller has no right to change
+//! CRDs, so it says so once per start of the type, in the log and as an Event.
+
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{
+    CustomResourceDefinition, JSONSchemaProps,
+};
+use kube::{
+    Api, Client, Resource,
+    runtime::events::{Event, EventType},
+};
+use tracing::{debug, warn};
+
+use flotilla_crds::{FederatedTypeConfig, core::ApiResource};
+
+/// Fields of Flotilla's status that a CRD's schema does not declare (and the API server
+/// therefore drops), for the given version. Empty when the schema keeps them, or when the
+/// version has no schema or preserves unknown fields.
+pub fn pruned_status_fields(crd: &CustomResourceDefinition, version: &str) -> Vec<&'static str> {
+    let Some(schema) = crd
+        .spec
+        .versions
+        .iter()
+        .find(|v| v.name == version)
+        .and_then(|v| v.schema.as_ref())
+        .and_then(|s| s.open_api_v3_schema.as_ref())
+    else {
+        return Vec::new();
+    };
+    let Some(status) = property(schema, "status") else {
+        return Vec::new();
+    };
+    let mut missing = Vec::new();
+    for (list, field) in [
+        ("clusters", "status.clusters[].message"),
+        ("conditions", "status.conditions[].message"),
+    ] {
+        let item = property(status, list).and_then(|l| l.items.as_ref());
+        let item = match item {
+            Some(k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::JSONSchemaPropsOrArray::Schema(s)) => Some(&**s),
+            _ => None,
+        };
+        if item.is_some_and(|i| !keeps(i, "message")) {
+            missing.push(field);
+        }
+    }
+    missing
+}
+
+fn property<'a>(schema: &'a JSONSchemaProps, name: &str) -> Option<&'a JSONSchemaProps> {
+    schema.properties.as_ref()?.get(name)
+}
+
+/// Whether an object schema keeps `field`: declared, or unknown fields preserved.
+fn keeps(schema: &JSONSchemaProps, field: &str) -> bool {
+    schema.x_kubernetes_preserve_unknown_fields == Some(true) || property(schema, field).is_some()
+}
+
+/// Reads the federated type's CRD and warns (log and Event on the type config) when it
+/// would prune Flotilla's status messages. Best effort: a CRD that cannot be read is only
+/// logged at debug level.
+pub async fn warn_if_pruning(host: &Client, ftc: &FederatedTypeConfig) {
+    let fed: &ApiResource = &ftc.spec.federated_type;
+    let crds: Api<CustomResourceDefinition> = Api::all(host.clone());
+    let crd = match crds.get(&fed.qualified_name()).await {
+        Ok(crd) => crd,
+        Err(e) => {
+            debug!(crd = %fed.qualified_name(), error = %e, "reading the federated CRD failed");
+            return;
+        }
+    };
+    let missing = pruned_status_fields(&crd, &fed.version);
+    if missing.is_empty() {
+        return;
+    }
+    let note = format!(
+        "the CRD {} does not declare {}: the API server drops those messages from status (kubefed's CRD); apply Flotilla's CRD (flotilla enable, or config/crds) to keep them",
+        fed.qualified_name(),
+        missing.join(" and ")
+    );
+    warn!(crd = %fed.qualified_name(), "{note}");
+    let recorder = crate::events::recorder(host.clone(), "flotilla-ftc");
+    let event = Event {
+        type_: EventType::Warning,
+        reason: "StatusMessagesPruned".into(),
+        note: Some(note),
+        action: "CheckSchema".into(),
+        secondary: None,
+    };
+    if let Err(e) = recorder.publish(&event, &ftc.object_ref(&())).await {
+        debug!(error = %e, "publishing an event failed");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn crd(status: serde_json::Value) -> CustomResourceDefinition {
+        serde_json::from_value(json!({
+            "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+            "metadata": {"name": "federatedconfigmaps.types.kubefed.io"},
+            "spec": {
+                "group": "types.kubefed.io", "scope": "Namespaced",
+                "names": {"kind": "FederatedConfigMap", "plural": "federatedconfigmaps"},
+                "versions": [{"name": "v1beta1", "served": true, "storage": true,
+                    "schema": {"openAPIV3Schema": {"type": "object", "properties": {"status": status}}}}]
+            }
+        }))
+        .expect("a CRD")
+    }
+
+    #[test]
+    fn kubefeds_status_schema_prunes_both_messages() {
+        let kubefed = crd(json!({"type": "object", "properties": {
+            "clusters": {"type": "array", "items": {"type": "object", "properties": {
+                "name": {"type": "string"}, "status": {"type": "string"},
+                "remoteStatus": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}},
+            "conditions": {"type": "array", "items": {"type": "object", "properties": {
+                "type": {"type": "string"}, "status": {"type": "string"}, "reason": {"type": "string"}}}}
+        }}));
+        assert_eq!(
+            pruned_status_fields(&kubefed, "v1beta1"),
+            vec!["status.clusters[].message", "status.conditions[].message"]
+        );
+    }
+
+    #[test]
+    fn flotillas_generated_crds_keep_every_message() {
+        for crd in flotilla_crds::crdgen::all_crds()
+            .into_iter()
+            .filter(|c| c.spec.group == flotilla_crds::TYPES_GROUP)
+        {
+            assert!(
+                pruned_status_fields(&crd, "v1beta1").is_empty(),
+                "{:?}",
+                crd.metadata.name
+            );
+        }
+    }
+
+    #[test]
+    fn an_unknown_version_or_a_schema_without_status_is_not_reported() {
+        let c = crd(json!({"type": "object", "x-kubernetes-preserve-unknown-fields": true}));
+        assert!(pruned_status_fields(&c, "v1beta1").is_empty());
+        assert!(pruned_status_fields(&c, "v2").is_empty());
+    }
+}
