@@ -6,11 +6,17 @@
 
 use std::{
     path::Path,
+    sync::{
+        Arc,
+        atomic::{AtomicU64, Ordering},
+    },
     time::{Duration, Instant},
 };
 
+use futures::StreamExt;
+
 use flotilla_localenv::LocalEnv;
-use kube::api::{Api, DeleteParams, DynamicObject, PostParams};
+use kube::api::{Api, DeleteParams, DynamicObject, PostParams, WatchEvent, WatchParams};
 use serde_json::json;
 
 use super::{
@@ -63,6 +69,7 @@ pub(super) async fn restart_phase(
     let before = Snapshot::take(run).await?;
     let started = restarter.restart(run).await?;
     let api: Api<DynamicObject> = Api::namespaced_with(run.host.clone(), FED_NS, &kind.federated());
+    let (probe_writes, counter) = count_writes(api.clone()).await?;
     api.create(&PostParams::default(), &probe(kind)?).await?;
     wait_in_members(run, kind, true).await?;
     let first_new_object_s = started.elapsed().as_secs_f64();
@@ -70,13 +77,37 @@ pub(super) async fn restart_phase(
         tokio::time::sleep(rest).await;
     }
     let after = Snapshot::take(run).await?;
+    let probe_host_writes = probe_writes.load(Ordering::Relaxed);
+    counter.abort();
     api.delete(PROBE, &DeleteParams::default()).await?;
     wait_in_members(run, kind, false).await?;
-    Ok(figures(run, kind, &before, &after, first_new_object_s))
+    let mut restart = figures(run, kind, &before, &after, first_new_object_s);
+    restart.host_writes = restart.host_writes.saturating_sub(probe_host_writes);
+    Ok(restart)
 }
 
-/// The counts of the window, without the probe's own cost: its create in the host, its
-/// finalizer and status writes, and one write per member.
+/// Counts the writes the host applies to the probe (its create, the finalizer, each status
+/// write: one watch event each), so that they can be taken out of the host's figures.
+async fn count_writes(
+    api: Api<DynamicObject>,
+) -> anyhow::Result<(Arc<AtomicU64>, tokio::task::JoinHandle<()>)> {
+    let count = Arc::new(AtomicU64::new(0));
+    let params = WatchParams::default().fields(&format!("metadata.name={PROBE}"));
+    let stream = api.watch(&params, "0").await?;
+    let counted = count.clone();
+    let task = tokio::spawn(async move {
+        futures::pin_mut!(stream);
+        while let Some(Ok(ev)) = stream.next().await {
+            if matches!(ev, WatchEvent::Added(_) | WatchEvent::Modified(_)) {
+                counted.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    });
+    Ok((count, task))
+}
+
+/// The counts of the window, without the probe's write in each member (its host writes
+/// are taken out by the caller, which counted them).
 fn figures(run: &Run, kind: Kind, before: &Snapshot, after: &Snapshot, first: f64) -> Restart {
     let is_write = |verb: &str| WRITE_VERBS.contains(&verb);
     let target = kind.target().plural;
@@ -102,7 +133,7 @@ fn figures(run: &Run, kind: Kind, before: &Snapshot, after: &Snapshot, first: f6
         window_s: after.at.saturating_duration_since(before.at).as_secs_f64(),
         member_writes: member_writes.saturating_sub(run.members.len() as u64),
         member_reads,
-        host_writes: host_writes.saturating_sub(3),
+        host_writes,
         first_new_object_s: first,
         control_plane_cpu_s: after.cp_cpu - before.cp_cpu,
     }
