@@ -326,6 +326,19 @@ async fn status_reports_rows_and_waits(env: &LocalEnv, c: &Clusters) -> anyhow::
         2,
         "{out}"
     );
+    // Scripts read the same through -o json, and kubefedctl's host flag is accepted.
+    let args = ["status", "cm/settings", "-n", "demo", "-o", "json"];
+    let out = flotilla_ok(
+        env,
+        &[&args[..], &["--host-cluster-context", "host"]].concat(),
+    )
+    .await?;
+    let doc: serde_json::Value = serde_json::from_str(&out)?;
+    assert_eq!(doc["items"][0]["name"], "settings", "{out}");
+    assert_eq!(
+        doc["items"][0]["status"]["conditions"][0]["status"], "True",
+        "{out}"
+    );
 
     FederatedObject::config_map("demo", "broken", json!({"k": "v"}))
         .override_path("member2", "/data/missing/deeper", json!("x"))

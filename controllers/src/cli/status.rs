@@ -61,6 +61,34 @@ pub struct StatusArgs {
     /// How long `--wait` waits.
     #[arg(long, default_value = "60s", value_parser = parse_duration, value_name = "DURATION")]
     pub timeout: Duration,
+    /// Output format: the table (`wide` is the same table, as with kubectl), or the objects'
+    /// kind, name, generation and status as `json` or `yaml` for scripts.
+    #[arg(short = 'o', long, value_enum, default_value_t = Format::Table)]
+    pub output: Format,
+}
+
+/// How `flotilla status` prints.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum Format {
+    /// One row per object and cluster.
+    #[default]
+    Table,
+    /// The same table (kubectl's `-o wide` habit).
+    Wide,
+    /// `{"items": [{kind, namespace, name, generation, status}]}`.
+    Json,
+    /// The same as YAML.
+    Yaml,
+}
+
+/// The objects in `format`, with the summary line after a table.
+pub fn render(objects: &[ObjectState], format: Format) -> anyhow::Result<String> {
+    let doc = serde_json::json!({ "items": objects });
+    Ok(match format {
+        Format::Table | Format::Wide => format!("{}\n{}\n", table(objects), summary(objects)),
+        Format::Json => format!("{}\n", serde_json::to_string_pretty(&doc)?),
+        Format::Yaml => serde_saphyr::to_string(&doc)?,
+    })
 }
 
 /// Which federated objects to show.
@@ -76,7 +104,8 @@ pub struct Selection {
 }
 
 /// One federated object as `status` sees it.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
 pub struct ObjectState {
     /// Federated kind (`FederatedConfigMap`).
     pub kind: String,
@@ -451,7 +480,7 @@ pub async fn run(global: &GlobalArgs, args: StatusArgs, ctx: &Context) -> anyhow
     for m in &missing {
         ctx.out.line(format!("{m}: not found"));
     }
-    if objects.is_empty() {
+    if objects.is_empty() && matches!(args.output, Format::Table | Format::Wide) {
         if missing.is_empty() {
             ctx.out.line(match &sel.namespace {
                 Some(ns) => format!("No federated objects in namespace {ns}."),
@@ -460,8 +489,7 @@ pub async fn run(global: &GlobalArgs, args: StatusArgs, ctx: &Context) -> anyhow
         }
         return Ok(());
     }
-    ctx.out.write(table(&objects));
-    ctx.out.line(format!("\n{}", summary(&objects)));
+    ctx.out.write(render(&objects, args.output)?);
     Ok(())
 }
 
@@ -625,5 +653,27 @@ mod tests {
         let text = table(&[o]);
         assert!(text.lines().all(|l| l.chars().count() < 160), "{text}");
         assert!(text.contains('…'));
+    }
+
+    #[test]
+    fn json_and_yaml_output_carry_each_objects_status_for_scripts() {
+        let o = object(
+            "web",
+            ("False", "CheckClusters"),
+            &[("member2", "CreationFailed", "denied")],
+        );
+        let json: serde_json::Value =
+            serde_json::from_str(&render(std::slice::from_ref(&o), Format::Json).expect("renders"))
+                .expect("JSON");
+        assert_eq!(json["items"][0]["name"], "web");
+        assert_eq!(
+            json["items"][0]["status"]["clusters"][0]["status"],
+            "CreationFailed"
+        );
+        let yaml = render(std::slice::from_ref(&o), Format::Yaml).expect("renders");
+        let back: serde_json::Value = serde_saphyr::from_str(&yaml).expect("YAML");
+        assert_eq!(back, json);
+        let wide = render(std::slice::from_ref(&o), Format::Wide).expect("renders");
+        assert_eq!(wide, render(&[o], Format::Table).expect("renders"));
     }
 }
