@@ -17,11 +17,11 @@ use flotilla_controllers::{
     manager::ControlPlane,
     metrics::Metrics,
 };
-use flotilla_crds::{DEFAULT_NAMESPACE, FederatedStatus, KubeFedCluster, MANAGED_LABEL, crdgen};
+use flotilla_crds::{DEFAULT_NAMESPACE, FederatedStatus, KubeFedCluster, MANAGED_LABEL};
 use flotilla_localenv::{FaultProxy, LocalEnv};
 use flotilla_tests::{
     env,
-    federation::{Federation, apply, federated, install_crds},
+    federation::{Federation, apply, bootstrap, federated},
     wait_for,
 };
 use futures::StreamExt as _;
@@ -71,69 +71,25 @@ pub async fn proxied_federation(
     proxied: usize,
 ) -> anyhow::Result<ProxiedFederation> {
     let env: LocalEnv = env(members).await;
+    // The tests' bootstrap (CRDs, KubeFedConfig with 1 s health checks, the default types
+    // before any join); only the proxied member's join differs.
+    let boot = bootstrap();
     let host = env.host().client().await?;
-    install_crds(&host).await?;
-    let ns_api: Api<Namespace> = Api::all(host.clone());
-    ns_api
-        .patch(
-            DEFAULT_NAMESPACE,
-            &PatchParams::apply("flotilla-tests"),
-            &Patch::Apply(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": DEFAULT_NAMESPACE}})),
-        )
-        .await?;
-    let mut config = flotilla_crds::KubeFedConfigSpec::with_defaults();
-    if let Some(hc) = config.cluster_health_check.as_mut() {
-        hc.period = Some(format!("{}s", HEALTH_PERIOD.as_secs()));
-        hc.timeout = Some(format!("{}s", HEALTH_TIMEOUT.as_secs()));
-        hc.failure_threshold = Some(FAILURE_THRESHOLD.into());
-    }
-    if let Some(sc) = config.sync_controller.as_mut() {
-        sc.unready_cluster_deletion_timeout = Some("20s".into());
-    }
-    let kfc_cfg = json!({
-        "apiVersion": "core.kubefed.io/v1beta1", "kind": "KubeFedConfig",
-        "metadata": {"name": "kubefed", "namespace": DEFAULT_NAMESPACE},
-        "spec": config,
-    });
-    let cfg_api: Api<flotilla_crds::KubeFedConfig> =
-        Api::namespaced(host.clone(), DEFAULT_NAMESPACE);
-    cfg_api
-        .patch(
-            "kubefed",
-            &PatchParams::apply("flotilla-tests").force(),
-            &Patch::Apply(&kfc_cfg),
-        )
-        .await?;
-
-    // Types first: `join` scopes each member's credential to the enabled types.
-    let ftc_api: Api<flotilla_crds::FederatedTypeConfig> =
-        Api::namespaced(host.clone(), DEFAULT_NAMESPACE);
-    for t in crdgen::default_target_types() {
-        let ftc = crdgen::federated_type_config(&t, DEFAULT_NAMESPACE);
-        let name = ftc.metadata.name.clone().context("ftc without name")?;
-        ftc_api
-            .patch(
-                &name,
-                &PatchParams::apply("flotilla-tests").force(),
-                &Patch::Apply(&ftc),
-            )
-            .await?;
-    }
-
+    boot.install(&host).await?;
     let proxy = FaultProxy::for_cluster(&env.members()[proxied - 1]).await?;
     let mut member_clients = Vec::new();
     let mut names = Vec::new();
     for (i, m) in env.members().iter().enumerate() {
-        let client = m.client().await?;
-        let endpoint = if i + 1 == proxied {
-            proxy.url()
+        let client = if i + 1 == proxied {
+            let client = m.client().await?;
+            let mut opts = JoinOptions::new(m.name(), &proxy.url());
+            opts.ca_pem = Some(m.ca_pem().to_string());
+            opts.labels.insert("name".into(), m.name().into());
+            join(&host, &client, &opts).await?;
+            client
         } else {
-            m.server().to_owned()
+            boot.join(&host, m).await?
         };
-        let mut opts = JoinOptions::new(m.name(), &endpoint);
-        opts.ca_pem = Some(m.ca_pem().to_string());
-        opts.labels.insert("name".into(), m.name().into());
-        join(&host, &client, &opts).await?;
         member_clients.push(client);
         names.push(m.name().to_owned());
     }
