@@ -4,7 +4,10 @@
 //! the unready-cluster deletion timeout, and then the finalizer goes. What happens per
 //! cluster is decided by [`super::plan::deletion`].
 
-use std::{collections::BTreeSet, time::Duration};
+use std::{
+    collections::{BTreeMap, BTreeSet},
+    time::Duration,
+};
 
 use flotilla_crds::{
     ORPHAN_ANNOTATION, SYNC_FINALIZER,
@@ -65,6 +68,7 @@ impl Ctl {
         let mut held = false;
         let mut abandoned = Vec::new();
         let mut next_deadline = cx.timeout;
+        let mut outcomes = BTreeMap::new();
         let mut jobs = Vec::new();
         for cluster in self.shared.clusters.snapshot() {
             let observed = self.observe(&cluster, key);
@@ -81,36 +85,26 @@ impl Ctl {
             );
             pending |= op.is_pending();
             held |= op == DeletionOp::WaitForRemoval;
-            let outcome = match op {
-                DeletionOp::Done => continue,
-                DeletionOp::Abandon => {
-                    abandoned.push(cluster.name);
-                    continue;
-                }
+            match op {
+                DeletionOp::Done => {}
+                DeletionOp::Abandon => abandoned.push(cluster.name),
                 DeletionOp::WaitForCluster => {
                     next_deadline = next_deadline.min(cx.timeout.saturating_sub(waited));
                     let (reason, msg) = plan::wait_reason(&observed, &cx.timeout_text);
-                    futures::future::Either::Left(std::future::ready((
-                        cluster.name,
-                        Outcome::Status(reason, msg),
-                    )))
+                    outcomes.insert(cluster.name, Outcome::Status(reason, msg));
                 }
-                DeletionOp::WaitForRemoval => futures::future::Either::Left(std::future::ready((
-                    cluster.name,
-                    Outcome::Removing,
-                ))),
-                DeletionOp::Delete | DeletionOp::Unlabel => {
-                    let member_op = if op == DeletionOp::Unlabel {
-                        MemberOp::Unlabel
-                    } else {
-                        MemberOp::Delete(&cx.params)
-                    };
-                    futures::future::Either::Right(self.delete_in(cluster, m_ns, m_name, member_op))
+                DeletionOp::WaitForRemoval => {
+                    outcomes.insert(cluster.name, Outcome::Removing);
                 }
-            };
-            jobs.push(outcome);
+                DeletionOp::Delete => {
+                    jobs.push(self.delete_in(cluster, m_ns, m_name, MemberOp::Delete(&cx.params)))
+                }
+                DeletionOp::Unlabel => {
+                    jobs.push(self.delete_in(cluster, m_ns, m_name, MemberOp::Unlabel))
+                }
+            }
         }
-        let outcomes = join_all(jobs).await.into_iter().collect();
+        outcomes.extend(join_all(jobs).await);
         if !pending {
             self.finish_deletion(key, fed, &abandoned, &cx).await?;
             return Ok(Action::Done);

@@ -147,11 +147,8 @@ async fn execute(api: &Api<DynamicObject>, name: &str, op: &MemberOp<'_>) -> Out
     match op {
         MemberOp::Create { object, adopt } => create(api, name, object, *adopt).await,
         MemberOp::Update { object, recreate } => update(api, name, object, *recreate).await,
-        MemberOp::Delete(dp) => delete(api, name, dp, ClusterReason::DeletionFailed).await,
-        MemberOp::Unlabel => match unlabel(api, name).await {
-            Ok(()) => Outcome::Gone,
-            Err(e) => Outcome::Status(ClusterReason::LabelRemovalFailed, api_message(&e)),
-        },
+        MemberOp::Delete(dp) => delete(api, name, dp).await,
+        MemberOp::Unlabel => unlabel(api, name).await,
         MemberOp::CleanStray { keep, host_uid } => clean_stray(api, name, *keep, *host_uid).await,
     }
 }
@@ -217,16 +214,11 @@ async fn update(api: &Api<DynamicObject>, name: &str, object: &Value, recreate: 
     }
 }
 
-async fn delete(
-    api: &Api<DynamicObject>,
-    name: &str,
-    dp: &DeleteParams,
-    failed: ClusterReason,
-) -> Outcome {
+async fn delete(api: &Api<DynamicObject>, name: &str, dp: &DeleteParams) -> Outcome {
     match api.delete(name, dp).await {
         Ok(_) => Outcome::Removing,
         Err(kube::Error::Api(s)) if s.code == 404 => Outcome::Gone,
-        Err(e) => Outcome::Status(failed, api_message(&e)),
+        Err(e) => Outcome::Status(ClusterReason::DeletionFailed, api_message(&e)),
     }
 }
 
@@ -249,10 +241,7 @@ async fn clean_stray(
     }
     if keep || host_uid.is_some() && live.uid().as_deref() == host_uid {
         info!(object = %name, "unlabelling a protected namespace whose federated namespace is gone");
-        return match unlabel(api, name).await {
-            Ok(()) => Outcome::Gone,
-            Err(e) => Outcome::Status(ClusterReason::LabelRemovalFailed, api_message(&e)),
-        };
+        return unlabel(api, name).await;
     }
     info!(object = %name, "deleting a managed object whose federated object is gone");
     let dp = DeleteParams {
@@ -262,7 +251,7 @@ async fn clean_stray(
         }),
         ..DeleteParams::default()
     };
-    delete(api, name, &dp, ClusterReason::DeletionFailed).await
+    delete(api, name, &dp).await
 }
 
 async fn apply(api: &Api<DynamicObject>, name: &str, object: &Value) -> Result<(), kube::Error> {
@@ -272,15 +261,16 @@ async fn apply(api: &Api<DynamicObject>, name: &str, object: &Value) -> Result<(
         .map(|_| ())
 }
 
-async fn unlabel(api: &Api<DynamicObject>, name: &str) -> Result<(), kube::Error> {
+/// Removes the managed label; an object already gone is fine.
+async fn unlabel(api: &Api<DynamicObject>, name: &str) -> Outcome {
     let patch = json!({"metadata": {"labels": {MANAGED_LABEL: null}}});
     match api
         .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
         .await
     {
-        Ok(_) => Ok(()),
-        Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
-        Err(e) => Err(e),
+        Ok(_) => Outcome::Gone,
+        Err(kube::Error::Api(s)) if s.code == 404 => Outcome::Gone,
+        Err(e) => Outcome::Status(ClusterReason::LabelRemovalFailed, api_message(&e)),
     }
 }
 
@@ -289,7 +279,7 @@ fn is_immutable(e: &kube::Error) -> bool {
 }
 
 /// The API server's message for an API error, else the error's text.
-pub(super) fn api_message(e: &kube::Error) -> String {
+fn api_message(e: &kube::Error) -> String {
     match e {
         kube::Error::Api(s) => s.message.clone(),
         other => other.to_string(),

@@ -125,40 +125,32 @@ pub fn is_terminating(obj: &Value) -> bool {
 /// matches (so nothing was removed from the template) and every desired field still has
 /// its desired value (so nobody edited an owned field in the member).
 pub fn up_to_date(desired: &Value, hash: &str, actual: &Value) -> bool {
-    let recorded = actual
-        .pointer(&format!(
-            "/metadata/annotations/{}",
-            HASH_ANNOTATION.replace('/', "~1")
-        ))
-        .and_then(Value::as_str);
-    recorded == Some(hash) && is_subset(&without_type_meta(desired), actual)
+    recorded_hash(actual) == Some(hash) && fields_match(desired, actual, TYPE_META)
 }
 
-/// The object without `apiVersion` and `kind`. A member object that arrived in a LIST (a
-/// watch's initial list, after every restart) carries neither — the API server omits them
+/// Top-level fields not compared. A member object that arrived in a LIST (a watch's initial
+/// list, after every restart) carries no `apiVersion` and `kind` — the API server omits them
 /// on list items — while one from a watch event has both. They are fixed by the API the
-/// object is read from, so they are not compared: comparing them made every object listed
-/// at start-up look drifted, and a restart re-applied every member object once.
-fn without_type_meta(obj: &Value) -> Value {
-    match obj {
-        Value::Object(map) => Value::Object(
-            map.iter()
-                .filter(|(k, _)| k.as_str() != "apiVersion" && k.as_str() != "kind")
-                .map(|(k, v)| (k.clone(), v.clone()))
-                .collect(),
-        ),
-        other => other.clone(),
-    }
-}
+/// object is read from: comparing them made every object listed at start-up look drifted,
+/// and a restart re-applied every member object once.
+const TYPE_META: &[&str] = &["apiVersion", "kind"];
 
 /// Whether every field of `want` is present in `have` with an equal value. Objects may
 /// have extra keys (defaults, fields set by the member); lists may have extra trailing
 /// items (items other managers own, such as injected sidecars).
 pub fn is_subset(want: &Value, have: &Value) -> bool {
+    fields_match(want, have, &[])
+}
+
+/// [`is_subset`], with the top-level fields in `skip` left out.
+fn fields_match(want: &Value, have: &Value, skip: &[&str]) -> bool {
     match (want, have) {
-        (Value::Object(w), Value::Object(h)) => w.iter().all(|(k, wv)| {
-            h.get(k).is_some_and(|hv| is_subset(wv, hv)) || (wv.is_null() && !h.contains_key(k))
-        }),
+        (Value::Object(w), Value::Object(h)) => w
+            .iter()
+            .filter(|(k, _)| !skip.contains(&k.as_str()))
+            .all(|(k, wv)| {
+                h.get(k).is_some_and(|hv| is_subset(wv, hv)) || (wv.is_null() && !h.contains_key(k))
+            }),
         (Value::Array(w), Value::Array(h)) => {
             w.len() <= h.len() && w.iter().zip(h.iter()).all(|(wv, hv)| is_subset(wv, hv))
         }
