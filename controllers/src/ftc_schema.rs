@@ -8,10 +8,7 @@
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{
     CustomResourceDefinition, JSONSchemaProps,
 };
-use kube::{
-    Api, Client, Resource,
-    runtime::events::{Event, EventType},
-};
+use kube::{Api, Client, Resource, runtime::events::EventType};
 use tracing::{debug, warn};
 
 use flotilla_crds::{FederatedTypeConfig, core::ApiResource};
@@ -83,16 +80,16 @@ pub async fn warn_if_pruning(host: &Client, ftc: &FederatedTypeConfig) {
     );
     warn!(crd = %fed.qualified_name(), "{note}");
     let recorder = crate::events::recorder(host.clone(), "flotilla-ftc");
-    let event = Event {
-        type_: EventType::Warning,
-        reason: "StatusMessagesPruned".into(),
-        note: Some(note),
-        action: "CheckSchema".into(),
-        secondary: None,
-    };
-    if let Err(e) = recorder.publish(&event, &ftc.object_ref(&())).await {
-        debug!(error = %e, "publishing an event failed");
-    }
+    let reference = ftc.object_ref(&());
+    crate::events::publish(
+        &recorder,
+        &reference,
+        EventType::Warning,
+        "StatusMessagesPruned",
+        "CheckSchema",
+        note,
+    )
+    .await;
 }
 
 #[cfg(test)]

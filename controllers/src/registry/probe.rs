@@ -12,7 +12,7 @@ use flotilla_crds::{FIELD_MANAGER, KubeFedCluster, KubeFedClusterStatus};
 use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::jiff::{Timestamp, Unit};
 use kube::api::{Patch, PatchParams};
-use kube::runtime::events::{Event, EventType, Recorder};
+use kube::runtime::events::{EventType, Recorder};
 use kube::{Api, Client};
 use tokio::sync::watch;
 use tracing::{debug, info, instrument, warn};
@@ -282,21 +282,15 @@ async fn announce(recorder: &Recorder, object: &ObjectReference, name: &str, hea
         _ => (EventType::Warning, "ClusterNotReady"),
     };
     info!(cluster = %name, reason = health.reason(), "cluster health changed");
-    let event = Event {
+    crate::events::publish(
+        recorder,
+        object,
         type_,
-        reason: health.reason().to_owned(),
-        note: Some(truncate_note(&health.message())),
-        action: action.to_owned(),
-        secondary: None,
-    };
-    if let Err(error) = recorder.publish(&event, object).await {
-        warn!(error = %super::error_chain(&error), "recording an Event failed");
-    }
-}
-
-/// Event notes are limited to 1 kB.
-fn truncate_note(message: &str) -> String {
-    message.chars().take(1000).collect()
+        health.reason(),
+        action,
+        health.message(),
+    )
+    .await;
 }
 
 fn now_rfc3339() -> String {

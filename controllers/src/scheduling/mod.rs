@@ -25,7 +25,7 @@ use kube::{
     api::{DynamicObject, Patch, PatchParams},
     core::ApiResource,
     runtime::{
-        events::{Event, EventType, Recorder},
+        events::{EventType, Recorder},
         reflector::{self, ObjectRef, Store},
     },
 };
@@ -244,16 +244,16 @@ impl Ctx {
     }
 
     async fn event(&self, rsp: &ReplicaSchedulingPreference, reason: &str, note: String) {
-        let ev = Event {
-            type_: EventType::Warning,
-            reason: reason.into(),
-            note: Some(note),
-            action: "Schedule".into(),
-            secondary: None,
-        };
-        if let Err(e) = self.recorder.publish(&ev, &rsp.object_ref(&())).await {
-            debug!(error = %e, "publishing an event failed");
-        }
+        let reference = rsp.object_ref(&());
+        crate::events::publish(
+            &self.recorder,
+            &reference,
+            EventType::Warning,
+            reason,
+            "Schedule",
+            note,
+        )
+        .await;
     }
 }
 

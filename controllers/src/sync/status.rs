@@ -9,19 +9,16 @@ use kube::{
     Resource, ResourceExt,
     api::{Patch, PatchParams},
     core::DynamicObject,
-    runtime::events::{Event as KubeEvent, EventType},
+    runtime::events::EventType,
 };
 use serde_json::{Value, json};
-use tracing::{debug, warn};
+use tracing::warn;
 
 use super::{
     ctl::Ctl,
     plan::{Outcome, status as plan},
 };
 use crate::metrics::FailureLabels;
-
-/// The events API limits notes to 1 kB.
-const NOTE_LIMIT: usize = 1000;
 
 /// What a status write is about: the results and the previous status they replace.
 pub(super) struct StatusUpdate<'a> {
@@ -93,29 +90,16 @@ impl Ctl {
         fed: &DynamicObject,
         type_: EventType,
         reason: &str,
-        mut note: String,
+        note: String,
     ) {
-        if note.len() > NOTE_LIMIT {
-            let mut cut = NOTE_LIMIT;
-            while !note.is_char_boundary(cut) {
-                cut -= 1;
-            }
-            note.truncate(cut);
-        }
-        let ev = KubeEvent {
+        crate::events::publish(
+            &self.shared.recorder,
+            &fed.object_ref(&self.fed_ar),
             type_,
-            reason: reason.to_string(),
-            note: Some(note),
-            action: "Propagate".into(),
-            secondary: None,
-        };
-        if let Err(e) = self
-            .shared
-            .recorder
-            .publish(&ev, &fed.object_ref(&self.fed_ar))
-            .await
-        {
-            debug!(error = %e, "publishing an event failed");
-        }
+            reason,
+            "Propagate",
+            note,
+        )
+        .await;
     }
 }
