@@ -12,9 +12,12 @@ use std::{collections::HashMap, sync::Arc, time::Duration};
 use flotilla_crds::{FIELD_MANAGER, FederatedTypeConfig, KubeFedCluster, MEMBER_ROLE_ANNOTATION};
 use k8s_openapi::api::rbac::v1::{ClusterRole, PolicyRule};
 use kube::{
-    Api, Client, ResourceExt,
+    Api, Client, Resource, ResourceExt,
     api::{Patch, PatchParams},
-    runtime::reflector::{self, Store},
+    runtime::{
+        events::{EventType, Recorder},
+        reflector::{self, Store},
+    },
 };
 use serde_json::json;
 use tokio::sync::Notify;
@@ -44,6 +47,7 @@ pub async fn run(host: Client, namespace: String, clusters: ClusterSet) {
         &changed,
     );
     let _abort = AbortOnDrop([ftc_watch, kfc_watch]);
+    let recorder = crate::events::recorder(host, "flotilla-member-rbac");
     let mut cluster_changes = clusters.changes();
     let mut applied: HashMap<String, Vec<PolicyRule>> = HashMap::new();
     loop {
@@ -55,7 +59,7 @@ pub async fn run(host: Client, namespace: String, clusters: ClusterSet) {
         if ftcs.wait_until_ready().await.is_err() || kfcs.wait_until_ready().await.is_err() {
             return;
         }
-        reconcile_all(&ftcs, &kfcs, &clusters, &mut applied).await;
+        reconcile_all(&recorder, &ftcs, &kfcs, &clusters, &mut applied).await;
     }
 }
 
@@ -94,6 +98,7 @@ impl<const N: usize> Drop for AbortOnDrop<N> {
 }
 
 async fn reconcile_all(
+    recorder: &Recorder,
     ftcs: &Store<FederatedTypeConfig>,
     kfcs: &Store<KubeFedCluster>,
     clusters: &ClusterSet,
@@ -122,7 +127,22 @@ async fn reconcile_all(
                 applied.insert(name, rules);
             }
             Err(e) => {
-                warn!(cluster = %name, %role, error = %e, "updating the member cluster role failed")
+                warn!(cluster = %name, %role, error = %e, "updating the member cluster role failed");
+                // Said once per attempt that found work to do: attempts follow changes of
+                // the type configs, the registry and cluster health, not a timer loop.
+                let note = format!(
+                    "updating the member ClusterRole {role} to the enabled types failed: {e}; types enabled since may be forbidden in this cluster (join it again with `flotilla join`)"
+                );
+                let reference = kfc.object_ref(&());
+                crate::events::publish(
+                    recorder,
+                    &reference,
+                    EventType::Warning,
+                    "MemberRoleUpdateFailed",
+                    "ScopeCredential",
+                    note,
+                )
+                .await;
             }
         }
     }
