@@ -211,16 +211,18 @@ async fn a_black_holed_or_slow_member_neither_holds_back_the_others_nor_misses_o
     }
     // A healthy member must not wait on a faulty one: operations to a cluster that turns
     // unready end at once instead of holding a reconcile worker until their timeout (10 s
-    // connect, 30 s operation). So no object may reach member1 later than member2 was
-    // declared unready, plus the slowest object of the fault-free baseline and a second:
-    // a bound from this run's own measurements, not a fixed time on a shared machine.
+    // connect, 30 s operation). Bound from this run's own measurements, not a fixed time on
+    // a shared machine: twice member2's detection (objects queued behind workers that were
+    // released at detection; under latency, writes still answer slowly rather than hang),
+    // plus the slowest object of the fault-free baseline and a second. Before the fix the
+    // slowest objects took 10–30 s (black hole) and 8.3–8.7 s (2 s latency), detection 2–3 s.
     let base_max = phases[0].max;
     for p in &phases[1..] {
         let detected = p.not_ready_after.unwrap_or_else(not_ready_bound);
-        let bound = detected + base_max + Duration::from_secs(1);
+        let bound = detected * 2 + base_max + Duration::from_secs(1);
         ensure!(
             p.max <= bound,
-            "during {}: an object took {:?} to reach the healthy member1, past member2's \
+            "during {}: an object took {:?} to reach the healthy member1, past twice member2's \
              detection ({detected:?}) + the baseline's slowest ({base_max:?}) + 1 s (P99 \
              {:?}, {} of {OBJECTS} over {SLOW:?}): reconcile workers wait on the faulty member",
             p.label,
