@@ -16,7 +16,11 @@ use kube::{
 use serde_json::{Value, json};
 use tracing::info;
 
-use super::{breaker, ctl::Ctl, plan::Outcome};
+use super::{
+    breaker,
+    ctl::Ctl,
+    plan::{Outcome, excluded_message},
+};
 use crate::metrics::{ClusterLabels, OperationLabels};
 
 /// How long one member operation may take before it counts as timed out.
@@ -153,29 +157,30 @@ async fn execute(api: &Api<DynamicObject>, name: &str, op: &MemberOp<'_>) -> Out
     }
 }
 
-/// The member cache holds managed objects only, so an unmanaged one may exist: adoption
-/// rules (kubefed's `managed=false` and `adoptResources`) are checked before creating.
+/// The member cache holds the objects labelled `managed=true` or `managed=false`, so an
+/// object the user excluded has been reported by the plan already, without a request. An
+/// object without the label is not cached: with `adoptResources` Enabled (kubefed's
+/// default) the apply takes it over, so no read is needed — one request per created member
+/// object. With adoption Disabled it is read first, and an unmanaged object is left alone.
 async fn create(api: &Api<DynamicObject>, name: &str, object: &Value, adopt: bool) -> Outcome {
-    match api.get_metadata_opt_with(name, &GetParams::any()).await {
-        Err(e) => return Outcome::Status(ClusterReason::RetrievalFailed, e.to_string()),
-        Ok(Some(existing)) => {
-            let label = existing.labels().get(MANAGED_LABEL);
-            if label.is_some_and(|v| v == "false") {
-                return Outcome::Status(
-                    ClusterReason::ManagedLabelFalse,
-                    format!(
-                        "the member object is labelled {MANAGED_LABEL}=false; Flotilla leaves it alone"
-                    ),
-                );
+    if !adopt {
+        match api.get_metadata_opt_with(name, &GetParams::any()).await {
+            Err(e) => return Outcome::Status(ClusterReason::RetrievalFailed, e.to_string()),
+            Ok(Some(existing)) => {
+                let label = existing.labels().get(MANAGED_LABEL);
+                if label.is_some_and(|v| v == "false") {
+                    return Outcome::Status(ClusterReason::ManagedLabelFalse, excluded_message());
+                }
+                if label.is_none_or(|v| v != "true") {
+                    return Outcome::Status(
+                        ClusterReason::AlreadyExists,
+                        "an unmanaged object of this name exists and adoptResources is Disabled"
+                            .into(),
+                    );
+                }
             }
-            if label.is_none_or(|v| v != "true") && !adopt {
-                return Outcome::Status(
-                    ClusterReason::AlreadyExists,
-                    "an unmanaged object of this name exists and adoptResources is Disabled".into(),
-                );
-            }
+            Ok(None) => {}
         }
-        Ok(None) => {}
     }
     match apply(api, name, object).await {
         Ok(()) => Outcome::Ok,

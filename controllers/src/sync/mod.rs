@@ -143,7 +143,8 @@ impl TypeController {
         let members = Arc::new(MemberWatch::<DynamicObject>::start(
             shared.clusters.clone(),
             target_ar.clone(),
-            Some(format!("{MANAGED_LABEL}=true")),
+            // `managed=false` objects too: knowing them spares a read before each create.
+            Some(format!("{MANAGED_LABEL} in (true,false)")),
             member_tx,
         ));
         let ctl = Arc::new(Ctl {

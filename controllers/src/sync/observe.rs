@@ -10,7 +10,8 @@ use std::{
     time::{Duration, Instant},
 };
 
-use kube::ResourceExt;
+use flotilla_crds::MANAGED_LABEL;
+use kube::{ResourceExt, core::DynamicObject};
 use serde_json::Value;
 
 use super::{Key, ctl::Ctl, plan::Observed, plan::RECENT_WRITE_TTL};
@@ -100,16 +101,26 @@ impl Ctl {
         }
         let (ns, name) = self.member_name(key);
         match self.members.get(&cluster.name, ns, name) {
+            Some(obj) if !is_managed(&obj) => Observed::Excluded,
             Some(obj) => Observed::Present(serde_json::to_value(&*obj).unwrap_or(Value::Null)),
             None => Observed::Absent,
         }
+    }
+
+    /// Whether `cluster`'s cache holds a managed object for `key` (not one labelled
+    /// `managed=false`).
+    pub(super) fn holds_managed(&self, cluster: &str, key: &Key) -> bool {
+        let (ns, name) = self.member_name(key);
+        self.members
+            .get(cluster, ns, name)
+            .is_some_and(|o| is_managed(&o))
     }
 
     /// Every managed member object's key, for stray detection.
     pub(super) fn member_keys(&self) -> Vec<Key> {
         let mut keys = Vec::new();
         for cluster in self.members.clusters() {
-            for m in self.members.list(&cluster) {
+            for m in self.members.list(&cluster).iter().filter(|m| is_managed(m)) {
                 keys.push(if self.is_namespace_type {
                     (Some(m.name_any()), m.name_any())
                 } else {
@@ -119,6 +130,13 @@ impl Ctl {
         }
         keys
     }
+}
+
+/// The member cache holds objects labelled `managed=true` and `managed=false` (so that an
+/// object the user excluded is known without a read before each create); only the first
+/// are Flotilla's.
+fn is_managed(obj: &DynamicObject) -> bool {
+    obj.labels().get(MANAGED_LABEL).is_some_and(|v| v == "true")
 }
 
 #[cfg(test)]

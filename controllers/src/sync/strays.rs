@@ -22,7 +22,7 @@ impl Ctl {
             .clusters
             .ready()
             .into_iter()
-            .filter(|c| self.members.get(&c.name, m_ns, m_name).is_some())
+            .filter(|c| self.holds_managed(&c.name, key))
             .collect();
         if clusters.is_empty() {
             return Ok(Action::Done);

@@ -54,7 +54,7 @@ pub fn decide_deletion(
         Observed::NotReady | Observed::NotSynced if !may_hold => DeletionOp::Done,
         Observed::NotReady | Observed::NotSynced if timed_out => DeletionOp::Abandon,
         Observed::NotReady | Observed::NotSynced => DeletionOp::WaitForCluster,
-        Observed::Absent => DeletionOp::Done,
+        Observed::Absent | Observed::Excluded => DeletionOp::Done,
         Observed::Present(_) if keep => DeletionOp::Unlabel,
         Observed::Present(obj) if is_terminating(obj) => DeletionOp::WaitForRemoval,
         Observed::Present(_) => DeletionOp::Delete,
@@ -161,6 +161,14 @@ mod tests {
     fn deletion_is_done_in_a_cluster_without_the_object() {
         assert_eq!(
             decide_deletion(&Observed::Absent, true, false, false),
+            DeletionOp::Done
+        );
+    }
+
+    #[test]
+    fn an_object_labelled_managed_false_is_not_deleted() {
+        assert_eq!(
+            decide_deletion(&Observed::Excluded, true, false, false),
             DeletionOp::Done
         );
     }

@@ -12,7 +12,7 @@ use std::{
     time::Duration,
 };
 
-use flotilla_crds::{ClusterReason, core::ApiResource, federated::FederatedSpec};
+use flotilla_crds::{ClusterReason, MANAGED_LABEL, core::ApiResource, federated::FederatedSpec};
 use serde_json::{Value, json};
 
 /// Annotation on member objects holding the content hash of what Flotilla last applied.
@@ -32,6 +32,9 @@ pub enum Observed {
     Absent,
     /// Ready and synced; the managed member object.
     Present(Value),
+    /// Ready and synced; an object of that name labelled `kubefed.io/managed=false`: the
+    /// user asked Flotilla to leave it alone.
+    Excluded,
 }
 
 /// The desired object for one selected cluster, or why it could not be computed.
@@ -80,7 +83,14 @@ pub fn decide(
             "the cluster is not ready; the object is propagated when it returns".into(),
         ),
         (_, Observed::NotSynced) => Op::Wait,
-        (false, Observed::NotReady | Observed::Absent) => Op::Nothing,
+        (false, Observed::NotReady | Observed::Absent | Observed::Excluded) => Op::Nothing,
+        (true, Observed::Excluded) => match desired {
+            Some(DesiredFor::Failed(reason, msg)) => Op::Report(*reason, msg.clone()),
+            Some(DesiredFor::Object { .. }) => {
+                Op::Report(ClusterReason::ManagedLabelFalse, excluded_message())
+            }
+            None => Op::Nothing,
+        },
         (false, Observed::Present(obj)) => {
             if is_terminating(obj) {
                 Op::Report(ClusterReason::WaitingForRemoval, String::new())
@@ -113,6 +123,11 @@ pub fn decide(
             None => Op::Nothing,
         },
     }
+}
+
+/// Why an object labelled `managed=false` in a member is not written.
+pub fn excluded_message() -> String {
+    format!("the member object is labelled {MANAGED_LABEL}=false; Flotilla leaves it alone")
 }
 
 /// Whether a member object carries a deletion timestamp.
@@ -205,7 +220,7 @@ pub fn cache_lags(observed: &Observed, recent_hash: Option<&str>, desired_hash: 
     match observed {
         Observed::Absent => true,
         Observed::Present(obj) => recorded_hash(obj) != Some(desired_hash),
-        Observed::NotReady | Observed::NotSynced => false,
+        Observed::NotReady | Observed::NotSynced | Observed::Excluded => false,
     }
 }
 
@@ -414,6 +429,19 @@ mod tests {
             decide(true, &Observed::Absent, Some(&desired()), false),
             Op::Create
         );
+    }
+
+    #[test]
+    fn an_object_labelled_managed_false_is_reported_and_never_written() {
+        assert!(matches!(
+            decide(true, &Observed::Excluded, Some(&desired()), false),
+            Op::Report(ClusterReason::ManagedLabelFalse, _)
+        ));
+        assert_eq!(
+            decide(false, &Observed::Excluded, Some(&desired()), false),
+            Op::Nothing
+        );
+        assert_eq!(decide(false, &Observed::Excluded, None, true), Op::Nothing);
     }
 
     #[test]
