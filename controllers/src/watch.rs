@@ -101,7 +101,8 @@ pub async fn watch_into<K>(
     K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
     K::DynamicType: Eq + Hash + Clone + Send + Sync,
 {
-    let stream = reflector::reflector(writer, watcher(api, params.config()).default_backoff());
+    let events = watcher(api, params.config()).default_backoff().modify(trim);
+    let stream = reflector::reflector(writer, events);
     futures::pin_mut!(stream);
     while let Some(event) = stream.next().await {
         let flow = match event {
@@ -118,6 +119,20 @@ pub async fn watch_into<K>(
         if flow.is_break() {
             return;
         }
+    }
+}
+
+/// The annotation `kubectl apply` keeps: a second copy of the whole object.
+const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
+
+/// Drops what no controller reads from a cache, before it is stored: `managedFields` and
+/// `kubectl apply`'s copy of the object — together often larger than the object itself
+/// (writes never send a cached object back, so nothing is lost in the cluster).
+fn trim<K: Resource>(obj: &mut K) {
+    let meta = obj.meta_mut();
+    meta.managed_fields = None;
+    if let Some(annotations) = meta.annotations.as_mut() {
+        annotations.remove(LAST_APPLIED);
     }
 }
 
@@ -162,5 +177,25 @@ mod tests {
             (None, FailureLog::Debug)
         );
         assert_eq!(p.config().label_selector, None);
+    }
+
+    #[test]
+    fn cached_objects_lose_managed_fields_and_kubectls_copy_but_keep_other_annotations() {
+        let mut cm: k8s_openapi::api::core::v1::ConfigMap =
+            serde_json::from_value(serde_json::json!({
+                "metadata": {
+                    "name": "a",
+                    "annotations": {LAST_APPLIED: "{}", "flotilla.io/desired-hash": "h1"},
+                    "managedFields": [{"manager": "flotilla", "operation": "Apply"}]
+                },
+                "data": {"k": "v"}
+            }))
+            .expect("a ConfigMap");
+        trim(&mut cm);
+        assert_eq!(cm.metadata.managed_fields, None);
+        let annotations = cm.metadata.annotations.expect("annotations kept");
+        assert_eq!(annotations.len(), 1);
+        assert_eq!(annotations["flotilla.io/desired-hash"], "h1");
+        assert_eq!(cm.data.expect("data")["k"], "v");
     }
 }

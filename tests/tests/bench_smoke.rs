@@ -28,6 +28,13 @@ fn assert_phase_is_sane(what: &str, p: &Phase, member_objects: usize) {
         p.member_requests,
         p.host_requests
     );
+    assert!(
+        p.member_requests_per_member_object >= 1.0
+            && p.member_requests_per_member_object <= p.requests_per_member_object,
+        "{what}: the members' share of the requests, counted {} of {}",
+        p.member_requests_per_member_object,
+        p.requests_per_member_object
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -105,7 +112,7 @@ async fn a_small_benchmark_run_propagates_everything_and_reports_complete_figure
 
     assert!(report.cost.control_plane_cpu_s > 0.0);
     assert!(report.cost.control_plane_peak_rss_mib.is_finite());
-    assert_eq!(report.targets.len(), 5);
+    assert_eq!(report.targets.len(), 8);
     assert!(
         report.reference.is_none(),
         "only the named scenario carries reference figures"

@@ -164,7 +164,9 @@ fn phase(
         .collect();
     let member_requests = member_requests(before, after, &kind.target().plural);
     let host_requests = host_requests(kind, own_host_writes, o);
-    let total: u64 = member_requests.values().sum::<u64>() + host_requests.values().sum::<u64>();
+    let member_total: u64 = member_requests.values().sum();
+    let host_total: u64 = host_requests.values().sum();
+    let total = member_total + host_total;
     let cp_cpu = after.cp_cpu - before.cp_cpu;
     // In-process, the control plane's threads are part of this process's CPU time.
     let cp_in_process = if run.child_pid().is_some() {
@@ -180,6 +182,8 @@ fn phase(
         member_requests,
         host_requests,
         requests_per_member_object: ratio(total as f64, member_objects as f64),
+        member_requests_per_member_object: ratio(member_total as f64, member_objects as f64),
+        host_requests_per_federated_object: ratio(host_total as f64, names.len() as f64),
         control_plane_cpu_s: cp_cpu,
         generator_cpu_s: after.process_cpu - before.process_cpu - cp_in_process,
         clusters_cpu_s: after.clusters_cpu_total() - before.clusters_cpu_total(),

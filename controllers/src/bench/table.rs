@@ -228,14 +228,29 @@ fn comparison_rows(s: &mut String, label: &str, c: &Comparison) {
     row(s, "  latency p50", r.p50, f.p50, "ms", q.p50);
     row(s, "  latency p95", r.p95, f.p95, "ms", q.p95);
     row(s, "  latency p99", r.p99, f.p99, "ms", q.p99);
-    let req = |p: &Phase| p.requests_per_member_object;
-    row(
+    type Figure = fn(&Phase) -> f64;
+    let per_object: [(&str, Figure); 2] = [
+        ("  requests per member object", |p| {
+            p.requests_per_member_object
+        }),
+        ("    of which members'", |p| {
+            p.member_requests_per_member_object
+        }),
+    ];
+    for (label, req) in per_object {
+        row(
+            s,
+            label,
+            req(&c.raw),
+            req(&c.flotilla),
+            "",
+            ratio(req(&c.flotilla), req(&c.raw)),
+        );
+    }
+    let _ = writeln!(
         s,
-        "  requests per member object",
-        req(&c.raw),
-        req(&c.flotilla),
-        "",
-        ratio(req(&c.flotilla), req(&c.raw)),
+        "{:<34} {:>16} {:>16.2}",
+        "  host requests per federated object", "", c.flotilla.host_requests_per_federated_object
     );
 }
 
