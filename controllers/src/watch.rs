@@ -90,18 +90,26 @@ impl WatchParams {
 }
 
 /// Feeds `writer` from a watch on `api` and calls `on_change` for every change, after the
-/// store has applied it. Errors are logged as `params` says and retried with backoff. Runs
-/// until `on_change` breaks (its subscriber is gone) or the task is aborted.
+/// store has applied it. Every object is trimmed (see [`trim`]) and then passed through
+/// `shrink` (the caller's own cut, e.g. a status nobody reads) before it is stored. Errors
+/// are logged as `params` says and retried with backoff. Runs until `on_change` breaks (its
+/// subscriber is gone) or the task is aborted.
 pub async fn watch_into<K>(
     api: Api<K>,
     writer: reflector::store::Writer<K>,
     params: WatchParams,
+    shrink: fn(&mut K),
     mut on_change: impl FnMut(Change<'_, K>) -> ControlFlow<()>,
 ) where
     K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
     K::DynamicType: Eq + Hash + Clone + Send + Sync,
 {
-    let events = watcher(api, params.config()).default_backoff().modify(trim);
+    let events = watcher(api, params.config())
+        .default_backoff()
+        .modify(move |o| {
+            trim(o);
+            shrink(o);
+        });
     let stream = reflector::reflector(writer, events);
     futures::pin_mut!(stream);
     while let Some(event) = stream.next().await {
@@ -147,10 +155,16 @@ pub async fn reflect<K>(
     K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
     K::DynamicType: Eq + Hash + Clone + Send + Sync,
 {
-    watch_into(api, writer, WatchParams::host(what), |change| {
-        on_change(change);
-        ControlFlow::Continue(())
-    })
+    watch_into(
+        api,
+        writer,
+        WatchParams::host(what),
+        |_| {},
+        |change| {
+            on_change(change);
+            ControlFlow::Continue(())
+        },
+    )
     .await
 }
 

@@ -624,7 +624,8 @@ async fn member_watches_follow_member_readiness() -> anyhow::Result<()> {
         join(&plane.host, member, BTreeMap::new()).await?;
     }
     let (tx, mut rx) = mpsc::unbounded_channel();
-    let watch = MemberWatch::<ConfigMap>::start(plane.set.clone(), (), Some("app=x".into()), tx);
+    let watch =
+        MemberWatch::<ConfigMap>::start(plane.set.clone(), (), Some("app=x".into()), |_| {}, tx);
 
     for member in env.members() {
         let client = member.client().await?;

@@ -82,19 +82,24 @@ where
     K::DynamicType: Eq + Hash + Clone + Send + Sync + Debug,
 {
     /// Starts watching the kind in every Ready member of `set` (and every member that
-    /// becomes Ready later), keeping only objects matching `label_selector`. Events go to
-    /// `events`.
+    /// becomes Ready later), keeping only objects matching `label_selector`, each passed
+    /// through `shrink` before it is cached. Events go to `events`.
     pub fn start(
         set: ClusterSet,
         dyntype: K::DynamicType,
         label_selector: Option<String>,
+        shrink: fn(&mut K),
         events: mpsc::UnboundedSender<MemberEvent>,
     ) -> Self {
         let watches: Arc<RwLock<HashMap<String, RunningWatch<K>>>> = Arc::default();
+        let filter = Filter {
+            label_selector,
+            shrink,
+        };
         let supervisor = tokio::spawn(supervise::<K>(
             set,
             dyntype.clone(),
-            label_selector,
+            filter,
             events,
             watches.clone(),
         ));
@@ -142,10 +147,25 @@ where
     }
 }
 
+/// Which objects a member watch keeps, and how it shrinks them.
+struct Filter<K> {
+    label_selector: Option<String>,
+    shrink: fn(&mut K),
+}
+
+impl<K> Clone for Filter<K> {
+    fn clone(&self) -> Self {
+        Filter {
+            label_selector: self.label_selector.clone(),
+            shrink: self.shrink,
+        }
+    }
+}
+
 async fn supervise<K>(
     set: ClusterSet,
     dyntype: K::DynamicType,
-    label_selector: Option<String>,
+    filter: Filter<K>,
     events: mpsc::UnboundedSender<MemberEvent>,
     watches: Arc<RwLock<HashMap<String, RunningWatch<K>>>>,
 ) where
@@ -184,7 +204,7 @@ async fn supervise<K>(
                 let task = tokio::spawn(run_watch::<K>(
                     c.name.clone(),
                     Api::all_with(c.client.clone(), &dyntype),
-                    label_selector.clone(),
+                    filter.clone(),
                     writer,
                     events.clone(),
                 ));
@@ -209,15 +229,15 @@ async fn supervise<K>(
 async fn run_watch<K>(
     cluster: String,
     api: Api<K>,
-    label_selector: Option<String>,
+    filter: Filter<K>,
     writer: reflector::store::Writer<K>,
     events: mpsc::UnboundedSender<MemberEvent>,
 ) where
     K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
     K::DynamicType: Eq + Hash + Clone + Send + Sync,
 {
-    let params = WatchParams::member(cluster.clone(), label_selector);
-    watch_into(api, writer, params, |change| {
+    let params = WatchParams::member(cluster.clone(), filter.label_selector);
+    watch_into(api, writer, params, filter.shrink, |change| {
         let event = match change {
             Change::Object(o) => MemberEvent::Object {
                 cluster: cluster.clone(),

@@ -116,6 +116,16 @@ impl SyncShared {
     }
 }
 
+/// A member object's status is read only with status collection on; without it, the
+/// cache does not keep it.
+fn drop_status(obj: &mut DynamicObject) {
+    if let Some(data) = obj.data.as_object_mut() {
+        data.remove("status");
+    }
+}
+
+fn keep_all(_: &mut DynamicObject) {}
+
 /// Key of a federated object in the host.
 type Key = (Option<String>, String);
 
@@ -140,11 +150,17 @@ impl TypeController {
         let host_writer = reflector::store::Writer::<DynamicObject>::new(fed_ar.clone());
         let fns_writer = reflector::store::Writer::<DynamicObject>::new(federated_namespace_ar());
         let (member_tx, member_rx) = mpsc::unbounded_channel();
+        let collect_status = ftc.status_collection == Some(StatusCollectionMode::Enabled);
         let members = Arc::new(MemberWatch::<DynamicObject>::start(
             shared.clusters.clone(),
             target_ar.clone(),
             // `managed=false` objects too: knowing them spares a read before each create.
             Some(format!("{MANAGED_LABEL} in (true,false)")),
+            if collect_status {
+                keep_all
+            } else {
+                drop_status
+            },
             member_tx,
         ));
         let ctl = Arc::new(Ctl {
@@ -157,7 +173,7 @@ impl TypeController {
             host_store: host_writer.as_reader(),
             fns_store: fns_writer.as_reader(),
             members,
-            collect_status: ftc.status_collection == Some(StatusCollectionMode::Enabled),
+            collect_status,
             recent: Default::default(),
             availability: Default::default(),
         });
