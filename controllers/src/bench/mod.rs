@@ -41,6 +41,7 @@ mod requests;
 mod restart;
 mod session;
 mod snapshot;
+pub mod status_cost;
 mod table;
 mod tracker;
 mod warmup;
@@ -89,6 +90,12 @@ pub enum Scenario {
     #[value(name = "10-members")]
     #[serde(rename = "10-members")]
     TenMembers,
+    /// What one status write of a federated object costs the host API server, by patch
+    /// type, status and object size and number of watchers (no control plane; a table of
+    /// its own, see `status_cost`).
+    #[value(name = "status-cost")]
+    #[serde(rename = "status-cost")]
+    StatusCost,
 }
 
 impl Scenario {
@@ -98,6 +105,7 @@ impl Scenario {
             Scenario::Karmada200x2 => ("karmada-200x2", 2, 200),
             Scenario::Restart10k => ("restart-10k", 2, 10_000),
             Scenario::TenMembers => ("10-members", 10, 1_000),
+            Scenario::StatusCost => ("status-cost", 1, 1_000),
         }
     }
 }

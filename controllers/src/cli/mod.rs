@@ -208,6 +208,12 @@ pub async fn execute(cli: Cli, ctx: Context) -> anyhow::Result<()> {
         #[cfg(feature = "dev")]
         Command::Dev(cmd) => dev::run(&global, cmd, &ctx).await,
         #[cfg(feature = "dev")]
+        Command::Bench(opts) if opts.scenario == Some(crate::bench::Scenario::StatusCost) => {
+            let report = crate::bench::status_cost::run(&opts).await?;
+            ctx.out.write(report.table());
+            Ok(())
+        }
+        #[cfg(feature = "dev")]
         Command::Bench(opts) => {
             let report = crate::bench::run(opts).await?;
             ctx.out.write(report.table());
