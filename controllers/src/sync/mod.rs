@@ -35,6 +35,7 @@ use std::{
 use flotilla_crds::{
     MANAGED_LABEL,
     core::{EffectiveConfig, FederatedTypeConfigSpec, StatusCollectionMode},
+    workload::WorkloadKind,
 };
 use kube::{
     Api, Client, ResourceExt,
@@ -135,6 +136,7 @@ impl TypeController {
         let is_namespace_type =
             ftc.target_type.group.is_empty() && ftc.target_type.kind == "Namespace";
         let needs_ns_placement = target_namespaced && !is_namespace_type;
+        let collect_status = ftc.status_collection == Some(StatusCollectionMode::Enabled);
         let cancel = CancellationToken::new();
         let queue: Arc<WorkQueue<Key>> = WorkQueue::new();
         let host_writer = reflector::store::Writer::<DynamicObject>::new(fed_ar.clone());
@@ -156,7 +158,8 @@ impl TypeController {
             host_store: host_writer.as_reader(),
             fns_store: fns_writer.as_reader(),
             members,
-            collect_status: ftc.status_collection == Some(StatusCollectionMode::Enabled),
+            collect_status,
+            workload: WorkloadKind::of(&ftc.target_type).filter(|_| collect_status),
             recent: Default::default(),
             availability: Default::default(),
         });

@@ -16,9 +16,9 @@ use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, DeleteParams, Patch, PatchParams};
+use kube::runtime::WatchStreamExt as _;
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::watcher::{self, Event};
-use kube::runtime::WatchStreamExt as _;
 use kube::{Client, ResourceExt as _};
 use serde_json::json;
 use tokio::task::JoinHandle;
@@ -200,7 +200,9 @@ impl Kubelet {
             Ok(()) => {}
             // Gone meanwhile: nothing left to do for it.
             Err(kube::Error::Api(s)) if s.code == 404 => {}
-            Err(e) => debug!(cluster = %self.cluster, pod = %name, %namespace, error = %e, "updating the pod failed"),
+            Err(e) => {
+                debug!(cluster = %self.cluster, pod = %name, %namespace, error = %e, "updating the pod failed")
+            }
         }
     }
 }

@@ -32,7 +32,11 @@ pub(crate) enum PodAction {
 
 /// Decides what to do with `pod`, given this kubelet's `nodes` and the image prefixes
 /// whose pods stay unready.
-pub(crate) fn decide(pod: &Pod, nodes: &BTreeSet<String>, unready_prefixes: &[String]) -> PodAction {
+pub(crate) fn decide(
+    pod: &Pod,
+    nodes: &BTreeSet<String>,
+    unready_prefixes: &[String],
+) -> PodAction {
     let bound_here = pod
         .spec
         .as_ref()
@@ -67,9 +71,11 @@ pub(crate) fn wants_ready(pod: &Pod, unready_prefixes: &[String]) -> bool {
         .iter()
         .flat_map(|s| s.containers.iter())
         .filter_map(|c| c.image.as_deref());
-    !images
-        .into_iter()
-        .any(|image| unready_prefixes.iter().any(|p| image.starts_with(p.as_str())))
+    !images.into_iter().any(|image| {
+        unready_prefixes
+            .iter()
+            .any(|p| image.starts_with(p.as_str()))
+    })
 }
 
 fn condition<'a>(pod: &'a Pod, type_: &str) -> Option<&'a str> {
@@ -109,7 +115,10 @@ pub(crate) fn running_status(pod: &Pod, ip: &str, ready: bool, now: Timestamp) -
         (
             "False",
             Some("ContainersNotReady".to_owned()),
-            Some(format!("containers with unready status: [{}]", names.join(" "))),
+            Some(format!(
+                "containers with unready status: [{}]",
+                names.join(" ")
+            )),
         )
     };
     let cond = |type_: &str, status: &str, unready: bool| PodCondition {
@@ -238,7 +247,11 @@ mod tests {
 
     #[test]
     fn a_finished_pod_is_left_alone() {
-        let p = pod(Some("member1-node1"), "nginx", json!({"phase": "Succeeded"}));
+        let p = pod(
+            Some("member1-node1"),
+            "nginx",
+            json!({"phase": "Succeeded"}),
+        );
         assert_eq!(decide(&p, &nodes(), &unready()), PodAction::Ignore);
     }
 
@@ -251,7 +264,12 @@ mod tests {
         let containers = s.container_statuses.expect("container statuses");
         assert_eq!(containers.len(), 1);
         assert!(containers[0].ready);
-        assert!(containers[0].state.as_ref().is_some_and(|st| st.running.is_some()));
+        assert!(
+            containers[0]
+                .state
+                .as_ref()
+                .is_some_and(|st| st.running.is_some())
+        );
     }
 
     #[test]
