@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # Installs what Flotilla's local clusters need: etcd (Debian's etcd-server), kubectl check,
-# and kube-apiserver + kube-controller-manager v1.20.2 built from Debian bookworm's
-# `kubernetes` source package (see docs/development.md). Cached outside the repository;
-# a second run with the cache present does nothing.
+# and kube-apiserver + kube-controller-manager + kube-scheduler v1.20.2 built from Debian
+# bookworm's `kubernetes` source package (see docs/development.md). Cached outside the
+# repository; a second run with the cache complete does nothing, and a cache that lacks some
+# of the binaries (an older cache without kube-scheduler) gets only the missing ones built.
 #
-# KUBE_BIN_DIR: use the binaries from this directory instead (any Kubernetes build).
+# KUBE_BIN_DIR: use the binaries from this directory instead (any Kubernetes build); it needs
+# kube-apiserver and kube-controller-manager, and kube-scheduler for pods to be scheduled.
 # FLOTILLA_CACHE: cache root (default ~/.cache/flotilla).
 set -euo pipefail
 
@@ -41,15 +43,23 @@ if ! command -v kubectl >/dev/null 2>&1; then
   apt_install kubernetes-client
 fi
 
+BINARIES=(kube-apiserver kube-controller-manager kube-scheduler)
+
 if [ -n "${KUBE_BIN_DIR:-}" ]; then
   for b in kube-apiserver kube-controller-manager; do
     [ -x "$KUBE_BIN_DIR/$b" ] || { log "KUBE_BIN_DIR=$KUBE_BIN_DIR has no executable $b"; exit 1; }
   done
+  [ -x "$KUBE_BIN_DIR/kube-scheduler" ] \
+    || log "KUBE_BIN_DIR=$KUBE_BIN_DIR has no kube-scheduler: pods in the local clusters stay Pending"
   echo "$KUBE_BIN_DIR"
   exit 0
 fi
 
-if [ -x "$OUT/kube-apiserver" ] && [ -x "$OUT/kube-controller-manager" ]; then
+MISSING=()
+for b in "${BINARIES[@]}"; do
+  [ -x "$OUT/$b" ] || MISSING+=("$b")
+done
+if [ ${#MISSING[@]} -eq 0 ]; then
   echo "$OUT"
   exit 0
 fi
@@ -104,17 +114,21 @@ fi
 
 mkdir -p "$SRC/.go/src/k8s.io"
 ln -sfn "$SRC" "$SRC/.go/src/k8s.io/kubernetes"
-log "building kube-apiserver and kube-controller-manager (several minutes)"
+WHAT=""
+for b in "${MISSING[@]}"; do WHAT="$WHAT cmd/$b"; done
+log "building ${MISSING[*]} (several minutes)"
 (
   cd "$SRC/.go/src/k8s.io/kubernetes"
   export GOPATH="$SRC/.go" CGO_ENABLED=0 GOFLAGS=-mod=vendor GO111MODULE=on
   export KUBE_GIT_VERSION="$K8S_VERSION" KUBE_GIT_TREE_STATE=clean
-  make WHAT="cmd/kube-apiserver cmd/kube-controller-manager" >&2
+  make WHAT="${WHAT# }" >&2
 )
-BIN=$(find "$SRC/_output" -type f -name kube-apiserver -perm -u+x | head -n1)
-[ -n "$BIN" ] || { log "build produced no kube-apiserver"; exit 1; }
-cp "$(dirname "$BIN")/kube-apiserver" "$(dirname "$BIN")/kube-controller-manager" "$OUT/"
-log "installed into $OUT"
+for b in "${MISSING[@]}"; do
+  BIN=$(find "$SRC/_output" -type f -name "$b" -perm -u+x | head -n1)
+  [ -n "$BIN" ] || { log "build produced no $b"; exit 1; }
+  cp "$BIN" "$OUT/"
+done
+log "installed ${MISSING[*]} into $OUT"
 # The source tree is large; keep only the binaries.
 rm -rf "$BUILD"
 echo "$OUT"

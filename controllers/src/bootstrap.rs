@@ -12,7 +12,7 @@ use std::{sync::Arc, time::Duration};
 
 use flotilla_crds::{
     DEFAULT_NAMESPACE, FederatedTypeConfig, KUBEFED_CONFIG_NAME, KubeFedConfig, KubeFedConfigSpec,
-    crdgen,
+    core::StatusCollectionMode, crdgen, workload::WorkloadKind,
 };
 use flotilla_localenv::{Cluster, LocalEnv};
 use k8s_openapi::api::core::v1::Namespace;
@@ -109,6 +109,10 @@ pub struct Bootstrap {
     pub config: KubeFedConfigSpec,
     /// How long the in-process control plane may take to see every member Ready.
     pub ready_timeout: Duration,
+    /// Give the workload types' FederatedTypeConfigs (Deployment, ReplicaSet, Job)
+    /// `statusCollection: Enabled`, so their federated objects carry the members' status
+    /// and `status.aggregated` (default `false`, kubefed's default; `dev up` turns it on).
+    pub collect_workload_status: bool,
 }
 
 /// The federation set up on a [`LocalEnv`]: clients and the KubeFedCluster names.
@@ -132,6 +136,7 @@ impl Bootstrap {
             crd_timeout: Duration::from_secs(60),
             config: KubeFedConfigSpec::with_defaults(),
             ready_timeout: Duration::from_secs(60),
+            collect_workload_status: false,
         }
     }
 
@@ -190,7 +195,10 @@ impl Bootstrap {
             .map_err(api("writing the KubeFedConfig"))?;
         let ftcs: Api<FederatedTypeConfig> = Api::namespaced(host.clone(), ns);
         for t in crdgen::default_target_types() {
-            let ftc = crdgen::federated_type_config(&t, ns);
+            let mut ftc = crdgen::federated_type_config(&t, ns);
+            if self.collect_workload_status && WorkloadKind::of(&t.api).is_some() {
+                ftc.spec.status_collection = Some(StatusCollectionMode::Enabled);
+            }
             let name = ftc.name_any();
             ftcs.patch(&name, &pp, &Patch::Apply(&ftc))
                 .await

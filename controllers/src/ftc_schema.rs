@@ -1,7 +1,8 @@
 //! A check of the Federated&lt;Kind&gt; CRD a type config uses. kubefed's own CRDs declare
 //! `status.clusters[]` with only `name`, `status` and `remoteStatus`, and conditions without
 //! a `message`, so the API server prunes Flotilla's per-cluster messages (the member's own
-//! words behind `CreationFailed`, say) and users see a bare reason. Flotilla's CRDs
+//! words behind `CreationFailed`, say) and users see a bare reason; nor do they declare
+//! `status.aggregated` of workload types. Flotilla's CRDs
 //! (`config/crds`, `flotilla enable`) keep them. The controller has no right to change
 //! CRDs, so it says so once per start of the type, in the log and as an Event.
 
@@ -11,12 +12,21 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{
 use kube::{Api, Client, Resource, runtime::events::EventType};
 use tracing::{debug, warn};
 
-use flotilla_crds::{FederatedTypeConfig, core::ApiResource};
+use flotilla_crds::{
+    FederatedTypeConfig,
+    core::{ApiResource, StatusCollectionMode},
+    workload::WorkloadKind,
+};
 
 /// Fields of Flotilla's status that a CRD's schema does not declare (and the API server
-/// therefore drops), for the given version. Empty when the schema keeps them, or when the
+/// therefore drops), for the given version: the messages, and `status.aggregated` when
+/// `aggregated` says the type writes it. Empty when the schema keeps them, or when the
 /// version has no schema or preserves unknown fields.
-pub fn pruned_status_fields(crd: &CustomResourceDefinition, version: &str) -> Vec<&'static str> {
+pub fn pruned_status_fields(
+    crd: &CustomResourceDefinition,
+    version: &str,
+    aggregated: bool,
+) -> Vec<&'static str> {
     let Some(schema) = crd
         .spec
         .versions
@@ -44,6 +54,9 @@ pub fn pruned_status_fields(crd: &CustomResourceDefinition, version: &str) -> Ve
             missing.push(field);
         }
     }
+    if aggregated && !keeps(status, "aggregated") {
+        missing.push("status.aggregated");
+    }
     missing
 }
 
@@ -69,12 +82,14 @@ pub async fn warn_if_pruning(host: &Client, ftc: &FederatedTypeConfig) {
             return;
         }
     };
-    let missing = pruned_status_fields(&crd, &fed.version);
+    let aggregated = ftc.spec.status_collection == Some(StatusCollectionMode::Enabled)
+        && WorkloadKind::of(&ftc.spec.target_type).is_some();
+    let missing = pruned_status_fields(&crd, &fed.version, aggregated);
     if missing.is_empty() {
         return;
     }
     let note = format!(
-        "the CRD {} does not declare {}: the API server drops those messages from status (kubefed's CRD); apply Flotilla's CRD (flotilla enable, or config/crds) to keep them",
+        "the CRD {} does not declare {}: the API server drops those fields from status (kubefed's CRD); apply Flotilla's CRD (flotilla enable, or config/crds) to keep them",
         fed.qualified_name(),
         missing.join(" and ")
     );
@@ -121,8 +136,12 @@ mod tests {
                 "type": {"type": "string"}, "status": {"type": "string"}, "reason": {"type": "string"}}}}
         }}));
         assert_eq!(
-            pruned_status_fields(&kubefed, "v1beta1"),
+            pruned_status_fields(&kubefed, "v1beta1", false),
             vec!["status.clusters[].message", "status.conditions[].message"]
+        );
+        assert_eq!(
+            pruned_status_fields(&kubefed, "v1beta1", true).last(),
+            Some(&"status.aggregated")
         );
     }
 
@@ -133,7 +152,7 @@ mod tests {
             .filter(|c| c.spec.group == flotilla_crds::TYPES_GROUP)
         {
             assert!(
-                pruned_status_fields(&crd, "v1beta1").is_empty(),
+                pruned_status_fields(&crd, "v1beta1", true).is_empty(),
                 "{:?}",
                 crd.metadata.name
             );
@@ -143,7 +162,7 @@ mod tests {
     #[test]
     fn an_unknown_version_or_a_schema_without_status_is_not_reported() {
         let c = crd(json!({"type": "object", "x-kubernetes-preserve-unknown-fields": true}));
-        assert!(pruned_status_fields(&c, "v1beta1").is_empty());
-        assert!(pruned_status_fields(&c, "v2").is_empty());
+        assert!(pruned_status_fields(&c, "v1beta1", true).is_empty());
+        assert!(pruned_status_fields(&c, "v2", true).is_empty());
     }
 }

@@ -7,7 +7,8 @@
 //! kind `Federated<Kind>`, plural `federated<plural>`, short names `f<short>`, the target's
 //! scope except that FederatedNamespace is namespaced. Beyond kubefed they require
 //! `spec.template` (so a manifest missing it is rejected by the API server, naming the
-//! field), have printer columns for the `Propagation` condition, and belong to the
+//! field), have printer columns for the `Propagation` condition (workload types: first
+//! the clusters and pods ready, from `status.aggregated`), and belong to the
 //! categories `federated` and `kubefed` (`kubectl get federated`).
 //!
 //! Schemas are generated with the settings `kube`'s derive uses (inline subschemas,
@@ -30,6 +31,7 @@ use crate::core::{
 };
 use crate::federated::{FederatedSpec, FederatedStatus};
 use crate::scheduling::ReplicaSchedulingPreference;
+use crate::workload::WorkloadKind;
 use crate::{DEFAULT_NAMESPACE, TYPES_GROUP, V1BETA1};
 
 /// Generating or rendering CRDs failed.
@@ -306,13 +308,6 @@ pub fn try_federated_crd(
             what: fed.kind.clone(),
             source,
         })?;
-    let condition = |field: &str| format!(".status.conditions[?(@.type=='Propagation')].{field}");
-    let column = |name: &str, type_: &str, json_path: String| CustomResourceColumnDefinition {
-        name: name.into(),
-        type_: type_.into(),
-        json_path,
-        ..Default::default()
-    };
     Ok(CustomResourceDefinition {
         metadata: ObjectMeta {
             name: Some(fed.qualified_name()),
@@ -344,17 +339,41 @@ pub fn try_federated_crd(
                     status: Some(CustomResourceSubresourceStatus(json!({}))),
                     scale: None,
                 }),
-                additional_printer_columns: Some(vec![
-                    column("Ready", "string", condition("status")),
-                    column("Reason", "string", condition("reason")),
-                    column("Age", "date", ".metadata.creationTimestamp".into()),
-                ]),
+                additional_printer_columns: Some(printer_columns(target)),
                 ..Default::default()
             }],
             ..Default::default()
         },
         status: None,
     })
+}
+
+/// `kubectl get` columns of a Federated&lt;Kind&gt;: the `Propagation` condition (READY,
+/// REASON) and the age; workload types answer "is my app running" first, from
+/// `status.aggregated` (CLUSTERS 2/2, READY 9/9), and show the condition as PROPAGATED.
+fn printer_columns(target: &TargetType) -> Vec<CustomResourceColumnDefinition> {
+    let condition = |field: &str| format!(".status.conditions[?(@.type=='Propagation')].{field}");
+    let column = |name: &str, type_: &str, json_path: String| CustomResourceColumnDefinition {
+        name: name.into(),
+        type_: type_.into(),
+        json_path,
+        ..Default::default()
+    };
+    let age = column("Age", "date", ".metadata.creationTimestamp".into());
+    let reason = column("Reason", "string", condition("reason"));
+    match WorkloadKind::of(&target.api) {
+        None => vec![column("Ready", "string", condition("status")), reason, age],
+        Some(kind) => {
+            let (pods, path) = kind.pods_column();
+            vec![
+                column("Clusters", "string", ".status.aggregated.clusters".into()),
+                column(pods, "string", path.into()),
+                column("Propagated", "string", condition("status")),
+                reason,
+                age,
+            ]
+        }
+    }
 }
 
 /// The Federated&lt;Kind&gt; CRD of a target type. `template_schema` is the target's own
@@ -738,6 +757,42 @@ mod tests {
                 .as_ref()
                 .is_some_and(|s| s.status.is_some())
         );
+    }
+
+    #[test]
+    fn workload_crds_show_clusters_and_ready_pods_first() {
+        let columns = |kind: &str| -> Vec<(String, String)> {
+            federated_crd(&target(kind), None).spec.versions[0]
+                .additional_printer_columns
+                .clone()
+                .unwrap_or_default()
+                .into_iter()
+                .map(|c| (c.name, c.json_path))
+                .collect()
+        };
+        let deployment = columns("Deployment");
+        assert_eq!(
+            deployment[..3],
+            [
+                (
+                    "Clusters".to_string(),
+                    ".status.aggregated.clusters".to_string()
+                ),
+                ("Ready".to_string(), ".status.aggregated.ready".to_string()),
+                (
+                    "Propagated".to_string(),
+                    ".status.conditions[?(@.type=='Propagation')].status".to_string()
+                ),
+            ]
+        );
+        assert_eq!(
+            columns("Job")[1],
+            (
+                "Completions".to_string(),
+                ".status.aggregated.completions".to_string()
+            )
+        );
+        assert_eq!(columns("ConfigMap")[0].0, "Ready");
     }
 
     #[test]

@@ -125,6 +125,10 @@ pub struct FederatedStatus {
     /// Per-cluster propagation results.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub clusters: Vec<ClusterStatus>,
+    /// Flotilla extension: a workload's status summed over its clusters (Deployment,
+    /// ReplicaSet, StatefulSet, DaemonSet, Job with `statusCollection: Enabled`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub aggregated: Option<crate::workload::AggregatedStatus>,
 }
 
 fn is_zero(n: &i64) -> bool {

@@ -14,6 +14,7 @@ pub mod overrides;
 pub mod placement;
 pub mod reason;
 pub mod scheduling;
+pub mod workload;
 
 pub use crate::core::{
     ClusterCondition, FederatedTypeConfig, FederatedTypeConfigSpec, FederatedTypeConfigStatus,

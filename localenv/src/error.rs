@@ -6,10 +6,11 @@ use std::time::Duration;
 /// Everything that can go wrong while starting, driving or stopping a [`crate::LocalEnv`].
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    /// `kube-apiserver` or `kube-controller-manager` is not where it should be.
+    /// `kube-apiserver`, `kube-controller-manager` or (for simulated pods)
+    /// `kube-scheduler` is not where it should be.
     #[error(
         "{binary} not found in {}: run scripts/install-k8s.sh (it builds Kubernetes {}), or point \
-         KUBE_BIN_DIR at a directory holding kube-apiserver and kube-controller-manager",
+         KUBE_BIN_DIR at a directory holding kube-apiserver, kube-controller-manager and kube-scheduler",
         dir.display(),
         crate::KUBE_VERSION
     )]

@@ -3,7 +3,9 @@
 //! [`LocalEnv::start`] runs one etcd and, per cluster (`host`, `member1`, …), a
 //! kube-apiserver with its own etcd prefix, CA and serving certificate, static admin token
 //! and RBAC, plus a kube-controller-manager, all on loopback. Clients verify TLS against the
-//! generated CA. Dropping the environment stops every process and deletes its directory;
+//! generated CA. With [`EnvOptions::pods`], each member also gets a kube-scheduler and a
+//! simulated kubelet: pods are bound to simulated nodes and reported Running and Ready,
+//! but **no container runs**. Dropping the environment stops every process and deletes its directory;
 //! children also die with the test process if it is killed.
 //!
 //! ```no_run
@@ -27,6 +29,7 @@ mod env;
 mod error;
 mod etcd;
 mod kubeconfig;
+mod kubelet;
 mod pki;
 mod ports;
 mod process;
@@ -37,6 +40,7 @@ use std::path::PathBuf;
 pub use cluster::Cluster;
 pub use env::{EnvOptions, LocalEnv};
 pub use error::Error;
+pub use kubelet::PodSimulation;
 pub use proxy::{FaultMode, FaultProxy, ProxyStats};
 
 /// The Kubernetes version `scripts/install-k8s.sh` builds and caches.

@@ -15,7 +15,7 @@ use kube::{
 };
 use serde_json::{Value, json};
 
-use crate::{LocalEnv, env};
+use crate::{EnvOptions, LocalEnv, env, env_with};
 
 /// Field manager of the tests' own writes.
 const MANAGER: &str = "flotilla-tests";
@@ -104,8 +104,21 @@ pub fn bootstrap() -> Bootstrap {
 /// Starts host + `members` members with the control plane, every default type enabled,
 /// health checked every second. Members are labelled `name=<cluster>`.
 pub async fn federation(members: usize) -> anyhow::Result<Federation> {
-    let env = env(members).await;
-    let boot = bootstrap();
+    federate(env(members).await, bootstrap()).await
+}
+
+/// Like [`federation`], with pods that run (in appearance: a scheduler and a simulated
+/// kubelet per member, no containers) and the workload types' status collected, so their
+/// federated objects carry `status.aggregated`.
+pub async fn federation_with_pods(members: usize) -> anyhow::Result<Federation> {
+    let env = env_with(EnvOptions::with_members(members).with_pods()).await;
+    let mut boot = bootstrap();
+    boot.collect_workload_status = true;
+    federate(env, boot).await
+}
+
+async fn federate(env: LocalEnv, boot: Bootstrap) -> anyhow::Result<Federation> {
+    let members = env.members().len();
     let fed = boot.federate(&env, |_| {}).await?;
     let cp = boot.start_control_plane(&fed.host, members).await?;
     Ok(Federation {

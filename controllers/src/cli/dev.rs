@@ -67,8 +67,9 @@ Examples:
   # CI: exit 0 once the samples are propagated (non-zero on failure), cleaning up
   flotilla dev up --non-interactive
 
-Needs kube-apiserver and kube-controller-manager (scripts/install-k8s.sh, or KUBE_BIN_DIR)
-and etcd on PATH.";
+Needs kube-apiserver, kube-controller-manager and kube-scheduler (scripts/install-k8s.sh, or
+KUBE_BIN_DIR) and etcd on PATH. Pods are scheduled onto simulated nodes and reported Running
+and Ready by a simulated kubelet: no container runs.";
 
 /// Arguments of `flotilla dev up`.
 #[derive(Debug, Clone, clap::Args)]
@@ -113,7 +114,7 @@ async fn up(args: DevUpArgs, ctx: &Context) -> anyhow::Result<()> {
         args.members
     ));
     let env = cancellable(&ctx.shutdown, async {
-        LocalEnv::start(EnvOptions::with_members(args.members.into()))
+        LocalEnv::start(EnvOptions::with_members(args.members.into()).with_pods())
             .await
             .map_err(|e| anyhow::Error::new(e).context("starting the local clusters"))
     })
@@ -160,6 +161,7 @@ async fn federate_and_wait(env: &LocalEnv, args: &DevUpArgs, ctx: &Context) -> a
 /// defaults, so members turn Ready within a second or two.
 fn bootstrap() -> Bootstrap {
     let mut boot = Bootstrap::new(FIELD_MANAGER);
+    boot.collect_workload_status = true;
     if let Some(hc) = boot.config.cluster_health_check.as_mut() {
         hc.period = Some("2s".into());
         hc.timeout = Some("2s".into());
@@ -214,6 +216,11 @@ async fn run_demo(
     out.write(status::table(&objects));
     out.line("");
     out.line(format!("all propagated: {}", status::summary(&objects)));
+    out.line(
+        "\nWaiting for the workloads' pods (simulated kubelet: pods are reported Running, no container runs)...\n",
+    );
+    let objects = cancellable(cancel, wait_workloads_ready(host, &selection, args.timeout)).await?;
+    out.write(status::table(&objects));
 
     let kubeconfig = match &args.kubeconfig_out {
         Some(path) => {
@@ -234,6 +241,32 @@ async fn run_demo(
     Ok(())
 }
 
+/// Waits until every federated workload in `selection` reports all its clusters and pods
+/// ready (`status.aggregated`), and returns the last snapshot.
+async fn wait_workloads_ready(
+    host: &Client,
+    selection: &Selection,
+    timeout: Duration,
+) -> anyhow::Result<Vec<status::ObjectState>> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        let (objects, _) =
+            status::snapshot(host, flotilla_crds::DEFAULT_NAMESPACE, selection).await?;
+        let ready = objects
+            .iter()
+            .filter_map(|o| o.status.aggregated.as_ref())
+            .all(|a| a.all_ready());
+        if ready {
+            return Ok(objects);
+        }
+        anyhow::ensure!(
+            Instant::now() < deadline,
+            "the workloads' pods were not all ready within {timeout:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
 /// What to try next, printed once everything is propagated.
 fn instructions(env: &LocalEnv, kubeconfig: &str) -> String {
     let mut text = String::from("\nThe local federation is running:\n");
@@ -249,7 +282,9 @@ fn instructions(env: &LocalEnv, kubeconfig: &str) -> String {
     text.push_str(&format!(
         "  {k} --context host get federatednamespaces,federatedconfigmaps,federateddeployments -n demo\n"
     ));
-    text.push_str(&format!("  {k} --context member1 get deploy -n demo\n"));
+    text.push_str(&format!(
+        "  {k} --context member1 get deploy,pods -n demo -o wide   # simulated pods: no container runs\n"
+    ));
     text.push_str(&format!(
         "  {k} --context member1 get configmap web-config -n demo -o yaml\n"
     ));

@@ -227,6 +227,18 @@ fn remote_summary(status: &serde_json::Value) -> Option<String> {
     Some(format!("{ready}/{replicas} ready"))
 }
 
+/// The aggregated figure of a workload (`statusCollection: Enabled`): pods ready (Jobs:
+/// completions) and clusters ready, e.g. `6/6 (2/2 clusters)`; `-` for other types.
+fn ready_cell(o: &ObjectState) -> String {
+    match &o.status.aggregated {
+        Some(a) => match a.ready.as_ref().or(a.completions.as_ref()) {
+            Some(pods) => format!("{pods} ({} clusters)", a.clusters),
+            None => format!("({} clusters)", a.clusters),
+        },
+        None => "-".to_owned(),
+    }
+}
+
 fn shorten(text: &str, width: usize) -> String {
     if text.chars().count() <= width {
         return text.to_owned();
@@ -236,11 +248,16 @@ fn shorten(text: &str, width: usize) -> String {
 }
 
 /// The table: one row per object and cluster (`-` when no cluster is selected), with the
-/// object's Propagation condition and each cluster's state (`OK`, or reason: message).
+/// object's Propagation condition and each cluster's state (`OK`, or reason: message);
+/// when a workload's status is aggregated, a READY column with its figure.
 pub fn table(objects: &[ObjectState]) -> String {
     let namespaced = objects.iter().any(|o| o.namespace.is_some());
+    let aggregated = objects.iter().any(|o| o.status.aggregated.is_some());
     let mut rows: Vec<Vec<String>> = Vec::new();
     let mut header = vec!["OBJECT", "PROPAGATION", "CLUSTER", "STATUS"];
+    if aggregated {
+        header.insert(1, "READY");
+    }
     if namespaced {
         header.insert(0, "NAMESPACE");
     }
@@ -279,6 +296,9 @@ pub fn table(objects: &[ObjectState]) -> String {
         }
         for (cluster, state) in clusters {
             let mut row = vec![o.object(), propagation_cell(o), cluster, state];
+            if aggregated {
+                row.insert(1, ready_cell(o));
+            }
             if namespaced {
                 row.insert(0, o.namespace.clone().unwrap_or_else(|| "-".into()));
             }
@@ -511,6 +531,32 @@ mod tests {
         );
     }
 
+    #[test]
+    fn an_aggregated_workload_shows_its_ready_pods_and_clusters() {
+        let mut web = object("web", ("True", ""), &[("member1", "", "")]);
+        web.status.aggregated = Some(flotilla_crds::workload::AggregatedStatus {
+            clusters: "1/2".into(),
+            ready: Some("3/6".into()),
+            ..Default::default()
+        });
+        let plain = object("config", ("True", ""), &[("member1", "", "")]);
+        let t = table(&[web, plain]);
+        let header = t.lines().next().unwrap_or_default();
+        assert!(header.contains("READY"), "{t}");
+        assert!(t.contains("3/6 (1/2 clusters)"), "{t}");
+        let config_row = t.lines().find(|l| l.contains("config")).unwrap_or_default();
+        assert!(config_row.contains(" - "), "{t}");
+    }
+
+    #[test]
+    fn without_aggregated_workloads_the_table_has_no_ready_column() {
+        let t = table(&[object("config", ("True", ""), &[("member1", "", "")])]);
+        assert!(
+            !t.lines().next().unwrap_or_default().contains("READY"),
+            "{t}"
+        );
+    }
+
     fn object(name: &str, condition: (&str, &str), clusters: &[(&str, &str, &str)]) -> ObjectState {
         ObjectState {
             kind: "FederatedConfigMap".into(),
@@ -534,6 +580,7 @@ mod tests {
                         remote_status: None,
                     })
                     .collect(),
+                aggregated: None,
             },
         }
     }

@@ -10,6 +10,7 @@ use flotilla_crds::{
     core::{EffectiveConfig, Scope},
     federated::FederatedSpec,
     placement::{self, ClusterInfo},
+    workload::WorkloadKind,
 };
 use k8s_openapi::api::core::v1::Namespace;
 use kube::{
@@ -44,6 +45,9 @@ pub(super) struct Ctl {
     /// Copy each member object's `status` into `status.clusters[].remoteStatus`
     /// (the FTC's `statusCollection: Enabled`).
     pub collect_status: bool,
+    /// The workload kind whose status is summed into `status.aggregated`: set for
+    /// Deployments, ReplicaSets, StatefulSets, DaemonSets and Jobs when status is collected.
+    pub workload: Option<WorkloadKind>,
     pub recent: RecentWrites,
     pub availability: Availability,
 }

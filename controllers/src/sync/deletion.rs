@@ -116,6 +116,7 @@ impl Ctl {
                 aggregate: None,
                 generation: fed.metadata.generation.unwrap_or(0),
                 remote: &Default::default(),
+                aggregated: None,
             };
             self.write_status(fed, update).await;
         }

@@ -35,6 +35,7 @@ use std::{
 use flotilla_crds::{
     MANAGED_LABEL,
     core::{EffectiveConfig, FederatedTypeConfigSpec, StatusCollectionMode},
+    workload::WorkloadKind,
 };
 use kube::{
     Api, Client, ResourceExt,
@@ -145,12 +146,12 @@ impl TypeController {
         let is_namespace_type =
             ftc.target_type.group.is_empty() && ftc.target_type.kind == "Namespace";
         let needs_ns_placement = target_namespaced && !is_namespace_type;
+        let collect_status = ftc.status_collection == Some(StatusCollectionMode::Enabled);
         let cancel = CancellationToken::new();
         let queue: Arc<WorkQueue<Key>> = WorkQueue::new();
         let host_writer = reflector::store::Writer::<DynamicObject>::new(fed_ar.clone());
         let fns_writer = reflector::store::Writer::<DynamicObject>::new(federated_namespace_ar());
         let (member_tx, member_rx) = mpsc::unbounded_channel();
-        let collect_status = ftc.status_collection == Some(StatusCollectionMode::Enabled);
         let members = Arc::new(MemberWatch::<DynamicObject>::start(
             shared.clusters.clone(),
             target_ar.clone(),
@@ -174,6 +175,7 @@ impl TypeController {
             fns_store: fns_writer.as_reader(),
             members,
             collect_status,
+            workload: WorkloadKind::of(&ftc.target_type).filter(|_| collect_status),
             recent: Default::default(),
             availability: Default::default(),
         });

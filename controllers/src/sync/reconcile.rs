@@ -112,6 +112,7 @@ impl Ctl {
                     aggregate: Some(failure),
                     generation,
                     remote: &BTreeMap::new(),
+                    aggregated: None,
                 };
                 self.write_status(fed, update).await;
                 return Action::Done;
@@ -134,6 +135,7 @@ impl Ctl {
         let snapshot = self.shared.clusters.snapshot();
         let observed: Vec<Observed> = snapshot.iter().map(|c| self.observe(c, key)).collect();
         let mut remote = self.remote_statuses(&snapshot, &observed);
+        let member_specs = self.member_specs(&snapshot, &observed);
         let host_ns_uid = match self
             .host_uid_if_removing(key, &snapshot, &observed, &selected)
             .await
@@ -162,12 +164,16 @@ impl Ctl {
                 &self.shared.namespace,
             );
         }
+        let aggregated = self.workload.map(|kind| {
+            plan::aggregate::aggregated(kind, &round.outcomes, &member_specs, &desired, &remote)
+        });
         let update = StatusUpdate {
             previous: &previous,
             outcomes: &round.outcomes,
             aggregate,
             generation,
             remote: &remote,
+            aggregated,
         };
         self.write_status(fed, update).await;
         plan::live_action(!round.waiting.is_empty(), backoff, round.recheck)
@@ -349,6 +355,22 @@ impl Ctl {
             }
         }
         remote
+    }
+
+    /// Each member object's spec and generation, for workloads whose status is summed.
+    fn member_specs(
+        &self,
+        snapshot: &[ClusterState],
+        observed: &[Observed],
+    ) -> plan::aggregate::MemberSpecs {
+        if self.workload.is_none() {
+            return Default::default();
+        }
+        let present = snapshot.iter().zip(observed).filter_map(|(c, o)| match o {
+            Observed::Present(obj) => Some((c.name.as_str(), obj)),
+            _ => None,
+        });
+        plan::aggregate::member_specs(present)
     }
 }
 

@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 
-use flotilla_crds::{AggregateReason, federated::FederatedStatus};
+use flotilla_crds::{AggregateReason, federated::FederatedStatus, workload::AggregatedStatus};
 use kube::{
     Resource, ResourceExt,
     api::{Patch, PatchParams},
@@ -27,6 +27,8 @@ pub(super) struct StatusUpdate<'a> {
     pub aggregate: Option<(AggregateReason, String)>,
     pub generation: i64,
     pub remote: &'a BTreeMap<String, Value>,
+    /// A workload's status summed over clusters (workload types with status collected).
+    pub aggregated: Option<AggregatedStatus>,
 }
 
 impl Ctl {
@@ -39,6 +41,7 @@ impl Ctl {
             update.aggregate,
             previous,
             update.remote,
+            update.aggregated,
             &k8s_openapi::jiff::Timestamp::now().to_string(),
         );
         if &status == previous {
@@ -47,7 +50,7 @@ impl Ctl {
         let mut value = serde_json::to_value(&status).unwrap_or(Value::Null);
         if let Some(map) = value.as_object_mut() {
             // Merge patch: absent keys would keep old values, so clear them explicitly.
-            for k in ["clusters", "conditions"] {
+            for k in ["clusters", "conditions", "aggregated"] {
                 map.entry(k).or_insert(Value::Null);
             }
         }

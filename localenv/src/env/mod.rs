@@ -1,5 +1,6 @@
-//! The environment: one etcd, and per cluster an apiserver and a controller-manager; their
-//! start-up, readiness, restart and teardown.
+//! The environment: one etcd, per cluster an apiserver and a controller-manager, and per
+//! member optionally a scheduler and a simulated kubelet; their start-up, readiness,
+//! restart and teardown.
 
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, MutexGuard, PoisonError};
@@ -12,11 +13,13 @@ use tempfile::TempDir;
 use crate::cluster::Cluster;
 use crate::error::{Error, io};
 use crate::etcd::{self, EtcdSpec};
+use crate::kubelet::PodSimulation;
 use crate::process::{self, Process};
 use crate::{kube_bin_dir, kubeconfig, pki, ports};
 
 mod cluster_processes;
 mod etcd_process;
+mod pods;
 
 /// Prefix of every environment directory, also used to find ones left behind.
 const DIR_PREFIX: &str = "flotilla-localenv-";
@@ -42,6 +45,11 @@ pub struct EnvOptions {
     pub startup_timeout: Duration,
     /// Extra `--flag=value` arguments for every kube-apiserver, after the harness's own.
     pub extra_apiserver_args: Vec<String>,
+    /// Pods that run, in appearance: a kube-scheduler and a simulated kubelet per member
+    /// (Ready nodes; bound pods reported Running and Ready with pod IPs; **no container
+    /// runs**). `None` (the default) leaves pods Pending, which costs nothing. Needs the
+    /// controller-manager and `kube-scheduler` next to the other binaries.
+    pub pods: Option<PodSimulation>,
 }
 
 impl Default for EnvOptions {
@@ -51,6 +59,7 @@ impl Default for EnvOptions {
             start_controller_manager: true,
             startup_timeout: Duration::from_secs(60),
             extra_apiserver_args: Vec::new(),
+            pods: None,
         }
     }
 }
@@ -63,6 +72,14 @@ impl EnvOptions {
             ..Self::default()
         }
     }
+
+    /// These options with pods simulated in every member ([`PodSimulation::default`]).
+    pub fn with_pods(self) -> Self {
+        Self {
+            pods: Some(PodSimulation::default()),
+            ..self
+        }
+    }
 }
 
 /// The processes of an environment; `None` where one is stopped or not started.
@@ -71,6 +88,7 @@ struct Processes {
     etcd: Option<Process>,
     apiservers: Vec<Option<Process>>,
     controller_managers: Vec<Option<Process>>,
+    schedulers: Vec<Option<Process>>,
 }
 
 /// A running set of local clusters: `host` and `member1…N`.
@@ -88,6 +106,8 @@ pub struct LocalEnv {
     /// How etcd was started, to start it again the same way; set once it is up.
     etcd_spec: Option<EtcdSpec>,
     processes: Mutex<Processes>,
+    /// The simulated kubelets' tasks, aborted when the environment stops.
+    kubelets: Vec<tokio::task::JoinHandle<()>>,
     /// Removes `dir` when dropped; `None` once removed by [`LocalEnv::shutdown`].
     dir_guard: Option<TempDir>,
 }
@@ -102,6 +122,12 @@ impl LocalEnv {
     pub async fn start(options: EnvOptions) -> Result<LocalEnv, Error> {
         let started = Instant::now();
         let bin_dir = kube_bin_dir()?;
+        if options.pods.is_some() && !bin_dir.join(pods::SCHEDULER).is_file() {
+            return Err(Error::KubeBinariesMissing {
+                dir: bin_dir,
+                binary: pods::SCHEDULER,
+            });
+        }
         let etcd = etcd::binary()?;
         let base = base_dir();
         remove_abandoned_dirs(&base);
@@ -121,6 +147,7 @@ impl LocalEnv {
             etcd_url: String::new(),
             etcd_spec: None,
             processes: Mutex::new(Processes::default()),
+            kubelets: Vec::new(),
             dir_guard: Some(dir_guard),
         };
         env.start_etcd(&etcd).await?;
@@ -135,6 +162,7 @@ impl LocalEnv {
             let mut processes = env.lock();
             processes.apiservers = env.clusters.iter().map(|_| None).collect();
             processes.controller_managers = env.clusters.iter().map(|_| None).collect();
+            processes.schedulers = env.clusters.iter().map(|_| None).collect();
         }
         // Spawn all apiservers first so they start up in parallel, then wait for each.
         for index in 0..env.clusters.len() {
@@ -153,6 +181,7 @@ impl LocalEnv {
                 env.wait_controllers_working(index).await?;
             }
         }
+        env.start_pod_simulation().await?;
         tracing::info!(
             clusters = env.clusters.len(),
             elapsed_ms = started.elapsed().as_millis() as u64,
@@ -195,17 +224,20 @@ impl LocalEnv {
         &self.dir
     }
 
-    /// The process ids of the running etcd, apiservers and controller-managers.
+    /// The process ids of the running etcd, apiservers, controller-managers and
+    /// schedulers.
     pub fn pids(&self) -> Vec<u32> {
         let mut processes = self.lock();
         let Processes {
             etcd,
             apiservers,
             controller_managers,
+            schedulers,
         } = &mut *processes;
         etcd.iter_mut()
             .chain(apiservers.iter_mut().flatten())
             .chain(controller_managers.iter_mut().flatten())
+            .chain(schedulers.iter_mut().flatten())
             .filter_map(|p| p.exit_status().is_none().then(|| p.pid()))
             .collect()
     }
@@ -324,15 +356,20 @@ impl LocalEnv {
             .ok_or_else(|| Error::UnknownCluster(name.to_owned()))
     }
 
-    /// Stops controller-managers and apiservers, then etcd, and waits for all of them.
+    /// Stops the simulated kubelets, schedulers, controller-managers and apiservers, then
+    /// etcd, and waits for all of them.
     fn stop_all(&mut self) {
+        for kubelet in self.kubelets.drain(..) {
+            kubelet.abort();
+        }
         let processes = self
             .processes
             .get_mut()
             .unwrap_or_else(PoisonError::into_inner);
         let mut kube: Vec<Process> = processes
-            .controller_managers
+            .schedulers
             .iter_mut()
+            .chain(processes.controller_managers.iter_mut())
             .chain(processes.apiservers.iter_mut())
             .filter_map(Option::take)
             .collect();

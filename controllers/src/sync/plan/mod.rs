@@ -4,6 +4,7 @@
 //! operations' results, the status to report ([`status`]). No I/O here: every "why was an
 //! Update sent to member2?" is answered by a function of this module and its unit tests.
 
+pub mod aggregate;
 pub mod deletion;
 pub mod status;
 

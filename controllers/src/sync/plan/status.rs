@@ -6,6 +6,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use flotilla_crds::{
     AggregateReason, ClusterReason,
     federated::{ClusterStatus, FederatedCondition, FederatedStatus},
+    workload::AggregatedStatus,
 };
 use serde_json::Value;
 
@@ -14,13 +15,15 @@ use super::Outcome;
 /// Builds the federated object's status from per-cluster outcomes. `aggregate` is an
 /// object-level failure (reason, message) that makes the condition False regardless.
 /// Timestamps are carried over from `previous` when the condition did not change, so an
-/// unchanged result produces an identical status (and no write).
+/// unchanged result produces an identical status (and no write). `aggregated` is a
+/// workload's status summed over clusters, when collected.
 pub fn build_status(
     generation: i64,
     outcomes: &BTreeMap<String, Outcome>,
     aggregate: Option<(AggregateReason, String)>,
     previous: &FederatedStatus,
     remote: &BTreeMap<String, Value>,
+    aggregated: Option<AggregatedStatus>,
     now: &str,
 ) -> FederatedStatus {
     let clusters: Vec<ClusterStatus> = outcomes
@@ -82,6 +85,7 @@ pub fn build_status(
         observed_generation: generation,
         conditions: vec![condition],
         clusters,
+        aggregated,
     }
 }
 
@@ -201,6 +205,7 @@ mod tests {
             None,
             &FederatedStatus::default(),
             &remote,
+            None,
             "t0",
         );
         assert_eq!(
@@ -221,6 +226,7 @@ mod tests {
             None,
             &FederatedStatus::default(),
             &BTreeMap::new(),
+            None,
             "t0",
         );
         assert_eq!(s.observed_generation, 3);
@@ -243,6 +249,7 @@ mod tests {
             None,
             &FederatedStatus::default(),
             &BTreeMap::new(),
+            None,
             "t0",
         );
         assert_eq!(s.conditions[0].status, "False");
@@ -259,9 +266,10 @@ mod tests {
             None,
             &FederatedStatus::default(),
             &BTreeMap::new(),
+            None,
             "t0",
         );
-        let second = build_status(1, &outcomes, None, &first, &BTreeMap::new(), "t1");
+        let second = build_status(1, &outcomes, None, &first, &BTreeMap::new(), None, "t1");
         assert_eq!(first, second);
     }
 
@@ -276,6 +284,7 @@ mod tests {
             None,
             &FederatedStatus::default(),
             &BTreeMap::new(),
+            None,
             "t0",
         )
     }
@@ -316,6 +325,7 @@ mod tests {
             None,
             &FederatedStatus::default(),
             &BTreeMap::new(),
+            None,
             "t",
         );
         assert_eq!(s.conditions[0].status, "False");

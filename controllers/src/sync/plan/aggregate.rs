@@ -1,0 +1,141 @@
+//! Pure: the inputs of a workload's aggregated status ([`flotilla_crds::workload`]) from
+//! one reconcile's results — which clusters the object is placed on (every cluster in the
+//! status except those it is being removed from), whether each is propagated, the member's
+//! spec (or, when the member is unreachable, the spec Flotilla applies there) and the
+//! collected member status.
+
+use std::collections::BTreeMap;
+
+use flotilla_crds::workload::{AggregatedStatus, ClusterWorkload, WorkloadKind, aggregate};
+use serde_json::Value;
+
+use super::{DesiredFor, DesiredSet, Outcome};
+
+/// The member object's `spec` and `metadata.generation`, per cluster that has it.
+pub type MemberSpecs = BTreeMap<String, (Value, Option<i64>)>;
+
+/// The member specs of the clusters whose cache holds the object (`objects`: cluster →
+/// member object).
+pub fn member_specs<'a>(objects: impl IntoIterator<Item = (&'a str, &'a Value)>) -> MemberSpecs {
+    objects
+        .into_iter()
+        .filter_map(|(cluster, obj)| {
+            let spec = obj.get("spec")?.clone();
+            let generation = obj.pointer("/metadata/generation").and_then(Value::as_i64);
+            Some((cluster.to_owned(), (spec, generation)))
+        })
+        .collect()
+}
+
+/// The aggregated status of a `kind` workload from the per-cluster outcomes.
+pub fn aggregated(
+    kind: WorkloadKind,
+    outcomes: &BTreeMap<String, Outcome>,
+    members: &MemberSpecs,
+    desired: &DesiredSet,
+    remote: &BTreeMap<String, Value>,
+) -> AggregatedStatus {
+    let clusters: Vec<ClusterWorkload<'_>> = outcomes
+        .iter()
+        .filter(|(_, o)| !matches!(o, Outcome::Gone | Outcome::Removing))
+        .map(|(name, o)| {
+            let member = members.get(name);
+            let desired_spec = match desired.by_cluster.get(name) {
+                Some(DesiredFor::Object { object, .. }) => object.get("spec"),
+                _ => None,
+            };
+            ClusterWorkload {
+                propagated: matches!(o, Outcome::Ok),
+                spec: member.map(|(spec, _)| spec).or(desired_spec),
+                generation: member.and_then(|(_, generation)| *generation),
+                status: remote.get(name),
+            }
+        })
+        .collect();
+    aggregate(kind, &clusters)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use flotilla_crds::ClusterReason;
+    use serde_json::json;
+
+    fn desired(replicas: i64) -> DesiredSet {
+        let mut set = DesiredSet::default();
+        for c in ["m1", "m2"] {
+            set.by_cluster.insert(
+                c.into(),
+                DesiredFor::Object {
+                    object: json!({"spec": {"replicas": replicas}}),
+                    hash: "h".into(),
+                },
+            );
+        }
+        set
+    }
+
+    fn ready(n: i64) -> Value {
+        json!({"observedGeneration": 1, "replicas": n, "readyReplicas": n,
+               "availableReplicas": n, "updatedReplicas": n})
+    }
+
+    #[test]
+    fn an_unreachable_member_counts_the_replicas_flotilla_wants_there() {
+        let outcomes = BTreeMap::from([
+            ("m1".to_string(), Outcome::Ok),
+            (
+                "m2".to_string(),
+                Outcome::Status(ClusterReason::ClusterNotReady, String::new()),
+            ),
+        ]);
+        let members = member_specs([(
+            "m1",
+            &json!({"metadata": {"generation": 1}, "spec": {"replicas": 3}}),
+        )]);
+        let remote = BTreeMap::from([("m1".to_string(), ready(3))]);
+        let a = aggregated(
+            WorkloadKind::Deployment,
+            &outcomes,
+            &members,
+            &desired(3),
+            &remote,
+        );
+        assert_eq!(a.clusters, "1/2");
+        assert_eq!(a.ready.as_deref(), Some("3/6"));
+    }
+
+    #[test]
+    fn a_cluster_the_object_leaves_is_not_counted() {
+        let outcomes = BTreeMap::from([
+            ("m1".to_string(), Outcome::Ok),
+            ("m2".to_string(), Outcome::Removing),
+            ("m3".to_string(), Outcome::Gone),
+        ]);
+        let remote = BTreeMap::from([("m1".to_string(), ready(2))]);
+        let a = aggregated(
+            WorkloadKind::Deployment,
+            &outcomes,
+            &MemberSpecs::new(),
+            &desired(2),
+            &remote,
+        );
+        assert_eq!(a.clusters, "1/1");
+        assert_eq!(a.ready.as_deref(), Some("2/2"));
+    }
+
+    #[test]
+    fn the_member_spec_wins_over_the_desired_one() {
+        // retainReplicas or an HPA in the member: the member's own replicas are the target.
+        let outcomes = BTreeMap::from([("m1".to_string(), Outcome::Ok)]);
+        let members = member_specs([("m1", &json!({"spec": {"replicas": 5}}))]);
+        let a = aggregated(
+            WorkloadKind::Deployment,
+            &outcomes,
+            &members,
+            &desired(2),
+            &BTreeMap::from([("m1".to_string(), ready(5))]),
+        );
+        assert_eq!(a.ready.as_deref(), Some("5/5"));
+    }
+}

@@ -1,0 +1,457 @@
+//! Workload status summed over clusters: for Deployments, ReplicaSets, StatefulSets,
+//! DaemonSets and Jobs whose status is collected, `status.aggregated` on the federated
+//! object says how many clusters run the workload ready (`clusters: "2/2"`) and how many
+//! of the desired pods are ready (`ready: "9/9"`; Jobs: `completions: "1/2"`), with the
+//! member counters summed. The printer columns of those federated types read these
+//! strings. Pure: the sync controller gathers the per-cluster inputs.
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::core::ApiResource;
+
+/// A workload kind whose status Flotilla sums over clusters.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WorkloadKind {
+    /// apps/Deployment
+    Deployment,
+    /// apps/ReplicaSet
+    ReplicaSet,
+    /// apps/StatefulSet
+    StatefulSet,
+    /// apps/DaemonSet
+    DaemonSet,
+    /// batch/Job
+    Job,
+}
+
+impl WorkloadKind {
+    /// The workload kind of a target type, `None` for every other type.
+    pub fn of(target: &ApiResource) -> Option<WorkloadKind> {
+        match (target.group.as_str(), target.kind.as_str()) {
+            ("apps", "Deployment") => Some(WorkloadKind::Deployment),
+            ("apps", "ReplicaSet") => Some(WorkloadKind::ReplicaSet),
+            ("apps", "StatefulSet") => Some(WorkloadKind::StatefulSet),
+            ("apps", "DaemonSet") => Some(WorkloadKind::DaemonSet),
+            ("batch", "Job") => Some(WorkloadKind::Job),
+            _ => None,
+        }
+    }
+
+    /// The printer column of the pod figure: (name, JSONPath).
+    pub fn pods_column(self) -> (&'static str, &'static str) {
+        match self {
+            WorkloadKind::Job => ("Completions", ".status.aggregated.completions"),
+            _ => ("Ready", ".status.aggregated.ready"),
+        }
+    }
+}
+
+/// `status.aggregated` of a federated workload.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct AggregatedStatus {
+    /// Clusters where the workload is rolled out and ready (Jobs: complete), of the
+    /// clusters it is placed on, e.g. `2/2`.
+    pub clusters: String,
+    /// Ready pods of the desired pods over all clusters, e.g. `9/9` (not for Jobs).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ready: Option<String>,
+    /// Succeeded pods of the desired completions over all clusters (Jobs only), e.g. `1/2`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub completions: Option<String>,
+    /// The members' status counters, summed.
+    #[serde(flatten)]
+    pub counts: Counts,
+}
+
+/// Status counters of a workload, named as in the members' own status; each kind has its
+/// own (a Deployment has no `active`).
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Counts {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replicas: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ready_replicas: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub available_replicas: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub updated_replicas: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub current_replicas: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub desired_number_scheduled: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub current_number_scheduled: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub number_ready: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub number_available: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub updated_number_scheduled: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub active: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub succeeded: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failed: Option<i64>,
+}
+
+impl AggregatedStatus {
+    /// Every cluster it is placed on (at least one) runs it ready, with all desired pods
+    /// ready (Jobs: complete).
+    pub fn all_ready(&self) -> bool {
+        let full = |figure: &str| {
+            figure
+                .split_once('/')
+                .and_then(|(a, b)| Some((a.parse::<i64>().ok()?, b.parse::<i64>().ok()?)))
+                .is_some_and(|(a, b)| a >= b)
+        };
+        let placed = self
+            .clusters
+            .split_once('/')
+            .is_some_and(|(_, total)| total != "0");
+        let pods = self.ready.as_ref().or(self.completions.as_ref());
+        placed && full(&self.clusters) && pods.is_none_or(|p| full(p))
+    }
+}
+
+impl Counts {
+    /// The counters of `kind` read from a member status (absent counters read as 0).
+    fn read(kind: WorkloadKind, status: Option<&Value>) -> Counts {
+        let n = |field: &str| {
+            Some(
+                status
+                    .and_then(|s| s.get(field))
+                    .and_then(Value::as_i64)
+                    .unwrap_or(0),
+            )
+        };
+        match kind {
+            WorkloadKind::Deployment => Counts {
+                replicas: n("replicas"),
+                ready_replicas: n("readyReplicas"),
+                available_replicas: n("availableReplicas"),
+                updated_replicas: n("updatedReplicas"),
+                ..Counts::default()
+            },
+            WorkloadKind::ReplicaSet => Counts {
+                replicas: n("replicas"),
+                ready_replicas: n("readyReplicas"),
+                available_replicas: n("availableReplicas"),
+                ..Counts::default()
+            },
+            WorkloadKind::StatefulSet => Counts {
+                replicas: n("replicas"),
+                ready_replicas: n("readyReplicas"),
+                current_replicas: n("currentReplicas"),
+                updated_replicas: n("updatedReplicas"),
+                ..Counts::default()
+            },
+            WorkloadKind::DaemonSet => Counts {
+                desired_number_scheduled: n("desiredNumberScheduled"),
+                current_number_scheduled: n("currentNumberScheduled"),
+                number_ready: n("numberReady"),
+                number_available: n("numberAvailable"),
+                updated_number_scheduled: n("updatedNumberScheduled"),
+                ..Counts::default()
+            },
+            WorkloadKind::Job => Counts {
+                active: n("active"),
+                succeeded: n("succeeded"),
+                failed: n("failed"),
+                ..Counts::default()
+            },
+        }
+    }
+
+    fn add(&mut self, other: &Counts) {
+        let sum = |a: &mut Option<i64>, b: Option<i64>| {
+            if let Some(b) = b {
+                *a = Some(a.unwrap_or(0) + b);
+            }
+        };
+        sum(&mut self.replicas, other.replicas);
+        sum(&mut self.ready_replicas, other.ready_replicas);
+        sum(&mut self.available_replicas, other.available_replicas);
+        sum(&mut self.updated_replicas, other.updated_replicas);
+        sum(&mut self.current_replicas, other.current_replicas);
+        sum(
+            &mut self.desired_number_scheduled,
+            other.desired_number_scheduled,
+        );
+        sum(
+            &mut self.current_number_scheduled,
+            other.current_number_scheduled,
+        );
+        sum(&mut self.number_ready, other.number_ready);
+        sum(&mut self.number_available, other.number_available);
+        sum(
+            &mut self.updated_number_scheduled,
+            other.updated_number_scheduled,
+        );
+        sum(&mut self.active, other.active);
+        sum(&mut self.succeeded, other.succeeded);
+        sum(&mut self.failed, other.failed);
+    }
+}
+
+/// What is known of the workload in one cluster it is placed on.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ClusterWorkload<'a> {
+    /// The object is propagated there (no failure, not waiting).
+    pub propagated: bool,
+    /// The member object's `spec` (when unknown, the spec Flotilla applies there).
+    pub spec: Option<&'a Value>,
+    /// The member object's `metadata.generation`, when known.
+    pub generation: Option<i64>,
+    /// The member object's `status`, when collected.
+    pub status: Option<&'a Value>,
+}
+
+/// One cluster's pod figure: (ready, desired), and whether that cluster counts as ready.
+fn figure(kind: WorkloadKind, c: &ClusterWorkload<'_>, counts: &Counts) -> (i64, i64, bool) {
+    let spec_n = |field: &str, default: i64| {
+        c.spec
+            .and_then(|s| s.get(field))
+            .and_then(Value::as_i64)
+            .unwrap_or(default)
+    };
+    let (ready, desired, rolled_out) = match kind {
+        WorkloadKind::Deployment | WorkloadKind::StatefulSet | WorkloadKind::ReplicaSet => {
+            let desired = spec_n("replicas", 1);
+            let updated = counts.updated_replicas.unwrap_or(desired);
+            let ready = counts.ready_replicas.unwrap_or(0);
+            (ready, desired, updated >= desired)
+        }
+        WorkloadKind::DaemonSet => {
+            let desired = counts.desired_number_scheduled.unwrap_or(0);
+            let updated = counts.updated_number_scheduled.unwrap_or(0);
+            (
+                counts.number_ready.unwrap_or(0),
+                desired,
+                updated >= desired,
+            )
+        }
+        WorkloadKind::Job => (
+            counts.succeeded.unwrap_or(0),
+            spec_n("completions", 1),
+            true,
+        ),
+    };
+    let observed = c
+        .status
+        .and_then(|s| s.get("observedGeneration"))
+        .and_then(Value::as_i64);
+    let current = match (c.generation, observed) {
+        (Some(generation), Some(observed)) => observed >= generation,
+        // Jobs have no observedGeneration; an unknown generation is not held against it.
+        _ => true,
+    };
+    let cluster_ready =
+        c.propagated && c.status.is_some() && current && rolled_out && ready >= desired;
+    (ready, desired, cluster_ready)
+}
+
+/// Sums a workload's status over the clusters it is placed on. A cluster that is not
+/// propagated or not ready counts its desired pods with none ready, so a member that went
+/// down shows as `clusters: 1/2` and fewer ready pods than desired.
+pub fn aggregate(kind: WorkloadKind, clusters: &[ClusterWorkload<'_>]) -> AggregatedStatus {
+    let mut counts = Counts::default();
+    let (mut ready, mut desired, mut ready_clusters) = (0, 0, 0);
+    for c in clusters {
+        let mine = Counts::read(kind, c.status);
+        let (r, d, cluster_ready) = figure(kind, c, &mine);
+        if c.status.is_some() {
+            counts.add(&mine);
+            ready += r;
+        }
+        desired += d;
+        ready_clusters += i64::from(cluster_ready);
+    }
+    let pods = format!("{ready}/{desired}");
+    let (ready, completions) = match kind {
+        WorkloadKind::Job => (None, Some(pods)),
+        _ => (Some(pods), None),
+    };
+    AggregatedStatus {
+        clusters: format!("{ready_clusters}/{}", clusters.len()),
+        ready,
+        completions,
+        counts,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn deployment<'a>(spec: &'a Value, status: Option<&'a Value>) -> ClusterWorkload<'a> {
+        ClusterWorkload {
+            propagated: true,
+            spec: Some(spec),
+            generation: Some(1),
+            status,
+        }
+    }
+
+    #[test]
+    fn workload_kinds_are_recognised_by_group_and_kind() {
+        let ar = |group: &str, kind: &str| ApiResource {
+            group: group.into(),
+            kind: kind.into(),
+            ..ApiResource::default()
+        };
+        assert_eq!(
+            WorkloadKind::of(&ar("apps", "Deployment")),
+            Some(WorkloadKind::Deployment)
+        );
+        assert_eq!(
+            WorkloadKind::of(&ar("batch", "Job")),
+            Some(WorkloadKind::Job)
+        );
+        assert_eq!(WorkloadKind::of(&ar("", "ConfigMap")), None);
+        assert_eq!(WorkloadKind::of(&ar("example.com", "Deployment")), None);
+    }
+
+    #[test]
+    fn ready_deployments_in_every_cluster_read_all_ready() {
+        let spec = json!({"replicas": 3});
+        let status = json!({"observedGeneration": 1, "replicas": 3, "readyReplicas": 3,
+                            "availableReplicas": 3, "updatedReplicas": 3});
+        let a = aggregate(
+            WorkloadKind::Deployment,
+            &[
+                deployment(&spec, Some(&status)),
+                deployment(&spec, Some(&status)),
+            ],
+        );
+        assert_eq!(a.clusters, "2/2");
+        assert_eq!(a.ready.as_deref(), Some("6/6"));
+        assert_eq!(a.counts.ready_replicas, Some(6));
+        assert_eq!(a.counts.available_replicas, Some(6));
+        assert_eq!(a.counts.active, None);
+    }
+
+    #[test]
+    fn a_cluster_without_status_counts_its_desired_pods_as_not_ready() {
+        let spec = json!({"replicas": 3});
+        let status = json!({"observedGeneration": 1, "replicas": 3, "readyReplicas": 3,
+                            "updatedReplicas": 3});
+        let down = ClusterWorkload {
+            propagated: false,
+            spec: Some(&spec),
+            ..ClusterWorkload::default()
+        };
+        let a = aggregate(
+            WorkloadKind::Deployment,
+            &[deployment(&spec, Some(&status)), down],
+        );
+        assert_eq!(a.clusters, "1/2");
+        assert_eq!(a.ready.as_deref(), Some("3/6"));
+    }
+
+    #[test]
+    fn unready_pods_keep_the_cluster_and_the_figure_below_desired() {
+        let spec = json!({"replicas": 3});
+        let status = json!({"observedGeneration": 1, "replicas": 3, "readyReplicas": 1,
+                            "updatedReplicas": 3});
+        let a = aggregate(
+            WorkloadKind::Deployment,
+            &[deployment(&spec, Some(&status))],
+        );
+        assert_eq!(a.clusters, "0/1");
+        assert_eq!(a.ready.as_deref(), Some("1/3"));
+    }
+
+    #[test]
+    fn a_status_of_an_older_generation_is_not_ready() {
+        let spec = json!({"replicas": 1});
+        let status = json!({"observedGeneration": 1, "readyReplicas": 1, "updatedReplicas": 1});
+        let c = ClusterWorkload {
+            generation: Some(2),
+            ..deployment(&spec, Some(&status))
+        };
+        assert_eq!(aggregate(WorkloadKind::Deployment, &[c]).clusters, "0/1");
+    }
+
+    #[test]
+    fn a_deployment_without_replicas_wants_one() {
+        let spec = json!({});
+        assert_eq!(
+            aggregate(WorkloadKind::Deployment, &[deployment(&spec, None)])
+                .ready
+                .as_deref(),
+            Some("0/1")
+        );
+    }
+
+    #[test]
+    fn all_ready_needs_every_cluster_and_every_pod() {
+        let a = |clusters: &str, ready: &str| AggregatedStatus {
+            clusters: clusters.into(),
+            ready: Some(ready.into()),
+            ..AggregatedStatus::default()
+        };
+        assert!(a("2/2", "9/9").all_ready());
+        assert!(!a("1/2", "9/9").all_ready());
+        assert!(!a("2/2", "8/9").all_ready());
+        assert!(!a("0/0", "0/0").all_ready());
+    }
+
+    #[test]
+    fn daemon_sets_read_their_scheduled_counters() {
+        let status = json!({"desiredNumberScheduled": 3, "currentNumberScheduled": 3,
+                            "numberReady": 2, "numberAvailable": 2, "updatedNumberScheduled": 3});
+        let c = ClusterWorkload {
+            propagated: true,
+            status: Some(&status),
+            ..ClusterWorkload::default()
+        };
+        let a = aggregate(WorkloadKind::DaemonSet, &[c]);
+        assert_eq!(a.ready.as_deref(), Some("2/3"));
+        assert_eq!(a.counts.number_ready, Some(2));
+        assert_eq!(a.counts.desired_number_scheduled, Some(3));
+        assert_eq!(a.clusters, "0/1");
+    }
+
+    #[test]
+    fn jobs_report_completions_and_their_counters() {
+        let spec = json!({"completions": 2});
+        let done = json!({"succeeded": 2});
+        let running = json!({"active": 1, "succeeded": 1, "failed": 1});
+        let c = |status| ClusterWorkload {
+            propagated: true,
+            spec: Some(&spec),
+            status: Some(status),
+            ..ClusterWorkload::default()
+        };
+        let a = aggregate(WorkloadKind::Job, &[c(&done), c(&running)]);
+        assert_eq!(a.completions.as_deref(), Some("3/4"));
+        assert_eq!(a.ready, None);
+        assert_eq!(a.clusters, "1/2");
+        assert_eq!((a.counts.active, a.counts.failed), (Some(1), Some(1)));
+    }
+
+    #[test]
+    fn the_aggregated_status_serializes_with_kubernetes_field_names() {
+        let spec = json!({"replicas": 1});
+        let status = json!({"readyReplicas": 1, "updatedReplicas": 1});
+        let a = aggregate(
+            WorkloadKind::ReplicaSet,
+            &[deployment(&spec, Some(&status))],
+        );
+        let v = serde_json::to_value(&a).expect("serializes");
+        assert_eq!(v["clusters"], "1/1");
+        assert_eq!(v["ready"], "1/1");
+        assert_eq!(v["readyReplicas"], 1);
+        assert!(v.get("completions").is_none());
+        assert_eq!(
+            serde_json::from_value::<AggregatedStatus>(v).expect("parses"),
+            a
+        );
+    }
+}

@@ -1,0 +1,144 @@
+//! The simulated nodes of one cluster, built without I/O: their names, the Node object with
+//! a capacity the scheduler can bind pods to, its Ready status, and the heartbeat Lease the
+//! node lifecycle controller watches (a node whose Lease is not renewed turns NotReady
+//! after 40 s and its pods get evicted).
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
+use k8s_openapi::api::core::v1::{Node, NodeAddress, NodeCondition, NodeStatus, NodeSystemInfo};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta, Time};
+use k8s_openapi::jiff::Timestamp;
+
+use super::pods::HOST_IP;
+
+/// Namespace of the node heartbeat Leases (created by the apiserver itself).
+pub(crate) const LEASE_NAMESPACE: &str = "kube-node-lease";
+/// Label on every simulated node.
+pub(crate) const SIMULATED_LABEL: &str = "flotilla.io/simulated-node";
+/// How long a node Lease is valid; the kubelet's default.
+const LEASE_SECONDS: i32 = 40;
+
+/// The node names of cluster `cluster`: `<cluster>-node1` … `<cluster>-node<count>`.
+pub(crate) fn names(cluster: &str, count: usize) -> Vec<String> {
+    (1..=count).map(|i| format!("{cluster}-node{i}")).collect()
+}
+
+/// The Node object (metadata and spec; the status is written through its subresource).
+pub(crate) fn node(name: &str) -> Node {
+    let labels = BTreeMap::from([
+        ("kubernetes.io/hostname".to_owned(), name.to_owned()),
+        ("kubernetes.io/os".to_owned(), "linux".to_owned()),
+        ("kubernetes.io/arch".to_owned(), "amd64".to_owned()),
+        (SIMULATED_LABEL.to_owned(), "true".to_owned()),
+    ]);
+    Node {
+        metadata: ObjectMeta {
+            name: Some(name.to_owned()),
+            labels: Some(labels),
+            ..ObjectMeta::default()
+        },
+        ..Node::default()
+    }
+}
+
+/// A Ready status with room for many pods (8 CPUs, 16 GiB, 110 pods).
+pub(crate) fn ready_status(name: &str, now: Timestamp) -> NodeStatus {
+    let resources = BTreeMap::from([
+        ("cpu".to_owned(), Quantity("8".to_owned())),
+        ("memory".to_owned(), Quantity("16Gi".to_owned())),
+        ("pods".to_owned(), Quantity("110".to_owned())),
+        ("ephemeral-storage".to_owned(), Quantity("100Gi".to_owned())),
+    ]);
+    let condition = |type_: &str, status: &str, reason: &str| NodeCondition {
+        type_: type_.to_owned(),
+        status: status.to_owned(),
+        reason: Some(reason.to_owned()),
+        message: Some("simulated by flotilla-localenv: no containers run".to_owned()),
+        last_heartbeat_time: Some(Time(now)),
+        last_transition_time: Some(Time(now)),
+    };
+    NodeStatus {
+        capacity: Some(resources.clone()),
+        allocatable: Some(resources),
+        conditions: Some(vec![
+            condition("Ready", "True", "KubeletReady"),
+            condition("MemoryPressure", "False", "KubeletHasSufficientMemory"),
+            condition("DiskPressure", "False", "KubeletHasNoDiskPressure"),
+            condition("PIDPressure", "False", "KubeletHasSufficientPID"),
+        ]),
+        addresses: Some(vec![
+            NodeAddress {
+                type_: "InternalIP".to_owned(),
+                address: HOST_IP.to_owned(),
+            },
+            NodeAddress {
+                type_: "Hostname".to_owned(),
+                address: name.to_owned(),
+            },
+        ]),
+        node_info: Some(NodeSystemInfo {
+            architecture: "amd64".to_owned(),
+            operating_system: "linux".to_owned(),
+            kubelet_version: crate::KUBE_VERSION.to_owned(),
+            kube_proxy_version: crate::KUBE_VERSION.to_owned(),
+            container_runtime_version: "simulated://0".to_owned(),
+            ..NodeSystemInfo::default()
+        }),
+        ..NodeStatus::default()
+    }
+}
+
+/// The node's heartbeat Lease, renewed at `now`.
+pub(crate) fn lease(name: &str, now: Timestamp) -> Lease {
+    Lease {
+        metadata: ObjectMeta {
+            name: Some(name.to_owned()),
+            namespace: Some(LEASE_NAMESPACE.to_owned()),
+            ..ObjectMeta::default()
+        },
+        spec: Some(LeaseSpec {
+            holder_identity: Some(name.to_owned()),
+            lease_duration_seconds: Some(LEASE_SECONDS),
+            renew_time: Some(MicroTime(now)),
+            ..LeaseSpec::default()
+        }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nodes_are_named_after_their_cluster() {
+        assert_eq!(
+            names("member1", 2),
+            vec!["member1-node1".to_string(), "member1-node2".to_string()]
+        );
+    }
+
+    #[test]
+    fn a_node_is_ready_with_room_for_pods() {
+        let status = ready_status("member1-node1", Timestamp::UNIX_EPOCH);
+        let ready = status
+            .conditions
+            .iter()
+            .flatten()
+            .find(|c| c.type_ == "Ready")
+            .expect("a Ready condition");
+        assert_eq!(ready.status, "True");
+        let pods = status.allocatable.as_ref().and_then(|a| a.get("pods"));
+        assert_eq!(pods, Some(&Quantity("110".to_owned())));
+    }
+
+    #[test]
+    fn a_lease_is_held_by_its_node_in_the_node_lease_namespace() {
+        let l = lease("member1-node1", Timestamp::UNIX_EPOCH);
+        assert_eq!(l.metadata.namespace.as_deref(), Some(LEASE_NAMESPACE));
+        let spec = l.spec.expect("a spec");
+        assert_eq!(spec.holder_identity.as_deref(), Some("member1-node1"));
+        assert!(spec.renew_time.is_some());
+    }
+}
