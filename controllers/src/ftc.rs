@@ -68,8 +68,8 @@ async fn handle(
                 old.controller.stop();
                 info!(ftc = %name, "FederatedTypeConfig changed; restarting its sync controller");
             }
-            let controller = TypeController::start(shared.clone(), &ftc.spec);
-            crate::ftc_schema::warn_if_pruning(&shared.host, ftc).await;
+            let pruned = crate::ftc_schema::check(&shared.host, ftc).await;
+            let controller = TypeController::start(shared.clone(), &ftc.spec, pruned);
             running.insert(
                 name.clone(),
                 Running {

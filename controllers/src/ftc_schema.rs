@@ -4,7 +4,9 @@
 //! words behind `CreationFailed`, say) and users see a bare reason; nor do they declare
 //! `status.aggregated` of workload types. Flotilla's CRDs
 //! (`config/crds`, `flotilla enable`) keep them. The controller has no right to change
-//! CRDs, so it says so once per start of the type, in the log and as an Event.
+//! CRDs, so it says so once per start of the type, in the log and as an Event, and the
+//! sync controller leaves those fields out of the status it compares and writes
+//! ([`Pruned::strip`]).
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{
     CustomResourceDefinition, JSONSchemaProps,
@@ -15,6 +17,7 @@ use tracing::{debug, warn};
 use flotilla_crds::{
     FederatedTypeConfig,
     core::{ApiResource, StatusCollectionMode},
+    federated::FederatedStatus,
     workload::WorkloadKind,
 };
 
@@ -72,22 +75,71 @@ fn keeps(schema: &JSONSchemaProps, field: &str) -> bool {
 /// Reads the federated type's CRD and warns (log and Event on the type config) when it
 /// would prune Flotilla's status messages. Best effort: a CRD that cannot be read is only
 /// logged at debug level.
-pub async fn warn_if_pruning(host: &Client, ftc: &FederatedTypeConfig) {
+pub async fn check(host: &Client, ftc: &FederatedTypeConfig) -> Pruned {
     let fed: &ApiResource = &ftc.spec.federated_type;
     let crds: Api<CustomResourceDefinition> = Api::all(host.clone());
     let crd = match crds.get(&fed.qualified_name()).await {
         Ok(crd) => crd,
         Err(e) => {
             debug!(crd = %fed.qualified_name(), error = %e, "reading the federated CRD failed");
-            return;
+            return Pruned::default();
         }
     };
     let aggregated = ftc.spec.status_collection == Some(StatusCollectionMode::Enabled)
         && WorkloadKind::of(&ftc.spec.target_type).is_some();
     let missing = pruned_status_fields(&crd, &fed.version, aggregated);
-    if missing.is_empty() {
-        return;
+    let pruned = Pruned::from_missing(&missing);
+    if !missing.is_empty() {
+        warn_pruning(host, ftc, &missing).await;
     }
+    pruned
+}
+
+/// What a CRD's schema drops from the status Flotilla writes.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Pruned {
+    /// `status.clusters[].message`.
+    pub cluster_messages: bool,
+    /// `status.conditions[].message`.
+    pub condition_messages: bool,
+    /// `status.aggregated`.
+    pub aggregated: bool,
+}
+
+impl Pruned {
+    /// From the field names [`pruned_status_fields`] returns.
+    pub fn from_missing(missing: &[&str]) -> Self {
+        Pruned {
+            cluster_messages: missing.contains(&"status.clusters[].message"),
+            condition_messages: missing.contains(&"status.conditions[].message"),
+            aggregated: missing.contains(&"status.aggregated"),
+        }
+    }
+
+    /// The status as the API server will store it. Compared with the stored status, the
+    /// status Flotilla builds must leave out what the schema drops: otherwise they always
+    /// differ, every reconcile writes, and every write is a watch event that reconciles
+    /// again.
+    pub fn strip(&self, status: &mut FederatedStatus) {
+        if self.cluster_messages {
+            for c in &mut status.clusters {
+                c.message.clear();
+            }
+        }
+        if self.condition_messages {
+            for c in &mut status.conditions {
+                c.message.clear();
+            }
+        }
+        if self.aggregated {
+            status.aggregated = None;
+        }
+    }
+}
+
+/// Says once, in the log and as an Event on the type config, which fields are dropped.
+async fn warn_pruning(host: &Client, ftc: &FederatedTypeConfig, missing: &[&str]) {
+    let fed: &ApiResource = &ftc.spec.federated_type;
     let note = format!(
         "the CRD {} does not declare {}: the API server drops those fields from status (kubefed's CRD); apply Flotilla's CRD (flotilla enable, or config/crds) to keep them",
         fed.qualified_name(),
@@ -164,5 +216,26 @@ mod tests {
         let c = crd(json!({"type": "object", "x-kubernetes-preserve-unknown-fields": true}));
         assert!(pruned_status_fields(&c, "v1beta1", true).is_empty());
         assert!(pruned_status_fields(&c, "v2", true).is_empty());
+    }
+
+    #[test]
+    fn a_status_is_compared_as_the_schema_stores_it() {
+        let mut status = FederatedStatus {
+            clusters: vec![flotilla_crds::federated::ClusterStatus {
+                name: "m1".into(),
+                status: "CreationFailed".into(),
+                message: "denied".into(),
+                remote_status: None,
+            }],
+            ..FederatedStatus::default()
+        };
+        let kubefeds = Pruned::from_missing(&["status.clusters[].message"]);
+        assert!(kubefeds.cluster_messages && !kubefeds.aggregated);
+        let mut untouched = status.clone();
+        Pruned::default().strip(&mut untouched);
+        assert_eq!(untouched, status);
+        kubefeds.strip(&mut status);
+        assert_eq!(status.clusters[0].message, "");
+        assert_eq!(status.clusters[0].status, "CreationFailed");
     }
 }

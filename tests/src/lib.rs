@@ -2,7 +2,7 @@
 //! with logging set up, and polling until a condition holds. Builders of test objects are in
 //! [`objects`], waits on a federated object in [`host`], waits on member objects in
 //! [`wait`], member reads in [`member`], shared assertions in [`assert`] and the usual
-//! starting point in [`setup`].
+//! starting point in [`setup`]; API servers' request counts in [`requests`].
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
@@ -20,6 +20,7 @@ pub mod federation;
 pub mod host;
 pub mod member;
 pub mod objects;
+pub mod requests;
 pub mod setup;
 pub mod wait;
 

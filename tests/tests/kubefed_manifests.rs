@@ -7,9 +7,19 @@ use flotilla_tests::{
     federation::{apply, federated, federated_namespace, federation},
     host::FederatedRef,
     init_tracing,
+    requests::writes,
 };
-use k8s_openapi::api::{apps::v1::Deployment, core::v1::Service};
-use kube::Api;
+use std::time::Duration;
+
+use flotilla_crds::{FederatedTypeConfig, KubeFedCluster};
+use k8s_openapi::{
+    api::{apps::v1::Deployment, core::v1::Service},
+    apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition,
+};
+use kube::{
+    Api,
+    api::{Patch, PatchParams},
+};
 use serde_json::json;
 
 const NS: &str = "kubefed-sample";
@@ -85,5 +95,81 @@ async fn services_and_deployments_whose_ports_omit_protocol_propagate_with_tcp()
             "{port:?}"
         );
     }
+    Ok(())
+}
+
+/// kubefed's own CRDs declare no `status.clusters[].message`: the API server drops the
+/// message Flotilla writes. The controller must compare statuses as they are stored, or
+/// every status write (a watch event) reconciles and writes again, forever.
+#[tokio::test]
+async fn a_crd_that_prunes_status_messages_causes_no_status_write_loop() -> anyhow::Result<()> {
+    init_tracing();
+    let fed = federation(2).await?;
+    let ns = "kubefed-schema";
+    federated_namespace(&fed, ns).await?;
+    // kubefed's status schema: no per-cluster message.
+    let crds: Api<CustomResourceDefinition> = Api::all(fed.host.clone());
+    let path = "/spec/versions/0/schema/openAPIV3Schema/properties/status/properties/clusters/items/properties/message";
+    let patch: json_patch::Patch = serde_json::from_value(json!([{"op": "remove", "path": path}]))?;
+    crds.patch(
+        "federatedconfigmaps.types.kubefed.io",
+        &PatchParams::default(),
+        &Patch::<()>::Json(patch),
+    )
+    .await?;
+    // The type's controller reads the schema when it starts: restart it.
+    let ftcs: Api<FederatedTypeConfig> =
+        Api::namespaced(fed.host.clone(), "kube-federation-system");
+    for mode in ["Disabled", "Enabled"] {
+        let p = json!({"spec": {"propagation": mode}});
+        ftcs.patch("configmaps", &PatchParams::default(), &Patch::Merge(&p))
+            .await?;
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    // member1 fails (a bad override path), member2 propagates.
+    let cm = json!({
+        "apiVersion": "types.kubefed.io/v1beta1", "kind": "FederatedConfigMap",
+        "metadata": {"name": "pruned", "namespace": ns},
+        "spec": {
+            "template": {"data": {"k": "v"}},
+            "placement": {"clusters": [{"name": "member1"}, {"name": "member2"}]},
+            "overrides": [{"clusterName": "member1", "clusterOverrides": [
+                {"path": "/data/k/deeper/still", "value": "x"}
+            ]}]
+        }
+    });
+    apply(
+        &fed.host,
+        &federated("ConfigMap", "configmaps"),
+        Some(ns),
+        &cm,
+    )
+    .await?;
+    let fed_cm = FederatedRef::new(
+        &fed.host,
+        &federated("ConfigMap", "configmaps"),
+        ns,
+        "pruned",
+    );
+    fed_cm
+        .wait_cluster_reasons(&[("member1", "ApplyOverridesFailed"), ("member2", "")])
+        .await?;
+    // Every object reconciled again (a cluster's labels changed): the failing object's
+    // status is unchanged, so the host must see no request for it.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let resources = ["federatedconfigmaps"];
+    let before = writes(&fed.host, &resources).await?;
+    let clusters: Api<KubeFedCluster> = Api::namespaced(fed.host.clone(), "kube-federation-system");
+    let label = json!({"metadata": {"labels": {"resync": "1"}}});
+    clusters
+        .patch("member2", &PatchParams::default(), &Patch::Merge(&label))
+        .await?;
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    let after = writes(&fed.host, &resources).await?;
+    ensure!(
+        after == before,
+        "{} write requests for federated ConfigMaps after a resync that changed nothing",
+        after - before
+    );
     Ok(())
 }

@@ -10,7 +10,9 @@ use flotilla_controllers::{manager::ControlPlane, metrics::Metrics};
 use flotilla_crds::{DEFAULT_NAMESPACE, FederatedStatus, MANAGED_LABEL};
 use flotilla_tests::{
     federation::{Federation, apply, federated, federated_namespace, federation},
-    init_tracing, wait_for,
+    init_tracing,
+    requests::writes,
+    wait_for,
 };
 use kube::{
     Api, Client, ResourceExt,
@@ -89,30 +91,6 @@ async fn wait_all_propagated(fed: &Federation) -> anyhow::Result<()> {
         Ok(())
     })
     .await
-}
-
-/// Write requests (POST, PUT, PATCH, APPLY, DELETE) an API server has served for the
-/// given resources, from its own `apiserver_request_total`. A no-op apply leaves the
-/// object's resourceVersion alone, so requests are counted, not versions.
-async fn writes(client: &Client, resources: &[&str]) -> anyhow::Result<u64> {
-    let req = http::Request::get("/metrics").body(Vec::new())?;
-    let text = client.request_text(req).await?;
-    Ok(text
-        .lines()
-        .filter(|l| l.starts_with("apiserver_request_total{"))
-        .filter(|l| {
-            ["POST", "PUT", "PATCH", "APPLY", "DELETE"]
-                .iter()
-                .any(|v| l.contains(&format!("verb=\"{v}\"")))
-        })
-        .filter(|l| {
-            resources
-                .iter()
-                .any(|r| l.contains(&format!("resource=\"{r}\"")))
-        })
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .map(|v| v as u64)
-        .sum())
 }
 
 const MEMBER_RESOURCES: [&str; 3] = ["configmaps", "services", "deployments"];

@@ -48,6 +48,8 @@ pub(super) struct Ctl {
     /// The workload kind whose status is summed into `status.aggregated`: set for
     /// Deployments, ReplicaSets, StatefulSets, DaemonSets and Jobs when status is collected.
     pub workload: Option<WorkloadKind>,
+    /// What the federated CRD's schema drops from status.
+    pub pruned: crate::ftc_schema::Pruned,
     pub recent: RecentWrites,
     pub availability: Availability,
 }

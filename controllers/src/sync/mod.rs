@@ -52,6 +52,7 @@ use tracing::{debug, info, warn};
 pub use action::{Action, Error, ReconcileResult};
 pub use delete_options::parse_delete_options;
 
+use crate::ftc_schema::Pruned;
 use crate::{
     metrics::{Metrics, ReconcileLabels},
     multicluster::{ClusterEvent, ClusterSet, MemberEvent, MemberWatch},
@@ -138,8 +139,13 @@ pub struct TypeController {
 }
 
 impl TypeController {
-    /// Starts propagation for the type configured by `ftc`.
-    pub fn start(shared: Arc<SyncShared>, ftc: &FederatedTypeConfigSpec) -> TypeController {
+    /// Starts propagation for the type configured by `ftc`; `pruned`: what the federated
+    /// CRD's schema drops from status (left out of the status compared and written).
+    pub fn start(
+        shared: Arc<SyncShared>,
+        ftc: &FederatedTypeConfigSpec,
+        pruned: Pruned,
+    ) -> TypeController {
         let fed_ar = ftc.federated_type.to_kube();
         let target_ar = ftc.target_type.to_kube();
         let target_namespaced = ftc.target_type.namespaced();
@@ -176,6 +182,7 @@ impl TypeController {
             members,
             collect_status,
             workload: WorkloadKind::of(&ftc.target_type).filter(|_| collect_status),
+            pruned,
             recent: Default::default(),
             availability: Default::default(),
         });

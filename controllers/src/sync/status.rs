@@ -35,7 +35,7 @@ impl Ctl {
     /// Writes the status built from `update` when it differs from the previous one.
     pub(super) async fn write_status(&self, fed: &DynamicObject, update: StatusUpdate<'_>) {
         let previous = update.previous;
-        let status = plan::build_status(
+        let mut status = plan::build_status(
             update.generation,
             update.outcomes,
             update.aggregate,
@@ -44,6 +44,7 @@ impl Ctl {
             update.aggregated,
             &k8s_openapi::jiff::Timestamp::now().to_string(),
         );
+        self.pruned.strip(&mut status);
         if &status == previous {
             return;
         }
