@@ -19,6 +19,7 @@ use flotilla_crds::{
         ClusterOverride, ClusterOverrides, ClusterReference, FederatedSpec, LabelSelector,
     },
     placement,
+    scheduling::ReplicaSchedulingPreferenceSpec,
 };
 use kube::{
     Api, Client, Resource, ResourceExt,
@@ -152,29 +153,15 @@ impl Ctx {
         let rsp_ref = ObjectRef::<ReplicaSchedulingPreference>::new(&key.1).within(&key.0);
         let rsp = self.rsps.get(&rsp_ref)?;
         let (ar, spec) = self.target(key, &rsp).await?;
-        let selector = spec
-            .placement
-            .cluster_selector
-            .as_ref()
-            .filter(|_| rsp.spec.intersect_with_cluster_selector);
-        let candidates = match candidates(&self.clusters.snapshot(), selector) {
-            Ok(c) => c,
-            Err(e) => {
-                self.event(&rsp, "InvalidClusterSelector", e.to_string())
-                    .await;
-                return None;
-            }
-        };
-        let current = current_replicas(&spec);
-        let plan = planner::plan(&planner::PlanInput {
-            total_replicas: i64::from(rsp.spec.total_replicas),
-            preferences: &rsp.spec.clusters,
-            clusters: &candidates,
-            current: &current,
-            rebalance: rsp.spec.rebalance,
-            key: &format!("{}/{}", key.0, key.1),
-        });
-        let (placement_clusters, overrides) = apply_plan(&spec, &plan);
+        let (plan, placement_clusters, overrides) =
+            match schedule(&rsp.spec, &spec, &self.clusters.snapshot(), key) {
+                Ok(s) => s,
+                Err(e) => {
+                    self.event(&rsp, "InvalidClusterSelector", e.to_string())
+                        .await;
+                    return None;
+                }
+            };
         if is_scheduled(&spec, &placement_clusters, &overrides) {
             return None;
         }
@@ -255,6 +242,42 @@ impl Ctx {
         )
         .await;
     }
+}
+
+/// The schedule of one RSP for its target: replicas per cluster, and the placement and
+/// overrides the target gets for it (the target's other overrides kept). `key` is the
+/// RSP's (and the target's) `(namespace, name)`. Also used by `flotilla diff`, which shows
+/// what the controller would write.
+pub fn schedule(
+    rsp: &ReplicaSchedulingPreferenceSpec,
+    spec: &FederatedSpec,
+    clusters: &[ClusterState],
+    key: &(String, String),
+) -> Result<
+    (
+        BTreeMap<String, i64>,
+        Vec<ClusterReference>,
+        Vec<ClusterOverrides>,
+    ),
+    placement::PlacementError,
+> {
+    let selector = spec
+        .placement
+        .cluster_selector
+        .as_ref()
+        .filter(|_| rsp.intersect_with_cluster_selector);
+    let candidates = candidates(clusters, selector)?;
+    let current = current_replicas(spec);
+    let plan = planner::plan(&planner::PlanInput {
+        total_replicas: i64::from(rsp.total_replicas),
+        preferences: &rsp.clusters,
+        clusters: &candidates,
+        current: &current,
+        rebalance: rsp.rebalance,
+        key: &format!("{}/{}", key.0, key.1),
+    });
+    let (placement_clusters, overrides) = apply_plan(spec, &plan);
+    Ok((plan, placement_clusters, overrides))
 }
 
 /// The Ready clusters that may receive replicas: all of them, or those `selector` matches.
