@@ -19,6 +19,7 @@ pub mod logging;
 pub mod manager;
 pub mod orphan;
 pub mod output;
+pub mod progress;
 pub mod resolve;
 pub mod status;
 
