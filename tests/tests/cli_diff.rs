@@ -7,9 +7,7 @@
 use anyhow::{Context as _, ensure};
 use flotilla_controllers::cli::{self, Context, Exit};
 use flotilla_tests::{
-    federation::Federation,
-    member::config_maps,
-    objects::FederatedObject,
+    federation::Federation, member::config_maps, objects::FederatedObject,
     setup::federation_with_namespace,
 };
 use serde_json::{Value, json};
@@ -72,8 +70,11 @@ fn changed_lines(out: &str) -> Vec<&str> {
 }
 
 fn settings(name: &str) -> FederatedObject {
-    FederatedObject::config_map(NS, name, json!({"color": "blue", "size": "3"}))
-        .override_path("member2", "/data/color", json!("green"))
+    FederatedObject::config_map(NS, name, json!({"color": "blue", "size": "3"})).override_path(
+        "member2",
+        "/data/color",
+        json!("green"),
+    )
 }
 
 /// A manifest not applied yet: every placed cluster would gain it; nothing is written.
@@ -83,10 +84,13 @@ async fn a_new_object_is_created_in_every_placed_cluster(fed: &Federation) -> an
     ensure!(run.code == 1, "exit {}: {}", run.code, run.out);
     for cluster in ["member1", "member2"] {
         let header = format!("--- /dev/null\n+++ {cluster}/configmap/{NS}/new\n");
-        ensure!(run.out.contains(&header), "{header:?} missing:\n{}", run.out);
         ensure!(
+            run.out.contains(&header),
+            "{header:?} missing:\n{}",
             run.out
-                .contains(&format!("{cluster}: would be created\n")),
+        );
+        ensure!(
+            run.out.contains(&format!("{cluster}: would be created\n")),
             "{}",
             run.out
         );
@@ -99,7 +103,8 @@ async fn a_new_object_is_created_in_every_placed_cluster(fed: &Federation) -> an
         run.out
     );
     ensure!(
-        run.out.contains("2 cluster(s): 2 to create, 0 to update, 0 to delete, 0 unchanged"),
+        run.out
+            .contains("2 cluster(s): 2 to create, 0 to update, 0 to delete, 0 unchanged"),
         "{}",
         run.out
     );
@@ -116,7 +121,11 @@ async fn a_new_object_is_created_in_every_placed_cluster(fed: &Federation) -> an
 async fn an_unchanged_object_exits_zero_with_only_a_summary(
     fed: &Federation,
 ) -> anyhow::Result<()> {
-    settings("same").apply(&fed.host).await?.wait_propagated().await?;
+    settings("same")
+        .apply(&fed.host)
+        .await?
+        .wait_propagated()
+        .await?;
     let run = diff(fed, &["federatedconfigmap/same", "-n", NS]).await;
     ensure!(run.code == 0, "exit {}: {}", run.code, run.out);
     ensure!(
@@ -159,8 +168,16 @@ async fn a_changed_override_shows_only_that_field_on_that_cluster(
         "{}",
         run.out
     );
-    ensure!(!run.out.contains("member1/"), "member1 must not change:\n{}", run.out);
-    ensure!(run.out.contains("member2: would be updated\n"), "{}", run.out);
+    ensure!(
+        !run.out.contains("member1/"),
+        "member1 must not change:\n{}",
+        run.out
+    );
+    ensure!(
+        run.out.contains("member2: would be updated\n"),
+        "{}",
+        run.out
+    );
     ensure!(
         run.out.contains("1 to update, 0 to delete, 1 unchanged"),
         "{}",
@@ -178,16 +195,22 @@ async fn a_placement_change_lists_the_cluster_losing_the_object(
         .await?
         .wait_propagated()
         .await?;
-    let file = manifest(fed, "moved", &[settings("moved").on_clusters(&["member1"]).to_json()])?;
+    let file = manifest(
+        fed,
+        "moved",
+        &[settings("moved").on_clusters(&["member1"]).to_json()],
+    )?;
     let run = diff(fed, &["-f", &file]).await;
     ensure!(run.code == 1, "exit {}: {}", run.code, run.out);
     ensure!(
-        run.out.contains("member2: would be deleted (no longer placed)\n"),
+        run.out
+            .contains("member2: would be deleted (no longer placed)\n"),
         "{}",
         run.out
     );
     ensure!(
-        run.out.ends_with("0 to create, 0 to update, 1 to delete, 1 unchanged\n"),
+        run.out
+            .ends_with("0 to create, 0 to update, 1 to delete, 1 unchanged\n"),
         "{}",
         run.out
     );

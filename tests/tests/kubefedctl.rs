@@ -106,7 +106,15 @@ async fn federate_a_file(fed: &Federation) -> anyhow::Result<()> {
          \x20     labels:\n        app: web\n    spec:\n      containers:\n      - name: web\n        image: nginx\n",
     )?;
     let file = file.display().to_string();
-    let base = ["federate", "-f", &file, "-n", NS, "--host-cluster-context", "host"];
+    let base = [
+        "federate",
+        "-f",
+        &file,
+        "-n",
+        NS,
+        "--host-cluster-context",
+        "host",
+    ];
     let out = flotilla(fed, &base).await?;
     for want in [
         "kind: FederatedConfigMap",
@@ -118,7 +126,10 @@ async fn federate_a_file(fed: &Federation) -> anyhow::Result<()> {
         ensure!(out.contains(want), "{want:?} missing:\n{out}");
     }
     ensure!(
-        config_maps(&fed.host, NS).get_opt("from-file").await?.is_none(),
+        config_maps(&fed.host, NS)
+            .get_opt("from-file")
+            .await?
+            .is_none(),
         "-f without --apply must not write"
     );
     let mut apply_args = base.to_vec();

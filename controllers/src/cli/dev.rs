@@ -253,7 +253,10 @@ fn instructions(env: &LocalEnv, kubeconfig: &str) -> String {
     text.push_str(&format!(
         "  {k} --context member1 get configmap web-config -n demo -o yaml\n"
     ));
-    let f = format!("{} --kubeconfig {kubeconfig} --context host", flotilla_command());
+    let f = format!(
+        "{} --kubeconfig {kubeconfig} --context host",
+        flotilla_command()
+    );
     text.push_str(&format!("  {f} status -n demo\n"));
     text.push_str(&format!(
         "  {f} diff federateddeployment/web -n demo   # what the controller would change, per cluster\n"
@@ -281,12 +284,13 @@ fn flotilla_command() -> String {
 
 /// `flotilla` when `on_path` (what the PATH finds under that name) is `exe`, else `exe`.
 fn command_for(exe: &std::path::Path, on_path: Option<&std::path::Path>) -> String {
-    let same = on_path.is_some_and(|p| {
-        match (std::fs::canonicalize(p), std::fs::canonicalize(exe)) {
-            (Ok(a), Ok(b)) => a == b,
-            _ => p == exe,
-        }
-    });
+    let same =
+        on_path.is_some_and(
+            |p| match (std::fs::canonicalize(p), std::fs::canonicalize(exe)) {
+                (Ok(a), Ok(b)) => a == b,
+                _ => p == exe,
+            },
+        );
     if same {
         "flotilla".into()
     } else {
@@ -314,7 +318,10 @@ mod tests {
     fn the_hint_names_flotilla_only_when_the_path_finds_this_binary() {
         let exe = std::path::Path::new("/opt/flotilla/target/release/flotilla");
         assert_eq!(command_for(exe, Some(exe)), "flotilla");
-        assert_eq!(command_for(exe, None), "/opt/flotilla/target/release/flotilla");
+        assert_eq!(
+            command_for(exe, None),
+            "/opt/flotilla/target/release/flotilla"
+        );
         assert_eq!(
             command_for(exe, Some(std::path::Path::new("/usr/bin/flotilla"))),
             "/opt/flotilla/target/release/flotilla"

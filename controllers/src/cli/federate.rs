@@ -224,7 +224,9 @@ async fn type_config(
     match resolve::ftc_for(host, ns, type_name).await {
         Ok(ftc) => Ok(ftc),
         Err(_) if args.enable_type && dry => {
-            Ok(enable::objects_for(host, ns, type_name, &args.federated).await?.1)
+            Ok(enable::objects_for(host, ns, type_name, &args.federated)
+                .await?
+                .1)
         }
         Err(_) if args.enable_type => {
             enable::enable_type(host, ns, type_name, &args.federated, ctx).await

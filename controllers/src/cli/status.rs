@@ -387,7 +387,10 @@ pub async fn wait(
     loop {
         let (objects, missing) = snapshot(host, kubefed_ns, selection).await?;
         let verdicts: Vec<Verdict> = objects.iter().map(verdict).collect();
-        let done = verdicts.iter().filter(|v| **v == Verdict::Propagated).count();
+        let done = verdicts
+            .iter()
+            .filter(|v| **v == Verdict::Propagated)
+            .count();
         progress.show(&propagated_line(done, objects.len() + missing.len()));
         let failures: Vec<String> = verdicts
             .iter()

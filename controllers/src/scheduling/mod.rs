@@ -153,20 +153,20 @@ impl Ctx {
         let rsp_ref = ObjectRef::<ReplicaSchedulingPreference>::new(&key.1).within(&key.0);
         let rsp = self.rsps.get(&rsp_ref)?;
         let (ar, spec) = self.target(key, &rsp).await?;
-        let (plan, placement_clusters, overrides) =
-            match schedule(&rsp.spec, &spec, &self.clusters.snapshot(), key) {
-                Ok(s) => s,
-                Err(e) => {
-                    self.event(&rsp, "InvalidClusterSelector", e.to_string())
-                        .await;
-                    return None;
-                }
-            };
-        if is_scheduled(&spec, &placement_clusters, &overrides) {
+        let s = match schedule(&rsp.spec, &spec, &self.clusters.snapshot(), key) {
+            Ok(s) => s,
+            Err(e) => {
+                self.event(&rsp, "InvalidClusterSelector", e.to_string())
+                    .await;
+                return None;
+            }
+        };
+        if is_scheduled(&spec, &s.placement, &s.overrides) {
             return None;
         }
-        let patch = json!({"spec": {"placement": {"clusters": placement_clusters}, "overrides": overrides}});
-        self.write_schedule(key, &ar, &patch, &plan).await
+        let patch =
+            json!({"spec": {"placement": {"clusters": s.placement}, "overrides": s.overrides}});
+        self.write_schedule(key, &ar, &patch, &s.plan).await
     }
 
     /// The federated object `rsp` schedules and its spec; `None` (after an Event when the
@@ -244,23 +244,27 @@ impl Ctx {
     }
 }
 
-/// The schedule of one RSP for its target: replicas per cluster, and the placement and
-/// overrides the target gets for it (the target's other overrides kept). `key` is the
-/// RSP's (and the target's) `(namespace, name)`. Also used by `flotilla diff`, which shows
-/// what the controller would write.
+/// What the scheduler writes into an RSP's target.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Schedule {
+    /// Replicas per cluster.
+    pub plan: BTreeMap<String, i64>,
+    /// `spec.placement.clusters`: the clusters with replicas.
+    pub placement: Vec<ClusterReference>,
+    /// `spec.overrides`: a `/spec/replicas` override per placed cluster, the target's
+    /// other overrides kept.
+    pub overrides: Vec<ClusterOverrides>,
+}
+
+/// The schedule of one RSP for its target. `key` is the RSP's (and the target's)
+/// `(namespace, name)`. Also used by `flotilla diff`, which shows what the controller
+/// would write.
 pub fn schedule(
     rsp: &ReplicaSchedulingPreferenceSpec,
     spec: &FederatedSpec,
     clusters: &[ClusterState],
     key: &(String, String),
-) -> Result<
-    (
-        BTreeMap<String, i64>,
-        Vec<ClusterReference>,
-        Vec<ClusterOverrides>,
-    ),
-    placement::PlacementError,
-> {
+) -> Result<Schedule, placement::PlacementError> {
     let selector = spec
         .placement
         .cluster_selector
@@ -276,8 +280,12 @@ pub fn schedule(
         rebalance: rsp.rebalance,
         key: &format!("{}/{}", key.0, key.1),
     });
-    let (placement_clusters, overrides) = apply_plan(spec, &plan);
-    Ok((plan, placement_clusters, overrides))
+    let (placement, overrides) = apply_plan(spec, &plan);
+    Ok(Schedule {
+        plan,
+        placement,
+        overrides,
+    })
 }
 
 /// The Ready clusters that may receive replicas: all of them, or those `selector` matches.

@@ -67,17 +67,20 @@ pub fn desired(inputs: &Inputs<'_>) -> Result<(BTreeSet<String>, DesiredSet), St
 /// The spec after the RSP scheduler's write, when an RSP targets this object.
 fn scheduled_spec(inputs: &Inputs<'_>) -> Result<FederatedSpec, String> {
     let mut spec = inputs.spec.clone();
-    let Some(rsp) = inputs.rsp.filter(|r| r.target_kind == inputs.federated_kind) else {
+    let Some(rsp) = inputs
+        .rsp
+        .filter(|r| r.target_kind == inputs.federated_kind)
+    else {
         return Ok(spec);
     };
     let key = (
         inputs.namespace.unwrap_or_default().to_owned(),
         inputs.name.to_owned(),
     );
-    let (_, clusters, overrides) = crate::scheduling::schedule(rsp, &spec, inputs.clusters, &key)
+    let schedule = crate::scheduling::schedule(rsp, &spec, inputs.clusters, &key)
         .map_err(|e| format!("ReplicaSchedulingPreference: {e}"))?;
-    spec.placement.clusters = Some(clusters);
-    spec.overrides = overrides;
+    spec.placement.clusters = Some(schedule.placement);
+    spec.overrides = schedule.overrides;
     Ok(spec)
 }
 
@@ -172,7 +175,9 @@ mod tests {
     #[test]
     fn a_replica_scheduling_preference_places_and_splits_the_replicas() {
         let clusters = [cluster("m1"), cluster("m2"), cluster("m3")];
-        let s = spec(json!({"template": {"spec": {"replicas": 1}}, "placement": {"clusters": [{"name": "m1"}]}}));
+        let s = spec(
+            json!({"template": {"spec": {"replicas": 1}}, "placement": {"clusters": [{"name": "m1"}]}}),
+        );
         let rsp: ReplicaSchedulingPreferenceSpec = serde_json::from_value(json!({
             "targetKind": "FederatedDeployment", "totalReplicas": 4,
             "clusters": {"m1": {"weight": 1}, "m2": {"weight": 1}}

@@ -220,7 +220,10 @@ mod tests {
         let names: Vec<String> = found.iter().map(Federated::display).collect();
         assert_eq!(
             names,
-            ["federatedconfigmap default/a", "federateddeployment demo/web"]
+            [
+                "federatedconfigmap default/a",
+                "federateddeployment demo/web"
+            ]
         );
     }
 

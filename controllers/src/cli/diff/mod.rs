@@ -190,7 +190,8 @@ async fn cluster_change(
 ) -> Option<Change> {
     let desired = set.by_cluster.get(&cluster.name);
     let Some(client) = &cluster.client else {
-        return desired.map(|_| Change::Failed("no client (check the KubeFedCluster and its Secret)".into()));
+        return desired
+            .map(|_| Change::Failed("no client (check the KubeFedCluster and its Secret)".into()));
     };
     let live = match where_.live(client).await {
         Ok(live) => live,

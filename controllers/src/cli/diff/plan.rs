@@ -86,7 +86,13 @@ pub fn decide(rendered: Option<Result<Value, String>>, live: Live) -> Option<Cha
                 })
             }
         }
-        (None, Live::Present { object, managed: true }) => Some(Change::Delete { before: object }),
+        (
+            None,
+            Live::Present {
+                object,
+                managed: true,
+            },
+        ) => Some(Change::Delete { before: object }),
         (None, Live::Absent | Live::Present { managed: false, .. }) => None,
     }
 }

@@ -88,10 +88,15 @@ mod tests {
 
     #[test]
     fn equal_objects_render_to_equal_text_whatever_their_noise() {
-        let a = json!({"kind": "ConfigMap", "data": {"b": "2", "a": "1"}, "metadata": {"uid": "1"}});
-        let b = json!({"metadata": {"uid": "2"}, "data": {"a": "1", "b": "2"}, "kind": "ConfigMap"});
+        let a =
+            json!({"kind": "ConfigMap", "data": {"b": "2", "a": "1"}, "metadata": {"uid": "1"}});
+        let b =
+            json!({"metadata": {"uid": "2"}, "data": {"a": "1", "b": "2"}, "kind": "ConfigMap"});
         let text = yaml(&a).expect("renders");
         assert_eq!(text, yaml(&b).expect("renders"));
-        assert!(text.find("a: ").expect("a") < text.find("b: ").expect("b"), "{text}");
+        assert!(
+            text.find("a: ").expect("a") < text.find("b: ").expect("b"),
+            "{text}"
+        );
     }
 }

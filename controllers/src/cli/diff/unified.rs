@@ -193,7 +193,10 @@ mod tests {
         near[10] = "y";
         let diff = unified(&text(&old), &text(&near), "a", "b");
         assert_eq!(diff.matches("@@ -").count(), 1, "{diff}");
-        assert!(diff.starts_with("--- a\n+++ b\n@@ -3,12 +3,12 @@\n"), "{diff}");
+        assert!(
+            diff.starts_with("--- a\n+++ b\n@@ -3,12 +3,12 @@\n"),
+            "{diff}"
+        );
     }
 
     #[test]
