@@ -321,6 +321,21 @@ mod tests {
             &["unjoin", "cluster1"][..],
             &["enable", "deployments.apps"][..],
             &["status", "-n", "demo"][..],
+            &["disable", "widgets.example.com"][..],
+            &["orphaning-deletion", "status", "fdeploy", "web"][..],
+            &["diff", "federateddeployment/web", "-n", "demo"][..],
+            &["diff", "-f", "web.yaml"][..],
+            &["federate", "-f", "app.yaml", "--apply"][..],
+            &["federate", "secrets", "s", "--enable-type"][..],
+            &["controller-manager"][..],
+            &[
+                "enable",
+                "limitranges",
+                "--federated-group",
+                "x.example.io",
+                "--federated-version",
+                "v1alpha1",
+            ][..],
         ] {
             let argv = ["flotilla"]
                 .iter()
