@@ -273,11 +273,7 @@ async fn from_file(
     ns: &str,
     ctx: &Context,
 ) -> anyhow::Result<Vec<Value>> {
-    let text = if file.as_os_str() == "-" {
-        std::io::read_to_string(std::io::stdin()).context("reading stdin")?
-    } else {
-        std::fs::read_to_string(file).with_context(|| format!("reading {}", file.display()))?
-    };
+    let text = super::diff::input::read_manifest(file)?;
     let docs = super::diff::input::parse_manifest(&text)?;
     let mut out = Vec::new();
     for doc in docs {

@@ -54,6 +54,14 @@ impl Federated {
     }
 }
 
+/// The text of a manifest file; `-` is stdin.
+pub fn read_manifest(file: &std::path::Path) -> anyhow::Result<String> {
+    if file.as_os_str() == "-" {
+        return std::io::read_to_string(std::io::stdin()).context("reading stdin");
+    }
+    std::fs::read_to_string(file).with_context(|| format!("reading {}", file.display()))
+}
+
 /// The documents of a manifest (YAML or JSON, `---` separated; empty documents skipped).
 pub fn parse_manifest(text: &str) -> anyhow::Result<Vec<Value>> {
     let docs: Vec<Value> = serde_saphyr::from_multiple(text).context("parsing the manifest")?;

@@ -16,7 +16,6 @@ pub mod unified;
 
 use std::{collections::BTreeMap, path::PathBuf};
 
-use anyhow::Context as _;
 use kube::Client;
 use serde_json::Value;
 
@@ -78,7 +77,7 @@ async fn diff(global: &GlobalArgs, args: DiffArgs, ctx: &Context) -> anyhow::Res
     let kubefed_ns = &global.kubefed_namespace;
     let (docs, objects) = match (&args.filename, &args.type_name) {
         (Some(file), _) => {
-            let text = read_manifest(file)?;
+            let text = input::read_manifest(file)?;
             let docs = input::parse_manifest(&text)?;
             let ftcs = resolve::list_ftcs(&host, kubefed_ns).await?;
             let objects = input::federated_in(&docs, &ftcs, &ns);
@@ -104,13 +103,6 @@ async fn diff(global: &GlobalArgs, args: DiffArgs, ctx: &Context) -> anyhow::Res
         code = code.max(plan::exit_code(changes.values()));
     }
     Ok(code)
-}
-
-fn read_manifest(file: &std::path::Path) -> anyhow::Result<String> {
-    if file.as_os_str() == "-" {
-        return std::io::read_to_string(std::io::stdin()).context("reading stdin");
-    }
-    std::fs::read_to_string(file).with_context(|| format!("reading {}", file.display()))
 }
 
 /// `TYPE/NAME` or `TYPE NAME`.
