@@ -48,9 +48,17 @@ async fn main() -> ExitCode {
 
     match cli::execute(cli, ctx).await {
         Ok(()) => ExitCode::SUCCESS,
-        Err(error) => {
-            eprintln!("error: {error:#}");
-            ExitCode::FAILURE
-        }
+        Err(error) => match error.downcast_ref::<cli::Exit>() {
+            Some(exit) => {
+                if exit.is_reported() {
+                    eprintln!("error: {exit}");
+                }
+                ExitCode::from(exit.code())
+            }
+            None => {
+                eprintln!("error: {error:#}");
+                ExitCode::FAILURE
+            }
+        },
     }
 }

@@ -288,13 +288,49 @@ fn instructions(env: &LocalEnv, kubeconfig: &str) -> String {
     text.push_str(&format!(
         "  {k} --context member1 get configmap web-config -n demo -o yaml\n"
     ));
+    let f = format!(
+        "{} --kubeconfig {kubeconfig} --context host",
+        flotilla_command()
+    );
+    text.push_str(&format!("  {f} status -n demo\n"));
     text.push_str(&format!(
-        "  flotilla --kubeconfig {kubeconfig} --context host status -n demo\n"
+        "  {f} diff federateddeployment/web -n demo   # what the controller would change, per cluster\n"
     ));
     text.push_str(&format!(
         "  {k} --context host edit federatedconfigmap web-config -n demo   # then look again in the members\n"
     ));
     text
+}
+
+/// How a person runs this binary: `flotilla` when that name on the PATH is this very
+/// binary, else its full path (`scripts/dev.sh` runs `target/release/flotilla`, which is
+/// not on the PATH).
+fn flotilla_command() -> String {
+    let Ok(exe) = std::env::current_exe() else {
+        return "flotilla".into();
+    };
+    let on_path = std::env::var_os("PATH").and_then(|path| {
+        std::env::split_paths(&path)
+            .map(|dir| dir.join("flotilla"))
+            .find(|candidate| candidate.is_file())
+    });
+    command_for(&exe, on_path.as_deref())
+}
+
+/// `flotilla` when `on_path` (what the PATH finds under that name) is `exe`, else `exe`.
+fn command_for(exe: &std::path::Path, on_path: Option<&std::path::Path>) -> String {
+    let same =
+        on_path.is_some_and(
+            |p| match (std::fs::canonicalize(p), std::fs::canonicalize(exe)) {
+                (Ok(a), Ok(b)) => a == b,
+                _ => p == exe,
+            },
+        );
+    if same {
+        "flotilla".into()
+    } else {
+        exe.display().to_string()
+    }
 }
 
 /// Applies a sample, retrying briefly: a just-created namespace or CRD may take a moment.
@@ -312,6 +348,20 @@ async fn apply_with_retry(host: &Client, doc: &Value) -> anyhow::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_hint_names_flotilla_only_when_the_path_finds_this_binary() {
+        let exe = std::path::Path::new("/opt/flotilla/target/release/flotilla");
+        assert_eq!(command_for(exe, Some(exe)), "flotilla");
+        assert_eq!(
+            command_for(exe, None),
+            "/opt/flotilla/target/release/flotilla"
+        );
+        assert_eq!(
+            command_for(exe, Some(std::path::Path::new("/usr/bin/flotilla"))),
+            "/opt/flotilla/target/release/flotilla"
+        );
+    }
 
     #[test]
     fn every_embedded_sample_parses_and_the_namespace_comes_first() {

@@ -59,6 +59,31 @@ pub struct EnableArgs {
     /// How long to wait for the Federated CRD to be established.
     #[arg(long, default_value = "60s", value_parser = parse_duration, value_name = "DURATION")]
     pub timeout: Duration,
+    /// The federated API: group and version of the generated Federated CRD (kubefedctl's
+    /// flags).
+    #[command(flatten)]
+    pub federated: FederatedApi,
+}
+
+/// kubefedctl's `--federated-group` / `--federated-version`: the API group and version of
+/// the Federated&lt;Kind&gt; CRD and the FederatedTypeConfig's `federatedType`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct FederatedApi {
+    /// API group of the Federated CRD.
+    #[arg(long = "federated-group", default_value = TYPES_GROUP, value_name = "GROUP")]
+    pub group: String,
+    /// API version of the Federated CRD.
+    #[arg(long = "federated-version", default_value = flotilla_crds::V1BETA1, value_name = "VERSION")]
+    pub version: String,
+}
+
+impl Default for FederatedApi {
+    fn default() -> Self {
+        FederatedApi {
+            group: TYPES_GROUP.into(),
+            version: flotilla_crds::V1BETA1.into(),
+        }
+    }
 }
 
 /// Arguments of `flotilla disable`.
@@ -75,16 +100,24 @@ pub struct DisableArgs {
     pub timeout: Duration,
 }
 
-/// Builds what `enable` applies: the Federated CRD and the FederatedTypeConfig.
+/// Builds what `enable` applies: the Federated CRD and the FederatedTypeConfig, in the
+/// federated API group and version `federated`.
 pub fn enable_objects(
     target: &TargetType,
     template_schema: Option<Value>,
     namespace: &str,
+    federated: &FederatedApi,
 ) -> (CustomResourceDefinition, FederatedTypeConfig) {
-    (
-        crdgen::federated_crd(target, template_schema),
-        crdgen::federated_type_config(target, namespace),
-    )
+    let mut crd = crdgen::federated_crd(target, template_schema);
+    let mut ftc = crdgen::federated_type_config(target, namespace);
+    ftc.spec.federated_type.group = federated.group.clone();
+    ftc.spec.federated_type.version = federated.version.clone();
+    crd.metadata.name = Some(ftc.spec.federated_type.qualified_name());
+    crd.spec.group = federated.group.clone();
+    for v in &mut crd.spec.versions {
+        v.name = federated.version.clone();
+    }
+    (crd, ftc)
 }
 
 /// The OpenAPI v3 schema of `version` in a CRD.
@@ -101,8 +134,51 @@ pub fn crd_schema(crd: &CustomResourceDefinition, version: &str) -> Option<Value
 /// Runs `flotilla enable`.
 pub async fn enable(global: &GlobalArgs, args: EnableArgs, ctx: &Context) -> anyhow::Result<()> {
     let host = access::host(global).await?.client()?;
-    let found = resolve::discover(&host, &args.type_name).await?;
-    if [CORE_GROUP, TYPES_GROUP, SCHEDULING_GROUP].contains(&found.api.group.as_str()) {
+    let (crd, ftc, schema) = objects_for(
+        &host,
+        &global.kubefed_namespace,
+        &args.type_name,
+        &args.federated,
+    )
+    .await?;
+    if args.output == Some(OutputFormat::Yaml) {
+        ctx.out.write(format!(
+            "{}---\n{}",
+            serde_saphyr::to_string(&crd).context("rendering the CRD")?,
+            serde_saphyr::to_string(&ftc).context("rendering the FederatedTypeConfig")?
+        ));
+        return Ok(());
+    }
+    apply_objects(&host, &crd, &ftc, schema, args.timeout, ctx).await?;
+    Ok(())
+}
+
+/// Enables `type_name` on the host (as `flotilla enable` does) and returns its
+/// FederatedTypeConfig; used by `federate --enable-type`.
+pub async fn enable_type(
+    host: &Client,
+    kubefed_ns: &str,
+    type_name: &str,
+    federated: &FederatedApi,
+    ctx: &Context,
+) -> anyhow::Result<FederatedTypeConfig> {
+    let (crd, ftc, schema) = objects_for(host, kubefed_ns, type_name, federated).await?;
+    apply_objects(host, &crd, &ftc, schema, Duration::from_secs(60), ctx).await?;
+    Ok(ftc)
+}
+
+/// The Federated CRD and FederatedTypeConfig of a type found by discovery on the host, and
+/// whether the template schema came from the target's CRD.
+pub async fn objects_for(
+    host: &Client,
+    kubefed_ns: &str,
+    type_name: &str,
+    federated: &FederatedApi,
+) -> anyhow::Result<(CustomResourceDefinition, FederatedTypeConfig, bool)> {
+    let found = resolve::discover(host, type_name).await?;
+    if [CORE_GROUP, SCHEDULING_GROUP, federated.group.as_str()].contains(&found.api.group.as_str())
+        || found.api.group == TYPES_GROUP
+    {
         anyhow::bail!(
             "{} is a Flotilla type itself and cannot be federated",
             found.api.qualified_name()
@@ -121,36 +197,48 @@ pub async fn enable(global: &GlobalArgs, args: EnableArgs, ctx: &Context) -> any
         api: found.api.clone(),
         short_names: found.short_names.clone(),
     };
-    let (crd, ftc) = enable_objects(&target, schema.clone(), &global.kubefed_namespace);
-    if args.output == Some(OutputFormat::Yaml) {
-        ctx.out.write(format!(
-            "{}---\n{}",
-            serde_saphyr::to_string(&crd).context("rendering the CRD")?,
-            serde_saphyr::to_string(&ftc).context("rendering the FederatedTypeConfig")?
-        ));
-        return Ok(());
-    }
+    let has_schema = schema.is_some();
+    let (crd, ftc) = enable_objects(&target, schema, kubefed_ns, federated);
+    Ok((crd, ftc, has_schema))
+}
+
+async fn apply_objects(
+    host: &Client,
+    crd: &CustomResourceDefinition,
+    ftc: &FederatedTypeConfig,
+    schema: bool,
+    timeout: Duration,
+    ctx: &Context,
+) -> anyhow::Result<()> {
+    let crds: Api<CustomResourceDefinition> = Api::all(host.clone());
     let crd_name = crd.name_any();
-    super::apply(&crds, &crd_name, &crd)
+    super::apply(&crds, &crd_name, crd)
         .await
         .with_context(|| format!("applying CRD {crd_name}"))?;
-    crate::install::wait_established(&crds, &crd_name, args.timeout).await?;
+    crate::install::wait_established(&crds, &crd_name, timeout).await?;
     ctx.out.line(format!(
         "customresourcedefinition {crd_name} applied ({})",
-        if schema.is_some() {
+        if schema {
             "template schema from the target CRD"
         } else {
             "free-form template"
         }
     ));
-    let ftcs: Api<FederatedTypeConfig> = Api::namespaced(host.clone(), &global.kubefed_namespace);
+    let ns = ftc.metadata.namespace.clone().unwrap_or_default();
+    let ftcs: Api<FederatedTypeConfig> = Api::namespaced(host.clone(), &ns);
     let ftc_name = ftc.name_any();
-    super::apply(&ftcs, &ftc_name, &ftc)
+    super::apply(&ftcs, &ftc_name, ftc)
         .await
         .with_context(|| format!("applying FederatedTypeConfig {ftc_name}"))?;
+    let fed = &ftc.spec.federated_type;
+    let api = if fed.group == TYPES_GROUP && fed.version == flotilla_crds::V1BETA1 {
+        String::new()
+    } else {
+        format!(" ({})", fed.api_version())
+    };
     ctx.out.line(format!(
-        "federatedtypeconfig {}/{ftc_name} applied: {} is federated as {}",
-        global.kubefed_namespace, found.api.kind, ftc.spec.federated_type.kind
+        "federatedtypeconfig {ns}/{ftc_name} applied: {} is federated as {}{api}",
+        ftc.spec.target_type.kind, fed.kind
     ));
     Ok(())
 }
@@ -271,7 +359,12 @@ mod tests {
                 "status": {"type": "object"}
             }
         });
-        let (crd, ftc) = enable_objects(&widget(), Some(schema), "kube-federation-system");
+        let (crd, ftc) = enable_objects(
+            &widget(),
+            Some(schema),
+            "kube-federation-system",
+            &FederatedApi::default(),
+        );
         assert_eq!(crd.name_any(), "federatedwidgets.types.kubefed.io");
         assert_eq!(crd.spec.names.short_names, Some(vec!["fwd".to_string()]));
         let rendered = serde_json::to_value(&crd).expect("serializes");
@@ -288,6 +381,24 @@ mod tests {
             Some("kube-federation-system")
         );
         assert_eq!(ftc.spec.federated_type.kind, "FederatedWidget");
+    }
+
+    #[test]
+    fn the_federated_group_and_version_are_those_asked_for() {
+        let api = FederatedApi {
+            group: "x.example.io".into(),
+            version: "v1alpha1".into(),
+        };
+        let (crd, ftc) = enable_objects(&widget(), None, "kube-federation-system", &api);
+        assert_eq!(crd.name_any(), "federatedwidgets.x.example.io");
+        assert_eq!(crd.spec.group, "x.example.io");
+        assert_eq!(crd.spec.versions[0].name, "v1alpha1");
+        assert_eq!(ftc.name_any(), "widgets.example.com");
+        assert_eq!(ftc.spec.federated_type.group, "x.example.io");
+        assert_eq!(
+            ftc.spec.federated_type.api_version(),
+            "x.example.io/v1alpha1"
+        );
     }
 
     #[test]

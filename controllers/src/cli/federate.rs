@@ -4,6 +4,8 @@
 //! (`clusterSelector: {}`). `--contents` on a namespace also federates the namespace's
 //! objects of every enabled namespaced type.
 
+use std::path::PathBuf;
+
 use anyhow::Context as _;
 use flotilla_crds::{FederatedTypeConfig, FederatedTypeConfigSpec, MANAGED_LABEL};
 use kube::{
@@ -12,7 +14,7 @@ use kube::{
 };
 use serde_json::{Map, Value, json};
 
-use super::enable::OutputFormat;
+use super::enable::{self, FederatedApi, OutputFormat};
 use super::{Context, GlobalArgs, access, resolve};
 
 /// Examples of `flotilla federate --help`.
@@ -25,17 +27,41 @@ Examples:
   flotilla federate configmap web-config -n demo -o yaml
 
   # Federate a namespace and everything in it of an enabled type
-  flotilla federate namespace demo --contents";
+  flotilla federate namespace demo --contents
+
+  # Enable the type first if it is not enabled yet (kubefedctl --enable-type)
+  flotilla federate secrets db-password -n demo --enable-type
+
+  # Federated objects for every resource of a file, printed (kubefedctl federate -f)
+  flotilla federate -f app.yaml > federated-app.yaml
+  # ... or applied to the host
+  flotilla federate -f app.yaml --apply";
 
 /// Arguments of `flotilla federate`.
 #[derive(Debug, Clone, clap::Args)]
 pub struct FederateArgs {
     /// The type of the resource (`configmap`, `deployments.apps`, `namespace`, ...); it must
-    /// be enabled (`flotilla enable TYPE`).
-    #[arg(value_name = "TYPE")]
-    pub type_name: String,
+    /// be enabled (`flotilla enable TYPE`) unless `--enable-type` is given.
+    #[arg(value_name = "TYPE", required_unless_present = "filename")]
+    pub type_name: Option<String>,
     /// Name of the resource.
-    pub name: String,
+    #[arg(required_unless_present = "filename")]
+    pub name: Option<String>,
+    /// Federate the resources of this file (YAML or JSON, `-` for stdin) instead of a live
+    /// one; like kubefedctl, the federated objects are printed unless `--apply` is given.
+    #[arg(short = 'f', long = "filename", value_name = "FILE", conflicts_with_all = ["type_name", "contents"])]
+    pub filename: Option<PathBuf>,
+    /// With `-f`: apply the federated objects to the host instead of printing them.
+    #[arg(long, requires = "filename")]
+    pub apply: bool,
+    /// Enable the resource's type first when it is not enabled (as `flotilla enable`).
+    /// With `-f` and without `--apply`, nothing is written: the type's configuration is
+    /// only computed.
+    #[arg(long)]
+    pub enable_type: bool,
+    /// The federated API used by `--enable-type`.
+    #[command(flatten)]
+    pub federated: FederatedApi,
     /// For a namespace: also federate its objects of every enabled namespaced type.
     #[arg(long)]
     pub contents: bool,
@@ -156,20 +182,15 @@ pub async fn run(global: &GlobalArgs, args: FederateArgs, ctx: &Context) -> anyh
     let access = access::host(global).await?;
     let host = access.client()?;
     let ns = access::namespace(global, &access);
-    let ftc = resolve::ftc_for(&host, &global.kubefed_namespace, &args.type_name).await?;
-    let kind = ftc.spec.target_type.kind.clone();
-    if args.contents && !is_namespace(&ftc.spec) {
-        anyhow::bail!("--contents only applies to namespaces");
-    }
-    let obj = target_api(&host, &ftc.spec, Some(&ns))
-        .get(&args.name)
-        .await
-        .with_context(|| format!("reading {kind} {}", args.name))?;
-    let mut objects = vec![federated_from(&ftc.spec, &serde_json::to_value(&obj)?)?];
-    if args.contents {
-        objects.extend(contents(&host, &global.kubefed_namespace, &args.name).await?);
-    }
-    if args.output == Some(OutputFormat::Yaml) {
+    let objects = match &args.filename {
+        Some(file) => from_file(&host, global, &args, file, &ns, ctx).await?,
+        None => from_live(&host, global, &args, &ns, ctx).await?,
+    };
+    let print = match &args.filename {
+        Some(_) => !args.apply,
+        None => args.output == Some(OutputFormat::Yaml),
+    };
+    if print {
         let docs = objects
             .iter()
             .map(serde_saphyr::to_string)
@@ -187,6 +208,98 @@ pub async fn run(global: &GlobalArgs, args: FederateArgs, ctx: &Context) -> anyh
         ));
     }
     Ok(())
+}
+
+/// The type's configuration: the enabled one, else (with `--enable-type`) the type enabled
+/// now, or only computed when `dry` (nothing may be written).
+async fn type_config(
+    host: &Client,
+    global: &GlobalArgs,
+    args: &FederateArgs,
+    type_name: &str,
+    dry: bool,
+    ctx: &Context,
+) -> anyhow::Result<FederatedTypeConfig> {
+    let ns = &global.kubefed_namespace;
+    match resolve::ftc_for(host, ns, type_name).await {
+        Ok(ftc) => Ok(ftc),
+        Err(_) if args.enable_type && dry => {
+            Ok(enable::objects_for(host, ns, type_name, &args.federated)
+                .await?
+                .1)
+        }
+        Err(_) if args.enable_type => {
+            enable::enable_type(host, ns, type_name, &args.federated, ctx).await
+        }
+        Err(e) => Err(e.context("pass --enable-type to enable it")),
+    }
+}
+
+/// The federated objects of one live resource (and with `--contents` of its namespace).
+async fn from_live(
+    host: &Client,
+    global: &GlobalArgs,
+    args: &FederateArgs,
+    ns: &str,
+    ctx: &Context,
+) -> anyhow::Result<Vec<Value>> {
+    let (Some(type_name), Some(name)) = (&args.type_name, &args.name) else {
+        anyhow::bail!("give TYPE NAME or -f FILE");
+    };
+    let dry = args.output == Some(OutputFormat::Yaml);
+    let ftc = type_config(host, global, args, type_name, dry, ctx).await?;
+    let kind = ftc.spec.target_type.kind.clone();
+    if args.contents && !is_namespace(&ftc.spec) {
+        anyhow::bail!("--contents only applies to namespaces");
+    }
+    let obj = target_api(host, &ftc.spec, Some(ns))
+        .get(name)
+        .await
+        .with_context(|| format!("reading {kind} {name}"))?;
+    let mut objects = vec![federated_from(&ftc.spec, &serde_json::to_value(&obj)?)?];
+    if args.contents {
+        objects.extend(contents(host, &global.kubefed_namespace, name).await?);
+    }
+    Ok(objects)
+}
+
+/// The federated objects of every resource in a file; a namespaced resource without a
+/// namespace is placed in `ns`, as `kubectl apply -f` would.
+async fn from_file(
+    host: &Client,
+    global: &GlobalArgs,
+    args: &FederateArgs,
+    file: &std::path::Path,
+    ns: &str,
+    ctx: &Context,
+) -> anyhow::Result<Vec<Value>> {
+    let text = super::diff::input::read_manifest(file)?;
+    let docs = super::diff::input::parse_manifest(&text)?;
+    let mut out = Vec::new();
+    for doc in docs {
+        let type_name = type_of(&doc)?;
+        let ftc = type_config(host, global, args, &type_name, !args.apply, ctx).await?;
+        let mut doc = doc;
+        if ftc.spec.target_type.namespaced() && doc.pointer("/metadata/namespace").is_none() {
+            doc["metadata"]["namespace"] = Value::String(ns.to_owned());
+        }
+        out.push(federated_from(&ftc.spec, &doc)?);
+    }
+    Ok(out)
+}
+
+/// `Kind.group` of a manifest document (`Kind` for the core group), which both the enabled
+/// types and discovery resolve.
+pub fn type_of(doc: &Value) -> anyhow::Result<String> {
+    let kind = doc["kind"]
+        .as_str()
+        .filter(|k| !k.is_empty())
+        .context("a document has no kind")?;
+    let api_version = doc["apiVersion"].as_str().unwrap_or("v1");
+    Ok(match api_version.split_once('/') {
+        Some((group, _)) => format!("{kind}.{group}"),
+        None => kind.to_owned(),
+    })
 }
 
 fn display_name(obj: &Value) -> String {

@@ -10,6 +10,7 @@
 pub mod access;
 #[cfg(feature = "dev")]
 pub mod dev;
+pub mod diff;
 pub mod enable;
 pub mod federate;
 pub mod http;
@@ -18,6 +19,7 @@ pub mod logging;
 pub mod manager;
 pub mod orphan;
 pub mod output;
+pub mod progress;
 pub mod resolve;
 pub mod status;
 
@@ -132,6 +134,9 @@ pub enum Command {
     /// Keep (or stop keeping) member objects when a federated object is deleted.
     #[command(name = "orphaning-deletion", after_help = orphan::EXAMPLES)]
     OrphaningDeletion(orphan::OrphanArgs),
+    /// Show what a federated object would change in each member cluster (kubectl diff).
+    #[command(after_help = diff::EXAMPLES)]
+    Diff(diff::DiffArgs),
     /// Show per-cluster propagation of federated objects; optionally wait for it.
     #[command(after_help = status::EXAMPLES)]
     Status(status::StatusArgs),
@@ -144,6 +149,33 @@ pub enum Command {
     Bench(crate::bench::BenchOptions),
     /// Print the version.
     Version,
+}
+
+/// A command's outcome that sets a particular exit status (the binary maps it with
+/// [`Exit::code`]); other errors exit with 1.
+#[derive(Debug, thiserror::Error)]
+pub enum Exit {
+    /// `diff` found differences: status 1, nothing more to print.
+    #[error("differences found")]
+    Differences,
+    /// `diff` failed: status 2, as `kubectl diff`.
+    #[error("{0}")]
+    Failed(String),
+}
+
+impl Exit {
+    /// The process exit status.
+    pub fn code(&self) -> u8 {
+        match self {
+            Exit::Differences => 1,
+            Exit::Failed(_) => 2,
+        }
+    }
+
+    /// Whether the binary prints the error (`Differences` was already shown).
+    pub fn is_reported(&self) -> bool {
+        matches!(self, Exit::Failed(_))
+    }
 }
 
 /// What a command runs with besides its arguments.
@@ -205,6 +237,7 @@ pub async fn execute(cli: Cli, ctx: Context) -> anyhow::Result<()> {
         Command::Federate(args) => federate::run(&global, args, &ctx).await,
         Command::OrphaningDeletion(args) => orphan::run(&global, args, &ctx).await,
         Command::Status(args) => status::run(&global, args, &ctx).await,
+        Command::Diff(args) => diff::run(&global, args, &ctx).await,
         #[cfg(feature = "dev")]
         Command::Dev(cmd) => dev::run(&global, cmd, &ctx).await,
         #[cfg(feature = "dev")]
@@ -294,6 +327,21 @@ mod tests {
             &["unjoin", "cluster1"][..],
             &["enable", "deployments.apps"][..],
             &["status", "-n", "demo"][..],
+            &["disable", "widgets.example.com"][..],
+            &["orphaning-deletion", "status", "fdeploy", "web"][..],
+            &["diff", "federateddeployment/web", "-n", "demo"][..],
+            &["diff", "-f", "web.yaml"][..],
+            &["federate", "-f", "app.yaml", "--apply"][..],
+            &["federate", "secrets", "s", "--enable-type"][..],
+            &["controller-manager"][..],
+            &[
+                "enable",
+                "limitranges",
+                "--federated-group",
+                "x.example.io",
+                "--federated-version",
+                "v1alpha1",
+            ][..],
         ] {
             let argv = ["flotilla"]
                 .iter()

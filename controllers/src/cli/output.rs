@@ -1,6 +1,6 @@
 //! Where command results go: stdout for the binary, a shared buffer for in-process tests.
 
-use std::io::Write as _;
+use std::io::{IsTerminal as _, Write as _};
 use std::sync::{Arc, Mutex};
 
 /// A sink for a command's results (not its logs, which go to stderr through `tracing`).
@@ -40,6 +40,11 @@ impl Output {
     /// Writes `text` and a newline.
     pub fn line(&self, text: impl AsRef<str>) {
         self.write(format!("{}\n", text.as_ref()));
+    }
+
+    /// Whether results go to a terminal (stdout is a TTY; never for captured output).
+    pub fn is_terminal(&self) -> bool {
+        self.buffer.is_none() && std::io::stdout().is_terminal()
     }
 
     /// Everything captured so far (empty for stdout).

@@ -4,7 +4,7 @@
 
 use anyhow::Context as _;
 use flotilla_crds::{
-    FederatedTypeConfig, TYPES_GROUP,
+    FederatedTypeConfig,
     core::{ApiResource, Scope},
     crdgen::default_target_types,
 };
@@ -189,7 +189,7 @@ pub async fn ftc_for(
             let s = &f.spec;
             (found.api.group == s.target_type.group
                 && found.api.plural_name == s.target_type.plural_name)
-                || (found.api.group == TYPES_GROUP
+                || (found.api.group == s.federated_type.group
                     && found.api.plural_name == s.federated_type.plural_name)
         });
         if let Some(ftc) = hit {

@@ -19,7 +19,11 @@ use kube::{
 };
 use tokio_util::sync::CancellationToken;
 
-use super::{Context, GlobalArgs, Output, access, parse_duration, resolve};
+use super::{
+    Context, GlobalArgs, Output, access, parse_duration,
+    progress::{Progress, propagated_line},
+    resolve,
+};
 
 /// Examples of `flotilla status --help`.
 pub const EXAMPLES: &str = "\
@@ -399,9 +403,15 @@ pub async fn wait(
     out: &Output,
 ) -> anyhow::Result<Vec<ObjectState>> {
     let deadline = tokio::time::Instant::now() + timeout;
+    let progress = Progress::new(out);
     loop {
         let (objects, missing) = snapshot(host, kubefed_ns, selection).await?;
         let verdicts: Vec<Verdict> = objects.iter().map(verdict).collect();
+        let done = verdicts
+            .iter()
+            .filter(|v| **v == Verdict::Propagated)
+            .count();
+        progress.show(&propagated_line(done, objects.len() + missing.len()));
         let failures: Vec<String> = verdicts
             .iter()
             .filter_map(|v| match v {
@@ -411,6 +421,7 @@ pub async fn wait(
             .flatten()
             .collect();
         if !failures.is_empty() {
+            progress.clear();
             out.write(table(&objects));
             out.line("");
             for f in &failures {
@@ -430,9 +441,11 @@ pub async fn wait(
             .chain(missing.iter().map(|m| format!("{m}: not found")))
             .collect();
         if pending.is_empty() {
+            progress.clear();
             return Ok(objects);
         }
         if tokio::time::Instant::now() >= deadline {
+            progress.clear();
             out.write(table(&objects));
             out.line("");
             for p in &pending {
@@ -441,7 +454,10 @@ pub async fn wait(
             anyhow::bail!("not propagated within {timeout:?}");
         }
         tokio::select! {
-            _ = cancel.cancelled() => anyhow::bail!("interrupted while waiting for propagation"),
+            _ = cancel.cancelled() => {
+                progress.clear();
+                anyhow::bail!("interrupted while waiting for propagation")
+            }
             _ = tokio::time::sleep(POLL) => {}
         }
     }

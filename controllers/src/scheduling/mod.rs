@@ -19,6 +19,7 @@ use flotilla_crds::{
         ClusterOverride, ClusterOverrides, ClusterReference, FederatedSpec, LabelSelector,
     },
     placement,
+    scheduling::ReplicaSchedulingPreferenceSpec,
 };
 use kube::{
     Api, Client, Resource, ResourceExt,
@@ -152,34 +153,20 @@ impl Ctx {
         let rsp_ref = ObjectRef::<ReplicaSchedulingPreference>::new(&key.1).within(&key.0);
         let rsp = self.rsps.get(&rsp_ref)?;
         let (ar, spec) = self.target(key, &rsp).await?;
-        let selector = spec
-            .placement
-            .cluster_selector
-            .as_ref()
-            .filter(|_| rsp.spec.intersect_with_cluster_selector);
-        let candidates = match candidates(&self.clusters.snapshot(), selector) {
-            Ok(c) => c,
+        let s = match schedule(&rsp.spec, &spec, &self.clusters.snapshot(), key) {
+            Ok(s) => s,
             Err(e) => {
                 self.event(&rsp, "InvalidClusterSelector", e.to_string())
                     .await;
                 return None;
             }
         };
-        let current = current_replicas(&spec);
-        let plan = planner::plan(&planner::PlanInput {
-            total_replicas: i64::from(rsp.spec.total_replicas),
-            preferences: &rsp.spec.clusters,
-            clusters: &candidates,
-            current: &current,
-            rebalance: rsp.spec.rebalance,
-            key: &format!("{}/{}", key.0, key.1),
-        });
-        let (placement_clusters, overrides) = apply_plan(&spec, &plan);
-        if is_scheduled(&spec, &placement_clusters, &overrides) {
+        if is_scheduled(&spec, &s.placement, &s.overrides) {
             return None;
         }
-        let patch = json!({"spec": {"placement": {"clusters": placement_clusters}, "overrides": overrides}});
-        self.write_schedule(key, &ar, &patch, &plan).await
+        let patch =
+            json!({"spec": {"placement": {"clusters": s.placement}, "overrides": s.overrides}});
+        self.write_schedule(key, &ar, &patch, &s.plan).await
     }
 
     /// The federated object `rsp` schedules and its spec; `None` (after an Event when the
@@ -255,6 +242,50 @@ impl Ctx {
         )
         .await;
     }
+}
+
+/// What the scheduler writes into an RSP's target.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Schedule {
+    /// Replicas per cluster.
+    pub plan: BTreeMap<String, i64>,
+    /// `spec.placement.clusters`: the clusters with replicas.
+    pub placement: Vec<ClusterReference>,
+    /// `spec.overrides`: a `/spec/replicas` override per placed cluster, the target's
+    /// other overrides kept.
+    pub overrides: Vec<ClusterOverrides>,
+}
+
+/// The schedule of one RSP for its target. `key` is the RSP's (and the target's)
+/// `(namespace, name)`. Also used by `flotilla diff`, which shows what the controller
+/// would write.
+pub fn schedule(
+    rsp: &ReplicaSchedulingPreferenceSpec,
+    spec: &FederatedSpec,
+    clusters: &[ClusterState],
+    key: &(String, String),
+) -> Result<Schedule, placement::PlacementError> {
+    let selector = spec
+        .placement
+        .cluster_selector
+        .as_ref()
+        .filter(|_| rsp.intersect_with_cluster_selector);
+    let candidates = candidates(clusters, selector)?;
+    let current = current_replicas(spec);
+    let plan = planner::plan(&planner::PlanInput {
+        total_replicas: i64::from(rsp.total_replicas),
+        preferences: &rsp.clusters,
+        clusters: &candidates,
+        current: &current,
+        rebalance: rsp.rebalance,
+        key: &format!("{}/{}", key.0, key.1),
+    });
+    let (placement, overrides) = apply_plan(spec, &plan);
+    Ok(Schedule {
+        plan,
+        placement,
+        overrides,
+    })
 }
 
 /// The Ready clusters that may receive replicas: all of them, or those `selector` matches.
