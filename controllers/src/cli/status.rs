@@ -534,6 +534,7 @@ mod tests {
                         remote_status: None,
                     })
                     .collect(),
+                placement: None,
             },
         }
     }

@@ -417,6 +417,7 @@ mod tests {
         ClusterState {
             name: name.into(),
             labels: BTreeMap::from([("region".to_string(), region.to_string())]),
+            taints: vec![],
             ready,
             client: None,
             client_generation: 0,

@@ -24,6 +24,7 @@ use super::{
     deletion::{has_finalizer, no_client},
     dispatch::{MemberOp, MemberRef},
     plan::{self, DesiredFor, DesiredSet, Observed, Op, Outcome},
+    scheduled::{self, Scheduling},
     status::StatusUpdate,
 };
 use crate::multicluster::ClusterState;
@@ -112,15 +113,24 @@ impl Ctl {
                     aggregate: Some(failure),
                     generation,
                     remote: &BTreeMap::new(),
+                    scheduling: Scheduling::Off,
                 };
                 self.write_status(fed, update).await;
                 return Action::Done;
             }
         };
-        let (selected, aggregate) = match self.placement(key, &spec) {
+        let (selected, mut aggregate) = match self.placement(key, &spec) {
             Ok(s) => (s, None),
             Err(agg) => (BTreeSet::new(), Some(agg)),
         };
+        let decision = match (spec.placement.is_scheduled(), &aggregate) {
+            (true, None) => self
+                .schedule(&spec, &selected, &previous)
+                .map_err(|agg| aggregate = Some(agg))
+                .ok(),
+            _ => None,
+        };
+        let selected = decision.as_ref().map_or(selected, |d| d.targets());
         let desired = plan::desired_objects(
             &self.target_type_api(),
             &key.1,
@@ -162,14 +172,24 @@ impl Ctl {
                 &self.shared.namespace,
             );
         }
+        let scheduling = match (&decision, spec.placement.is_scheduled()) {
+            (Some(d), _) => Scheduling::Decided(d),
+            (None, true) => Scheduling::Keep,
+            (None, false) => Scheduling::Off,
+        };
         let update = StatusUpdate {
             previous: &previous,
             outcomes: &round.outcomes,
             aggregate,
             generation,
             remote: &remote,
+            scheduling,
         };
         self.write_status(fed, update).await;
+        if let Some(d) = &decision {
+            self.announce_decision(fed, &previous, d).await;
+            round.recheck = earliest(round.recheck, scheduled::recheck(d));
+        }
         plan::live_action(!round.waiting.is_empty(), backoff, round.recheck)
     }
 

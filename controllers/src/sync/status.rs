@@ -17,6 +17,7 @@ use tracing::warn;
 use super::{
     ctl::Ctl,
     plan::{Outcome, status as plan},
+    scheduled::{self, Scheduling},
 };
 use crate::metrics::FailureLabels;
 
@@ -27,27 +28,31 @@ pub(super) struct StatusUpdate<'a> {
     pub aggregate: Option<(AggregateReason, String)>,
     pub generation: i64,
     pub remote: &'a BTreeMap<String, Value>,
+    /// The scheduling decision, for placements that use Flotilla's scheduling fields.
+    pub scheduling: Scheduling<'a>,
 }
 
 impl Ctl {
     /// Writes the status built from `update` when it differs from the previous one.
     pub(super) async fn write_status(&self, fed: &DynamicObject, update: StatusUpdate<'_>) {
         let previous = update.previous;
-        let status = plan::build_status(
+        let now = k8s_openapi::jiff::Timestamp::now().to_string();
+        let mut status = plan::build_status(
             update.generation,
             update.outcomes,
             update.aggregate,
             previous,
             update.remote,
-            &k8s_openapi::jiff::Timestamp::now().to_string(),
+            &now,
         );
+        scheduled::apply(&mut status, &update.scheduling, previous, &now);
         if &status == previous {
             return;
         }
         let mut value = serde_json::to_value(&status).unwrap_or(Value::Null);
         if let Some(map) = value.as_object_mut() {
             // Merge patch: absent keys would keep old values, so clear them explicitly.
-            for k in ["clusters", "conditions"] {
+            for k in ["clusters", "conditions", "placement"] {
                 map.entry(k).or_insert(Value::Null);
             }
         }
@@ -80,6 +85,19 @@ impl Ctl {
             && let Some((reason, note)) = plan::warning_note(&status)
         {
             self.event(fed, EventType::Warning, &reason, note).await;
+        }
+    }
+
+    /// Publishes the Events a scheduling decision warrants (see [`scheduled::events`]).
+    pub(super) async fn announce_decision(
+        &self,
+        fed: &DynamicObject,
+        previous: &FederatedStatus,
+        decision: &flotilla_crds::schedule::Decision,
+    ) {
+        for (event, note) in scheduled::events(previous, decision) {
+            self.event(fed, event.event_type(), event.as_str(), note)
+                .await;
         }
     }
 

@@ -82,6 +82,7 @@ pub fn build_status(
         observed_generation: generation,
         conditions: vec![condition],
         clusters,
+        placement: None,
     }
 }
 
