@@ -116,6 +116,11 @@ impl Ctl {
                 aggregate: None,
                 generation: fed.metadata.generation.unwrap_or(0),
                 remote: &Default::default(),
+                scheduling: if previous.placement.is_some() {
+                    super::scheduled::Scheduling::Keep
+                } else {
+                    super::scheduled::Scheduling::Off
+                },
             };
             self.write_status(fed, update).await;
         }
