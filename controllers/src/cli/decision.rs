@@ -54,7 +54,10 @@ mod tests {
         ClusterReference, FederatedCondition, FederatedStatus, PlacementMove, PlacementStatus,
     };
 
-    fn state(placement: Option<PlacementStatus>, condition: Option<(&str, &str, &str)>) -> ObjectState {
+    fn state(
+        placement: Option<PlacementStatus>,
+        condition: Option<(&str, &str, &str)>,
+    ) -> ObjectState {
         ObjectState {
             kind: "FederatedConfigMap".into(),
             namespace: Some("demo".into()),
@@ -100,7 +103,15 @@ mod tests {
             Some(placement),
             Some(("False", "Unschedulable", "member1 must be left")),
         )]);
-        assert!(text.contains("Scheduled=False on member2 (Unschedulable: member1 must be left)"), "{text}");
-        assert!(text.contains("member1 Evicted no replacement since 2026-01-01T00:00:00Z: tainted drain:NoExecute"), "{text}");
+        assert!(
+            text.contains("Scheduled=False on member2 (Unschedulable: member1 must be left)"),
+            "{text}"
+        );
+        assert!(
+            text.contains(
+                "member1 Evicted no replacement since 2026-01-01T00:00:00Z: tainted drain:NoExecute"
+            ),
+            "{text}"
+        );
     }
 }
