@@ -13,9 +13,9 @@ use std::{
 use anyhow::{Context as _, ensure};
 use flotilla_crds::{DEFAULT_NAMESPACE, KubeFedCluster, federated::PlacementStatus};
 use flotilla_tests::{
-    federation::Federation,
+    federation::{Federation, apply},
     host::FederatedRef,
-    member::config_maps,
+    member::{config_maps, deployments, replicas},
     objects::FederatedObject,
     setup::federation_with_namespace,
     wait::{TIMEOUT, wait_absent, wait_present},
@@ -24,6 +24,7 @@ use flotilla_tests::{
 use kube::{
     Api, Client,
     api::{Patch, PatchParams},
+    core::ApiResource,
 };
 use serde_json::{Value, json};
 use tokio::task::JoinHandle;
@@ -114,6 +115,45 @@ fn watch_for_gap(
         gap
     });
     (stop, task)
+}
+
+/// The replicas of Deployment `sched/app` in a member (`None` when absent).
+async fn app_replicas(client: &Client) -> anyhow::Result<Option<i32>> {
+    let app = deployments(client, NS).get_opt("app").await?;
+    Ok(app.as_ref().and_then(replicas))
+}
+
+/// A FederatedDeployment `app` on one cluster of region `a`, tolerating unreachability
+/// for 4 s, with an RSP of 3 replicas.
+async fn scheduled_deployment_with_rsp(host: &Client) -> anyhow::Result<()> {
+    FederatedObject::deployment(NS, "app", 1, "nginx:1.25")
+        .placement(json!({
+            "clusterSelector": {"matchLabels": {"region": "a"}},
+            "maxClusters": 1,
+            "tolerations": [{"key": "flotilla.io/unreachable", "operator": "Exists",
+                "effect": "NoExecute", "tolerationSeconds": 4}]
+        }))
+        .apply(host)
+        .await?;
+    let rsp = ApiResource {
+        group: "scheduling.kubefed.io".into(),
+        version: "v1alpha1".into(),
+        api_version: "scheduling.kubefed.io/v1alpha1".into(),
+        kind: "ReplicaSchedulingPreference".into(),
+        plural: "replicaschedulingpreferences".into(),
+    };
+    apply(
+        host,
+        &rsp,
+        Some(NS),
+        &json!({
+            "apiVersion": "scheduling.kubefed.io/v1alpha1", "kind": "ReplicaSchedulingPreference",
+            "metadata": {"name": "app", "namespace": NS},
+            "spec": {"targetKind": "FederatedDeployment", "totalReplicas": 3, "rebalance": true}
+        }),
+    )
+    .await?;
+    Ok(())
 }
 
 fn spread_object(name: &str) -> FederatedObject {
@@ -245,7 +285,7 @@ async fn spread_taints_and_graceful_moves() -> anyhow::Result<()> {
 }
 
 #[tokio::test]
-async fn an_unreachable_member_fails_over_without_a_gap_and_does_not_churn_back()
+async fn an_unreachable_member_fails_over_without_a_gap_its_replicas_follow_and_it_does_not_churn_back()
 -> anyhow::Result<()> {
     let fed = regional_federation().await?;
     let web = FederatedObject::config_map(NS, "web", json!({"k": "v"}))
@@ -259,6 +299,13 @@ async fn an_unreachable_member_fails_over_without_a_gap_and_does_not_churn_back(
         .await?;
     wait_decision(&web, &["member1"], "True").await?;
     wait_present(TIMEOUT, &config_maps(&member(&fed, "member1"), NS), "web").await?;
+    scheduled_deployment_with_rsp(&fed.host).await?;
+    wait_for(TIMEOUT, "3 replicas of app in member1", || async {
+        let r = app_replicas(&member(&fed, "member1")).await?;
+        ensure!(r == Some(3), "member1 has {r:?}");
+        Ok(())
+    })
+    .await?;
 
     fed.env.stop_apiserver("member1").await?;
     // member2 takes over once the toleration has run out; member1's copy cannot be removed
@@ -280,6 +327,13 @@ async fn an_unreachable_member_fails_over_without_a_gap_and_does_not_churn_back(
             p.moves
         );
         Ok(p)
+    })
+    .await?;
+    // The RSP's replicas follow the failover of their target.
+    wait_for(TIMEOUT, "3 replicas of app in member2", || async {
+        let r = app_replicas(&member(&fed, "member2")).await?;
+        ensure!(r == Some(3), "member2 has {r:?}");
+        Ok(())
     })
     .await?;
     let clusters: Api<KubeFedCluster> = Api::namespaced(fed.host.clone(), DEFAULT_NAMESPACE);

@@ -113,24 +113,13 @@ impl Ctl {
                     aggregate: Some(failure),
                     generation,
                     remote: &BTreeMap::new(),
-                    scheduling: Scheduling::Off,
+                    scheduling: Scheduling::of(None, previous.placement.is_some()),
                 };
                 self.write_status(fed, update).await;
                 return Action::Done;
             }
         };
-        let (selected, mut aggregate) = match self.placement(key, &spec) {
-            Ok(s) => (s, None),
-            Err(agg) => (BTreeSet::new(), Some(agg)),
-        };
-        let decision = match (spec.placement.is_scheduled(), &aggregate) {
-            (true, None) => self
-                .schedule(&spec, &selected, &previous)
-                .map_err(|agg| aggregate = Some(agg))
-                .ok(),
-            _ => None,
-        };
-        let selected = decision.as_ref().map_or(selected, |d| d.targets());
+        let (selected, decision, aggregate) = self.targets(key, &spec, &previous);
         let desired = plan::desired_objects(
             &self.target_type_api(),
             &key.1,
@@ -172,18 +161,13 @@ impl Ctl {
                 &self.shared.namespace,
             );
         }
-        let scheduling = match (&decision, spec.placement.is_scheduled()) {
-            (Some(d), _) => Scheduling::Decided(d),
-            (None, true) => Scheduling::Keep,
-            (None, false) => Scheduling::Off,
-        };
         let update = StatusUpdate {
             previous: &previous,
             outcomes: &round.outcomes,
             aggregate,
             generation,
             remote: &remote,
-            scheduling,
+            scheduling: Scheduling::of(decision.as_ref(), spec.placement.is_scheduled()),
         };
         self.write_status(fed, update).await;
         if let Some(d) = &decision {

@@ -15,7 +15,10 @@ use flotilla_crds::{
 use kube::runtime::events::EventType;
 use serde_json::Value;
 
-use super::ctl::{Ctl, PlacementError};
+use super::{
+    Key,
+    ctl::{Ctl, PlacementError},
+};
 
 /// The `Scheduled` condition's type.
 pub const SCHEDULED: &str = "Scheduled";
@@ -28,6 +31,18 @@ pub(super) enum Scheduling<'a> {
     Decided(&'a Decision),
     /// No decision could be made this time (the placement failed): keep the stored one.
     Keep,
+}
+
+impl<'a> Scheduling<'a> {
+    /// The decision when one was made; else keep the stored one when the placement is
+    /// scheduled (or a decision is stored), else kubefed's placement.
+    pub fn of(decision: Option<&'a Decision>, scheduled: bool) -> Self {
+        match (decision, scheduled) {
+            (Some(d), _) => Scheduling::Decided(d),
+            (None, true) => Scheduling::Keep,
+            (None, false) => Scheduling::Off,
+        }
+    }
 }
 
 /// An Event about a decision.
@@ -64,9 +79,33 @@ impl SchedulingEvent {
 }
 
 impl Ctl {
+    /// The clusters that must hold the object: kubefed's placement, or for a placement with
+    /// scheduling fields the decision's targets (with the decision). An object-level
+    /// failure selects nothing.
+    pub(super) fn targets(
+        &self,
+        key: &Key,
+        spec: &FederatedSpec,
+        previous: &FederatedStatus,
+    ) -> (BTreeSet<String>, Option<Decision>, Option<PlacementError>) {
+        let selected = match self.placement(key, spec) {
+            Ok(s) => s,
+            Err(agg) => return (BTreeSet::new(), None, Some(agg)),
+        };
+        if !spec.placement.is_scheduled() {
+            return (selected, None, None);
+        }
+        match self.schedule(spec, &selected, previous) {
+            Ok(d) => (d.targets(), Some(d), None),
+            // A preference that cannot be evaluated must not remove copies: the stored
+            // decision holds until it is fixed.
+            Err(agg) => (stored_targets(previous), None, Some(agg)),
+        }
+    }
+
     /// Decides where an object with scheduling fields goes; `candidates` are the clusters
     /// kubefed's placement selects.
-    pub(super) fn schedule(
+    fn schedule(
         &self,
         spec: &FederatedSpec,
         candidates: &BTreeSet<String>,
@@ -99,6 +138,15 @@ impl Ctl {
             )
         })
     }
+}
+
+/// The clusters the stored decision holds the object in.
+pub fn stored_targets(previous: &FederatedStatus) -> BTreeSet<String> {
+    previous
+        .placement
+        .as_ref()
+        .map(schedule::targets)
+        .unwrap_or_default()
 }
 
 fn now() -> i64 {
@@ -336,6 +384,27 @@ mod tests {
         let mut kept = FederatedStatus::default();
         apply(&mut kept, &Scheduling::Keep, &stored, "t2");
         assert_eq!(kept, stored);
+    }
+
+    #[test]
+    fn the_stored_targets_are_the_decided_clusters_and_the_copies_kept_for_moves() {
+        let d = decision(
+            &["b"],
+            vec![evicted("a", Some("b"))],
+            ScheduleReason::Scheduled,
+        );
+        let mut stored = FederatedStatus::default();
+        apply(
+            &mut stored,
+            &Scheduling::Decided(&d),
+            &FederatedStatus::default(),
+            "t",
+        );
+        assert_eq!(
+            stored_targets(&stored).into_iter().collect::<Vec<_>>(),
+            ["a", "b"]
+        );
+        assert!(stored_targets(&FederatedStatus::default()).is_empty());
     }
 
     #[test]

@@ -94,22 +94,27 @@ pub struct Decision {
 }
 
 impl Decision {
-    /// The clusters that must hold the object: the decided ones and those whose copy is
-    /// kept until a move completes.
+    /// The clusters that must hold the object: see [`targets`].
     pub fn targets(&self) -> BTreeSet<String> {
-        self.status
-            .clusters
-            .iter()
-            .map(|c| c.name.clone())
-            .chain(
-                self.status
-                    .moves
-                    .iter()
-                    .filter(|m| m.reason == moves::MoveReason::Evicted.as_str())
-                    .map(|m| m.cluster.clone()),
-            )
-            .collect()
+        targets(&self.status)
     }
+}
+
+/// The clusters a decision holds the object in: the decided ones and those whose copy is
+/// kept until a move completes.
+pub fn targets(status: &PlacementStatus) -> BTreeSet<String> {
+    status
+        .clusters
+        .iter()
+        .map(|c| c.name.clone())
+        .chain(
+            status
+                .moves
+                .iter()
+                .filter(|m| m.reason == moves::MoveReason::Evicted.as_str())
+                .map(|m| m.cluster.clone()),
+        )
+        .collect()
 }
 
 /// Whether a cluster may keep an object it holds.
