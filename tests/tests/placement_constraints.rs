@@ -13,6 +13,7 @@ use std::{
 use anyhow::{Context as _, ensure};
 use flotilla_crds::{DEFAULT_NAMESPACE, KubeFedCluster, federated::PlacementStatus};
 use flotilla_tests::{
+    assert::events_about,
     federation::{Federation, apply},
     host::FederatedRef,
     member::{config_maps, deployments, replicas},
@@ -272,6 +273,15 @@ async fn spread_taints_and_graceful_moves() -> anyhow::Result<()> {
             "member3's copy was removed"
         );
         tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+
+    for reason in ["Scheduled", "Evicted", "FailoverBlocked"] {
+        wait_for(TIMEOUT, &format!("a {reason} Event on spread"), || async {
+            let found = events_about(&fed.host, NS, "spread", reason).await?;
+            ensure!(!found.is_empty(), "none yet");
+            Ok(())
+        })
+        .await?;
     }
 
     // The taint is lifted: member3 simply stays, and the object is scheduled again.
