@@ -198,6 +198,7 @@ pub async fn join(
         secret_ref: LocalSecretReference { name: secret_name },
         disabled_tls_validations: Vec::new(),
         proxy_url: None,
+        taints: Vec::new(),
     };
     let body = json!({
         "apiVersion": format!("{}/{}", flotilla_crds::CORE_GROUP, flotilla_crds::V1BETA1),

@@ -91,6 +91,11 @@ pub struct KubeFedClusterSpec {
     /// Proxy to reach the member through: http, https or socks5.
     #[serde(default, rename = "proxyURL", skip_serializing_if = "Option::is_none")]
     pub proxy_url: Option<String>,
+    /// Flotilla extension: taints (core/v1 Taint shape). `NoSchedule` keeps new placements
+    /// off; `NoExecute` also moves objects that do not tolerate it away. The registry adds
+    /// `flotilla.io/unreachable:NoExecute` while the cluster is not Ready.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub taints: Vec<crate::taint::Taint>,
 }
 
 /// A reference to a Secret in the same namespace.
@@ -203,6 +208,19 @@ pub struct KubeFedConfigSpec {
     /// The status controller.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub status_controller: Option<StatusControllerConfig>,
+    /// Flotilla extension: the scheduler.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scheduling: Option<SchedulingConfig>,
+}
+
+/// Scheduler settings (Flotilla extension).
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SchedulingConfig {
+    /// How long an object that lists no toleration for `flotilla.io/unreachable` stays on
+    /// an unreachable cluster before it moves (default 300).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub default_unreachable_toleration_seconds: Option<i64>,
 }
 
 fn default_scope() -> String {
@@ -324,6 +342,8 @@ pub struct EffectiveConfig {
     pub renew_deadline: Duration,
     /// Leader election retry period.
     pub retry_period: Duration,
+    /// Toleration of the unreachable taint for objects that list none, in seconds.
+    pub default_unreachable_toleration_seconds: i64,
 }
 
 /// Flotilla's default for concurrent reconciles (kubefed's is 1, see its #1392).
@@ -373,6 +393,11 @@ impl KubeFedConfigSpec {
             status_controller: Some(StatusControllerConfig {
                 max_concurrent_reconciles: Some(1),
             }),
+            scheduling: Some(SchedulingConfig {
+                default_unreachable_toleration_seconds: Some(
+                    crate::schedule::DEFAULT_UNREACHABLE_TOLERATION_SECONDS,
+                ),
+            }),
         }
     }
 
@@ -416,6 +441,12 @@ impl KubeFedConfigSpec {
             lease_duration: dur(le.lease_duration.as_ref(), Duration::from_secs(15)),
             renew_deadline: dur(le.renew_deadline.as_ref(), Duration::from_secs(10)),
             retry_period: dur(le.retry_period.as_ref(), Duration::from_secs(5)),
+            default_unreachable_toleration_seconds: self
+                .scheduling
+                .as_ref()
+                .and_then(|s| s.default_unreachable_toleration_seconds)
+                .filter(|s| *s >= 0)
+                .unwrap_or(crate::schedule::DEFAULT_UNREACHABLE_TOLERATION_SECONDS),
         }
     }
 }

@@ -10,6 +10,8 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use crate::taint::Toleration;
+
 /// `spec` of a Federated&lt;Kind&gt;.
 #[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
@@ -41,6 +43,67 @@ pub struct Placement {
     /// Clusters by the labels of their KubeFedCluster.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cluster_selector: Option<LabelSelector>,
+    /// Flotilla extension: choose at most this many of the candidate clusters.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_clusters: Option<u32>,
+    /// Flotilla extension: spread the chosen clusters over KubeFedCluster label values.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub spread_constraints: Vec<SpreadConstraint>,
+    /// Flotilla extension: soft preferences; clusters with a higher total weight first.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub preferences: Vec<ClusterPreference>,
+    /// Flotilla extension: cluster taints this object tolerates (core/v1 Toleration shape).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tolerations: Vec<Toleration>,
+    /// Flotilla extension: how a move away from a cluster is carried out.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failover: Option<FailoverPolicy>,
+}
+
+impl Placement {
+    /// Whether any Flotilla scheduling field is set: only then is a decision made and
+    /// stored; otherwise placement is exactly kubefed's.
+    pub fn is_scheduled(&self) -> bool {
+        self.max_clusters.is_some()
+            || !self.spread_constraints.is_empty()
+            || !self.preferences.is_empty()
+            || !self.tolerations.is_empty()
+            || self.failover.is_some()
+    }
+}
+
+/// Spread over the values of one KubeFedCluster label.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SpreadConstraint {
+    /// The KubeFedCluster label whose values form the groups, e.g.
+    /// `topology.kubernetes.io/region`. Clusters without it are not candidates.
+    pub topology_key: String,
+    /// At least this many distinct values; fewer available makes the object Unschedulable.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub min_groups: Option<u32>,
+    /// At most this many distinct values.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_groups: Option<u32>,
+}
+
+/// A soft preference for clusters matching a selector.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub struct ClusterPreference {
+    /// Added to the score of every matching cluster.
+    pub weight: i32,
+    /// The clusters preferred.
+    pub selector: LabelSelector,
+}
+
+/// How a move away from a cluster is carried out.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct FailoverPolicy {
+    /// How long the old copy is kept at most while its replacement is not propagated yet
+    /// (default 600). The last propagated copy is never removed, whatever this says.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub grace_period_seconds: Option<i64>,
 }
 
 /// A cluster named in a placement.
@@ -129,6 +192,41 @@ pub struct FederatedStatus {
     /// ReplicaSet, StatefulSet, DaemonSet, Job with `statusCollection: Enabled`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub aggregated: Option<crate::workload::AggregatedStatus>,
+    /// Flotilla extension: the scheduling decision, when the placement uses Flotilla's
+    /// scheduling fields.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub placement: Option<PlacementStatus>,
+}
+
+/// The stored scheduling decision: read back as the sticky input of the next decision.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PlacementStatus {
+    /// The decided clusters, in order of choice.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub clusters: Vec<ClusterReference>,
+    /// Clusters being left or left, and why.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub moves: Vec<PlacementMove>,
+}
+
+/// A cluster the object moves (or moved) away from.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PlacementMove {
+    /// The cluster left.
+    pub cluster: String,
+    /// `Evicted` (its copy is kept until the replacement is up) or `Replaced` (its copy
+    /// was removed).
+    pub reason: String,
+    /// The cluster that took over, if one fits.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replacement: Option<String>,
+    /// When the move started (RFC 3339).
+    pub since: String,
+    /// Why the cluster is left.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub message: String,
 }
 
 fn is_zero(n: &i64) -> bool {
@@ -222,6 +320,11 @@ impl FederatedStatus {
     /// The `Propagation` condition, if any.
     pub fn propagation(&self) -> Option<&FederatedCondition> {
         self.conditions.iter().find(|c| c.type_ == "Propagation")
+    }
+
+    /// The `Scheduled` condition, if any.
+    pub fn scheduled(&self) -> Option<&FederatedCondition> {
+        self.conditions.iter().find(|c| c.type_ == "Scheduled")
     }
 }
 

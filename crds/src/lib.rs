@@ -13,7 +13,9 @@ pub mod hash;
 pub mod overrides;
 pub mod placement;
 pub mod reason;
+pub mod schedule;
 pub mod scheduling;
+pub mod taint;
 pub mod workload;
 
 pub use crate::core::{

@@ -260,6 +260,7 @@ mod tests {
                     .collect(),
             ),
             cluster_selector: None,
+            ..Placement::default()
         }
     }
 
@@ -267,6 +268,7 @@ mod tests {
         Placement {
             clusters: None,
             cluster_selector: Some(sel),
+            ..Placement::default()
         }
     }
 

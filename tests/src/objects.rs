@@ -86,6 +86,12 @@ impl FederatedObject {
         self
     }
 
+    /// Sets `spec.placement` as given (e.g. with Flotilla's scheduling fields).
+    pub fn placement(mut self, placement: Value) -> Self {
+        self.placement = placement;
+        self
+    }
+
     /// Adds an override for `cluster` setting `path` to `value` (the default op).
     pub fn override_path(self, cluster: &str, path: &str, value: Value) -> Self {
         self.cluster_override(cluster, json!({"path": path, "value": value}))

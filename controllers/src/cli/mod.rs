@@ -8,6 +8,7 @@
 //! Commands use `anyhow`: they are the outermost layer and only report.
 
 pub mod access;
+pub mod decision;
 #[cfg(feature = "dev")]
 pub mod dev;
 pub mod diff;

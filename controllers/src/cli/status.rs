@@ -89,7 +89,12 @@ pub enum Format {
 pub fn render(objects: &[ObjectState], format: Format) -> anyhow::Result<String> {
     let doc = serde_json::json!({ "items": objects });
     Ok(match format {
-        Format::Table | Format::Wide => format!("{}\n{}\n", table(objects), summary(objects)),
+        Format::Table | Format::Wide => format!(
+            "{}\n{}\n{}",
+            table(objects),
+            summary(objects),
+            super::decision::scheduling_lines(objects)
+        ),
         Format::Json => format!("{}\n", serde_json::to_string_pretty(&doc)?),
         Format::Yaml => serde_saphyr::to_string(&doc)?,
     })
@@ -597,6 +602,7 @@ mod tests {
                     })
                     .collect(),
                 aggregated: None,
+                placement: None,
             },
         }
     }

@@ -8,6 +8,7 @@ use std::{
     sync::{Arc, RwLock},
 };
 
+use flotilla_crds::taint::Taint;
 use kube::Client;
 use tokio::sync::{broadcast, watch};
 use tracing::debug;
@@ -19,6 +20,8 @@ pub struct ClusterState {
     pub name: String,
     /// Labels of the KubeFedCluster (placement selectors match on these).
     pub labels: BTreeMap<String, String>,
+    /// `spec.taints` of the KubeFedCluster (the scheduler filters on these).
+    pub taints: Vec<Taint>,
     /// Whether the health check currently says Ready.
     pub ready: bool,
     /// A client for the member, when one could be built.
@@ -32,6 +35,7 @@ impl Debug for ClusterState {
         f.debug_struct("ClusterState")
             .field("name", &self.name)
             .field("labels", &self.labels)
+            .field("taints", &self.taints)
             .field("ready", &self.ready)
             .field("has_client", &self.client.is_some())
             .field("client_generation", &self.client_generation)
@@ -123,15 +127,16 @@ impl ClusterSet {
         self.version.send_modify(|v| *v += 1);
     }
 
-    /// Registers a cluster (unready, without a client) or updates its labels.
-    pub fn upsert(&self, name: &str, labels: BTreeMap<String, String>) {
+    /// Registers a cluster (unready, without a client) or updates its labels and taints.
+    pub fn upsert(&self, name: &str, labels: BTreeMap<String, String>, taints: Vec<Taint>) {
         let mut events = Vec::new();
         {
             let mut map = self.write();
             match map.get_mut(name) {
                 Some(state) => {
-                    if state.labels != labels {
+                    if state.labels != labels || state.taints != taints {
                         state.labels = labels;
+                        state.taints = taints;
                         events.push(ClusterEvent::Updated(name.to_string()));
                     }
                 }
@@ -141,6 +146,7 @@ impl ClusterSet {
                         ClusterState {
                             name: name.to_string(),
                             labels,
+                            taints,
                             ready: false,
                             client: None,
                             client_generation: 0,

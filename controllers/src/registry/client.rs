@@ -61,7 +61,12 @@ impl ClientInputs {
     /// Collects the inputs from a KubeFedCluster's spec and the Secret it names (if found).
     pub fn new(spec: &KubeFedClusterSpec, namespace: &str, secret: Option<&Secret>) -> Self {
         ClientInputs {
-            spec: spec.clone(),
+            // Taints do not make a client: a taint added or lifted must not rebuild it
+            // (which would restart every watch of the cluster).
+            spec: KubeFedClusterSpec {
+                taints: Vec::new(),
+                ..spec.clone()
+            },
             namespace: namespace.to_owned(),
             token: secret.map(|s| {
                 s.data
@@ -363,6 +368,22 @@ mod tests {
             .config()
             .expect("valid");
         assert!(config.accept_invalid_certs);
+    }
+
+    #[test]
+    fn taints_do_not_change_the_client_inputs() {
+        let secret = secret(&[("token", b"t")]);
+        let mut tainted = spec("https://127.0.0.1:6443");
+        tainted.taints = vec![flotilla_crds::taint::Taint {
+            key: "drain".into(),
+            value: None,
+            effect: flotilla_crds::taint::TaintEffect::NoExecute,
+            time_added: None,
+        }];
+        assert_eq!(
+            ClientInputs::new(&tainted, "ns", Some(&secret)),
+            ClientInputs::new(&spec("https://127.0.0.1:6443"), "ns", Some(&secret))
+        );
     }
 
     #[test]

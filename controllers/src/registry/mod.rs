@@ -18,6 +18,7 @@ pub mod client;
 pub mod config;
 pub mod health;
 pub mod probe;
+pub mod unreachable;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
@@ -337,7 +338,9 @@ impl Registry {
             return;
         };
         let labels: BTreeMap<String, String> = cluster.labels().clone();
-        self.shared.set.upsert(name, labels);
+        self.shared
+            .set
+            .upsert(name, labels, cluster.spec.taints.clone());
 
         let secret_key =
             ObjectRef::<Secret>::new(&cluster.spec.secret_ref.name).within(&self.namespace);

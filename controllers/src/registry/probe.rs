@@ -130,6 +130,15 @@ impl<'a> Worker<'a> {
         };
         let published = self.tracker.observe(outcome, thresholds);
         self.shared.set.set_ready(self.name, published.is_ready());
+        if let Some(state) = self.shared.set.get(self.name) {
+            super::unreachable::sync_taint(
+                &self.shared.api,
+                self.name,
+                &state.taints,
+                published.is_ready(),
+            )
+            .await;
+        }
 
         if self.announced.as_deref() != Some(published.reason()) {
             announce(

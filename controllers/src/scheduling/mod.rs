@@ -3,7 +3,10 @@
 //! per-cluster `/spec/replicas` override computed by [`planner`] over the Ready clusters
 //! (intersected with the target's `clusterSelector` when `intersectWithClusterSelector`).
 //! Other overrides of the target are kept. Recomputed when the RSP, the target or the
-//! cluster set changes; written only when the result differs.
+//! cluster set changes; written only when the result differs. A target whose placement
+//! uses Flotilla's scheduling fields keeps its placement: replicas are divided over the
+//! Ready clusters of its decision (`status.placement.clusters`), so they follow a failover,
+//! and only the replica overrides are written.
 
 pub mod planner;
 
@@ -16,7 +19,8 @@ use std::{
 use flotilla_crds::{
     ReplicaSchedulingPreference, crdgen,
     federated::{
-        ClusterOverride, ClusterOverrides, ClusterReference, FederatedSpec, LabelSelector,
+        ClusterOverride, ClusterOverrides, ClusterReference, FederatedSpec, FederatedStatus,
+        LabelSelector,
     },
     placement,
     scheduling::ReplicaSchedulingPreferenceSpec,
@@ -152,20 +156,30 @@ impl Ctx {
     async fn reconcile(&self, key: &Key) -> Option<Duration> {
         let rsp_ref = ObjectRef::<ReplicaSchedulingPreference>::new(&key.1).within(&key.0);
         let rsp = self.rsps.get(&rsp_ref)?;
-        let (ar, spec) = self.target(key, &rsp).await?;
-        let s = match schedule(&rsp.spec, &spec, &self.clusters.snapshot(), key) {
-            Ok(s) => s,
+        let (ar, spec, status) = self.target(key, &rsp).await?;
+        let s = match schedule(&rsp.spec, &spec, &status, &self.clusters.snapshot(), key) {
+            Ok(Some(s)) => s,
+            Ok(None) => {
+                debug!(rsp = ?key, "the target has no Ready decided cluster yet");
+                return None;
+            }
             Err(e) => {
                 self.event(&rsp, "InvalidClusterSelector", e.to_string())
                     .await;
                 return None;
             }
         };
-        if is_scheduled(&spec, &s.placement, &s.overrides) {
-            return None;
-        }
-        let patch =
-            json!({"spec": {"placement": {"clusters": s.placement}, "overrides": s.overrides}});
+        let patch = if s.composed {
+            if s.overrides == spec.overrides {
+                return None;
+            }
+            json!({"spec": {"overrides": s.overrides}})
+        } else {
+            if is_scheduled(&spec, &s.placement, &s.overrides) {
+                return None;
+            }
+            json!({"spec": {"placement": {"clusters": s.placement}, "overrides": s.overrides}})
+        };
         self.write_schedule(key, &ar, &patch, &s.plan).await
     }
 
@@ -175,7 +189,7 @@ impl Ctx {
         &self,
         key: &Key,
         rsp: &ReplicaSchedulingPreference,
-    ) -> Option<(ApiResource, FederatedSpec)> {
+    ) -> Option<(ApiResource, FederatedSpec, FederatedStatus)> {
         let Some(ar) = federated_ar(&rsp.spec.target_kind) else {
             self.event(
                 rsp,
@@ -198,7 +212,7 @@ impl Ctx {
             return None;
         }
         match FederatedSpec::from_dynamic(&target) {
-            Ok(spec) => Some((ar, spec)),
+            Ok(spec) => Some((ar, spec, FederatedStatus::from_dynamic(&target))),
             Err(e) => {
                 self.event(rsp, "TargetMalformed", e.to_string()).await;
                 None
@@ -254,23 +268,36 @@ pub struct Schedule {
     /// `spec.overrides`: a `/spec/replicas` override per placed cluster, the target's
     /// other overrides kept.
     pub overrides: Vec<ClusterOverrides>,
+    /// The target's placement is the constraint scheduler's: only `overrides` is written.
+    pub composed: bool,
 }
 
 /// The schedule of one RSP for its target. `key` is the RSP's (and the target's)
-/// `(namespace, name)`. Also used by `flotilla diff`, which shows what the controller
-/// would write.
+/// `(namespace, name)`. A target placed by Flotilla's scheduler (`composed`): replicas go
+/// to its Ready decided clusters (`status.placement`) and only the replica overrides are
+/// written, the scheduler owning the placement; `None` while none of them is Ready. Also
+/// used by `flotilla diff`, which shows what the controller would write.
 pub fn schedule(
     rsp: &ReplicaSchedulingPreferenceSpec,
     spec: &FederatedSpec,
+    status: &FederatedStatus,
     clusters: &[ClusterState],
     key: &(String, String),
-) -> Result<Schedule, placement::PlacementError> {
-    let selector = spec
-        .placement
-        .cluster_selector
-        .as_ref()
-        .filter(|_| rsp.intersect_with_cluster_selector);
-    let candidates = candidates(clusters, selector)?;
+) -> Result<Option<Schedule>, placement::PlacementError> {
+    let composed = spec.placement.is_scheduled();
+    let candidates = if composed {
+        decided_candidates(clusters, status)
+    } else {
+        let selector = spec
+            .placement
+            .cluster_selector
+            .as_ref()
+            .filter(|_| rsp.intersect_with_cluster_selector);
+        candidates(clusters, selector)?
+    };
+    if composed && candidates.is_empty() {
+        return Ok(None);
+    }
     let current = current_replicas(spec);
     let plan = planner::plan(&planner::PlanInput {
         total_replicas: i64::from(rsp.total_replicas),
@@ -280,12 +307,13 @@ pub fn schedule(
         rebalance: rsp.rebalance,
         key: &format!("{}/{}", key.0, key.1),
     });
-    let (placement, overrides) = apply_plan(spec, &plan);
-    Ok(Schedule {
+    let (placement, overrides) = apply_plan(spec, &plan, composed);
+    Ok(Some(Schedule {
         plan,
         placement,
         overrides,
-    })
+        composed,
+    }))
 }
 
 /// The Ready clusters that may receive replicas: all of them, or those `selector` matches.
@@ -301,6 +329,19 @@ fn candidates(
         }
     }
     Ok(kept)
+}
+
+/// The Ready clusters among those the scheduler decided for the target (its
+/// `status.placement.clusters`).
+fn decided_candidates(clusters: &[ClusterState], status: &FederatedStatus) -> Vec<String> {
+    let Some(p) = &status.placement else {
+        return Vec::new();
+    };
+    p.clusters
+        .iter()
+        .filter(|d| clusters.iter().any(|c| c.ready && c.name == d.name))
+        .map(|d| d.name.clone())
+        .collect()
 }
 
 /// Whether the target already has the placement and overrides of the plan.
@@ -335,15 +376,17 @@ fn current_replicas(spec: &FederatedSpec) -> BTreeMap<String, i64> {
         .collect()
 }
 
-/// Placement and overrides for a plan: clusters with replicas are placed, each with a
+/// Placement and overrides for a plan: clusters with replicas (or, with `keep_zero`, every
+/// planned cluster — the scheduler places the object there anyway) are placed, each with a
 /// `/spec/replicas` override; the target's other overrides are kept as they are.
 fn apply_plan(
     spec: &FederatedSpec,
     plan: &BTreeMap<String, i64>,
+    keep_zero: bool,
 ) -> (Vec<ClusterReference>, Vec<ClusterOverrides>) {
     let placed: Vec<ClusterReference> = plan
         .iter()
-        .filter(|(_, n)| **n > 0)
+        .filter(|(_, n)| **n > 0 || keep_zero)
         .map(|(c, _)| ClusterReference { name: c.clone() })
         .collect();
     let mut overrides: Vec<ClusterOverrides> = spec
@@ -410,7 +453,7 @@ mod tests {
             ("b".to_string(), 3),
             ("c".to_string(), 0),
         ]);
-        let (placed, overrides) = apply_plan(&spec, &plan);
+        let (placed, overrides) = apply_plan(&spec, &plan, false);
         assert_eq!(
             placed.iter().map(|c| c.name.as_str()).collect::<Vec<_>>(),
             vec!["a", "b"]
@@ -448,10 +491,30 @@ mod tests {
         ClusterState {
             name: name.into(),
             labels: BTreeMap::from([("region".to_string(), region.to_string())]),
+            taints: vec![],
             ready,
             client: None,
             client_generation: 0,
         }
+    }
+
+    #[test]
+    fn a_scheduled_target_gets_replicas_on_its_ready_decided_clusters_only() {
+        let clusters = [
+            cluster("a", true, "eu"),
+            cluster("b", false, "eu"),
+            cluster("c", true, "us"),
+        ];
+        let status: FederatedStatus = serde_json::from_value(json!({
+            "placement": {"clusters": [{"name": "b"}, {"name": "a"}]}
+        }))
+        .expect("valid status");
+        assert_eq!(decided_candidates(&clusters, &status), ["a"]);
+        assert!(decided_candidates(&clusters, &FederatedStatus::default()).is_empty());
+        let plan = BTreeMap::from([("a".to_string(), 3), ("c".to_string(), 0)]);
+        let (placed, overrides) = apply_plan(&FederatedSpec::default(), &plan, true);
+        assert_eq!(placed.len(), 2, "zero-replica clusters keep an override");
+        assert_eq!(overrides[1].cluster_overrides[0].value, Some(json!(0)));
     }
 
     #[test]
@@ -493,9 +556,9 @@ mod tests {
             "overrides": [{"clusterName": "a", "clusterOverrides": [{"path": "/spec/replicas", "value": 2}]}]
         }))
         .expect("valid spec");
-        let (placed, overrides) = apply_plan(&spec, &BTreeMap::from([("a".to_string(), 2)]));
+        let (placed, overrides) = apply_plan(&spec, &BTreeMap::from([("a".to_string(), 2)]), false);
         assert!(is_scheduled(&spec, &placed, &overrides));
-        let (placed, overrides) = apply_plan(&spec, &BTreeMap::from([("a".to_string(), 3)]));
+        let (placed, overrides) = apply_plan(&spec, &BTreeMap::from([("a".to_string(), 3)]), false);
         assert!(!is_scheduled(&spec, &placed, &overrides));
     }
 }

@@ -117,6 +117,11 @@ impl Ctl {
                 generation: fed.metadata.generation.unwrap_or(0),
                 remote: &Default::default(),
                 aggregated: None,
+                scheduling: if previous.placement.is_some() {
+                    super::scheduled::Scheduling::Keep
+                } else {
+                    super::scheduled::Scheduling::Off
+                },
             };
             self.write_status(fed, update).await;
         }

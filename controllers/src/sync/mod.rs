@@ -23,6 +23,7 @@ mod observe;
 pub mod plan;
 mod reconcile;
 mod registry_wait;
+pub(crate) mod scheduled;
 mod status;
 mod strays;
 

@@ -24,6 +24,7 @@ use super::{
     deletion::{has_finalizer, no_client},
     dispatch::{MemberOp, MemberRef},
     plan::{self, DesiredFor, DesiredSet, Observed, Op, Outcome},
+    scheduled::{self, Scheduling},
     status::StatusUpdate,
 };
 use crate::multicluster::ClusterState;
@@ -113,15 +114,13 @@ impl Ctl {
                     generation,
                     remote: &BTreeMap::new(),
                     aggregated: None,
+                    scheduling: Scheduling::of(None, previous.placement.is_some()),
                 };
                 self.write_status(fed, update).await;
                 return Action::Done;
             }
         };
-        let (selected, aggregate) = match self.placement(key, &spec) {
-            Ok(s) => (s, None),
-            Err(agg) => (BTreeSet::new(), Some(agg)),
-        };
+        let (selected, decision, aggregate) = self.targets(key, &spec, &previous);
         let desired = plan::desired_objects(
             &self.target_type_api(),
             &key.1,
@@ -174,8 +173,13 @@ impl Ctl {
             generation,
             remote: &remote,
             aggregated,
+            scheduling: Scheduling::of(decision.as_ref(), spec.placement.is_scheduled()),
         };
         self.write_status(fed, update).await;
+        if let Some(d) = &decision {
+            self.announce_decision(fed, &previous, d).await;
+            round.recheck = earliest(round.recheck, scheduled::recheck(d));
+        }
         plan::live_action(!round.waiting.is_empty(), backoff, round.recheck)
     }
 

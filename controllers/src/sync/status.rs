@@ -17,6 +17,7 @@ use tracing::warn;
 use super::{
     ctl::Ctl,
     plan::{Outcome, status as plan},
+    scheduled::{self, Scheduling},
 };
 use crate::metrics::FailureLabels;
 
@@ -29,12 +30,15 @@ pub(super) struct StatusUpdate<'a> {
     pub remote: &'a BTreeMap<String, Value>,
     /// A workload's status summed over clusters (workload types with status collected).
     pub aggregated: Option<AggregatedStatus>,
+    /// The scheduling decision, for placements that use Flotilla's scheduling fields.
+    pub scheduling: Scheduling<'a>,
 }
 
 impl Ctl {
     /// Writes the status built from `update` when it differs from the previous one.
     pub(super) async fn write_status(&self, fed: &DynamicObject, update: StatusUpdate<'_>) {
         let previous = update.previous;
+        let now = k8s_openapi::jiff::Timestamp::now().to_string();
         let mut status = plan::build_status(
             update.generation,
             update.outcomes,
@@ -42,8 +46,9 @@ impl Ctl {
             previous,
             update.remote,
             update.aggregated,
-            &k8s_openapi::jiff::Timestamp::now().to_string(),
+            &now,
         );
+        scheduled::apply(&mut status, &update.scheduling, previous, &now);
         self.pruned.strip(&mut status);
         if &status == previous {
             return;
@@ -51,7 +56,7 @@ impl Ctl {
         let mut value = serde_json::to_value(&status).unwrap_or(Value::Null);
         if let Some(map) = value.as_object_mut() {
             // Merge patch: absent keys would keep old values, so clear them explicitly.
-            for k in ["clusters", "conditions", "aggregated"] {
+            for k in ["clusters", "conditions", "aggregated", "placement"] {
                 map.entry(k).or_insert(Value::Null);
             }
         }
@@ -84,6 +89,19 @@ impl Ctl {
             && let Some((reason, note)) = plan::warning_note(&status)
         {
             self.event(fed, EventType::Warning, &reason, note).await;
+        }
+    }
+
+    /// Publishes the Events a scheduling decision warrants (see [`scheduled::events`]).
+    pub(super) async fn announce_decision(
+        &self,
+        fed: &DynamicObject,
+        previous: &FederatedStatus,
+        decision: &flotilla_crds::schedule::Decision,
+    ) {
+        for (event, note) in scheduled::events(previous, decision) {
+            self.event(fed, event.event_type(), event.as_str(), note)
+                .await;
         }
     }
 

@@ -8,7 +8,10 @@
 use std::collections::BTreeSet;
 
 use flotilla_crds::{
-    FederatedSpec, Placement, core::ApiResource, placement,
+    FederatedSpec, FederatedStatus, Placement,
+    core::ApiResource,
+    placement,
+    schedule::{self, ClusterFacts},
     scheduling::ReplicaSchedulingPreferenceSpec,
 };
 
@@ -29,6 +32,9 @@ pub struct Inputs<'a> {
     pub namespace: Option<&'a str>,
     /// Its spec.
     pub spec: &'a FederatedSpec,
+    /// Its status in the host (empty for a manifest not applied yet): the constraint
+    /// scheduler's previous decision is sticky.
+    pub status: &'a FederatedStatus,
     /// The registered member clusters.
     pub clusters: &'a [ClusterState],
     /// The FederatedNamespace's placement, for namespaced targets other than Namespace.
@@ -54,6 +60,9 @@ pub fn desired(inputs: &Inputs<'_>) -> Result<(BTreeSet<String>, DesiredSet), St
             .map_err(|e| format!("namespace placement: {e}"))?;
         selected = placement::intersect(&selected, &ns_selected);
     }
+    if spec.placement.is_scheduled() {
+        selected = decided(inputs, &spec, &selected)?;
+    }
     let set = desired_objects(
         inputs.target,
         inputs.name,
@@ -62,6 +71,37 @@ pub fn desired(inputs: &Inputs<'_>) -> Result<(BTreeSet<String>, DesiredSet), St
         &selected,
     );
     Ok((selected, set))
+}
+
+/// For a placement with scheduling fields, the constraint scheduler's decision among the
+/// `candidates` kubefed's placement selects — as the sync controller decides it.
+fn decided(
+    inputs: &Inputs<'_>,
+    spec: &FederatedSpec,
+    candidates: &BTreeSet<String>,
+) -> Result<BTreeSet<String>, String> {
+    let facts: Vec<ClusterFacts<'_>> = inputs
+        .clusters
+        .iter()
+        .map(|c| ClusterFacts {
+            name: &c.name,
+            labels: &c.labels,
+            taints: &c.taints,
+            ready: c.ready,
+        })
+        .collect();
+    let propagated = crate::sync::scheduled::propagated(inputs.status, false);
+    let decision = schedule::decide(&schedule::Input {
+        placement: &spec.placement,
+        candidates,
+        clusters: &facts,
+        previous: inputs.status.placement.as_ref(),
+        propagated: &propagated,
+        default_unreachable_seconds: schedule::DEFAULT_UNREACHABLE_TOLERATION_SECONDS,
+        now: crate::sync::scheduled::now(),
+    })
+    .map_err(|e| format!("scheduling: {e}"))?;
+    Ok(decision.targets())
 }
 
 /// The spec after the RSP scheduler's write, when an RSP targets this object.
@@ -77,10 +117,15 @@ fn scheduled_spec(inputs: &Inputs<'_>) -> Result<FederatedSpec, String> {
         inputs.namespace.unwrap_or_default().to_owned(),
         inputs.name.to_owned(),
     );
-    let schedule = crate::scheduling::schedule(rsp, &spec, inputs.clusters, &key)
+    let scheduled = crate::scheduling::schedule(rsp, &spec, inputs.status, inputs.clusters, &key)
         .map_err(|e| format!("ReplicaSchedulingPreference: {e}"))?;
-    spec.placement.clusters = Some(schedule.placement);
-    spec.overrides = schedule.overrides;
+    let Some(scheduled) = scheduled else {
+        return Ok(spec);
+    };
+    if !scheduled.composed {
+        spec.placement.clusters = Some(scheduled.placement);
+    }
+    spec.overrides = scheduled.overrides;
     Ok(spec)
 }
 
@@ -88,6 +133,14 @@ fn scheduled_spec(inputs: &Inputs<'_>) -> Result<FederatedSpec, String> {
 mod tests {
     use super::*;
     use crate::sync::plan::DesiredFor;
+
+    static NO_STATUS: FederatedStatus = FederatedStatus {
+        observed_generation: 0,
+        conditions: Vec::new(),
+        clusters: Vec::new(),
+        aggregated: None,
+        placement: None,
+    };
     use flotilla_crds::core::Scope;
     use serde_json::{Value, json};
     use std::collections::BTreeMap;
@@ -107,9 +160,20 @@ mod tests {
             name: name.into(),
             labels: BTreeMap::from([("name".to_string(), name.to_string())]),
             ready: true,
+            taints: Vec::new(),
             client: None,
             client_generation: 0,
         }
+    }
+
+    #[test]
+    fn a_placement_with_scheduling_fields_goes_where_the_scheduler_decides() {
+        let clusters = [cluster("m1"), cluster("m2")];
+        let s =
+            spec(json!({"template": {}, "placement": {"clusterSelector": {}, "maxClusters": 1}}));
+        let t = target();
+        let (selected, _) = desired(&inputs(&s, &clusters, &t)).expect("placed");
+        assert_eq!(selected, BTreeSet::from(["m1".to_string()]));
     }
 
     fn spec(v: Value) -> FederatedSpec {
@@ -134,6 +198,7 @@ mod tests {
             name: "web",
             namespace: Some("demo"),
             spec,
+            status: &NO_STATUS,
             clusters,
             namespace_placement: None,
             rsp: None,
@@ -149,6 +214,7 @@ mod tests {
                 name: "m2".into(),
             }]),
             cluster_selector: None,
+            ..Placement::default()
         };
         let t = target();
         let mut i = inputs(&s, &clusters, &t);

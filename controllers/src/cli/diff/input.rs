@@ -6,8 +6,8 @@
 
 use anyhow::Context as _;
 use flotilla_crds::{
-    FederatedSpec, FederatedTypeConfig, Placement, ReplicaSchedulingPreference, SCHEDULING_GROUP,
-    crdgen, scheduling::ReplicaSchedulingPreferenceSpec,
+    FederatedSpec, FederatedStatus, FederatedTypeConfig, Placement, ReplicaSchedulingPreference,
+    SCHEDULING_GROUP, crdgen, scheduling::ReplicaSchedulingPreferenceSpec,
 };
 use kube::{Api, Client, api::DynamicObject};
 use serde_json::Value;
@@ -45,6 +45,15 @@ impl Federated {
             Some(ns) => format!("{kind} {ns}/{}", self.name()),
             None => format!("{kind} {}", self.name()),
         }
+    }
+
+    /// Its status, as the host holds it (empty for a manifest).
+    pub fn status(&self) -> FederatedStatus {
+        self.object
+            .get("status")
+            .cloned()
+            .and_then(|s| serde_json::from_value(s).ok())
+            .unwrap_or_default()
     }
 
     /// Its spec.

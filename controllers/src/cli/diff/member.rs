@@ -42,6 +42,7 @@ pub async fn clusters(host: &Client, kubefed_ns: &str) -> anyhow::Result<Vec<Clu
             name: kfc.name_any(),
             labels: kfc.labels().clone(),
             ready: kfc.status.as_ref().is_some_and(|s| s.is_ready()),
+            taints: kfc.spec.taints.clone(),
             client: inputs.client().ok(),
             client_generation: 0,
         });

@@ -125,6 +125,7 @@ async fn object_changes(
     clusters: &[ClusterState],
 ) -> anyhow::Result<BTreeMap<String, Change>> {
     let spec = fed.spec()?;
+    let status = fed.status();
     let target = &fed.ftc.spec.target_type;
     let is_namespace = target.group.is_empty() && target.kind == "Namespace";
     let namespace = fed.namespace();
@@ -144,6 +145,7 @@ async fn object_changes(
         name: fed.name(),
         namespace,
         spec: &spec,
+        status: &status,
         clusters,
         namespace_placement: ns_placement.as_ref(),
         rsp: rsp.as_ref(),

@@ -86,6 +86,7 @@ pub fn build_status(
         conditions: vec![condition],
         clusters,
         aggregated,
+        placement: None,
     }
 }
 

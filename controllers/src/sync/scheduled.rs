@@ -1,0 +1,446 @@
+//! The scheduler inside the sync controller: for an object whose placement uses Flotilla's
+//! scheduling fields, the clusters it goes to are the decision of
+//! [`flotilla_crds::schedule::decide`] instead of kubefed's placement. This module gathers
+//! the decision's inputs (cluster facts, where the object is propagated, the stored
+//! decision) and turns its result into `status.placement`, the `Scheduled` condition and
+//! Events. An object without those fields never comes here: no decision, no condition.
+
+use std::{collections::BTreeSet, time::Duration};
+
+use flotilla_crds::{
+    AggregateReason,
+    federated::{FederatedCondition, FederatedSpec, FederatedStatus},
+    schedule::{self, ClusterFacts, Decision, Input, ScheduleReason, moves::MoveReason},
+};
+use kube::runtime::events::EventType;
+use serde_json::Value;
+
+use super::{
+    Key,
+    ctl::{Ctl, PlacementError},
+};
+
+/// The `Scheduled` condition's type.
+pub const SCHEDULED: &str = "Scheduled";
+
+/// What the status says about scheduling.
+pub(super) enum Scheduling<'a> {
+    /// kubefed placement: nothing stored, no condition.
+    Off,
+    /// A decision was made.
+    Decided(&'a Decision),
+    /// No decision could be made this time (the placement failed): keep the stored one.
+    Keep,
+}
+
+impl<'a> Scheduling<'a> {
+    /// The decision when one was made; else keep the stored one when the placement is
+    /// scheduled (or a decision is stored), else kubefed's placement.
+    pub fn of(decision: Option<&'a Decision>, scheduled: bool) -> Self {
+        match (decision, scheduled) {
+            (Some(d), _) => Scheduling::Decided(d),
+            (None, true) => Scheduling::Keep,
+            (None, false) => Scheduling::Off,
+        }
+    }
+}
+
+/// An Event about a decision.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SchedulingEvent {
+    /// The decided clusters changed.
+    Scheduled,
+    /// A cluster is being left.
+    Evicted,
+    /// A cluster must be left but nothing can replace it: its copy stays.
+    FailoverBlocked,
+    /// A constraint cannot be met.
+    Unschedulable,
+}
+
+impl SchedulingEvent {
+    /// The Event reason.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SchedulingEvent::Scheduled => "Scheduled",
+            SchedulingEvent::Evicted => "Evicted",
+            SchedulingEvent::FailoverBlocked => "FailoverBlocked",
+            SchedulingEvent::Unschedulable => "Unschedulable",
+        }
+    }
+
+    /// Normal or Warning.
+    pub fn event_type(self) -> EventType {
+        match self {
+            SchedulingEvent::Scheduled | SchedulingEvent::Evicted => EventType::Normal,
+            SchedulingEvent::FailoverBlocked | SchedulingEvent::Unschedulable => EventType::Warning,
+        }
+    }
+}
+
+impl Ctl {
+    /// The clusters that must hold the object: kubefed's placement, or for a placement with
+    /// scheduling fields the decision's targets (with the decision). An object-level
+    /// failure selects nothing.
+    pub(super) fn targets(
+        &self,
+        key: &Key,
+        spec: &FederatedSpec,
+        previous: &FederatedStatus,
+    ) -> (BTreeSet<String>, Option<Decision>, Option<PlacementError>) {
+        let selected = match self.placement(key, spec) {
+            Ok(s) => s,
+            Err(agg) => return (BTreeSet::new(), None, Some(agg)),
+        };
+        if !spec.placement.is_scheduled() {
+            return (selected, None, None);
+        }
+        match self.schedule(spec, &selected, previous) {
+            Ok(d) => (d.targets(), Some(d), None),
+            // A preference that cannot be evaluated must not remove copies: the stored
+            // decision holds until it is fixed.
+            Err(agg) => (stored_targets(previous), None, Some(agg)),
+        }
+    }
+
+    /// Decides where an object with scheduling fields goes; `candidates` are the clusters
+    /// kubefed's placement selects.
+    fn schedule(
+        &self,
+        spec: &FederatedSpec,
+        candidates: &BTreeSet<String>,
+        previous: &FederatedStatus,
+    ) -> Result<Decision, PlacementError> {
+        let snapshot = self.shared.clusters.snapshot();
+        let facts: Vec<ClusterFacts<'_>> = snapshot
+            .iter()
+            .map(|c| ClusterFacts {
+                name: &c.name,
+                labels: &c.labels,
+                taints: &c.taints,
+                ready: c.ready,
+            })
+            .collect();
+        let propagated = propagated(previous, self.collect_status);
+        schedule::decide(&Input {
+            placement: &spec.placement,
+            candidates,
+            clusters: &facts,
+            previous: previous.placement.as_ref(),
+            propagated: &propagated,
+            default_unreachable_seconds: self.config().default_unreachable_toleration_seconds,
+            now: now(),
+        })
+        .map_err(|e| {
+            (
+                AggregateReason::ComputePlacementFailed,
+                format!("preferences: {e}"),
+            )
+        })
+    }
+}
+
+/// The clusters the stored decision holds the object in.
+pub fn stored_targets(previous: &FederatedStatus) -> BTreeSet<String> {
+    previous
+        .placement
+        .as_ref()
+        .map(schedule::targets)
+        .unwrap_or_default()
+}
+
+pub(crate) fn now() -> i64 {
+    k8s_openapi::jiff::Timestamp::now().as_second()
+}
+
+/// How long until the decision must be made again, if ever.
+pub fn recheck(decision: &Decision) -> Option<Duration> {
+    decision.recheck_at.map(|at| {
+        // One second more: a toleration that ends at `at` has ended by then.
+        Duration::from_secs(u64::try_from(at - now()).unwrap_or(0) + 1)
+    })
+}
+
+/// Clusters where the previous status says the object is propagated — and, with status
+/// collection, available when its status has an `Available` condition.
+pub fn propagated(previous: &FederatedStatus, collect_status: bool) -> BTreeSet<String> {
+    previous
+        .clusters
+        .iter()
+        .filter(|c| c.status.is_empty())
+        .filter(|c| !collect_status || c.remote_status.as_ref().is_none_or(is_available))
+        .map(|c| c.name.clone())
+        .collect()
+}
+
+/// A member object's status is available unless it has an `Available` condition that is
+/// not True (Deployments); kinds without one are available once propagated.
+pub fn is_available(status: &Value) -> bool {
+    let Some(conditions) = status.get("conditions").and_then(Value::as_array) else {
+        return true;
+    };
+    conditions
+        .iter()
+        .find(|c| c.get("type").and_then(Value::as_str) == Some("Available"))
+        .is_none_or(|c| c.get("status").and_then(Value::as_str) == Some("True"))
+}
+
+/// Puts the scheduling part into a freshly built status: `status.placement` and the
+/// `Scheduled` condition (its times carried over while it does not change).
+pub(super) fn apply(
+    status: &mut FederatedStatus,
+    scheduling: &Scheduling<'_>,
+    previous: &FederatedStatus,
+    now: &str,
+) {
+    match scheduling {
+        Scheduling::Off => {}
+        Scheduling::Keep => {
+            status.placement = previous.placement.clone();
+            status.conditions.extend(previous.scheduled().cloned());
+        }
+        Scheduling::Decided(d) => {
+            status.placement = Some(d.status.clone());
+            status
+                .conditions
+                .push(condition(d, previous.scheduled(), now));
+        }
+    }
+}
+
+fn condition(d: &Decision, prev: Option<&FederatedCondition>, now: &str) -> FederatedCondition {
+    let status = if d.reason == ScheduleReason::Scheduled {
+        "True"
+    } else {
+        "False"
+    };
+    let unchanged = prev.is_some_and(|p| {
+        p.status == status && p.reason == d.reason.as_str() && p.message == d.message
+    });
+    FederatedCondition {
+        type_: SCHEDULED.into(),
+        status: status.into(),
+        reason: d.reason.as_str().into(),
+        message: d.message.clone(),
+        last_update_time: match prev {
+            Some(p) if unchanged => p.last_update_time.clone(),
+            _ => now.to_string(),
+        },
+        last_transition_time: match prev {
+            Some(p) if p.status == status => p.last_transition_time.clone(),
+            _ => now.to_string(),
+        },
+    }
+}
+
+/// The Events a decision warrants compared with the stored one.
+pub fn events(previous: &FederatedStatus, d: &Decision) -> Vec<(SchedulingEvent, String)> {
+    let mut out = Vec::new();
+    let before = previous.placement.clone().unwrap_or_default();
+    if before.clusters != d.status.clusters && !d.status.clusters.is_empty() {
+        out.push((SchedulingEvent::Scheduled, d.message.clone()));
+    }
+    for m in &d.status.moves {
+        let was = before.moves.iter().find(|p| p.cluster == m.cluster);
+        if m.reason != MoveReason::Evicted.as_str()
+            || was.is_some_and(|w| w.reason == m.reason && w.replacement == m.replacement)
+        {
+            continue;
+        }
+        match &m.replacement {
+            Some(r) => out.push((
+                SchedulingEvent::Evicted,
+                format!(
+                    "leaving {} ({}): its copy stays until {r} reports the object propagated",
+                    m.cluster, m.message
+                ),
+            )),
+            None => out.push((
+                SchedulingEvent::FailoverBlocked,
+                format!(
+                    "{} must be left ({}) but no other cluster fits; its copy stays",
+                    m.cluster, m.message
+                ),
+            )),
+        }
+    }
+    let was_false = previous
+        .scheduled()
+        .is_some_and(|c| c.status == "False" && c.message == d.message);
+    if d.reason == ScheduleReason::Unschedulable
+        && !was_false
+        && !out
+            .iter()
+            .any(|(e, _)| *e == SchedulingEvent::FailoverBlocked)
+    {
+        out.push((SchedulingEvent::Unschedulable, d.message.clone()));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use flotilla_crds::federated::{
+        ClusterReference, ClusterStatus, PlacementMove, PlacementStatus,
+    };
+    use serde_json::json;
+
+    fn decision(clusters: &[&str], moves: Vec<PlacementMove>, reason: ScheduleReason) -> Decision {
+        Decision {
+            status: PlacementStatus {
+                clusters: clusters
+                    .iter()
+                    .map(|c| ClusterReference {
+                        name: c.to_string(),
+                    })
+                    .collect(),
+                moves,
+            },
+            reason,
+            message: "m".into(),
+            recheck_at: None,
+        }
+    }
+
+    fn evicted(cluster: &str, replacement: Option<&str>) -> PlacementMove {
+        PlacementMove {
+            cluster: cluster.into(),
+            reason: "Evicted".into(),
+            replacement: replacement.map(Into::into),
+            since: "2026-01-01T00:00:00Z".into(),
+            message: "tainted drain:NoExecute".into(),
+        }
+    }
+
+    fn cluster_status(name: &str, status: &str, remote: Option<Value>) -> ClusterStatus {
+        ClusterStatus {
+            name: name.into(),
+            status: status.into(),
+            message: String::new(),
+            remote_status: remote,
+        }
+    }
+
+    #[test]
+    fn propagated_needs_an_ok_status_and_with_status_collection_availability() {
+        let previous = FederatedStatus {
+            clusters: vec![
+                cluster_status("a", "", None),
+                cluster_status("b", "CreationFailed", None),
+                cluster_status(
+                    "c",
+                    "",
+                    Some(json!({"conditions": [{"type": "Available", "status": "False"}]})),
+                ),
+                cluster_status("d", "", Some(json!({"phase": "Active"}))),
+            ],
+            ..FederatedStatus::default()
+        };
+        let names = |s: BTreeSet<String>| s.into_iter().collect::<Vec<_>>();
+        assert_eq!(names(propagated(&previous, false)), ["a", "c", "d"]);
+        assert_eq!(names(propagated(&previous, true)), ["a", "d"]);
+    }
+
+    #[test]
+    fn the_condition_and_the_decision_go_into_the_status_and_keep_their_times() {
+        let d = decision(&["a"], vec![], ScheduleReason::Scheduled);
+        let mut status = FederatedStatus::default();
+        apply(
+            &mut status,
+            &Scheduling::Decided(&d),
+            &FederatedStatus::default(),
+            "t1",
+        );
+        assert_eq!(status.placement, Some(d.status.clone()));
+        let c = status.scheduled().expect("condition").clone();
+        assert_eq!(
+            (c.status.as_str(), c.reason.as_str()),
+            ("True", "Scheduled")
+        );
+        let mut again = FederatedStatus::default();
+        apply(&mut again, &Scheduling::Decided(&d), &status, "t2");
+        assert_eq!(again.scheduled().expect("condition").last_update_time, "t1");
+    }
+
+    #[test]
+    fn without_scheduling_nothing_is_added_and_keep_carries_the_stored_decision() {
+        let mut status = FederatedStatus::default();
+        apply(
+            &mut status,
+            &Scheduling::Off,
+            &FederatedStatus::default(),
+            "t",
+        );
+        assert_eq!(status, FederatedStatus::default());
+        let d = decision(&["a"], vec![], ScheduleReason::Scheduled);
+        let mut stored = FederatedStatus::default();
+        apply(
+            &mut stored,
+            &Scheduling::Decided(&d),
+            &FederatedStatus::default(),
+            "t",
+        );
+        let mut kept = FederatedStatus::default();
+        apply(&mut kept, &Scheduling::Keep, &stored, "t2");
+        assert_eq!(kept, stored);
+    }
+
+    #[test]
+    fn the_stored_targets_are_the_decided_clusters_and_the_copies_kept_for_moves() {
+        let d = decision(
+            &["b"],
+            vec![evicted("a", Some("b"))],
+            ScheduleReason::Scheduled,
+        );
+        let mut stored = FederatedStatus::default();
+        apply(
+            &mut stored,
+            &Scheduling::Decided(&d),
+            &FederatedStatus::default(),
+            "t",
+        );
+        assert_eq!(
+            stored_targets(&stored).into_iter().collect::<Vec<_>>(),
+            ["a", "b"]
+        );
+        assert!(stored_targets(&FederatedStatus::default()).is_empty());
+    }
+
+    #[test]
+    fn events_follow_changes_only() {
+        let first = decision(&["a", "b"], vec![], ScheduleReason::Scheduled);
+        let kinds =
+            |v: Vec<(SchedulingEvent, String)>| v.into_iter().map(|(e, _)| e).collect::<Vec<_>>();
+        assert_eq!(
+            kinds(events(&FederatedStatus::default(), &first)),
+            [SchedulingEvent::Scheduled]
+        );
+        let mut stored = FederatedStatus::default();
+        apply(
+            &mut stored,
+            &Scheduling::Decided(&first),
+            &FederatedStatus::default(),
+            "t",
+        );
+        assert!(events(&stored, &first).is_empty(), "nothing changed");
+        let moving = decision(
+            &["b", "c"],
+            vec![evicted("a", Some("c"))],
+            ScheduleReason::Scheduled,
+        );
+        assert_eq!(
+            kinds(events(&stored, &moving)),
+            [SchedulingEvent::Scheduled, SchedulingEvent::Evicted]
+        );
+        let blocked = decision(
+            &["b"],
+            vec![evicted("a", None)],
+            ScheduleReason::Unschedulable,
+        );
+        assert_eq!(
+            kinds(events(&stored, &blocked)),
+            [SchedulingEvent::Scheduled, SchedulingEvent::FailoverBlocked]
+        );
+    }
+}
