@@ -18,6 +18,7 @@ pub mod member_rbac;
 pub mod metrics;
 pub mod multicluster;
 pub mod registry;
+pub mod sa_import;
 pub mod scheduling;
 pub mod sync;
 pub mod watch;

@@ -21,7 +21,9 @@ pub use crate::core::{
     KubeFedCluster, KubeFedClusterSpec, KubeFedClusterStatus, KubeFedConfig, KubeFedConfigSpec,
 };
 pub use crate::federated::{FederatedSpec, FederatedStatus, Placement};
-pub use crate::multicluster::{ServiceAccountImport, ServiceAccountImportSpec, ServiceAccountImportStatus};
+pub use crate::multicluster::{
+    ServiceAccountImport, ServiceAccountImportSpec, ServiceAccountImportStatus,
+};
 pub use crate::reason::{AggregateReason, ClusterReason};
 pub use crate::scheduling::ReplicaSchedulingPreference;
 

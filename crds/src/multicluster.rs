@@ -14,8 +14,9 @@ pub const MULTICLUSTER_GROUP: &str = "multicluster.flotilla.io";
 pub const MIN_EXPIRATION_SECONDS: i64 = 600;
 /// The token lifetime requested when an import does not set one (1 hour).
 pub const DEFAULT_EXPIRATION_SECONDS: i64 = 3600;
-/// Label on every Secret written for an import, holding the import's name.
-pub const IMPORT_LABEL: &str = "multicluster.flotilla.io/service-account-import";
+/// Label (value `"true"`) on every Secret written for an import, so the controller watches
+/// only those; the owning import is the Secret's controller ownerReference.
+pub const SECRET_LABEL: &str = "multicluster.flotilla.io/import-secret";
 /// Annotation on an import's Secret: when its token expires (RFC 3339).
 pub const EXPIRATION_ANNOTATION: &str = "multicluster.flotilla.io/token-expiration";
 /// Annotation on an import's Secret: when its token was issued (RFC 3339).
