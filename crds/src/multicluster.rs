@@ -35,6 +35,8 @@ pub const READY_CONDITION: &str = "Ready";
 /// Credentials for a ServiceAccount of a member cluster: the control plane requests a
 /// bounded token for it through the member's TokenRequest API and keeps a kubeconfig
 /// Secret in this namespace up to date, refreshing the token before it expires.
+// clippy reads each `printcolumn(type_ = ..)` as a repeat of one attribute; they are distinct columns.
+#[allow(clippy::duplicated_attributes)]
 #[derive(CustomResource, Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[kube(
     group = "multicluster.flotilla.io",
