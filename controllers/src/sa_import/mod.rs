@@ -47,10 +47,21 @@ fn owner_key(secret: &Secret) -> Option<Key> {
     Some((secret.namespace().unwrap_or_default(), owner.name.clone()))
 }
 
-/// Runs the controller until the task is aborted. `namespace` is the control-plane
-/// namespace, where the KubeFedClusters are.
-pub async fn run(host: Client, namespace: String, clusters: ClusterSet) {
-    let queue: Arc<WorkQueue<Key>> = WorkQueue::new();
+/// The caches the controller reads, and the tasks feeding them and the queue.
+struct Watches {
+    imports: Store<ServiceAccountImport>,
+    kubefed: Store<KubeFedCluster>,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+}
+
+/// Starts the watches: imports, KubeFedClusters, the import Secrets and cluster-set
+/// changes, each queueing the imports it concerns.
+fn watches(
+    host: &Client,
+    namespace: &str,
+    clusters: &ClusterSet,
+    queue: &Arc<WorkQueue<Key>>,
+) -> Watches {
     let import_writer = reflector::store::Writer::<ServiceAccountImport>::default();
     let imports = import_writer.as_reader();
     let kfc_writer = reflector::store::Writer::<KubeFedCluster>::default();
@@ -73,7 +84,7 @@ pub async fn run(host: Client, namespace: String, clusters: ClusterSet) {
     {
         let (queue, imports) = (queue.clone(), imports.clone());
         tasks.push(tokio::spawn(reflect(
-            Api::namespaced(host.clone(), &namespace),
+            Api::namespaced(host.clone(), namespace),
             kfc_writer,
             "KubeFedCluster",
             move |c| {
@@ -116,6 +127,22 @@ pub async fn run(host: Client, namespace: String, clusters: ClusterSet) {
             }
         }));
     }
+    Watches {
+        imports,
+        kubefed,
+        tasks,
+    }
+}
+
+/// Runs the controller until the task is aborted. `namespace` is the control-plane
+/// namespace, where the KubeFedClusters are.
+pub async fn run(host: Client, namespace: String, clusters: ClusterSet) {
+    let queue: Arc<WorkQueue<Key>> = WorkQueue::new();
+    let Watches {
+        imports,
+        kubefed,
+        tasks,
+    } = watches(&host, &namespace, &clusters, &queue);
     let _guard = AbortOnDrop(tasks);
     let ctx = Ctx {
         recorder: crate::events::recorder(host.clone(), REPORTING_CONTROLLER),
