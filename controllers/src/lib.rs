@@ -22,4 +22,5 @@ pub mod sa_import;
 pub mod scheduling;
 pub mod sync;
 pub mod watch;
+pub mod webhook;
 pub mod workqueue;
