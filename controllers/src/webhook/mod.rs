@@ -7,9 +7,10 @@
 //! an unknown import name rejects the Pod.
 //!
 //! [`certs`] keeps the serving certificate in a Secret and the CA in the configuration,
-//! [`server`] serves, [`patch`] decides (pure).
+//! [`server`] serves, [`patch`] decides (pure), [`local`] wires it for `flotilla dev up`.
 
 pub mod certs;
+pub mod local;
 pub mod patch;
 pub mod server;
 
