@@ -1,6 +1,6 @@
 //! ServiceAccountImport on real clusters: an import in the host yields a kubeconfig Secret
-//! whose identity is the remote ServiceAccount and nothing more; the Secret is recreated
-//! when deleted, garbage-collected with the import, refreshed at its refresh point and
+//! whose identity is the remote ServiceAccount and nothing more; a restarted control plane
+//! writes nothing; the Secret is recreated when deleted, garbage-collected with the import, refreshed at its refresh point and
 //! left alone before it; failures (unknown cluster, missing ServiceAccount) show as the
 //! Ready condition's reason and as Warning Events that never carry a token.
 
@@ -13,7 +13,7 @@ use flotilla_crds::{
 };
 use flotilla_tests::{
     assert::events_about,
-    federation::{Federation, federation},
+    federation::{Federation, bootstrap, federation},
     init_tracing, wait_for,
 };
 use k8s_openapi::api::{
@@ -151,7 +151,7 @@ async fn wait_secret(fed: &Federation, name: &str) -> anyhow::Result<Secret> {
 async fn an_import_gives_the_remote_service_accounts_identity_and_nothing_more()
 -> anyhow::Result<()> {
     init_tracing();
-    let fed = federation(1).await?;
+    let mut fed = federation(1).await?;
     setup(&fed).await?;
     import(&fed, "reader-m1", "member1", "reader", None).await?;
     let ready = wait_reason(&fed, "reader-m1", "TokenIssued").await?;
@@ -187,6 +187,18 @@ async fn an_import_gives_the_remote_service_accounts_identity_and_nothing_more()
     assert_eq!(secret_now.resource_version(), secret.resource_version());
     let import_now = imports(&fed).get("reader-m1").await?;
     assert_eq!(import_now.resource_version(), ready.resource_version());
+
+    // A restarted control plane reads the refresh point from the Secret's annotations: it
+    // requests no new token and writes nothing.
+    if let Some(cp) = fed.control_plane.take() {
+        cp.shutdown().await;
+    }
+    fed.control_plane = Some(bootstrap().start_control_plane(&fed.host, 1).await?);
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    let after_restart = secrets(&fed).get("reader-m1-kubeconfig").await?;
+    assert_eq!(after_restart.resource_version(), secret.resource_version());
+    let import_after = imports(&fed).get("reader-m1").await?;
+    assert_eq!(import_after.resource_version(), ready.resource_version());
 
     // A deleted Secret is recreated.
     secrets(&fed)
