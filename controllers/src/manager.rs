@@ -44,6 +44,7 @@ impl ControlPlane {
             host.clone(),
             namespace.to_string(),
             clusters.clone(),
+            metrics.clone(),
         ));
         let shared = SyncShared::new(
             host,

@@ -316,5 +316,22 @@ async fn tokens_are_refreshed_at_the_refresh_point_and_failures_are_reported() -
             "a token in an Event"
         );
     }
+    let metrics = fed
+        .control_plane
+        .as_ref()
+        .context("control plane")?
+        .metrics
+        .encode();
+    for family in [
+        "flotilla_serviceaccountimport_reconciles_total{reason=\"ServiceAccountNotFound\"}",
+        "flotilla_serviceaccountimport_reconciles_total{reason=\"ClusterNotFound\"}",
+        "flotilla_serviceaccountimport_tokens_issued_total",
+    ] {
+        assert!(
+            metrics.contains(family),
+            "{family} missing from the metrics"
+        );
+    }
+    assert!(!metrics.contains(&token), "a token in the metrics");
     Ok(())
 }

@@ -24,6 +24,7 @@ use kube::{
 
 use self::reconcile::{Ctx, Key, Next};
 use crate::{
+    metrics::Metrics,
     multicluster::ClusterSet,
     watch::{Change, FailureLog, WatchParams, reflect, watch_into},
     workqueue::WorkQueue,
@@ -136,7 +137,7 @@ fn watches(
 
 /// Runs the controller until the task is aborted. `namespace` is the control-plane
 /// namespace, where the KubeFedClusters are.
-pub async fn run(host: Client, namespace: String, clusters: ClusterSet) {
+pub async fn run(host: Client, namespace: String, clusters: ClusterSet, metrics: Arc<Metrics>) {
     let queue: Arc<WorkQueue<Key>> = WorkQueue::new();
     let Watches {
         imports,
@@ -151,6 +152,7 @@ pub async fn run(host: Client, namespace: String, clusters: ClusterSet) {
         imports: imports.clone(),
         kubefed: kubefed.clone(),
         namespace,
+        metrics,
     };
     // The KubeFedClusters must be known before an import is judged ClusterNotFound.
     if kubefed.wait_until_ready().await.is_err() || imports.wait_until_ready().await.is_err() {

@@ -4,7 +4,7 @@
 //! and a Warning Event for a new failure. Decisions are in [`plan`]; this module only
 //! fetches and writes. A token is never logged nor put into a status or an Event.
 
-use std::{collections::BTreeMap, time::Duration};
+use std::{collections::BTreeMap, sync::Arc, time::Duration};
 
 use flotilla_crds::{
     FIELD_MANAGER, KubeFedCluster, ServiceAccountImport, ServiceAccountImportStatus,
@@ -36,7 +36,10 @@ use super::{
     kubeconfig::{self, Endpoint},
     plan::{self, Decision, Outcome, StoredToken},
 };
-use crate::multicluster::ClusterSet;
+use crate::{
+    metrics::{ImportLabels, Metrics},
+    multicluster::ClusterSet,
+};
 
 /// How long a TokenRequest may take.
 const TOKEN_REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
@@ -69,6 +72,8 @@ pub struct Ctx {
     pub namespace: String,
     /// Event recorder.
     pub recorder: Recorder,
+    /// Metrics (reconciles by reason, tokens issued).
+    pub metrics: Arc<Metrics>,
 }
 
 /// A failed step: why, and what to tell people.
@@ -151,6 +156,7 @@ impl Ctx {
                 format!("writing Secret {secret_name} failed: {e}"),
             ))
         })?;
+        self.metrics.imports.tokens_issued.inc();
         info!(secret = %secret_name, %expires, "token issued for the import");
         let at = plan::refresh_at(now, expires, fraction);
         let wait = Duration::try_from(at.duration_since(Timestamp::now())).unwrap_or_default();
@@ -230,6 +236,13 @@ impl Ctx {
     /// Writes the status when it changed, and a Warning Event for a new failure.
     async fn record(&self, import: &ServiceAccountImport, outcome: &Outcome) {
         let previous = import.status.as_ref();
+        self.metrics
+            .imports
+            .reconciles
+            .get_or_create(&ImportLabels {
+                reason: outcome.reason.as_str(),
+            })
+            .inc();
         let next = plan::next_status(previous, outcome, Timestamp::now());
         if plan::warrants_warning(previous, outcome.reason) {
             warn!(reason = outcome.reason.as_str(), message = %outcome.message, "import not ready");
