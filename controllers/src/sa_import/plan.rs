@@ -72,6 +72,15 @@ pub fn refresh_at(issued: Timestamp, expires: Timestamp, fraction: f64) -> Times
     at.min(expires)
 }
 
+/// Whether a cluster's readiness is not settled yet in this process: the cluster set has
+/// no Ready verdict while the KubeFedCluster's stored status still says Ready — right after
+/// a (re)start, before the registry's first probe. The import is left as it is then;
+/// judging would flap it to ClusterNotReady and back on every restart. A cluster really
+/// down gets its stored status turned unready by the registry, which settles it.
+pub fn cluster_unsettled(ready_in_set: bool, stored_ready: bool) -> bool {
+    !ready_in_set && stored_ready
+}
+
 /// What to do with an import's Secret.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Decision {
@@ -214,6 +223,17 @@ mod tests {
         for bad in ["0", "-1", "1.5", "soon", "NaN"] {
             assert_eq!(refresh_fraction(Some(bad)), 0.8, "{bad}");
         }
+    }
+
+    #[test]
+    fn an_unprobed_cluster_whose_stored_status_says_ready_is_not_judged() {
+        assert!(cluster_unsettled(false, true));
+        assert!(!cluster_unsettled(true, true));
+        assert!(
+            !cluster_unsettled(false, false),
+            "stored unready: ClusterNotReady"
+        );
+        assert!(!cluster_unsettled(true, false));
     }
 
     #[test]

@@ -93,6 +93,11 @@ impl Ctx {
             // The Secret is owned by the import: the garbage collector removes it.
             return Next::Done;
         }
+        if self.unsettled(&import.spec.cluster_name) {
+            // A cluster-set change requeues the import once the cluster is probed.
+            debug!("cluster readiness not known yet; waiting for the registry");
+            return Next::Done;
+        }
         let (outcome, next) = match self.sync(&import).await {
             Ok(done) => done,
             Err(outcome) => (outcome, Next::Backoff),
@@ -162,6 +167,23 @@ impl Ctx {
         let wait = Duration::try_from(at.duration_since(Timestamp::now())).unwrap_or_default();
         let next = Next::After(wait.max(Duration::from_secs(1)));
         Ok((issued(spec, secret_name, Some(expires)), next))
+    }
+
+    /// Whether cluster `name` has not been probed by this process while its stored status
+    /// says Ready ([`plan::cluster_unsettled`]).
+    fn unsettled(&self, name: &str) -> bool {
+        let Some(kfc) = self
+            .kubefed
+            .get(&ObjectRef::<KubeFedCluster>::new(name).within(&self.namespace))
+        else {
+            return false;
+        };
+        let ready_in_set = self
+            .clusters
+            .get(name)
+            .is_some_and(|c| c.ready && c.client.is_some());
+        let stored_ready = kfc.status.as_ref().is_some_and(|s| s.is_ready());
+        plan::cluster_unsettled(ready_in_set, stored_ready)
     }
 
     /// The endpoint and client of cluster `name`, or why there is none.
