@@ -1,6 +1,6 @@
 //! The control plane assembled: registry + health, KubeFedConfig, the FederatedTypeConfig
 //! controller and through it one sync controller per enabled type, and the
-//! ReplicaSchedulingPreference scheduler. Used in-process by
+//! ReplicaSchedulingPreference scheduler, and the ServiceAccountImport controller. Used in-process by
 //! `flotilla controller-manager`, `flotilla dev`, the benchmark and the tests.
 
 use std::sync::Arc;
@@ -25,6 +25,7 @@ pub struct ControlPlane {
     ftc: tokio::task::JoinHandle<()>,
     scheduler: tokio::task::JoinHandle<()>,
     member_rbac: tokio::task::JoinHandle<()>,
+    sa_import: tokio::task::JoinHandle<()>,
 }
 
 impl ControlPlane {
@@ -38,6 +39,12 @@ impl ControlPlane {
             host.clone(),
             namespace.to_string(),
             clusters.clone(),
+        ));
+        let sa_import = tokio::spawn(crate::sa_import::run(
+            host.clone(),
+            namespace.to_string(),
+            clusters.clone(),
+            metrics.clone(),
         ));
         let shared = SyncShared::new(
             host,
@@ -55,6 +62,7 @@ impl ControlPlane {
             ftc,
             scheduler,
             member_rbac,
+            sa_import,
         }
     }
 
@@ -63,6 +71,7 @@ impl ControlPlane {
         self.ftc.abort();
         self.scheduler.abort();
         self.member_rbac.abort();
+        self.sa_import.abort();
         if let Some(r) = self.registry.take() {
             r.shutdown().await;
         }
@@ -74,5 +83,6 @@ impl Drop for ControlPlane {
         self.ftc.abort();
         self.scheduler.abort();
         self.member_rbac.abort();
+        self.sa_import.abort();
     }
 }

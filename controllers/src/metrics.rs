@@ -76,6 +76,8 @@ pub struct Metrics {
     pub clusters: ClusterMetrics,
     /// Families of the sync (propagation) controllers.
     pub sync: SyncMetrics,
+    /// Families of the ServiceAccountImport controller.
+    pub imports: ImportMetrics,
 }
 
 impl Default for Metrics {
@@ -90,10 +92,12 @@ impl Metrics {
         let mut registry = Registry::with_prefix(PREFIX);
         let clusters = ClusterMetrics::register(&mut registry);
         let sync = SyncMetrics::register(&mut registry);
+        let imports = ImportMetrics::register(&mut registry);
         Metrics {
             registry: Mutex::new(registry),
             clusters,
             sync,
+            imports,
         }
     }
 
@@ -277,6 +281,25 @@ families! {
         /// `flotilla_status_writes_total{kind}`: status updates of federated objects.
         status_writes: Family<TypeLabels, Counter> = Family::default(),
             "status_writes", "Status updates written to federated objects";
+    }
+}
+
+/// Label set of a ServiceAccountImport reconcile: its Ready reason, a bounded set.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ImportLabels {
+    /// `ImportReason::as_str`.
+    pub reason: &'static str,
+}
+
+families! {
+    /// Families of the ServiceAccountImport controller.
+    pub struct ImportMetrics {
+        /// `flotilla_serviceaccountimport_reconciles_total{reason}`.
+        reconciles: Family<ImportLabels, Counter> = Family::default(),
+            "serviceaccountimport_reconciles", "Reconciles of ServiceAccountImports by the Ready reason they ended with";
+        /// `flotilla_serviceaccountimport_tokens_issued_total`: TokenRequests that succeeded.
+        tokens_issued: Counter = Counter::default(),
+            "serviceaccountimport_tokens_issued", "Tokens obtained from member TokenRequest APIs and written to import Secrets";
     }
 }
 

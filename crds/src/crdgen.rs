@@ -1,5 +1,5 @@
 //! CustomResourceDefinitions: the derived core CRDs (KubeFedCluster, KubeFedConfig,
-//! FederatedTypeConfig, ReplicaSchedulingPreference), the generated Federated&lt;Kind&gt; CRDs
+//! FederatedTypeConfig, ReplicaSchedulingPreference, ServiceAccountImport), the generated Federated&lt;Kind&gt; CRDs
 //! and their FederatedTypeConfigs, and their YAML rendering for `config/` (written and
 //! drift-checked by the `crdgen` binary).
 //!
@@ -30,6 +30,7 @@ use crate::core::{
     PropagationMode, Scope,
 };
 use crate::federated::{FederatedSpec, FederatedStatus};
+use crate::multicluster::ServiceAccountImport;
 use crate::scheduling::ReplicaSchedulingPreference;
 use crate::workload::WorkloadKind;
 use crate::{DEFAULT_NAMESPACE, TYPES_GROUP, V1BETA1};
@@ -431,13 +432,14 @@ fn polish(mut crd: CustomResourceDefinition) -> CustomResourceDefinition {
 }
 
 /// The CRDs of the control plane itself: KubeFedCluster, KubeFedConfig,
-/// FederatedTypeConfig and ReplicaSchedulingPreference.
+/// FederatedTypeConfig, ReplicaSchedulingPreference and ServiceAccountImport.
 pub fn core_crds() -> Vec<CustomResourceDefinition> {
     vec![
         polish(KubeFedCluster::crd()),
         polish(KubeFedConfig::crd()),
         polish(FederatedTypeConfig::crd()),
         polish(ReplicaSchedulingPreference::crd()),
+        polish(ServiceAccountImport::crd()),
     ]
 }
 
@@ -962,7 +964,7 @@ mod tests {
     #[test]
     fn all_crds_are_the_core_ones_then_one_per_default_type() {
         let crds = all_crds();
-        assert_eq!(crds.len(), 4 + default_target_types().len());
+        assert_eq!(crds.len(), core_crds().len() + default_target_types().len());
         let mut names: Vec<_> = crds
             .iter()
             .filter_map(|c| c.metadata.name.clone())

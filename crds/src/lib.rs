@@ -10,6 +10,7 @@ pub mod desired;
 pub mod duration;
 pub mod federated;
 pub mod hash;
+pub mod multicluster;
 pub mod overrides;
 pub mod placement;
 pub mod reason;
@@ -23,6 +24,9 @@ pub use crate::core::{
     KubeFedCluster, KubeFedClusterSpec, KubeFedClusterStatus, KubeFedConfig, KubeFedConfigSpec,
 };
 pub use crate::federated::{FederatedSpec, FederatedStatus, Placement};
+pub use crate::multicluster::{
+    ServiceAccountImport, ServiceAccountImportSpec, ServiceAccountImportStatus,
+};
 pub use crate::reason::{AggregateReason, ClusterReason};
 pub use crate::scheduling::ReplicaSchedulingPreference;
 

@@ -152,7 +152,14 @@ async fn federate_and_wait(env: &LocalEnv, args: &DevUpArgs, ctx: &Context) -> a
     })
     .await?;
     let cp = ControlPlane::start(fed.host.clone(), &boot.namespace, Arc::new(Metrics::new()));
+    let (addr, webhook) = crate::webhook::local::start_local(fed.host.clone(), &boot.namespace)
+        .await
+        .context("starting the service-account-import webhook")?;
+    out.line(format!(
+        "  service-account-import webhook serving on {addr}"
+    ));
     let result = run_demo(env, &fed.host, &boot, &cp, args, ctx).await;
+    webhook.abort();
     cp.shutdown().await;
     result
 }

@@ -23,6 +23,7 @@ use super::{Context, GlobalArgs, access, parse_duration};
 use crate::leader::{self, LeaderElectionConfig, LeaderElector, LeadershipEnd};
 use crate::manager::ControlPlane;
 use crate::metrics::Metrics;
+use crate::webhook;
 
 /// Examples of `flotilla controller-manager --help`.
 pub const EXAMPLES: &str = "\
@@ -61,6 +62,21 @@ pub struct ControllerManagerArgs {
     /// Identity in the Lease (default: $POD_NAME, else hostname_pid).
     #[arg(long, value_name = "ID")]
     pub identity: Option<String>,
+    /// Serve the ServiceAccountImport auto-mount webhook (HTTPS) on this address, on every
+    /// replica (admission must not wait for the leader). Off when absent.
+    #[arg(long, value_name = "ADDR")]
+    pub webhook_addr: Option<SocketAddr>,
+    /// Names (DNS or IP) of the webhook's serving certificate, comma-separated.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "flotilla-webhook.kube-federation-system.svc",
+        value_name = "NAMES"
+    )]
+    pub webhook_cert_names: Vec<String>,
+    /// The MutatingWebhookConfiguration whose CA bundle the controller-manager keeps.
+    #[arg(long, default_value = webhook::DEFAULT_CONFIGURATION, value_name = "NAME")]
+    pub webhook_configuration: String,
 }
 
 /// The leader election settings: the KubeFedConfig's, overridden by flags.
@@ -127,6 +143,7 @@ pub async fn run(
         return Ok(());
     };
     info!(host_version = %version.git_version, %namespace, "connected to the host cluster");
+    let _webhook = start_webhook(&host, &namespace, &args).await?;
     // Ready means "can serve as leader or standby": the host answered.
     health.set_ready(true);
 
@@ -152,6 +169,37 @@ pub async fn run(
     let mut elector = LeaderElector::new(host.clone(), config)?;
     lead_while_elected(&mut elector, &host, &namespace, &metrics, &leading, ctx).await;
     Ok(())
+}
+
+/// Aborts the webhook's serving task when dropped.
+struct WebhookTask(tokio::task::JoinHandle<()>);
+
+impl Drop for WebhookTask {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// Starts the auto-mount webhook when `--webhook-addr` is given.
+async fn start_webhook(
+    host: &Client,
+    namespace: &str,
+    args: &ControllerManagerArgs,
+) -> anyhow::Result<Option<WebhookTask>> {
+    let Some(bind) = args.webhook_addr else {
+        return Ok(None);
+    };
+    let options = webhook::WebhookOptions {
+        bind,
+        names: args.webhook_cert_names.clone(),
+        configuration: args.webhook_configuration.clone(),
+        cert_secret: webhook::DEFAULT_CERT_SECRET.into(),
+        namespace: namespace.into(),
+    };
+    let (_, task) = webhook::start(host.clone(), &options)
+        .await
+        .context("starting the service-account-import webhook")?;
+    Ok(Some(WebhookTask(task)))
 }
 
 /// Whether this instance runs the controllers: the `flotilla_leader` gauge and `/readyz`.

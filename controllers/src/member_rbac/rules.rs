@@ -1,6 +1,8 @@
 //! What the control plane may do in a member cluster, as RBAC rules: read and write the
 //! target types of the enabled FederatedTypeConfigs, call the health and version
-//! endpoints, and keep its own ClusterRole in step with the enabled types — nothing else.
+//! endpoints, request tokens of ServiceAccounts for ServiceAccountImports
+//! (`serviceaccounts/token` create — no read of ServiceAccounts or their Secrets), and keep
+//! its own ClusterRole in step with the enabled types — nothing else.
 //! (kubefedctl gave the host `*` on every resource of every group in every member.)
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -15,6 +17,9 @@ pub const TYPE_VERBS: [&str; 7] = [
 
 /// Endpoints the health checks and version reads call.
 pub const HEALTH_URLS: [&str; 4] = ["/healthz", "/readyz", "/livez", "/version"];
+
+/// The one permission ServiceAccountImports need in a member: creating TokenRequests.
+pub const TOKEN_REQUEST_RESOURCE: &str = "serviceaccounts/token";
 
 /// Target types (group, plural) of the FederatedTypeConfigs whose propagation is enabled.
 pub fn enabled_types<'a>(
@@ -53,6 +58,12 @@ pub fn member_rules(types: &BTreeSet<(String, String)>, role: &str) -> Vec<Polic
     rules.push(PolicyRule {
         non_resource_urls: Some(strings(&HEALTH_URLS)),
         verbs: vec!["get".into()],
+        ..PolicyRule::default()
+    });
+    rules.push(PolicyRule {
+        api_groups: Some(vec![String::new()]),
+        resources: Some(vec![TOKEN_REQUEST_RESOURCE.into()]),
+        verbs: vec!["create".into()],
         ..PolicyRule::default()
     });
     rules.push(PolicyRule {
@@ -131,6 +142,27 @@ mod tests {
                     .any(|v| v == "*" || v == "bind" || v == "impersonate")
             );
         }
+    }
+
+    #[test]
+    fn service_account_tokens_may_be_requested_but_service_accounts_not_read() {
+        let rules = member_rules(&BTreeSet::new(), "role-x");
+        let token: Vec<_> = rules
+            .iter()
+            .filter(|r| {
+                r.resources
+                    .iter()
+                    .flatten()
+                    .any(|s| s.starts_with("serviceaccounts"))
+            })
+            .collect();
+        assert_eq!(token.len(), 1);
+        assert_eq!(
+            token[0].resources,
+            Some(vec![TOKEN_REQUEST_RESOURCE.to_string()])
+        );
+        assert_eq!(token[0].verbs, vec!["create".to_string()]);
+        assert_eq!(token[0].api_groups, Some(vec![String::new()]));
     }
 
     #[test]

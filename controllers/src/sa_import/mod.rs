@@ -1,0 +1,208 @@
+//! ServiceAccountImport controller: for each import in the host, a kubeconfig Secret in the
+//! import's namespace holding a bounded token of a ServiceAccount in a member cluster,
+//! obtained through the member's TokenRequest API with the registry's member client and
+//! refreshed before it expires.
+//!
+//! This module wires the caches and the queue: every import, the KubeFedClusters of the
+//! control-plane namespace (endpoint and CA for the kubeconfig), the Secrets the controller
+//! wrote (label-selected, cached without their data, so a deleted Secret is recreated) and
+//! the cluster set's changes. [`reconcile`] does the I/O of one import, [`plan`] decides,
+//! [`kubeconfig`] builds the Secret's contents.
+
+pub mod kubeconfig;
+pub mod plan;
+pub mod reconcile;
+
+use std::{ops::ControlFlow, sync::Arc};
+
+use flotilla_crds::{KubeFedCluster, ServiceAccountImport, multicluster::SECRET_LABEL};
+use k8s_openapi::api::core::v1::Secret;
+use kube::{
+    Api, Client, ResourceExt,
+    runtime::reflector::{self, Store},
+};
+
+use self::reconcile::{Ctx, Key, Next};
+use crate::{
+    metrics::Metrics,
+    multicluster::ClusterSet,
+    watch::{Change, FailureLog, WatchParams, reflect, watch_into},
+    workqueue::WorkQueue,
+};
+
+/// The controller's name as the reporting controller of its Events.
+const REPORTING_CONTROLLER: &str = "flotilla-serviceaccountimport";
+
+fn queue_all(queue: &WorkQueue<Key>, imports: &Store<ServiceAccountImport>) {
+    for i in imports.state() {
+        queue.add((i.namespace().unwrap_or_default(), i.name_any()));
+    }
+}
+
+/// The import that owns a Secret the controller wrote.
+fn owner_key(secret: &Secret) -> Option<Key> {
+    let owner = secret
+        .owner_references()
+        .iter()
+        .find(|o| o.kind == "ServiceAccountImport" && o.controller == Some(true))?;
+    Some((secret.namespace().unwrap_or_default(), owner.name.clone()))
+}
+
+/// The caches the controller reads, and the tasks feeding them and the queue.
+struct Watches {
+    imports: Store<ServiceAccountImport>,
+    kubefed: Store<KubeFedCluster>,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+}
+
+/// Starts the watches: imports, KubeFedClusters, the import Secrets and cluster-set
+/// changes, each queueing the imports it concerns.
+fn watches(
+    host: &Client,
+    namespace: &str,
+    clusters: &ClusterSet,
+    queue: &Arc<WorkQueue<Key>>,
+) -> Watches {
+    let import_writer = reflector::store::Writer::<ServiceAccountImport>::default();
+    let imports = import_writer.as_reader();
+    let kfc_writer = reflector::store::Writer::<KubeFedCluster>::default();
+    let kubefed = kfc_writer.as_reader();
+    let secret_writer = reflector::store::Writer::<Secret>::default();
+    let mut tasks = Vec::new();
+    {
+        let queue = queue.clone();
+        tasks.push(tokio::spawn(reflect(
+            Api::all(host.clone()),
+            import_writer,
+            "ServiceAccountImport",
+            move |c| {
+                if let Change::Object(o) = c {
+                    queue.add((o.namespace().unwrap_or_default(), o.name_any()));
+                }
+            },
+        )));
+    }
+    {
+        let (queue, imports) = (queue.clone(), imports.clone());
+        tasks.push(tokio::spawn(reflect(
+            Api::namespaced(host.clone(), namespace),
+            kfc_writer,
+            "KubeFedCluster",
+            move |c| {
+                if let Change::Object(_) = c {
+                    queue_all(&queue, &imports);
+                }
+            },
+        )));
+    }
+    {
+        let queue = queue.clone();
+        let params = WatchParams {
+            what: "import Secret",
+            cluster: None,
+            label_selector: Some(format!("{SECRET_LABEL}=true")),
+            failures: FailureLog::Debug,
+        };
+        tasks.push(tokio::spawn(watch_into(
+            Api::<Secret>::all(host.clone()),
+            secret_writer,
+            params,
+            // Tokens are not kept in memory: the reconcile reads the Secret it needs.
+            |s| s.data = None,
+            move |c| {
+                if let Change::Object(s) = c
+                    && let Some(key) = owner_key(s)
+                {
+                    queue.add(key);
+                }
+                ControlFlow::Continue(())
+            },
+        )));
+    }
+    {
+        let (queue, imports) = (queue.clone(), imports.clone());
+        let mut changes = clusters.changes();
+        tasks.push(tokio::spawn(async move {
+            while changes.changed().await.is_ok() {
+                queue_all(&queue, &imports);
+            }
+        }));
+    }
+    Watches {
+        imports,
+        kubefed,
+        tasks,
+    }
+}
+
+/// Runs the controller until the task is aborted. `namespace` is the control-plane
+/// namespace, where the KubeFedClusters are.
+pub async fn run(host: Client, namespace: String, clusters: ClusterSet, metrics: Arc<Metrics>) {
+    let queue: Arc<WorkQueue<Key>> = WorkQueue::new();
+    let Watches {
+        imports,
+        kubefed,
+        tasks,
+    } = watches(&host, &namespace, &clusters, &queue);
+    let _guard = AbortOnDrop(tasks);
+    let ctx = Ctx {
+        recorder: crate::events::recorder(host.clone(), REPORTING_CONTROLLER),
+        host,
+        clusters,
+        imports: imports.clone(),
+        kubefed: kubefed.clone(),
+        namespace,
+        metrics,
+    };
+    // The KubeFedClusters must be known before an import is judged ClusterNotFound.
+    if kubefed.wait_until_ready().await.is_err() || imports.wait_until_ready().await.is_err() {
+        return;
+    }
+    while let Some(key) = queue.next().await {
+        let next = ctx.reconcile(&key).await;
+        queue.done(&key);
+        match next {
+            Next::Done => queue.forget(&key),
+            Next::After(d) => {
+                queue.forget(&key);
+                queue.add_after(key, d);
+            }
+            Next::Backoff => {
+                queue.add_rate_limited(key);
+            }
+        }
+    }
+}
+
+struct AbortOnDrop(Vec<tokio::task::JoinHandle<()>>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        for t in &self.0 {
+            t.abort();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn a_secret_maps_back_to_the_import_that_controls_it() {
+        let s: Secret = serde_json::from_value(json!({
+            "metadata": {"name": "x-kubeconfig", "namespace": "foo", "ownerReferences": [
+                {"apiVersion": "v1", "kind": "ConfigMap", "name": "other", "uid": "1"},
+                {"apiVersion": "multicluster.flotilla.io/v1alpha1", "kind": "ServiceAccountImport",
+                 "name": "x", "uid": "2", "controller": true}
+            ]}
+        }))
+        .expect("valid secret");
+        assert_eq!(owner_key(&s), Some(("foo".into(), "x".into())));
+        let orphan: Secret =
+            serde_json::from_value(json!({"metadata": {"name": "y", "namespace": "foo"}}))
+                .expect("valid secret");
+        assert_eq!(owner_key(&orphan), None);
+    }
+}

@@ -1,0 +1,82 @@
+//! The ServiceAccountImport auto-mount webhook: a mutating admission webhook served by the
+//! controller-manager over TLS. In namespaces labelled
+//! `multicluster.flotilla.io/service-account-import=enabled` (the
+//! MutatingWebhookConfiguration's namespace selector), a Pod annotated
+//! `multicluster.flotilla.io/service-account-import.name: a,b` gets each named import's
+//! Secret mounted read-only at `/var/run/secrets/flotilla.io/serviceaccountimports/<name>/`;
+//! an unknown import name rejects the Pod.
+//!
+//! [`certs`] keeps the serving certificate in a Secret and the CA in the configuration,
+//! [`server`] serves, [`patch`] decides (pure), [`local`] wires it for `flotilla dev up`.
+
+pub mod certs;
+pub mod local;
+pub mod patch;
+pub mod server;
+
+use std::net::SocketAddr;
+
+use kube::Client;
+use tracing::info;
+
+/// Label a namespace needs for its Pods to pass through the webhook.
+pub const NAMESPACE_LABEL: &str = "multicluster.flotilla.io/service-account-import";
+/// Its value.
+pub const NAMESPACE_LABEL_VALUE: &str = "enabled";
+/// Default name of the MutatingWebhookConfiguration (see `config/webhook/`).
+pub const DEFAULT_CONFIGURATION: &str = "flotilla-serviceaccountimport";
+/// Default name of the Secret holding the serving certificate.
+pub const DEFAULT_CERT_SECRET: &str = "flotilla-webhook-serving-cert";
+
+/// Failures of the webhook.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// A host API call failed.
+    #[error("host API call failed: {0}")]
+    Kube(#[from] kube::Error),
+    /// Generating the certificate failed.
+    #[error("generating the serving certificate failed: {0}")]
+    Certificate(#[from] rcgen::Error),
+    /// The TLS configuration or a patch could not be built.
+    #[error("{0}")]
+    Config(String),
+    /// The listening socket could not be opened.
+    #[error("binding the webhook address failed: {0}")]
+    Bind(#[source] std::io::Error),
+}
+
+/// Where and as what the webhook serves.
+#[derive(Clone, Debug)]
+pub struct WebhookOptions {
+    /// Address to listen on.
+    pub bind: SocketAddr,
+    /// DNS names and IP addresses the serving certificate is made for (the Service's
+    /// `<name>.<namespace>.svc`, or the IP the API server calls).
+    pub names: Vec<String>,
+    /// The MutatingWebhookConfiguration whose CA bundle is kept.
+    pub configuration: String,
+    /// The Secret (in the control-plane namespace) holding the certificate.
+    pub cert_secret: String,
+    /// The control-plane namespace.
+    pub namespace: String,
+}
+
+/// Makes sure of the certificate and the configuration's CA, then serves. Returns the
+/// bound address and the serving task (abort it to stop).
+pub async fn start(
+    host: Client,
+    options: &WebhookOptions,
+) -> Result<(SocketAddr, tokio::task::JoinHandle<()>), Error> {
+    let cert = certs::ensure(
+        &host,
+        &options.namespace,
+        &options.cert_secret,
+        &options.names,
+    )
+    .await?;
+    certs::patch_ca(&host, &options.configuration, &cert.ca_pem).await?;
+    let tls = server::tls_config(&cert)?;
+    let (addr, task) = server::serve(options.bind, tls, host).await?;
+    info!(%addr, configuration = %options.configuration, "service-account-import webhook serving");
+    Ok((addr, task))
+}

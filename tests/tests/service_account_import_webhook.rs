@@ -1,0 +1,180 @@
+//! The ServiceAccountImport auto-mount webhook on a real host API server, which calls it
+//! by URL on 127.0.0.1 over TLS verified with the CA the webhook patched into its
+//! MutatingWebhookConfiguration: in a namespace labelled for it, an annotated Pod gets the
+//! import's Secret mounted read-only; elsewhere Pods are untouched; an unknown import name
+//! is rejected with a message naming it. Pods need not run.
+
+use std::time::Duration;
+
+use anyhow::{Context as _, ensure};
+use flotilla_controllers::webhook::{self, WebhookOptions};
+use flotilla_crds::{DEFAULT_NAMESPACE, ServiceAccountImport};
+use flotilla_tests::{federation::federation, init_tracing, wait_for};
+use k8s_openapi::api::{
+    admissionregistration::v1::MutatingWebhookConfiguration,
+    core::v1::{Namespace, Pod, ServiceAccount},
+};
+use kube::{
+    Api, Client,
+    api::{DeleteParams, PostParams},
+};
+use serde_json::json;
+
+const T: Duration = Duration::from_secs(60);
+const CONFIGURATION: &str = "flotilla-serviceaccountimport-test";
+
+fn pod(name: &str, imports: Option<&str>) -> anyhow::Result<Pod> {
+    let mut p = json!({
+        "metadata": {"name": name},
+        "spec": {"containers": [{"name": "app", "image": "example.invalid/app:1"}]},
+    });
+    if let Some(i) = imports {
+        p["metadata"]["annotations"] =
+            json!({"multicluster.flotilla.io/service-account-import.name": i});
+    }
+    Ok(serde_json::from_value(p)?)
+}
+
+async fn namespace(host: &Client, name: &str, enabled: bool) -> anyhow::Result<()> {
+    let labels = if enabled {
+        json!({webhook::NAMESPACE_LABEL: webhook::NAMESPACE_LABEL_VALUE})
+    } else {
+        json!({})
+    };
+    let ns: Namespace =
+        serde_json::from_value(json!({"metadata": {"name": name, "labels": labels}}))?;
+    Api::<Namespace>::all(host.clone())
+        .create(&PostParams::default(), &ns)
+        .await?;
+    // The ServiceAccount admission plugin rejects Pods until the default account exists.
+    wait_for(T, "the default ServiceAccount", || async {
+        Api::<ServiceAccount>::namespaced(host.clone(), name)
+            .get_opt("default")
+            .await?
+            .context("not yet")
+    })
+    .await?;
+    Ok(())
+}
+
+/// A MutatingWebhookConfiguration calling `https://127.0.0.1:<port>/mutate-pods` for Pods
+/// of labelled namespaces, without a CA bundle (the webhook patches it in).
+async fn configuration(host: &Client, port: u16) -> anyhow::Result<()> {
+    let config: MutatingWebhookConfiguration = serde_json::from_value(json!({
+        "metadata": {"name": CONFIGURATION},
+        "webhooks": [{
+            "name": "serviceaccountimports.multicluster.flotilla.io",
+            "clientConfig": {"url": format!("https://127.0.0.1:{port}/mutate-pods")},
+            "rules": [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": ["pods"]}],
+            "namespaceSelector": {"matchLabels": {webhook::NAMESPACE_LABEL: webhook::NAMESPACE_LABEL_VALUE}},
+            "failurePolicy": "Fail",
+            "sideEffects": "None",
+            "admissionReviewVersions": ["v1"],
+            "timeoutSeconds": 10,
+        }],
+    }))?;
+    Api::<MutatingWebhookConfiguration>::all(host.clone())
+        .create(&PostParams::default(), &config)
+        .await?;
+    Ok(())
+}
+
+fn sai_volumes(pod: &Pod) -> Vec<(String, String)> {
+    pod.spec
+        .iter()
+        .flat_map(|s| s.volumes.iter().flatten())
+        .filter(|v| v.name.starts_with("sai-"))
+        .map(|v| {
+            let secret = v.secret.as_ref().and_then(|s| s.secret_name.clone());
+            (v.name.clone(), secret.unwrap_or_default())
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn annotated_pods_in_enabled_namespaces_get_the_imports_secret_mounted() -> anyhow::Result<()>
+{
+    init_tracing();
+    let fed = federation(1).await?;
+    let host = fed.host.clone();
+    namespace(&host, "enabled", true).await?;
+    namespace(&host, "plain", false).await?;
+    let import: ServiceAccountImport = serde_json::from_value(json!({
+        "metadata": {"name": "m1"},
+        "spec": {"clusterName": "member1", "namespace": "enabled", "name": "reader"},
+    }))?;
+    Api::<ServiceAccountImport>::namespaced(host.clone(), "enabled")
+        .create(&PostParams::default(), &import)
+        .await?;
+
+    let port = std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port();
+    configuration(&host, port).await?;
+    let options = WebhookOptions {
+        bind: ([127, 0, 0, 1], port).into(),
+        names: vec!["127.0.0.1".into()],
+        configuration: CONFIGURATION.into(),
+        cert_secret: webhook::DEFAULT_CERT_SECRET.into(),
+        namespace: DEFAULT_NAMESPACE.into(),
+    };
+    let (_, serving) = webhook::start(host.clone(), &options).await?;
+    let stored = Api::<MutatingWebhookConfiguration>::all(host.clone())
+        .get(CONFIGURATION)
+        .await?;
+    ensure!(
+        stored
+            .webhooks
+            .iter()
+            .flatten()
+            .all(|w| w.client_config.ca_bundle.is_some()),
+        "the CA bundle is patched in"
+    );
+
+    let enabled: Api<Pod> = Api::namespaced(host.clone(), "enabled");
+    let created = enabled
+        .create(&PostParams::default(), &pod("with-import", Some("m1"))?)
+        .await?;
+    assert_eq!(
+        sai_volumes(&created),
+        vec![("sai-m1".to_string(), "m1-kubeconfig".to_string())]
+    );
+    let mount = created.spec.as_ref().context("spec")?.containers[0]
+        .volume_mounts
+        .iter()
+        .flatten()
+        .find(|m| m.name == "sai-m1")
+        .context("the import is mounted")?
+        .clone();
+    assert_eq!(
+        mount.mount_path,
+        "/var/run/secrets/flotilla.io/serviceaccountimports/m1/"
+    );
+    assert_eq!(mount.read_only, Some(true));
+
+    let plain = Api::<Pod>::namespaced(host.clone(), "plain")
+        .create(&PostParams::default(), &pod("elsewhere", Some("m1"))?)
+        .await?;
+    assert!(
+        sai_volumes(&plain).is_empty(),
+        "a namespace without the label is untouched"
+    );
+    let bare = enabled
+        .create(&PostParams::default(), &pod("no-annotation", None)?)
+        .await?;
+    assert!(sai_volumes(&bare).is_empty());
+
+    let rejected = enabled
+        .create(&PostParams::default(), &pod("unknown", Some("m1,nope"))?)
+        .await;
+    match rejected {
+        Err(kube::Error::Api(s)) => assert!(s.message.contains("nope"), "{}", s.message),
+        other => panic!("a Pod naming an unknown import must be rejected: {other:?}"),
+    }
+
+    serving.abort();
+    Api::<MutatingWebhookConfiguration>::all(host)
+        .delete(CONFIGURATION, &DeleteParams::default())
+        .await?;
+    Ok(())
+}
