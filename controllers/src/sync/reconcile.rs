@@ -106,17 +106,8 @@ impl Ctl {
         let spec = match FederatedSpec::from_dynamic(fed) {
             Ok(s) => s,
             Err(e) => {
-                let failure = (AggregateReason::ComputePlacementFailed, e.to_string());
-                let update = StatusUpdate {
-                    previous: &previous,
-                    outcomes: &BTreeMap::new(),
-                    aggregate: Some(failure),
-                    generation,
-                    remote: &BTreeMap::new(),
-                    aggregated: None,
-                    scheduling: Scheduling::of(None, previous.placement.is_some()),
-                };
-                self.write_status(fed, update).await;
+                self.report_malformed(fed, &previous, generation, e.to_string())
+                    .await;
                 return Action::Done;
             }
         };
@@ -181,6 +172,26 @@ impl Ctl {
             round.recheck = earliest(round.recheck, scheduled::recheck(d));
         }
         plan::live_action(!round.waiting.is_empty(), backoff, round.recheck)
+    }
+
+    /// A spec that cannot be read: nothing is propagated, the status says why.
+    async fn report_malformed(
+        &self,
+        fed: &DynamicObject,
+        previous: &FederatedStatus,
+        generation: i64,
+        error: String,
+    ) {
+        let update = StatusUpdate {
+            previous,
+            outcomes: &BTreeMap::new(),
+            aggregate: Some((AggregateReason::ComputePlacementFailed, error)),
+            generation,
+            remote: &BTreeMap::new(),
+            aggregated: None,
+            scheduling: Scheduling::of(None, previous.placement.is_some()),
+        };
+        self.write_status(fed, update).await;
     }
 
     /// Decides and runs every cluster's operation, all clusters at once.
