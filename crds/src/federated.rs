@@ -256,6 +256,37 @@ pub struct FederatedCondition {
     pub last_transition_time: String,
 }
 
+impl FederatedCondition {
+    /// A condition of `type_` as it stands `now`, keeping `prev`'s times where they still
+    /// hold: the update time while nothing changed, the transition time while the status
+    /// is the same.
+    pub fn updated(
+        prev: Option<&FederatedCondition>,
+        type_: &str,
+        status: &str,
+        reason: String,
+        message: String,
+        now: &str,
+    ) -> Self {
+        let unchanged =
+            prev.is_some_and(|p| p.status == status && p.reason == reason && p.message == message);
+        FederatedCondition {
+            type_: type_.into(),
+            status: status.into(),
+            reason,
+            message,
+            last_update_time: match prev {
+                Some(p) if unchanged => p.last_update_time.clone(),
+                _ => now.to_string(),
+            },
+            last_transition_time: match prev {
+                Some(p) if p.status == status => p.last_transition_time.clone(),
+                _ => now.to_string(),
+            },
+        }
+    }
+}
+
 /// Propagation result in one cluster.
 #[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]

@@ -793,12 +793,13 @@ async fn dev_up_reaches_all_propagated_and_leaves_no_process_behind() -> anyhow:
         assert!(
             stdout.lines().any(|l| l.contains(object)
                 && l.contains("member2")
-                && l.trim_end().ends_with("OK")),
+                // `OK`, or `OK (5/5 ready)` for a workload once its pods are ready.
+                && (l.trim_end().ends_with("OK") || l.contains(" OK ("))),
             "{object} propagated to member2:\n{stdout}"
         );
     }
     assert!(
-        stdout.contains("--context member1 get deploy -n demo"),
+        stdout.contains("--context member1 get deploy,pods -n demo"),
         "{stdout}"
     );
     let written = std::fs::read_to_string(&kubeconfig)?;

@@ -43,6 +43,18 @@ impl Debug for ClusterState {
     }
 }
 
+impl ClusterState {
+    /// What the constraint scheduler reads of the cluster.
+    pub fn facts(&self) -> flotilla_crds::schedule::ClusterFacts<'_> {
+        flotilla_crds::schedule::ClusterFacts {
+            name: &self.name,
+            labels: &self.labels,
+            taints: &self.taints,
+            ready: self.ready,
+        }
+    }
+}
+
 /// A Ready member cluster with its client.
 #[derive(Clone)]
 pub struct ReadyCluster {

@@ -51,6 +51,8 @@ pub(super) struct Ctl {
     /// What the federated CRD's schema drops from status.
     pub pruned: crate::ftc_schema::Pruned,
     pub recent: RecentWrites,
+    /// Our last status write per object, while the host cache has not delivered it.
+    pub written: super::status::WrittenStatus,
     pub availability: Availability,
 }
 

@@ -185,6 +185,7 @@ impl TypeController {
             workload: WorkloadKind::of(&ftc.target_type).filter(|_| collect_status),
             pruned,
             recent: Default::default(),
+            written: Default::default(),
             availability: Default::default(),
         });
         // The cluster registry: every registered cluster known and probed once.

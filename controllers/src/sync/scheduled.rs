@@ -114,12 +114,7 @@ impl Ctl {
         let snapshot = self.shared.clusters.snapshot();
         let facts: Vec<ClusterFacts<'_>> = snapshot
             .iter()
-            .map(|c| ClusterFacts {
-                name: &c.name,
-                labels: &c.labels,
-                taints: &c.taints,
-                ready: c.ready,
-            })
+            .map(crate::multicluster::ClusterState::facts)
             .collect();
         let propagated = propagated(previous, self.collect_status);
         schedule::decide(&Input {
@@ -214,23 +209,14 @@ fn condition(d: &Decision, prev: Option<&FederatedCondition>, now: &str) -> Fede
     } else {
         "False"
     };
-    let unchanged = prev.is_some_and(|p| {
-        p.status == status && p.reason == d.reason.as_str() && p.message == d.message
-    });
-    FederatedCondition {
-        type_: SCHEDULED.into(),
-        status: status.into(),
-        reason: d.reason.as_str().into(),
-        message: d.message.clone(),
-        last_update_time: match prev {
-            Some(p) if unchanged => p.last_update_time.clone(),
-            _ => now.to_string(),
-        },
-        last_transition_time: match prev {
-            Some(p) if p.status == status => p.last_transition_time.clone(),
-            _ => now.to_string(),
-        },
-    }
+    FederatedCondition::updated(
+        prev,
+        SCHEDULED,
+        status,
+        d.reason.as_str().into(),
+        d.message.clone(),
+        now,
+    )
 }
 
 /// The Events a decision warrants compared with the stored one.

@@ -2,7 +2,10 @@
 //! in [`super::plan::status`]; here it is written — only when it changed — and a Warning
 //! is published when [`super::plan::status::warrants_warning`] says so.
 
-use std::collections::BTreeMap;
+use std::{
+    collections::{BTreeMap, HashMap},
+    sync::Mutex,
+};
 
 use flotilla_crds::{AggregateReason, federated::FederatedStatus, workload::AggregatedStatus};
 use kube::{
@@ -15,6 +18,7 @@ use serde_json::{Value, json};
 use tracing::warn;
 
 use super::{
+    Key,
     ctl::Ctl,
     plan::{Outcome, status as plan},
     scheduled::{self, Scheduling},
@@ -34,10 +38,52 @@ pub(super) struct StatusUpdate<'a> {
     pub scheduling: Scheduling<'a>,
 }
 
+/// The last status this process wrote per federated object, with the resourceVersion of
+/// the object it was written over. An entry lives only until the host cache delivers a
+/// newer version (the watch event of the write itself, usually milliseconds later).
+#[derive(Default)]
+pub struct WrittenStatus {
+    written: Mutex<HashMap<Key, (String, FederatedStatus)>>,
+}
+
+impl WrittenStatus {
+    /// The status we wrote, if the cache still holds the version `base` it was written
+    /// over; an entry the cache has moved past is dropped.
+    pub fn lagging(&self, key: &Key, base: &str) -> Option<FederatedStatus> {
+        let mut written = self.written.lock().unwrap_or_else(|e| e.into_inner());
+        match written.get(key) {
+            Some((rv, status)) if rv == base => Some(status.clone()),
+            Some(_) => {
+                written.remove(key);
+                None
+            }
+            None => None,
+        }
+    }
+
+    /// Remembers a status written over version `base`.
+    pub fn remember(&self, key: Key, base: String, status: FederatedStatus) {
+        let mut written = self.written.lock().unwrap_or_else(|e| e.into_inner());
+        written.insert(key, (base, status));
+    }
+
+    /// Forgets the object (a write whose result is unknown, or a new write).
+    pub fn forget(&self, key: &Key) {
+        let mut written = self.written.lock().unwrap_or_else(|e| e.into_inner());
+        written.remove(key);
+    }
+}
+
 impl Ctl {
     /// Writes the status built from `update` when it differs from the previous one.
     pub(super) async fn write_status(&self, fed: &DynamicObject, update: StatusUpdate<'_>) {
-        let previous = update.previous;
+        // When the host cache still holds the version our last status write was based
+        // on, the status in the host is the one we wrote: compare with that, or the same
+        // status would be sent again (a no-op PATCH, but a request all the same).
+        let key = (fed.namespace(), fed.name_any());
+        let base = fed.resource_version().unwrap_or_default();
+        let ours = self.written.lagging(&key, &base);
+        let previous = ours.as_ref().unwrap_or(update.previous);
         let now = k8s_openapi::jiff::Timestamp::now().to_string();
         let mut status = plan::build_status(
             update.generation,
@@ -62,6 +108,7 @@ impl Ctl {
         }
         let api = self.host_api(fed.metadata.namespace.as_deref());
         let patch = json!({ "status": value });
+        self.written.forget(&key);
         if let Err(e) = api
             .patch_status(
                 &fed.name_any(),
@@ -75,6 +122,7 @@ impl Ctl {
             }
             return;
         }
+        self.written.remember(key, base, status.clone());
         let m = &self.shared.metrics.sync;
         m.status_writes.get_or_create(&self.kind_labels()).inc();
         for reason in plan::new_failures(previous, &status) {
@@ -123,5 +171,29 @@ impl Ctl {
             note,
         )
         .await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn our_status_is_the_hosts_until_the_cache_moves_past_the_version_it_was_written_over() {
+        let key: Key = (Some("ns".into()), "a".into());
+        let ours = FederatedStatus {
+            observed_generation: 2,
+            ..FederatedStatus::default()
+        };
+        let written = WrittenStatus::default();
+        assert_eq!(written.lagging(&key, "10"), None);
+        written.remember(key.clone(), "10".into(), ours.clone());
+        assert_eq!(written.lagging(&key, "10"), Some(ours.clone()));
+        // The watch delivered our write (or anyone's newer one): the cache is the truth.
+        assert_eq!(written.lagging(&key, "11"), None);
+        assert_eq!(written.lagging(&key, "10"), None, "the entry is gone");
+        written.remember(key.clone(), "12".into(), ours);
+        written.forget(&key);
+        assert_eq!(written.lagging(&key, "12"), None);
     }
 }

@@ -80,16 +80,7 @@ fn decided(
     spec: &FederatedSpec,
     candidates: &BTreeSet<String>,
 ) -> Result<BTreeSet<String>, String> {
-    let facts: Vec<ClusterFacts<'_>> = inputs
-        .clusters
-        .iter()
-        .map(|c| ClusterFacts {
-            name: &c.name,
-            labels: &c.labels,
-            taints: &c.taints,
-            ready: c.ready,
-        })
-        .collect();
+    let facts: Vec<ClusterFacts<'_>> = inputs.clusters.iter().map(ClusterState::facts).collect();
     let propagated = crate::sync::scheduled::propagated(inputs.status, false);
     let decision = schedule::decide(&schedule::Input {
         placement: &spec.placement,

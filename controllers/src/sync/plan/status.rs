@@ -64,23 +64,14 @@ pub fn build_status(
             ),
         ),
     };
-    let prev = previous.propagation();
-    let unchanged =
-        prev.is_some_and(|p| p.status == status && p.reason == reason && p.message == message);
-    let condition = FederatedCondition {
-        type_: "Propagation".into(),
-        status: status.into(),
+    let condition = FederatedCondition::updated(
+        previous.propagation(),
+        "Propagation",
+        status,
         reason,
         message,
-        last_update_time: match prev {
-            Some(p) if unchanged => p.last_update_time.clone(),
-            _ => now.to_string(),
-        },
-        last_transition_time: match prev {
-            Some(p) if p.status == status => p.last_transition_time.clone(),
-            _ => now.to_string(),
-        },
-    };
+        now,
+    );
     FederatedStatus {
         observed_generation: generation,
         conditions: vec![condition],
