@@ -46,6 +46,7 @@ pub mod condition {
     namespaced,
     status = "ClusterProfileStatus",
     category = "multicluster",
+    derive = "PartialEq",
     printcolumn(
         name = "Display Name",
         type_ = "string",
