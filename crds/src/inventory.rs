@@ -232,7 +232,7 @@ mod tests {
             }],
             ..Default::default()
         });
-        let value = serde_json::to_value(&profile).unwrap();
+        let value = serde_json::to_value(&profile).expect("serializable");
         assert_eq!(value["apiVersion"], "multicluster.x-k8s.io/v1alpha1");
         assert_eq!(value["spec"]["clusterManager"]["name"], "flotilla");
         assert_eq!(value["status"]["version"], json!({"kubernetes": "v1.20.2"}));

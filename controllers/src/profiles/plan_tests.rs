@@ -21,7 +21,8 @@ fn kfc(name: &str) -> KubeFedCluster {
     );
     kfc.metadata.namespace = Some("kube-federation-system".into());
     kfc.metadata.uid = Some(format!("uid-{name}"));
-    kfc.metadata.creation_timestamp = Some(serde_json::from_value(CREATED.into()).unwrap());
+    kfc.metadata.creation_timestamp =
+        Some(serde_json::from_value(CREATED.into()).expect("present in the test data"));
     kfc
 }
 
@@ -42,7 +43,7 @@ fn with_ready(mut kfc: KubeFedCluster, status: &str, reason: &str, at: &str) -> 
 }
 
 fn profile_of(kfc: &KubeFedCluster) -> ClusterProfile {
-    desired_profile(kfc).unwrap()
+    desired_profile(kfc).expect("present in the test data")
 }
 
 fn healthy(profile: &ClusterProfile) -> ProfileCondition {
@@ -51,7 +52,7 @@ fn healthy(profile: &ClusterProfile) -> ProfileCondition {
         .as_ref()
         .and_then(|s| s.condition(condition::CONTROL_PLANE_HEALTHY))
         .cloned()
-        .unwrap()
+        .expect("present in the test data")
 }
 
 #[test]
@@ -82,7 +83,7 @@ fn a_ready_cluster_has_a_healthy_profile_with_its_version() {
         ("True", "ClusterReady")
     );
     assert_eq!(c.last_transition_time, "2026-11-22T11:00:00Z");
-    let status = profile.status.unwrap();
+    let status = profile.status.expect("present in the test data");
     assert_eq!(
         status.version.and_then(|v| v.kubernetes).as_deref(),
         Some("v1.20.2")
@@ -91,7 +92,7 @@ fn a_ready_cluster_has_a_healthy_profile_with_its_version() {
         .conditions
         .iter()
         .find(|c| c.type_ == "Joined")
-        .unwrap();
+        .expect("present in the test data");
     assert_eq!(
         (joined.status.as_str(), joined.last_transition_time.as_str()),
         ("True", CREATED)
@@ -142,7 +143,11 @@ fn a_new_probe_without_a_transition_changes_nothing() {
 #[test]
 fn the_profile_names_the_server_and_ca_but_never_the_token_secret() {
     let profile = profile_of(&kfc("member1"));
-    let access = &profile.status.as_ref().unwrap().access_providers;
+    let access = &profile
+        .status
+        .as_ref()
+        .expect("present in the test data")
+        .access_providers;
     assert_eq!(access.len(), 1);
     assert_eq!(access[0].name, ACCESS_PROVIDER_NAME);
     assert_eq!(access[0].cluster.server, "https://127.0.0.1:6443");
@@ -150,7 +155,7 @@ fn the_profile_names_the_server_and_ca_but_never_the_token_secret() {
         access[0].cluster.certificate_authority_data.as_deref(),
         Some("Q0E=")
     );
-    let json = serde_json::to_string(&profile).unwrap();
+    let json = serde_json::to_string(&profile).expect("present in the test data");
     assert!(!json.contains("member1-token"), "{json}");
     assert!(!json.to_lowercase().contains("token"), "{json}");
 }
