@@ -1,7 +1,7 @@
 //! The Cluster Inventory API on real clusters: every joined member gets a ClusterProfile in
 //! the control-plane namespace with a healthy condition and its Kubernetes version, a
-//! stopped member's profile turns unhealthy, a quiet federation writes no profile, and an
-//! unjoined member's profile goes away.
+//! stopped member's profile turns unhealthy, a quiet federation writes no profile, a profile
+//! deleted by hand comes back, and an unjoined member's profile goes away.
 
 use std::time::Duration;
 
@@ -81,6 +81,17 @@ async fn joined_members_have_profiles_that_follow_health_and_leave_with_the_clus
     tokio::time::sleep(Duration::from_secs(5)).await;
     let after = writes(&fed.host, &["clusterprofiles"]).await?;
     assert_eq!(before, after, "profile writes in a quiet federation");
+
+    // A profile deleted by hand is put back.
+    let old_uid = profiles.get("member2").await?.uid();
+    profiles.delete("member2", &DeleteParams::default()).await?;
+    wait_for(T, "member2's profile recreated", || async {
+        let p = profiles.get("member2").await?;
+        ensure!(p.uid() != old_uid, "still the old profile");
+        ensure!(healthy(&p).is_some(), "no status yet");
+        Ok(())
+    })
+    .await?;
 
     fed.env.stop_apiserver("member1").await?;
     let down = wait_health(&profiles, "member1", "False").await?;

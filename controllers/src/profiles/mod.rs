@@ -7,7 +7,12 @@
 
 pub mod plan;
 
-use std::{collections::BTreeMap, ops::ControlFlow, sync::Arc, time::Duration};
+use std::{
+    collections::{BTreeMap, BTreeSet},
+    ops::ControlFlow,
+    sync::Arc,
+    time::Duration,
+};
 
 use flotilla_crds::{
     FIELD_MANAGER, KubeFedCluster,
@@ -37,7 +42,7 @@ pub enum Error {
     /// The host refused or failed a write.
     #[error("{action} ClusterProfile {name}: {source}")]
     Write {
-        /// `apply`, `apply status of` or `delete`.
+        /// `read`, `apply`, `apply status of` or `delete`.
         action: &'static str,
         /// Name of the profile.
         name: String,
@@ -60,21 +65,31 @@ pub async fn run(host: Client, namespace: String) {
     let profiles_api: Api<ClusterProfile> = Api::namespaced(host, &namespace);
     let (profiles, profile_watch) = store(profiles_api.clone(), profile_params, &changed);
     let _abort = AbortOnDrop([kfc_watch, profile_watch]);
-    let mut applied = BTreeMap::new();
+    let mut memory = Memory::default();
     let mut wait = RECHECK;
     loop {
         tokio::select! {
             _ = changed.notified() => {}
-            _ = tokio::time::sleep(wait) => {}
+            _ = tokio::time::sleep(wait) => memory.foreign.clear(),
         }
         if kfcs.wait_until_ready().await.is_err() || profiles.wait_until_ready().await.is_err() {
             return;
         }
-        wait = match reconcile_all(&profiles_api, &kfcs, &profiles, &mut applied).await {
+        wait = match reconcile_all(&profiles_api, &kfcs, &profiles, &mut memory).await {
             Ok(()) => RECHECK,
             Err(()) => RETRY,
         };
     }
+}
+
+/// What the controller remembers between passes.
+#[derive(Default)]
+struct Memory {
+    /// What was last written per profile (so a label the cluster lost is removed).
+    applied: BTreeMap<String, ClusterProfile>,
+    /// Names whose profile belongs to another cluster manager: not looked at again until
+    /// the next periodic recheck.
+    foreign: BTreeSet<String>,
 }
 
 /// Plans against the caches and carries the writes out; `Err` when one failed (each
@@ -84,20 +99,34 @@ async fn reconcile_all(
     api: &Api<ClusterProfile>,
     kfcs: &Store<KubeFedCluster>,
     profiles: &Store<ClusterProfile>,
-    applied: &mut BTreeMap<String, ClusterProfile>,
+    memory: &mut Memory,
 ) -> Result<(), ()> {
     let clusters = kfcs.state();
     let current = profiles.state();
     let current: Vec<&ClusterProfile> = current.iter().map(|p| &**p).collect();
-    let ops = plan::plan(clusters.iter().map(|k| &**k), &current, applied);
+    let ops = plan::plan(clusters.iter().map(|k| &**k), &current, &memory.applied);
+    let cached: BTreeSet<String> = current.iter().map(|p| p.name_any()).collect();
     let mut result = Ok(());
     for op in ops {
         let outcome = match op {
-            Op::Apply(profile) => apply(api, &profile).await.map(|()| {
-                applied.insert(profile.name_any(), *profile);
-            }),
+            Op::Apply(profile) => {
+                let name = profile.name_any();
+                if memory.foreign.contains(&name) {
+                    continue;
+                }
+                match claimable(api, &name, cached.contains(&name)).await {
+                    Ok(true) => apply(api, &profile).await.map(|()| {
+                        memory.applied.insert(name, *profile);
+                    }),
+                    Ok(false) => {
+                        memory.foreign.insert(name);
+                        Ok(())
+                    }
+                    Err(e) => Err(e),
+                }
+            }
             Op::Delete { name, uid } => delete(api, &name, uid).await.map(|()| {
-                applied.remove(&name);
+                memory.applied.remove(&name);
             }),
         };
         if let Err(e) = outcome {
@@ -106,6 +135,31 @@ async fn reconcile_all(
         }
     }
     result
+}
+
+/// Whether the profile `name` may be written: always when the cache (Flotilla's profiles
+/// only) holds it; otherwise a profile of that name must not belong to another cluster
+/// manager. The extra read happens only when a profile is created or recreated.
+async fn claimable(api: &Api<ClusterProfile>, name: &str, cached: bool) -> Result<bool, Error> {
+    if cached {
+        return Ok(true);
+    }
+    let existing = api.get_opt(name).await.map_err(|source| Error::Write {
+        action: "read",
+        name: name.to_string(),
+        source,
+    })?;
+    match existing {
+        Some(p) if plan::is_foreign(&p) => {
+            warn!(
+                cluster = %name,
+                manager = %p.spec.cluster_manager.name,
+                "a ClusterProfile of this name belongs to another cluster manager; leaving it alone"
+            );
+            Ok(false)
+        }
+        _ => Ok(true),
+    }
 }
 
 /// Applies the profile's metadata and spec, then its status (a subresource).

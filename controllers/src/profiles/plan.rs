@@ -181,6 +181,12 @@ fn access_provider(kfc: &KubeFedCluster) -> AccessProvider {
     }
 }
 
+/// Whether a profile found under a cluster's name belongs to another cluster manager: it is
+/// left alone (and the cluster gets no Flotilla profile) rather than taken over.
+pub fn is_foreign(existing: &ClusterProfile) -> bool {
+    existing.spec.cluster_manager.name != CLUSTER_MANAGER_NAME
+}
+
 /// Whether `current` already is `desired` in everything Flotilla writes: its labels (other
 /// labels may be added by others), owner, spec and status.
 pub fn up_to_date(desired: &ClusterProfile, current: &ClusterProfile) -> bool {

@@ -251,3 +251,12 @@ fn the_profile_of_a_cluster_that_left_is_deleted() {
         }]
     );
 }
+
+#[test]
+fn a_profile_of_another_cluster_manager_is_foreign_and_ours_is_not() {
+    let ours = profile_of(&kfc("member1"));
+    let mut theirs = ours.clone();
+    theirs.spec.cluster_manager.name = "open-cluster-management".into();
+    assert!(!is_foreign(&ours));
+    assert!(is_foreign(&theirs));
+}
