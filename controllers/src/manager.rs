@@ -48,7 +48,11 @@ impl ControlPlane {
             clusters.clone(),
             metrics.clone(),
         ));
-        let profiles = tokio::spawn(crate::profiles::run(host.clone(), namespace.to_string()));
+        let profiles = tokio::spawn(crate::profiles::run(
+            host.clone(),
+            namespace.to_string(),
+            metrics.clone(),
+        ));
         let shared = SyncShared::new(
             host,
             clusters.clone(),

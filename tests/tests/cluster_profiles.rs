@@ -81,6 +81,21 @@ async fn joined_members_have_profiles_that_follow_health_and_leave_with_the_clus
     tokio::time::sleep(Duration::from_secs(5)).await;
     let after = writes(&fed.host, &["clusterprofiles"]).await?;
     assert_eq!(before, after, "profile writes in a quiet federation");
+    let metrics = fed
+        .control_plane
+        .as_ref()
+        .context("control plane running")?
+        .metrics
+        .encode();
+    // One write per cluster when it joins, one when its first probe says healthy.
+    assert!(
+        metrics.contains(r#"flotilla_cluster_profile_writes_total{op="apply",result="success"}"#),
+        "{metrics}"
+    );
+    assert!(
+        !metrics.contains(r#"flotilla_cluster_profile_writes_total{op="apply",result="failure"}"#),
+        "{metrics}"
+    );
 
     // A profile deleted by hand is put back.
     let old_uid = profiles.get("member2").await?.uid();

@@ -27,7 +27,10 @@ use serde_json::json;
 use tokio::sync::Notify;
 use tracing::{debug, info, instrument, warn};
 
-use crate::watch::{Change, WatchParams, watch_into};
+use crate::{
+    metrics::{Metrics, ProfileWriteLabels},
+    watch::{Change, WatchParams, watch_into},
+};
 use plan::Op;
 
 /// How often everything is compared again without a change (a profile edited or deleted
@@ -53,7 +56,7 @@ pub enum Error {
 }
 
 /// Keeps a ClusterProfile per KubeFedCluster of `namespace`. Runs until aborted.
-pub async fn run(host: Client, namespace: String) {
+pub async fn run(host: Client, namespace: String, metrics: Arc<Metrics>) {
     let changed = Arc::new(Notify::new());
     let (kfcs, kfc_watch) = store::<KubeFedCluster>(
         Api::namespaced(host.clone(), &namespace),
@@ -75,7 +78,7 @@ pub async fn run(host: Client, namespace: String) {
         if kfcs.wait_until_ready().await.is_err() || profiles.wait_until_ready().await.is_err() {
             return;
         }
-        wait = match reconcile_all(&profiles_api, &kfcs, &profiles, &mut memory).await {
+        wait = match reconcile_all(&profiles_api, &kfcs, &profiles, &mut memory, &metrics).await {
             Ok(()) => RECHECK,
             Err(()) => RETRY,
         };
@@ -100,6 +103,7 @@ async fn reconcile_all(
     kfcs: &Store<KubeFedCluster>,
     profiles: &Store<ClusterProfile>,
     memory: &mut Memory,
+    metrics: &Metrics,
 ) -> Result<(), ()> {
     let clusters = kfcs.state();
     let current = profiles.state();
@@ -108,6 +112,7 @@ async fn reconcile_all(
     let cached: BTreeSet<String> = current.iter().map(|p| p.name_any()).collect();
     let mut result = Ok(());
     for op in ops {
+        let op_label = op.as_str();
         let outcome = match op {
             Op::Apply(profile) => {
                 let name = profile.name_any();
@@ -129,6 +134,15 @@ async fn reconcile_all(
                 memory.applied.remove(&name);
             }),
         };
+        let labels = ProfileWriteLabels {
+            op: op_label,
+            result: if outcome.is_ok() {
+                "success"
+            } else {
+                "failure"
+            },
+        };
+        metrics.profiles.writes.get_or_create(&labels).inc();
         if let Err(e) = outcome {
             warn!(error = %e, "keeping the cluster inventory failed; retrying");
             result = Err(());

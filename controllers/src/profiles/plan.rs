@@ -40,6 +40,16 @@ pub enum Op {
     },
 }
 
+impl Op {
+    /// The `op` label of the write metric.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Op::Apply(_) => "apply",
+            Op::Delete { .. } => "delete",
+        }
+    }
+}
+
 /// The ClusterProfile of `kfc`, in the KubeFedCluster's namespace, or `None` while the
 /// KubeFedCluster is being deleted (its profile goes with it).
 pub fn desired_profile(kfc: &KubeFedCluster) -> Option<ClusterProfile> {
