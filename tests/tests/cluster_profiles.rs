@@ -10,7 +10,12 @@ use flotilla_crds::{
     DEFAULT_NAMESPACE, KubeFedCluster,
     inventory::{ClusterProfile, ProfileCondition, condition},
 };
-use flotilla_tests::{federation::federation, init_tracing, requests::writes, wait_for};
+use flotilla_tests::{
+    federation::{Federation, federation},
+    init_tracing,
+    requests::writes,
+    wait_for,
+};
 use kube::{
     Api, ResourceExt,
     api::{DeleteParams, ListParams},
@@ -44,38 +49,35 @@ async fn wait_health(
     .await
 }
 
-#[tokio::test]
-async fn joined_members_have_profiles_that_follow_health_and_leave_with_the_cluster()
--> anyhow::Result<()> {
-    init_tracing();
-    let fed = federation(2).await?;
-    let profiles: Api<ClusterProfile> = Api::namespaced(fed.host.clone(), DEFAULT_NAMESPACE);
+/// Waits until `name` has a healthy profile and checks what it says.
+async fn check_joined(profiles: &Api<ClusterProfile>, name: &str) -> anyhow::Result<()> {
+    let profile = wait_health(profiles, name, "True").await?;
+    assert_eq!(profile.spec.cluster_manager.name, "flotilla");
+    assert_eq!(
+        profile
+            .labels()
+            .get("x-k8s.io/cluster-manager")
+            .map(String::as_str),
+        Some("flotilla")
+    );
+    let status = profile.status.as_ref().context("no status")?;
+    let version = status
+        .version
+        .as_ref()
+        .and_then(|v| v.kubernetes.as_deref());
+    assert!(version.is_some_and(|v| v.starts_with("v1.")), "{version:?}");
+    let access = &status.access_providers[0].cluster;
+    assert!(
+        access.server.starts_with("https://127.0.0.1:"),
+        "{access:?}"
+    );
+    let json = serde_json::to_string(&profile)?;
+    assert!(!json.to_lowercase().contains("token"), "{json}");
+    Ok(())
+}
 
-    for name in ["member1", "member2"] {
-        let profile = wait_health(&profiles, name, "True").await?;
-        assert_eq!(profile.spec.cluster_manager.name, "flotilla");
-        assert_eq!(
-            profile
-                .labels()
-                .get("x-k8s.io/cluster-manager")
-                .map(String::as_str),
-            Some("flotilla")
-        );
-        let status = profile.status.as_ref().context("no status")?;
-        let version = status
-            .version
-            .as_ref()
-            .and_then(|v| v.kubernetes.as_deref());
-        assert!(version.is_some_and(|v| v.starts_with("v1.")), "{version:?}");
-        let access = &status.access_providers[0].cluster;
-        assert!(
-            access.server.starts_with("https://127.0.0.1:"),
-            "{access:?}"
-        );
-        let json = serde_json::to_string(&profile)?;
-        assert!(!json.to_lowercase().contains("token"), "{json}");
-    }
-
+/// A quiet federation writes no profile, and no profile write failed.
+async fn check_quiet(fed: &Federation) -> anyhow::Result<()> {
     // Nothing changes, so nothing is written.
     let before = writes(&fed.host, &["clusterprofiles"]).await?;
     tokio::time::sleep(Duration::from_secs(5)).await;
@@ -96,6 +98,20 @@ async fn joined_members_have_profiles_that_follow_health_and_leave_with_the_clus
         !metrics.contains(r#"flotilla_cluster_profile_writes_total{op="apply",result="failure"}"#),
         "{metrics}"
     );
+    Ok(())
+}
+
+#[tokio::test]
+async fn joined_members_have_profiles_that_follow_health_and_leave_with_the_cluster()
+-> anyhow::Result<()> {
+    init_tracing();
+    let fed = federation(2).await?;
+    let profiles: Api<ClusterProfile> = Api::namespaced(fed.host.clone(), DEFAULT_NAMESPACE);
+
+    for name in ["member1", "member2"] {
+        check_joined(&profiles, name).await?;
+    }
+    check_quiet(&fed).await?;
 
     // A profile deleted by hand is put back.
     let old_uid = profiles.get("member2").await?.uid();
