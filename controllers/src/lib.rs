@@ -17,6 +17,7 @@ pub mod manager;
 pub mod member_rbac;
 pub mod metrics;
 pub mod multicluster;
+pub mod profiles;
 pub mod registry;
 pub mod sa_import;
 pub mod scheduling;

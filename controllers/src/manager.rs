@@ -1,6 +1,7 @@
 //! The control plane assembled: registry + health, KubeFedConfig, the FederatedTypeConfig
 //! controller and through it one sync controller per enabled type, and the
-//! ReplicaSchedulingPreference scheduler, and the ServiceAccountImport controller. Used in-process by
+//! ReplicaSchedulingPreference scheduler, the ServiceAccountImport controller and the
+//! ClusterProfile inventory. Used in-process by
 //! `flotilla controller-manager`, `flotilla dev`, the benchmark and the tests.
 
 use std::sync::Arc;
@@ -26,6 +27,7 @@ pub struct ControlPlane {
     scheduler: tokio::task::JoinHandle<()>,
     member_rbac: tokio::task::JoinHandle<()>,
     sa_import: tokio::task::JoinHandle<()>,
+    profiles: tokio::task::JoinHandle<()>,
 }
 
 impl ControlPlane {
@@ -46,6 +48,11 @@ impl ControlPlane {
             clusters.clone(),
             metrics.clone(),
         ));
+        let profiles = tokio::spawn(crate::profiles::run(
+            host.clone(),
+            namespace.to_string(),
+            metrics.clone(),
+        ));
         let shared = SyncShared::new(
             host,
             clusters.clone(),
@@ -63,6 +70,7 @@ impl ControlPlane {
             scheduler,
             member_rbac,
             sa_import,
+            profiles,
         }
     }
 
@@ -72,6 +80,7 @@ impl ControlPlane {
         self.scheduler.abort();
         self.member_rbac.abort();
         self.sa_import.abort();
+        self.profiles.abort();
         if let Some(r) = self.registry.take() {
             r.shutdown().await;
         }
@@ -84,5 +93,6 @@ impl Drop for ControlPlane {
         self.scheduler.abort();
         self.member_rbac.abort();
         self.sa_import.abort();
+        self.profiles.abort();
     }
 }

@@ -78,6 +78,8 @@ pub struct Metrics {
     pub sync: SyncMetrics,
     /// Families of the ServiceAccountImport controller.
     pub imports: ImportMetrics,
+    /// Families of the ClusterProfile inventory.
+    pub profiles: ProfileMetrics,
 }
 
 impl Default for Metrics {
@@ -93,11 +95,13 @@ impl Metrics {
         let clusters = ClusterMetrics::register(&mut registry);
         let sync = SyncMetrics::register(&mut registry);
         let imports = ImportMetrics::register(&mut registry);
+        let profiles = ProfileMetrics::register(&mut registry);
         Metrics {
             registry: Mutex::new(registry),
             clusters,
             sync,
             imports,
+            profiles,
         }
     }
 
@@ -300,6 +304,24 @@ families! {
         /// `flotilla_serviceaccountimport_tokens_issued_total`: TokenRequests that succeeded.
         tokens_issued: Counter = Counter::default(),
             "serviceaccountimport_tokens_issued", "Tokens obtained from member TokenRequest APIs and written to import Secrets";
+    }
+}
+
+/// Label set of a ClusterProfile write: which write and how it ended, both bounded.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ProfileWriteLabels {
+    /// `apply` or `delete` (`profiles::plan::Op::as_str`).
+    pub op: &'static str,
+    /// `success` or `failure`.
+    pub result: &'static str,
+}
+
+families! {
+    /// Families of the ClusterProfile inventory.
+    pub struct ProfileMetrics {
+        /// `flotilla_cluster_profile_writes_total{op,result}`.
+        writes: Family<ProfileWriteLabels, Counter> = Family::default(),
+            "cluster_profile_writes", "ClusterProfile writes (apply of metadata, spec and status; delete) by outcome";
     }
 }
 

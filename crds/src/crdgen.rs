@@ -1,5 +1,5 @@
 //! CustomResourceDefinitions: the derived core CRDs (KubeFedCluster, KubeFedConfig,
-//! FederatedTypeConfig, ReplicaSchedulingPreference, ServiceAccountImport), the generated Federated&lt;Kind&gt; CRDs
+//! FederatedTypeConfig, ReplicaSchedulingPreference, ServiceAccountImport, ClusterProfile), the generated Federated&lt;Kind&gt; CRDs
 //! and their FederatedTypeConfigs, and their YAML rendering for `config/` (written and
 //! drift-checked by the `crdgen` binary).
 //!
@@ -30,6 +30,7 @@ use crate::core::{
     PropagationMode, Scope,
 };
 use crate::federated::{FederatedSpec, FederatedStatus};
+use crate::inventory::ClusterProfile;
 use crate::multicluster::ServiceAccountImport;
 use crate::scheduling::ReplicaSchedulingPreference;
 use crate::workload::WorkloadKind;
@@ -432,7 +433,8 @@ fn polish(mut crd: CustomResourceDefinition) -> CustomResourceDefinition {
 }
 
 /// The CRDs of the control plane itself: KubeFedCluster, KubeFedConfig,
-/// FederatedTypeConfig, ReplicaSchedulingPreference and ServiceAccountImport.
+/// FederatedTypeConfig, ReplicaSchedulingPreference, ServiceAccountImport and the Cluster
+/// Inventory API's ClusterProfile.
 pub fn core_crds() -> Vec<CustomResourceDefinition> {
     vec![
         polish(KubeFedCluster::crd()),
@@ -440,6 +442,7 @@ pub fn core_crds() -> Vec<CustomResourceDefinition> {
         polish(FederatedTypeConfig::crd()),
         polish(ReplicaSchedulingPreference::crd()),
         polish(ServiceAccountImport::crd()),
+        polish(ClusterProfile::crd()),
     ]
 }
 
@@ -626,12 +629,18 @@ mod tests {
     fn every_crd_has_short_names_or_categories_and_printer_columns() {
         for crd in all_crds() {
             let name = crd.metadata.name.clone().unwrap_or_default();
+            // A standard API's CRD keeps its own category (`multicluster`).
+            let category = if crd.spec.group == crate::inventory::INVENTORY_GROUP {
+                "multicluster"
+            } else {
+                "kubefed"
+            };
             assert!(
                 crd.spec
                     .names
                     .categories
                     .as_ref()
-                    .is_some_and(|c| c.contains(&"kubefed".to_string())),
+                    .is_some_and(|c| c.contains(&category.to_string())),
                 "{name}"
             );
             let columns = crd.spec.versions[0]

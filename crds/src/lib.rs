@@ -10,6 +10,7 @@ pub mod desired;
 pub mod duration;
 pub mod federated;
 pub mod hash;
+pub mod inventory;
 pub mod kubefed_config;
 pub mod multicluster;
 pub mod overrides;

@@ -1,0 +1,254 @@
+//! What the ClusterProfile of a KubeFedCluster should be, and which writes bring the cached
+//! profiles there — pure functions of the objects, no I/O. The profile is a function of its
+//! KubeFedCluster alone (times come from the KubeFedCluster, never from the clock), so a
+//! second look at an unchanged cluster plans nothing.
+
+use std::collections::BTreeMap;
+
+use flotilla_crds::{
+    KubeFedCluster,
+    core::{TlsValidation, condition as kfc_condition},
+    inventory::{
+        ACCESS_PROVIDER_NAME, AccessCluster, AccessProvider, CLUSTER_MANAGER_LABEL,
+        CLUSTER_MANAGER_NAME, ClusterManager, ClusterProfile, ClusterProfileSpec,
+        ClusterProfileStatus, ClusterVersion, ProfileCondition, condition,
+    },
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+use kube::{Resource, ResourceExt};
+
+/// `ControlPlaneHealthy=Unknown`: the registry has not probed the cluster yet.
+pub const REASON_NOT_PROBED: &str = "HealthNotProbed";
+/// `ControlPlaneHealthy`: the registry's Ready condition carried no reason of its own.
+pub const REASON_READY: &str = "ClusterReady";
+/// `ControlPlaneHealthy=False`: the registry's Ready condition carried no reason of its own.
+pub const REASON_NOT_READY: &str = "ClusterNotReady";
+/// `Joined=True`: the cluster has a KubeFedCluster.
+pub const REASON_JOINED: &str = "KubeFedClusterRegistered";
+
+/// One write to the host.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Op {
+    /// Create or update the profile (metadata, spec, then status).
+    Apply(Box<ClusterProfile>),
+    /// Delete the profile of a cluster that left, if it still has this uid.
+    Delete {
+        /// Name of the profile.
+        name: String,
+        /// Its uid, so that a profile recreated meanwhile is kept.
+        uid: Option<String>,
+    },
+}
+
+impl Op {
+    /// The `op` label of the write metric.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Op::Apply(_) => "apply",
+            Op::Delete { .. } => "delete",
+        }
+    }
+}
+
+/// The ClusterProfile of `kfc`, in the KubeFedCluster's namespace, or `None` while the
+/// KubeFedCluster is being deleted (its profile goes with it).
+pub fn desired_profile(kfc: &KubeFedCluster) -> Option<ClusterProfile> {
+    if kfc.meta().deletion_timestamp.is_some() {
+        return None;
+    }
+    let name = kfc.name_any();
+    let mut profile = ClusterProfile::new(
+        &name,
+        ClusterProfileSpec {
+            display_name: Some(name.clone()),
+            cluster_manager: ClusterManager {
+                name: CLUSTER_MANAGER_NAME.into(),
+            },
+        },
+    );
+    profile.metadata.namespace = kfc.namespace();
+    profile.metadata.labels = Some(labels(kfc));
+    profile.metadata.owner_references = owner(kfc).map(|o| vec![o]);
+    profile.status = Some(status(kfc));
+    Some(profile)
+}
+
+/// The KubeFedCluster's labels (what placement selects on) and the cluster-manager label.
+fn labels(kfc: &KubeFedCluster) -> BTreeMap<String, String> {
+    let mut labels = kfc.labels().clone();
+    labels.insert(CLUSTER_MANAGER_LABEL.into(), CLUSTER_MANAGER_NAME.into());
+    labels
+}
+
+/// The KubeFedCluster as the profile's controller, so that the garbage collector removes
+/// the profile even when the cluster leaves while no control plane runs.
+fn owner(kfc: &KubeFedCluster) -> Option<OwnerReference> {
+    let uid = kfc.uid()?;
+    Some(OwnerReference {
+        api_version: KubeFedCluster::api_version(&()).into_owned(),
+        kind: KubeFedCluster::kind(&()).into_owned(),
+        name: kfc.name_any(),
+        uid,
+        controller: Some(true),
+        block_owner_deletion: None,
+    })
+}
+
+/// RFC 3339 creation time of the KubeFedCluster, as the API server writes it.
+fn created(kfc: &KubeFedCluster) -> String {
+    kfc.meta()
+        .creation_timestamp
+        .as_ref()
+        .and_then(|t| serde_json::to_value(t).ok())
+        .and_then(|v| v.as_str().map(str::to_string))
+        .unwrap_or_default()
+}
+
+fn status(kfc: &KubeFedCluster) -> ClusterProfileStatus {
+    let joined_at = created(kfc);
+    let version = kfc
+        .status
+        .as_ref()
+        .and_then(|s| s.kubernetes_version.clone())
+        .map(|v| ClusterVersion {
+            kubernetes: Some(v),
+        });
+    ClusterProfileStatus {
+        conditions: vec![
+            health_condition(kfc, &joined_at),
+            ProfileCondition {
+                type_: condition::JOINED.into(),
+                status: "True".into(),
+                observed_generation: None,
+                last_transition_time: joined_at,
+                reason: REASON_JOINED.into(),
+                message: format!("registered as KubeFedCluster {}", kfc.name_any()),
+            },
+        ],
+        version,
+        properties: Vec::new(),
+        credential_providers: Vec::new(),
+        access_providers: vec![access_provider(kfc)],
+    }
+}
+
+/// `ControlPlaneHealthy` from the registry's Ready condition.
+pub fn health_condition(kfc: &KubeFedCluster, joined_at: &str) -> ProfileCondition {
+    let ready = kfc
+        .status
+        .as_ref()
+        .and_then(|s| s.condition(kfc_condition::READY));
+    let Some(ready) = ready else {
+        return ProfileCondition {
+            type_: condition::CONTROL_PLANE_HEALTHY.into(),
+            status: "Unknown".into(),
+            observed_generation: None,
+            last_transition_time: joined_at.into(),
+            reason: REASON_NOT_PROBED.into(),
+            message: "the cluster's health has not been checked yet".into(),
+        };
+    };
+    let status = match ready.status.as_str() {
+        "True" | "False" => ready.status.clone(),
+        _ => "Unknown".to_string(),
+    };
+    let fallback = if status == "True" {
+        REASON_READY
+    } else {
+        REASON_NOT_READY
+    };
+    ProfileCondition {
+        type_: condition::CONTROL_PLANE_HEALTHY.into(),
+        status,
+        observed_generation: None,
+        last_transition_time: ready
+            .last_transition_time
+            .clone()
+            .unwrap_or_else(|| joined_at.into()),
+        reason: ready
+            .reason
+            .clone()
+            .filter(|r| !r.is_empty())
+            .unwrap_or_else(|| fallback.into()),
+        message: ready.message.clone().unwrap_or_default(),
+    }
+}
+
+/// Where the API server is and how to verify it — never how to authenticate: the
+/// KubeFedCluster's token Secret stays the control plane's own.
+fn access_provider(kfc: &KubeFedCluster) -> AccessProvider {
+    let spec = &kfc.spec;
+    AccessProvider {
+        name: ACCESS_PROVIDER_NAME.into(),
+        cluster: AccessCluster {
+            server: spec.api_endpoint.clone(),
+            tls_server_name: None,
+            insecure_skip_tls_verify: spec.disabled_tls_validations.contains(&TlsValidation::All),
+            certificate_authority_data: spec.ca_bundle.clone().filter(|c| !c.is_empty()),
+            proxy_url: spec.proxy_url.clone().filter(|p| !p.is_empty()),
+            disable_compression: false,
+        },
+    }
+}
+
+/// Whether a profile found under a cluster's name belongs to another cluster manager: it is
+/// left alone (and the cluster gets no Flotilla profile) rather than taken over.
+pub fn is_foreign(existing: &ClusterProfile) -> bool {
+    existing.spec.cluster_manager.name != CLUSTER_MANAGER_NAME
+}
+
+/// Whether `current` already is `desired` in everything Flotilla writes: its labels (other
+/// labels may be added by others), owner, spec and status.
+pub fn up_to_date(desired: &ClusterProfile, current: &ClusterProfile) -> bool {
+    let labels_match = desired
+        .labels()
+        .iter()
+        .all(|(k, v)| current.labels().get(k) == Some(v));
+    let owner_matches = desired
+        .owner_references()
+        .iter()
+        .all(|o| current.owner_references().contains(o));
+    labels_match
+        && owner_matches
+        && desired.spec == current.spec
+        && desired.status == current.status
+}
+
+/// The writes that make `profiles` (Flotilla's, label-selected) match `clusters`.
+/// `applied` holds what was last written per profile, so a label the KubeFedCluster lost is
+/// also removed from its profile.
+pub fn plan<'a>(
+    clusters: impl IntoIterator<Item = &'a KubeFedCluster>,
+    profiles: &[&ClusterProfile],
+    applied: &BTreeMap<String, ClusterProfile>,
+) -> Vec<Op> {
+    let current: BTreeMap<String, &ClusterProfile> =
+        profiles.iter().map(|p| (p.name_any(), *p)).collect();
+    let mut wanted = BTreeMap::new();
+    let mut ops = Vec::new();
+    for kfc in clusters {
+        let Some(desired) = desired_profile(kfc) else {
+            continue;
+        };
+        let name = desired.name_any();
+        let fresh = current.get(&name).is_some_and(|c| up_to_date(&desired, c))
+            && applied.get(&name).is_none_or(|a| a == &desired);
+        if !fresh {
+            ops.push(Op::Apply(Box::new(desired.clone())));
+        }
+        wanted.insert(name, ());
+    }
+    for (name, profile) in current {
+        if !wanted.contains_key(&name) {
+            ops.push(Op::Delete {
+                name,
+                uid: profile.uid(),
+            });
+        }
+    }
+    ops
+}
+
+#[cfg(test)]
+#[path = "plan_tests.rs"]
+mod tests;
