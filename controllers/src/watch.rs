@@ -7,7 +7,7 @@
 //! subscriber is gone. This module owns no queue and makes no decision: what a change means
 //! is the caller's business. Readiness is the store's own (`Store::wait_until_ready`).
 
-use std::{fmt::Debug, hash::Hash, ops::ControlFlow};
+use std::{fmt::Debug, hash::Hash, ops::ControlFlow, sync::Arc};
 
 use futures::StreamExt;
 use kube::{
@@ -15,6 +15,7 @@ use kube::{
     runtime::{WatchStreamExt, reflector, watcher},
 };
 use serde::de::DeserializeOwned;
+use tokio::sync::Notify;
 use tracing::{debug, warn};
 
 /// A change seen by [`watch_into`].
@@ -128,6 +129,32 @@ pub async fn watch_into<K>(
             return;
         }
     }
+}
+
+/// A host-side cache of one kind (as `params` says) whose every change wakes `changed`:
+/// for controllers that recompute everything in one pass when anything changed.
+pub fn notifying_store<K>(
+    api: Api<K>,
+    params: WatchParams,
+    changed: &Arc<Notify>,
+) -> (reflector::Store<K>, tokio::task::JoinHandle<()>)
+where
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+{
+    let writer = reflector::store::Writer::<K>::default();
+    let store = writer.as_reader();
+    let changed = changed.clone();
+    let task = tokio::spawn(watch_into(
+        api,
+        writer,
+        params,
+        |_| {},
+        move |_| {
+            changed.notify_one();
+            ControlFlow::Continue(())
+        },
+    ));
+    (store, task)
 }
 
 /// The annotation `kubectl apply` keeps: a second copy of the whole object.

@@ -16,7 +16,7 @@ use kube::{
     api::{Patch, PatchParams},
     runtime::{
         events::{EventType, Recorder},
-        reflector::{self, Store},
+        reflector::Store,
     },
 };
 use serde_json::json;
@@ -25,7 +25,7 @@ use tracing::{debug, info, warn};
 
 use crate::{
     multicluster::ClusterSet,
-    watch::{Change, reflect},
+    watch::{WatchParams, notifying_store},
 };
 
 /// How often every member's role is checked again even without a change (a role edited
@@ -38,12 +38,12 @@ pub async fn run(host: Client, namespace: String, clusters: ClusterSet) {
     let changed = Arc::new(Notify::new());
     let (ftcs, ftc_watch) = notifying_store::<FederatedTypeConfig>(
         Api::namespaced(host.clone(), &namespace),
-        "federated type config",
+        WatchParams::host("federated type config"),
         &changed,
     );
     let (kfcs, kfc_watch) = notifying_store::<KubeFedCluster>(
         Api::namespaced(host.clone(), &namespace),
-        "kubefed cluster",
+        WatchParams::host("kubefed cluster"),
         &changed,
     );
     let _abort = AbortOnDrop([ftc_watch, kfc_watch]);
@@ -61,30 +61,6 @@ pub async fn run(host: Client, namespace: String, clusters: ClusterSet) {
         }
         reconcile_all(&recorder, &ftcs, &kfcs, &clusters, &mut applied).await;
     }
-}
-
-/// A cache of one kind in the control-plane namespace whose every change wakes `changed`.
-fn notifying_store<K>(
-    api: Api<K>,
-    what: &'static str,
-    changed: &Arc<Notify>,
-) -> (Store<K>, tokio::task::JoinHandle<()>)
-where
-    K: kube::Resource<DynamicType = ()>
-        + Clone
-        + serde::de::DeserializeOwned
-        + std::fmt::Debug
-        + Send
-        + Sync
-        + 'static,
-{
-    let writer = reflector::store::Writer::<K>::default();
-    let store = writer.as_reader();
-    let changed = changed.clone();
-    let task = tokio::spawn(reflect(api, writer, what, move |_: Change<'_, K>| {
-        changed.notify_one()
-    }));
-    (store, task)
 }
 
 struct AbortOnDrop<const N: usize>([tokio::task::JoinHandle<()>; N]);

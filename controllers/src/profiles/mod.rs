@@ -9,7 +9,6 @@ pub mod plan;
 
 use std::{
     collections::{BTreeMap, BTreeSet},
-    ops::ControlFlow,
     sync::Arc,
     time::Duration,
 };
@@ -21,7 +20,7 @@ use flotilla_crds::{
 use kube::{
     Api, Client, ResourceExt,
     api::{DeleteParams, Patch, PatchParams, Preconditions},
-    runtime::reflector::{self, Store},
+    runtime::reflector::Store,
 };
 use serde_json::json;
 use tokio::sync::Notify;
@@ -29,7 +28,7 @@ use tracing::{debug, info, instrument, warn};
 
 use crate::{
     metrics::{Metrics, ProfileWriteLabels},
-    watch::{Change, WatchParams, watch_into},
+    watch::{WatchParams, notifying_store},
 };
 use plan::Op;
 
@@ -58,7 +57,7 @@ pub enum Error {
 /// Keeps a ClusterProfile per KubeFedCluster of `namespace`. Runs until aborted.
 pub async fn run(host: Client, namespace: String, metrics: Arc<Metrics>) {
     let changed = Arc::new(Notify::new());
-    let (kfcs, kfc_watch) = store::<KubeFedCluster>(
+    let (kfcs, kfc_watch) = notifying_store::<KubeFedCluster>(
         Api::namespaced(host.clone(), &namespace),
         WatchParams::host("kubefed cluster"),
         &changed,
@@ -66,7 +65,7 @@ pub async fn run(host: Client, namespace: String, metrics: Arc<Metrics>) {
     let mut profile_params = WatchParams::host("cluster profile");
     profile_params.label_selector = Some(format!("{CLUSTER_MANAGER_LABEL}={CLUSTER_MANAGER_NAME}"));
     let profiles_api: Api<ClusterProfile> = Api::namespaced(host, &namespace);
-    let (profiles, profile_watch) = store(profiles_api.clone(), profile_params, &changed);
+    let (profiles, profile_watch) = notifying_store(profiles_api.clone(), profile_params, &changed);
     let _abort = AbortOnDrop([kfc_watch, profile_watch]);
     let mut memory = Memory::default();
     let mut wait = RECHECK;
@@ -236,37 +235,6 @@ async fn delete(api: &Api<ClusterProfile>, name: &str, uid: Option<String>) -> R
             source,
         }),
     }
-}
-
-/// A host cache of one kind whose every change wakes `changed`.
-fn store<K>(
-    api: Api<K>,
-    params: WatchParams,
-    changed: &Arc<Notify>,
-) -> (Store<K>, tokio::task::JoinHandle<()>)
-where
-    K: kube::Resource<DynamicType = ()>
-        + Clone
-        + serde::de::DeserializeOwned
-        + std::fmt::Debug
-        + Send
-        + Sync
-        + 'static,
-{
-    let writer = reflector::store::Writer::<K>::default();
-    let store = writer.as_reader();
-    let changed = changed.clone();
-    let task = tokio::spawn(watch_into(
-        api,
-        writer,
-        params,
-        |_| {},
-        move |_: Change<'_, K>| {
-            changed.notify_one();
-            ControlFlow::Continue(())
-        },
-    ));
-    (store, task)
 }
 
 struct AbortOnDrop<const N: usize>([tokio::task::JoinHandle<()>; N]);
