@@ -111,21 +111,14 @@ impl Ctl {
         candidates: &BTreeSet<String>,
         previous: &FederatedStatus,
     ) -> Result<Decision, PlacementError> {
-        let snapshot = self.shared.clusters.snapshot();
-        let facts: Vec<ClusterFacts<'_>> = snapshot
-            .iter()
-            .map(crate::multicluster::ClusterState::facts)
-            .collect();
-        let propagated = propagated(previous, self.collect_status);
-        schedule::decide(&Input {
-            placement: &spec.placement,
+        decide(
+            spec,
             candidates,
-            clusters: &facts,
-            previous: previous.placement.as_ref(),
-            propagated: &propagated,
-            default_unreachable_seconds: self.config().default_unreachable_toleration_seconds,
-            now: now(),
-        })
+            &self.shared.clusters.snapshot(),
+            previous,
+            self.collect_status,
+            self.config().default_unreachable_toleration_seconds,
+        )
         .map_err(|e| {
             (
                 AggregateReason::ComputePlacementFailed,
@@ -133,6 +126,33 @@ impl Ctl {
             )
         })
     }
+}
+
+/// The constraint scheduler's decision for `spec` among `candidates` (the clusters
+/// kubefed's placement selects), from the registered `clusters` and the stored decision in
+/// `previous`: the one place the sync controller and `flotilla diff` build its input.
+pub(crate) fn decide(
+    spec: &FederatedSpec,
+    candidates: &BTreeSet<String>,
+    clusters: &[crate::multicluster::ClusterState],
+    previous: &FederatedStatus,
+    collect_status: bool,
+    default_unreachable_seconds: i64,
+) -> Result<Decision, flotilla_crds::placement::PlacementError> {
+    let facts: Vec<ClusterFacts<'_>> = clusters
+        .iter()
+        .map(crate::multicluster::ClusterState::facts)
+        .collect();
+    let propagated = propagated(previous, collect_status);
+    schedule::decide(&Input {
+        placement: &spec.placement,
+        candidates,
+        clusters: &facts,
+        previous: previous.placement.as_ref(),
+        propagated: &propagated,
+        default_unreachable_seconds,
+        now: now(),
+    })
 }
 
 /// The clusters the stored decision holds the object in.

@@ -8,10 +8,7 @@
 use std::collections::BTreeSet;
 
 use flotilla_crds::{
-    FederatedSpec, FederatedStatus, Placement,
-    core::ApiResource,
-    placement,
-    schedule::{self, ClusterFacts},
+    FederatedSpec, FederatedStatus, Placement, core::ApiResource, placement, schedule,
     scheduling::ReplicaSchedulingPreferenceSpec,
 };
 
@@ -80,17 +77,14 @@ fn decided(
     spec: &FederatedSpec,
     candidates: &BTreeSet<String>,
 ) -> Result<BTreeSet<String>, String> {
-    let facts: Vec<ClusterFacts<'_>> = inputs.clusters.iter().map(ClusterState::facts).collect();
-    let propagated = crate::sync::scheduled::propagated(inputs.status, false);
-    let decision = schedule::decide(&schedule::Input {
-        placement: &spec.placement,
+    let decision = crate::sync::scheduled::decide(
+        spec,
         candidates,
-        clusters: &facts,
-        previous: inputs.status.placement.as_ref(),
-        propagated: &propagated,
-        default_unreachable_seconds: schedule::DEFAULT_UNREACHABLE_TOLERATION_SECONDS,
-        now: crate::sync::scheduled::now(),
-    })
+        inputs.clusters,
+        inputs.status,
+        false,
+        schedule::DEFAULT_UNREACHABLE_TOLERATION_SECONDS,
+    )
     .map_err(|e| format!("scheduling: {e}"))?;
     Ok(decision.targets())
 }
