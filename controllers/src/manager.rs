@@ -30,10 +30,40 @@ pub struct ControlPlane {
     profiles: tokio::task::JoinHandle<()>,
 }
 
+/// Where the control plane keeps its objects.
+#[derive(Clone, Debug, Default)]
+pub struct Options {
+    /// The control-plane namespace (KubeFedClusters, KubeFedConfig, type configs).
+    pub namespace: String,
+    /// The namespace of the ClusterProfiles; the control-plane namespace when `None`.
+    pub profile_namespace: Option<String>,
+}
+
+impl Options {
+    /// Everything in `namespace`.
+    pub fn new(namespace: &str) -> Self {
+        Options {
+            namespace: namespace.to_string(),
+            profile_namespace: None,
+        }
+    }
+
+    /// The namespace of the ClusterProfiles.
+    pub fn profile_namespace(&self) -> &str {
+        self.profile_namespace.as_deref().unwrap_or(&self.namespace)
+    }
+}
+
 impl ControlPlane {
     /// Starts every controller against the host cluster, for the KubeFed objects in
     /// `namespace` (the control-plane namespace). Must be called inside a Tokio runtime.
     pub fn start(host: Client, namespace: &str, metrics: Arc<Metrics>) -> ControlPlane {
+        ControlPlane::start_with(host, &Options::new(namespace), metrics)
+    }
+
+    /// [`ControlPlane::start`] with every option.
+    pub fn start_with(host: Client, options: &Options, metrics: Arc<Metrics>) -> ControlPlane {
+        let namespace = options.namespace.as_str();
         let clusters = ClusterSet::new();
         let registry = registry::start(host.clone(), namespace, clusters.clone(), metrics.clone());
         let scheduler = tokio::spawn(crate::scheduling::run(host.clone(), clusters.clone()));
@@ -50,7 +80,11 @@ impl ControlPlane {
         ));
         let profiles = tokio::spawn(crate::profiles::run(
             host.clone(),
-            namespace.to_string(),
+            crate::profiles::Namespaces {
+                clusters: namespace.to_string(),
+                profiles: options.profile_namespace().to_string(),
+            },
+            clusters.clone(),
             metrics.clone(),
         ));
         let shared = SyncShared::new(
@@ -58,6 +92,7 @@ impl ControlPlane {
             clusters.clone(),
             registry.config(),
             namespace.to_string(),
+            options.profile_namespace(),
             metrics.clone(),
         );
         let ftc = tokio::spawn(crate::ftc::run(shared));

@@ -7,7 +7,7 @@
 //! subscriber is gone. This module owns no queue and makes no decision: what a change means
 //! is the caller's business. Readiness is the store's own (`Store::wait_until_ready`).
 
-use std::{fmt::Debug, hash::Hash, ops::ControlFlow, sync::Arc};
+use std::{fmt::Debug, hash::Hash, ops::ControlFlow, sync::Arc, time::Duration};
 
 use futures::StreamExt;
 use kube::{
@@ -113,15 +113,24 @@ pub async fn watch_into<K>(
         });
     let stream = reflector::reflector(writer, events);
     futures::pin_mut!(stream);
+    let mut failures = 0u32;
     while let Some(event) = stream.next().await {
         let flow = match event {
             Ok(
                 watcher::Event::Apply(o) | watcher::Event::Delete(o) | watcher::Event::InitApply(o),
-            ) => on_change(Change::Object(&o)),
-            Ok(watcher::Event::InitDone) => on_change(Change::Synced),
+            ) => {
+                failures = 0;
+                on_change(Change::Object(&o))
+            }
+            Ok(watcher::Event::InitDone) => {
+                failures = 0;
+                on_change(Change::Synced)
+            }
             Ok(watcher::Event::Init) => ControlFlow::Continue(()),
             Err(error) => {
                 params.log_failure(&error);
+                failures = failures.saturating_add(1);
+                tokio::time::sleep(retry_pause(failures)).await;
                 ControlFlow::Continue(())
             }
         };
@@ -129,6 +138,16 @@ pub async fn watch_into<K>(
             return;
         }
     }
+}
+
+/// Extra pause after the `failures`-th failed attempt in a row. kube's backoff restarts at
+/// 0.8 s on every relist (the watcher reports `Init` before listing), so a watch that keeps
+/// failing — a kind a member does not serve, a forbidden list — would retry about once a
+/// second forever; this grows the pause to ten seconds instead (short enough that a watch
+/// is back soon after an outage ends).
+pub fn retry_pause(failures: u32) -> Duration {
+    let seconds = 1u64 << failures.saturating_sub(1).min(4);
+    Duration::from_secs(seconds.min(10))
 }
 
 /// A host-side cache of one kind (as `params` says) whose every change wakes `changed`:
@@ -197,6 +216,12 @@ pub async fn reflect<K>(
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn failing_watches_pause_longer_up_to_ten_seconds() {
+        let pauses: Vec<u64> = (1..=7).map(|n| super::retry_pause(n).as_secs()).collect();
+        assert_eq!(pauses, [1, 2, 4, 8, 10, 10, 10]);
+    }
+
     use super::*;
 
     #[test]

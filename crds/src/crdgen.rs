@@ -25,6 +25,7 @@ use schemars::JsonSchema;
 use schemars::generate::SchemaSettings;
 use serde_json::{Value, json};
 
+use crate::about::{API_APPROVAL, API_APPROVED_ANNOTATION, ClusterProperty};
 use crate::core::{
     ApiResource, FederatedTypeConfig, FederatedTypeConfigSpec, KubeFedCluster, KubeFedConfig,
     PropagationMode, Scope,
@@ -158,7 +159,7 @@ pub fn federated_type_config(target: &TargetType, namespace: &str) -> FederatedT
 
 /// The schema generator `kube`'s `#[derive(CustomResource)]` uses, so hand-assembled CRDs
 /// get the same structural rewrites as derived ones.
-fn schema_of<T: JsonSchema>() -> Value {
+pub(crate) fn schema_of<T: JsonSchema>() -> Value {
     let generator = SchemaSettings::openapi3()
         .with(|s| {
             s.inline_subschemas = true;
@@ -443,7 +444,23 @@ pub fn core_crds() -> Vec<CustomResourceDefinition> {
         polish(ReplicaSchedulingPreference::crd()),
         polish(ServiceAccountImport::crd()),
         polish(ClusterProfile::crd()),
+        crate::placement_decision::crd(),
     ]
+}
+
+/// CRDs Flotilla reads in member clusters, for users to install there (`config/member-crds/`):
+/// the About API's ClusterProperty.
+pub fn member_crds() -> Vec<CustomResourceDefinition> {
+    let mut about = polish(ClusterProperty::crd());
+    about.metadata.annotations = Some(
+        [(
+            API_APPROVED_ANNOTATION.to_string(),
+            API_APPROVAL.to_string(),
+        )]
+        .into_iter()
+        .collect(),
+    );
+    vec![about]
 }
 
 /// The core CRDs and the Federated&lt;Kind&gt; CRDs of [`default_target_types`].
@@ -468,6 +485,8 @@ pub struct GeneratedFile {
 
 /// Directory of the CRD files, relative to the repository root.
 pub const CRDS_DIR: &str = "config/crds";
+/// Directory of the CRDs for member clusters, relative to the repository root.
+pub const MEMBER_CRDS_DIR: &str = "config/member-crds";
 /// Directory of the default FederatedTypeConfigs, relative to the repository root.
 pub const DEFAULT_TYPES_DIR: &str = "config/default-types";
 
@@ -497,6 +516,12 @@ pub fn generated_files() -> Result<Vec<GeneratedFile>, CrdGenError> {
     let mut files = Vec::new();
     for crd in all_crds() {
         files.push(yaml(&format!("{CRDS_DIR}/{}", crd_file_name(&crd)), &crd)?);
+    }
+    for crd in member_crds() {
+        files.push(yaml(
+            &format!("{MEMBER_CRDS_DIR}/{}", crd_file_name(&crd)),
+            &crd,
+        )?);
     }
     for target in default_target_types() {
         let ftc = federated_type_config(&target, DEFAULT_NAMESPACE);
@@ -1010,7 +1035,7 @@ mod tests {
         }
         assert_eq!(
             files.len(),
-            crds.len() + default_target_types().len(),
+            crds.len() + member_crds().len() + default_target_types().len(),
             "CRDs and type configs"
         );
     }

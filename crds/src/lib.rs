@@ -3,6 +3,7 @@
 //! overrides, desired-object computation and content hashing. Nothing here does I/O.
 #![forbid(unsafe_code)]
 
+pub mod about;
 pub mod core;
 pub mod crdgen;
 pub mod defaults;
@@ -15,6 +16,7 @@ pub mod kubefed_config;
 pub mod multicluster;
 pub mod overrides;
 pub mod placement;
+pub mod placement_decision;
 pub mod reason;
 pub mod schedule;
 pub mod scheduling;

@@ -21,7 +21,7 @@ use tracing::{info, warn};
 use super::http::{self, Health};
 use super::{Context, GlobalArgs, access, parse_duration};
 use crate::leader::{self, LeaderElectionConfig, LeaderElector, LeadershipEnd};
-use crate::manager::ControlPlane;
+use crate::manager::{ControlPlane, Options};
 use crate::metrics::Metrics;
 use crate::webhook;
 
@@ -74,6 +74,15 @@ pub struct ControllerManagerArgs {
         value_name = "NAMES"
     )]
     pub webhook_cert_names: Vec<String>,
+    /// Namespace of the ClusterProfiles (Cluster Inventory API) the control plane publishes
+    /// (default: the control-plane namespace). Grant the controller-manager the
+    /// `clusterprofiles` rules of `config/rbac/role.yaml` there.
+    #[arg(
+        long,
+        env = "FLOTILLA_CLUSTER_PROFILE_NAMESPACE",
+        value_name = "NAMESPACE"
+    )]
+    pub cluster_profile_namespace: Option<String>,
     /// The MutatingWebhookConfiguration whose CA bundle the controller-manager keeps.
     #[arg(long, default_value = webhook::DEFAULT_CONFIGURATION, value_name = "NAME")]
     pub webhook_configuration: String,
@@ -116,6 +125,10 @@ pub async fn run(
     ctx: &Context,
 ) -> anyhow::Result<()> {
     let namespace = global.kubefed_namespace.clone();
+    let options = Options {
+        namespace: namespace.clone(),
+        profile_namespace: args.cluster_profile_namespace.clone(),
+    };
     let host = access::host(global).await?.client()?;
     let metrics = Arc::new(Metrics::new());
     let leading = Gauge::<i64>::default();
@@ -148,7 +161,7 @@ pub async fn run(
     health.set_ready(true);
 
     if !args.leader_elect {
-        let cp = ControlPlane::start(host, &namespace, metrics.clone());
+        let cp = ControlPlane::start_with(host, &options, metrics.clone());
         leading.set(true);
         ctx.shutdown.cancelled().await;
         cp.shutdown().await;
@@ -167,7 +180,7 @@ pub async fn run(
         "leader election enabled"
     );
     let mut elector = LeaderElector::new(host.clone(), config)?;
-    lead_while_elected(&mut elector, &host, &namespace, &metrics, &leading, ctx).await;
+    lead_while_elected(&mut elector, &host, &options, &metrics, &leading, ctx).await;
     Ok(())
 }
 
@@ -244,7 +257,7 @@ async fn wait_for_host(
 async fn lead_while_elected(
     elector: &mut LeaderElector,
     host: &Client,
-    namespace: &str,
+    options: &Options,
     metrics: &Arc<Metrics>,
     leading: &Leading,
     ctx: &Context,
@@ -257,7 +270,7 @@ async fn lead_while_elected(
         }
         terms += 1;
         info!(identity = %elector.config().identity, term = terms, "leading: starting the controllers");
-        let cp = ControlPlane::start(host.clone(), namespace, metrics.clone());
+        let cp = ControlPlane::start_with(host.clone(), options, metrics.clone());
         leading.set(true);
         let end = elector.hold(&ctx.shutdown).await;
         leading.set(false);

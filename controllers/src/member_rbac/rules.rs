@@ -55,6 +55,13 @@ pub fn member_rules(types: &BTreeSet<(String, String)>, role: &str) -> Vec<Polic
             ..PolicyRule::default()
         })
         .collect();
+    // The About API: the properties a member declares reach its ClusterProfile.
+    rules.push(PolicyRule {
+        api_groups: Some(vec![flotilla_crds::about::ABOUT_GROUP.into()]),
+        resources: Some(vec!["clusterproperties".into()]),
+        verbs: strings(&["get", "list", "watch"]),
+        ..PolicyRule::default()
+    });
     rules.push(PolicyRule {
         non_resource_urls: Some(strings(&HEALTH_URLS)),
         verbs: vec!["get".into()],

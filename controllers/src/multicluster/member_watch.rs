@@ -22,7 +22,7 @@ use tokio::sync::mpsc;
 use tracing::info;
 
 use super::ClusterSet;
-use crate::watch::{Change, WatchParams, watch_into};
+use crate::watch::{Change, FailureLog, WatchParams, watch_into};
 
 /// A change to a watched object in one member, or a member's cache becoming complete.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -91,11 +91,38 @@ where
         shrink: fn(&mut K),
         events: mpsc::UnboundedSender<MemberEvent>,
     ) -> Self {
-        let watches: Arc<RwLock<HashMap<String, RunningWatch<K>>>> = Arc::default();
         let filter = Filter {
             label_selector,
             shrink,
+            failures: FailureLog::Warn,
         };
+        Self::start_filtered(set, dyntype, filter, events)
+    }
+
+    /// Like [`MemberWatch::start`] for a kind members may not serve (an optional CRD, such
+    /// as the About API's): failed watches are logged at debug level and retried with backoff,
+    /// and a member's cache is synced once the kind is served there.
+    pub fn start_optional(
+        set: ClusterSet,
+        dyntype: K::DynamicType,
+        shrink: fn(&mut K),
+        events: mpsc::UnboundedSender<MemberEvent>,
+    ) -> Self {
+        let filter = Filter {
+            label_selector: None,
+            shrink,
+            failures: FailureLog::Debug,
+        };
+        Self::start_filtered(set, dyntype, filter, events)
+    }
+
+    fn start_filtered(
+        set: ClusterSet,
+        dyntype: K::DynamicType,
+        filter: Filter<K>,
+        events: mpsc::UnboundedSender<MemberEvent>,
+    ) -> Self {
+        let watches: Arc<RwLock<HashMap<String, RunningWatch<K>>>> = Arc::default();
         let supervisor = tokio::spawn(supervise::<K>(
             set,
             dyntype.clone(),
@@ -151,6 +178,7 @@ where
 struct Filter<K> {
     label_selector: Option<String>,
     shrink: fn(&mut K),
+    failures: FailureLog,
 }
 
 impl<K> Clone for Filter<K> {
@@ -158,6 +186,7 @@ impl<K> Clone for Filter<K> {
         Filter {
             label_selector: self.label_selector.clone(),
             shrink: self.shrink,
+            failures: self.failures,
         }
     }
 }
@@ -236,7 +265,8 @@ async fn run_watch<K>(
     K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
     K::DynamicType: Eq + Hash + Clone + Send + Sync,
 {
-    let params = WatchParams::member(cluster.clone(), filter.label_selector);
+    let mut params = WatchParams::member(cluster.clone(), filter.label_selector);
+    params.failures = filter.failures;
     watch_into(api, writer, params, filter.shrink, |change| {
         let event = match change {
             Change::Object(o) => MemberEvent::Object {

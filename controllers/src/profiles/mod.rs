@@ -1,11 +1,14 @@
 //! The Cluster Inventory API served: one ClusterProfile (`multicluster.x-k8s.io/v1alpha1`)
-//! per KubeFedCluster, in the control-plane namespace, labelled
-//! `x-k8s.io/cluster-manager: flotilla` and deleted when the cluster leaves. Caches the
-//! KubeFedClusters and Flotilla's profiles, asks [`plan`] what differs and only then writes,
-//! so an unchanged federation costs no writes. It must not probe members: health and
-//! version come from the KubeFedCluster status the registry writes.
+//! per KubeFedCluster, in the control-plane namespace (or the one configured), labelled
+//! `x-k8s.io/cluster-manager: flotilla` and deleted when the cluster leaves, with the
+//! About API properties its member declares (which also become `about.flotilla.io/` labels
+//! on the KubeFedCluster, see [`properties`]). Caches the KubeFedClusters, Flotilla's
+//! profiles and the members' ClusterProperties, asks [`plan`] what differs and only then
+//! writes, so an unchanged federation costs no writes. It does not probe members: health
+//! and version come from the KubeFedCluster status the registry writes.
 
 pub mod plan;
+pub mod properties;
 
 use std::{
     collections::{BTreeMap, BTreeSet},
@@ -15,19 +18,24 @@ use std::{
 
 use flotilla_crds::{
     FIELD_MANAGER, KubeFedCluster,
-    inventory::{CLUSTER_MANAGER_LABEL, CLUSTER_MANAGER_NAME, ClusterProfile},
+    about::ClusterProperty,
+    inventory::{CLUSTER_MANAGER_LABEL, CLUSTER_MANAGER_NAME, ClusterProfile, Property},
 };
 use kube::{
-    Api, Client, ResourceExt,
+    Api, Client, Resource, ResourceExt,
     api::{DeleteParams, Patch, PatchParams, Preconditions},
-    runtime::reflector::Store,
+    runtime::{
+        events::{EventType, Recorder},
+        reflector::Store,
+    },
 };
 use serde_json::json;
-use tokio::sync::Notify;
+use tokio::sync::{Notify, mpsc};
 use tracing::{debug, info, instrument, warn};
 
 use crate::{
     metrics::{Metrics, ProfileWriteLabels},
+    multicluster::{ClusterSet, MemberEvent, MemberWatch},
     watch::{WatchParams, notifying_store},
 };
 use plan::Op;
@@ -37,6 +45,10 @@ use plan::Op;
 const RECHECK: Duration = Duration::from_secs(300);
 /// Delay before a failed write is tried again.
 const RETRY: Duration = Duration::from_secs(5);
+/// The reporting controller of the Events this controller publishes.
+const REPORTING_CONTROLLER: &str = "flotilla-profiles";
+/// Field manager of the property labels on KubeFedClusters (only those labels).
+pub const PROPERTY_LABEL_MANAGER: &str = "flotilla-about";
 
 /// Errors of one profile write.
 #[derive(Debug, thiserror::Error)]
@@ -54,19 +66,45 @@ pub enum Error {
     },
 }
 
-/// Keeps a ClusterProfile per KubeFedCluster of `namespace`. Runs until aborted.
-pub async fn run(host: Client, namespace: String, metrics: Arc<Metrics>) {
+/// Where the controller works.
+#[derive(Clone, Debug)]
+pub struct Namespaces {
+    /// The control-plane namespace, holding the KubeFedClusters.
+    pub clusters: String,
+    /// The namespace of the ClusterProfiles (by default the control-plane namespace).
+    pub profiles: String,
+}
+
+/// Keeps a ClusterProfile per KubeFedCluster, with the properties its member declares
+/// through the About API, and the member's property labels on the KubeFedCluster. Runs
+/// until aborted.
+pub async fn run(
+    host: Client,
+    namespaces: Namespaces,
+    clusters: ClusterSet,
+    metrics: Arc<Metrics>,
+) {
     let changed = Arc::new(Notify::new());
-    let (kfcs, kfc_watch) = notifying_store::<KubeFedCluster>(
-        Api::namespaced(host.clone(), &namespace),
+    let kfc_api: Api<KubeFedCluster> = Api::namespaced(host.clone(), &namespaces.clusters);
+    let (kfcs, kfc_watch) = notifying_store(
+        kfc_api.clone(),
         WatchParams::host("kubefed cluster"),
         &changed,
     );
     let mut profile_params = WatchParams::host("cluster profile");
     profile_params.label_selector = Some(format!("{CLUSTER_MANAGER_LABEL}={CLUSTER_MANAGER_NAME}"));
-    let profiles_api: Api<ClusterProfile> = Api::namespaced(host, &namespace);
+    let profiles_api: Api<ClusterProfile> = Api::namespaced(host.clone(), &namespaces.profiles);
     let (profiles, profile_watch) = notifying_store(profiles_api.clone(), profile_params, &changed);
-    let _abort = AbortOnDrop([kfc_watch, profile_watch]);
+    let (tx, rx) = mpsc::unbounded_channel();
+    let members = MemberWatch::<ClusterProperty>::start_optional(clusters, (), |_| {}, tx);
+    let forward = tokio::spawn(wake_on_member_events(rx, changed.clone()));
+    let _abort = AbortOnDrop([kfc_watch, profile_watch, forward]);
+    let writer = Writer {
+        profiles: profiles_api,
+        kfcs: kfc_api,
+        recorder: crate::events::recorder(host, REPORTING_CONTROLLER),
+        namespace: namespaces.profiles,
+    };
     let mut memory = Memory::default();
     let mut wait = RECHECK;
     loop {
@@ -77,11 +115,41 @@ pub async fn run(host: Client, namespace: String, metrics: Arc<Metrics>) {
         if kfcs.wait_until_ready().await.is_err() || profiles.wait_until_ready().await.is_err() {
             return;
         }
-        wait = match reconcile_all(&profiles_api, &kfcs, &profiles, &mut memory, &metrics).await {
+        let known = known_properties(&members);
+        wait = match reconcile_all(&writer, &kfcs, &profiles, &known, &mut memory, &metrics).await {
             Ok(()) => RECHECK,
             Err(()) => RETRY,
         };
     }
+}
+
+/// Wakes the controller on every change of a member's ClusterProperties.
+async fn wake_on_member_events(mut rx: mpsc::UnboundedReceiver<MemberEvent>, changed: Arc<Notify>) {
+    while rx.recv().await.is_some() {
+        changed.notify_one();
+    }
+}
+
+/// The properties of every member whose ClusterProperty cache is complete.
+fn known_properties(members: &MemberWatch<ClusterProperty>) -> BTreeMap<String, Vec<Property>> {
+    members
+        .clusters()
+        .into_iter()
+        .filter(|c| members.is_synced(c))
+        .map(|c| {
+            let objects = members.list(&c);
+            let listed = properties::profile_properties(objects.iter().map(|o| &**o));
+            (c, listed)
+        })
+        .collect()
+}
+
+/// The clients and recorder the controller writes through.
+struct Writer {
+    profiles: Api<ClusterProfile>,
+    kfcs: Api<KubeFedCluster>,
+    recorder: Recorder,
+    namespace: String,
 }
 
 /// What the controller remembers between passes.
@@ -98,18 +166,28 @@ struct Memory {
 /// failure is logged where it happened).
 #[instrument(skip_all)]
 async fn reconcile_all(
-    api: &Api<ClusterProfile>,
+    writer: &Writer,
     kfcs: &Store<KubeFedCluster>,
     profiles: &Store<ClusterProfile>,
+    known: &BTreeMap<String, Vec<Property>>,
     memory: &mut Memory,
     metrics: &Metrics,
 ) -> Result<(), ()> {
     let clusters = kfcs.state();
+    let mut result = label_clusters(writer, &clusters, known, metrics).await;
     let current = profiles.state();
     let current: Vec<&ClusterProfile> = current.iter().map(|p| &**p).collect();
-    let ops = plan::plan(clusters.iter().map(|k| &**k), &current, &memory.applied);
+    let inputs = plan::Inputs {
+        namespace: &writer.namespace,
+        properties: known,
+    };
+    let ops = plan::plan(
+        clusters.iter().map(|k| &**k),
+        &current,
+        &memory.applied,
+        inputs,
+    );
     let cached: BTreeSet<String> = current.iter().map(|p| p.name_any()).collect();
-    let mut result = Ok(());
     for op in ops {
         let op_label = op.as_str();
         let outcome = match op {
@@ -118,8 +196,8 @@ async fn reconcile_all(
                 if memory.foreign.contains(&name) {
                     continue;
                 }
-                match claimable(api, &name, cached.contains(&name)).await {
-                    Ok(true) => apply(api, &profile).await.map(|()| {
+                match claimable(writer, &clusters, &name, cached.contains(&name)).await {
+                    Ok(true) => apply(&writer.profiles, &profile).await.map(|()| {
                         memory.applied.insert(name, *profile);
                     }),
                     Ok(false) => {
@@ -129,19 +207,11 @@ async fn reconcile_all(
                     Err(e) => Err(e),
                 }
             }
-            Op::Delete { name, uid } => delete(api, &name, uid).await.map(|()| {
+            Op::Delete { name, uid } => delete(&writer.profiles, &name, uid).await.map(|()| {
                 memory.applied.remove(&name);
             }),
         };
-        let labels = ProfileWriteLabels {
-            op: op_label,
-            result: if outcome.is_ok() {
-                "success"
-            } else {
-                "failure"
-            },
-        };
-        metrics.profiles.writes.get_or_create(&labels).inc();
+        count(metrics, op_label, &outcome);
         if let Err(e) = outcome {
             warn!(error = %e, "keeping the cluster inventory failed; retrying");
             result = Err(());
@@ -150,29 +220,102 @@ async fn reconcile_all(
     result
 }
 
+fn count(metrics: &Metrics, op: &'static str, outcome: &Result<(), Error>) {
+    let labels = ProfileWriteLabels {
+        op,
+        result: if outcome.is_ok() {
+            "success"
+        } else {
+            "failure"
+        },
+    };
+    metrics.profiles.writes.get_or_create(&labels).inc();
+}
+
+/// Puts each member's property labels on its KubeFedCluster where they differ, with a
+/// field manager of their own so that only those labels are touched.
+async fn label_clusters(
+    writer: &Writer,
+    clusters: &[Arc<KubeFedCluster>],
+    known: &BTreeMap<String, Vec<Property>>,
+    metrics: &Metrics,
+) -> Result<(), ()> {
+    let mut result = Ok(());
+    for kfc in clusters {
+        let name = kfc.name_any();
+        let Some(labels) = properties::label_update(kfc, known.get(&name).map(Vec::as_slice))
+        else {
+            continue;
+        };
+        let body = json!({
+            "apiVersion": "core.kubefed.io/v1beta1", "kind": "KubeFedCluster",
+            "metadata": {"name": name, "labels": labels},
+        });
+        let params = PatchParams::apply(PROPERTY_LABEL_MANAGER).force();
+        let outcome = writer
+            .kfcs
+            .patch(&name, &params, &Patch::Apply(&body))
+            .await
+            .map(|_| info!(cluster = %name, "property labels written to the KubeFedCluster"))
+            .map_err(|source| Error::Write {
+                action: "label",
+                name: name.clone(),
+                source,
+            });
+        count(metrics, "label", &outcome);
+        if let Err(e) = outcome {
+            warn!(error = %e, "labelling a cluster with its properties failed; retrying");
+            result = Err(());
+        }
+    }
+    result
+}
+
 /// Whether the profile `name` may be written: always when the cache (Flotilla's profiles
 /// only) holds it; otherwise a profile of that name must not belong to another cluster
-/// manager. The extra read happens only when a profile is created or recreated.
-async fn claimable(api: &Api<ClusterProfile>, name: &str, cached: bool) -> Result<bool, Error> {
+/// manager (a Warning Event on the KubeFedCluster says so). The extra read happens only when
+/// a profile is created or recreated.
+async fn claimable(
+    writer: &Writer,
+    clusters: &[Arc<KubeFedCluster>],
+    name: &str,
+    cached: bool,
+) -> Result<bool, Error> {
     if cached {
         return Ok(true);
     }
-    let existing = api.get_opt(name).await.map_err(|source| Error::Write {
-        action: "read",
-        name: name.to_string(),
-        source,
-    })?;
-    match existing {
-        Some(p) if plan::is_foreign(&p) => {
-            warn!(
-                cluster = %name,
-                manager = %p.spec.cluster_manager.name,
-                "a ClusterProfile of this name belongs to another cluster manager; leaving it alone"
-            );
-            Ok(false)
-        }
-        _ => Ok(true),
+    let existing = writer
+        .profiles
+        .get_opt(name)
+        .await
+        .map_err(|source| Error::Write {
+            action: "read",
+            name: name.to_string(),
+            source,
+        })?;
+    let Some(p) = existing.filter(plan::is_foreign) else {
+        return Ok(true);
+    };
+    let manager = &p.spec.cluster_manager.name;
+    warn!(cluster = %name, %manager, "a ClusterProfile of this name belongs to another cluster manager; leaving it alone");
+    if let Some(kfc) = clusters.iter().find(|k| k.name_any() == name) {
+        let note = format!(
+            "ClusterProfile {}/{name} belongs to cluster manager {manager:?}: Flotilla leaves it \
+             alone and publishes no profile for this cluster",
+            writer.namespace
+        );
+        let reference = kfc.object_ref(&());
+        crate::events::publish(
+            &writer.recorder,
+            &reference,
+            EventType::Warning,
+            "ClusterProfileConflict",
+            "PublishProfile",
+            note,
+        )
+        .await;
     }
+    Ok(false)
 }
 
 /// Applies the profile's metadata and spec, then its status (a subresource).

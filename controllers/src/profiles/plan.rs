@@ -11,7 +11,7 @@ use flotilla_crds::{
     inventory::{
         ACCESS_PROVIDER_NAME, AccessCluster, AccessProvider, CLUSTER_MANAGER_LABEL,
         CLUSTER_MANAGER_NAME, ClusterManager, ClusterProfile, ClusterProfileSpec,
-        ClusterProfileStatus, ClusterVersion, ProfileCondition, condition,
+        ClusterProfileStatus, ClusterVersion, ProfileCondition, Property, condition,
     },
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
@@ -50,9 +50,23 @@ impl Op {
     }
 }
 
-/// The ClusterProfile of `kfc`, in the KubeFedCluster's namespace, or `None` while the
-/// KubeFedCluster is being deleted (its profile goes with it).
-pub fn desired_profile(kfc: &KubeFedCluster) -> Option<ClusterProfile> {
+/// What a profile is made of besides its KubeFedCluster.
+#[derive(Clone, Copy, Debug)]
+pub struct Inputs<'a> {
+    /// The namespace the profiles live in.
+    pub namespace: &'a str,
+    /// The About API properties of the members whose ClusterProperties are known (watched
+    /// and listed); a member missing here keeps the properties its profile has.
+    pub properties: &'a BTreeMap<String, Vec<Property>>,
+}
+
+/// The ClusterProfile of `kfc` in `inputs.namespace`, or `None` while the KubeFedCluster is
+/// being deleted (its profile goes with it). `current` is the profile as it stands.
+pub fn desired_profile(
+    kfc: &KubeFedCluster,
+    inputs: Inputs<'_>,
+    current: Option<&ClusterProfile>,
+) -> Option<ClusterProfile> {
     if kfc.meta().deletion_timestamp.is_some() {
         return None;
     }
@@ -66,10 +80,22 @@ pub fn desired_profile(kfc: &KubeFedCluster) -> Option<ClusterProfile> {
             },
         },
     );
-    profile.metadata.namespace = kfc.namespace();
+    profile.metadata.namespace = Some(inputs.namespace.to_string());
     profile.metadata.labels = Some(labels(kfc));
-    profile.metadata.owner_references = owner(kfc).map(|o| vec![o]);
-    profile.status = Some(status(kfc));
+    // An owner must be in the dependent's namespace: profiles kept elsewhere are deleted by
+    // the controller alone.
+    if kfc.namespace().as_deref() == Some(inputs.namespace) {
+        profile.metadata.owner_references = owner(kfc).map(|o| vec![o]);
+    }
+    let mut status = status(kfc);
+    status.properties = match inputs.properties.get(&name) {
+        Some(known) => known.clone(),
+        None => current
+            .and_then(|p| p.status.as_ref())
+            .map(|s| s.properties.clone())
+            .unwrap_or_default(),
+    };
+    profile.status = Some(status);
     Some(profile)
 }
 
@@ -221,13 +247,15 @@ pub fn plan<'a>(
     clusters: impl IntoIterator<Item = &'a KubeFedCluster>,
     profiles: &[&ClusterProfile],
     applied: &BTreeMap<String, ClusterProfile>,
+    inputs: Inputs<'_>,
 ) -> Vec<Op> {
     let current: BTreeMap<String, &ClusterProfile> =
         profiles.iter().map(|p| (p.name_any(), *p)).collect();
     let mut wanted = BTreeMap::new();
     let mut ops = Vec::new();
     for kfc in clusters {
-        let Some(desired) = desired_profile(kfc) else {
+        let existing = current.get(&kfc.name_any()).copied();
+        let Some(desired) = desired_profile(kfc, inputs, existing) else {
             continue;
         };
         let name = desired.name_any();

@@ -42,8 +42,17 @@ fn with_ready(mut kfc: KubeFedCluster, status: &str, reason: &str, at: &str) -> 
     kfc
 }
 
+const NAMESPACE: &str = "kube-federation-system";
+
+fn inputs(properties: &BTreeMap<String, Vec<Property>>) -> Inputs<'_> {
+    Inputs {
+        namespace: NAMESPACE,
+        properties,
+    }
+}
+
 fn profile_of(kfc: &KubeFedCluster) -> ClusterProfile {
-    desired_profile(kfc).expect("present in the test data")
+    desired_profile(kfc, inputs(&BTreeMap::new()), None).expect("present in the test data")
 }
 
 fn healthy(profile: &ClusterProfile) -> ProfileCondition {
@@ -175,13 +184,13 @@ fn the_profile_is_owned_by_its_kubefedcluster() {
 fn a_cluster_being_deleted_has_no_profile() {
     let mut kfc = kfc("member1");
     kfc.metadata.deletion_timestamp = Some(Time(Default::default()));
-    assert_eq!(desired_profile(&kfc), None);
+    assert_eq!(desired_profile(&kfc, inputs(&BTreeMap::new()), None), None);
 }
 
 #[test]
 fn a_missing_profile_is_applied() {
     let kfc = kfc("member1");
-    let ops = plan([&kfc], &[], &BTreeMap::new());
+    let ops = plan([&kfc], &[], &BTreeMap::new(), inputs(&BTreeMap::new()));
     assert_eq!(ops, vec![Op::Apply(Box::new(profile_of(&kfc)))]);
 }
 
@@ -198,9 +207,20 @@ fn an_up_to_date_profile_is_not_written_again() {
     current
         .labels_mut()
         .insert("someone.else/label".into(), "x".into());
-    assert_eq!(plan([&kfc], &[&current], &BTreeMap::new()), vec![]);
+    assert_eq!(
+        plan(
+            [&kfc],
+            &[&current],
+            &BTreeMap::new(),
+            inputs(&BTreeMap::new())
+        ),
+        vec![]
+    );
     let applied = BTreeMap::from([("member1".to_string(), profile_of(&kfc))]);
-    assert_eq!(plan([&kfc], &[&current], &applied), vec![]);
+    assert_eq!(
+        plan([&kfc], &[&current], &applied, inputs(&BTreeMap::new())),
+        vec![]
+    );
 }
 
 #[test]
@@ -219,7 +239,12 @@ fn a_health_change_rewrites_the_profile() {
     );
     let current = profile_of(&ready);
     assert_eq!(
-        plan([&down], &[&current], &BTreeMap::new()),
+        plan(
+            [&down],
+            &[&current],
+            &BTreeMap::new(),
+            inputs(&BTreeMap::new())
+        ),
         vec![Op::Apply(Box::new(profile_of(&down)))]
     );
 }
@@ -232,7 +257,7 @@ fn a_label_the_cluster_lost_is_removed_from_its_profile() {
     let current = profile_of(&labelled);
     let applied = BTreeMap::from([("member1".to_string(), profile_of(&labelled))]);
     assert_eq!(
-        plan([&plain], &[&current], &applied),
+        plan([&plain], &[&current], &applied, inputs(&BTreeMap::new())),
         vec![Op::Apply(Box::new(profile_of(&plain)))]
     );
 }
@@ -244,7 +269,12 @@ fn the_profile_of_a_cluster_that_left_is_deleted() {
     gone.metadata.uid = Some("p2".into());
     let current = profile_of(&kept);
     assert_eq!(
-        plan([&kept], &[&current, &gone], &BTreeMap::new()),
+        plan(
+            [&kept],
+            &[&current, &gone],
+            &BTreeMap::new(),
+            inputs(&BTreeMap::new())
+        ),
         vec![Op::Delete {
             name: "member2".into(),
             uid: Some("p2".into())
@@ -259,4 +289,39 @@ fn a_profile_of_another_cluster_manager_is_foreign_and_ours_is_not() {
     theirs.spec.cluster_manager.name = "open-cluster-management".into();
     assert!(!is_foreign(&ours));
     assert!(is_foreign(&theirs));
+}
+
+#[test]
+fn known_properties_are_published_and_unknown_ones_kept() {
+    let kfc = with_ready(kfc("member1"), "True", "ClusterReady", CREATED);
+    let region = Property {
+        name: "region".into(),
+        value: "eu".into(),
+        last_observed_time: None,
+    };
+    let known = BTreeMap::from([("member1".to_string(), vec![region.clone()])]);
+    let with_props = desired_profile(&kfc, inputs(&known), None).expect("a profile");
+    let listed = &with_props.status.as_ref().expect("a status").properties;
+    assert_eq!(listed, &vec![region.clone()]);
+    // The member is unreachable: its properties are unknown, the profile keeps them.
+    let kept =
+        desired_profile(&kfc, inputs(&BTreeMap::new()), Some(&with_props)).expect("a profile");
+    assert_eq!(kept, with_props);
+    // Known and gone: removed.
+    let none = BTreeMap::from([("member1".to_string(), vec![])]);
+    let cleared = desired_profile(&kfc, inputs(&none), Some(&with_props)).expect("a profile");
+    assert!(cleared.status.expect("a status").properties.is_empty());
+}
+
+#[test]
+fn a_profile_outside_the_clusters_namespace_has_no_owner() {
+    let kfc = kfc("member1");
+    let props = BTreeMap::new();
+    let elsewhere = Inputs {
+        namespace: "fleet",
+        properties: &props,
+    };
+    let profile = desired_profile(&kfc, elsewhere, None).expect("a profile");
+    assert_eq!(profile.namespace().as_deref(), Some("fleet"));
+    assert!(profile.owner_references().is_empty());
 }

@@ -82,6 +82,8 @@ pub struct SyncShared {
     pub namespace: String,
     /// Metrics of every controller.
     pub metrics: Arc<Metrics>,
+    /// Publishes the constraint scheduler's decisions as PlacementDecisions.
+    pub decisions: Arc<crate::decisions::Publisher>,
     recorder: Recorder,
     limits: Mutex<HashMap<String, Arc<Semaphore>>>,
     breakers: breaker::Breakers,
@@ -94,15 +96,19 @@ impl SyncShared {
         clusters: ClusterSet,
         config: watch::Receiver<EffectiveConfig>,
         namespace: String,
+        profile_namespace: &str,
         metrics: Arc<Metrics>,
     ) -> Arc<Self> {
         let recorder = crate::events::recorder(host.clone(), REPORTING_CONTROLLER);
+        let decisions =
+            crate::decisions::Publisher::start(host.clone(), &namespace, profile_namespace);
         Arc::new(SyncShared {
             host,
             clusters,
             config,
             namespace,
             metrics,
+            decisions,
             recorder,
             limits: Mutex::default(),
             breakers: breaker::Breakers::default(),

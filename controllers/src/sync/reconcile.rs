@@ -27,7 +27,7 @@ use super::{
     scheduled::{self, Scheduling},
     status::StatusUpdate,
 };
-use crate::multicluster::ClusterState;
+use crate::{decisions::Published, multicluster::ClusterState};
 
 /// How soon to look again at a FederatedNamespace not named after its namespace that is
 /// being deleted, when dropping its finalizer failed.
@@ -167,6 +167,15 @@ impl Ctl {
             scheduling: Scheduling::of(decision.as_ref(), spec.placement.is_scheduled()),
         };
         self.write_status(fed, update).await;
+        let published = match Scheduling::of(decision.as_ref(), spec.placement.is_scheduled()) {
+            Scheduling::Off => Published::None,
+            Scheduling::Decided(d) => Published::Decided(&d.status),
+            Scheduling::Keep => Published::Keep,
+        };
+        self.shared
+            .decisions
+            .publish(&self.fed_ar, fed, published)
+            .await;
         if let Some(d) = &decision {
             self.announce_decision(fed, &previous, d).await;
             round.recheck = earliest(round.recheck, scheduled::recheck(d));

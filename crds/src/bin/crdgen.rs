@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::{Context, bail};
-use flotilla_crds::crdgen::{self, CRDS_DIR, DEFAULT_TYPES_DIR, GeneratedFile};
+use flotilla_crds::crdgen::{self, CRDS_DIR, DEFAULT_TYPES_DIR, GeneratedFile, MEMBER_CRDS_DIR};
 
 struct Args {
     check: bool,
@@ -49,7 +49,7 @@ fn parse_args() -> anyhow::Result<Args> {
 fn stale_files(root: &Path, files: &[GeneratedFile]) -> anyhow::Result<Vec<String>> {
     let wanted: BTreeSet<&str> = files.iter().map(|f| f.path.as_str()).collect();
     let mut stale = Vec::new();
-    for dir in [CRDS_DIR, DEFAULT_TYPES_DIR] {
+    for dir in [CRDS_DIR, MEMBER_CRDS_DIR, DEFAULT_TYPES_DIR] {
         let Ok(entries) = std::fs::read_dir(root.join(dir)) else {
             continue;
         };
