@@ -27,7 +27,7 @@ use kube::{
     api::{DeleteParams, Patch, PatchParams},
 };
 use serde_json::json;
-use tracing::info;
+use tracing::{info, warn};
 
 use crate::member_rbac;
 
@@ -217,6 +217,10 @@ pub async fn join(
         "host",
     )
     .await?;
+    // Best effort: an id is a convenience for About API consumers, never a reason to fail.
+    if let Err(e) = crate::cluster_id::ensure_cluster_id(member).await {
+        warn!(cluster = %opts.cluster_name, error = %e, "declaring the member's cluster id failed");
+    }
     info!(cluster = %opts.cluster_name, endpoint = %opts.api_endpoint, "cluster joined");
     Ok(kfc)
 }

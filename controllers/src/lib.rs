@@ -7,6 +7,7 @@ pub mod bench;
 #[cfg(feature = "dev")]
 pub mod bootstrap;
 pub mod cli;
+pub mod cluster_id;
 pub mod decisions;
 pub mod events;
 pub mod ftc;

@@ -110,6 +110,26 @@ async fn member_properties_reach_profiles_and_placement_and_decisions_are_publis
         "member2 declares nothing (no About CRD there)"
     );
 
+    // Join's id declaration: kept where declared, the kube-system uid where not.
+    use flotilla_controllers::cluster_id::{ClusterId, ensure_cluster_id};
+    ensure!(ensure_cluster_id(&m1).await? == ClusterId::Declared("member1-id".into()));
+    let m2 = member(&fed, "member2");
+    ensure!(ensure_cluster_id(&m2).await? == ClusterId::NotServed);
+    install::install_crds(&m2, &crdgen::member_crds(), "flotilla-test", T).await?;
+    let ClusterId::Created(id) = ensure_cluster_id(&m2).await? else {
+        anyhow::bail!("no id declared in member2");
+    };
+    ensure!(
+        ensure_cluster_id(&m2).await? == ClusterId::Declared(id.clone()),
+        "declared once"
+    );
+    wait_for(T, "member2's id in its profile", || async {
+        let got = profile_property(&profiles, "member2", "cluster.clusterset.k8s.io").await?;
+        ensure!(got.as_deref() == Some(id.as_str()), "id {got:?}");
+        Ok(())
+    })
+    .await?;
+
     // A placement selects on the declared property.
     let eu = FederatedObject::config_map(NS, "eu-only", json!({"k": "v"}))
         .placement(json!({"clusterSelector": {"matchLabels": {"about.flotilla.io/region": "eu"}}}))
