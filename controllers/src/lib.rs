@@ -7,6 +7,7 @@ pub mod bench;
 #[cfg(feature = "dev")]
 pub mod bootstrap;
 pub mod cli;
+pub mod dashboard;
 pub mod events;
 pub mod ftc;
 pub mod ftc_schema;
