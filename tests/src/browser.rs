@@ -143,6 +143,17 @@ impl Browser {
         .await
     }
 
+    /// Resizes the window (a taller window shows more of a page in a screenshot).
+    pub async fn resize(&self, width: u32, height: u32) -> anyhow::Result<()> {
+        self.session_call(
+            Method::POST,
+            "/window/rect",
+            Some(json!({"width": width, "height": height})),
+        )
+        .await?;
+        Ok(())
+    }
+
     /// A PNG screenshot of the window.
     pub async fn screenshot(&self) -> anyhow::Result<Vec<u8>> {
         let v = self.session_call(Method::GET, "/screenshot", None).await?;

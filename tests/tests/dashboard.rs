@@ -1,8 +1,8 @@
 //! The web dashboard on real clusters, seen through a real headless browser (Debian's
 //! Chromium): `flotilla dashboard` started as the CLI starts it (kubeconfig and context),
 //! both members listed Ready, an object with a failing override shown failing on exactly
-//! that cluster with its reason, and the object page updating by itself after a template
-//! change, without a reload.
+//! that cluster with its reason (and the controllers' Warning Event on its page), and the
+//! object page updating by itself after a template change, without a reload.
 //!
 //! Screenshots of the overview and of an object page are written beside the clusters'
 //! files, and to `docs/images/` when `FLOTILLA_DASHBOARD_SCREENSHOTS=1`:
@@ -16,7 +16,7 @@ use flotilla_tests::{
     browser::Browser, federation::Federation, objects::FederatedObject,
     setup::federation_with_namespace, wait_for,
 };
-use serde_json::{Value, json};
+use serde_json::json;
 
 const NS: &str = "dash";
 /// How long the page may take to show a change (status written + pushed + refetched).
@@ -159,6 +159,12 @@ async fn object_page_updates_without_a_reload(
             t.contains("color: blue")
         })
         .await?;
+    // The controllers' Warning Event about the failure, from the Events watch.
+    browser
+        .wait_text(SEEN, "#events", |t| {
+            t.contains("Warning") && t.contains("member2")
+        })
+        .await?;
     // A marker that a reload would lose.
     browser
         .execute("window.flotillaMarker = 'kept'; return null;", vec![])
@@ -178,10 +184,7 @@ async fn object_page_updates_without_a_reload(
     let marker = browser
         .execute("return window.flotillaMarker || null;", vec![])
         .await?;
-    ensure!(
-        marker == Value::from("kept"),
-        "the page was reloaded (marker {marker})"
-    );
+    ensure!(marker == "kept", "the page was reloaded (marker {marker})");
     Ok(())
 }
 
@@ -208,6 +211,7 @@ async fn the_dashboard_shows_clusters_and_per_cluster_state_live_in_a_real_brows
             .await?;
         save_screenshot(&browser, &fed, "dashboard-overview.png").await?;
         object_page_updates_without_a_reload(&browser, &fed, &url).await?;
+        browser.resize(1400, 1500).await?;
         save_screenshot(&browser, &fed, "dashboard-object.png").await
     }
     .await;

@@ -25,14 +25,17 @@ use tracing::{debug, warn};
 
 use super::state::{EventRecord, ObjectKey, Shared, State};
 
+/// A change one watched object makes to the state.
+type Change<K> = Box<dyn Fn(&mut State, &K) + Send + Sync>;
+
 /// What one watch does to the state.
 struct Sink<K> {
     /// What the watch is of, for logs.
     what: String,
     /// An object was added or changed.
-    apply: Box<dyn Fn(&mut State, &K) + Send + Sync>,
+    apply: Change<K>,
     /// An object was deleted.
-    delete: Box<dyn Fn(&mut State, &K) + Send + Sync>,
+    delete: Change<K>,
     /// A relist begins to replace everything this watch put in the state.
     clear: Box<dyn Fn(&mut State) + Send + Sync>,
 }

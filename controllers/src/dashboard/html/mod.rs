@@ -63,6 +63,7 @@ pre{background:#f6f8fa;padding:.5em;overflow:auto;max-height:24em;font-size:.85e
 .msg{font-size:.85em;color:#3d444d;max-width:40em}
 nav.pages{display:flex;gap:1em;margin-bottom:1em}
 .summary{margin:.3em 0}
+dl{display:grid;grid-template-columns:max-content 1fr;gap:.2em 1em}dt{font-weight:600}dd{margin:0}
 "#;
 
 /// The script, served as `/app.js`: follows the version over server-sent events and swaps

@@ -6,7 +6,9 @@
 
 use std::collections::BTreeSet;
 
-use flotilla_crds::{FederatedSpec, Placement};
+use flotilla_crds::{
+    FederatedSpec, Placement, federated::PlacementStatus, workload::AggregatedStatus,
+};
 use kube::ResourceExt;
 use serde::Serialize;
 use serde_json::Value;
@@ -149,27 +151,8 @@ pub fn object_view(state: &State, key: &ObjectKey) -> Option<ObjectView> {
         placement: spec
             .map(|s| placement_yaml(&s.placement))
             .unwrap_or_default(),
-        decision: object.status.placement.as_ref().map(|p| {
-            let chosen = p.clusters.iter().map(|c| c.name.clone()).collect();
-            let moves = p
-                .moves
-                .iter()
-                .map(|m| {
-                    format!(
-                        "{} {} since {}: {}",
-                        m.cluster, m.reason, m.since, m.message
-                    )
-                })
-                .collect();
-            (chosen, moves)
-        }),
-        aggregated: object.status.aggregated.as_ref().map(|a| {
-            let pods = a.ready.as_ref().or(a.completions.as_ref());
-            match pods {
-                Some(p) => format!("{p} ready in {} clusters", a.clusters),
-                None => format!("{} clusters", a.clusters),
-            }
-        }),
+        decision: object.status.placement.as_ref().map(decision),
+        aggregated: object.status.aggregated.as_ref().map(aggregated),
         clusters,
         events: state
             .events_about(key)
@@ -178,6 +161,30 @@ pub fn object_view(state: &State, key: &ObjectKey) -> Option<ObjectView> {
             .cloned()
             .collect(),
     })
+}
+
+/// The decided clusters, and each move described.
+fn decision(p: &PlacementStatus) -> (Vec<String>, Vec<String>) {
+    let chosen = p.clusters.iter().map(|c| c.name.clone()).collect();
+    let moves = p
+        .moves
+        .iter()
+        .map(|m| {
+            format!(
+                "{} {} since {}: {}",
+                m.cluster, m.reason, m.since, m.message
+            )
+        })
+        .collect();
+    (chosen, moves)
+}
+
+/// `6/6 ready in 2/2 clusters`.
+fn aggregated(a: &AggregatedStatus) -> String {
+    match a.ready.as_ref().or(a.completions.as_ref()) {
+        Some(p) => format!("{p} ready in {} clusters", a.clusters),
+        None => format!("{} clusters", a.clusters),
+    }
 }
 
 fn yaml(value: &Value) -> String {
