@@ -219,3 +219,56 @@ async fn the_dashboard_shows_clusters_and_per_cluster_state_live_in_a_real_brows
     ctx.shutdown.cancel();
     steps
 }
+
+/// The controller-manager's optional endpoint: with `--dashboard-addr` it serves the same
+/// dashboard. Here the controller-manager (started as the CLI starts it) replaces the
+/// in-process control plane, and its dashboard shows an object propagated to both members.
+#[tokio::test]
+async fn the_controller_manager_serves_the_dashboard_when_asked() -> anyhow::Result<()> {
+    const CM_NS: &str = "dash-cm";
+    let mut fed = federation_with_namespace(2, CM_NS).await?;
+    fed.control_plane.take();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port();
+    let args: Vec<String> = vec![
+        "flotilla".into(),
+        "--kubeconfig".into(),
+        fed.env.kubeconfig_path().display().to_string(),
+        "--context".into(),
+        "host".into(),
+        "controller-manager".into(),
+        "--leader-elect=false".into(),
+        "--metrics-addr".into(),
+        "127.0.0.1:0".into(),
+        "--dashboard-addr".into(),
+        format!("127.0.0.1:{port}"),
+    ];
+    let ctx = Context::captured();
+    let run_ctx = ctx.clone();
+    let manager = tokio::spawn(async move { cli::run(args, run_ctx).await });
+    FederatedObject::config_map(CM_NS, "served", json!({"k": "v"}))
+        .apply(&fed.host)
+        .await?;
+    let addr: std::net::SocketAddr = ([127, 0, 0, 1], port).into();
+    let path = format!("/api/object?ns={CM_NS}&kind=FederatedConfigMap&name=served");
+    let seen = wait_for(SEEN, "the object propagated on the dashboard", || async {
+        let (status, body) = cli::http::get(addr, &path).await?;
+        ensure!(status == 200, "{status}: {body}");
+        let doc: serde_json::Value = serde_json::from_str(&body)?;
+        ensure!(doc["overall"] == "Propagated", "{body}");
+        Ok(doc)
+    })
+    .await;
+    ctx.shutdown.cancel();
+    let doc = seen?;
+    let states: Vec<&str> = doc["clusters"]
+        .as_array()
+        .context("clusters")?
+        .iter()
+        .filter_map(|c| c["cell"]["state"].as_str())
+        .collect();
+    ensure!(states == ["propagated", "propagated"], "{doc}");
+    manager.await??;
+    Ok(())
+}
