@@ -90,11 +90,12 @@ fn cell(name: &str, cluster: &str) -> String {
     )
 }
 
+/// On the overview, opened before the objects were created (and marked): they appear by
+/// themselves, without a reload.
 async fn overview_shows_clusters_and_the_failing_cell(
     browser: &Browser,
     url: &str,
 ) -> anyhow::Result<()> {
-    browser.goto(url).await?;
     for member in ["member1", "member2"] {
         browser
             .wait_text(
@@ -126,6 +127,13 @@ async fn overview_shows_clusters_and_the_failing_cell(
     }
     let counts = browser.text("#counts").await?.unwrap_or_default();
     ensure!(counts.contains("1 failing"), "counts: {counts:?}");
+    let marker = browser
+        .execute("return window.flotillaMarker || null;", vec![])
+        .await?;
+    ensure!(
+        marker == "overview",
+        "the overview was reloaded (marker {marker})"
+    );
     // "Only problems" keeps the broken object and drops the healthy one.
     browser.goto(&format!("{url}?ns={NS}&problems=1")).await?;
     browser
@@ -197,6 +205,9 @@ async fn the_dashboard_shows_clusters_and_per_cluster_state_live_in_a_real_brows
     let browser = Browser::start().await?;
     let steps = async {
         browser.goto(&url).await?;
+        browser
+            .execute("window.flotillaMarker = 'overview'; return null;", vec![])
+            .await?;
         settings("healthy", "blue").apply(&fed.host).await?;
         settings("broken", "blue")
             .override_op("member2", "replace", "/data/missing/deeper", json!("x"))
