@@ -392,6 +392,40 @@ mod tests {
     }
 
     #[test]
+    fn the_scheduling_decision_and_the_workload_figures_are_shown_when_present() {
+        let mut s = state();
+        s.objects.insert(
+            key("demo", "FederatedDeployment", "api"),
+            fed(
+                json!({"template": {"spec": {"replicas": 3}},
+                       "placement": {"clusterSelector": {}, "maxClusters": 1}}),
+                json!({"observedGeneration": 1,
+                       "conditions": [{"type": "Propagation", "status": "True"}],
+                       "clusters": [{"name": "m1"}],
+                       "aggregated": {"clusters": "1/1", "ready": "3/3"},
+                       "placement": {"clusters": [{"name": "m1"}],
+                                     "moves": [{"cluster": "m2", "reason": "Replaced",
+                                                "since": "2026-01-01T00:00:00Z", "message": "not ready"}]}}),
+                "deployments.apps",
+            ),
+        );
+        let view = object_view(&s, &key("demo", "FederatedDeployment", "api")).expect("view");
+        let (chosen, moves) = view.decision.expect("a decision");
+        assert_eq!(chosen, ["m1"]);
+        assert_eq!(moves, ["m2 Replaced since 2026-01-01T00:00:00Z: not ready"]);
+        assert_eq!(
+            view.aggregated.as_deref(),
+            Some("3/3 ready in 1/1 clusters")
+        );
+        assert_eq!(view.clusters[1].cell, Cell::NotPlaced);
+        assert!(
+            view.placement.contains("maxClusters: 1"),
+            "{}",
+            view.placement
+        );
+    }
+
+    #[test]
     fn without_a_federated_namespace_the_rendering_says_why() {
         let mut s = state();
         s.objects.remove(&key("demo", "FederatedNamespace", "demo"));
