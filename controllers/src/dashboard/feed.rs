@@ -23,10 +23,17 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, warn};
 
-use super::state::{EventRecord, ObjectKey, Shared, State};
+use super::state::{EventRecord, FedObject, ObjectKey, Shared, State};
 
 /// A change one watched object makes to the state.
 type Change<K> = Box<dyn Fn(&mut State, &K) + Send + Sync>;
+
+/// A relist's whole change, prepared outside the state's lock.
+pub(super) type Prepared = Box<dyn FnOnce(&mut State) + Send>;
+
+/// Prepares a relist's change from the listed objects (the costly decoding happens here,
+/// while pages can still read the state).
+type Relist<K> = Box<dyn Fn(&[K]) -> Prepared + Send + Sync>;
 
 /// What one watch does to the state.
 struct Sink<K> {
@@ -38,6 +45,8 @@ struct Sink<K> {
     delete: Change<K>,
     /// A relist begins to replace everything this watch put in the state.
     clear: Box<dyn Fn(&mut State) + Send + Sync>,
+    /// A relist prepared outside the lock; without it, `clear` then `apply` each object.
+    relist: Option<Relist<K>>,
 }
 
 /// Runs one watch into the state until `cancel` fires.
@@ -62,12 +71,15 @@ async fn watch_into<K>(
             Ok(Some(watcher::Event::InitApply(obj))) => relist.push(obj),
             Ok(Some(watcher::Event::InitDone)) => {
                 let listed = std::mem::take(&mut relist);
-                shared.update(|s| {
-                    (sink.clear)(s);
-                    for obj in &listed {
-                        (sink.apply)(s, obj);
-                    }
-                });
+                match &sink.relist {
+                    Some(prepare) => shared.update(prepare(&listed)),
+                    None => shared.update(|s| {
+                        (sink.clear)(s);
+                        for obj in &listed {
+                            (sink.apply)(s, obj);
+                        }
+                    }),
+                }
                 debug!(what = %sink.what, objects = listed.len(), "dashboard watch listed");
             }
             Ok(Some(watcher::Event::Apply(obj))) => shared.update(|s| (sink.apply)(s, &obj)),
@@ -94,6 +106,7 @@ pub fn start(host: Client, kubefed_ns: &str, shared: Shared, cancel: Cancellatio
                 s.clusters.remove(&c.name_any());
             }),
             clear: Box::new(|s| s.clusters.clear()),
+            relist: None,
         },
         cancel.clone(),
     ));
@@ -115,6 +128,7 @@ pub fn start(host: Client, kubefed_ns: &str, shared: Shared, cancel: Cancellatio
                 s.types.clear();
                 s.synced = true;
             }),
+            relist: None,
         },
         cancel.clone(),
     ));
@@ -138,6 +152,7 @@ fn start_rsps_and_events(host: &Client, shared: &Shared, cancel: &CancellationTo
                 s.rsps.remove(&key(r));
             }),
             clear: Box::new(|s| s.rsps.clear()),
+            relist: None,
         },
         cancel.clone(),
     ));
@@ -158,6 +173,7 @@ fn start_rsps_and_events(host: &Client, shared: &Shared, cancel: &CancellationTo
                 s.events.remove(&key(e));
             }),
             clear: Box::new(|s| s.events.clear()),
+            relist: None,
         },
         cancel.clone(),
     ));
@@ -219,16 +235,36 @@ fn type_sink(type_name: &str, ar: &kube::core::ApiResource) -> Sink<DynamicObjec
     let kind = ar.kind.clone();
     let kind_of_apply = ar.kind.clone();
     let kind_of_delete = ar.kind.clone();
+    let kind_of_relist = ar.kind.clone();
+    let name_of_relist = type_name.to_owned();
     Sink {
         what: ar.kind.clone(),
         apply: Box::new(move |s, o| s.apply_object(&name, &kind_of_apply, o)),
         delete: Box::new(move |s, o| {
-            s.objects.remove(&ObjectKey {
-                namespace: o.namespace().unwrap_or_default(),
-                kind: kind_of_delete.clone(),
-                name: o.name_any(),
-            });
+            s.objects.remove(&ObjectKey::of(&kind_of_delete, o));
         }),
         clear: Box::new(move |s| s.retain_kind(&kind, |_| false)),
+        relist: Some(Box::new(move |listed: &[DynamicObject]| {
+            prepare_relist(&name_of_relist, &kind_of_relist, listed)
+        })),
     }
+}
+
+/// A relist of the federated type `type_name` (kind `kind`): every object decoded now, and
+/// the change that swaps them in for the type's previous objects.
+pub(super) fn prepare_relist(type_name: &str, kind: &str, listed: &[DynamicObject]) -> Prepared {
+    let decoded: Vec<(ObjectKey, FedObject)> = listed
+        .iter()
+        .map(|o| {
+            (
+                ObjectKey::of(kind, o),
+                FedObject::from_dynamic(type_name, o),
+            )
+        })
+        .collect();
+    let kind = kind.to_owned();
+    Box::new(move |s: &mut State| {
+        s.retain_kind(&kind, |_| false);
+        s.objects.extend(decoded);
+    })
 }

@@ -130,17 +130,18 @@ mod tests {
             .collect();
         let shared = state::Shared::default();
         let start = Instant::now();
-        shared.update(|s| {
-            for obj in &listed {
-                s.apply_object("deployments.apps", "FederatedDeployment", obj);
-            }
-        });
-        let took = start.elapsed();
+        let change = feed::prepare_relist("deployments.apps", "FederatedDeployment", &listed);
+        let decoded = start.elapsed();
+        let start = Instant::now();
+        shared.update(change);
+        let locked = start.elapsed();
         assert_eq!(shared.read().objects.len(), 10_000);
         println!(
-            "decoding 10,000 listed federated objects: {:.1} ms",
-            took.as_secs_f64() * 1e3
+            "a relist of 10,000 federated objects: decoded in {:.1} ms (pages still served), swapped in under the lock in {:.1} ms",
+            decoded.as_secs_f64() * 1e3,
+            locked.as_secs_f64() * 1e3
         );
-        assert!(took.as_secs() < 5, "took {took:?}");
+        assert!(decoded.as_secs() < 5, "decoding took {decoded:?}");
+        assert!(locked.as_secs() < 1, "the lock was held {locked:?}");
     }
 }

@@ -28,6 +28,17 @@ pub struct ObjectKey {
     pub name: String,
 }
 
+impl ObjectKey {
+    /// The key of a federated object of `kind`.
+    pub fn of(kind: &str, obj: &DynamicObject) -> Self {
+        ObjectKey {
+            namespace: obj.namespace().unwrap_or_default(),
+            kind: kind.to_owned(),
+            name: obj.name_any(),
+        }
+    }
+}
+
 /// One federated object, decoded.
 #[derive(Clone, Debug)]
 pub struct FedObject {
@@ -127,13 +138,10 @@ pub struct State {
 impl State {
     /// Replaces (or adds) an object of the type `type_name`, whose federated kind is `kind`.
     pub fn apply_object(&mut self, type_name: &str, kind: &str, obj: &DynamicObject) {
-        let key = ObjectKey {
-            namespace: obj.namespace().unwrap_or_default(),
-            kind: kind.to_owned(),
-            name: obj.name_any(),
-        };
-        self.objects
-            .insert(key, FedObject::from_dynamic(type_name, obj));
+        self.objects.insert(
+            ObjectKey::of(kind, obj),
+            FedObject::from_dynamic(type_name, obj),
+        );
     }
 
     /// Removes the objects of `kind` that `keep` rejects (a relist drops those not listed
