@@ -9,6 +9,20 @@ export CARGO_BUILD_JOBS="${CARGO_BUILD_JOBS:-2}"
 export KUBE_BIN_DIR="$(bash scripts/install-k8s.sh)"
 echo "[test] Kubernetes binaries: $KUBE_BIN_DIR" >&2
 
+# The dashboard's end-to-end test drives a real headless browser: Debian's Chromium and its
+# WebDriver (chromedriver), installed with apt as install-k8s.sh installs its packages.
+SUDO=""
+if [ "$(id -u)" != 0 ]; then SUDO="sudo"; fi
+missing=()
+for p in chromium chromium-driver; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "[test] apt-get install ${missing[*]}" >&2
+  $SUDO apt-get update -qq >&2
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >&2
+fi
+
 echo "[test] cargo fmt --check" >&2
 cargo fmt --all -- --check
 echo "[test] cargo clippy" >&2

@@ -8,6 +8,7 @@ pub mod bench;
 pub mod bootstrap;
 pub mod cli;
 pub mod cluster_id;
+pub mod dashboard;
 pub mod decisions;
 pub mod events;
 pub mod ftc;

@@ -16,6 +16,7 @@ use anyhow::Context as _;
 pub use flotilla_localenv::{Cluster, EnvOptions, LocalEnv};
 
 pub mod assert;
+pub mod browser;
 pub mod federation;
 pub mod host;
 pub mod member;

@@ -755,6 +755,38 @@ fn assert_nothing_left(dir: &str) {
     assert!(left.is_empty(), "processes left behind: {left:#?}");
 }
 
+/// The dashboard whose URL `dev up` printed lists the samples, propagated.
+async fn dashboard_shows_the_samples(printed: &str) -> anyhow::Result<()> {
+    let url = printed
+        .lines()
+        .find_map(|l| {
+            l.split_once("dashboard (live, read-only): ")
+                .map(|(_, u)| u.trim())
+        })
+        .with_context(|| format!("no dashboard URL printed:\n{printed}"))?;
+    let addr: std::net::SocketAddr = url
+        .trim_start_matches("http://")
+        .trim_end_matches('/')
+        .parse()?;
+    wait_for(
+        Duration::from_secs(30),
+        "the dashboard to list the samples",
+        || async {
+            let (status, body) = cli::http::get(addr, "/api/overview?ns=demo").await?;
+            ensure!(status == 200, "{status}: {body}");
+            let doc: serde_json::Value = serde_json::from_str(&body)?;
+            let rows = doc["rows"].as_array().context("rows")?;
+            ensure!(
+                rows.iter()
+                    .any(|r| r["name"] == "web" && r["overall"] == "Propagated"),
+                "{body}"
+            );
+            Ok(())
+        },
+    )
+    .await
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dev_up_reaches_all_propagated_and_leaves_no_process_behind() -> anyhow::Result<()> {
     flotilla_tests::init_tracing();
@@ -828,6 +860,7 @@ async fn dev_up_reaches_all_propagated_and_leaves_no_process_behind() -> anyhow:
     })
     .await??;
     assert!(reached && seen.contains("all propagated"), "{seen}");
+    dashboard_shows_the_samples(&seen).await?;
     let dir = working_directory(&seen)?;
     assert!(
         !processes_mentioning(&dir).is_empty(),

@@ -158,10 +158,37 @@ async fn federate_and_wait(env: &LocalEnv, args: &DevUpArgs, ctx: &Context) -> a
     out.line(format!(
         "  service-account-import webhook serving on {addr}"
     ));
+    let dashboard = ctx.shutdown.child_token();
+    let url = start_dashboard(&fed.host, &boot.namespace, &dashboard).await?;
+    out.line(format!("  dashboard (live, read-only): {url}"));
     let result = run_demo(env, &fed.host, &boot, &cp, args, ctx).await;
+    dashboard.cancel();
     webhook.abort();
     cp.shutdown().await;
     result
+}
+
+/// Serves the dashboard on its default loopback address, or any free loopback port when
+/// that one is taken (another demo); returns its URL.
+async fn start_dashboard(
+    host: &Client,
+    namespace: &str,
+    cancel: &CancellationToken,
+) -> anyhow::Result<String> {
+    let default: std::net::SocketAddr = crate::dashboard::DEFAULT_ADDRESS.parse()?;
+    let addr = match crate::dashboard::start(host.clone(), namespace, default, cancel.clone()).await
+    {
+        Ok(addr) => addr,
+        Err(_) => crate::dashboard::start(
+            host.clone(),
+            namespace,
+            ([127, 0, 0, 1], 0).into(),
+            cancel.clone(),
+        )
+        .await
+        .context("serving the dashboard")?,
+    };
+    Ok(crate::dashboard::url(addr))
 }
 
 /// The demo's federation: written as `flotilla`, with quicker health checks than the

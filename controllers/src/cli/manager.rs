@@ -83,6 +83,10 @@ pub struct ControllerManagerArgs {
         value_name = "NAMESPACE"
     )]
     pub cluster_profile_namespace: Option<String>,
+    /// Serve the read-only web dashboard on this address, on every replica (see
+    /// docs/dashboard.md; no authentication). Off when absent.
+    #[arg(long, value_name = "ADDR")]
+    pub dashboard_addr: Option<SocketAddr>,
     /// The MutatingWebhookConfiguration whose CA bundle the controller-manager keeps.
     #[arg(long, default_value = webhook::DEFAULT_CONFIGURATION, value_name = "NAME")]
     pub webhook_configuration: String,
@@ -157,6 +161,12 @@ pub async fn run(
     };
     info!(host_version = %version.git_version, %namespace, "connected to the host cluster");
     let _webhook = start_webhook(&host, &namespace, &args).await?;
+    if let Some(bind) = args.dashboard_addr {
+        let addr = crate::dashboard::start(host.clone(), &namespace, bind, ctx.shutdown.clone())
+            .await
+            .with_context(|| format!("serving the dashboard on {bind}"))?;
+        info!(url = %crate::dashboard::url(addr), "serving the dashboard");
+    }
     // Ready means "can serve as leader or standby": the host answered.
     health.set_ready(true);
 

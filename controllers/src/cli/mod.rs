@@ -8,6 +8,7 @@
 //! Commands use `anyhow`: they are the outermost layer and only report.
 
 pub mod access;
+pub mod dashboard;
 pub mod decision;
 #[cfg(feature = "dev")]
 pub mod dev;
@@ -141,6 +142,9 @@ pub enum Command {
     /// Show per-cluster propagation of federated objects; optionally wait for it.
     #[command(after_help = status::EXAMPLES)]
     Status(status::StatusArgs),
+    /// Serve the live web dashboard (clusters, federated objects, per-cluster state).
+    #[command(after_help = dashboard::EXAMPLES)]
+    Dashboard(dashboard::DashboardArgs),
     /// A local federation for trying Flotilla: host + members, samples, propagation.
     #[cfg(feature = "dev")]
     #[command(subcommand)]
@@ -239,6 +243,7 @@ pub async fn execute(cli: Cli, ctx: Context) -> anyhow::Result<()> {
         Command::OrphaningDeletion(args) => orphan::run(&global, args, &ctx).await,
         Command::Status(args) => status::run(&global, args, &ctx).await,
         Command::Diff(args) => diff::run(&global, args, &ctx).await,
+        Command::Dashboard(args) => dashboard::run(&global, args, &ctx).await,
         #[cfg(feature = "dev")]
         Command::Dev(cmd) => dev::run(&global, cmd, &ctx).await,
         #[cfg(feature = "dev")]
@@ -335,6 +340,7 @@ mod tests {
             &["federate", "-f", "app.yaml", "--apply"][..],
             &["federate", "secrets", "s", "--enable-type"][..],
             &["controller-manager"][..],
+            &["dashboard", "--address", "127.0.0.1:0"][..],
             &[
                 "enable",
                 "limitranges",

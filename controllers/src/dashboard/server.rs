@@ -1,0 +1,363 @@
+//! The dashboard's HTTP server on hyper: GET only, read-only. `/` (overview), `/object`
+//! (one object), `?fragment=1` for the live part alone, `/api/overview` and `/api/object`
+//! (the same view models as JSON), `/events` (server-sent events, [`super::sse`]),
+//! `/app.js`, `/app.css`, `/healthz`. A strict Content-Security-Policy; on a loopback
+//! address, requests naming another host are refused (DNS rebinding).
+
+use std::{convert::Infallible, net::SocketAddr, time::Duration};
+
+use bytes::Bytes;
+use http::{HeaderValue, Method, Request, StatusCode, header};
+use http_body_util::{BodyExt, Full, StreamBody, combinators::UnsyncBoxBody};
+use hyper::service::service_fn;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use tokio::net::{TcpListener, TcpStream};
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, warn};
+
+use super::{
+    html, sse,
+    state::{ObjectKey, Shared},
+    view::{object::object_view, overview},
+};
+
+/// How long a client may take to send its request head.
+const READ_TIMEOUT: Duration = Duration::from_secs(10);
+const HTML: &str = "text/html; charset=utf-8";
+const JSON: &str = "application/json";
+const CSP: &str = "default-src 'self'; frame-ancestors 'none'; base-uri 'none'; form-action 'self'";
+
+/// `key=value&…` pairs of a query string, percent-decoded (`+` is a space).
+pub fn query_pairs(query: &str) -> Vec<(String, String)> {
+    query
+        .split('&')
+        .filter(|p| !p.is_empty())
+        .map(|p| {
+            let (k, v) = p.split_once('=').unwrap_or((p, ""));
+            (decode(k), decode(v))
+        })
+        .collect()
+}
+
+fn decode(s: &str) -> String {
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        match bytes[i] {
+            b'+' => out.push(b' '),
+            b'%' if i + 2 < bytes.len() => {
+                let hex = std::str::from_utf8(&bytes[i + 1..i + 3]).ok();
+                match hex.and_then(|h| u8::from_str_radix(h, 16).ok()) {
+                    Some(b) => {
+                        out.push(b);
+                        i += 2;
+                    }
+                    None => out.push(b'%'),
+                }
+            }
+            b => out.push(b),
+        }
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// `s` percent-encoded for a query value (everything but unreserved characters).
+pub fn encode(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for b in s.bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~') {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+/// An answer other than the event stream.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Response {
+    /// Status code.
+    pub status: StatusCode,
+    /// `Content-Type`.
+    pub content_type: &'static str,
+    /// The body.
+    pub body: String,
+}
+
+fn ok(content_type: &'static str, body: String) -> Response {
+    Response {
+        status: StatusCode::OK,
+        content_type,
+        body,
+    }
+}
+
+fn json(value: &impl serde::Serialize) -> Response {
+    match serde_json::to_string(value) {
+        Ok(body) => ok(JSON, body),
+        Err(e) => Response {
+            status: StatusCode::INTERNAL_SERVER_ERROR,
+            content_type: "text/plain; charset=utf-8",
+            body: format!("cannot encode: {e}\n"),
+        },
+    }
+}
+
+fn object_key(query: &str) -> ObjectKey {
+    let mut key = ObjectKey {
+        namespace: String::new(),
+        kind: String::new(),
+        name: String::new(),
+    };
+    for (k, v) in query_pairs(query) {
+        match k.as_str() {
+            "ns" => key.namespace = v,
+            "kind" => key.kind = v,
+            "name" => key.name = v,
+            _ => {}
+        }
+    }
+    key
+}
+
+/// Answers `path?query` from the current state (every path but `/events`).
+pub fn respond(shared: &Shared, path: &str, query: &str) -> Response {
+    let fragment = query_pairs(query)
+        .iter()
+        .any(|(k, v)| k == "fragment" && v == "1");
+    let version = shared.version();
+    let state = shared.read();
+    match path {
+        "/" | "/api/overview" => {
+            let o = overview::overview(&state, &overview::Filter::from_query(query));
+            match (path, fragment) {
+                ("/api/overview", _) => json(&o),
+                (_, true) => ok(HTML, html::overview::fragment(&o)),
+                _ => ok(
+                    HTML,
+                    html::page(
+                        "Flotilla",
+                        version,
+                        &html::overview::filters(&o),
+                        &html::overview::fragment(&o),
+                    ),
+                ),
+            }
+        }
+        "/object" | "/api/object" => {
+            let key = object_key(query);
+            let Some(v) = object_view(&state, &key) else {
+                let what = format!(
+                    "No federated object {} {}/{}.",
+                    key.kind, key.namespace, key.name
+                );
+                return Response {
+                    status: StatusCode::NOT_FOUND,
+                    content_type: HTML,
+                    body: if fragment {
+                        format!("<p>{}</p>", html::escape(&what))
+                    } else {
+                        html::not_found(version, &what)
+                    },
+                };
+            };
+            match (path, fragment) {
+                ("/api/object", _) => json(&v),
+                (_, true) => ok(HTML, html::object::fragment(&v)),
+                _ => {
+                    let title = format!("{} {}/{} — Flotilla", v.kind, v.namespace, v.name);
+                    ok(
+                        HTML,
+                        html::page(&title, version, "", &html::object::fragment(&v)),
+                    )
+                }
+            }
+        }
+        "/app.js" => ok("text/javascript; charset=utf-8", html::SCRIPT.to_owned()),
+        "/app.css" => ok("text/css; charset=utf-8", html::STYLE.to_owned()),
+        "/healthz" => ok("text/plain; charset=utf-8", "ok\n".to_owned()),
+        _ => Response {
+            status: StatusCode::NOT_FOUND,
+            content_type: HTML,
+            body: html::not_found(version, &format!("No page {path}.")),
+        },
+    }
+}
+
+/// Whether a request with this `Host` may be answered by a server bound to `local`: on
+/// loopback only loopback names (a page elsewhere cannot rebind a name to it).
+pub fn host_allowed(local: &SocketAddr, host: Option<&str>) -> bool {
+    if !local.ip().is_loopback() {
+        return true;
+    }
+    let Some(host) = host else { return false };
+    let name = match host.rsplit_once(':') {
+        Some((name, port)) if !name.is_empty() && port.bytes().all(|b| b.is_ascii_digit()) => name,
+        _ => host,
+    };
+    matches!(name, "localhost" | "127.0.0.1" | "[::1]") || name.starts_with("127.")
+}
+
+type Body = UnsyncBoxBody<Bytes, Infallible>;
+
+fn with_headers(
+    mut response: http::Response<Body>,
+    content_type: &'static str,
+) -> http::Response<Body> {
+    let headers = response.headers_mut();
+    headers.insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
+    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    headers.insert(
+        header::CONTENT_SECURITY_POLICY,
+        HeaderValue::from_static(CSP),
+    );
+    headers.insert(
+        header::X_CONTENT_TYPE_OPTIONS,
+        HeaderValue::from_static("nosniff"),
+    );
+    headers.insert(
+        header::REFERRER_POLICY,
+        HeaderValue::from_static("no-referrer"),
+    );
+    response
+}
+
+fn answer(
+    shared: &Shared,
+    local: &SocketAddr,
+    request: &Request<hyper::body::Incoming>,
+    cancel: &CancellationToken,
+) -> http::Response<Body> {
+    let host = request
+        .headers()
+        .get(header::HOST)
+        .and_then(|h| h.to_str().ok());
+    let refused = |status: StatusCode, text: &'static str| {
+        let mut r =
+            http::Response::new(Full::new(Bytes::from_static(text.as_bytes())).boxed_unsync());
+        *r.status_mut() = status;
+        with_headers(r, "text/plain; charset=utf-8")
+    };
+    if !host_allowed(local, host) {
+        return refused(
+            StatusCode::FORBIDDEN,
+            "this dashboard answers only to localhost\n",
+        );
+    }
+    if request.method() != Method::GET && request.method() != Method::HEAD {
+        return refused(StatusCode::METHOD_NOT_ALLOWED, "read-only: GET only\n");
+    }
+    let path = request.uri().path();
+    if path == "/events" {
+        let body = StreamBody::new(sse::stream(shared.subscribe(), cancel.clone())).boxed_unsync();
+        let mut response = with_headers(http::Response::new(body), "text/event-stream");
+        response
+            .headers_mut()
+            .insert("x-accel-buffering", HeaderValue::from_static("no"));
+        return response;
+    }
+    let r = respond(shared, path, request.uri().query().unwrap_or_default());
+    let mut response = http::Response::new(Full::new(Bytes::from(r.body)).boxed_unsync());
+    *response.status_mut() = r.status;
+    with_headers(response, r.content_type)
+}
+
+async fn handle(stream: TcpStream, local: SocketAddr, shared: Shared, cancel: CancellationToken) {
+    let stop = cancel.clone();
+    let service = service_fn(move |request: Request<hyper::body::Incoming>| {
+        let response = answer(&shared, &local, &request, &cancel);
+        std::future::ready(Ok::<_, Infallible>(response))
+    });
+    let connection = hyper::server::conn::http1::Builder::new()
+        .timer(TokioTimer::new())
+        .header_read_timeout(READ_TIMEOUT)
+        .serve_connection(TokioIo::new(stream), service);
+    tokio::select! {
+        served = connection => if let Err(error) = served {
+            debug!(%error, "serving a dashboard connection failed");
+        },
+        _ = stop.cancelled() => {}
+    }
+}
+
+/// Binds `addr` and serves `shared` until `cancel` fires; returns the bound address.
+pub async fn serve(
+    addr: SocketAddr,
+    shared: Shared,
+    cancel: CancellationToken,
+) -> std::io::Result<SocketAddr> {
+    let listener = TcpListener::bind(addr).await?;
+    let local = listener.local_addr()?;
+    tokio::spawn(async move {
+        loop {
+            let accepted = tokio::select! {
+                _ = cancel.cancelled() => return,
+                a = listener.accept() => a,
+            };
+            match accepted {
+                Ok((stream, _)) => {
+                    tokio::spawn(handle(stream, local, shared.clone(), cancel.clone()));
+                }
+                Err(error) => {
+                    warn!(%error, "accepting a dashboard connection failed");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+            }
+        }
+    });
+    Ok(local)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::dashboard::view::overview::tests::state;
+
+    #[test]
+    fn query_values_are_percent_decoded_and_encoding_round_trips() {
+        assert_eq!(
+            query_pairs("ns=a%2Fb&name=x+y&flag&bad=%zz"),
+            [
+                ("ns".to_string(), "a/b".to_string()),
+                ("name".into(), "x y".into()),
+                ("flag".into(), String::new()),
+                ("bad".into(), "%zz".into())
+            ]
+        );
+        let odd = "a b&c=d/é";
+        assert_eq!(query_pairs(&format!("v={}", encode(odd)))[0].1, odd);
+    }
+
+    #[test]
+    fn pages_fragments_and_json_come_from_the_same_view() {
+        let shared = Shared::new(state(2));
+        let page = respond(&shared, "/", "");
+        assert_eq!(page.status, StatusCode::OK);
+        assert!(page.body.starts_with("<!doctype html>"));
+        let fragment = respond(&shared, "/", "problems=1&fragment=1");
+        assert!(!fragment.body.contains("<!doctype"));
+        assert!(fragment.body.contains("ApplyOverridesFailed"));
+        let api = respond(&shared, "/api/overview", "problems=1");
+        let doc: serde_json::Value = serde_json::from_str(&api.body).expect("json");
+        assert_eq!(doc["matched"], 1);
+        assert_eq!(doc["rows"][0]["cells"][1]["reason"], "ApplyOverridesFailed");
+        let missing = respond(&shared, "/object", "ns=x&kind=Y&name=z");
+        assert_eq!(missing.status, StatusCode::NOT_FOUND);
+        assert!(missing.body.contains("No federated object Y x/z."));
+    }
+
+    #[test]
+    fn a_loopback_server_answers_only_to_loopback_names() {
+        let local: SocketAddr = "127.0.0.1:8080".parse().expect("addr");
+        assert!(host_allowed(&local, Some("127.0.0.1:8080")));
+        assert!(host_allowed(&local, Some("localhost:8080")));
+        assert!(host_allowed(&local, Some("[::1]:8080")));
+        assert!(!host_allowed(&local, Some("evil.example:8080")));
+        assert!(!host_allowed(&local, None));
+        let any: SocketAddr = "0.0.0.0:8080".parse().expect("addr");
+        assert!(host_allowed(&any, Some("dashboard.internal")));
+    }
+}

@@ -1,0 +1,285 @@
+//! The web dashboard on real clusters, seen through a real headless browser (Debian's
+//! Chromium): `flotilla dashboard` started as the CLI starts it (kubeconfig and context),
+//! both members listed Ready, an object with a failing override shown failing on exactly
+//! that cluster with its reason (and the controllers' Warning Event on its page), and the
+//! object page updating by itself after a template change, without a reload.
+//!
+//! Screenshots of the overview and of an object page are written beside the clusters'
+//! files, and to `docs/images/` when `FLOTILLA_DASHBOARD_SCREENSHOTS=1`:
+//! `FLOTILLA_DASHBOARD_SCREENSHOTS=1 cargo nextest run -p flotilla-tests --test dashboard`.
+
+use std::{path::PathBuf, time::Duration};
+
+use anyhow::{Context as _, ensure};
+use flotilla_controllers::cli::{self, Context};
+use flotilla_tests::{
+    browser::Browser, federation::Federation, objects::FederatedObject,
+    setup::federation_with_namespace, wait_for,
+};
+use serde_json::json;
+
+const NS: &str = "dash";
+/// How long the page may take to show a change (status written + pushed + refetched).
+const SEEN: Duration = Duration::from_secs(60);
+
+/// Runs `flotilla dashboard` in-process on a free loopback port; returns its URL.
+async fn start_dashboard(fed: &Federation, ctx: &Context) -> anyhow::Result<String> {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port();
+    let args: Vec<String> = vec![
+        "flotilla".into(),
+        "--kubeconfig".into(),
+        fed.env.kubeconfig_path().display().to_string(),
+        "--context".into(),
+        "host".into(),
+        "dashboard".into(),
+        "--address".into(),
+        format!("127.0.0.1:{port}"),
+    ];
+    let run_ctx = ctx.clone();
+    tokio::spawn(async move {
+        if let Err(e) = cli::run(args, run_ctx).await {
+            panic!("flotilla dashboard failed: {e:#}");
+        }
+    });
+    let url = format!("http://127.0.0.1:{port}/");
+    wait_for(
+        Duration::from_secs(30),
+        "the dashboard's URL to be printed",
+        || async {
+            ensure!(ctx.out.text().contains(&url), "printed: {}", ctx.out.text());
+            Ok(())
+        },
+    )
+    .await?;
+    Ok(url)
+}
+
+fn settings(name: &str, color: &str) -> FederatedObject {
+    FederatedObject::config_map(NS, name, json!({"color": color}))
+}
+
+fn screenshot_dirs(fed: &Federation) -> Vec<PathBuf> {
+    let mut dirs: Vec<PathBuf> = fed
+        .env
+        .kubeconfig_path()
+        .parent()
+        .map(PathBuf::from)
+        .into_iter()
+        .collect();
+    if std::env::var_os("FLOTILLA_DASHBOARD_SCREENSHOTS").is_some() {
+        dirs.push(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../docs/images"));
+    }
+    dirs
+}
+
+async fn save_screenshot(browser: &Browser, fed: &Federation, file: &str) -> anyhow::Result<()> {
+    let png = browser.screenshot().await?;
+    ensure!(png.starts_with(b"\x89PNG"), "{file}: not a PNG");
+    for dir in screenshot_dirs(fed) {
+        std::fs::write(dir.join(file), &png).with_context(|| format!("writing {file}"))?;
+    }
+    Ok(())
+}
+
+/// The cell of an object's row in the grid for one cluster.
+fn cell(name: &str, cluster: &str) -> String {
+    format!(
+        r#"#objects tr[data-object="{NS}/FederatedConfigMap/{name}"] td[data-cluster="{cluster}"]"#
+    )
+}
+
+/// On the overview, opened before the objects were created (and marked): they appear by
+/// themselves, without a reload.
+async fn overview_shows_clusters_and_the_failing_cell(
+    browser: &Browser,
+    url: &str,
+) -> anyhow::Result<()> {
+    for member in ["member1", "member2"] {
+        browser
+            .wait_text(
+                SEEN,
+                &format!(r#"#clusters tr[data-cluster="{member}"]"#),
+                |t| t.contains("Ready") && !t.contains("NotReady"),
+            )
+            .await?;
+    }
+    // Without a reload: the objects were created after the page was opened.
+    browser
+        .wait_text(SEEN, &cell("broken", "member2"), |t| {
+            t.contains("ApplyOverridesFailed")
+        })
+        .await?;
+    let on_member1 = browser
+        .wait_text(SEEN, &cell("broken", "member1"), |t| {
+            t.contains("Propagated")
+        })
+        .await?;
+    ensure!(
+        !on_member1.contains("Failed"),
+        "member1 shows {on_member1:?}"
+    );
+    for member in ["member1", "member2"] {
+        browser
+            .wait_text(SEEN, &cell("healthy", member), |t| t.contains("Propagated"))
+            .await?;
+    }
+    let counts = browser.text("#counts").await?.unwrap_or_default();
+    ensure!(counts.contains("1 failing"), "counts: {counts:?}");
+    let marker = browser
+        .execute("return window.flotillaMarker || null;", vec![])
+        .await?;
+    ensure!(
+        marker == "overview",
+        "the overview was reloaded (marker {marker})"
+    );
+    // "Only problems" keeps the broken object and drops the healthy one.
+    browser.goto(&format!("{url}?ns={NS}&problems=1")).await?;
+    browser
+        .wait_text(SEEN, "#objects", |t| {
+            t.contains("broken") && !t.contains("healthy")
+        })
+        .await?;
+    Ok(())
+}
+
+async fn object_page_updates_without_a_reload(
+    browser: &Browser,
+    fed: &Federation,
+    url: &str,
+) -> anyhow::Result<()> {
+    browser
+        .goto(&format!(
+            "{url}object?ns={NS}&kind=FederatedConfigMap&name=broken"
+        ))
+        .await?;
+    let row = r#"#object-clusters tr[data-cluster="member2"]"#;
+    let text = browser
+        .wait_text(SEEN, row, |t| t.contains("ApplyOverridesFailed"))
+        .await?;
+    ensure!(
+        text.contains("/data/missing/deeper"),
+        "reason without its message: {text:?}"
+    );
+    browser
+        .wait_text(SEEN, r#"details[data-cluster="member1"] pre"#, |t| {
+            t.contains("color: blue")
+        })
+        .await?;
+    // The controllers' Warning Event about the failure, from the Events watch.
+    browser
+        .wait_text(SEEN, "#events", |t| {
+            t.contains("Warning") && t.contains("member2")
+        })
+        .await?;
+    // A marker that a reload would lose.
+    browser
+        .execute("window.flotillaMarker = 'kept'; return null;", vec![])
+        .await?;
+    settings("broken", "red")
+        .override_op("member2", "replace", "/data/missing/deeper", json!("x"))
+        .apply(&fed.host)
+        .await?;
+    browser
+        .wait_text(SEEN, "#template", |t| t.contains("color: red"))
+        .await?;
+    browser
+        .wait_text(SEEN, r#"details[data-cluster="member1"] pre"#, |t| {
+            t.contains("color: red")
+        })
+        .await?;
+    let marker = browser
+        .execute("return window.flotillaMarker || null;", vec![])
+        .await?;
+    ensure!(marker == "kept", "the page was reloaded (marker {marker})");
+    Ok(())
+}
+
+#[tokio::test]
+async fn the_dashboard_shows_clusters_and_per_cluster_state_live_in_a_real_browser()
+-> anyhow::Result<()> {
+    let fed = federation_with_namespace(2, NS).await?;
+    let ctx = Context::captured();
+    let url = start_dashboard(&fed, &ctx).await?;
+    let browser = Browser::start().await?;
+    let steps = async {
+        browser.goto(&url).await?;
+        browser
+            .execute("window.flotillaMarker = 'overview'; return null;", vec![])
+            .await?;
+        settings("healthy", "blue").apply(&fed.host).await?;
+        settings("broken", "blue")
+            .override_op("member2", "replace", "/data/missing/deeper", json!("x"))
+            .apply(&fed.host)
+            .await?;
+        overview_shows_clusters_and_the_failing_cell(&browser, &url).await?;
+        browser.goto(&url).await?;
+        browser
+            .wait_text(SEEN, &cell("broken", "member2"), |t| {
+                t.contains("ApplyOverridesFailed")
+            })
+            .await?;
+        save_screenshot(&browser, &fed, "dashboard-overview.png").await?;
+        object_page_updates_without_a_reload(&browser, &fed, &url).await?;
+        browser.resize(1400, 1500).await?;
+        save_screenshot(&browser, &fed, "dashboard-object.png").await
+    }
+    .await;
+    browser.close().await;
+    ctx.shutdown.cancel();
+    steps
+}
+
+/// The controller-manager's optional endpoint: with `--dashboard-addr` it serves the same
+/// dashboard. Here the controller-manager (started as the CLI starts it) replaces the
+/// in-process control plane, and its dashboard shows an object propagated to both members.
+#[tokio::test]
+async fn the_controller_manager_serves_the_dashboard_when_asked() -> anyhow::Result<()> {
+    const CM_NS: &str = "dash-cm";
+    let mut fed = federation_with_namespace(2, CM_NS).await?;
+    fed.control_plane.take();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port();
+    let args: Vec<String> = vec![
+        "flotilla".into(),
+        "--kubeconfig".into(),
+        fed.env.kubeconfig_path().display().to_string(),
+        "--context".into(),
+        "host".into(),
+        "controller-manager".into(),
+        "--leader-elect=false".into(),
+        "--metrics-addr".into(),
+        "127.0.0.1:0".into(),
+        "--dashboard-addr".into(),
+        format!("127.0.0.1:{port}"),
+    ];
+    let ctx = Context::captured();
+    let run_ctx = ctx.clone();
+    let manager = tokio::spawn(async move { cli::run(args, run_ctx).await });
+    FederatedObject::config_map(CM_NS, "served", json!({"k": "v"}))
+        .apply(&fed.host)
+        .await?;
+    let addr: std::net::SocketAddr = ([127, 0, 0, 1], port).into();
+    let path = format!("/api/object?ns={CM_NS}&kind=FederatedConfigMap&name=served");
+    let seen = wait_for(SEEN, "the object propagated on the dashboard", || async {
+        let (status, body) = cli::http::get(addr, &path).await?;
+        ensure!(status == 200, "{status}: {body}");
+        let doc: serde_json::Value = serde_json::from_str(&body)?;
+        ensure!(doc["overall"] == "Propagated", "{body}");
+        Ok(doc)
+    })
+    .await;
+    ctx.shutdown.cancel();
+    let doc = seen?;
+    let states: Vec<&str> = doc["clusters"]
+        .as_array()
+        .context("clusters")?
+        .iter()
+        .filter_map(|c| c["cell"]["state"].as_str())
+        .collect();
+    ensure!(states == ["propagated", "propagated"], "{doc}");
+    manager.await??;
+    Ok(())
+}
