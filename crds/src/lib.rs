@@ -16,6 +16,7 @@ pub mod multicluster;
 pub mod overrides;
 pub mod placement;
 pub mod reason;
+pub mod rollout;
 pub mod schedule;
 pub mod scheduling;
 pub mod taint;

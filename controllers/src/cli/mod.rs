@@ -22,6 +22,7 @@ pub mod orphan;
 pub mod output;
 pub mod progress;
 pub mod resolve;
+pub mod rollout;
 pub mod status;
 
 use std::{ffi::OsString, path::PathBuf, time::Duration};
@@ -141,6 +142,9 @@ pub enum Command {
     /// Show per-cluster propagation of federated objects; optionally wait for it.
     #[command(after_help = status::EXAMPLES)]
     Status(status::StatusArgs),
+    /// Follow, pause and resume a progressive rollout (spec.rollout).
+    #[command(subcommand, after_help = rollout::EXAMPLES)]
+    Rollout(rollout::RolloutCommand),
     /// A local federation for trying Flotilla: host + members, samples, propagation.
     #[cfg(feature = "dev")]
     #[command(subcommand)]
@@ -239,6 +243,7 @@ pub async fn execute(cli: Cli, ctx: Context) -> anyhow::Result<()> {
         Command::OrphaningDeletion(args) => orphan::run(&global, args, &ctx).await,
         Command::Status(args) => status::run(&global, args, &ctx).await,
         Command::Diff(args) => diff::run(&global, args, &ctx).await,
+        Command::Rollout(cmd) => rollout::run(&global, cmd, &ctx).await,
         #[cfg(feature = "dev")]
         Command::Dev(cmd) => dev::run(&global, cmd, &ctx).await,
         #[cfg(feature = "dev")]

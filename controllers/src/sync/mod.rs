@@ -23,6 +23,7 @@ mod observe;
 pub mod plan;
 mod reconcile;
 mod registry_wait;
+mod rollout;
 pub(crate) mod scheduled;
 mod status;
 mod strays;
@@ -187,6 +188,7 @@ impl TypeController {
             recent: Default::default(),
             written: Default::default(),
             availability: Default::default(),
+            revisions: Default::default(),
         });
         // The cluster registry: every registered cluster known and probed once.
         let (known_tx, clusters_known) = watch::channel(false);

@@ -24,6 +24,7 @@ use super::{
     deletion::{has_finalizer, no_client},
     dispatch::{MemberOp, MemberRef},
     plan::{self, DesiredFor, DesiredSet, Observed, Op, Outcome},
+    rollout::Members,
     scheduled::{self, Scheduling},
     status::StatusUpdate,
 };
@@ -112,7 +113,7 @@ impl Ctl {
             }
         };
         let (selected, decision, aggregate) = self.targets(key, &spec, &previous);
-        let desired = plan::desired_objects(
+        let mut desired = plan::desired_objects(
             &self.target_type_api(),
             &key.1,
             key.0.as_deref(),
@@ -124,6 +125,13 @@ impl Ctl {
         }
         let snapshot = self.shared.clusters.snapshot();
         let observed: Vec<Observed> = snapshot.iter().map(|c| self.observe(c, key)).collect();
+        let members = Members {
+            snapshot: &snapshot,
+            observed: &observed,
+        };
+        let rollout = self
+            .progressive(key, fed, &spec, members, &mut desired)
+            .await;
         let mut remote = self.remote_statuses(&snapshot, &observed);
         let member_specs = self.member_specs(&snapshot, &observed);
         let host_ns_uid = match self
@@ -165,8 +173,13 @@ impl Ctl {
             remote: &remote,
             aggregated,
             scheduling: Scheduling::of(decision.as_ref(), spec.placement.is_scheduled()),
+            rollout: rollout.as_ref(),
         };
         self.write_status(fed, update).await;
+        if let Some(r) = &rollout {
+            self.announce_rollout(fed, r).await;
+            round.recheck = earliest(round.recheck, r.recheck);
+        }
         if let Some(d) = &decision {
             self.announce_decision(fed, &previous, d).await;
             round.recheck = earliest(round.recheck, scheduled::recheck(d));
@@ -190,6 +203,7 @@ impl Ctl {
             remote: &BTreeMap::new(),
             aggregated: None,
             scheduling: Scheduling::of(None, previous.placement.is_some()),
+            rollout: None,
         };
         self.write_status(fed, update).await;
     }
