@@ -768,7 +768,10 @@ mod tests {
                     "Reason".to_string(),
                     ".status.conditions[?(@.type=='Propagation')].reason".to_string()
                 ),
-                ("Rollout".to_string(), ".status.rollout.progress".to_string()),
+                (
+                    "Rollout".to_string(),
+                    ".status.rollout.progress".to_string()
+                ),
                 ("Age".to_string(), ".metadata.creationTimestamp".to_string()),
             ]
         );

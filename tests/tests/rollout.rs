@@ -98,13 +98,18 @@ fn member_index(name: &str) -> usize {
 }
 
 /// Waits until the `Rollout` condition has `reason` for the current generation.
-async fn wait_reason(web: &FederatedRef, reason: &str, what: &str) -> anyhow::Result<FederatedStatus> {
+async fn wait_reason(
+    web: &FederatedRef,
+    reason: &str,
+    what: &str,
+) -> anyhow::Result<FederatedStatus> {
     wait_for(STEP_TIMEOUT, what, || async {
         let obj = web.get().await?;
         let status = FederatedStatus::from_dynamic(&obj);
         let c = status.rollout_condition().context("no Rollout condition")?;
         ensure!(
-            status.observed_generation == obj.metadata.generation.unwrap_or(0) && c.reason == reason,
+            status.observed_generation == obj.metadata.generation.unwrap_or(0)
+                && c.reason == reason,
             "Rollout {}: {}",
             c.reason,
             c.message
@@ -158,11 +163,17 @@ async fn one_cluster_at_a_time_in_order(
             if i < reached.len() {
                 ensure!(has_new, "{name} lost {image}: {now:?}");
             } else if has_new {
-                ensure!(i == reached.len(), "{name} got {image} out of turn: {now:?}");
+                ensure!(
+                    i == reached.len(),
+                    "{name} got {image} out of turn: {now:?}"
+                );
                 reached.push((name, started.elapsed()));
             } else {
                 let kept = &now[member_index(name)];
-                ensure!(kept == &before[member_index(name)], "{name} changed to {kept:?} before its turn");
+                ensure!(
+                    kept == &before[member_index(name)],
+                    "{name} changed to {kept:?} before its turn"
+                );
             }
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
@@ -179,7 +190,18 @@ async fn one_cluster_at_a_time_in_order(
     let status = wait_complete(web, "the rollout complete").await?;
     let rollout = status.rollout.context("no status.rollout")?;
     assert_eq!(rollout.progress, "4/4");
-    let text = flotilla(fed, &["rollout", "status", "deployment/web", "--wait", "--timeout", "30s"]).await?;
+    let text = flotilla(
+        fed,
+        &[
+            "rollout",
+            "status",
+            "deployment/web",
+            "--wait",
+            "--timeout",
+            "30s",
+        ],
+    )
+    .await?;
     assert!(text.contains("4/4 clusters done"), "{text}");
     let waves = events_about(&fed.host, NS, NAME, "WaveStarted").await?;
     assert!(!waves.is_empty(), "WaveStarted Events");
@@ -187,7 +209,10 @@ async fn one_cluster_at_a_time_in_order(
 }
 
 /// Once complete, neither the member Deployments' specs nor the host status change.
-async fn nothing_is_written_once_complete(fed: &Federation, web: &FederatedRef) -> anyhow::Result<()> {
+async fn nothing_is_written_once_complete(
+    fed: &Federation,
+    web: &FederatedRef,
+) -> anyhow::Result<()> {
     let generations = |fed: &Federation| {
         let members = fed.members.clone();
         async move {
@@ -201,8 +226,16 @@ async fn nothing_is_written_once_complete(fed: &Federation, web: &FederatedRef) 
     let before = generations(fed).await?;
     let host_before = web.get().await?.metadata.resource_version;
     tokio::time::sleep(Duration::from_secs(MIN_SUCCESS_SECONDS + 3)).await;
-    assert_eq!(generations(fed).await?, before, "member Deployments rewritten");
-    assert_eq!(web.get().await?.metadata.resource_version, host_before, "host status rewritten");
+    assert_eq!(
+        generations(fed).await?,
+        before,
+        "member Deployments rewritten"
+    );
+    assert_eq!(
+        web.get().await?.metadata.resource_version,
+        host_before,
+        "host status rewritten"
+    );
     Ok(())
 }
 
@@ -216,16 +249,39 @@ async fn a_failing_template_stops_after_the_canary(
     let status = wait_reason(web, "Failed", "the rollout stopped on the canary").await?;
     let c = status.rollout_condition().context("condition")?;
     assert_eq!(c.status, "False");
-    assert!(c.message.contains("cluster member3 failed"), "{}", c.message);
-    assert!(c.message.contains("ready"), "the member's reason: {}", c.message);
+    assert!(
+        c.message.contains("cluster member3 failed"),
+        "{}",
+        c.message
+    );
+    assert!(
+        c.message.contains("ready"),
+        "the member's reason: {}",
+        c.message
+    );
     let now = images(fed).await?;
     assert_eq!(now[2].as_deref(), Some("fail:never-ready"));
     for i in [0, 1, 3] {
-        assert_eq!(now[i].as_deref(), Some("nginx:2"), "member{} untouched", i + 1);
+        assert_eq!(
+            now[i].as_deref(),
+            Some("nginx:2"),
+            "member{} untouched",
+            i + 1
+        );
     }
-    let err = flotilla(fed, &["rollout", "status", "deployment/web", "--wait", "--timeout", "30s"])
-        .await
-        .expect_err("--wait fails on a stopped rollout");
+    let err = flotilla(
+        fed,
+        &[
+            "rollout",
+            "status",
+            "deployment/web",
+            "--wait",
+            "--timeout",
+            "30s",
+        ],
+    )
+    .await
+    .expect_err("--wait fails on a stopped rollout");
     assert!(format!("{err:#}").contains("member3"), "{err:#}");
     let failed = events_about(&fed.host, NS, NAME, "RolloutFailed").await?;
     assert_eq!(failed.len(), 1, "one RolloutFailed Event");
@@ -254,14 +310,22 @@ async fn pause_stops_midway_and_survives_a_restart(
         Arc::new(Metrics::new()),
     ));
     let fed: &Federation = fed;
-    wait_for(STEP_TIMEOUT, "member4 repaired to the previous template", || async {
-        let now = images(fed).await?;
-        ensure!(now[3].as_deref() == Some("nginx:3"), "{now:?}");
-        Ok(())
-    })
+    wait_for(
+        STEP_TIMEOUT,
+        "member4 repaired to the previous template",
+        || async {
+            let now = images(fed).await?;
+            ensure!(now[3].as_deref() == Some("nginx:3"), "{now:?}");
+            Ok(())
+        },
+    )
     .await?;
     tokio::time::sleep(Duration::from_secs(MIN_SUCCESS_SECONDS + 2)).await;
-    assert_eq!(images(fed).await?, held, "nothing moved while paused, across a restart");
+    assert_eq!(
+        images(fed).await?,
+        held,
+        "nothing moved while paused, across a restart"
+    );
     flotilla(fed, &["rollout", "resume", "deployment/web"]).await?;
     wait_complete(web, "the resumed rollout complete").await?;
     assert_eq!(images(fed).await?, [Some("nginx:4".to_string()); 4]);
@@ -288,7 +352,10 @@ async fn pause_after_the_canary(
 }
 
 /// A member that is down when its turn comes counts as failed at the deadline.
-async fn a_member_down_fails_at_the_deadline(fed: &Federation, web: &FederatedRef) -> anyhow::Result<()> {
+async fn a_member_down_fails_at_the_deadline(
+    fed: &Federation,
+    web: &FederatedRef,
+) -> anyhow::Result<()> {
     fed.env.stop_apiserver("member1").await?;
     let clusters: Api<KubeFedCluster> = Api::namespaced(fed.host.clone(), DEFAULT_NAMESPACE);
     wait_for(STEP_TIMEOUT, "member1 not ready", || async {
@@ -305,10 +372,20 @@ async fn a_member_down_fails_at_the_deadline(fed: &Federation, web: &FederatedRe
     deploy(fed, "nginx:5").await?;
     let status = wait_reason(web, "Failed", "the rollout stopped on member1").await?;
     let c = status.rollout_condition().context("condition")?;
-    assert!(c.message.contains("cluster member1 failed"), "{}", c.message);
+    assert!(
+        c.message.contains("cluster member1 failed"),
+        "{}",
+        c.message
+    );
     assert!(c.message.contains("not ready"), "{}", c.message);
     let rollout = status.rollout.context("status.rollout")?;
-    let state = |n: &str| rollout.clusters.iter().find(|c| c.name == n).map(|c| c.state.as_str());
+    let state = |n: &str| {
+        rollout
+            .clusters
+            .iter()
+            .find(|c| c.name == n)
+            .map(|c| c.state.as_str())
+    };
     assert_eq!(state("member3"), Some("Succeeded"));
     assert_eq!(state("member2"), Some("Pending"));
     let now = images(fed).await?;

@@ -111,7 +111,10 @@ pub fn render(what: &str, status: &FederatedStatus) -> String {
         r.target_generation, r.progress, r.current_wave, r.waves
     );
     if let Some(c) = status.rollout_condition() {
-        out.push_str(&format!("Rollout {}: {} — {}\n", c.status, c.reason, c.message));
+        out.push_str(&format!(
+            "Rollout {}: {} — {}\n",
+            c.status, c.reason, c.message
+        ));
     }
     let rows: Vec<[String; 5]> = r
         .clusters
@@ -126,7 +129,10 @@ pub fn render(what: &str, status: &FederatedStatus) -> String {
             ]
         })
         .collect();
-    out.push_str(&columns(["CLUSTER", "WAVE", "STATE", "SINCE", "MESSAGE"], &rows));
+    out.push_str(&columns(
+        ["CLUSTER", "WAVE", "STATE", "SINCE", "MESSAGE"],
+        &rows,
+    ));
     out
 }
 
@@ -219,7 +225,10 @@ async fn status(
             }
             Verdict::Pending(note) if tokio::time::Instant::now() >= deadline => {
                 ctx.out.write(render(&what, &status));
-                anyhow::bail!("the rollout of {what} did not complete within {:?}: {note}", args.timeout);
+                anyhow::bail!(
+                    "the rollout of {what} did not complete within {:?}: {note}",
+                    args.timeout
+                );
             }
             Verdict::Pending(_) => {}
         }
@@ -272,7 +281,12 @@ mod tests {
             observed_generation: generation,
             conditions: vec![FederatedCondition {
                 type_: "Rollout".into(),
-                status: if reason == "Complete" { "True" } else { "False" }.into(),
+                status: if reason == "Complete" {
+                    "True"
+                } else {
+                    "False"
+                }
+                .into(),
                 reason: reason.into(),
                 message: message.into(),
                 ..FederatedCondition::default()
@@ -283,7 +297,10 @@ mod tests {
 
     #[test]
     fn the_verdict_follows_the_rollout_condition_of_the_current_generation() {
-        assert_eq!(verdict(2, &with_condition(2, "Complete", "")), Verdict::Complete);
+        assert_eq!(
+            verdict(2, &with_condition(2, "Complete", "")),
+            Verdict::Complete
+        );
         assert_eq!(
             verdict(2, &with_condition(2, "Failed", "cluster m1 failed: x")),
             Verdict::Failed("cluster m1 failed: x".into())
@@ -327,7 +344,10 @@ mod tests {
             ..RolloutStatus::default()
         });
         let text = render("federateddeployment/web", &status);
-        assert!(text.contains("revision abc (generation 2), 0/2 clusters done, wave 1/2"), "{text}");
+        assert!(
+            text.contains("revision abc (generation 2), 0/2 clusters done, wave 1/2"),
+            "{text}"
+        );
         let m3 = text.find("m3 ").expect("m3 row");
         let m1 = text.find("m1 ").expect("m1 row");
         assert!(m3 < m1, "{text}");

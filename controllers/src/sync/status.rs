@@ -105,7 +105,13 @@ impl Ctl {
         let mut value = serde_json::to_value(&status).unwrap_or(Value::Null);
         if let Some(map) = value.as_object_mut() {
             // Merge patch: absent keys would keep old values, so clear them explicitly.
-            for k in ["clusters", "conditions", "aggregated", "placement", "rollout"] {
+            for k in [
+                "clusters",
+                "conditions",
+                "aggregated",
+                "placement",
+                "rollout",
+            ] {
                 map.entry(k).or_insert(Value::Null);
             }
         }

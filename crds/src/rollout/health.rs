@@ -22,7 +22,9 @@ pub fn member_health(kind: Option<WorkloadKind>, member: &Value) -> Result<(), S
     let c = ClusterWorkload {
         propagated: true,
         spec,
-        generation: member.pointer("/metadata/generation").and_then(Value::as_i64),
+        generation: member
+            .pointer("/metadata/generation")
+            .and_then(Value::as_i64),
         status: Some(status),
     };
     let a = aggregate(kind, &[c]);
@@ -55,9 +57,14 @@ fn false_condition(status: &Value) -> Option<String> {
     conditions.iter().find_map(|c| {
         let field = |f: &str| c.get(f).and_then(Value::as_str).unwrap_or_default();
         (field("status") != "True").then(|| {
-            format!("{} {}: {}", field("type"), field("reason"), field("message"))
-                .trim()
-                .to_string()
+            format!(
+                "{} {}: {}",
+                field("type"),
+                field("reason"),
+                field("message")
+            )
+            .trim()
+            .to_string()
         })
     })
 }

@@ -155,7 +155,7 @@ pub struct RolloutStatus {
     /// The revision being rolled out (hash of the template and overrides).
     pub target_revision: String,
     /// The federated object's generation that set this target.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "is_zero")]
     pub target_generation: i64,
     /// The last revision that reached every cluster, if any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -163,18 +163,22 @@ pub struct RolloutStatus {
     /// When this rollout started (RFC 3339).
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub start_time: String,
-    /// The wave being rolled out, from 1 (0 when every wave is done).
-    #[serde(default)]
+    /// The wave being rolled out, from 1 (absent when every wave is done).
+    #[serde(default, skip_serializing_if = "is_zero")]
     pub current_wave: u32,
     /// How many waves there are.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "is_zero")]
     pub waves: u32,
     /// Clusters succeeded of the placed clusters, e.g. `3/5` (the ROLLOUT column).
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "String::is_empty")]
     pub progress: String,
     /// Per placed cluster, in rollout order.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub clusters: Vec<ClusterRollout>,
+}
+
+fn is_zero<T: Default + PartialEq>(n: &T) -> bool {
+    *n == T::default()
 }
 
 /// Where one cluster stands in the rollout.

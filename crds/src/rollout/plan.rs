@@ -93,9 +93,7 @@ pub struct Plan {
 
 /// Plans one step of the rollout.
 pub fn plan(input: &Input<'_>) -> Plan {
-    let carried = input
-        .previous
-        .filter(|p| p.target_revision == input.target);
+    let carried = input.previous.filter(|p| p.target_revision == input.target);
     let ordered = order(input.spec, input.clusters);
     let waves = ordered.iter().map(|(w, _)| *w).max().unwrap_or(0);
     let mut recheck = None;
@@ -242,9 +240,10 @@ fn advance(
         .progress_deadline_seconds
         .unwrap_or(DEFAULT_PROGRESS_DEADLINE_SECONDS);
     if prev_state == State::Failed || now - started_at >= deadline {
-        let message = c.problem.clone().unwrap_or_else(|| {
-            format!("not healthy within progressDeadlineSeconds ({deadline}s)")
-        });
+        let message = c
+            .problem
+            .clone()
+            .unwrap_or_else(|| format!("not healthy within progressDeadlineSeconds ({deadline}s)"));
         let entry = ClusterRollout {
             state: State::Failed,
             since,
@@ -305,8 +304,7 @@ fn stable(previous: Option<&RolloutStatus>, target: &str) -> Option<String> {
         return p.stable_revision.clone();
     }
     let finished = !p.clusters.is_empty()
-        && p
-            .clusters
+        && p.clusters
             .iter()
             .all(|c| matches!(c.state, State::Succeeded | State::Failed));
     if finished {

@@ -237,7 +237,10 @@ fn every_cluster_healthy_completes_once_and_then_plans_without_change() {
     let rows = FOUR.map(|(n, l, _, _)| (n, l, true, true));
     let done = run(&s, &rows, Some(&first.status), "r2", T0 + 3);
     assert_eq!(done.reason, RolloutReason::Complete);
-    assert_eq!((done.status.current_wave, done.status.progress.as_str()), (0, "4/4"));
+    assert_eq!(
+        (done.status.current_wave, done.status.progress.as_str()),
+        (0, "4/4")
+    );
     assert_eq!(done.events[0].0, RolloutEvent::RolloutComplete);
     let again = run(&s, &rows, Some(&done.status), "r2", T0 + 100);
     assert_eq!(again.status, done.status, "no change, so no status write");

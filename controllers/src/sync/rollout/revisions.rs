@@ -4,10 +4,7 @@
 //! reached is rendered from the revision its member object is annotated with, read from
 //! here — after a restart too. Revisions are immutable, so what was read is cached.
 
-use std::{
-    collections::HashMap,
-    sync::Mutex,
-};
+use std::{collections::HashMap, sync::Mutex};
 
 use k8s_openapi::{
     api::apps::v1::ControllerRevision,
@@ -49,7 +46,10 @@ impl Ctl {
     /// Where the revision `hash` of a federated object is stored: its namespace (for a
     /// cluster-scoped federated type, the control-plane namespace) and name.
     fn revision_at(&self, key: &Key, hash: &str) -> (String, String) {
-        let ns = key.0.clone().unwrap_or_else(|| self.shared.namespace.clone());
+        let ns = key
+            .0
+            .clone()
+            .unwrap_or_else(|| self.shared.namespace.clone());
         let kind = self.fed_ar.kind.to_lowercase();
         // A DNS subdomain of at most 253 characters.
         let room = 253usize.saturating_sub(kind.len() + hash.len() + 2);
@@ -101,7 +101,11 @@ impl Ctl {
     }
 
     /// The content (template and overrides) of revision `hash`, when it is stored.
-    pub(super) async fn revision(&self, key: &Key, hash: &str) -> Result<Option<Value>, kube::Error> {
+    pub(super) async fn revision(
+        &self,
+        key: &Key,
+        hash: &str,
+    ) -> Result<Option<Value>, kube::Error> {
         let at = self.revision_at(key, hash);
         if let Some(content) = self.revisions.get(&at) {
             return Ok(Some(content));
