@@ -41,7 +41,7 @@ async fn a_progressive_rollout_goes_wave_by_wave_stops_on_failure_and_pauses() -
     let mut fed = setup().await?;
     let web = deploy(&fed, "nginx:1").await?;
     wait_complete(&web, "the first version everywhere").await?;
-    assert_eq!(images(&fed).await?, [Some("nginx:1".to_string()); 4]);
+    assert_eq!(images(&fed).await?, vec![Some("nginx:1".to_string()); 4]);
 
     one_cluster_at_a_time_in_order(&fed, &web, "nginx:2").await?;
     nothing_is_written_once_complete(&fed, &web).await?;
@@ -328,7 +328,7 @@ async fn pause_stops_midway_and_survives_a_restart(
     );
     flotilla(fed, &["rollout", "resume", "deployment/web"]).await?;
     wait_complete(web, "the resumed rollout complete").await?;
-    assert_eq!(images(fed).await?, [Some("nginx:4".to_string()); 4]);
+    assert_eq!(images(fed).await?, vec![Some("nginx:4".to_string()); 4]);
     Ok(())
 }
 

@@ -54,8 +54,6 @@ pub(super) struct Ctl {
     /// Our last status write per object, while the host cache has not delivered it.
     pub written: super::status::WrittenStatus,
     pub availability: Availability,
-    /// The stored revisions of progressive rollouts known to exist.
-    pub revisions: super::rollout::Revisions,
 }
 
 /// An object-level placement failure: (reason, message).

@@ -86,6 +86,8 @@ pub struct SyncShared {
     recorder: Recorder,
     limits: Mutex<HashMap<String, Arc<Semaphore>>>,
     breakers: breaker::Breakers,
+    /// The stored revisions of progressive rollouts known to exist (every type).
+    revisions: rollout::Revisions,
 }
 
 impl SyncShared {
@@ -107,6 +109,7 @@ impl SyncShared {
             recorder,
             limits: Mutex::default(),
             breakers: breaker::Breakers::default(),
+            revisions: rollout::Revisions::default(),
         })
     }
 
@@ -188,7 +191,6 @@ impl TypeController {
             recent: Default::default(),
             written: Default::default(),
             availability: Default::default(),
-            revisions: Default::default(),
         });
         // The cluster registry: every registered cluster known and probed once.
         let (known_tx, clusters_known) = watch::channel(false);

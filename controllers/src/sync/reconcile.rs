@@ -24,7 +24,7 @@ use super::{
     deletion::{has_finalizer, no_client},
     dispatch::{MemberOp, MemberRef},
     plan::{self, DesiredFor, DesiredSet, Observed, Op, Outcome},
-    rollout::Members,
+    rollout::{Members, RolloutRound},
     scheduled::{self, Scheduling},
     status::StatusUpdate,
 };
@@ -113,25 +113,16 @@ impl Ctl {
             }
         };
         let (selected, decision, aggregate) = self.targets(key, &spec, &previous);
-        let mut desired = plan::desired_objects(
-            &self.target_type_api(),
-            &key.1,
-            key.0.as_deref(),
-            &spec,
-            &selected,
-        );
-        if generation != previous.observed_generation {
-            self.announce_dropped_metadata(fed, &desired).await;
-        }
         let snapshot = self.shared.clusters.snapshot();
         let observed: Vec<Observed> = snapshot.iter().map(|c| self.observe(c, key)).collect();
         let members = Members {
             snapshot: &snapshot,
             observed: &observed,
         };
-        let rollout = self
-            .progressive(key, fed, &spec, members, &mut desired)
-            .await;
+        let (desired, rollout) = self.desired(key, fed, &spec, &selected, members).await;
+        if generation != previous.observed_generation {
+            self.announce_dropped_metadata(fed, &desired).await;
+        }
         let mut remote = self.remote_statuses(&snapshot, &observed);
         let member_specs = self.member_specs(&snapshot, &observed);
         let host_ns_uid = match self
@@ -185,6 +176,25 @@ impl Ctl {
             round.recheck = earliest(round.recheck, scheduled::recheck(d));
         }
         plan::live_action(!round.waiting.is_empty(), backoff, round.recheck)
+    }
+
+    /// The desired object per selected cluster and, under a progressive rollout
+    /// (`spec.rollout`), the rollout's step: then only the clusters the rollout has reached
+    /// get the current template, the others keep the revision they hold.
+    async fn desired(
+        &self,
+        key: &Key,
+        fed: &DynamicObject,
+        spec: &FederatedSpec,
+        selected: &BTreeSet<String>,
+        members: Members<'_>,
+    ) -> (DesiredSet, Option<RolloutRound>) {
+        let target = self.target_type_api();
+        let mut desired = plan::desired_objects(&target, &key.1, key.0.as_deref(), spec, selected);
+        let rollout = self
+            .progressive(key, fed, spec, members, &mut desired)
+            .await;
+        (desired, rollout)
     }
 
     /// A spec that cannot be read: nothing is propagated, the status says why.

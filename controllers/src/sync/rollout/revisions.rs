@@ -67,7 +67,7 @@ impl Ctl {
         content: &Value,
     ) -> Result<(), kube::Error> {
         let at = self.revision_at(key, hash);
-        if self.revisions.get(&at).is_some() {
+        if self.shared.revisions.get(&at).is_some() {
             return Ok(());
         }
         let api: Api<ControllerRevision> = Api::namespaced(self.shared.host.clone(), &at.0);
@@ -96,7 +96,7 @@ impl Ctl {
                 Err(e) => return Err(e),
             }
         }
-        self.revisions.put(at, content.clone());
+        self.shared.revisions.put(at, content.clone());
         Ok(())
     }
 
@@ -107,7 +107,7 @@ impl Ctl {
         hash: &str,
     ) -> Result<Option<Value>, kube::Error> {
         let at = self.revision_at(key, hash);
-        if let Some(content) = self.revisions.get(&at) {
+        if let Some(content) = self.shared.revisions.get(&at) {
             return Ok(Some(content));
         }
         let api: Api<ControllerRevision> = Api::namespaced(self.shared.host.clone(), &at.0);
@@ -115,7 +115,7 @@ impl Ctl {
             return Ok(None);
         };
         let content = found.data.map(|d| d.0).unwrap_or(Value::Null);
-        self.revisions.put(at, content.clone());
+        self.shared.revisions.put(at, content.clone());
         Ok(Some(content))
     }
 
