@@ -32,18 +32,26 @@ pub fn member_health(kind: Option<WorkloadKind>, member: &Value) -> Result<(), S
         .and_then(|s| s.get("replicas"))
         .and_then(Value::as_i64)
         .unwrap_or(1);
-    let available = status
-        .get("availableReplicas")
-        .and_then(Value::as_i64)
-        .unwrap_or(0);
-    let available_ok = kind != WorkloadKind::Deployment || available >= desired;
-    if a.clusters == "1/1" && available_ok {
+    let n = |field: &str| status.get(field).and_then(Value::as_i64).unwrap_or(0);
+    // A Deployment is rolled out when updated = ready = available = desired replicas and
+    // no pod of an older version remains (those still count as ready while the new ones
+    // never get ready).
+    let deployment_ok = kind != WorkloadKind::Deployment
+        || (n("availableReplicas") >= desired && n("replicas") <= n("updatedReplicas"));
+    if a.clusters == "1/1" && deployment_ok {
         return Ok(());
     }
-    let pods = match (&a.ready, &a.completions) {
-        (Some(r), _) => format!("{r} pods ready"),
-        (None, Some(c)) => format!("{c} completions"),
-        (None, None) => String::new(),
+    let pods = match (kind, &a.ready, &a.completions) {
+        (WorkloadKind::Deployment, _, _) => format!(
+            "{} updated, {} ready, {} available of {desired} replicas; {} in total",
+            n("updatedReplicas"),
+            n("readyReplicas"),
+            n("availableReplicas"),
+            n("replicas")
+        ),
+        (_, Some(r), _) => format!("{r} pods ready"),
+        (_, None, Some(c)) => format!("{c} completions"),
+        (_, None, None) => String::new(),
     };
     Err(match false_condition(status) {
         Some(c) => format!("{c} ({pods})"),
@@ -103,7 +111,20 @@ mod tests {
         let err = member_health(Some(WorkloadKind::Deployment), &member).expect_err("unhealthy");
         assert_eq!(
             err,
-            "Available MinimumReplicasUnavailable: Deployment does not have minimum availability. (0/2 pods ready)"
+            "Available MinimumReplicasUnavailable: Deployment does not have minimum availability. (2 updated, 0 ready, 0 available of 2 replicas; 2 in total)"
+        );
+    }
+
+    #[test]
+    fn old_pods_still_ready_beside_new_ones_that_never_get_ready_are_not_healthy() {
+        // A rolling update of one replica: the old pod serves, the new one never gets ready.
+        let member = json!({"metadata": {"generation": 2}, "spec": {"replicas": 1},
+            "status": {"observedGeneration": 2, "replicas": 2, "updatedReplicas": 1,
+                "readyReplicas": 1, "availableReplicas": 1, "unavailableReplicas": 1}});
+        let err = member_health(Some(WorkloadKind::Deployment), &member).expect_err("unhealthy");
+        assert_eq!(
+            err,
+            "not rolled out: 1 updated, 1 ready, 1 available of 1 replicas; 2 in total"
         );
     }
 
