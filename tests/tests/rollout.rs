@@ -148,6 +148,36 @@ async fn flotilla(fed: &Federation, args: &[&str]) -> anyhow::Result<String> {
     Ok(text)
 }
 
+/// The ROLLOUT column of `kubectl get federateddeployments` for the object.
+fn rollout_column(fed: &Federation) -> anyhow::Result<String> {
+    let output = std::process::Command::new("kubectl")
+        .arg("--kubeconfig")
+        .arg(fed.env.kubeconfig_path())
+        .args([
+            "--context",
+            "host",
+            "get",
+            "federateddeployments",
+            "-n",
+            NS,
+            NAME,
+        ])
+        .output()
+        .context("running kubectl")?;
+    ensure!(
+        output.status.success(),
+        "kubectl: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let text = String::from_utf8_lossy(&output.stdout).into_owned();
+    let mut lines = text.lines();
+    let header = lines.next().context("no header")?;
+    let row = lines.next().context("no row")?;
+    let at = header.find("ROLLOUT").context("no ROLLOUT column")?;
+    let cell = row.get(at..).unwrap_or_default().split_whitespace().next();
+    Ok(cell.unwrap_or_default().to_string())
+}
+
 /// Applies `image` and watches the members: the image reaches them in [`ORDER`], one at a
 /// time, each at least minSuccessSeconds after the one before, while the others keep the
 /// previous image.
@@ -208,6 +238,11 @@ async fn one_cluster_at_a_time_in_order(
     )
     .await?;
     assert!(text.contains("4/4 clusters done"), "{text}");
+    assert_eq!(
+        rollout_column(fed)?,
+        "4/4",
+        "kubectl get shows the progress"
+    );
     let waves = events_about(&fed.host, NS, NAME, "WaveStarted").await?;
     assert!(!waves.is_empty(), "WaveStarted Events");
     Ok(())
