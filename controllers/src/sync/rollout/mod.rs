@@ -155,15 +155,7 @@ impl Ctl {
             if !desired.by_cluster.contains_key(name) {
                 continue;
             }
-            let revision = if held.updated.contains(name) {
-                Some(held.target.to_string())
-            } else {
-                match observed {
-                    Observed::Present(obj) => annotation(obj, REVISION_ANNOTATION),
-                    _ => Some(held.fallback.unwrap_or(held.target).to_string()),
-                }
-            };
-            let Some(revision) = revision else {
+            let Some(revision) = revision_for(held, name, observed) else {
                 // Written before the rollout was progressive: kept as it is.
                 desired.by_cluster.remove(name);
                 continue;
@@ -239,6 +231,19 @@ struct Held<'a> {
     /// The revision a cluster without the object gets (else the target).
     fallback: Option<&'a str>,
     updated: &'a BTreeSet<String>,
+}
+
+/// The revision a placed cluster gets: the target when the plan moves it; else the one its
+/// member object holds (`None`: an object written before the rollout was progressive,
+/// kept as it is); a cluster without the object gets the version the rollout has reached.
+fn revision_for(held: &Held<'_>, cluster: &str, observed: &Observed) -> Option<String> {
+    if held.updated.contains(cluster) {
+        return Some(held.target.to_string());
+    }
+    match observed {
+        Observed::Present(obj) => annotation(obj, REVISION_ANNOTATION),
+        _ => Some(held.fallback.unwrap_or(held.target).to_string()),
+    }
 }
 
 /// One placed cluster's facts, owned.
@@ -344,4 +349,110 @@ pub(super) fn apply(
         r.message.clone(),
         now,
     ));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use flotilla_crds::workload::WorkloadKind;
+
+    fn member(revision: Option<&str>, hash: &str) -> Observed {
+        let mut annotations = json!({ HASH_ANNOTATION: hash });
+        if let Some(r) = revision {
+            annotations[REVISION_ANNOTATION] = json!(r);
+        }
+        Observed::Present(
+            json!({"metadata": {"generation": 1, "annotations": annotations},
+            "spec": {"replicas": 1},
+            "status": {"observedGeneration": 1, "replicas": 1, "updatedReplicas": 1,
+                "readyReplicas": 1, "availableReplicas": 1}}),
+        )
+    }
+
+    #[test]
+    fn a_held_cluster_keeps_its_revision_and_a_new_one_gets_what_the_rollout_reached() {
+        let spec = FederatedSpec::default();
+        let updated = BTreeSet::from(["moved".to_string()]);
+        let held = |fallback| Held {
+            spec: &spec,
+            target: "r2",
+            fallback,
+            updated: &updated,
+        };
+        let old = member(Some("r1"), "h1");
+        let table: [(&str, &Observed, Option<&str>, Option<&str>); 6] = [
+            ("moved", &old, Some("r1"), Some("r2")),
+            ("held", &old, Some("r1"), Some("r1")),
+            ("held", &member(None, "h1"), None, None),
+            ("new", &Observed::Absent, Some("r1"), Some("r1")),
+            ("new", &Observed::Absent, None, Some("r2")),
+            ("down", &Observed::NotReady, Some("r1"), Some("r1")),
+        ];
+        for (cluster, observed, fallback, want) in table {
+            assert_eq!(
+                revision_for(&held(fallback), cluster, observed).as_deref(),
+                want,
+                "{cluster} with fallback {fallback:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_cluster_is_at_the_target_when_its_member_holds_the_target_hash() {
+        let snapshot: Vec<ClusterState> = ["m1", "m2", "m3"]
+            .iter()
+            .map(|n| ClusterState {
+                name: n.to_string(),
+                labels: Default::default(),
+                taints: Vec::new(),
+                ready: true,
+                client: None,
+                client_generation: 0,
+            })
+            .collect();
+        let observed = [
+            member(Some("r2"), "h2"),
+            member(Some("r1"), "h1"),
+            Observed::NotReady,
+        ];
+        let mut desired = DesiredSet::default();
+        for c in ["m1", "m2", "m3"] {
+            desired.by_cluster.insert(
+                c.into(),
+                DesiredFor::Object {
+                    object: json!({}),
+                    hash: "h2".into(),
+                },
+            );
+        }
+        let members = Members {
+            snapshot: &snapshot,
+            observed: &observed,
+        };
+        let facts = cluster_inputs(Some(WorkloadKind::Deployment), &members, &desired);
+        let got: Vec<(&str, bool, bool, Option<&str>)> = facts
+            .iter()
+            .map(|f| {
+                (
+                    f.name.as_str(),
+                    f.at_target,
+                    f.healthy,
+                    f.problem.as_deref(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            got,
+            [
+                ("m1", true, true, None),
+                (
+                    "m2",
+                    false,
+                    false,
+                    Some("the member object does not hold the target yet")
+                ),
+                ("m3", false, false, Some("the cluster is not ready")),
+            ]
+        );
+    }
 }
