@@ -15,7 +15,7 @@ use flotilla_tests::{
     assert::events_about,
     federation::{Federation, apply, federated_namespace, federation_with_pods},
     host::FederatedRef,
-    member::{deployments, first_image},
+    member::{config_map_data, deployments, first_image},
     objects::FederatedObject,
     wait::wait_namespace_in,
     wait_for,
@@ -43,6 +43,7 @@ async fn a_progressive_rollout_goes_wave_by_wave_stops_on_failure_and_pauses() -
     wait_complete(&web, "the first version everywhere").await?;
     assert_eq!(images(&fed).await?, vec![Some("nginx:1".to_string()); 4]);
 
+    an_invalid_rollout_is_reported_and_moves_nothing(&fed).await?;
     one_cluster_at_a_time_in_order(&fed, &web, "nginx:2").await?;
     nothing_is_written_once_complete(&fed, &web).await?;
     a_failing_template_stops_after_the_canary(&fed, &web).await?;
@@ -245,6 +246,64 @@ async fn one_cluster_at_a_time_in_order(
     );
     let waves = events_about(&fed.host, NS, NAME, "WaveStarted").await?;
     assert!(!waves.is_empty(), "WaveStarted Events");
+    Ok(())
+}
+
+/// A FederatedConfigMap whose `spec.rollout` is invalid: the `Rollout` condition and a
+/// Warning name the field, and a template change reaches no member.
+async fn an_invalid_rollout_is_reported_and_moves_nothing(fed: &Federation) -> anyhow::Result<()> {
+    let apply_data = |value: &'static str| async move {
+        let object = FederatedObject::config_map(NS, "bad", json!({"k": value}));
+        let mut manifest = object.to_json();
+        manifest["spec"]["rollout"] = json!({"strategy": "Progressive", "maxConcurrency": "150%"});
+        apply(&fed.host, &object.api_resource(), Some(NS), &manifest).await?;
+        anyhow::Ok(object.in_host(&fed.host))
+    };
+    let bad = apply_data("v1").await?;
+    let status = wait_reason(&bad, "InvalidSpec", "the invalid rollout reported").await?;
+    let c = status.rollout_condition().context("condition")?;
+    assert!(
+        c.message.contains("spec.rollout.maxConcurrency"),
+        "{}",
+        c.message
+    );
+    let warned = events_about(&fed.host, NS, "bad", "RolloutInvalid").await?;
+    assert_eq!(warned.len(), 1, "one RolloutInvalid Event");
+    let data = |fed: &Federation| {
+        let members = fed.members.clone();
+        async move {
+            let mut out = Vec::new();
+            for m in &members {
+                out.push(
+                    config_map_data(m, NS, "bad")
+                        .await?
+                        .map(|d| d.get("k").cloned()),
+                );
+            }
+            anyhow::Ok(out)
+        }
+    };
+    wait_for(
+        STEP_TIMEOUT,
+        "the first data created everywhere",
+        || async {
+            let now = data(fed).await?;
+            ensure!(
+                now.iter().all(|d| d == &Some(Some("v1".to_string()))),
+                "{now:?}"
+            );
+            Ok(())
+        },
+    )
+    .await?;
+    apply_data("v2").await?;
+    wait_reason(&bad, "InvalidSpec", "the change seen").await?;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let now = data(fed).await?;
+    assert!(
+        now.iter().all(|d| d == &Some(Some("v1".to_string()))),
+        "members kept v1: {now:?}"
+    );
     Ok(())
 }
 

@@ -54,6 +54,8 @@ pub enum RolloutEvent {
     RolloutFailed,
     /// Every cluster runs the target.
     RolloutComplete,
+    /// `spec.rollout` is invalid: nothing moves.
+    RolloutInvalid,
 }
 
 impl RolloutEvent {
@@ -64,12 +66,16 @@ impl RolloutEvent {
             RolloutEvent::WaveStarted => "WaveStarted",
             RolloutEvent::RolloutFailed => "RolloutFailed",
             RolloutEvent::RolloutComplete => "RolloutComplete",
+            RolloutEvent::RolloutInvalid => "RolloutInvalid",
         }
     }
 
     /// Whether the Event is a Warning (else Normal).
     pub fn is_warning(self) -> bool {
-        self == RolloutEvent::RolloutFailed
+        matches!(
+            self,
+            RolloutEvent::RolloutFailed | RolloutEvent::RolloutInvalid
+        )
     }
 }
 

@@ -80,11 +80,19 @@ impl Ctl {
         let stored = self.stored_status(key, fed);
         if let Err(message) = rollout.validate() {
             hold_present(desired, &members);
+            // Said once per distinct problem, as the condition changes.
+            let said = stored
+                .rollout_condition()
+                .is_some_and(|c| c.message == message);
+            let events = (!said)
+                .then(|| (RolloutEvent::RolloutInvalid, message.clone()))
+                .into_iter()
+                .collect();
             return Some(RolloutRound {
                 status: stored.rollout,
                 reason: RolloutReason::InvalidSpec,
                 message,
-                events: Vec::new(),
+                events,
                 recheck: None,
             });
         }
