@@ -8,7 +8,8 @@
 //! scope except that FederatedNamespace is namespaced. Beyond kubefed they require
 //! `spec.template` (so a manifest missing it is rejected by the API server, naming the
 //! field), have printer columns for the `Propagation` condition (workload types: first
-//! the clusters and pods ready, from `status.aggregated`), and belong to the
+//! the clusters and pods ready, from `status.aggregated`; every type: a progressive
+//! rollout's progress, from `status.rollout`), and belong to the
 //! categories `federated` and `kubefed` (`kubectl get federated`).
 //!
 //! Schemas are generated with the settings `kube`'s derive uses (inline subschemas,
@@ -364,8 +365,15 @@ fn printer_columns(target: &TargetType) -> Vec<CustomResourceColumnDefinition> {
     };
     let age = column("Age", "date", ".metadata.creationTimestamp".into());
     let reason = column("Reason", "string", condition("reason"));
+    // Clusters succeeded of the placed ones while `spec.rollout` is progressive (3/5).
+    let rollout = column("Rollout", "string", ".status.rollout.progress".into());
     match WorkloadKind::of(&target.api) {
-        None => vec![column("Ready", "string", condition("status")), reason, age],
+        None => vec![
+            column("Ready", "string", condition("status")),
+            reason,
+            rollout,
+            age,
+        ],
         Some(kind) => {
             let (pods, path) = kind.pods_column();
             vec![
@@ -373,6 +381,7 @@ fn printer_columns(target: &TargetType) -> Vec<CustomResourceColumnDefinition> {
                 column(pods, "string", path.into()),
                 column("Propagated", "string", condition("status")),
                 reason,
+                rollout,
                 age,
             ]
         }
@@ -783,6 +792,10 @@ mod tests {
                 (
                     "Reason".to_string(),
                     ".status.conditions[?(@.type=='Propagation')].reason".to_string()
+                ),
+                (
+                    "Rollout".to_string(),
+                    ".status.rollout.progress".to_string()
                 ),
                 ("Age".to_string(), ".metadata.creationTimestamp".to_string()),
             ]

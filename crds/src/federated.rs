@@ -30,6 +30,10 @@ pub struct FederatedSpec {
     /// Keep the member's `spec.replicas` (for an HPA in the member).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub retain_replicas: bool,
+    /// Flotilla extension: how a template change reaches the clusters (absent: every
+    /// cluster at once).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rollout: Option<crate::rollout::RolloutSpec>,
 }
 
 /// Which clusters get an object. A non-nil `clusters` wins (an empty list selects none);
@@ -196,6 +200,9 @@ pub struct FederatedStatus {
     /// scheduling fields.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub placement: Option<PlacementStatus>,
+    /// Flotilla extension: where a progressive rollout stands (`spec.rollout`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rollout: Option<crate::rollout::RolloutStatus>,
 }
 
 /// The stored scheduling decision: read back as the sticky input of the next decision.
@@ -351,6 +358,13 @@ impl FederatedStatus {
     /// The `Propagation` condition, if any.
     pub fn propagation(&self) -> Option<&FederatedCondition> {
         self.conditions.iter().find(|c| c.type_ == "Propagation")
+    }
+
+    /// The `Rollout` condition, if any.
+    pub fn rollout_condition(&self) -> Option<&FederatedCondition> {
+        self.conditions
+            .iter()
+            .find(|c| c.type_ == crate::rollout::ROLLOUT_CONDITION)
     }
 
     /// The `Scheduled` condition, if any.

@@ -18,6 +18,7 @@ pub mod overrides;
 pub mod placement;
 pub mod placement_decision;
 pub mod reason;
+pub mod rollout;
 pub mod schedule;
 pub mod scheduling;
 pub mod taint;

@@ -23,6 +23,7 @@ pub mod orphan;
 pub mod output;
 pub mod progress;
 pub mod resolve;
+pub mod rollout;
 pub mod status;
 
 use std::{ffi::OsString, path::PathBuf, time::Duration};
@@ -145,6 +146,9 @@ pub enum Command {
     /// Serve the live web dashboard (clusters, federated objects, per-cluster state).
     #[command(after_help = dashboard::EXAMPLES)]
     Dashboard(dashboard::DashboardArgs),
+    /// Follow, pause and resume a progressive rollout (spec.rollout).
+    #[command(subcommand, after_help = rollout::EXAMPLES)]
+    Rollout(rollout::RolloutCommand),
     /// A local federation for trying Flotilla: host + members, samples, propagation.
     #[cfg(feature = "dev")]
     #[command(subcommand)]
@@ -244,6 +248,7 @@ pub async fn execute(cli: Cli, ctx: Context) -> anyhow::Result<()> {
         Command::Status(args) => status::run(&global, args, &ctx).await,
         Command::Diff(args) => diff::run(&global, args, &ctx).await,
         Command::Dashboard(args) => dashboard::run(&global, args, &ctx).await,
+        Command::Rollout(cmd) => rollout::run(&global, cmd, &ctx).await,
         #[cfg(feature = "dev")]
         Command::Dev(cmd) => dev::run(&global, cmd, &ctx).await,
         #[cfg(feature = "dev")]

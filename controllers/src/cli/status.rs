@@ -603,6 +603,7 @@ mod tests {
                     .collect(),
                 aggregated: None,
                 placement: None,
+                rollout: None,
             },
         }
     }

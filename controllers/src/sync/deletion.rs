@@ -122,6 +122,7 @@ impl Ctl {
                 } else {
                     super::scheduled::Scheduling::Off
                 },
+                rollout: None,
             };
             self.write_status(fed, update).await;
         }

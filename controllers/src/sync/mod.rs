@@ -23,6 +23,7 @@ mod observe;
 pub mod plan;
 mod reconcile;
 mod registry_wait;
+mod rollout;
 pub(crate) mod scheduled;
 mod status;
 mod strays;
@@ -87,6 +88,8 @@ pub struct SyncShared {
     recorder: Recorder,
     limits: Mutex<HashMap<String, Arc<Semaphore>>>,
     breakers: breaker::Breakers,
+    /// The stored revisions of progressive rollouts known to exist (every type).
+    revisions: rollout::Revisions,
 }
 
 impl SyncShared {
@@ -112,6 +115,7 @@ impl SyncShared {
             recorder,
             limits: Mutex::default(),
             breakers: breaker::Breakers::default(),
+            revisions: rollout::Revisions::default(),
         })
     }
 

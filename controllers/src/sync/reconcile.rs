@@ -24,10 +24,11 @@ use super::{
     deletion::{has_finalizer, no_client},
     dispatch::{MemberOp, MemberRef},
     plan::{self, DesiredFor, DesiredSet, Observed, Op, Outcome},
+    rollout::{Members, RolloutRound},
     scheduled::{self, Scheduling},
     status::StatusUpdate,
 };
-use crate::{decisions::Published, multicluster::ClusterState};
+use crate::multicluster::ClusterState;
 
 /// How soon to look again at a FederatedNamespace not named after its namespace that is
 /// being deleted, when dropping its finalizer failed.
@@ -112,18 +113,16 @@ impl Ctl {
             }
         };
         let (selected, decision, aggregate) = self.targets(key, &spec, &previous);
-        let desired = plan::desired_objects(
-            &self.target_type_api(),
-            &key.1,
-            key.0.as_deref(),
-            &spec,
-            &selected,
-        );
+        let snapshot = self.shared.clusters.snapshot();
+        let observed: Vec<Observed> = snapshot.iter().map(|c| self.observe(c, key)).collect();
+        let members = Members {
+            snapshot: &snapshot,
+            observed: &observed,
+        };
+        let (desired, rollout) = self.desired(key, fed, &spec, &selected, members).await;
         if generation != previous.observed_generation {
             self.announce_dropped_metadata(fed, &desired).await;
         }
-        let snapshot = self.shared.clusters.snapshot();
-        let observed: Vec<Observed> = snapshot.iter().map(|c| self.observe(c, key)).collect();
         let mut remote = self.remote_statuses(&snapshot, &observed);
         let member_specs = self.member_specs(&snapshot, &observed);
         let host_ns_uid = match self
@@ -165,22 +164,39 @@ impl Ctl {
             remote: &remote,
             aggregated,
             scheduling: Scheduling::of(decision.as_ref(), spec.placement.is_scheduled()),
+            rollout: rollout.as_ref(),
         };
         self.write_status(fed, update).await;
-        let published = match Scheduling::of(decision.as_ref(), spec.placement.is_scheduled()) {
-            Scheduling::Off => Published::None,
-            Scheduling::Decided(d) => Published::Decided(&d.status),
-            Scheduling::Keep => Published::Keep,
-        };
-        self.shared
-            .decisions
-            .publish(&self.fed_ar, fed, published)
-            .await;
+        let scheduling = Scheduling::of(decision.as_ref(), spec.placement.is_scheduled());
+        self.publish_decision(fed, scheduling).await;
+        if let Some(r) = &rollout {
+            self.announce_rollout(fed, r).await;
+            round.recheck = earliest(round.recheck, r.recheck);
+        }
         if let Some(d) = &decision {
             self.announce_decision(fed, &previous, d).await;
             round.recheck = earliest(round.recheck, scheduled::recheck(d));
         }
         plan::live_action(!round.waiting.is_empty(), backoff, round.recheck)
+    }
+
+    /// The desired object per selected cluster and, under a progressive rollout
+    /// (`spec.rollout`), the rollout's step: then only the clusters the rollout has reached
+    /// get the current template, the others keep the revision they hold.
+    async fn desired(
+        &self,
+        key: &Key,
+        fed: &DynamicObject,
+        spec: &FederatedSpec,
+        selected: &BTreeSet<String>,
+        members: Members<'_>,
+    ) -> (DesiredSet, Option<RolloutRound>) {
+        let target = self.target_type_api();
+        let mut desired = plan::desired_objects(&target, &key.1, key.0.as_deref(), spec, selected);
+        let rollout = self
+            .progressive(key, fed, spec, members, &mut desired)
+            .await;
+        (desired, rollout)
     }
 
     /// A spec that cannot be read: nothing is propagated, the status says why.
@@ -199,6 +215,7 @@ impl Ctl {
             remote: &BTreeMap::new(),
             aggregated: None,
             scheduling: Scheduling::of(None, previous.placement.is_some()),
+            rollout: None,
         };
         self.write_status(fed, update).await;
     }

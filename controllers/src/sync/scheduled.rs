@@ -12,7 +12,9 @@ use flotilla_crds::{
     federated::{FederatedCondition, FederatedSpec, FederatedStatus},
     schedule::{self, ClusterFacts, Decision, Input, ScheduleReason, moves::MoveReason},
 };
-use kube::runtime::events::EventType;
+use kube::{core::DynamicObject, runtime::events::EventType};
+
+use crate::decisions::Published;
 use serde_json::Value;
 
 use super::{
@@ -101,6 +103,20 @@ impl Ctl {
             // decision holds until it is fixed.
             Err(agg) => (stored_targets(previous), None, Some(agg)),
         }
+    }
+
+    /// Publishes the decision as PlacementDecisions (none when the object is not scheduled;
+    /// unchanged when no decision could be made this time).
+    pub(super) async fn publish_decision(&self, fed: &DynamicObject, scheduling: Scheduling<'_>) {
+        let published = match scheduling {
+            Scheduling::Off => Published::None,
+            Scheduling::Decided(d) => Published::Decided(&d.status),
+            Scheduling::Keep => Published::Keep,
+        };
+        self.shared
+            .decisions
+            .publish(&self.fed_ar, fed, published)
+            .await;
     }
 
     /// Decides where an object with scheduling fields goes; `candidates` are the clusters

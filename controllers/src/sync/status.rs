@@ -36,6 +36,8 @@ pub(super) struct StatusUpdate<'a> {
     pub aggregated: Option<AggregatedStatus>,
     /// The scheduling decision, for placements that use Flotilla's scheduling fields.
     pub scheduling: Scheduling<'a>,
+    /// A progressive rollout's step (`spec.rollout`).
+    pub rollout: Option<&'a super::rollout::RolloutRound>,
 }
 
 /// The last status this process wrote per federated object, with the resourceVersion of
@@ -95,6 +97,7 @@ impl Ctl {
             &now,
         );
         scheduled::apply(&mut status, &update.scheduling, previous, &now);
+        super::rollout::apply(&mut status, update.rollout, previous, &now);
         self.pruned.strip(&mut status);
         if &status == previous {
             return;
@@ -102,7 +105,13 @@ impl Ctl {
         let mut value = serde_json::to_value(&status).unwrap_or(Value::Null);
         if let Some(map) = value.as_object_mut() {
             // Merge patch: absent keys would keep old values, so clear them explicitly.
-            for k in ["clusters", "conditions", "aggregated", "placement"] {
+            for k in [
+                "clusters",
+                "conditions",
+                "aggregated",
+                "placement",
+                "rollout",
+            ] {
                 map.entry(k).or_insert(Value::Null);
             }
         }

@@ -125,6 +125,7 @@ mod tests {
         clusters: Vec::new(),
         aggregated: None,
         placement: None,
+        rollout: None,
     };
     use flotilla_crds::core::Scope;
     use serde_json::{Value, json};

@@ -78,6 +78,7 @@ pub fn build_status(
         clusters,
         aggregated,
         placement: None,
+        rollout: None,
     }
 }
 

@@ -1,0 +1,274 @@
+//! Table tests of the rollout planner.
+
+use std::collections::BTreeMap;
+
+use serde_json::json;
+
+use super::plan::{ClusterInput, Input, Plan, RolloutEvent, plan, timestamp};
+use super::{ClusterRolloutState as S, RolloutReason, RolloutSpec, RolloutStatus};
+
+const T0: i64 = 1_800_000_000;
+
+fn spec(v: serde_json::Value) -> RolloutSpec {
+    serde_json::from_value(v).expect("valid spec.rollout")
+}
+
+/// A cluster: (name, stage label, at target, healthy).
+type Row = (&'static str, &'static str, bool, bool);
+
+fn labels(rows: &[Row]) -> Vec<BTreeMap<String, String>> {
+    rows.iter()
+        .map(|(_, stage, _, _)| BTreeMap::from([("stage".to_string(), stage.to_string())]))
+        .collect()
+}
+
+fn run(
+    spec: &RolloutSpec,
+    rows: &[Row],
+    previous: Option<&RolloutStatus>,
+    target: &str,
+    now: i64,
+) -> Plan {
+    let labels = labels(rows);
+    let clusters: Vec<ClusterInput<'_>> = rows
+        .iter()
+        .zip(&labels)
+        .map(|((name, _, at_target, healthy), labels)| ClusterInput {
+            name,
+            labels,
+            at_target: *at_target,
+            healthy: *healthy,
+            problem: (!healthy).then(|| format!("{name} pods not ready")),
+        })
+        .collect();
+    plan(&Input {
+        spec,
+        target,
+        generation: 3,
+        previous,
+        clusters: &clusters,
+        now,
+    })
+}
+
+fn states(p: &Plan) -> Vec<(&str, S)> {
+    p.status
+        .clusters
+        .iter()
+        .map(|c| (c.name.as_str(), c.state))
+        .collect()
+}
+
+fn canary_first() -> RolloutSpec {
+    spec(json!({"strategy": "Progressive", "maxConcurrency": 1,
+        "groups": [{"selector": {"matchLabels": {"stage": "canary"}}}],
+        "minSuccessSeconds": 10, "progressDeadlineSeconds": 30}))
+}
+
+const FOUR: [Row; 4] = [
+    ("m1", "prod", false, false),
+    ("m2", "prod", false, false),
+    ("m3", "canary", false, false),
+    ("m4", "prod", false, false),
+];
+
+#[test]
+fn the_canary_group_goes_first_one_cluster_at_a_time() {
+    let p = run(&canary_first(), &FOUR, None, "r2", T0);
+    assert_eq!(
+        states(&p),
+        [
+            ("m3", S::Progressing),
+            ("m1", S::Pending),
+            ("m2", S::Pending),
+            ("m4", S::Pending)
+        ]
+    );
+    assert_eq!(p.updated.iter().collect::<Vec<_>>(), ["m3"]);
+    assert_eq!((p.status.current_wave, p.status.waves), (1, 2));
+    assert_eq!(p.status.progress, "0/4");
+    assert_eq!(p.reason, RolloutReason::Progressing);
+    assert_eq!(p.recheck_after, Some(30));
+    let kinds: Vec<_> = p.events.iter().map(|(e, _)| *e).collect();
+    assert_eq!(
+        kinds,
+        [RolloutEvent::RolloutStarted, RolloutEvent::WaveStarted]
+    );
+}
+
+#[test]
+fn a_cluster_must_stay_healthy_for_min_success_seconds_before_the_next_moves() {
+    let s = canary_first();
+    let first = run(&s, &FOUR, None, "r2", T0);
+    let mut rows = FOUR;
+    rows[2] = ("m3", "canary", true, true);
+    let healthy = run(&s, &rows, Some(&first.status), "r2", T0 + 5);
+    assert_eq!(healthy.updated.iter().collect::<Vec<_>>(), ["m3"]);
+    assert_eq!(healthy.recheck_after, Some(10));
+    let done = run(&s, &rows, Some(&healthy.status), "r2", T0 + 15);
+    assert_eq!(
+        states(&done),
+        [
+            ("m3", S::Succeeded),
+            ("m1", S::Progressing),
+            ("m2", S::Pending),
+            ("m4", S::Pending)
+        ]
+    );
+    assert_eq!(done.status.current_wave, 2);
+    assert_eq!(done.status.progress, "1/4");
+    assert!(
+        done.events
+            .iter()
+            .any(|(e, m)| *e == RolloutEvent::WaveStarted && m.contains("m1, m2, m4"))
+    );
+}
+
+#[test]
+fn a_cluster_not_healthy_by_the_deadline_fails_and_stops_the_rollout() {
+    let s = canary_first();
+    let first = run(&s, &FOUR, None, "r2", T0);
+    let mut rows = FOUR;
+    rows[2] = ("m3", "canary", true, false);
+    let failed = run(&s, &rows, Some(&first.status), "r2", T0 + 31);
+    assert_eq!(failed.reason, RolloutReason::Failed);
+    assert!(
+        failed
+            .message
+            .contains("cluster m3 failed: m3 pods not ready"),
+        "{}",
+        failed.message
+    );
+    assert_eq!(failed.updated.iter().collect::<Vec<_>>(), ["m3"]);
+    assert_eq!(failed.status.clusters[1].state, S::Pending);
+    assert_eq!(failed.events[0].0, RolloutEvent::RolloutFailed);
+    // Later steps keep it stopped, without a second Event.
+    let later = run(&s, &rows, Some(&failed.status), "r2", T0 + 100);
+    assert_eq!(later.status, failed.status);
+    assert!(later.events.is_empty());
+}
+
+#[test]
+fn tolerated_failures_let_the_rollout_continue() {
+    let s = spec(json!({"strategy": "Progressive", "maxFailures": 1,
+        "progressDeadlineSeconds": 30}));
+    let rows: [Row; 2] = [("a", "", false, false), ("b", "", false, false)];
+    let first = run(&s, &rows, None, "r2", T0);
+    let rows: [Row; 2] = [("a", "", true, false), ("b", "", false, false)];
+    let p = run(&s, &rows, Some(&first.status), "r2", T0 + 40);
+    assert_eq!(states(&p), [("a", S::Failed), ("b", S::Progressing)]);
+    assert_eq!(p.reason, RolloutReason::Progressing);
+}
+
+#[test]
+fn a_member_that_is_down_counts_as_failed_at_the_deadline() {
+    let s = canary_first();
+    let first = run(&s, &FOUR, None, "r2", T0);
+    // m3 never shows the target: its member is unreachable.
+    let p = run(&s, &FOUR, Some(&first.status), "r2", T0 + 29);
+    assert_eq!(p.status.clusters[0].state, S::Progressing);
+    assert_eq!(p.recheck_after, Some(1));
+    let p = run(&s, &FOUR, Some(&p.status), "r2", T0 + 30);
+    assert_eq!(p.status.clusters[0].state, S::Failed);
+    assert_eq!(p.reason, RolloutReason::Failed);
+}
+
+#[test]
+fn pausing_stops_new_clusters_but_keeps_those_already_updated() {
+    let mut s = canary_first();
+    s.min_success_seconds = Some(0);
+    let first = run(&s, &FOUR, None, "r2", T0);
+    s.paused = true;
+    let mut rows = FOUR;
+    rows[2] = ("m3", "canary", true, true);
+    let p = run(&s, &rows, Some(&first.status), "r2", T0 + 20);
+    assert_eq!(
+        states(&p),
+        [
+            ("m3", S::Succeeded),
+            ("m1", S::Pending),
+            ("m2", S::Pending),
+            ("m4", S::Pending)
+        ]
+    );
+    assert_eq!(p.reason, RolloutReason::Paused);
+    assert_eq!(p.updated.iter().collect::<Vec<_>>(), ["m3"]);
+    s.paused = false;
+    let resumed = run(&s, &rows, Some(&p.status), "r2", T0 + 21);
+    assert_eq!(resumed.status.clusters[1].state, S::Progressing);
+}
+
+#[test]
+fn a_new_revision_restarts_from_the_first_wave_and_remembers_the_stable_one() {
+    let s = canary_first();
+    let done = RolloutStatus {
+        target_revision: "r1".into(),
+        clusters: FOUR
+            .iter()
+            .map(|(name, _, _, _)| super::ClusterRollout {
+                name: name.to_string(),
+                state: S::Succeeded,
+                ..Default::default()
+            })
+            .collect(),
+        ..Default::default()
+    };
+    let p = run(&s, &FOUR, Some(&done), "r2", T0);
+    assert_eq!(p.status.stable_revision.as_deref(), Some("r1"));
+    assert_eq!(p.status.start_time, timestamp(T0));
+    assert_eq!(p.updated.iter().collect::<Vec<_>>(), ["m3"]);
+    // A third revision while r2 is half way: r1 stays the stable one.
+    let p3 = run(&s, &FOUR, Some(&p.status), "r3", T0 + 1);
+    assert_eq!(p3.status.stable_revision.as_deref(), Some("r1"));
+}
+
+#[test]
+fn a_percentage_of_the_placed_clusters_move_at_once() {
+    let s = spec(json!({"strategy": "Progressive", "maxConcurrency": "50%"}));
+    let p = run(&s, &FOUR, None, "r2", T0);
+    assert_eq!(p.updated.iter().collect::<Vec<_>>(), ["m1", "m2"]);
+}
+
+#[test]
+fn every_cluster_healthy_completes_once_and_then_plans_without_change() {
+    let s = spec(json!({"strategy": "Progressive", "maxConcurrency": 4}));
+    let first = run(&s, &FOUR, None, "r2", T0);
+    assert_eq!(first.updated.len(), 4);
+    let rows = FOUR.map(|(n, l, _, _)| (n, l, true, true));
+    let done = run(&s, &rows, Some(&first.status), "r2", T0 + 3);
+    assert_eq!(done.reason, RolloutReason::Complete);
+    assert_eq!(
+        (done.status.current_wave, done.status.progress.as_str()),
+        (0, "4/4")
+    );
+    assert_eq!(done.events[0].0, RolloutEvent::RolloutComplete);
+    let again = run(&s, &rows, Some(&done.status), "r2", T0 + 100);
+    assert_eq!(again.status, done.status, "no change, so no status write");
+    assert!(again.events.is_empty());
+}
+
+#[test]
+fn a_cluster_already_on_the_target_counts_as_started() {
+    let s = canary_first();
+    let mut rows = FOUR;
+    rows[0] = ("m1", "prod", true, true);
+    let p = run(&s, &rows, None, "r2", T0);
+    assert_eq!(p.status.clusters[1].state, S::Progressing, "m1");
+    assert!(p.updated.contains("m1") && p.updated.contains("m3"));
+}
+
+#[test]
+fn invalid_rollout_fields_are_named() {
+    let bad = |v| spec(v).validate().expect_err("invalid");
+    assert!(bad(json!({"maxConcurrency": "150%"})).contains("maxConcurrency"));
+    assert!(bad(json!({"maxConcurrency": "x"})).contains("maxConcurrency"));
+    assert!(bad(json!({"maxFailures": -1})).contains("maxFailures"));
+    assert!(
+        bad(json!({"groups": [{"selector": {"matchExpressions": [
+            {"key": "a", "operator": "Near"}]}}]}))
+        .contains("groups[0]")
+    );
+    assert_eq!(canary_first().validate(), Ok(()));
+    assert_eq!(canary_first().concurrency(4), 1);
+    assert_eq!(spec(json!({"maxConcurrency": "25%"})).concurrency(2), 1);
+}
