@@ -7,7 +7,8 @@ pub mod bench;
 #[cfg(feature = "dev")]
 pub mod bootstrap;
 pub mod cli;
-pub mod events;
+/// Events (in the multi-cluster library).
+pub use flotilla_multicluster::events;
 pub mod ftc;
 pub mod ftc_schema;
 pub mod install;
@@ -22,6 +23,8 @@ pub mod registry;
 pub mod sa_import;
 pub mod scheduling;
 pub mod sync;
-pub mod watch;
+/// The watch loop (in the multi-cluster library).
+pub use flotilla_multicluster::watch;
 pub mod webhook;
-pub mod workqueue;
+/// The work queue (in the multi-cluster library).
+pub use flotilla_multicluster::workqueue;
