@@ -16,7 +16,7 @@ mod foo;
 use std::time::Duration;
 
 use anyhow::{Context as _, ensure};
-use flotilla_crds::KubeFedCluster;
+use flotilla_crds::{KubeFedCluster, MEMBER_ROLE_ANNOTATION};
 use flotilla_multicluster::{
     ClusterSet, ObjectKey, kubefed::KubeFedSource, ownership::OWNER_ANNOTATION,
 };
@@ -27,7 +27,10 @@ use flotilla_tests::{
     wait_for,
 };
 use foo::Foo;
-use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::{
+    apps::v1::Deployment,
+    rbac::v1::{ClusterRole, ClusterRoleBinding},
+};
 use kube::{
     Api, Client, ResourceExt,
     api::{DeleteParams, ObjectMeta, Patch, PatchParams, PostParams},
@@ -54,6 +57,38 @@ fn deployment_of(cluster: &str, name: &str) -> String {
         name: name.into(),
     };
     foo::deployment_name(&key, name)
+}
+
+/// Grants the example's ClusterRole (rbac.yaml) in every member to the ServiceAccount
+/// whose token the member's KubeFedCluster carries (Flotilla's own role is least-privilege).
+async fn grant_example_rbac(fed: &Federation) -> anyhow::Result<()> {
+    let role: ClusterRole = serde_saphyr::from_str(include_str!(
+        "../../multicluster/examples/foo_controller/rbac.yaml"
+    ))?;
+    let registry: Api<KubeFedCluster> = Api::namespaced(fed.host.clone(), REGISTRY_NS);
+    let params = PatchParams::apply("library-test").force();
+    for (i, member) in fed.members.iter().enumerate() {
+        let cluster = registry.get(&format!("member{}", i + 1)).await?;
+        let flotilla_role = cluster
+            .annotations()
+            .get(MEMBER_ROLE_ANNOTATION)
+            .context("the member's role annotation")?;
+        let binding: ClusterRoleBinding = Api::all(member.clone()).get(flotilla_role).await?;
+        Api::<ClusterRole>::all(member.clone())
+            .patch(&role.name_any(), &params, &Patch::Apply(&role))
+            .await?;
+        let grant = json!({
+            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+            "metadata": {"name": "foo-controller"},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                "name": role.name_any()},
+            "subjects": binding.subjects,
+        });
+        Api::<ClusterRoleBinding>::all(member.clone())
+            .patch("foo-controller", &params, &Patch::Apply(grant))
+            .await?;
+    }
+    Ok(())
 }
 
 async fn apply_foo(client: &Client, name: &str, replicas: i32) -> anyhow::Result<()> {
@@ -173,6 +208,7 @@ async fn leave_and_join(fed: &Federation, set: &ClusterSet) -> anyhow::Result<()
         metadata: ObjectMeta {
             name: Some("member3".into()),
             labels: registered.metadata.labels.clone(),
+            annotations: registered.metadata.annotations.clone(),
             ..ObjectMeta::default()
         },
         spec: registered.spec.clone(),
@@ -208,6 +244,7 @@ async fn owner_deleted_while_dependents_cluster_is_down(
 async fn the_foo_controller_fans_in_follows_clusters_and_collects_across_clusters()
 -> anyhow::Result<()> {
     let fed = federation_with_pods(3).await?;
+    grant_example_rbac(&fed).await?;
     let set = ClusterSet::new();
     let _source = KubeFedSource::start(set.clone(), fed.host.clone(), REGISTRY_NS);
     let install = tokio::spawn(foo::install_on_join(set.clone(), CENTRAL.into()));
