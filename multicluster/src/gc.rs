@@ -53,8 +53,12 @@ where
     }
     finalizers.push(finalizer.to_owned());
     let name = obj.meta().name.clone().unwrap_or_default();
-    api.patch(&name, &PatchParams::default(), &finalizers_patch(obj, finalizers))
-        .await?;
+    api.patch(
+        &name,
+        &PatchParams::default(),
+        &finalizers_patch(obj, finalizers),
+    )
+    .await?;
     Ok(true)
 }
 
@@ -84,7 +88,11 @@ where
     }
 }
 
-pub(crate) fn dynamic_api(client: kube::Client, ar: &ApiResource, ns: Option<&str>) -> Api<DynamicObject> {
+pub(crate) fn dynamic_api(
+    client: kube::Client,
+    ar: &ApiResource,
+    ns: Option<&str>,
+) -> Api<DynamicObject> {
     match ns {
         Some(ns) => Api::namespaced_with(client, ns, ar),
         None => Api::all_with(client, ar),
@@ -126,7 +134,11 @@ async fn orphan_dependent(shared: &Shared, ar: &ApiResource, d: &Dependent) -> R
     let client = shared.client_of(&d.cluster)?;
     let api = dynamic_api(client, ar, d.namespace.as_deref());
     match api
-        .patch(&d.name, &PatchParams::default(), &Patch::Merge(orphan_patch()))
+        .patch(
+            &d.name,
+            &PatchParams::default(),
+            &Patch::Merge(orphan_patch()),
+        )
         .await
     {
         Ok(_) => {}
@@ -181,14 +193,22 @@ pub(crate) async fn finalize(
 
 /// What the owner's cluster says about `key` now: [`OwnerObservation::Unknown`] unless
 /// the cluster is Ready and answers a live read (a cache may lag behind a new owner).
-pub(crate) async fn observe_owner<K>(shared: &Shared, key: &ObjectKey, dyntype: &K::DynamicType) -> OwnerObservation
+pub(crate) async fn observe_owner<K>(
+    shared: &Shared,
+    key: &ObjectKey,
+    dyntype: &K::DynamicType,
+) -> OwnerObservation
 where
     K: Resource + Clone + DeserializeOwned + Debug,
 {
     let Ok(client) = shared.client_of(&key.cluster) else {
         return OwnerObservation::Unknown;
     };
-    let api = dynamic_api(client, &ApiResource::erase::<K>(dyntype), key.namespace.as_deref());
+    let api = dynamic_api(
+        client,
+        &ApiResource::erase::<K>(dyntype),
+        key.namespace.as_deref(),
+    );
     match api.get_opt(&key.name).await {
         Ok(None) => OwnerObservation::Absent,
         Ok(Some(o)) => OwnerObservation::Exists {

@@ -98,8 +98,12 @@ async fn apply_foo(client: &Client, name: &str, replicas: i32) -> anyhow::Result
         "spec": {"deploymentName": name, "replicas": replicas},
     });
     let api: Api<Foo> = foos(client);
-    api.patch(name, &PatchParams::apply("library-test").force(), &Patch::Apply(obj))
-        .await?;
+    api.patch(
+        name,
+        &PatchParams::apply("library-test").force(),
+        &Patch::Apply(obj),
+    )
+    .await?;
     Ok(())
 }
 
@@ -122,11 +126,15 @@ async fn wait_available(client: &Client, name: &str, n: i32) -> anyhow::Result<(
 }
 
 async fn wait_ready_in_set(set: &ClusterSet, name: &str, ready: bool) -> anyhow::Result<()> {
-    wait_for(TIMEOUT, &format!("{name} ready={ready} in the set"), || async {
-        let now = set.get(name).is_some_and(|c| c.ready);
-        ensure!(now == ready, "ready={now}");
-        Ok(())
-    })
+    wait_for(
+        TIMEOUT,
+        &format!("{name} ready={ready} in the set"),
+        || async {
+            let now = set.get(name).is_some_and(|c| c.ready);
+            ensure!(now == ready, "ready={now}");
+            Ok(())
+        },
+    )
     .await
 }
 
@@ -139,8 +147,14 @@ async fn fan_in(fed: &Federation) -> anyhow::Result<()> {
     }
     for cluster in ["member2", "member3"] {
         let d = wait_present(TIMEOUT, &deployments(fed), &deployment_of(cluster, "web")).await?;
-        let owner = d.annotations().get(OWNER_ANNOTATION).context("owner annotation")?;
-        ensure!(owner.contains(&format!("\"cluster\":\"{cluster}\"")), "{owner}");
+        let owner = d
+            .annotations()
+            .get(OWNER_ANNOTATION)
+            .context("owner annotation")?;
+        ensure!(
+            owner.contains(&format!("\"cluster\":\"{cluster}\"")),
+            "{owner}"
+        );
     }
     for member in &fed.members[1..] {
         wait_available(member, "web", 1).await?;
@@ -158,7 +172,9 @@ async fn fan_in(fed: &Federation) -> anyhow::Result<()> {
 async fn repair_and_update(fed: &Federation) -> anyhow::Result<()> {
     let name = deployment_of("member2", "web");
     let before = deployments(fed).get(&name).await?;
-    deployments(fed).delete(&name, &DeleteParams::default()).await?;
+    deployments(fed)
+        .delete(&name, &DeleteParams::default())
+        .await?;
     wait_object(TIMEOUT, &deployments(fed), &name, |d: &Deployment| {
         ensure!(d.uid() != before.uid(), "still the old one");
         Ok(())
@@ -170,7 +186,9 @@ async fn repair_and_update(fed: &Federation) -> anyhow::Result<()> {
 
 /// A deleted Foo deletes its Deployment, then goes.
 async fn delete_foo(fed: &Federation, member: usize, cluster: &str) -> anyhow::Result<()> {
-    foos(&fed.members[member]).delete("web", &DeleteParams::default()).await?;
+    foos(&fed.members[member])
+        .delete("web", &DeleteParams::default())
+        .await?;
     wait_absent(TIMEOUT, &deployments(fed), &deployment_of(cluster, "web")).await?;
     wait_absent(TIMEOUT, &foos(&fed.members[member]), "web").await
 }
@@ -203,7 +221,10 @@ async fn leave_and_join(fed: &Federation, set: &ClusterSet) -> anyhow::Result<()
         "a Deployment was collected while its owner's cluster was away"
     );
     let late = deployment_of("member3", "late");
-    ensure!(deployments(fed).get_opt(&late).await?.is_none(), "served while away");
+    ensure!(
+        deployments(fed).get_opt(&late).await?.is_none(),
+        "served while away"
+    );
     let rejoin = KubeFedCluster {
         metadata: ObjectMeta {
             name: Some("member3".into()),
@@ -233,7 +254,9 @@ async fn owner_deleted_while_dependents_cluster_is_down(
     wait_present(TIMEOUT, &deployments(fed), &name).await?;
     fed.env.stop_apiserver(CENTRAL).await?;
     wait_ready_in_set(set, CENTRAL, false).await?;
-    foos(member2).delete("orphaned", &DeleteParams::default()).await?;
+    foos(member2)
+        .delete("orphaned", &DeleteParams::default())
+        .await?;
     wait_absent(TIMEOUT, &foos(member2), "orphaned").await?;
     fed.env.start_apiserver(CENTRAL).await?;
     wait_ready_in_set(set, CENTRAL, true).await?;

@@ -3,6 +3,6 @@
 //! `crate::multicluster::*` paths working.
 
 pub use flotilla_multicluster::{
-    ClusterEvent, ClusterSet, ClusterState, MemberEvent, MemberWatch, ReadyCluster,
-    cluster_set, member_watch,
+    ClusterEvent, ClusterSet, ClusterState, MemberEvent, MemberWatch, ReadyCluster, cluster_set,
+    member_watch,
 };

@@ -129,15 +129,15 @@ pub fn validate(spec: &FooSpec) -> Result<(), String> {
 }
 
 /// The policy a Foo's deletion follows.
-pub fn deletion_policy(foo: &Foo) -> DeletionPolicy {
-    foo.annotations()
+pub fn deletion_policy(obj: &Foo) -> DeletionPolicy {
+    obj.annotations()
         .get(DELETION_POLICY_ANNOTATION)
         .and_then(|v| DeletionPolicy::parse(v))
         .unwrap_or_default()
 }
 
 /// The Deployment a Foo wants in the central cluster.
-pub fn desired_deployment(foo: &Foo, owner: &MultiClusterOwner, name: &str) -> Deployment {
+pub fn desired_deployment(obj: &Foo, owner: &MultiClusterOwner, name: &str) -> Deployment {
     let labels = BTreeMap::from([(INSTANCE_LABEL.to_owned(), name.to_owned())]);
     let mut meta = ObjectMeta {
         name: Some(name.to_owned()),
@@ -149,7 +149,7 @@ pub fn desired_deployment(foo: &Foo, owner: &MultiClusterOwner, name: &str) -> D
     let mut deployment = Deployment {
         metadata: meta,
         spec: Some(DeploymentSpec {
-            replicas: Some(foo.spec.replicas.unwrap_or(1)),
+            replicas: Some(obj.spec.replicas.unwrap_or(1)),
             selector: LabelSelector {
                 match_labels: Some(labels.clone()),
                 ..LabelSelector::default()
@@ -190,39 +190,49 @@ pub fn needs_apply(current: Option<&Deployment>, desired: &Deployment) -> bool {
 }
 
 /// Reconciles one Foo.
-pub async fn reconcile(foo: Arc<Foo>, ctx: Context<Data>) -> Result<Action, Error> {
-    if foo.meta().deletion_timestamp.is_some() {
-        return Ok(ctx.finalize(foo.as_ref(), deletion_policy(&foo)).await?);
+pub async fn reconcile(obj: Arc<Foo>, ctx: Context<Data>) -> Result<Action, Error> {
+    if obj.meta().deletion_timestamp.is_some() {
+        return Ok(ctx.finalize(obj.as_ref(), deletion_policy(&obj)).await?);
     }
-    if let Err(problem) = validate(&foo.spec) {
-        ctx.publish_event(foo.as_ref(), EventType::Warning, "InvalidSpec", "Validate", problem)
-            .await;
+    if let Err(problem) = validate(&obj.spec) {
+        ctx.publish_event(
+            obj.as_ref(),
+            EventType::Warning,
+            "InvalidSpec",
+            "Validate",
+            problem,
+        )
+        .await;
         return Ok(Action::await_change());
     }
     // Before any Deployment exists: a Foo deleted from now on waits for its clean-up.
-    ctx.ensure_finalizer(foo.as_ref()).await?;
+    ctx.ensure_finalizer(obj.as_ref()).await?;
     let central = ctx.data().central.clone();
-    let name = deployment_name(ctx.key(), &foo.spec.deployment_name);
-    let desired = desired_deployment(&foo, &ctx.owner_ref(foo.as_ref())?, &name);
+    let name = deployment_name(ctx.key(), &obj.spec.deployment_name);
+    let desired = desired_deployment(&obj, &ctx.owner_ref(obj.as_ref())?, &name);
     let current = ctx
         .data()
         .deployments
         .get(&central, Some(CENTRAL_NAMESPACE), &name);
     if needs_apply(current.as_deref(), &desired) {
         let api: Api<Deployment> = Api::namespaced(ctx.client_of(&central)?, CENTRAL_NAMESPACE);
-        api.patch(&name, &PatchParams::apply(CONTROLLER).force(), &Patch::Apply(&desired))
-            .await
-            .map_err(|source| Error::Kube {
-                action: "applying the Deployment",
-                source,
-            })?;
+        api.patch(
+            &name,
+            &PatchParams::apply(CONTROLLER).force(),
+            &Patch::Apply(&desired),
+        )
+        .await
+        .map_err(|source| Error::Kube {
+            action: "applying the Deployment",
+            source,
+        })?;
         let (reason, verb) = match current {
             Some(_) => ("DeploymentUpdated", "updated"),
             None => ("DeploymentCreated", "created"),
         };
         let note = format!("Deployment {CENTRAL_NAMESPACE}/{name} {verb} in cluster {central}");
         info!(foo = %ctx.key(), %note);
-        ctx.publish_event(foo.as_ref(), EventType::Normal, reason, "Sync", note)
+        ctx.publish_event(obj.as_ref(), EventType::Normal, reason, "Sync", note)
             .await;
     }
     let available = current
@@ -230,16 +240,20 @@ pub async fn reconcile(foo: Arc<Foo>, ctx: Context<Data>) -> Result<Action, Erro
         .and_then(|d| d.status.as_ref())
         .and_then(|s| s.available_replicas)
         .unwrap_or(0);
-    if foo.status.as_ref().map(|s| s.available_replicas) != Some(available) {
+    if obj.status.as_ref().map(|s| s.available_replicas) != Some(available) {
         let api: Api<Foo> =
-            Api::namespaced(ctx.client().clone(), &foo.namespace().unwrap_or_default());
+            Api::namespaced(ctx.client().clone(), &obj.namespace().unwrap_or_default());
         let status = serde_json::json!({"status": {"availableReplicas": available}});
-        api.patch_status(&foo.name_any(), &PatchParams::default(), &Patch::Merge(status))
-            .await
-            .map_err(|source| Error::Kube {
-                action: "writing the Foo's status",
-                source,
-            })?;
+        api.patch_status(
+            &obj.name_any(),
+            &PatchParams::default(),
+            &Patch::Merge(status),
+        )
+        .await
+        .map_err(|source| Error::Kube {
+            action: "writing the Foo's status",
+            source,
+        })?;
     }
     Ok(Action::requeue(Duration::from_secs(300)))
 }
@@ -251,13 +265,10 @@ pub fn error_policy(_: Arc<Foo>, _: &Error, _: &Context<Data>) -> Action {
 
 /// The controller: Foos in every cluster but `central`, their Deployments in `central`.
 pub fn controller(set: ClusterSet, central: &str) -> (Controller<Foo>, Cache<Deployment>) {
-    let mut controller = Controller::<Foo>::new(
-        CONTROLLER,
-        set,
-        WatchOptions::all().except_cluster(central),
-    )
-    .finalizer(FINALIZER)
-    .concurrency(4);
+    let mut controller =
+        Controller::<Foo>::new(CONTROLLER, set, WatchOptions::all().except_cluster(central))
+            .finalizer(FINALIZER)
+            .concurrency(4);
     let deployments = controller.owns::<Deployment>(
         (),
         WatchOptions::all()

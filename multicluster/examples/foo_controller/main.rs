@@ -46,8 +46,7 @@ struct Args {
 async fn main() -> anyhow::Result<()> {
     tracing_subscriber::fmt()
         .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| "info".into()),
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
         )
         .init();
     let args = Args::parse();
@@ -69,7 +68,11 @@ async fn main() -> anyhow::Result<()> {
         if registry.get_opt(&args.central).await?.is_none() {
             fixed.add_context(&set, &kubeconfig, &args.central).await?;
         }
-        _registry = Some(KubeFedSource::start(set.clone(), host, &args.registry_namespace));
+        _registry = Some(KubeFedSource::start(
+            set.clone(),
+            host,
+            &args.registry_namespace,
+        ));
     } else {
         fixed.add_context(&set, &kubeconfig, &args.central).await?;
         for member in &args.members {

@@ -6,10 +6,7 @@
 use std::{collections::BTreeSet, fmt::Debug, sync::Arc};
 
 use kube::{
-    Api, Client, Resource,
-    api::DynamicObject,
-    core::ApiResource,
-    runtime::events::EventType,
+    Api, Client, Resource, api::DynamicObject, core::ApiResource, runtime::events::EventType,
 };
 use serde::de::DeserializeOwned;
 
@@ -31,7 +28,10 @@ pub(crate) struct Shared {
 impl Shared {
     /// Every dependent of `owner` that a complete cache shows, and the clusters that may
     /// hold more but cannot be seen now.
-    pub fn dependents_of(&self, owner: &MultiClusterOwner) -> Vec<(kube::core::ApiResource, Dependent)> {
+    pub fn dependents_of(
+        &self,
+        owner: &MultiClusterOwner,
+    ) -> Vec<(kube::core::ApiResource, Dependent)> {
         let sources = self.sources.read().unwrap_or_else(|e| e.into_inner());
         sources
             .iter()
@@ -118,8 +118,14 @@ impl<C> Context<C> {
 
     /// Publishes an Event about `obj` in the object's own cluster (best effort: a failure
     /// is logged at debug level).
-    pub async fn publish_event<K>(&self, obj: &K, type_: EventType, reason: &str, action: &str, note: String)
-    where
+    pub async fn publish_event<K>(
+        &self,
+        obj: &K,
+        type_: EventType,
+        reason: &str,
+        action: &str,
+        note: String,
+    ) where
         K: Resource<DynamicType: Default>,
     {
         let recorder = crate::events::recorder(self.client.clone(), &self.shared.name);

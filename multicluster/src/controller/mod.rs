@@ -125,8 +125,7 @@ where
                         let sources = sources.read().unwrap_or_else(|e| e.into_inner());
                         for source in sources.iter() {
                             for (_, owner) in source.all() {
-                                if owner.cluster == cluster && owner.is_kind(&api_version, &kind)
-                                {
+                                if owner.cluster == cluster && owner.is_kind(&api_version, &kind) {
                                     queue.add(owner.key());
                                 }
                             }
@@ -184,7 +183,12 @@ where
 
     /// Watches kind `W` as `options` say; `mapper` turns each changed object (with its
     /// cluster) into the keys to reconcile. Returns the watch's cache.
-    pub fn watches<W, F>(&mut self, dyntype: W::DynamicType, options: WatchOptions<W>, mapper: F) -> Cache<W>
+    pub fn watches<W, F>(
+        &mut self,
+        dyntype: W::DynamicType,
+        options: WatchOptions<W>,
+        mapper: F,
+    ) -> Cache<W>
     where
         W: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
         W::DynamicType: Eq + Hash + Clone + Send + Sync + Debug,

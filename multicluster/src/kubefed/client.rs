@@ -21,7 +21,6 @@ use flotilla_crds::core::TlsValidation;
 use k8s_openapi::api::core::v1::Secret;
 use kube::Client;
 
-
 /// Why no client can be built from a KubeFedCluster and its Secret. The text is what
 /// Flotilla's registry writes into the ConfigMalformed condition.
 #[derive(Debug, thiserror::Error)]
@@ -360,7 +359,10 @@ mod tests {
     #[test]
     fn a_bundle_that_is_not_base64_says_so() {
         let err = decode_ca_bundle("***").expect_err("rejects");
-        assert!(matches!(err, ClientError::CaBundleNotBase64 { .. }), "{err}");
+        assert!(
+            matches!(err, ClientError::CaBundleNotBase64 { .. }),
+            "{err}"
+        );
     }
 
     #[test]

@@ -19,9 +19,7 @@ use crate::ClusterSet;
 
 /// Whether a KubeFedCluster's status says Ready.
 pub fn cluster_ready(status: Option<&KubeFedClusterStatus>) -> bool {
-    status.is_some_and(|s| {
-        s.condition("Ready").is_some_and(|c| c.status == "True")
-    })
+    status.is_some_and(|s| s.condition("Ready").is_some_and(|c| c.status == "True"))
 }
 
 /// A running KubeFedCluster source; stops when dropped.

@@ -63,7 +63,10 @@ enum Change {
 pub fn watch_registry(
     host: Client,
     namespace: &str,
-) -> (RegistryCaches, impl Stream<Item = Affected> + Send + 'static) {
+) -> (
+    RegistryCaches,
+    impl Stream<Item = Affected> + Send + 'static,
+) {
     let (clusters, cluster_writer) = reflector::store::<KubeFedCluster>();
     let (secrets, secret_writer) = reflector::store::<Secret>();
     let cluster_stream = reflector::reflector(
@@ -96,7 +99,11 @@ pub fn watch_registry(
     (caches, stream)
 }
 
-fn affected(caches: &RegistryCaches, listed: &mut (bool, bool), change: Change) -> Option<Affected> {
+fn affected(
+    caches: &RegistryCaches,
+    listed: &mut (bool, bool),
+    change: Change,
+) -> Option<Affected> {
     match change {
         Change::Cluster(Ok(event)) => match event {
             watcher::Event::Apply(c) | watcher::Event::Delete(c) => {

@@ -197,7 +197,10 @@ mod tests {
         cm.metadata.namespace = Some("ns".into());
         cm.metadata.uid = Some("u1".into());
         let owner = MultiClusterOwner::of("c2", &cm, &()).expect("a stored object");
-        assert_eq!((owner.api_version.as_str(), owner.kind.as_str()), ("v1", "ConfigMap"));
+        assert_eq!(
+            (owner.api_version.as_str(), owner.kind.as_str()),
+            ("v1", "ConfigMap")
+        );
         assert_eq!(
             owner.key(),
             ObjectKey {
