@@ -109,7 +109,52 @@ pub(crate) fn owner_key_of<W: ResourceExt>(
 
 #[cfg(test)]
 mod tests {
+    use k8s_openapi::api::apps::v1::Deployment;
+
     use super::*;
+    use crate::ownership::OWNER_ANNOTATION;
+
+    fn owned_by(kind: &str) -> Deployment {
+        let owner = MultiClusterOwner {
+            cluster: "member2".into(),
+            api_version: "samplecontroller.k8s.io/v1alpha1".into(),
+            kind: kind.into(),
+            namespace: Some("default".into()),
+            name: "web".into(),
+            uid: "u1".into(),
+        };
+        let mut d = Deployment::default();
+        owner.set_on(&mut d.metadata);
+        d
+    }
+
+    #[test]
+    fn a_dependent_maps_to_its_owners_key_in_the_owners_cluster() {
+        let key = owner_key_of(&owned_by("Foo"), "samplecontroller.k8s.io/v1alpha1", "Foo");
+        assert_eq!(
+            key,
+            Some(crate::ObjectKey {
+                cluster: "member2".into(),
+                namespace: Some("default".into()),
+                name: "web".into(),
+            })
+        );
+    }
+
+    #[test]
+    fn a_dependent_of_another_kind_or_with_a_broken_reference_maps_to_nothing() {
+        let api_version = "samplecontroller.k8s.io/v1alpha1";
+        assert_eq!(owner_key_of(&owned_by("Bar"), api_version, "Foo"), None);
+        let mut broken = owned_by("Foo");
+        broken
+            .annotations_mut()
+            .insert(OWNER_ANNOTATION.into(), "{".into());
+        assert_eq!(owner_key_of(&broken, api_version, "Foo"), None);
+        assert_eq!(
+            owner_key_of(&Deployment::default(), api_version, "Foo"),
+            None
+        );
+    }
 
     #[test]
     fn a_dependents_watch_keeps_the_callers_selector_and_adds_the_owner_label() {

@@ -42,7 +42,7 @@ pub enum Action {
     AwaitChange,
     /// Reconcile again after this delay (unless a change comes earlier); backoff reset.
     Requeue(Duration),
-    /// Reconcile again after the key's next backoff step (0.5 s doubling up to 60 s).
+    /// Reconcile again after the key's next backoff step (1 s, doubling up to 60 s).
     Backoff,
 }
 

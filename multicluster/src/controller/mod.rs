@@ -183,6 +183,30 @@ where
 
     /// Watches kind `W` as `options` say; `mapper` turns each changed object (with its
     /// cluster) into the keys to reconcile. Returns the watch's cache.
+    ///
+    /// ```no_run
+    /// # use flotilla_multicluster::{ClusterSet, Controller, ObjectKey, WatchOptions};
+    /// # use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+    /// # async fn demo(set: ClusterSet) {
+    /// let mut controller = Controller::<ConfigMap>::new("config", set, WatchOptions::all());
+    /// // A Secret `x` in the central cluster requests the ConfigMap `x` of every member.
+    /// let members = vec!["member1".to_string(), "member2".to_string()];
+    /// let secrets = controller.watches::<Secret, _>(
+    ///     (),
+    ///     WatchOptions::all().in_cluster("central"),
+    ///     move |_cluster, secret: &Secret| {
+    ///         members
+    ///             .iter()
+    ///             .map(|m| ObjectKey {
+    ///                 cluster: m.clone(),
+    ///                 namespace: secret.metadata.namespace.clone(),
+    ///                 name: secret.metadata.name.clone().unwrap_or_default(),
+    ///             })
+    ///             .collect()
+    ///     },
+    /// );
+    /// # }
+    /// ```
     pub fn watches<W, F>(
         &mut self,
         dyntype: W::DynamicType,
@@ -226,6 +250,17 @@ where
     /// a `K`) as `options` say: a change requests its owner's reconcile, and the owner's
     /// finalizer and the collector delete them across clusters. Only objects with an owner
     /// reference are cached. Returns the cache.
+    ///
+    /// ```no_run
+    /// # use flotilla_multicluster::{ClusterSet, Controller, WatchOptions};
+    /// # use k8s_openapi::api::{apps::v1::Deployment, core::v1::ConfigMap};
+    /// # async fn demo(set: ClusterSet) {
+    /// let mut controller = Controller::<ConfigMap>::new("config", set, WatchOptions::all())
+    ///     .finalizer("example.com/cleanup");
+    /// // Deployments in the central cluster owned by ConfigMaps anywhere.
+    /// let deployments = controller.owns::<Deployment>((), WatchOptions::all().in_cluster("central"));
+    /// # }
+    /// ```
     pub fn owns<W>(&mut self, dyntype: W::DynamicType, mut options: WatchOptions<W>) -> Cache<W>
     where
         W: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
