@@ -112,15 +112,18 @@ where
     }
 
     async fn process(&self, key: &ObjectKey) -> (Outcome, Action) {
+        let client = match self.shared.client_of(&key.cluster) {
+            Ok(client) if self.primary.is_synced(&key.cluster) => client,
+            // Not Ready, or its cache still listing: nothing can be concluded about the
+            // object. The cluster's completed list requests it (and the owners its
+            // dependents name) again.
+            _ => return (Outcome::ClusterNotReady, Action::AwaitChange),
+        };
         let Some(obj) = self
             .primary
             .get(&key.cluster, key.namespace.as_deref(), &key.name)
         else {
             return self.missing(key).await;
-        };
-        let Ok(client) = self.shared.client_of(&key.cluster) else {
-            // The watch of a cluster that turned unready is gone; its return requeues.
-            return (Outcome::ClusterNotReady, Action::AwaitChange);
         };
         let ctx = Context {
             key: key.clone(),
@@ -137,8 +140,8 @@ where
         }
     }
 
-    /// The object is not cached: deleted, or its cluster's cache is not complete. Its
-    /// dependents are collected once the owner's cluster confirms it gone.
+    /// The object is not in its cluster's complete cache: deleted. Its dependents are
+    /// collected once the owner's cluster confirms it gone.
     async fn missing(&self, key: &ObjectKey) -> (Outcome, Action) {
         let retry = gc::collect::<K>(&self.shared, key, &self.dyntype).await;
         let action = if retry {
