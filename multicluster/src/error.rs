@@ -36,6 +36,9 @@ pub enum Error {
     /// A client could not be built from a configuration.
     #[error(transparent)]
     Client(#[from] ClientError),
+    /// An object has no name or uid yet, so no owner reference can name it.
+    #[error(transparent)]
+    Owner(#[from] crate::ownership::OwnerRefError),
     /// The cluster is not registered or not Ready, so nothing can be sent to it.
     #[error("cluster {0} is not Ready")]
     ClusterNotReady(String),
@@ -49,6 +52,7 @@ impl Error {
             Error::Kubeconfig { .. } => "kubeconfig",
             Error::InCluster { .. } => "in_cluster",
             Error::Client(_) => "client",
+            Error::Owner(_) => "owner",
             Error::ClusterNotReady(_) => "cluster_not_ready",
         }
     }

@@ -18,7 +18,7 @@ use std::time::Duration;
 use anyhow::{Context as _, ensure};
 use flotilla_crds::{KubeFedCluster, MEMBER_ROLE_ANNOTATION};
 use flotilla_multicluster::{
-    ClusterSet, ObjectKey, kubefed::KubeFedSource, ownership::OWNER_ANNOTATION,
+    ClusterSet, ControllerMetrics, ObjectKey, kubefed::KubeFedSource, ownership::OWNER_ANNOTATION,
 };
 use flotilla_tests::{
     assert::events_about,
@@ -271,9 +271,11 @@ async fn the_foo_controller_fans_in_follows_clusters_and_collects_across_cluster
     let set = ClusterSet::new();
     let _source = KubeFedSource::start(set.clone(), fed.host.clone(), REGISTRY_NS);
     let install = tokio::spawn(foo::install_on_join(set.clone(), CENTRAL.into()));
+    let mut registry = prometheus_client::registry::Registry::default();
+    let metrics = std::sync::Arc::new(ControllerMetrics::new(&mut registry));
     let controller = tokio::spawn({
-        let set = set.clone();
-        async move { foo::run(set, CENTRAL, None).await }
+        let (set, metrics) = (set.clone(), metrics.clone());
+        async move { foo::run(set, CENTRAL, Some(metrics)).await }
     });
     let result = async {
         fan_in(&fed).await.context("fan-in")?;
@@ -287,5 +289,14 @@ async fn the_foo_controller_fans_in_follows_clusters_and_collects_across_cluster
     .await;
     controller.abort();
     install.abort();
-    result
+    result?;
+    let mut text = String::new();
+    prometheus_client::encoding::text::encode(&mut text, &registry)?;
+    for series in [
+        "multicluster_controller_reconciles_total{controller=\"foo-controller\",result=\"success\"}",
+        "multicluster_controller_gc_operations_total{controller=\"foo-controller\",op=\"delete\"}",
+    ] {
+        ensure!(text.contains(series), "no {series} in\n{text}");
+    }
+    Ok(())
 }

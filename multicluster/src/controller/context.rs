@@ -152,9 +152,7 @@ impl<C> Context<C> {
     where
         K: Resource<DynamicType: Default> + Clone + DeserializeOwned + Debug,
     {
-        let owner = self
-            .owner_ref(obj)
-            .map_err(|_| Error::ClusterNotReady(self.key.cluster.clone()))?;
+        let owner = self.owner_ref(obj)?;
         let done = gc::finalize(&self.shared, &owner, policy).await?;
         if !done {
             return Ok(Action::requeue(gc::FINALIZE_RECHECK));

@@ -1,5 +1,6 @@
 //! The KubeFedCluster source: a [`ClusterSet`] that follows the registry — registered,
-//! relabelled, removed as KubeFedClusters are; a client rebuilt only when the spec or the
+//! relabelled, removed as KubeFedClusters are (clusters another source put in the same set
+//! are left alone); a client rebuilt only when the spec or the
 //! token changes; Ready as the KubeFedCluster's `Ready` condition says. It writes nothing to
 //! any cluster (Flotilla's controller-manager owns the health checks and the status).
 
@@ -45,8 +46,10 @@ impl KubeFedSource {
             while let Some(affected) = changes.next().await {
                 let names = match affected {
                     Affected::All => {
+                        // Clusters deleted while the watch was down too; never clusters
+                        // another source put in the set.
                         let mut names = caches.cluster_names();
-                        names.extend(set.snapshot().into_iter().map(|c| c.name));
+                        names.extend(built.keys().cloned());
                         names
                     }
                     Affected::Clusters(names) => names,
@@ -72,8 +75,8 @@ fn follow(
     let Some(cluster) = caches.clusters.get(&key) else {
         if built.remove(name).is_some() {
             info!(cluster = %name, "KubeFedCluster deleted; the cluster leaves the set");
+            set.remove(name);
         }
-        set.remove(name);
         return;
     };
     set.upsert(name, cluster.labels().clone(), cluster.spec.taints.clone());
