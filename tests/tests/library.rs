@@ -5,7 +5,7 @@
 //!
 //! One environment, phases in order: Foos in two members fan in to Deployments in the
 //! central cluster (status and Events flow back); a deleted Deployment is recreated; a
-//! deleted Foo deletes its Deployment; a member leaves (its Deployments are kept, its new
+//! deleted Foo deletes its Deployment, or leaves it when asked to orphan it; a member leaves (its Deployments are kept, its new
 //! Foos wait) and joins again at run time; a Foo deleted while the central cluster is down
 //! is let go, and its Deployment is collected when the central cluster returns.
 
@@ -18,7 +18,9 @@ use std::time::Duration;
 use anyhow::{Context as _, ensure};
 use flotilla_crds::{KubeFedCluster, MEMBER_ROLE_ANNOTATION};
 use flotilla_multicluster::{
-    ClusterSet, ControllerMetrics, ObjectKey, kubefed::KubeFedSource, ownership::OWNER_ANNOTATION,
+    ClusterSet, ControllerMetrics, ObjectKey,
+    kubefed::KubeFedSource,
+    ownership::{OWNER_ANNOTATION, OWNER_LABEL},
 };
 use flotilla_tests::{
     assert::events_about,
@@ -92,9 +94,18 @@ async fn grant_example_rbac(fed: &Federation) -> anyhow::Result<()> {
 }
 
 async fn apply_foo(client: &Client, name: &str, replicas: i32) -> anyhow::Result<()> {
+    apply_foo_annotated(client, name, replicas, json!({})).await
+}
+
+async fn apply_foo_annotated(
+    client: &Client,
+    name: &str,
+    replicas: i32,
+    annotations: serde_json::Value,
+) -> anyhow::Result<()> {
     let obj = json!({
         "apiVersion": "samplecontroller.k8s.io/v1alpha1", "kind": "Foo",
-        "metadata": {"name": name, "namespace": NS},
+        "metadata": {"name": name, "namespace": NS, "annotations": annotations},
         "spec": {"deploymentName": name, "replicas": replicas},
     });
     let api: Api<Foo> = foos(client);
@@ -193,6 +204,27 @@ async fn delete_foo(fed: &Federation, member: usize, cluster: &str) -> anyhow::R
     wait_absent(TIMEOUT, &foos(&fed.members[member]), "web").await
 }
 
+/// A Foo deleted with the Orphan policy leaves its Deployment, without the owner reference.
+async fn orphan(fed: &Federation) -> anyhow::Result<()> {
+    let member2 = &fed.members[1];
+    let policy = json!({foo::DELETION_POLICY_ANNOTATION: "Orphan"});
+    apply_foo_annotated(member2, "orphan", 1, policy).await?;
+    let name = deployment_of("member2", "orphan");
+    wait_present(TIMEOUT, &deployments(fed), &name).await?;
+    foos(member2)
+        .delete("orphan", &DeleteParams::default())
+        .await?;
+    wait_absent(TIMEOUT, &foos(member2), "orphan").await?;
+    let left = deployments(fed).get(&name).await?;
+    ensure!(
+        !left.annotations().contains_key(OWNER_ANNOTATION)
+            && !left.labels().contains_key(OWNER_LABEL),
+        "still owned: {:?}",
+        left.metadata
+    );
+    Ok(())
+}
+
 /// member3 leaves the registry: its Deployment stays (its owner cannot be confirmed gone),
 /// a Foo made meanwhile waits; when it joins again, that Foo gets its Deployment.
 async fn leave_and_join(fed: &Federation, set: &ClusterSet) -> anyhow::Result<()> {
@@ -281,6 +313,7 @@ async fn the_foo_controller_fans_in_follows_clusters_and_collects_across_cluster
         fan_in(&fed).await.context("fan-in")?;
         repair_and_update(&fed).await.context("repair")?;
         delete_foo(&fed, 2, "member3").await.context("delete")?;
+        orphan(&fed).await.context("orphan")?;
         leave_and_join(&fed, &set).await.context("leave and join")?;
         owner_deleted_while_dependents_cluster_is_down(&fed, &set)
             .await
