@@ -96,7 +96,7 @@ impl WatchParams {
 }
 
 /// Feeds `writer` from a watch on `api` and calls `on_change` for every change, after the
-/// store has applied it. Every object is trimmed (see [`trim`]) and then passed through
+/// store has applied it. Every object is trimmed (`managedFields` and kubectl's last-applied copy dropped) and then passed through
 /// `shrink` (the caller's own cut, e.g. a status nobody reads) before it is stored. Errors
 /// are logged as `params` says and retried with backoff. Runs until `on_change` breaks (its
 /// subscriber is gone) or the task is aborted.

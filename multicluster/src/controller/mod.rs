@@ -4,8 +4,8 @@
 //! workers that reconcile keys `(cluster, namespace, name)` from one [`WorkQueue`] (a key
 //! is never reconciled twice at once; failures back off per key).
 //!
-//! This module wires watches to the queue; the worker loop is in [`run`], what a reconciler
-//! sees in [`context`], the owner index in [`dependents`]. It makes no decision about
+//! This module wires watches to the queue; the worker loop is in `run.rs`, what a reconciler
+//! sees in `context.rs`, the owner index in `dependents.rs`. It makes no decision about
 //! objects: those belong to the reconciler and to [`crate::ownership`].
 
 mod context;
