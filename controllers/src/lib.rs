@@ -10,7 +10,8 @@ pub mod cli;
 pub mod cluster_id;
 pub mod dashboard;
 pub mod decisions;
-pub mod events;
+/// Events (in the multi-cluster library).
+pub use flotilla_multicluster::events;
 pub mod ftc;
 pub mod ftc_schema;
 pub mod install;
@@ -25,6 +26,8 @@ pub mod registry;
 pub mod sa_import;
 pub mod scheduling;
 pub mod sync;
-pub mod watch;
+/// The watch loop (in the multi-cluster library).
+pub use flotilla_multicluster::watch;
 pub mod webhook;
-pub mod workqueue;
+/// The work queue (in the multi-cluster library).
+pub use flotilla_multicluster::workqueue;

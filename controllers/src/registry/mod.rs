@@ -14,7 +14,8 @@
 //! cluster's input (missing Secret, bad CA, bad URL) becomes that cluster's
 //! ConfigMalformed condition and never touches another cluster.
 
-pub mod client;
+/// Member clients from a KubeFedCluster and its Secret (in the multi-cluster library).
+pub use flotilla_multicluster::kubefed::client;
 pub mod config;
 pub mod health;
 pub mod probe;
@@ -27,8 +28,7 @@ use flotilla_crds::KubeFedCluster;
 use flotilla_crds::core::EffectiveConfig;
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Secret;
-use kube::runtime::reflector::{self, ObjectRef, Store};
-use kube::runtime::{WatchStreamExt, watcher};
+use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Api, Client, Resource, ResourceExt};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
@@ -38,66 +38,21 @@ use self::client::ClientInputs;
 use self::probe::{Shared, WorkerInput};
 use crate::metrics::Metrics;
 use crate::multicluster::ClusterSet;
+use flotilla_multicluster::kubefed::{
+    client::ClientError,
+    watch::{Affected, watch_registry},
+};
 
 /// Name the registry reports Events under.
 pub const REPORTING_CONTROLLER: &str = "flotilla-cluster-registry";
 
-/// Errors of the cluster registry. Variants up to `ClientBuild` describe a malformed
-/// cluster configuration; their text is the ConfigMalformed condition's message.
+/// Errors of the cluster registry. [`Error::Config`] describes a malformed cluster
+/// configuration; its text is the ConfigMalformed condition's message.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    /// `spec.secretRef.name` names a Secret that does not exist.
-    #[error("Secret {secret} (spec.secretRef.name) does not exist")]
-    SecretMissing {
-        /// `namespace/name` of the Secret.
-        secret: String,
-    },
-    /// The Secret exists but has no `token` key.
-    #[error("Secret {secret} has no key `token`")]
-    SecretWithoutToken {
-        /// `namespace/name` of the Secret.
-        secret: String,
-    },
-    /// The `token` entry is empty or not printable ASCII.
-    #[error("key `token` of Secret {secret} is not a bearer token (empty or not printable ASCII)")]
-    InvalidToken {
-        /// `namespace/name` of the Secret.
-        secret: String,
-    },
-    /// `spec.caBundle` is not base64.
-    #[error("spec.caBundle is not valid base64")]
-    CaBundleNotBase64 {
-        /// The decoding error.
-        #[source]
-        source: base64::DecodeError,
-    },
-    /// `spec.caBundle` decodes, but not to a PEM bundle of certificates.
-    #[error("spec.caBundle is not a PEM certificate bundle: {reason}")]
-    CaBundleNotPem {
-        /// What is wrong with it.
-        reason: String,
-    },
-    /// `spec.apiEndpoint` is not an absolute https URL with a host.
-    #[error("spec.apiEndpoint {endpoint:?} is malformed: {reason}")]
-    MalformedApiEndpoint {
-        /// The endpoint as written.
-        endpoint: String,
-        /// What is wrong with it.
-        reason: String,
-    },
-    /// `spec.proxyURL` is unusable (the URL is not repeated: it may hold credentials).
-    #[error("spec.proxyURL is malformed: {reason}")]
-    MalformedProxyUrl {
-        /// What is wrong with it.
-        reason: String,
-    },
-    /// kube refused the configuration (for instance a CA certificate rustls cannot parse).
-    #[error("no client can be built from this configuration")]
-    ClientBuild {
-        /// kube's error.
-        #[source]
-        source: kube::Error,
-    },
+    /// The cluster's configuration (Secret, CA bundle, endpoint, proxy) is malformed.
+    #[error(transparent)]
+    Config(#[from] ClientError),
     /// A request to the host cluster failed.
     #[error("{action} failed")]
     Kube {
@@ -109,20 +64,7 @@ pub enum Error {
     },
 }
 
-/// An error and its sources, joined with `: ` — the form used in conditions and logs.
-pub fn error_chain(error: &dyn std::error::Error) -> String {
-    let mut out = error.to_string();
-    let mut source = error.source();
-    while let Some(s) = source {
-        let text = s.to_string();
-        if !out.contains(&text) {
-            out.push_str(": ");
-            out.push_str(&text);
-        }
-        source = s.source();
-    }
-    out
-}
+pub use flotilla_multicluster::error_chain;
 
 /// Aborts its task when dropped.
 struct TaskGuard(JoinHandle<()>);
@@ -218,12 +160,6 @@ struct Worker {
     _task: TaskGuard,
 }
 
-/// Which watch a change came from.
-enum Change {
-    Cluster(Result<watcher::Event<KubeFedCluster>, watcher::Error>),
-    Secret(Result<watcher::Event<Secret>, watcher::Error>),
-}
-
 /// The cluster task's state: both caches and the workers.
 struct Registry {
     namespace: String,
@@ -234,73 +170,21 @@ struct Registry {
 }
 
 async fn run_clusters(host: Client, namespace: String, shared: Arc<Shared>) {
-    let (clusters, cluster_writer) = reflector::store::<KubeFedCluster>();
-    let (secrets, secret_writer) = reflector::store::<Secret>();
-    let cluster_stream = reflector::reflector(
-        cluster_writer,
-        watcher(
-            Api::<KubeFedCluster>::namespaced(host.clone(), &namespace),
-            watcher::Config::default(),
-        )
-        .default_backoff(),
-    )
-    .map(Change::Cluster)
-    .boxed();
-    let secret_stream = reflector::reflector(
-        secret_writer,
-        watcher(
-            Api::<Secret>::namespaced(host, &namespace),
-            watcher::Config::default(),
-        )
-        .default_backoff(),
-    )
-    .map(Change::Secret)
-    .boxed();
-    let mut changes = futures::stream::select(cluster_stream, secret_stream);
+    let (caches, changes) = watch_registry(host, &namespace);
+    futures::pin_mut!(changes);
     let mut registry = Registry {
         namespace,
-        clusters,
-        secrets,
+        clusters: caches.clusters,
+        secrets: caches.secrets,
         workers: HashMap::new(),
         shared,
     };
-    // Until both caches are complete, a missing Secret may only be not listed yet.
-    let (mut clusters_listed, mut secrets_listed) = (false, false);
-    while let Some(change) = changes.next().await {
-        let affected: BTreeSet<String> = match change {
-            Change::Cluster(Ok(event)) => match event {
-                watcher::Event::Apply(c) | watcher::Event::Delete(c) => {
-                    BTreeSet::from([c.name_any()])
-                }
-                watcher::Event::InitDone => {
-                    clusters_listed = true;
-                    registry.all_names()
-                }
-                watcher::Event::Init | watcher::Event::InitApply(_) => BTreeSet::new(),
-            },
-            Change::Secret(Ok(event)) => match event {
-                watcher::Event::Apply(s) | watcher::Event::Delete(s) => {
-                    registry.clusters_using(&s.name_any())
-                }
-                watcher::Event::InitDone => {
-                    secrets_listed = true;
-                    registry.all_names()
-                }
-                watcher::Event::Init | watcher::Event::InitApply(_) => BTreeSet::new(),
-            },
-            Change::Cluster(Err(error)) => {
-                warn!(error = %error_chain(&error), "watching KubeFedClusters failed; retrying");
-                BTreeSet::new()
-            }
-            Change::Secret(Err(error)) => {
-                warn!(error = %error_chain(&error), "watching Secrets failed; retrying");
-                BTreeSet::new()
-            }
+    while let Some(affected) = changes.next().await {
+        let names = match affected {
+            Affected::All => registry.all_names(),
+            Affected::Clusters(names) => names,
         };
-        if !(clusters_listed && secrets_listed) {
-            continue;
-        }
-        for name in affected {
+        for name in names {
             registry.reconcile(&name);
         }
     }
@@ -313,15 +197,6 @@ impl Registry {
             .iter()
             .map(|c| c.name_any())
             .chain(self.workers.keys().cloned())
-            .collect()
-    }
-
-    fn clusters_using(&self, secret: &str) -> BTreeSet<String> {
-        self.clusters
-            .state()
-            .iter()
-            .filter(|c| c.spec.secret_ref.name == secret)
-            .map(|c| c.name_any())
             .collect()
     }
 

@@ -101,6 +101,7 @@ fn watches(
             what: "import Secret",
             cluster: None,
             label_selector: Some(format!("{SECRET_LABEL}=true")),
+            config: Default::default(),
             failures: FailureLog::Debug,
         };
         tasks.push(tokio::spawn(watch_into(

@@ -21,7 +21,63 @@ use flotilla_crds::core::TlsValidation;
 use k8s_openapi::api::core::v1::Secret;
 use kube::Client;
 
-use super::Error;
+/// Why no client can be built from a KubeFedCluster and its Secret. The text is what
+/// Flotilla's registry writes into the ConfigMalformed condition.
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    /// `spec.secretRef.name` names a Secret that does not exist.
+    #[error("Secret {secret} (spec.secretRef.name) does not exist")]
+    SecretMissing {
+        /// `namespace/name` of the Secret.
+        secret: String,
+    },
+    /// The Secret exists but has no `token` key.
+    #[error("Secret {secret} has no key `token`")]
+    SecretWithoutToken {
+        /// `namespace/name` of the Secret.
+        secret: String,
+    },
+    /// The `token` entry is empty or not printable ASCII.
+    #[error("key `token` of Secret {secret} is not a bearer token (empty or not printable ASCII)")]
+    InvalidToken {
+        /// `namespace/name` of the Secret.
+        secret: String,
+    },
+    /// `spec.caBundle` is not base64.
+    #[error("spec.caBundle is not valid base64")]
+    CaBundleNotBase64 {
+        /// The decoding error.
+        #[source]
+        source: base64::DecodeError,
+    },
+    /// `spec.caBundle` decodes, but not to a PEM bundle of certificates.
+    #[error("spec.caBundle is not a PEM certificate bundle: {reason}")]
+    CaBundleNotPem {
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// `spec.apiEndpoint` is not an absolute https URL with a host.
+    #[error("spec.apiEndpoint {endpoint:?} is malformed: {reason}")]
+    MalformedApiEndpoint {
+        /// The endpoint as written.
+        endpoint: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// `spec.proxyURL` is unusable (the URL is not repeated: it may hold credentials).
+    #[error("spec.proxyURL is malformed: {reason}")]
+    MalformedProxyUrl {
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// kube refused the configuration (for instance a CA certificate rustls cannot parse).
+    #[error("no client can be built from this configuration")]
+    ClientBuild {
+        /// kube's error.
+        #[source]
+        source: kube::Error,
+    },
+}
 
 /// Key of the token Secret that holds the bearer token.
 pub const TOKEN_KEY: &str = "token";
@@ -83,7 +139,7 @@ impl ClientInputs {
     }
 
     /// The client configuration, or the exact reason none can be built.
-    pub fn config(&self) -> Result<kube::Config, Error> {
+    pub fn config(&self) -> Result<kube::Config, ClientError> {
         let spec = &self.spec;
         let url = parse_api_endpoint(&spec.api_endpoint)?;
         let token = self.bearer_token()?;
@@ -111,29 +167,29 @@ impl ClientInputs {
     }
 
     /// Builds the client.
-    pub fn client(&self) -> Result<Client, Error> {
-        Client::try_from(self.config()?).map_err(|source| Error::ClientBuild { source })
+    pub fn client(&self) -> Result<Client, ClientError> {
+        Client::try_from(self.config()?).map_err(|source| ClientError::ClientBuild { source })
     }
 
-    fn bearer_token(&self) -> Result<String, Error> {
+    fn bearer_token(&self) -> Result<String, ClientError> {
         let secret = self.secret_ref();
         let token = match &self.token {
-            None => return Err(Error::SecretMissing { secret }),
-            Some(None) => return Err(Error::SecretWithoutToken { secret }),
+            None => return Err(ClientError::SecretMissing { secret }),
+            Some(None) => return Err(ClientError::SecretWithoutToken { secret }),
             Some(Some(token)) => token,
         };
         let token = std::str::from_utf8(token)
             .map(str::trim)
             .ok()
             .filter(|t| !t.is_empty() && t.bytes().all(|b| b.is_ascii_graphic()))
-            .ok_or(Error::InvalidToken { secret })?;
+            .ok_or(ClientError::InvalidToken { secret })?;
         Ok(token.to_owned())
     }
 }
 
 /// Parses `spec.apiEndpoint`: an absolute `https://` (or `http://`) URL with a host.
-pub fn parse_api_endpoint(endpoint: &str) -> Result<http::Uri, Error> {
-    let malformed = |reason: String| Error::MalformedApiEndpoint {
+pub fn parse_api_endpoint(endpoint: &str) -> Result<http::Uri, ClientError> {
+    let malformed = |reason: String| ClientError::MalformedApiEndpoint {
         endpoint: endpoint.to_owned(),
         reason,
     };
@@ -159,8 +215,8 @@ pub fn parse_api_endpoint(endpoint: &str) -> Result<http::Uri, Error> {
 
 /// Parses `spec.proxyURL`: http, https or socks5, with a host. The message never repeats
 /// the URL, which may carry credentials.
-pub fn parse_proxy_url(url: &str) -> Result<http::Uri, Error> {
-    let malformed = |reason: String| Error::MalformedProxyUrl { reason };
+pub fn parse_proxy_url(url: &str) -> Result<http::Uri, ClientError> {
+    let malformed = |reason: String| ClientError::MalformedProxyUrl { reason };
     let uri: http::Uri = url
         .trim()
         .parse()
@@ -181,17 +237,17 @@ pub fn parse_proxy_url(url: &str) -> Result<http::Uri, Error> {
 }
 
 /// Decodes `spec.caBundle` (base64 of a PEM bundle) into DER certificates.
-pub fn decode_ca_bundle(bundle: &str) -> Result<Vec<Vec<u8>>, Error> {
+pub fn decode_ca_bundle(bundle: &str) -> Result<Vec<Vec<u8>>, ClientError> {
     let compact: String = bundle.split_whitespace().collect();
     let pem = base64::engine::general_purpose::STANDARD
         .decode(compact)
-        .map_err(|source| Error::CaBundleNotBase64 { source })?;
+        .map_err(|source| ClientError::CaBundleNotBase64 { source })?;
     pem_certificates(&pem)
 }
 
 /// Extracts every `CERTIFICATE` block of a PEM bundle as DER; other block types are skipped.
-pub fn pem_certificates(pem: &[u8]) -> Result<Vec<Vec<u8>>, Error> {
-    let not_pem = |reason: &str| Error::CaBundleNotPem {
+pub fn pem_certificates(pem: &[u8]) -> Result<Vec<Vec<u8>>, ClientError> {
+    let not_pem = |reason: &str| ClientError::CaBundleNotPem {
         reason: reason.to_owned(),
     };
     let text = std::str::from_utf8(pem)
@@ -297,13 +353,16 @@ mod tests {
     #[test]
     fn a_bundle_that_is_base64_garbage_is_not_pem() {
         let err = decode_ca_bundle(&b64("\u{1}garbage bytes")).expect_err("rejects");
-        assert!(matches!(err, Error::CaBundleNotPem { .. }), "{err}");
+        assert!(matches!(err, ClientError::CaBundleNotPem { .. }), "{err}");
     }
 
     #[test]
     fn a_bundle_that_is_not_base64_says_so() {
         let err = decode_ca_bundle("***").expect_err("rejects");
-        assert!(matches!(err, Error::CaBundleNotBase64 { .. }), "{err}");
+        assert!(
+            matches!(err, ClientError::CaBundleNotBase64 { .. }),
+            "{err}"
+        );
     }
 
     #[test]

@@ -2,9 +2,9 @@
 //! kube's default backoff) feeding a reflector store, and a callback for every change.
 //!
 //! Host-side controllers use [`reflect`]; the member runtime
-//! ([`crate::multicluster::MemberWatch`]) uses [`watch_into`] with its cluster name,
-//! warn-level failure logs, a label selector, and a callback that ends the loop once its
-//! subscriber is gone. This module owns no queue and makes no decision: what a change means
+//! ([`crate::MemberWatch`]) uses [`watch_into`] with its cluster name, warn-level failure
+//! logs, a watcher configuration (label and field selectors), and a callback that ends the
+//! loop once its subscriber is gone. This module owns no queue and makes no decision: what a change means
 //! is the caller's business. Readiness is the store's own (`Store::wait_until_ready`).
 
 use std::{fmt::Debug, hash::Hash, ops::ControlFlow, sync::Arc, time::Duration};
@@ -36,14 +36,17 @@ pub enum FailureLog {
 }
 
 /// What a watch is and how it reports.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct WatchParams {
     /// Names the watch in log lines ("federated object", "member").
     pub what: &'static str,
     /// The member cluster, logged with every failure; `None` on the host.
     pub cluster: Option<String>,
-    /// Only objects matching this label selector are watched and cached.
+    /// Only objects matching this label selector are watched and cached (replaces the
+    /// label selector of `config` when set).
     pub label_selector: Option<String>,
+    /// The rest of the watcher's configuration (field selector, page size, ...).
+    pub config: watcher::Config,
     /// Level of the failure logs.
     pub failures: FailureLog,
 }
@@ -55,24 +58,26 @@ impl WatchParams {
             what,
             cluster: None,
             label_selector: None,
+            config: watcher::Config::default(),
             failures: FailureLog::Debug,
         }
     }
 
     /// A watch in a member cluster, failures at warn level with the cluster's name.
-    pub fn member(cluster: impl Into<String>, label_selector: Option<String>) -> Self {
+    pub fn member(cluster: impl Into<String>, config: watcher::Config) -> Self {
         WatchParams {
             what: "member",
             cluster: Some(cluster.into()),
-            label_selector,
+            label_selector: None,
+            config,
             failures: FailureLog::Warn,
         }
     }
 
     fn config(&self) -> watcher::Config {
         match &self.label_selector {
-            Some(selector) => watcher::Config::default().labels(selector),
-            None => watcher::Config::default(),
+            Some(selector) => self.config.clone().labels(selector),
+            None => self.config.clone(),
         }
     }
 
@@ -91,7 +96,7 @@ impl WatchParams {
 }
 
 /// Feeds `writer` from a watch on `api` and calls `on_change` for every change, after the
-/// store has applied it. Every object is trimmed (see [`trim`]) and then passed through
+/// store has applied it. Every object is trimmed (`managedFields` and kubectl's last-applied copy dropped) and then passed through
 /// `shrink` (the caller's own cut, e.g. a status nobody reads) before it is stored. Errors
 /// are logged as `params` says and retried with backoff. Runs until `on_change` breaks (its
 /// subscriber is gone) or the task is aborted.
@@ -226,7 +231,10 @@ mod tests {
 
     #[test]
     fn a_member_watch_filters_by_label_and_warns_with_its_cluster() {
-        let p = WatchParams::member("c1", Some("kubefed.io/managed=true".into()));
+        let p = WatchParams::member(
+            "c1",
+            watcher::Config::default().labels("kubefed.io/managed=true"),
+        );
         assert_eq!(p.cluster.as_deref(), Some("c1"));
         assert_eq!(p.failures, FailureLog::Warn);
         assert_eq!(

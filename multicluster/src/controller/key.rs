@@ -1,0 +1,102 @@
+//! The reconcile key of a multi-cluster controller, and what a reconcile returns.
+
+use std::{fmt, time::Duration};
+
+use kube::Resource;
+
+/// What a multi-cluster controller reconciles: an object in one cluster.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ObjectKey {
+    /// The cluster (its name in the cluster set).
+    pub cluster: String,
+    /// The namespace; `None` for cluster-scoped kinds.
+    pub namespace: Option<String>,
+    /// The name.
+    pub name: String,
+}
+
+impl ObjectKey {
+    /// The key of `obj`, seen in `cluster`.
+    pub fn of<K: Resource>(cluster: &str, obj: &K) -> Self {
+        ObjectKey {
+            cluster: cluster.to_owned(),
+            namespace: obj.meta().namespace.clone(),
+            name: obj.meta().name.clone().unwrap_or_default(),
+        }
+    }
+}
+
+impl fmt::Display for ObjectKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.namespace {
+            Some(ns) => write!(f, "{}/{}/{}", self.cluster, ns, self.name),
+            None => write!(f, "{}/{}", self.cluster, self.name),
+        }
+    }
+}
+
+/// What the runtime does with a key after its reconcile (or error policy).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Action {
+    /// Nothing until a watched object changes; the key's backoff is reset.
+    AwaitChange,
+    /// Reconcile again after this delay (unless a change comes earlier); backoff reset.
+    Requeue(Duration),
+    /// Reconcile again after the key's next backoff step (1 s, doubling up to 60 s).
+    Backoff,
+}
+
+impl Action {
+    /// [`Action::Requeue`].
+    pub fn requeue(after: Duration) -> Self {
+        Action::Requeue(after)
+    }
+
+    /// [`Action::AwaitChange`].
+    pub fn await_change() -> Self {
+        Action::AwaitChange
+    }
+}
+
+/// How a reconcile ended, as a bounded metric label.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Outcome {
+    /// The reconciler returned `Ok`.
+    Success,
+    /// The reconciler returned an error.
+    Error,
+    /// The object was not in the cache (deleted); only garbage collection ran.
+    Missing,
+    /// The object's cluster was not Ready; skipped until it is.
+    ClusterNotReady,
+}
+
+impl Outcome {
+    /// The label value.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Outcome::Success => "success",
+            Outcome::Error => "error",
+            Outcome::Missing => "missing",
+            Outcome::ClusterNotReady => "cluster_not_ready",
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
+
+    use super::*;
+
+    #[test]
+    fn keys_name_the_cluster_namespace_and_object() {
+        let mut cm = ConfigMap::default();
+        cm.metadata.name = Some("a".into());
+        cm.metadata.namespace = Some("ns".into());
+        assert_eq!(ObjectKey::of("c1", &cm).to_string(), "c1/ns/a");
+        let mut ns = Namespace::default();
+        ns.metadata.name = Some("ns".into());
+        assert_eq!(ObjectKey::of("c1", &ns).to_string(), "c1/ns");
+    }
+}

@@ -1,0 +1,124 @@
+//! The KubeFedCluster source: a [`ClusterSet`] that follows the registry — registered,
+//! relabelled, removed as KubeFedClusters are (clusters another source put in the same set
+//! are left alone); a client rebuilt only when the spec or the
+//! token changes; Ready as the KubeFedCluster's `Ready` condition says. It writes nothing to
+//! any cluster (Flotilla's controller-manager owns the health checks and the status).
+
+use std::collections::HashMap;
+
+use flotilla_crds::{KubeFedCluster, core::KubeFedClusterStatus};
+use futures::StreamExt;
+use kube::{Client, ResourceExt, runtime::reflector::ObjectRef};
+use tokio::task::JoinHandle;
+use tracing::{info, warn};
+
+use super::{
+    client::ClientInputs,
+    watch::{Affected, RegistryCaches, watch_registry},
+};
+use crate::ClusterSet;
+
+/// Whether a KubeFedCluster's status says Ready.
+pub fn cluster_ready(status: Option<&KubeFedClusterStatus>) -> bool {
+    status.is_some_and(|s| s.condition("Ready").is_some_and(|c| c.status == "True"))
+}
+
+/// A running KubeFedCluster source; stops when dropped.
+pub struct KubeFedSource {
+    task: JoinHandle<()>,
+}
+
+impl Drop for KubeFedSource {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl KubeFedSource {
+    /// Keeps `set` in step with the KubeFedClusters in `namespace` of the host (Flotilla's
+    /// default is `kube-federation-system`).
+    pub fn start(set: ClusterSet, host: Client, namespace: &str) -> Self {
+        let namespace = namespace.to_owned();
+        let task = tokio::spawn(async move {
+            let (caches, changes) = watch_registry(host, &namespace);
+            futures::pin_mut!(changes);
+            let mut built: HashMap<String, ClientInputs> = HashMap::new();
+            while let Some(affected) = changes.next().await {
+                let names = match affected {
+                    Affected::All => {
+                        // Clusters deleted while the watch was down too; never clusters
+                        // another source put in the set.
+                        let mut names = caches.cluster_names();
+                        names.extend(built.keys().cloned());
+                        names
+                    }
+                    Affected::Clusters(names) => names,
+                };
+                for name in names {
+                    follow(&set, &caches, &namespace, &name, &mut built);
+                }
+            }
+        });
+        KubeFedSource { task }
+    }
+}
+
+/// Brings one cluster of the set in line with the registry's caches.
+fn follow(
+    set: &ClusterSet,
+    caches: &RegistryCaches,
+    namespace: &str,
+    name: &str,
+    built: &mut HashMap<String, ClientInputs>,
+) {
+    let key = ObjectRef::<KubeFedCluster>::new(name).within(namespace);
+    let Some(cluster) = caches.clusters.get(&key) else {
+        if built.remove(name).is_some() {
+            info!(cluster = %name, "KubeFedCluster deleted; the cluster leaves the set");
+            set.remove(name);
+        }
+        return;
+    };
+    set.upsert(name, cluster.labels().clone(), cluster.spec.taints.clone());
+    let secret_key = ObjectRef::new(&cluster.spec.secret_ref.name).within(namespace);
+    let secret = caches.secrets.get(&secret_key);
+    let inputs = ClientInputs::new(&cluster.spec, namespace, secret.as_deref());
+    if built.get(name) != Some(&inputs) {
+        let client = match inputs.client() {
+            Ok(client) => Some(client),
+            Err(error) => {
+                warn!(cluster = %name, problem = %crate::error_chain(&error), "no client for the cluster");
+                None
+            }
+        };
+        set.set_client(name, client);
+        built.insert(name.to_owned(), inputs);
+    }
+    set.set_ready(name, cluster_ready(cluster.status.as_ref()));
+}
+
+#[cfg(test)]
+mod tests {
+    use flotilla_crds::core::ClusterCondition;
+
+    use super::*;
+
+    fn status(type_: &str, value: &str) -> KubeFedClusterStatus {
+        KubeFedClusterStatus {
+            conditions: vec![ClusterCondition {
+                type_: type_.into(),
+                status: value.into(),
+                ..ClusterCondition::default()
+            }],
+            ..KubeFedClusterStatus::default()
+        }
+    }
+
+    #[test]
+    fn a_cluster_is_ready_only_when_its_ready_condition_is_true() {
+        assert!(cluster_ready(Some(&status("Ready", "True"))));
+        assert!(!cluster_ready(Some(&status("Ready", "False"))));
+        assert!(!cluster_ready(Some(&status("Offline", "True"))));
+        assert!(!cluster_ready(None));
+    }
+}

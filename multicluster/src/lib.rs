@@ -1,0 +1,58 @@
+//! # flotilla-multicluster
+//!
+//! A multi-cluster controller runtime for kube-rs, the one Flotilla's own controllers run
+//! on. See docs/library.md for a tutorial and the guarantees.
+//!
+//! - **Clusters** ([`ClusterSet`]): from kubeconfig contexts or the in-cluster config
+//!   ([`sources::StaticClusters`], health-checked), or from Flotilla's KubeFedCluster
+//!   registry ([`kubefed::KubeFedSource`]; clusters join and leave at run time).
+//! - **Watches** ([`MemberWatch`]): one kube-runtime watcher + reflector per Ready cluster
+//!   (with kube's backoff), started when the cluster turns Ready, stopped when it leaves.
+//! - **Controllers** ([`Controller`]): a primary kind, secondary watches with mappers,
+//!   reconcile keys `(cluster, namespace, name)` ([`ObjectKey`]), per-key deduplication
+//!   and backoff ([`workqueue::WorkQueue`]), concurrency, metrics, Events in the object's
+//!   own cluster.
+//! - **Cross-cluster ownership** ([`ownership`], [`gc`]): owner references between
+//!   clusters, a finalizer-based garbage collector, and a collector of dependents whose
+//!   owner is confirmed gone — never of those whose owner's cluster is only unreachable.
+//!
+//! ```no_run
+//! use std::sync::Arc;
+//! use flotilla_multicluster::{Action, ClusterSet, Context, Controller, WatchOptions};
+//! use k8s_openapi::api::core::v1::ConfigMap;
+//!
+//! # async fn demo(set: ClusterSet) {
+//! #[derive(Debug, thiserror::Error)]
+//! #[error("never")]
+//! struct Never;
+//!
+//! async fn reconcile(cm: Arc<ConfigMap>, ctx: Context<()>) -> Result<Action, Never> {
+//!     println!("{} changed", ctx.key());
+//!     Ok(Action::await_change())
+//! }
+//!
+//! Controller::<ConfigMap>::new("configmaps", set, WatchOptions::all())
+//!     .run(reconcile, |_, _, _| Action::Backoff, Arc::new(()))
+//!     .await;
+//! # }
+//! ```
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+pub mod cluster_set;
+pub mod controller;
+mod error;
+pub mod events;
+pub mod gc;
+pub mod kubefed;
+pub mod member_watch;
+pub mod ownership;
+pub mod sources;
+pub mod watch;
+pub mod workqueue;
+
+pub use cluster_set::{ClusterEvent, ClusterSet, ClusterState, ReadyCluster};
+pub use controller::{Action, Cache, Context, Controller, ControllerMetrics, ObjectKey};
+pub use error::{Error, error_chain};
+pub use member_watch::{ClusterSelector, MemberEvent, MemberWatch, WatchOptions};
+pub use ownership::{DeletionPolicy, MultiClusterOwner};
