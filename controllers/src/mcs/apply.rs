@@ -1,0 +1,133 @@
+//! The writes of one pass: a member's (or the host's) [`Op`]s, and the conditions of the
+//! exports. Each write is attempted once per pass; a failure is returned (and logged) so
+//! the export's Ready condition can say so, and the next pass tries again. No decisions.
+
+use flotilla_crds::{FIELD_MANAGER, mcs::ServiceExport, mcs::ServiceImport};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use kube::{
+    Api, Client,
+    api::{DeleteParams, DynamicObject, Patch, PatchParams},
+};
+use serde_json::json;
+use tracing::{debug, warn};
+
+use super::{objects::Op, plan::ServiceKey, slice::SliceVersion};
+
+/// A write that failed, for the export's Ready condition.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Failure {
+    /// The cluster written to (`host` for the host's mirror).
+    pub cluster: String,
+    /// The service the write was for, when one.
+    pub key: Option<ServiceKey>,
+    /// What failed.
+    pub error: String,
+}
+
+fn apply_params() -> PatchParams {
+    PatchParams::apply(FIELD_MANAGER).force()
+}
+
+/// Deleting something already gone is no failure.
+fn gone_is_fine(r: Result<(), kube::Error>) -> Result<(), kube::Error> {
+    match r {
+        Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
+        other => other,
+    }
+}
+
+async fn execute_one(
+    client: &Client,
+    version: Option<SliceVersion>,
+    op: &Op,
+) -> Result<(), kube::Error> {
+    let imports = |ns: &str| Api::<ServiceImport>::namespaced(client.clone(), ns);
+    let slices = |ns: &str| {
+        // Slice ops exist only for targets with a version (members, not the host).
+        let ar = version.unwrap_or(SliceVersion::V1).api_resource();
+        Api::<DynamicObject>::namespaced_with(client.clone(), ns, &ar)
+    };
+    match op {
+        Op::ApplyImport { key, body } => imports(&key.namespace)
+            .patch(&key.name, &apply_params(), &Patch::Apply(body))
+            .await
+            .map(drop),
+        Op::ImportStatus { key, body } => imports(&key.namespace)
+            .patch_status(&key.name, &PatchParams::default(), &Patch::Merge(body))
+            .await
+            .map(drop),
+        Op::DeleteImport { key } => gone_is_fine(
+            imports(&key.namespace)
+                .delete(&key.name, &DeleteParams::default())
+                .await
+                .map(drop),
+        ),
+        Op::ApplySlice { key, name, body } => slices(&key.namespace)
+            .patch(name, &apply_params(), &Patch::Apply(body))
+            .await
+            .map(drop),
+        Op::DeleteSlice { namespace, name } => gone_is_fine(
+            slices(namespace)
+                .delete(name, &DeleteParams::default())
+                .await
+                .map(drop),
+        ),
+    }
+}
+
+fn describe(op: &Op) -> String {
+    match op {
+        Op::ApplyImport { key, .. } => format!("applying ServiceImport {key}"),
+        Op::ImportStatus { key, .. } => format!("writing the status of ServiceImport {key}"),
+        Op::DeleteImport { key } => format!("deleting ServiceImport {key}"),
+        Op::ApplySlice { key, name, .. } => {
+            format!("applying EndpointSlice {}/{name}", key.namespace)
+        }
+        Op::DeleteSlice { namespace, name } => {
+            format!("deleting EndpointSlice {namespace}/{name}")
+        }
+    }
+}
+
+/// Runs `ops` against one cluster, in order; returns the failures.
+pub async fn execute(
+    cluster: &str,
+    client: &Client,
+    version: Option<SliceVersion>,
+    ops: &[Op],
+) -> Vec<Failure> {
+    let mut failures = Vec::new();
+    for op in ops {
+        let what = describe(op);
+        match execute_one(client, version, op).await {
+            Ok(()) => debug!(%cluster, "{what}"),
+            Err(e) => {
+                warn!(%cluster, error = %e, "{what} failed");
+                failures.push(Failure {
+                    cluster: cluster.to_string(),
+                    key: op.service().cloned(),
+                    error: format!("{what} in {cluster}: {e}"),
+                });
+            }
+        }
+    }
+    failures
+}
+
+/// Writes an export's conditions (a merge patch of its status).
+pub async fn write_export_status(
+    cluster: &str,
+    client: &Client,
+    key: &ServiceKey,
+    conditions: &[Condition],
+) {
+    let api = Api::<ServiceExport>::namespaced(client.clone(), &key.namespace);
+    let body = json!({"status": {"conditions": conditions}});
+    match api
+        .patch_status(&key.name, &PatchParams::default(), &Patch::Merge(&body))
+        .await
+    {
+        Ok(_) => debug!(%cluster, %key, "export conditions written"),
+        Err(e) => warn!(%cluster, %key, error = %e, "writing the export's conditions failed"),
+    }
+}
