@@ -341,8 +341,25 @@ pub fn mcs_crds() -> Vec<CustomResourceDefinition> {
     // names and scope, which is all merge_crds checks.
     merged
         .into_iter()
-        .map(|m| m.expect("the MCS CRD versions agree on names and scope"))
+        .map(|m| spec_optional(m.expect("the MCS CRD versions agree on names and scope")))
         .collect()
+}
+
+/// The API makes `spec` optional on both kinds (a ServiceExport is usually written without
+/// one); the derive makes it required.
+fn spec_optional(mut crd: CustomResourceDefinition) -> CustomResourceDefinition {
+    for version in &mut crd.spec.versions {
+        let root = version
+            .schema
+            .as_mut()
+            .and_then(|s| s.open_api_v3_schema.as_mut());
+        if let Some(root) = root {
+            let mut required = root.required.take().unwrap_or_default();
+            required.retain(|r| r != "spec");
+            root.required = (!required.is_empty()).then_some(required);
+        }
+    }
+    crd
 }
 
 #[cfg(test)]
@@ -371,6 +388,11 @@ mod tests {
                     .all(|v| v.subresources.as_ref().is_some_and(|s| s.status.is_some())),
                 "status subresource on every version"
             );
+        }
+        for v in crds.iter().flat_map(|c| &c.spec.versions) {
+            let root = v.schema.as_ref().and_then(|s| s.open_api_v3_schema.as_ref());
+            let required = root.and_then(|r| r.required.clone()).unwrap_or_default();
+            assert!(!required.contains(&"spec".to_string()), "{}", v.name);
         }
         let names: Vec<_> = crds
             .iter()

@@ -6,7 +6,7 @@ use flotilla_crds::{FIELD_MANAGER, mcs::ServiceExport, mcs::ServiceImport};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::{
     Api, Client,
-    api::{DeleteParams, DynamicObject, Patch, PatchParams},
+    api::{ApiResource, DeleteParams, DynamicObject, Patch, PatchParams},
 };
 use serde_json::json;
 use tracing::{debug, warn};
@@ -114,20 +114,29 @@ pub async fn execute(
     failures
 }
 
-/// Writes an export's conditions (a merge patch of its status).
+/// Writes an export's conditions (a merge patch of its status); returns whether it worked.
 pub async fn write_export_status(
     cluster: &str,
     client: &Client,
     key: &ServiceKey,
     conditions: &[Condition],
-) {
-    let api = Api::<ServiceExport>::namespaced(client.clone(), &key.namespace);
+) -> bool {
+    // Dynamic: the response is an export, usually without `spec`, which the typed struct
+    // cannot read.
+    let ar = ApiResource::erase::<ServiceExport>(&());
+    let api = Api::<DynamicObject>::namespaced_with(client.clone(), &key.namespace, &ar);
     let body = json!({"status": {"conditions": conditions}});
     match api
         .patch_status(&key.name, &PatchParams::default(), &Patch::Merge(&body))
         .await
     {
-        Ok(_) => debug!(%cluster, %key, "export conditions written"),
-        Err(e) => warn!(%cluster, %key, error = %e, "writing the export's conditions failed"),
+        Ok(_) => {
+            debug!(%cluster, %key, "export conditions written");
+            true
+        }
+        Err(e) => {
+            warn!(%cluster, %key, error = %e, "writing the export's conditions failed");
+            false
+        }
     }
 }

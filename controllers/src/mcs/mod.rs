@@ -278,13 +278,13 @@ async fn pass(
             .await
             .is_empty();
     }
-    write_conditions(w, &members, &plan, &failures).await;
+    let conditions_failed = !write_conditions(w, &members, &plan, &failures).await;
     debug!(
         services = plan.services.len(),
         failures = failures.len(),
         "MCS pass done"
     );
-    !failures.is_empty() || host_failed
+    !failures.is_empty() || host_failed || conditions_failed
 }
 
 fn host_actual(mirror: &HostMirror) -> objects::ActualMember {
@@ -307,13 +307,14 @@ fn host_actual(mirror: &HostMirror) -> objects::ActualMember {
 }
 
 /// Writes every export's conditions that differ; a service whose imports could not be
-/// written everywhere is not Ready.
+/// written everywhere is not Ready. Returns whether every write worked.
 async fn write_conditions(
     w: &Watches,
     members: &[Lists],
     plan: &Plan,
     failures: &[apply::Failure],
-) {
+) -> bool {
+    let mut all_written = true;
     let now = Time(k8s_openapi::jiff::Timestamp::now());
     for verdict in &plan.exports {
         let Some(client) = members
@@ -354,7 +355,9 @@ async fn write_conditions(
         if let Some(next) =
             conditions::export_conditions(&existing, &wanted, export.metadata.generation, &now)
         {
-            apply::write_export_status(&verdict.cluster, client, &verdict.key, &next).await;
+            all_written &=
+                apply::write_export_status(&verdict.cluster, client, &verdict.key, &next).await;
         }
     }
+    all_written
 }

@@ -398,7 +398,7 @@ fn merge(key: &ServiceKey, list: &[Constituent<'_>]) -> Merged {
             condition::CONFLICT,
             false,
             condition::REASON_NO_CONFLICTS,
-            String::new(),
+            format!("the clusters exporting {key} agree"),
         )
     } else {
         let message = format!(
@@ -418,7 +418,7 @@ fn merge(key: &ServiceKey, list: &[Constituent<'_>]) -> Merged {
                     condition::VALID,
                     true,
                     condition::REASON_VALID,
-                    String::new(),
+                    format!("Service {key} can be exported"),
                 ),
                 WantedCondition::new(
                     condition::READY,
