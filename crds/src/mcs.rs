@@ -390,7 +390,10 @@ mod tests {
             );
         }
         for v in crds.iter().flat_map(|c| &c.spec.versions) {
-            let root = v.schema.as_ref().and_then(|s| s.open_api_v3_schema.as_ref());
+            let root = v
+                .schema
+                .as_ref()
+                .and_then(|s| s.open_api_v3_schema.as_ref());
             let required = root.and_then(|r| r.required.clone()).unwrap_or_default();
             assert!(!required.contains(&"spec".to_string()), "{}", v.name);
         }

@@ -3,12 +3,14 @@
 //! from two members is imported into all three with the endpoints of both, kept current as
 //! pods come and go; a conflicting port gets the Conflict condition with the oldest export
 //! winning; un-exporting cleans the imports and slices; a stopped member's endpoints leave
-//! and come back with it; and a quiet ClusterSet writes nothing.
+//! and come back with it; and a quiet ClusterSet writes nothing, also across a restart of the
+//! control plane.
 
-use std::{collections::BTreeSet, time::Duration};
+use std::{collections::BTreeSet, sync::Arc, time::Duration};
 
 use anyhow::{Context as _, ensure};
-use flotilla_controllers::mcs::slice::SliceVersion;
+use flotilla_controllers::{manager::ControlPlane, mcs::slice::SliceVersion, metrics::Metrics};
+use flotilla_crds::DEFAULT_NAMESPACE;
 use flotilla_crds::mcs::{
     SERVICE_NAME_LABEL, SOURCE_CLUSTER_LABEL, ServiceExport, ServiceImport, ServiceImportType,
 };
@@ -411,11 +413,30 @@ async fn check_member_down_and_back(
     wait_imported(fed, "web", &["member1", "member2"], expected).await
 }
 
+/// A restarted control plane writes nothing for MCS when nothing changed.
+async fn check_restart_writes_nothing(fed: &mut Federation) -> anyhow::Result<()> {
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let before = mcs_writes(fed).await?;
+    if let Some(cp) = fed.control_plane.take() {
+        cp.shutdown().await;
+    }
+    fed.control_plane = Some(ControlPlane::start(
+        fed.host.clone(),
+        DEFAULT_NAMESPACE,
+        Arc::new(Metrics::new()),
+    ));
+    // Long enough for the first probes, every member's caches and several passes.
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    let after = mcs_writes(fed).await?;
+    assert_eq!(before, after, "MCS writes after a restart");
+    Ok(())
+}
+
 #[tokio::test]
 async fn services_exported_from_two_members_are_imported_everywhere_and_kept_current()
 -> anyhow::Result<()> {
     init_tracing();
-    let fed = federation_with_pods(3).await?;
+    let mut fed = federation_with_pods(3).await?;
     for c in fed.members.iter().chain([&fed.host]) {
         create_namespace(c, NS).await?;
     }
@@ -426,5 +447,6 @@ async fn services_exported_from_two_members_are_imported_everywhere_and_kept_cur
     let ips2 = pod_ips(&fed.members[1], "web").await?;
     let expected = vec![("member1".to_string(), ips1), ("member2".to_string(), ips2)];
     check_member_down_and_back(&fed, &expected).await?;
+    check_restart_writes_nothing(&mut fed).await?;
     Ok(())
 }

@@ -56,8 +56,9 @@ const RECHECK: Duration = Duration::from_secs(300);
 const RETRY: Duration = Duration::from_secs(5);
 /// Events arriving this close together are handled by one pass.
 const DEBOUNCE: Duration = Duration::from_millis(200);
-/// After a start, clusters not Ready yet are held (not emptied) for this long, so that a
-/// restart does not remove endpoints before the first health probes.
+/// After a start, nothing is written until every member is known, for at most this long
+/// (then members still unknown are held: their slices neither rewritten nor removed), so a
+/// restart writes nothing that a partial view would have got wrong.
 const GRACE: Duration = Duration::from_secs(30);
 /// Name of the host in logs and failures.
 const HOST: &str = "host";
@@ -260,6 +261,16 @@ async fn pass(
     grace_over: bool,
 ) -> bool {
     let members = lists(w, clusters, seen_ready, grace_over);
+    if !grace_over
+        && members
+            .iter()
+            .any(|m| m.availability == Availability::Unknown)
+    {
+        // Just started: a plan over part of the ClusterSet could differ from the one
+        // already written; wait until every member is known (or the grace is over).
+        debug!("MCS pass deferred until every member is known");
+        return false;
+    }
     let views: Vec<plan::MemberView> = members.iter().map(|m| m.caches().view()).collect();
     let plan = plan::plan(&views);
     let mut failures = Vec::new();
