@@ -149,6 +149,8 @@ pub mod v1beta1 {
 
     /// ServiceExport: the Service of the same namespace and name is exported to the
     /// ClusterSet.
+    // The typed root needs a `spec`; exports are usually written without one, so read
+    // exports from a cluster as dynamic objects (as the controller does).
     // clippy reads each `printcolumn(type_ = ..)` as a repeat of one attribute; they are distinct columns.
     #[allow(clippy::duplicated_attributes)]
     #[derive(

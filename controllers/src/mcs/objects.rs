@@ -416,6 +416,18 @@ mod tests {
     }
 
     #[test]
+    fn the_hosts_mirror_gets_the_import_and_its_status_but_no_slice() {
+        let plan = plan_with(vec![source("m1", "10.64.0.1")]);
+        let ops = member_ops(&plan, &ns(&["demo"]), None);
+        assert!(
+            matches!(&ops[..], [Op::ApplyImport { .. }, Op::ImportStatus { .. }]),
+            "{ops:?}"
+        );
+        let actual = applied(&ops, &["demo"]);
+        assert_eq!(member_ops(&plan, &actual, None), vec![]);
+    }
+
+    #[test]
     fn slice_names_stay_within_the_apis_limit() {
         let long = "s".repeat(300);
         let name = slice_name(&long, &source("member1", "x"));
