@@ -1,7 +1,8 @@
 //! Multi-Cluster Services on real clusters (three members with a simulated kubelet, so pods
 //! get IPs and Kubernetes' EndpointSlice controller makes real slices): a Service exported
-//! from two members is imported into all three with the endpoints of both, kept current as
-//! pods come and go; a conflicting port gets the Conflict condition with the oldest export
+//! from two members is imported into all three with the endpoints of both (readable at
+//! v1beta1 and v1alpha1), kept current as pods come and go; an export without a Service is
+//! not Valid; a conflicting port gets the Conflict condition with the oldest export
 //! winning; un-exporting cleans the imports and slices; a stopped member's endpoints leave
 //! and come back with it; and a quiet ClusterSet writes nothing, also across a restart of the
 //! control plane.
@@ -276,6 +277,40 @@ async fn check_export_from_two(
     Ok(expected)
 }
 
+/// An export without a Service is not Valid (NoService) and imports nothing; the import
+/// of `web` is also served at v1alpha1.
+async fn check_invalid_export_and_v1alpha1(fed: &Federation) -> anyhow::Result<()> {
+    let m3 = &fed.members[2];
+    export(m3, "ghost").await?;
+    let api = exports(m3);
+    wait_for(T, "ghost's export marked invalid", || async {
+        let e = api.get("ghost").await?;
+        let valid = condition(&e, "Valid").context("no Valid condition")?;
+        ensure!(valid.0 == "False" && valid.1 == "NoService", "{valid:?}");
+        let ready = condition(&e, "Ready").context("no Ready condition")?;
+        ensure!(ready.0 == "False", "{ready:?}");
+        Ok(())
+    })
+    .await?;
+    for m in &fed.members {
+        let imports = Api::<ServiceImport>::namespaced(m.clone(), NS);
+        ensure!(imports.get_opt("ghost").await?.is_none(), "ghost imported");
+    }
+    api.delete("ghost", &DeleteParams::default()).await?;
+
+    let alpha = ApiResource {
+        version: "v1alpha1".into(),
+        api_version: "multicluster.x-k8s.io/v1alpha1".into(),
+        ..ApiResource::erase::<ServiceImport>(&())
+    };
+    let old = Api::<DynamicObject>::namespaced_with(m3.clone(), NS, &alpha)
+        .get("web")
+        .await?;
+    assert_eq!(old.data["spec"]["type"], "ClusterSetIP");
+    assert_eq!(old.data["spec"]["ports"][0]["port"], 80);
+    Ok(())
+}
+
 /// A member's total MCS writes.
 async fn mcs_writes(fed: &Federation) -> anyhow::Result<u64> {
     let mut total = writes(&fed.host, &MCS_RESOURCES).await?;
@@ -441,6 +476,7 @@ async fn services_exported_from_two_members_are_imported_everywhere_and_kept_cur
         create_namespace(c, NS).await?;
     }
     check_export_from_two(&fed).await?;
+    check_invalid_export_and_v1alpha1(&fed).await?;
     check_pods_come_and_go(&fed).await?;
     check_conflict_then_unexport(&fed).await?;
     let ips1 = pod_ips(&fed.members[0], "web").await?;
