@@ -273,15 +273,20 @@ async fn pass(
     }
     let views: Vec<plan::MemberView> = members.iter().map(|m| m.caches().view()).collect();
     let plan = plan::plan(&views);
-    let mut failures = Vec::new();
-    for m in &members {
+    // Every member at once: a slow member must not hold back the others.
+    let writes = members.iter().filter_map(|m| {
         let (Availability::Available, Some(client)) = (m.availability, &m.client) else {
-            continue;
+            return None;
         };
         let version = w.slices.version(&m.name);
         let ops = objects::member_ops(&plan, &m.caches().actual(), version);
-        failures.extend(apply::execute(&m.name, client, version, &ops).await);
-    }
+        Some(async move { apply::execute(&m.name, client, version, &ops).await })
+    });
+    let failures: Vec<apply::Failure> = futures::future::join_all(writes)
+        .await
+        .into_iter()
+        .flatten()
+        .collect();
     let mut host_failed = false;
     if mirror.synced() {
         let ops = objects::member_ops(&plan, &host_actual(mirror), None);
