@@ -2,7 +2,7 @@
 //! get IPs and Kubernetes' EndpointSlice controller makes real slices): a Service exported
 //! from two members is imported into all three with the endpoints of both (readable at
 //! v1beta1 and v1alpha1), kept current as pods come and go; an export without a Service is
-//! not Valid; a conflicting port gets the Conflict condition with the oldest export
+//! not Valid; an import someone else wrote is left alone; a conflicting port gets the Conflict condition with the oldest export
 //! winning; un-exporting cleans the imports and slices; a stopped member's endpoints leave
 //! and come back with it; and a quiet ClusterSet writes nothing, also across a restart of the
 //! control plane.
@@ -311,6 +311,68 @@ async fn check_invalid_export_and_v1alpha1(fed: &Federation) -> anyhow::Result<(
     Ok(())
 }
 
+/// A ServiceImport someone else wrote (no managed-by label) is never overwritten: the
+/// export says why it is not Ready, and the other members still get their import.
+async fn check_foreign_import_left_alone(fed: &Federation) -> anyhow::Result<()> {
+    let (m1, m2, m3) = (&fed.members[0], &fed.members[1], &fed.members[2]);
+    let foreign = Api::<ServiceImport>::namespaced(m3.clone(), NS);
+    apply(
+        &foreign,
+        "solo",
+        json!({"apiVersion": "multicluster.x-k8s.io/v1beta1", "kind": "ServiceImport",
+               "metadata": {"name": "solo", "namespace": NS},
+               "spec": {"type": "ClusterSetIP", "ports": [{"port": 1, "protocol": "TCP"}]}}),
+    )
+    .await?;
+    apply(
+        &Api::<Service>::namespaced(m1.clone(), NS),
+        "solo",
+        json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "solo", "namespace": NS},
+               "spec": {"ports": [{"name": "http", "port": 80, "protocol": "TCP"}]}}),
+    )
+    .await?;
+    export(m1, "solo").await?;
+    let api = exports(m1);
+    wait_for(
+        T,
+        "solo's export not Ready because of the foreign import",
+        || async {
+            let e = api.get("solo").await?;
+            let ready = condition(&e, "Ready").context("no Ready condition")?;
+            ensure!(
+                ready.0 == "False" && ready.2.contains("not managed by Flotilla"),
+                "{ready:?}"
+            );
+            Ok(())
+        },
+    )
+    .await?;
+    let imports2 = Api::<ServiceImport>::namespaced(m2.clone(), NS);
+    wait_for(T, "solo imported into member2", || async {
+        ensure!(imports2.get_opt("solo").await?.is_some(), "not yet");
+        Ok(())
+    })
+    .await?;
+    let left = foreign.get("solo").await?;
+    assert_eq!(left.spec.ports[0].port, 1, "the foreign import was changed");
+    assert!(
+        left.status.is_none(),
+        "the foreign import's status was written"
+    );
+    api.delete("solo", &DeleteParams::default()).await?;
+    wait_for(T, "solo's import gone from member2", || async {
+        ensure!(imports2.get_opt("solo").await?.is_none(), "still there");
+        Ok(())
+    })
+    .await?;
+    ensure!(
+        foreign.get_opt("solo").await?.is_some(),
+        "the foreign import was deleted"
+    );
+    foreign.delete("solo", &DeleteParams::default()).await?;
+    Ok(())
+}
+
 /// A member's total MCS writes.
 async fn mcs_writes(fed: &Federation) -> anyhow::Result<u64> {
     let mut total = writes(&fed.host, &MCS_RESOURCES).await?;
@@ -477,6 +539,7 @@ async fn services_exported_from_two_members_are_imported_everywhere_and_kept_cur
     }
     check_export_from_two(&fed).await?;
     check_invalid_export_and_v1alpha1(&fed).await?;
+    check_foreign_import_left_alone(&fed).await?;
     check_pods_come_and_go(&fed).await?;
     check_conflict_then_unexport(&fed).await?;
     let ips1 = pod_ips(&fed.members[0], "web").await?;

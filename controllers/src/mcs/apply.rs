@@ -2,10 +2,13 @@
 //! exports. Each write is attempted once per pass; a failure is returned (and logged) so
 //! the export's Ready condition can say so, and the next pass tries again. No decisions.
 
-use flotilla_crds::{FIELD_MANAGER, mcs::ServiceExport, mcs::ServiceImport};
+use flotilla_crds::{
+    FIELD_MANAGER,
+    mcs::{IMPORT_MANAGED_BY_LABEL, MANAGED_BY, ServiceExport, ServiceImport},
+};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::{
-    Api, Client,
+    Api, Client, ResourceExt,
     api::{ApiResource, DeleteParams, DynamicObject, Patch, PatchParams},
 };
 use serde_json::json;
@@ -36,26 +39,55 @@ fn gone_is_fine(r: Result<(), kube::Error>) -> Result<(), kube::Error> {
     }
 }
 
+/// A ServiceImport of this name that Flotilla did not write (no managed-by label) belongs
+/// to someone else: it is never overwritten.
+async fn ensure_ours(api: &Api<ServiceImport>, key: &ServiceKey) -> Result<(), String> {
+    let existing = api
+        .get_metadata_opt(&key.name)
+        .await
+        .map_err(|e| e.to_string())?;
+    match existing {
+        Some(meta)
+            if meta
+                .labels()
+                .get(IMPORT_MANAGED_BY_LABEL)
+                .map(String::as_str)
+                != Some(MANAGED_BY) =>
+        {
+            Err(format!(
+                "a ServiceImport {key} not managed by Flotilla (no label {IMPORT_MANAGED_BY_LABEL}={MANAGED_BY}) is in the way; it is left alone"
+            ))
+        }
+        _ => Ok(()),
+    }
+}
+
 async fn execute_one(
     client: &Client,
     version: Option<SliceVersion>,
     op: &Op,
-) -> Result<(), kube::Error> {
+) -> Result<(), String> {
     let imports = |ns: &str| Api::<ServiceImport>::namespaced(client.clone(), ns);
     let slices = |ns: &str| {
         // Slice ops exist only for targets with a version (members, not the host).
         let ar = version.unwrap_or(SliceVersion::V1).api_resource();
         Api::<DynamicObject>::namespaced_with(client.clone(), ns, &ar)
     };
-    match op {
-        Op::ApplyImport { key, body } => imports(&key.namespace)
-            .patch(&key.name, &apply_params(), &Patch::Apply(body))
-            .await
-            .map(drop),
-        Op::ImportStatus { key, body } => imports(&key.namespace)
-            .patch_status(&key.name, &PatchParams::default(), &Patch::Merge(body))
-            .await
-            .map(drop),
+    let done = match op {
+        Op::ApplyImport { key, body } => {
+            let api = imports(&key.namespace);
+            ensure_ours(&api, key).await?;
+            api.patch(&key.name, &apply_params(), &Patch::Apply(body))
+                .await
+                .map(drop)
+        }
+        Op::ImportStatus { key, body } => {
+            let api = imports(&key.namespace);
+            ensure_ours(&api, key).await?;
+            api.patch_status(&key.name, &PatchParams::default(), &Patch::Merge(body))
+                .await
+                .map(drop)
+        }
         Op::DeleteImport { key } => gone_is_fine(
             imports(&key.namespace)
                 .delete(&key.name, &DeleteParams::default())
@@ -72,7 +104,8 @@ async fn execute_one(
                 .await
                 .map(drop),
         ),
-    }
+    };
+    done.map_err(|e| e.to_string())
 }
 
 fn describe(op: &Op) -> String {
