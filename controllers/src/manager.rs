@@ -54,7 +54,11 @@ impl ControlPlane {
             namespace.to_string(),
             metrics.clone(),
         ));
-        let mcs = tokio::spawn(crate::mcs::run(host.clone(), clusters.clone()));
+        let mcs = tokio::spawn(crate::mcs::run(
+            host.clone(),
+            clusters.clone(),
+            metrics.clone(),
+        ));
         let shared = SyncShared::new(
             host,
             clusters.clone(),

@@ -403,6 +403,31 @@ async fn check_pods_come_and_go(fed: &Federation) -> anyhow::Result<()> {
     tokio::time::sleep(Duration::from_secs(6)).await;
     let after = mcs_writes(fed).await?;
     assert_eq!(before, after, "MCS writes in a quiet ClusterSet");
+    let metrics = fed
+        .control_plane
+        .as_ref()
+        .context("control plane running")?
+        .metrics
+        .encode();
+    for op in [
+        "apply_import",
+        "import_status",
+        "apply_slice",
+        "export_status",
+    ] {
+        let series = format!("flotilla_mcs_writes_total{{op=\"{op}\",result=\"success\"}}");
+        assert!(metrics.contains(&series), "{series} missing:\n{metrics}");
+    }
+    // Only the writes refused on purpose (the foreign import) failed.
+    for op in [
+        "apply_slice",
+        "delete_slice",
+        "delete_import",
+        "export_status",
+    ] {
+        let series = format!("flotilla_mcs_writes_total{{op=\"{op}\",result=\"failure\"}}");
+        assert!(!metrics.contains(&series), "{series}:\n{metrics}");
+    }
     Ok(())
 }
 

@@ -11,6 +11,10 @@ use kube::{
     Api, Client, ResourceExt,
     api::{ApiResource, DeleteParams, DynamicObject, Patch, PatchParams},
 };
+use prometheus_client::{
+    encoding::EncodeLabelSet,
+    metrics::{counter::Counter, family::Family},
+};
 use serde_json::json;
 use tracing::{debug, warn};
 
@@ -25,6 +29,24 @@ pub struct Failure {
     pub key: Option<ServiceKey>,
     /// What failed.
     pub error: String,
+}
+
+/// Label set of `flotilla_mcs_writes_total`: which write ([`Op::as_str`], or
+/// `export_status`) and how it ended (`success`, `failure`).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct WriteLabels {
+    /// The write.
+    pub op: &'static str,
+    /// `success` or `failure`.
+    pub result: &'static str,
+}
+
+/// `flotilla_mcs_writes_total{op,result}`.
+pub type Writes = Family<WriteLabels, Counter>;
+
+fn count(writes: &Writes, op: &'static str, ok: bool) {
+    let result = if ok { "success" } else { "failure" };
+    writes.get_or_create(&WriteLabels { op, result }).inc();
 }
 
 fn apply_params() -> PatchParams {
@@ -128,11 +150,14 @@ pub async fn execute(
     client: &Client,
     version: Option<SliceVersion>,
     ops: &[Op],
+    writes: &Writes,
 ) -> Vec<Failure> {
     let mut failures = Vec::new();
     for op in ops {
         let what = describe(op);
-        match execute_one(client, version, op).await {
+        let done = execute_one(client, version, op).await;
+        count(writes, op.as_str(), done.is_ok());
+        match done {
             Ok(()) => debug!(%cluster, "{what}"),
             Err(e) => {
                 warn!(%cluster, error = %e, "{what} failed");
@@ -153,16 +178,18 @@ pub async fn write_export_status(
     client: &Client,
     key: &ServiceKey,
     conditions: &[Condition],
+    writes: &Writes,
 ) -> bool {
     // Dynamic: the response is an export, usually without `spec`, which the typed struct
     // cannot read.
     let ar = ApiResource::erase::<ServiceExport>(&());
     let api = Api::<DynamicObject>::namespaced_with(client.clone(), &key.namespace, &ar);
     let body = json!({"status": {"conditions": conditions}});
-    match api
+    let done = api
         .patch_status(&key.name, &PatchParams::default(), &Patch::Merge(&body))
-        .await
-    {
+        .await;
+    count(writes, "export_status", done.is_ok());
+    match done {
         Ok(_) => {
             debug!(%cluster, %key, "export conditions written");
             true

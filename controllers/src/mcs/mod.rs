@@ -43,6 +43,7 @@ use tokio::{
 use tracing::{debug, info};
 
 use crate::{
+    metrics::Metrics,
     multicluster::{ClusterSet, MemberEvent, MemberWatch},
     watch::{WatchParams, notifying_store},
 };
@@ -165,7 +166,13 @@ impl HostMirror {
 }
 
 /// Runs the MCS controller until aborted.
-pub async fn run(host: Client, clusters: ClusterSet) {
+pub async fn run(host: Client, clusters: ClusterSet, metrics: Arc<Metrics>) {
+    let writes = apply::Writes::default();
+    metrics.register(
+        "mcs_writes",
+        "Multi-Cluster Services writes (ServiceImports, their status, EndpointSlices, export conditions) by outcome",
+        writes.clone(),
+    );
     let (tx, mut rx) = mpsc::unbounded_channel();
     let watches = Watches::start(&clusters, tx);
     let changed = Arc::new(Notify::new());
@@ -187,7 +194,11 @@ pub async fn run(host: Client, clusters: ClusterSet) {
         tokio::time::sleep(DEBOUNCE).await;
         while rx.try_recv().is_ok() {}
         let grace_over = Instant::now() >= grace_ends;
-        retry = pass(&watches, &mirror, &clusters, &mut seen_ready, grace_over).await;
+        let known = Known {
+            seen_ready: &mut seen_ready,
+            grace_over,
+        };
+        retry = pass(&watches, &mirror, &clusters, known, &writes).await;
     }
 }
 
@@ -252,15 +263,22 @@ fn lists(
         .collect()
 }
 
+/// Which members this process has seen Ready, and whether the start-up grace is over.
+struct Known<'a> {
+    seen_ready: &'a mut BTreeSet<String>,
+    grace_over: bool,
+}
+
 /// One pass over the ClusterSet; returns whether a write failed.
 async fn pass(
     w: &Watches,
     mirror: &HostMirror,
     clusters: &ClusterSet,
-    seen_ready: &mut BTreeSet<String>,
-    grace_over: bool,
+    known: Known<'_>,
+    writes: &apply::Writes,
 ) -> bool {
-    let members = lists(w, clusters, seen_ready, grace_over);
+    let grace_over = known.grace_over;
+    let members = lists(w, clusters, known.seen_ready, grace_over);
     if !grace_over
         && members
             .iter()
@@ -274,15 +292,15 @@ async fn pass(
     let views: Vec<plan::MemberView> = members.iter().map(|m| m.caches().view()).collect();
     let plan = plan::plan(&views);
     // Every member at once: a slow member must not hold back the others.
-    let writes = members.iter().filter_map(|m| {
+    let member_writes = members.iter().filter_map(|m| {
         let (Availability::Available, Some(client)) = (m.availability, &m.client) else {
             return None;
         };
         let version = w.slices.version(&m.name);
         let ops = objects::member_ops(&plan, &m.caches().actual(), version);
-        Some(async move { apply::execute(&m.name, client, version, &ops).await })
+        Some(async move { apply::execute(&m.name, client, version, &ops, writes).await })
     });
-    let failures: Vec<apply::Failure> = futures::future::join_all(writes)
+    let failures: Vec<apply::Failure> = futures::future::join_all(member_writes)
         .await
         .into_iter()
         .flatten()
@@ -290,11 +308,11 @@ async fn pass(
     let mut host_failed = false;
     if mirror.synced() {
         let ops = objects::member_ops(&plan, &host_actual(mirror), None);
-        host_failed = !apply::execute(HOST, &mirror.client, None, &ops)
+        host_failed = !apply::execute(HOST, &mirror.client, None, &ops, writes)
             .await
             .is_empty();
     }
-    let conditions_failed = !write_conditions(w, &members, &plan, &failures).await;
+    let conditions_failed = !write_conditions(w, &members, &plan, &failures, writes).await;
     debug!(
         services = plan.services.len(),
         failures = failures.len(),
@@ -329,6 +347,7 @@ async fn write_conditions(
     members: &[Lists],
     plan: &Plan,
     failures: &[apply::Failure],
+    writes: &apply::Writes,
 ) -> bool {
     let mut all_written = true;
     let now = Time(k8s_openapi::jiff::Timestamp::now());
@@ -372,7 +391,8 @@ async fn write_conditions(
             conditions::export_conditions(&existing, &wanted, export.metadata.generation, &now)
         {
             all_written &=
-                apply::write_export_status(&verdict.cluster, client, &verdict.key, &next).await;
+                apply::write_export_status(&verdict.cluster, client, &verdict.key, &next, writes)
+                    .await;
         }
     }
     all_written

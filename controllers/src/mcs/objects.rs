@@ -99,6 +99,17 @@ pub enum Op {
 }
 
 impl Op {
+    /// The write's bounded metric label.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Op::ApplyImport { .. } => "apply_import",
+            Op::ImportStatus { .. } => "import_status",
+            Op::DeleteImport { .. } => "delete_import",
+            Op::ApplySlice { .. } => "apply_slice",
+            Op::DeleteSlice { .. } => "delete_slice",
+        }
+    }
+
     /// The multi-cluster service a write is for, when it is one being created or updated.
     pub fn service(&self) -> Option<&ServiceKey> {
         match self {
