@@ -5,7 +5,8 @@
 //! where token Secrets are no longer created automatically), and a ClusterRole +
 //! ClusterRoleBinding with what the controller needs there: read/write of the enabled
 //! types only, `/healthz`, `/version`, and updates of that one role (the control plane
-//! widens or narrows it as types are enabled or disabled). In the host: a Secret with the token and the
+//! widens or narrows it as types are enabled or disabled); and the Multi-Cluster Services
+//! CRDs when the member has none. In the host: a Secret with the token and the
 //! KubeFedCluster. Every object is written with server-side apply, so joining again is safe.
 
 use std::{collections::BTreeMap, time::Duration};
@@ -20,6 +21,7 @@ use k8s_openapi::{
         core::v1::{Namespace, Secret, ServiceAccount},
         rbac::v1::{ClusterRole, ClusterRoleBinding},
     },
+    apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition,
     apimachinery::pkg::apis::meta::v1::ObjectMeta,
 };
 use kube::{
@@ -29,7 +31,7 @@ use kube::{
 use serde_json::json;
 use tracing::{info, warn};
 
-use crate::member_rbac;
+use crate::{install, member_rbac};
 
 /// Joining or unjoining failed.
 #[derive(Debug, thiserror::Error)]
@@ -189,6 +191,7 @@ pub async fn join(
         let body = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}});
         apply_object(&nss, ns, &body, "namespace", side).await?;
     }
+    ensure_mcs_crds(member, &opts.cluster_name).await;
     let (token, member_ca) = member_identity(host, member, opts).await?;
     let secret_name = store_token(host, opts, token).await?;
     let ca = opts.ca_pem.clone().or(member_ca);
@@ -223,6 +226,43 @@ pub async fn join(
     }
     info!(cluster = %opts.cluster_name, endpoint = %opts.api_endpoint, "cluster joined");
     Ok(kfc)
+}
+
+/// How long each Multi-Cluster Services CRD may take to become Established in a member.
+const MCS_CRD_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Installs the Multi-Cluster Services CRDs into the member when it has none; a member that
+/// already has them (say, from another MCS implementation) keeps its own. A failure only
+/// warns: the member still joins, and its ServiceExports are not seen until the CRDs are
+/// installed (`kubectl apply -f config/crds/multicluster.x-k8s.io_service*.yaml`).
+async fn ensure_mcs_crds(member: &Client, cluster: &str) {
+    let api: Api<CustomResourceDefinition> = Api::all(member.clone());
+    let mut missing = Vec::new();
+    for crd in flotilla_crds::crdgen::mcs_crds() {
+        let name = crd.metadata.name.clone().unwrap_or_default();
+        match api.get_opt(&name).await {
+            Ok(Some(_)) => {}
+            Ok(None) => missing.push(crd),
+            Err(e) => {
+                warn!(%cluster, crd = %name, error = %e, "cannot check the Multi-Cluster Services CRD");
+                return;
+            }
+        }
+    }
+    if missing.is_empty() {
+        return;
+    }
+    let installed = install::install_crds(
+        member,
+        &missing,
+        flotilla_crds::FIELD_MANAGER,
+        MCS_CRD_TIMEOUT,
+    )
+    .await;
+    match installed {
+        Ok(()) => info!(%cluster, crds = missing.len(), "Multi-Cluster Services CRDs installed"),
+        Err(e) => warn!(%cluster, error = %e, "installing the Multi-Cluster Services CRDs failed"),
+    }
 }
 
 /// In the member: the control plane's ServiceAccount, its scoped ClusterRole and binding,

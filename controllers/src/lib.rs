@@ -18,6 +18,7 @@ pub mod install;
 pub mod join;
 pub mod leader;
 pub mod manager;
+pub mod mcs;
 pub mod member_rbac;
 pub mod metrics;
 pub mod multicluster;

@@ -1,7 +1,7 @@
 //! The control plane assembled: registry + health, KubeFedConfig, the FederatedTypeConfig
 //! controller and through it one sync controller per enabled type, and the
-//! ReplicaSchedulingPreference scheduler, the ServiceAccountImport controller and the
-//! ClusterProfile inventory. Used in-process by
+//! ReplicaSchedulingPreference scheduler, the ServiceAccountImport controller, the
+//! ClusterProfile inventory and Multi-Cluster Services (ServiceExport/ServiceImport). Used in-process by
 //! `flotilla controller-manager`, `flotilla dev`, the benchmark and the tests.
 
 use std::sync::Arc;
@@ -28,6 +28,7 @@ pub struct ControlPlane {
     member_rbac: tokio::task::JoinHandle<()>,
     sa_import: tokio::task::JoinHandle<()>,
     profiles: tokio::task::JoinHandle<()>,
+    mcs: tokio::task::JoinHandle<()>,
 }
 
 /// Where the control plane keeps its objects.
@@ -87,6 +88,11 @@ impl ControlPlane {
             clusters.clone(),
             metrics.clone(),
         ));
+        let mcs = tokio::spawn(crate::mcs::run(
+            host.clone(),
+            clusters.clone(),
+            metrics.clone(),
+        ));
         let shared = SyncShared::new(
             host,
             clusters.clone(),
@@ -106,6 +112,7 @@ impl ControlPlane {
             member_rbac,
             sa_import,
             profiles,
+            mcs,
         }
     }
 
@@ -116,6 +123,7 @@ impl ControlPlane {
         self.member_rbac.abort();
         self.sa_import.abort();
         self.profiles.abort();
+        self.mcs.abort();
         if let Some(r) = self.registry.take() {
             r.shutdown().await;
         }
@@ -129,5 +137,6 @@ impl Drop for ControlPlane {
         self.member_rbac.abort();
         self.sa_import.abort();
         self.profiles.abort();
+        self.mcs.abort();
     }
 }

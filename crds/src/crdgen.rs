@@ -443,8 +443,9 @@ fn polish(mut crd: CustomResourceDefinition) -> CustomResourceDefinition {
 }
 
 /// The CRDs of the control plane itself: KubeFedCluster, KubeFedConfig,
-/// FederatedTypeConfig, ReplicaSchedulingPreference, ServiceAccountImport and the Cluster
-/// Inventory API's ClusterProfile.
+/// FederatedTypeConfig, ReplicaSchedulingPreference, ServiceAccountImport, the Cluster
+/// Inventory API's ClusterProfile and the Multi-Cluster Services API's ServiceExport and
+/// ServiceImport (which members need too: `flotilla join` installs them there).
 pub fn core_crds() -> Vec<CustomResourceDefinition> {
     vec![
         polish(KubeFedCluster::crd()),
@@ -455,6 +456,15 @@ pub fn core_crds() -> Vec<CustomResourceDefinition> {
         polish(ClusterProfile::crd()),
         crate::placement_decision::crd(),
     ]
+    .into_iter()
+    .chain(mcs_crds())
+    .collect()
+}
+
+/// The Multi-Cluster Services API's CRDs (ServiceExport, ServiceImport; v1beta1 stored,
+/// v1alpha1 served), as installed into the host and every member.
+pub fn mcs_crds() -> Vec<CustomResourceDefinition> {
+    crate::mcs::mcs_crds().into_iter().map(polish).collect()
 }
 
 /// CRDs Flotilla reads in member clusters, for users to install there (`config/member-crds/`):

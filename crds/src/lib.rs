@@ -13,6 +13,7 @@ pub mod federated;
 pub mod hash;
 pub mod inventory;
 pub mod kubefed_config;
+pub mod mcs;
 pub mod multicluster;
 pub mod overrides;
 pub mod placement;

@@ -2,12 +2,13 @@
 //! target types of the enabled FederatedTypeConfigs, call the health and version
 //! endpoints, request tokens of ServiceAccounts for ServiceAccountImports
 //! (`serviceaccounts/token` create — no read of ServiceAccounts or their Secrets), and keep
-//! its own ClusterRole in step with the enabled types — nothing else.
+//! its own ClusterRole in step with the enabled types, and what Multi-Cluster Services need
+//! ([`mcs_rules`]) — nothing else.
 //! (kubefedctl gave the host `*` on every resource of every group in every member.)
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use flotilla_crds::{FederatedTypeConfig, core::PropagationMode};
+use flotilla_crds::{FederatedTypeConfig, core::PropagationMode, mcs::MCS_GROUP};
 use k8s_openapi::api::rbac::v1::PolicyRule;
 
 /// Verbs on every propagated type: what sync, status collection and deletion use.
@@ -32,6 +33,30 @@ pub fn enabled_types<'a>(
             (t.group.clone(), t.plural_name.clone())
         })
         .collect()
+}
+
+/// What Multi-Cluster Services need in every member: read ServiceExports (and write their
+/// conditions), Services and namespaces; write ServiceImports and EndpointSlices.
+pub fn mcs_rules() -> Vec<PolicyRule> {
+    let rule = |group: &str, resources: &[&str], verbs: &[&str]| PolicyRule {
+        api_groups: Some(vec![group.to_string()]),
+        resources: Some(resources.iter().map(|s| s.to_string()).collect()),
+        verbs: verbs.iter().map(|s| s.to_string()).collect(),
+        ..PolicyRule::default()
+    };
+    let read = ["get", "list", "watch"];
+    let status = ["get", "patch", "update"];
+    vec![
+        rule(MCS_GROUP, &["serviceexports"], &read),
+        rule(
+            MCS_GROUP,
+            &["serviceexports/status", "serviceimports/status"],
+            &status,
+        ),
+        rule(MCS_GROUP, &["serviceimports"], &TYPE_VERBS),
+        rule("discovery.k8s.io", &["endpointslices"], &TYPE_VERBS),
+        rule("", &["services", "namespaces"], &read),
+    ]
 }
 
 /// The rules of the member ClusterRole named `role`, for the given target types.
@@ -62,6 +87,7 @@ pub fn member_rules(types: &BTreeSet<(String, String)>, role: &str) -> Vec<Polic
         verbs: strings(&["get", "list", "watch"]),
         ..PolicyRule::default()
     });
+    rules.extend(mcs_rules());
     rules.push(PolicyRule {
         non_resource_urls: Some(strings(&HEALTH_URLS)),
         verbs: vec!["get".into()],

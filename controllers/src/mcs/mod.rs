@@ -1,0 +1,399 @@
+//! Multi-Cluster Services (KEP-1645) over the federation: the ClusterSet is every joined
+//! cluster. A ServiceExport in a member exports the Service of its namespace and name; every
+//! member whose namespace exists gets a ServiceImport (type, merged ports, exporting
+//! clusters) and one EndpointSlice per exporting cluster's slice, labelled
+//! `multicluster.kubernetes.io/service-name` and `.../source-cluster`; the exports get
+//! `Valid`, `Ready` and `Conflict` conditions; and the host gets a mirror of every
+//! ServiceImport in the same namespace (when the host has it), for `kubectl get
+//! serviceimports` on the host.
+//!
+//! One pass recomputes everything whenever anything changed: member caches
+//! ([`MemberWatch`] for exports, Services, imports and namespaces; [`slice_watch`] for
+//! EndpointSlices at each member's version) → [`observe`] → [`plan`] (pure) → [`objects`]
+//! (pure diff by content hash) → [`apply`]. An unchanged ClusterSet costs no writes, also
+//! after a restart: clusters not yet known are held, not emptied. It does not allocate
+//! ClusterSet IPs or program DNS or data paths: that is the network layer's job
+//! (docs/multicluster-services.md).
+
+pub mod apply;
+pub mod conditions;
+pub mod objects;
+pub mod observe;
+pub mod plan;
+pub mod slice;
+pub mod slice_watch;
+
+use std::{collections::BTreeSet, sync::Arc, time::Duration};
+
+use flotilla_crds::mcs::{IMPORT_MANAGED_BY_LABEL, MANAGED_BY, ServiceExport, ServiceImport};
+use futures::FutureExt;
+use k8s_openapi::{
+    api::core::v1::{Namespace, Service},
+    apimachinery::pkg::apis::meta::v1::Time,
+};
+use kube::{
+    Api, Client, ResourceExt,
+    api::{ApiResource, DynamicObject},
+    runtime::reflector::Store,
+};
+use tokio::{
+    sync::{Notify, mpsc},
+    time::Instant,
+};
+use tracing::{debug, info};
+
+use crate::{
+    metrics::Metrics,
+    multicluster::{ClusterSet, MemberEvent, MemberWatch},
+    watch::{WatchParams, notifying_store},
+};
+use observe::MemberCaches;
+use plan::{Availability, Plan, WantedCondition};
+use slice_watch::SliceWatch;
+
+/// How often everything is compared again without a change.
+const RECHECK: Duration = Duration::from_secs(300);
+/// Delay before a pass with failed writes is tried again.
+const RETRY: Duration = Duration::from_secs(5);
+/// Events arriving this close together are handled by one pass.
+const DEBOUNCE: Duration = Duration::from_millis(200);
+/// After a start, nothing is written until every member is known, for at most this long
+/// (then members still unknown are held: their slices neither rewritten nor removed), so a
+/// restart writes nothing that a partial view would have got wrong.
+const GRACE: Duration = Duration::from_secs(30);
+/// Name of the host in logs and failures.
+const HOST: &str = "host";
+
+/// The member caches of one controller.
+struct Watches {
+    // Dynamic: an export without `spec` (the usual case) does not fit the typed struct.
+    exports: MemberWatch<DynamicObject>,
+    imports: MemberWatch<ServiceImport>,
+    services: MemberWatch<Service>,
+    namespaces: MemberWatch<Namespace>,
+    slices: SliceWatch,
+}
+
+fn shrink_service(s: &mut Service) {
+    s.status = None;
+}
+
+fn shrink_namespace(n: &mut Namespace) {
+    n.spec = None;
+    n.status = None;
+}
+
+fn managed_selector() -> String {
+    format!("{IMPORT_MANAGED_BY_LABEL}={MANAGED_BY}")
+}
+
+impl Watches {
+    fn start(set: &ClusterSet, events: mpsc::UnboundedSender<MemberEvent>) -> Self {
+        Watches {
+            // A member joined before Flotilla installed the MCS CRDs may not serve them.
+            exports: MemberWatch::start_optional(
+                set.clone(),
+                ApiResource::erase::<ServiceExport>(&()),
+                |_| {},
+                events.clone(),
+            ),
+            imports: MemberWatch::start(
+                set.clone(),
+                (),
+                Some(managed_selector()),
+                |_| {},
+                events.clone(),
+            ),
+            services: MemberWatch::start(set.clone(), (), None, shrink_service, events.clone()),
+            namespaces: MemberWatch::start(set.clone(), (), None, shrink_namespace, events.clone()),
+            slices: SliceWatch::start(set.clone(), events),
+        }
+    }
+
+    fn synced(&self, cluster: &str) -> bool {
+        self.exports.is_synced(cluster)
+            && self.imports.is_synced(cluster)
+            && self.services.is_synced(cluster)
+            && self.namespaces.is_synced(cluster)
+            && self.slices.is_synced(cluster)
+    }
+}
+
+/// The host's namespaces and the ServiceImports Flotilla mirrored there.
+struct HostMirror {
+    client: Client,
+    namespaces: Store<Namespace>,
+    imports: Store<ServiceImport>,
+    tasks: [tokio::task::JoinHandle<()>; 2],
+}
+
+impl Drop for HostMirror {
+    fn drop(&mut self) {
+        for t in &self.tasks {
+            t.abort();
+        }
+    }
+}
+
+impl HostMirror {
+    fn start(client: Client, changed: &Arc<Notify>) -> Self {
+        let (namespaces, ns_task) = notifying_store::<Namespace>(
+            Api::all(client.clone()),
+            WatchParams::host("namespace"),
+            changed,
+        );
+        let params = WatchParams {
+            label_selector: Some(managed_selector()),
+            ..WatchParams::host("service import")
+        };
+        let (imports, imports_task) =
+            notifying_store::<ServiceImport>(Api::all(client.clone()), params, changed);
+        HostMirror {
+            client,
+            namespaces,
+            imports,
+            tasks: [ns_task, imports_task],
+        }
+    }
+
+    /// Whether both caches are complete (the host may lack the ServiceImport CRD: then
+    /// nothing is mirrored).
+    fn synced(&self) -> bool {
+        let ready = |r: Option<Result<(), _>>| matches!(r, Some(Ok(())));
+        ready(self.namespaces.wait_until_ready().now_or_never())
+            && ready(self.imports.wait_until_ready().now_or_never())
+    }
+}
+
+/// Runs the MCS controller until aborted.
+pub async fn run(host: Client, clusters: ClusterSet, metrics: Arc<Metrics>) {
+    let writes = apply::Writes::default();
+    metrics.register(
+        "mcs_writes",
+        "Multi-Cluster Services writes (ServiceImports, their status, EndpointSlices, export conditions) by outcome",
+        writes.clone(),
+    );
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    let watches = Watches::start(&clusters, tx);
+    let changed = Arc::new(Notify::new());
+    let mirror = HostMirror::start(host, &changed);
+    let grace_ends = Instant::now() + GRACE;
+    let mut seen_ready = BTreeSet::new();
+    let mut cluster_changes = clusters.changes();
+    let mut retry = false;
+    info!("multi-cluster services controller started");
+    loop {
+        let wait = if retry { RETRY } else { RECHECK };
+        tokio::select! {
+            Some(_) = rx.recv() => {}
+            _ = cluster_changes.changed() => {}
+            _ = changed.notified() => {}
+            _ = tokio::time::sleep_until(grace_ends), if Instant::now() < grace_ends => {}
+            _ = tokio::time::sleep(wait) => {}
+        }
+        tokio::time::sleep(DEBOUNCE).await;
+        while rx.try_recv().is_ok() {}
+        let grace_over = Instant::now() >= grace_ends;
+        let known = Known {
+            seen_ready: &mut seen_ready,
+            grace_over,
+        };
+        retry = pass(&watches, &mirror, &clusters, known, &writes).await;
+    }
+}
+
+/// One member's cache contents, owned for the length of a pass.
+struct Lists {
+    name: String,
+    client: Option<Client>,
+    availability: Availability,
+    exports: Vec<Arc<DynamicObject>>,
+    services: Vec<Arc<Service>>,
+    slices: Vec<Arc<DynamicObject>>,
+    imports: Vec<Arc<ServiceImport>>,
+    namespaces: BTreeSet<String>,
+}
+
+impl Lists {
+    fn caches(&self) -> MemberCaches<'_> {
+        MemberCaches {
+            name: &self.name,
+            availability: self.availability,
+            exports: &self.exports,
+            services: &self.services,
+            slices: &self.slices,
+            imports: &self.imports,
+            namespaces: self.namespaces.clone(),
+        }
+    }
+}
+
+fn lists(
+    w: &Watches,
+    clusters: &ClusterSet,
+    seen_ready: &mut BTreeSet<String>,
+    grace_over: bool,
+) -> Vec<Lists> {
+    clusters
+        .snapshot()
+        .into_iter()
+        .map(|c| {
+            if c.ready {
+                seen_ready.insert(c.name.clone());
+            }
+            let synced = w.synced(&c.name);
+            let seen = seen_ready.contains(&c.name);
+            let name = c.name;
+            Lists {
+                availability: observe::availability(c.ready, synced, seen, grace_over),
+                client: c.client,
+                exports: w.exports.list(&name),
+                services: w.services.list(&name),
+                slices: w.slices.list(&name),
+                imports: w.imports.list(&name),
+                namespaces: w
+                    .namespaces
+                    .list(&name)
+                    .iter()
+                    .map(|n| n.name_any())
+                    .collect(),
+                name,
+            }
+        })
+        .collect()
+}
+
+/// Which members this process has seen Ready, and whether the start-up grace is over.
+struct Known<'a> {
+    seen_ready: &'a mut BTreeSet<String>,
+    grace_over: bool,
+}
+
+/// One pass over the ClusterSet; returns whether a write failed.
+async fn pass(
+    w: &Watches,
+    mirror: &HostMirror,
+    clusters: &ClusterSet,
+    known: Known<'_>,
+    writes: &apply::Writes,
+) -> bool {
+    let grace_over = known.grace_over;
+    let members = lists(w, clusters, known.seen_ready, grace_over);
+    if !grace_over
+        && members
+            .iter()
+            .any(|m| m.availability == Availability::Unknown)
+    {
+        // Just started: a plan over part of the ClusterSet could differ from the one
+        // already written; wait until every member is known (or the grace is over).
+        debug!("MCS pass deferred until every member is known");
+        return false;
+    }
+    let views: Vec<plan::MemberView> = members.iter().map(|m| m.caches().view()).collect();
+    let plan = plan::plan(&views);
+    // Every member at once: a slow member must not hold back the others.
+    let member_writes = members.iter().filter_map(|m| {
+        let (Availability::Available, Some(client)) = (m.availability, &m.client) else {
+            return None;
+        };
+        let version = w.slices.version(&m.name);
+        let ops = objects::member_ops(&plan, &m.caches().actual(), version);
+        Some(async move { apply::execute(&m.name, client, version, &ops, writes).await })
+    });
+    let failures: Vec<apply::Failure> = futures::future::join_all(member_writes)
+        .await
+        .into_iter()
+        .flatten()
+        .collect();
+    let mut host_failed = false;
+    if mirror.synced() {
+        let ops = objects::member_ops(&plan, &host_actual(mirror), None);
+        host_failed = !apply::execute(HOST, &mirror.client, None, &ops, writes)
+            .await
+            .is_empty();
+    }
+    let conditions_failed = !write_conditions(w, &members, &plan, &failures, writes).await;
+    debug!(
+        services = plan.services.len(),
+        failures = failures.len(),
+        "MCS pass done"
+    );
+    !failures.is_empty() || host_failed || conditions_failed
+}
+
+fn host_actual(mirror: &HostMirror) -> objects::ActualMember {
+    let imports = mirror.imports.state();
+    let caches = MemberCaches {
+        name: HOST,
+        availability: Availability::Available,
+        exports: &[],
+        services: &[],
+        slices: &[],
+        imports: &imports,
+        namespaces: mirror
+            .namespaces
+            .state()
+            .iter()
+            .map(|n| n.name_any())
+            .collect(),
+    };
+    caches.actual()
+}
+
+/// Writes every export's conditions that differ; a service whose imports could not be
+/// written everywhere is not Ready. Returns whether every write worked.
+async fn write_conditions(
+    w: &Watches,
+    members: &[Lists],
+    plan: &Plan,
+    failures: &[apply::Failure],
+    writes: &apply::Writes,
+) -> bool {
+    let mut all_written = true;
+    let now = Time(k8s_openapi::jiff::Timestamp::now());
+    for verdict in &plan.exports {
+        let Some(client) = members
+            .iter()
+            .find(|m| m.name == verdict.cluster)
+            .and_then(|m| m.client.as_ref())
+        else {
+            continue;
+        };
+        let Some(export) = w.exports.get(
+            &verdict.cluster,
+            Some(&verdict.key.namespace),
+            &verdict.key.name,
+        ) else {
+            continue;
+        };
+        let failed: Vec<&str> = failures
+            .iter()
+            .filter(|f| f.key.as_ref() == Some(&verdict.key))
+            .map(|f| f.error.as_str())
+            .collect();
+        let wanted: Vec<WantedCondition> = verdict
+            .conditions
+            .iter()
+            .map(|c| match c.type_ {
+                flotilla_crds::mcs::condition::READY if c.status && !failed.is_empty() => {
+                    WantedCondition {
+                        status: false,
+                        reason: flotilla_crds::mcs::condition::REASON_FAILED.into(),
+                        message: failed.join("; "),
+                        ..c.clone()
+                    }
+                }
+                _ => c.clone(),
+            })
+            .collect();
+        let existing = observe::export_conditions(&export);
+        if let Some(next) =
+            conditions::export_conditions(&existing, &wanted, export.metadata.generation, &now)
+        {
+            all_written &=
+                apply::write_export_status(&verdict.cluster, client, &verdict.key, &next, writes)
+                    .await;
+        }
+    }
+    all_written
+}
