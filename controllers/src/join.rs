@@ -199,6 +199,7 @@ pub async fn join(
         disabled_tls_validations: Vec::new(),
         proxy_url: None,
         taints: Vec::new(),
+        mode: None,
     };
     let body = json!({
         "apiVersion": format!("{}/{}", flotilla_crds::CORE_GROUP, flotilla_crds::V1BETA1),

@@ -31,6 +31,7 @@ use crate::core::{
 };
 use crate::federated::{FederatedSpec, FederatedStatus};
 use crate::inventory::ClusterProfile;
+use crate::work::{AppliedWork, Work};
 use crate::multicluster::ServiceAccountImport;
 use crate::scheduling::ReplicaSchedulingPreference;
 use crate::workload::WorkloadKind;
@@ -433,8 +434,8 @@ fn polish(mut crd: CustomResourceDefinition) -> CustomResourceDefinition {
 }
 
 /// The CRDs of the control plane itself: KubeFedCluster, KubeFedConfig,
-/// FederatedTypeConfig, ReplicaSchedulingPreference, ServiceAccountImport and the Cluster
-/// Inventory API's ClusterProfile.
+/// FederatedTypeConfig, ReplicaSchedulingPreference, ServiceAccountImport, the Cluster
+/// Inventory API's ClusterProfile and the Work API's Work and AppliedWork (pull mode).
 pub fn core_crds() -> Vec<CustomResourceDefinition> {
     vec![
         polish(KubeFedCluster::crd()),
@@ -443,6 +444,8 @@ pub fn core_crds() -> Vec<CustomResourceDefinition> {
         polish(ReplicaSchedulingPreference::crd()),
         polish(ServiceAccountImport::crd()),
         polish(ClusterProfile::crd()),
+        polish(Work::crd()),
+        polish(AppliedWork::crd()),
     ]
 }
 

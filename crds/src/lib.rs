@@ -19,6 +19,7 @@ pub mod reason;
 pub mod schedule;
 pub mod scheduling;
 pub mod taint;
+pub mod work;
 pub mod workload;
 
 pub use crate::core::{

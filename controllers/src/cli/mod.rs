@@ -21,6 +21,7 @@ pub mod manager;
 pub mod orphan;
 pub mod output;
 pub mod progress;
+pub mod pull;
 pub mod resolve;
 pub mod status;
 
@@ -148,6 +149,8 @@ pub enum Command {
     /// Measure propagation on local clusters against the raw API servers.
     #[cfg(feature = "dev")]
     Bench(crate::bench::BenchOptions),
+    /// Run the pull-mode agent inside a member cluster (see `join --mode pull`).
+    Agent(pull::AgentArgs),
     /// Print the version.
     Version,
 }
@@ -239,6 +242,7 @@ pub async fn execute(cli: Cli, ctx: Context) -> anyhow::Result<()> {
         Command::OrphaningDeletion(args) => orphan::run(&global, args, &ctx).await,
         Command::Status(args) => status::run(&global, args, &ctx).await,
         Command::Diff(args) => diff::run(&global, args, &ctx).await,
+        Command::Agent(args) => pull::agent(&global, args, &ctx).await,
         #[cfg(feature = "dev")]
         Command::Dev(cmd) => dev::run(&global, cmd, &ctx).await,
         #[cfg(feature = "dev")]

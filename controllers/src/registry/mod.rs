@@ -17,6 +17,7 @@
 pub mod client;
 pub mod config;
 pub mod health;
+pub mod heartbeat;
 pub mod probe;
 pub mod unreachable;
 
@@ -98,6 +99,10 @@ pub enum Error {
         #[source]
         source: kube::Error,
     },
+    /// The cluster is in pull mode: the host builds no client for it (not an error of
+    /// its configuration).
+    #[error("the cluster is in pull mode")]
+    PullMode,
     /// A request to the host cluster failed.
     #[error("{action} failed")]
     Kube {
@@ -354,8 +359,18 @@ impl Registry {
             return;
         }
 
-        let built = inputs.client();
+        let pull = cluster.spec.is_pull();
+        self.shared.set.set_pull(name, pull);
+        let built = if pull {
+            Err(Error::PullMode)
+        } else {
+            inputs.client()
+        };
         let client = match &built {
+            Err(Error::PullMode) => {
+                info!("a Pull cluster: readiness comes from its agent's heartbeat");
+                Err(String::new())
+            }
             Ok(client) => {
                 info!(endpoint = %cluster.spec.api_endpoint, "built the cluster's client");
                 Ok(client.clone())
@@ -371,6 +386,7 @@ impl Registry {
             client,
             secret: inputs.secret_ref(),
             object: cluster.object_ref(&()),
+            heartbeat: pull.then(|| heartbeat::lease_api(&self.shared.api.clone().into_client(), name)),
         };
         match self.workers.get_mut(name) {
             Some(worker) if worker.uid == uid => {

@@ -21,6 +21,7 @@ mod deletion;
 mod dispatch;
 mod observe;
 pub mod plan;
+pub mod pull;
 mod reconcile;
 mod registry_wait;
 pub(crate) mod scheduled;
@@ -158,6 +159,7 @@ impl TypeController {
         let queue: Arc<WorkQueue<Key>> = WorkQueue::new();
         let host_writer = reflector::store::Writer::<DynamicObject>::new(fed_ar.clone());
         let fns_writer = reflector::store::Writer::<DynamicObject>::new(federated_namespace_ar());
+        let work_writer = reflector::store::Writer::<flotilla_crds::work::Work>::default();
         let (member_tx, member_rx) = mpsc::unbounded_channel();
         let members = Arc::new(MemberWatch::<DynamicObject>::start(
             shared.clusters.clone(),
@@ -180,6 +182,7 @@ impl TypeController {
             needs_ns_placement,
             host_store: host_writer.as_reader(),
             fns_store: fns_writer.as_reader(),
+            works: work_writer.as_reader(),
             members,
             collect_status,
             workload: WorkloadKind::of(&ftc.target_type).filter(|_| collect_status),
@@ -194,6 +197,7 @@ impl TypeController {
             tokio::spawn(watch_federated(ctl.clone(), host_writer, queue.clone())),
             tokio::spawn(follow_members(ctl.clone(), member_rx, queue.clone())),
             tokio::spawn(follow_clusters(ctl.clone(), queue.clone())),
+            tokio::spawn(pull::watch_works(ctl.clone(), work_writer, queue.clone())),
             tokio::spawn(async move {
                 registry_wait::wait_for_registry(shared.clone()).await;
                 // Workers hold receivers for as long as they run.
@@ -317,8 +321,13 @@ async fn follow_clusters(ctl: Arc<Ctl>, queue: Arc<WorkQueue<Key>>) {
     loop {
         tokio::select! {
             ev = events.recv() => match ev {
-                // Objects are requeued when the member cache has synced.
-                Ok(ClusterEvent::Ready(_)) => {}
+                // Objects are requeued when the member cache has synced; a Pull cluster has
+                // no member cache (its Works are cached from the start).
+                Ok(ClusterEvent::Ready(name)) => {
+                    if ctl.shared.clusters.get(&name).is_some_and(|c| c.pull) {
+                        requeue_all(&ctl, &queue);
+                    }
+                }
                 Ok(_) | Err(RecvError::Lagged(_)) => requeue_all(&ctl, &queue),
                 Err(RecvError::Closed) => return,
             },
