@@ -11,7 +11,7 @@ use std::{collections::BTreeMap, time::Duration};
 use base64::Engine;
 use flotilla_crds::{
     KubeFedCluster,
-    work::{AGENT_LEASE, AppliedWork, cluster_namespace},
+    work::{AGENT_LEASE, cluster_namespace},
 };
 use k8s_openapi::api::{
     core::v1::{Namespace, Secret, ServiceAccount},
@@ -212,7 +212,7 @@ pub fn kubeconfig(server: &str, ca_pem: Option<&str>, token: &str, namespace: &s
 /// ServiceAccount with the rights to apply objects in the member, the AppliedWork CRD and
 /// the Deployment — as one list, for `kubectl apply -f -` in the member.
 pub fn agent_manifests(cluster: &str, namespace: &str, image: &str, kubeconfig: &str) -> Value {
-    let crd = serde_json::to_value(<AppliedWork as kube::CustomResourceExt>::crd()).unwrap_or_default();
+    let crd = serde_json::to_value(flotilla_crds::crdgen::applied_work_crd()).unwrap_or_default();
     json!({"apiVersion": "v1", "kind": "List", "items": [
         {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}},
         crd,

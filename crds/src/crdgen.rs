@@ -193,6 +193,29 @@ fn strip_keyword(schema: &mut Value, keyword: &str) {
     }
 }
 
+/// Drops `default` keywords made of empty strings (a `#[serde(default)]` String, or a struct
+/// of them): the API server stores them as `null` and rejects them as not strings, and the
+/// types' own defaults fill them in when read anyway.
+fn strip_empty_defaults(schema: &mut Value) {
+    fn empty(v: &Value) -> bool {
+        match v {
+            Value::String(s) => s.is_empty(),
+            Value::Object(m) => !m.is_empty() && m.values().all(empty),
+            _ => false,
+        }
+    }
+    match schema {
+        Value::Object(map) => {
+            if map.get("default").is_some_and(empty) {
+                map.remove("default");
+            }
+            map.values_mut().for_each(strip_empty_defaults);
+        }
+        Value::Array(items) => items.iter_mut().for_each(strip_empty_defaults),
+        _ => {}
+    }
+}
+
 /// rustdoc wants `&lt;` for a literal `<`; `kubectl explain` shows descriptions raw.
 fn unescape_descriptions(schema: &mut Value) {
     match schema {
@@ -423,6 +446,7 @@ fn polish(mut crd: CustomResourceDefinition) -> CustomResourceDefinition {
         let polished = serde_json::to_value(&*schema)
             .map(|mut v| {
                 unescape_descriptions(&mut v);
+                strip_empty_defaults(&mut v);
                 v
             })
             .and_then(serde_json::from_value);
@@ -445,8 +469,13 @@ pub fn core_crds() -> Vec<CustomResourceDefinition> {
         polish(ServiceAccountImport::crd()),
         polish(ClusterProfile::crd()),
         polish(Work::crd()),
-        polish(AppliedWork::crd()),
+        applied_work_crd(),
     ]
+}
+
+/// The AppliedWork CRD, for a Pull member cluster (its agent's records).
+pub fn applied_work_crd() -> CustomResourceDefinition {
+    polish(AppliedWork::crd())
 }
 
 /// The core CRDs and the Federated&lt;Kind&gt; CRDs of [`default_target_types`].

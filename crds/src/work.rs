@@ -18,7 +18,6 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::inventory::ProfileCondition as Condition;
 
 /// Prefix of a Pull cluster's namespace in the host: `flotilla-cluster-<cluster>`.
 pub const CLUSTER_NAMESPACE_PREFIX: &str = "flotilla-cluster-";
@@ -178,7 +177,7 @@ pub struct ResourceIdentifier {
     #[serde(default)]
     pub ordinal: i32,
     /// API group (empty for the core group).
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "String::is_empty")]
     pub group: String,
     /// API version.
     #[serde(default)]
@@ -187,10 +186,10 @@ pub struct ResourceIdentifier {
     #[serde(default)]
     pub kind: String,
     /// Plural resource name.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "String::is_empty")]
     pub resource: String,
     /// Namespace (empty for cluster-scoped objects).
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "String::is_empty")]
     pub namespace: String,
     /// Name.
     #[serde(default)]
@@ -243,8 +242,30 @@ pub struct AppliedResourceMeta {
     #[serde(flatten)]
     pub identifier: ResourceIdentifier,
     /// Its UID when applied.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "String::is_empty")]
     pub uid: String,
+}
+
+/// A condition in the shape of `metav1.Condition` (an empty message is left out: the API
+/// server of Kubernetes 1.20 reads an empty string in a custom resource as null).
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Condition {
+    /// Type of the condition (`Applied`).
+    #[serde(rename = "type")]
+    pub type_: String,
+    /// `True`, `False` or `Unknown`.
+    pub status: String,
+    /// The Work's `metadata.generation` the condition was set from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    /// When the status last changed (RFC 3339).
+    pub last_transition_time: String,
+    /// A machine-readable CamelCase reason.
+    pub reason: String,
+    /// A human-readable message.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub message: String,
 }
 
 #[cfg(test)]

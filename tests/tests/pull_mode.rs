@@ -30,7 +30,7 @@ use flotilla_tests::{
 };
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::{
-    Api, Client, CustomResourceExt,
+    Api, Client,
     api::{ListParams, Patch, PatchParams, PostParams},
     config::{KubeConfigOptions, Kubeconfig},
 };
@@ -94,7 +94,7 @@ async fn pull_federation() -> anyhow::Result<PullFederation> {
     let kfc = joined.cluster;
     ensure!(kfc.spec.is_pull() && kfc.spec.api_endpoint.is_empty());
     let pull = pull_cluster.client().await?;
-    install::install_crds(&pull, &[AppliedWork::crd()], "flotilla-tests", T).await?;
+    install::install_crds(&pull, &[flotilla_crds::crdgen::applied_work_crd()], "flotilla-tests", T).await?;
     let kubeconfig = Kubeconfig::from_yaml(&joined.kubeconfig)?;
     let config = kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
         .await?;
@@ -133,7 +133,13 @@ async fn a_pull_member_gets_reconciled_by_its_agent_beside_a_push_member() -> an
     ensure!(version.is_some(), "the Lease carries the member's version");
     flotilla_tests::objects::create_namespace(&fed.host, NS).await?;
     FederatedObject::namespace(NS).apply(&fed.host).await?;
-    wait_namespace_in(&[fed.push.clone(), fed.pull.clone()], NS).await?;
+    if let Err(e) = wait_namespace_in(&[fed.push.clone(), fed.pull.clone()], NS).await {
+        let st = FederatedObject::namespace(NS).in_host(&fed.host).get().await?;
+        let works: Api<Work> = Api::namespaced(fed.host.clone(), &cluster_namespace(PULL));
+        let w = works.list(&ListParams::default()).await?;
+        eprintln!("DEBUG status {:?}\nworks {:?}", st.data.get("status"), w.items);
+        return Err(e);
+    }
     // An object the agent did not create: it is never touched.
     let mine = config_maps(&fed.pull, NS);
     mine.create(&PostParams::default(), &flotilla_tests::objects::config_map("mine", &[], &[("k", "v")]))

@@ -27,7 +27,7 @@ use kube::{
 };
 use serde_json::json;
 use tokio::task::JoinHandle;
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
 use self::apply::Member;
 use crate::{
@@ -198,10 +198,12 @@ async fn resync(state: Arc<State>, period: Duration) {
 
 async fn work(state: Arc<State>) {
     // Until the Work cache is complete, a Work would look deleted and its objects pruned.
-    if state.works.wait_until_ready().await.is_err() {
-        return;
+    // (Polled: one readiness signal did not wake every waiting worker.)
+    while state.works.wait_until_ready().now_or_never().is_none() {
+        tokio::time::sleep(Duration::from_millis(100)).await;
     }
     while let Some(name) = state.queue.next().await {
+        debug!(work = %name, "processing");
         let ok = match process(&state, &name).await {
             Ok(ok) => ok,
             Err(e) => {

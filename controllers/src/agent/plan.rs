@@ -5,8 +5,7 @@
 
 use flotilla_crds::{
     ClusterReason, MANAGED_LABEL,
-    inventory::ProfileCondition as Condition,
-    work::{APPLIED, AppliedResourceMeta, ManifestCondition, ResourceIdentifier, WorkStatus},
+    work::{APPLIED, AppliedResourceMeta, Condition, ManifestCondition, ResourceIdentifier, WorkStatus},
 };
 use serde_json::Value;
 

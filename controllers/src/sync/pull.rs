@@ -248,7 +248,8 @@ impl Ctl {
         let api: Api<Work> = Api::namespaced(self.shared.host.clone(), &cluster_namespace(cluster));
         let pp = PatchParams::apply(FIELD_MANAGER).force();
         let name = self.work_name(key);
-        let write = api.patch(&name, &pp, &Patch::Apply(&body));
+        let patch = Patch::Apply(&body);
+        let write = api.patch(&name, &pp, &patch);
         let outcome = match tokio::time::timeout(OPERATION_TIMEOUT, write).await {
             Ok(Ok(_)) => Outcome::Ok,
             Ok(Err(e)) => Outcome::Status(failed, format!("writing Work {name}: {}", message(&e))),
@@ -319,8 +320,7 @@ fn message(e: &kube::Error) -> String {
 mod tests {
     use super::*;
     use flotilla_crds::{
-        inventory::ProfileCondition,
-        work::{ManifestCondition, WorkSpec, WorkStatus, WorkloadTemplate},
+        work::{Condition as ProfileCondition, ManifestCondition, WorkSpec, WorkStatus, WorkloadTemplate},
     };
 
     fn work(generation: i64, report: Option<(&str, &str, i64)>) -> Work {
