@@ -117,7 +117,8 @@ pub async fn join_pull(host: &Client, opts: &PullJoinOptions) -> Result<PullJoin
         apply(&nss, n, &body).await?;
     }
     let sas: Api<ServiceAccount> = Api::namespaced(host.clone(), &ns);
-    let body = json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": AGENT_ACCOUNT}});
+    let body =
+        json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": AGENT_ACCOUNT}});
     apply(&sas, AGENT_ACCOUNT, &body).await?;
     let roles: Api<Role> = Api::namespaced(host.clone(), &ns);
     let body = json!({

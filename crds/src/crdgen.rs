@@ -31,9 +31,9 @@ use crate::core::{
 };
 use crate::federated::{FederatedSpec, FederatedStatus};
 use crate::inventory::ClusterProfile;
-use crate::work::{AppliedWork, Work};
 use crate::multicluster::ServiceAccountImport;
 use crate::scheduling::ReplicaSchedulingPreference;
+use crate::work::{AppliedWork, Work};
 use crate::workload::WorkloadKind;
 use crate::{DEFAULT_NAMESPACE, TYPES_GROUP, V1BETA1};
 

@@ -18,7 +18,6 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-
 /// Prefix of a Pull cluster's namespace in the host: `flotilla-cluster-<cluster>`.
 pub const CLUSTER_NAMESPACE_PREFIX: &str = "flotilla-cluster-";
 /// Label on every Work Flotilla writes: the federated type (`<plural>.<group>`, or a hash
@@ -59,7 +58,10 @@ pub fn type_label(plural: &str, group: &str) -> String {
     if readable.len() <= 63 {
         readable
     } else {
-        format!("t-{}", &crate::hash::content_hash(&Value::String(readable))[..16])
+        format!(
+            "t-{}",
+            &crate::hash::content_hash(&Value::String(readable))[..16]
+        )
     }
 }
 
@@ -206,11 +208,7 @@ pub struct ResourceIdentifier {
     status = "AppliedWorkStatus",
     category = "multicluster",
     derive = "PartialEq",
-    printcolumn(
-        name = "Work",
-        type_ = "string",
-        json_path = ".spec.workName"
-    ),
+    printcolumn(name = "Work", type_ = "string", json_path = ".spec.workName"),
     printcolumn(
         name = "Age",
         type_ = "date",
@@ -277,7 +275,10 @@ mod tests {
         let a = work_name("configmaps", "", Some("demo"), "web");
         assert!(a.starts_with("configmaps-demo-web-"), "{a}");
         assert_ne!(a, work_name("configmaps", "", Some("demo-web"), ""));
-        assert_ne!(a, work_name("configmaps", "example.com", Some("demo"), "web"));
+        assert_ne!(
+            a,
+            work_name("configmaps", "example.com", Some("demo"), "web")
+        );
         let long = work_name("configmaps", "", Some("demo"), &"x".repeat(253));
         assert!(long.len() <= 253);
         assert!(!work_name("namespaces", "", None, "Demo_1").contains(['_', 'D']));

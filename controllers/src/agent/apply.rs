@@ -136,7 +136,10 @@ impl Member {
                     ClusterReason::CreationFailed
                 };
                 let pp = PatchParams::apply(AGENT_FIELD_MANAGER).force();
-                match api.patch(&identifier.name, &pp, &Patch::Apply(manifest)).await {
+                match api
+                    .patch(&identifier.name, &pp, &Patch::Apply(manifest))
+                    .await
+                {
                     Ok(o) => {
                         info!(kind = %identifier.kind, namespace = %identifier.namespace, name = %identifier.name, "applied");
                         Some(serde_json::to_value(o).unwrap_or(Value::Null))
@@ -150,7 +153,10 @@ impl Member {
         };
         let record = current.as_ref().map(|obj| AppliedResourceMeta {
             identifier: identifier.clone(),
-            uid: obj["metadata"]["uid"].as_str().unwrap_or_default().to_owned(),
+            uid: obj["metadata"]["uid"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned(),
         });
         if let Some(obj) = &current {
             result.generation = obj.pointer("/metadata/generation").and_then(Value::as_i64);
@@ -218,7 +224,13 @@ pub fn identify(ordinal: usize, manifest: &Value) -> ResourceIdentifier {
         Some((g, v)) => (g, v),
         None => ("", api_version),
     };
-    let text = |p: &str| manifest.pointer(p).and_then(Value::as_str).unwrap_or_default().to_owned();
+    let text = |p: &str| {
+        manifest
+            .pointer(p)
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_owned()
+    };
     ResourceIdentifier {
         ordinal: i32::try_from(ordinal).unwrap_or(i32::MAX),
         group: group.to_owned(),

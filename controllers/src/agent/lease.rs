@@ -57,9 +57,13 @@ async fn renew(
     match leases.patch(AGENT_LEASE, &pp, &Patch::Merge(&patch)).await {
         Ok(_) => Ok(()),
         Err(kube::Error::Api(s)) if s.code == 404 => {
-            let mut lease: Lease = serde_json::from_value(patch).map_err(kube::Error::SerdeError)?;
+            let mut lease: Lease =
+                serde_json::from_value(patch).map_err(kube::Error::SerdeError)?;
             lease.metadata.name = Some(AGENT_LEASE.into());
-            leases.create(&PostParams::default(), &lease).await.map(|_| ())
+            leases
+                .create(&PostParams::default(), &lease)
+                .await
+                .map(|_| ())
         }
         Err(e) => Err(e),
     }

@@ -187,7 +187,11 @@ async fn resync(state: Arc<State>, period: Duration) {
         }
         match state.applied_api.list(&ListParams::default()).await {
             Ok(list) => {
-                for a in list.items.iter().filter(|a| a.spec.work_namespace == state.namespace) {
+                for a in list
+                    .items
+                    .iter()
+                    .filter(|a| a.spec.work_namespace == state.namespace)
+                {
                     state.queue.add(a.name_any());
                 }
             }
@@ -230,8 +234,7 @@ async fn process(state: &State, name: &str) -> Result<bool, kube::Error> {
     match work {
         Some(w) => sync_work(state, &w, applied).await,
         None => {
-            let Some(applied) = applied.filter(|a| a.spec.work_namespace == state.namespace)
-            else {
+            let Some(applied) = applied.filter(|a| a.spec.work_namespace == state.namespace) else {
                 return Ok(true);
             };
             let orphan = state
@@ -280,7 +283,11 @@ async fn sync_work(
                 work_namespace: state.namespace.clone(),
             },
         );
-        match state.applied_api.create(&PostParams::default(), &record).await {
+        match state
+            .applied_api
+            .create(&PostParams::default(), &record)
+            .await
+        {
             Ok(_) => {}
             Err(kube::Error::Api(s)) if s.code == 409 => {}
             Err(e) => return Err(e),
@@ -313,7 +320,9 @@ async fn sync_work(
     // An object whose manifest failed this round stays recorded, so it is never lost.
     for p in &previous {
         let listed = current.iter().any(|c| plan::same_object(&p.identifier, c));
-        let recorded = records.iter().any(|r| plan::same_object(&p.identifier, &r.identifier));
+        let recorded = records
+            .iter()
+            .any(|r| plan::same_object(&p.identifier, &r.identifier));
         if listed && !recorded {
             records.push(p.clone());
         }

@@ -5,7 +5,9 @@
 
 use flotilla_crds::{
     ClusterReason, MANAGED_LABEL,
-    work::{APPLIED, AppliedResourceMeta, Condition, ManifestCondition, ResourceIdentifier, WorkStatus},
+    work::{
+        APPLIED, AppliedResourceMeta, Condition, ManifestCondition, ResourceIdentifier, WorkStatus,
+    },
 };
 use serde_json::Value;
 
@@ -28,7 +30,10 @@ pub fn decide(manifest: &Value, live: Option<&Value>) -> ManifestOp {
         return ManifestOp::Apply;
     };
     let label = live
-        .pointer(&format!("/metadata/labels/{}", MANAGED_LABEL.replace('/', "~1")))
+        .pointer(&format!(
+            "/metadata/labels/{}",
+            MANAGED_LABEL.replace('/', "~1")
+        ))
         .and_then(Value::as_str);
     if label == Some("false") {
         return ManifestOp::Refuse(ClusterReason::ManagedLabelFalse, excluded_message());
@@ -69,16 +74,16 @@ pub fn to_prune<'a>(
 /// Whether two identifiers name the same member object (the ordinal and the version do
 /// not matter).
 pub fn same_object(a: &ResourceIdentifier, b: &ResourceIdentifier) -> bool {
-    a.group == b.group
-        && a.resource == b.resource
-        && a.namespace == b.namespace
-        && a.name == b.name
+    a.group == b.group && a.resource == b.resource && a.namespace == b.namespace && a.name == b.name
 }
 
 /// Whether a live object may be pruned: still Flotilla's, and the very object applied.
 pub fn may_prune(recorded_uid: &str, live: &Value) -> bool {
     let label = live
-        .pointer(&format!("/metadata/labels/{}", MANAGED_LABEL.replace('/', "~1")))
+        .pointer(&format!(
+            "/metadata/labels/{}",
+            MANAGED_LABEL.replace('/', "~1")
+        ))
         .and_then(Value::as_str);
     let uid = live.pointer("/metadata/uid").and_then(Value::as_str);
     label == Some("true") && (recorded_uid.is_empty() || uid == Some(recorded_uid))
@@ -265,7 +270,10 @@ mod tests {
             ..results[0].clone()
         }];
         let third = work_status(Some(&second), &failed, Some(2), "t2");
-        assert_eq!(third.manifest_conditions[0].conditions[0].reason, "CreationFailed");
+        assert_eq!(
+            third.manifest_conditions[0].conditions[0].reason,
+            "CreationFailed"
+        );
         assert_eq!(third.manifest_conditions[0].conditions[0].message, "denied");
         assert_eq!(third.conditions[0].last_transition_time, "t2");
     }

@@ -113,14 +113,13 @@ pub fn lease_api(host: &Client, cluster: &str) -> Api<Lease> {
 }
 
 /// Reads the agent's Lease within `timeout`: `Ok(None)` when it does not exist.
-pub async fn read_lease(
-    api: &Api<Lease>,
-    timeout: Duration,
-) -> Result<Option<LeaseFacts>, String> {
+pub async fn read_lease(api: &Api<Lease>, timeout: Duration) -> Result<Option<LeaseFacts>, String> {
     match tokio::time::timeout(timeout, api.get_opt(AGENT_LEASE)).await {
         Ok(Ok(lease)) => Ok(lease.as_ref().map(LeaseFacts::of)),
         Ok(Err(e)) => Err(super::error_chain(&e)),
-        Err(_) => Err(format!("reading the agent's Lease timed out after {timeout:?}")),
+        Err(_) => Err(format!(
+            "reading the agent's Lease timed out after {timeout:?}"
+        )),
     }
 }
 
@@ -170,8 +169,14 @@ mod tests {
         let mut h = HeartbeatTracker::default();
         h.judge(Some(&lease("2026-01-01T00:00:00Z")), now, start);
         let renewed = lease("2026-01-01T00:00:05Z");
-        assert_eq!(h.judge(Some(&renewed), now, start + Duration::from_secs(5)), Health::Ready);
-        assert_eq!(h.judge(Some(&renewed), now, start + Duration::from_secs(14)), Health::Ready);
+        assert_eq!(
+            h.judge(Some(&renewed), now, start + Duration::from_secs(5)),
+            Health::Ready
+        );
+        assert_eq!(
+            h.judge(Some(&renewed), now, start + Duration::from_secs(14)),
+            Health::Ready
+        );
         assert!(matches!(
             h.judge(Some(&renewed), now, start + Duration::from_secs(16)),
             Health::Offline { .. }

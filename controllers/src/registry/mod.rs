@@ -99,10 +99,6 @@ pub enum Error {
         #[source]
         source: kube::Error,
     },
-    /// The cluster is in pull mode: the host builds no client for it (not an error of
-    /// its configuration).
-    #[error("the cluster is in pull mode")]
-    PullMode,
     /// A request to the host cluster failed.
     #[error("{action} failed")]
     Kube {
@@ -311,6 +307,25 @@ async fn run_clusters(host: Client, namespace: String, shared: Arc<Shared>) {
     }
 }
 
+/// The member's client, or why there is none (empty for a Pull cluster, which needs none).
+fn build_client(inputs: &ClientInputs, pull: bool) -> Result<Client, String> {
+    if pull {
+        info!("a Pull cluster: readiness comes from its agent's heartbeat");
+        return Err(String::new());
+    }
+    match inputs.client() {
+        Ok(client) => {
+            info!(endpoint = %inputs.spec.api_endpoint, "built the cluster's client");
+            Ok(client)
+        }
+        Err(error) => {
+            let problem = error_chain(&error);
+            warn!(%problem, "the cluster's configuration is malformed");
+            Err(problem)
+        }
+    }
+}
+
 impl Registry {
     fn all_names(&self) -> BTreeSet<String> {
         self.clusters
@@ -361,32 +376,14 @@ impl Registry {
 
         let pull = cluster.spec.is_pull();
         self.shared.set.set_pull(name, pull);
-        let built = if pull {
-            Err(Error::PullMode)
-        } else {
-            inputs.client()
-        };
-        let client = match &built {
-            Err(Error::PullMode) => {
-                info!("a Pull cluster: readiness comes from its agent's heartbeat");
-                Err(String::new())
-            }
-            Ok(client) => {
-                info!(endpoint = %cluster.spec.api_endpoint, "built the cluster's client");
-                Ok(client.clone())
-            }
-            Err(error) => {
-                let problem = error_chain(error);
-                warn!(%problem, "the cluster's configuration is malformed");
-                Err(problem)
-            }
-        };
-        self.shared.set.set_client(name, built.ok());
+        let client = build_client(&inputs, pull);
+        self.shared.set.set_client(name, client.clone().ok());
         let input = WorkerInput {
             client,
             secret: inputs.secret_ref(),
             object: cluster.object_ref(&()),
-            heartbeat: pull.then(|| heartbeat::lease_api(&self.shared.api.clone().into_client(), name)),
+            heartbeat: pull
+                .then(|| heartbeat::lease_api(&self.shared.api.clone().into_client(), name)),
         };
         match self.workers.get_mut(name) {
             Some(worker) if worker.uid == uid => {

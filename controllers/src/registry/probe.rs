@@ -137,7 +137,9 @@ impl<'a> Worker<'a> {
             );
         }
         let version = match &current.heartbeat {
-            Some(_) => lease_version.filter(|v| self.written.kubernetes_version.as_ref() != Some(v)),
+            Some(_) => {
+                lease_version.filter(|v| self.written.kubernetes_version.as_ref() != Some(v))
+            }
             None => self.new_version(&outcome, current, settings).await,
         };
         debug!(outcome = ?outcome, "probed");

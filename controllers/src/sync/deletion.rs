@@ -96,9 +96,13 @@ impl Ctl {
                 DeletionOp::WaitForRemoval => {
                     outcomes.insert(cluster.name, Outcome::Removing);
                 }
-                DeletionOp::Delete => {
-                    jobs.push(self.delete_in(cluster, key, m_ns, m_name, MemberOp::Delete(&cx.params)))
-                }
+                DeletionOp::Delete => jobs.push(self.delete_in(
+                    cluster,
+                    key,
+                    m_ns,
+                    m_name,
+                    MemberOp::Delete(&cx.params),
+                )),
                 DeletionOp::Unlabel => {
                     jobs.push(self.delete_in(cluster, key, m_ns, m_name, MemberOp::Unlabel))
                 }

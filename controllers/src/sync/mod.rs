@@ -161,18 +161,7 @@ impl TypeController {
         let fns_writer = reflector::store::Writer::<DynamicObject>::new(federated_namespace_ar());
         let work_writer = reflector::store::Writer::<flotilla_crds::work::Work>::default();
         let (member_tx, member_rx) = mpsc::unbounded_channel();
-        let members = Arc::new(MemberWatch::<DynamicObject>::start(
-            shared.clusters.clone(),
-            target_ar.clone(),
-            // `managed=false` objects too: knowing them spares a read before each create.
-            Some(format!("{MANAGED_LABEL} in (true,false)")),
-            if collect_status {
-                keep_all
-            } else {
-                drop_status
-            },
-            member_tx,
-        ));
+        let members = member_watch(&shared, &target_ar, collect_status, member_tx);
         let ctl = Arc::new(Ctl {
             shared: shared.clone(),
             fed_ar: fed_ar.clone(),
@@ -242,6 +231,27 @@ impl Drop for TypeController {
     fn drop(&mut self) {
         self.stop();
     }
+}
+
+/// The target kind in every Ready member.
+fn member_watch(
+    shared: &SyncShared,
+    target_ar: &ApiResource,
+    collect_status: bool,
+    events: mpsc::UnboundedSender<MemberEvent>,
+) -> Arc<MemberWatch<DynamicObject>> {
+    Arc::new(MemberWatch::<DynamicObject>::start(
+        shared.clusters.clone(),
+        target_ar.clone(),
+        // `managed=false` objects too: knowing them spares a read before each create.
+        Some(format!("{MANAGED_LABEL} in (true,false)")),
+        if collect_status {
+            keep_all
+        } else {
+            drop_status
+        },
+        events,
+    ))
 }
 
 /// Host: the federated objects. Objects deleted while we were not watching are found

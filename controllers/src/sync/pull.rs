@@ -203,7 +203,11 @@ impl Ctl {
 
     /// Every federated key some Work of this type renders (stray detection).
     pub(super) fn work_keys(&self) -> Vec<Key> {
-        self.works.state().iter().filter_map(|w| source_key(w)).collect()
+        self.works
+            .state()
+            .iter()
+            .filter_map(|w| source_key(w))
+            .collect()
     }
 
     /// Carries out the operation decided for one Pull cluster.
@@ -319,8 +323,8 @@ fn message(e: &kube::Error) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use flotilla_crds::{
-        work::{Condition as ProfileCondition, ManifestCondition, WorkSpec, WorkStatus, WorkloadTemplate},
+    use flotilla_crds::work::{
+        Condition as ProfileCondition, ManifestCondition, WorkSpec, WorkStatus, WorkloadTemplate,
     };
 
     fn work(generation: i64, report: Option<(&str, &str, i64)>) -> Work {
@@ -366,8 +370,14 @@ mod tests {
 
     #[test]
     fn an_applied_or_not_yet_seen_work_is_propagated() {
-        assert_eq!(applied_outcome(&work(3, Some(("True", "Applied", 3)))), Outcome::Ok);
-        assert_eq!(applied_outcome(&work(4, Some(("False", "UpdateFailed", 3)))), Outcome::Ok);
+        assert_eq!(
+            applied_outcome(&work(3, Some(("True", "Applied", 3)))),
+            Outcome::Ok
+        );
+        assert_eq!(
+            applied_outcome(&work(4, Some(("False", "UpdateFailed", 3)))),
+            Outcome::Ok
+        );
         assert_eq!(applied_outcome(&work(1, None)), Outcome::Ok);
     }
 
@@ -386,10 +396,19 @@ mod tests {
         let key = (Some("demo".to_string()), "web".to_string());
         let body = work_body(&ar, "m1", &key, &json!({"kind": "Deployment"}), true);
         assert_eq!(body["metadata"]["namespace"], "flotilla-cluster-m1");
-        assert_eq!(body["metadata"]["labels"][WORK_TYPE_LABEL], "deployments.apps");
-        assert_eq!(body["metadata"]["annotations"][WORK_SOURCE_NAMESPACE], "demo");
+        assert_eq!(
+            body["metadata"]["labels"][WORK_TYPE_LABEL],
+            "deployments.apps"
+        );
+        assert_eq!(
+            body["metadata"]["annotations"][WORK_SOURCE_NAMESPACE],
+            "demo"
+        );
         assert_eq!(body["metadata"]["annotations"][WORK_COLLECT_STATUS], "true");
-        assert_eq!(body["spec"]["workload"]["manifests"][0]["kind"], "Deployment");
+        assert_eq!(
+            body["spec"]["workload"]["manifests"][0]["kind"],
+            "Deployment"
+        );
         let w: Work = serde_json::from_value(body).expect("a Work");
         assert_eq!(source_key(&w), Some(key));
     }
