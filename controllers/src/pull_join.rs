@@ -111,6 +111,9 @@ pub fn agent_role_rules() -> Value {
 /// Registers a Pull cluster in the host.
 pub async fn join_pull(host: &Client, opts: &PullJoinOptions) -> Result<PullJoin, JoinError> {
     let ns = cluster_namespace(&opts.cluster_name);
+    if !is_dns_label(&ns) {
+        return Err(JoinError::InvalidPullName(opts.cluster_name.clone()));
+    }
     let nss: Api<Namespace> = Api::all(host.clone());
     for n in [&opts.namespace, &ns] {
         let body = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": n}});
@@ -242,4 +245,58 @@ pub fn agent_manifests(cluster: &str, namespace: &str, image: &str, kubeconfig: 
               "volumeMounts": [{"name": "host", "mountPath": "/etc/flotilla/host", "readOnly": true}]}],
             "volumes": [{"name": "host", "secret": {"secretName": KUBECONFIG_SECRET}}]}}}},
     ]})
+}
+
+/// Whether `name` is a DNS label (RFC 1123), as a namespace name must be.
+pub fn is_dns_label(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 63
+        && name
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+        && !name.starts_with('-')
+        && !name.ends_with('-')
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_pull_cluster_needs_a_name_that_makes_a_namespace() {
+        assert!(is_dns_label(&cluster_namespace("edge-1")));
+        assert!(!is_dns_label(&cluster_namespace("edge.1")));
+        assert!(!is_dns_label(&cluster_namespace(&"a".repeat(47))));
+        assert!(!is_dns_label(&cluster_namespace("Edge")));
+    }
+
+    #[test]
+    fn the_agents_kubeconfig_names_its_namespace_and_carries_the_ca() {
+        let text = kubeconfig("https://h:6443", Some("PEM"), "tok", "flotilla-cluster-m1");
+        let v: Value = serde_json::from_str(&text).expect("json");
+        assert_eq!(
+            v["contexts"][0]["context"]["namespace"],
+            "flotilla-cluster-m1"
+        );
+        assert_eq!(v["users"][0]["user"]["token"], "tok");
+        assert!(v["clusters"][0]["cluster"]["certificate-authority-data"].is_string());
+    }
+
+    #[test]
+    fn the_agents_host_role_reads_works_and_writes_only_their_status_and_its_lease() {
+        let rules = agent_role_rules();
+        let verbs = |resource: &str| -> Vec<String> {
+            rules
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter(|r| r["resources"][0] == resource)
+                .flat_map(|r| r["verbs"].as_array().cloned().unwrap_or_default())
+                .filter_map(|v| v.as_str().map(str::to_owned))
+                .collect()
+        };
+        assert_eq!(verbs("works"), ["get", "list", "watch"]);
+        assert!(!verbs("works/status").contains(&"delete".to_string()));
+        assert!(verbs("secrets").is_empty());
+    }
 }
