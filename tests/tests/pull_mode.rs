@@ -151,7 +151,7 @@ async fn a_pull_member_gets_reconciled_by_its_agent_beside_a_push_member() -> an
         let works: Api<Work> = Api::namespaced(fed.host.clone(), &cluster_namespace(PULL));
         let w = works.list(&ListParams::default()).await?;
         eprintln!(
-            "DEBUG status {:?}\nworks {:?}",
+            "FederatedNamespace status: {:?}\nWorks of member2: {:?}",
             st.data.get("status"),
             w.items
         );
