@@ -253,7 +253,8 @@ pub async fn wait_ready(
 ) -> Result<(), BootstrapError> {
     let deadline = tokio::time::Instant::now() + timeout;
     loop {
-        let ready = cp.clusters.ready().len();
+        // Pull clusters are Ready without a client.
+        let ready = cp.clusters.snapshot().iter().filter(|c| c.ready).count();
         if ready >= members {
             return Ok(());
         }

@@ -50,6 +50,11 @@ pub enum JoinError {
     /// The cluster is already joined and `error_on_existing` was set.
     #[error("cluster {0} is already joined (KubeFedCluster exists)")]
     AlreadyJoined(String),
+    /// A Pull cluster's name does not make a valid namespace `flotilla-cluster-<name>`.
+    #[error(
+        "cluster name {0:?} cannot be a Pull cluster: flotilla-cluster-<name> must be a DNS label (lowercase letters, digits, '-'; at most 63 characters)"
+    )]
+    InvalidPullName(String),
     /// The member never filled in the service account token.
     #[error(
         "the member did not issue a token for service account {0} within {1:?}; is its kube-controller-manager running?"
@@ -202,6 +207,7 @@ pub async fn join(
         disabled_tls_validations: Vec::new(),
         proxy_url: None,
         taints: Vec::new(),
+        mode: None,
     };
     let body = json!({
         "apiVersion": format!("{}/{}", flotilla_crds::CORE_GROUP, flotilla_crds::V1BETA1),

@@ -2,6 +2,7 @@
 //! runtime, the federated type config controller, propagation (sync) and scheduling.
 #![forbid(unsafe_code)]
 
+pub mod agent;
 #[cfg(feature = "dev")]
 pub mod bench;
 #[cfg(feature = "dev")]
@@ -23,6 +24,7 @@ pub mod member_rbac;
 pub mod metrics;
 pub mod multicluster;
 pub mod profiles;
+pub mod pull_join;
 pub mod registry;
 pub mod sa_import;
 pub mod scheduling;

@@ -71,13 +71,17 @@ pub mod reason {
 )]
 #[serde(rename_all = "camelCase")]
 pub struct KubeFedClusterSpec {
-    /// The address of the member's API server, e.g. `https://10.0.0.5:6443`.
+    /// The address of the member's API server, e.g. `https://10.0.0.5:6443` (empty for a
+    /// Pull cluster: the host never calls it).
+    #[serde(default)]
     pub api_endpoint: String,
     /// PEM bundle of CAs the member's serving certificate is verified against (base64 in JSON).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(schema_with = "crate::core::byte_string")]
     pub ca_bundle: Option<String>,
-    /// The Secret, in the control-plane namespace, whose key `token` holds the bearer token.
+    /// The Secret, in the control-plane namespace, whose key `token` holds the bearer token
+    /// (unused for a Pull cluster).
+    #[serde(default)]
     pub secret_ref: LocalSecretReference,
     /// TLS checks to skip: `*` (all; must be alone), `SubjectName`, `ValidityPeriod`.
     #[serde(
@@ -94,6 +98,29 @@ pub struct KubeFedClusterSpec {
     /// `flotilla.io/unreachable:NoExecute` while the cluster is not Ready.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub taints: Vec<crate::taint::Taint>,
+    /// Flotilla extension: how objects reach the cluster. `Push` (absent: the default) —
+    /// the control plane writes them through `apiEndpoint`; `Pull` — the control plane
+    /// writes Works into the host namespace `flotilla-cluster-<name>` and the cluster's
+    /// `flotilla agent` applies them (no endpoint or credential of the member in the host).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mode: Option<ClusterMode>,
+}
+
+/// How objects reach a member cluster.
+#[derive(Deserialize, Serialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub enum ClusterMode {
+    /// The control plane writes to the member's API server.
+    #[default]
+    Push,
+    /// The member's agent pulls its inventory from the host.
+    Pull,
+}
+
+impl KubeFedClusterSpec {
+    /// Whether the cluster is in pull mode.
+    pub fn is_pull(&self) -> bool {
+        self.mode == Some(ClusterMode::Pull)
+    }
 }
 
 /// A reference to a Secret in the same namespace.

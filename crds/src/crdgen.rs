@@ -35,6 +35,7 @@ use crate::federated::{FederatedSpec, FederatedStatus};
 use crate::inventory::ClusterProfile;
 use crate::multicluster::ServiceAccountImport;
 use crate::scheduling::ReplicaSchedulingPreference;
+use crate::work::{AppliedWork, Work};
 use crate::workload::WorkloadKind;
 use crate::{DEFAULT_NAMESPACE, TYPES_GROUP, V1BETA1};
 
@@ -191,6 +192,29 @@ fn strip_keyword(schema: &mut Value, keyword: &str) {
         if let Some(s) = obj.get_mut(sub) {
             strip_keyword(s, keyword);
         }
+    }
+}
+
+/// Drops `default` keywords made of empty strings (a `#[serde(default)]` String, or a struct
+/// of them): the API server stores them as `null` and rejects them as not strings, and the
+/// types' own defaults fill them in when read anyway.
+fn strip_empty_defaults(schema: &mut Value) {
+    fn empty(v: &Value) -> bool {
+        match v {
+            Value::String(s) => s.is_empty(),
+            Value::Object(m) => !m.is_empty() && m.values().all(empty),
+            _ => false,
+        }
+    }
+    match schema {
+        Value::Object(map) => {
+            if map.get("default").is_some_and(empty) {
+                map.remove("default");
+            }
+            map.values_mut().for_each(strip_empty_defaults);
+        }
+        Value::Array(items) => items.iter_mut().for_each(strip_empty_defaults),
+        _ => {}
     }
 }
 
@@ -432,6 +456,7 @@ fn polish(mut crd: CustomResourceDefinition) -> CustomResourceDefinition {
         let polished = serde_json::to_value(&*schema)
             .map(|mut v| {
                 unescape_descriptions(&mut v);
+                strip_empty_defaults(&mut v);
                 v
             })
             .and_then(serde_json::from_value);
@@ -444,8 +469,9 @@ fn polish(mut crd: CustomResourceDefinition) -> CustomResourceDefinition {
 
 /// The CRDs of the control plane itself: KubeFedCluster, KubeFedConfig,
 /// FederatedTypeConfig, ReplicaSchedulingPreference, ServiceAccountImport, the Cluster
-/// Inventory API's ClusterProfile and the Multi-Cluster Services API's ServiceExport and
-/// ServiceImport (which members need too: `flotilla join` installs them there).
+/// Inventory API's ClusterProfile and PlacementDecision, the Multi-Cluster Services API's
+/// ServiceExport and ServiceImport (which members need too: `flotilla join` installs them
+/// there) and the Work API's Work and AppliedWork (pull mode).
 pub fn core_crds() -> Vec<CustomResourceDefinition> {
     vec![
         polish(KubeFedCluster::crd()),
@@ -455,6 +481,8 @@ pub fn core_crds() -> Vec<CustomResourceDefinition> {
         polish(ServiceAccountImport::crd()),
         polish(ClusterProfile::crd()),
         crate::placement_decision::crd(),
+        polish(Work::crd()),
+        applied_work_crd(),
     ]
     .into_iter()
     .chain(mcs_crds())
@@ -480,6 +508,11 @@ pub fn member_crds() -> Vec<CustomResourceDefinition> {
         .collect(),
     );
     vec![about]
+}
+
+/// The AppliedWork CRD, for a Pull member cluster (its agent's records).
+pub fn applied_work_crd() -> CustomResourceDefinition {
+    polish(AppliedWork::crd())
 }
 
 /// The core CRDs and the Federated&lt;Kind&gt; CRDs of [`default_target_types`].

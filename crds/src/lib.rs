@@ -23,6 +23,7 @@ pub mod rollout;
 pub mod schedule;
 pub mod scheduling;
 pub mod taint;
+pub mod work;
 pub mod workload;
 
 pub use crate::core::{

@@ -28,6 +28,9 @@ pub struct ClusterState {
     pub client: Option<Client>,
     /// Bumped whenever the client is rebuilt (rotated token, changed spec), so watches restart.
     pub client_generation: u64,
+    /// A Pull cluster: no client; its agent pulls Works from the host (see `crate::pull`),
+    /// and its readiness comes from the agent's heartbeat.
+    pub pull: bool,
 }
 
 impl Debug for ClusterState {
@@ -39,6 +42,7 @@ impl Debug for ClusterState {
             .field("ready", &self.ready)
             .field("has_client", &self.client.is_some())
             .field("client_generation", &self.client_generation)
+            .field("pull", &self.pull)
             .finish()
     }
 }
@@ -162,6 +166,7 @@ impl ClusterSet {
                             ready: false,
                             client: None,
                             client_generation: 0,
+                            pull: false,
                         },
                     );
                     events.push(ClusterEvent::Updated(name.to_string()));
@@ -194,13 +199,30 @@ impl ClusterSet {
         self.publish(events);
     }
 
-    /// Records the health check's verdict. A cluster without a client never counts as Ready.
+    /// Marks a cluster as a Pull cluster (or not); a Pull cluster is Ready without a client.
+    pub fn set_pull(&self, name: &str, pull: bool) {
+        let mut events = Vec::new();
+        if let Some(state) = self.write().get_mut(name)
+            && state.pull != pull
+        {
+            state.pull = pull;
+            if state.ready {
+                state.ready = false;
+                events.push(ClusterEvent::NotReady(name.to_string()));
+            }
+            events.push(ClusterEvent::Updated(name.to_string()));
+        }
+        self.publish(events);
+    }
+
+    /// Records the health check's verdict. A Push cluster without a client never counts as
+    /// Ready.
     pub fn set_ready(&self, name: &str, ready: bool) {
         let mut events = Vec::new();
         {
             let mut map = self.write();
             if let Some(state) = map.get_mut(name) {
-                let ready = ready && state.client.is_some();
+                let ready = ready && (state.client.is_some() || state.pull);
                 if state.ready != ready {
                     state.ready = ready;
                     events.push(if ready {

@@ -160,7 +160,10 @@ impl InProcessControlPlane {
     }
 
     fn ready(&self) -> usize {
-        self.cp.as_ref().map_or(0, |cp| cp.clusters.ready().len())
+        // Pull clusters are Ready without a client, so not in `ready()`.
+        self.cp.as_ref().map_or(0, |cp| {
+            cp.clusters.snapshot().iter().filter(|c| c.ready).count()
+        })
     }
 
     async fn stop(mut self) {

@@ -36,6 +36,7 @@
 mod control_plane;
 mod phases;
 mod procfs;
+mod pull;
 mod report;
 mod requests;
 mod restart;
@@ -140,6 +141,10 @@ pub struct BenchOptions {
     /// Also benchmark as many Deployments (0 replicas, so only the API objects count).
     #[arg(long)]
     pub with_deployments: bool,
+    /// Join every member in pull mode: a Work inventory per member in the host and an agent
+    /// per member (run in this process, with its scoped host token) applying it.
+    #[arg(long)]
+    pub pull: bool,
     /// Concurrent writes: federated creates/updates/deletes in the host, and raw writes per
     /// member in the baseline.
     #[arg(long, default_value_t = 16)]
@@ -172,6 +177,7 @@ impl Default for BenchOptions {
             members: None,
             objects: None,
             with_deployments: false,
+            pull: false,
             concurrency: 16,
             workers: 16,
             steady_secs: 10,

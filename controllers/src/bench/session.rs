@@ -50,6 +50,8 @@ pub(super) struct Run {
     pub(super) concurrency: usize,
     pub(super) timeout: Duration,
     pub(super) steady: Duration,
+    /// The pull-mode agents (`--pull`), kept running for the whole run.
+    pub(super) _agents: Vec<crate::agent::Agent>,
 }
 
 impl Run {
@@ -147,7 +149,11 @@ async fn setup(env: &LocalEnv, opts: &BenchOptions, objects: usize) -> anyhow::R
     if let Some(sc) = boot.config.sync_controller.as_mut() {
         sc.max_concurrent_reconciles = Some(opts.workers as i64);
     }
-    let fed = boot.federate(env, |_| {}).await?;
+    let (fed, agents) = if opts.pull {
+        super::pull::federate(&boot, env).await?
+    } else {
+        (boot.federate(env, |_| {}).await?, Vec::new())
+    };
     let run = Run {
         host: fed.host,
         members: fed.members,
@@ -164,6 +170,7 @@ async fn setup(env: &LocalEnv, opts: &BenchOptions, objects: usize) -> anyhow::R
         concurrency: opts.concurrency,
         timeout: Duration::from_secs(opts.phase_timeout_secs),
         steady: Duration::from_secs(opts.steady_secs),
+        _agents: agents,
     };
     for client in &run.members {
         ensure_namespace(client, RAW_NS).await?;

@@ -56,6 +56,17 @@ pub struct JoinArgs {
     /// How long to wait for the member to issue the service account token.
     #[arg(long, default_value = "60s", value_parser = parse_duration, value_name = "DURATION")]
     pub token_timeout: Duration,
+    /// `push` (kubefed's way) or `pull`: an agent in the member pulls its objects from the
+    /// host, and the host holds no credential of the member (see docs/pull-mode.md).
+    #[arg(long, value_enum, default_value_t = super::pull::JoinMode::Push)]
+    pub mode: super::pull::JoinMode,
+    /// Pull mode: the host API server's address as the agent reaches it (default: the
+    /// server of the host context).
+    #[arg(long, value_name = "URL")]
+    pub host_server: Option<String>,
+    /// Pull mode: the agent's container image.
+    #[arg(long, default_value = "flotilla:latest", value_name = "IMAGE")]
+    pub image: String,
 }
 
 /// Arguments of `flotilla unjoin`.
@@ -103,6 +114,9 @@ fn host_name(host: &ClusterAccess) -> String {
 
 /// Runs `flotilla join`.
 pub async fn join(global: &GlobalArgs, args: JoinArgs, ctx: &Context) -> anyhow::Result<()> {
+    if args.mode == super::pull::JoinMode::Pull {
+        return super::pull::join(global, args, ctx).await;
+    }
     let host = args.contexts.host(global).await?;
     let member_context = args.contexts.member(&args.name);
     let member = access::load(global.kubeconfig.as_deref(), Some(&member_context))

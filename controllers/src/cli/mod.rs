@@ -22,6 +22,7 @@ pub mod manager;
 pub mod orphan;
 pub mod output;
 pub mod progress;
+pub mod pull;
 pub mod resolve;
 pub mod rollout;
 pub mod status;
@@ -156,6 +157,8 @@ pub enum Command {
     /// Measure propagation on local clusters against the raw API servers.
     #[cfg(feature = "dev")]
     Bench(crate::bench::BenchOptions),
+    /// Run the pull-mode agent inside a member cluster (see `join --mode pull`).
+    Agent(pull::AgentArgs),
     /// Print the version.
     Version,
 }
@@ -249,6 +252,7 @@ pub async fn execute(cli: Cli, ctx: Context) -> anyhow::Result<()> {
         Command::Diff(args) => diff::run(&global, args, &ctx).await,
         Command::Dashboard(args) => dashboard::run(&global, args, &ctx).await,
         Command::Rollout(cmd) => rollout::run(&global, cmd, &ctx).await,
+        Command::Agent(args) => pull::agent(&global, args, &ctx).await,
         #[cfg(feature = "dev")]
         Command::Dev(cmd) => dev::run(&global, cmd, &ctx).await,
         #[cfg(feature = "dev")]

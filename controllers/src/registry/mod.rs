@@ -18,6 +18,7 @@
 pub use flotilla_multicluster::kubefed::client;
 pub mod config;
 pub mod health;
+pub mod heartbeat;
 pub mod probe;
 pub mod unreachable;
 
@@ -190,6 +191,25 @@ async fn run_clusters(host: Client, namespace: String, shared: Arc<Shared>) {
     }
 }
 
+/// The member's client, or why there is none (empty for a Pull cluster, which needs none).
+fn build_client(inputs: &ClientInputs, pull: bool) -> Result<Client, String> {
+    if pull {
+        info!("a Pull cluster: readiness comes from its agent's heartbeat");
+        return Err(String::new());
+    }
+    match inputs.client() {
+        Ok(client) => {
+            info!(endpoint = %inputs.spec.api_endpoint, "built the cluster's client");
+            Ok(client)
+        }
+        Err(error) => {
+            let problem = error_chain(&error);
+            warn!(%problem, "the cluster's configuration is malformed");
+            Err(problem)
+        }
+    }
+}
+
 impl Registry {
     fn all_names(&self) -> BTreeSet<String> {
         self.clusters
@@ -229,23 +249,16 @@ impl Registry {
             return;
         }
 
-        let built = inputs.client();
-        let client = match &built {
-            Ok(client) => {
-                info!(endpoint = %cluster.spec.api_endpoint, "built the cluster's client");
-                Ok(client.clone())
-            }
-            Err(error) => {
-                let problem = error_chain(error);
-                warn!(%problem, "the cluster's configuration is malformed");
-                Err(problem)
-            }
-        };
-        self.shared.set.set_client(name, built.ok());
+        let pull = cluster.spec.is_pull();
+        self.shared.set.set_pull(name, pull);
+        let client = build_client(&inputs, pull);
+        self.shared.set.set_client(name, client.clone().ok());
         let input = WorkerInput {
             client,
             secret: inputs.secret_ref(),
             object: cluster.object_ref(&()),
+            heartbeat: pull
+                .then(|| heartbeat::lease_api(&self.shared.api.clone().into_client(), name)),
         };
         match self.workers.get_mut(name) {
             Some(worker) if worker.uid == uid => {

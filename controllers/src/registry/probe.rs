@@ -18,6 +18,7 @@ use tokio::sync::watch;
 use tracing::{debug, info, instrument, warn};
 
 use super::health::{Health, HealthTracker, Thresholds, excerpt, next_status, status_changed};
+use super::heartbeat::{HeartbeatTracker, read_lease};
 use crate::metrics::Metrics;
 use crate::multicluster::ClusterSet;
 
@@ -37,6 +38,8 @@ pub struct WorkerInput {
     pub secret: String,
     /// The KubeFedCluster, for Events.
     pub object: ObjectReference,
+    /// A Pull cluster: its agent's Lease in the host, read instead of probing the member.
+    pub heartbeat: Option<Api<k8s_openapi::api::coordination::v1::Lease>>,
 }
 
 /// What every health worker shares.
@@ -87,6 +90,8 @@ struct Worker<'a> {
     announced: Option<String>,
     /// Whether the version was read since the cluster last became ready.
     version_known: bool,
+    /// A Pull cluster's heartbeat as last seen.
+    heartbeat: HeartbeatTracker,
 }
 
 impl<'a> Worker<'a> {
@@ -102,17 +107,27 @@ impl<'a> Worker<'a> {
             written_at: Instant::now(),
             announced,
             version_known: false,
+            heartbeat: HeartbeatTracker::default(),
         }
     }
 
     /// Probes once, then publishes what the thresholds make of it: readiness, an Event when
     /// it changed, and the status when it changed or is due a refresh.
     async fn round(&mut self, current: &WorkerInput, settings: &EffectiveConfig, started: Instant) {
-        let outcome = match &current.client {
-            Err(problem) => Health::Malformed {
+        let mut lease_version = None;
+        let outcome = match (&current.heartbeat, &current.client) {
+            (Some(leases), _) => match read_lease(leases, settings.health_timeout).await {
+                Ok(lease) => {
+                    lease_version = lease.as_ref().and_then(|l| l.version.clone());
+                    self.heartbeat
+                        .judge(lease.as_ref(), Timestamp::now(), Instant::now())
+                }
+                Err(error) => Health::Offline { error },
+            },
+            (None, Err(problem)) => Health::Malformed {
                 problem: problem.clone(),
             },
-            Ok(client) => probe(client, settings.health_timeout, &current.secret).await,
+            (None, Ok(client)) => probe(client, settings.health_timeout, &current.secret).await,
         };
         if let Some(result) = outcome.probe_result() {
             self.shared.metrics.clusters.observe_probe(
@@ -121,7 +136,12 @@ impl<'a> Worker<'a> {
                 started.elapsed().as_secs_f64(),
             );
         }
-        let version = self.new_version(&outcome, current, settings).await;
+        let version = match &current.heartbeat {
+            Some(_) => {
+                lease_version.filter(|v| self.written.kubernetes_version.as_ref() != Some(v))
+            }
+            None => self.new_version(&outcome, current, settings).await,
+        };
         debug!(outcome = ?outcome, "probed");
 
         let thresholds = Thresholds {

@@ -495,6 +495,7 @@ mod tests {
             ready,
             client: None,
             client_generation: 0,
+            pull: false,
         }
     }
 

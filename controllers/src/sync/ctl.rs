@@ -41,6 +41,8 @@ pub(super) struct Ctl {
     pub needs_ns_placement: bool,
     pub host_store: Store<DynamicObject>,
     pub fns_store: Store<DynamicObject>,
+    /// This type's Works in the host (Pull clusters' inventory).
+    pub works: Store<flotilla_crds::work::Work>,
     pub members: Arc<MemberWatch<DynamicObject>>,
     /// Copy each member object's `status` into `status.clusters[].remoteStatus`
     /// (the FTC's `statusCollection: Enabled`).
@@ -134,6 +136,7 @@ impl Ctl {
             .map(|o| super::key_of(o))
             .collect();
         keys.extend(self.member_keys());
+        keys.extend(self.work_keys());
         keys
     }
 

@@ -96,11 +96,15 @@ impl Ctl {
                 DeletionOp::WaitForRemoval => {
                     outcomes.insert(cluster.name, Outcome::Removing);
                 }
-                DeletionOp::Delete => {
-                    jobs.push(self.delete_in(cluster, m_ns, m_name, MemberOp::Delete(&cx.params)))
-                }
+                DeletionOp::Delete => jobs.push(self.delete_in(
+                    cluster,
+                    key,
+                    m_ns,
+                    m_name,
+                    MemberOp::Delete(&cx.params),
+                )),
                 DeletionOp::Unlabel => {
-                    jobs.push(self.delete_in(cluster, m_ns, m_name, MemberOp::Unlabel))
+                    jobs.push(self.delete_in(cluster, key, m_ns, m_name, MemberOp::Unlabel))
                 }
             }
         }
@@ -132,10 +136,16 @@ impl Ctl {
     async fn delete_in(
         &self,
         cluster: crate::multicluster::ClusterState,
+        key: &Key,
         namespace: Option<&str>,
         name: &str,
         op: MemberOp<'_>,
     ) -> (String, Outcome) {
+        if cluster.pull {
+            let orphan = matches!(op, MemberOp::Unlabel);
+            let outcome = self.delete_work(&cluster.name, key, orphan).await;
+            return (cluster.name, outcome);
+        }
         let outcome = match cluster.client {
             None => no_client(),
             Some(client) => {

@@ -119,7 +119,7 @@ impl Ctl {
         outcome
     }
 
-    fn record_operation(
+    pub(super) fn record_operation(
         &self,
         cluster: &str,
         operation: &'static str,

@@ -21,6 +21,7 @@ mod deletion;
 mod dispatch;
 mod observe;
 pub mod plan;
+pub mod pull;
 mod reconcile;
 mod registry_wait;
 mod rollout;
@@ -168,19 +169,9 @@ impl TypeController {
         let queue: Arc<WorkQueue<Key>> = WorkQueue::new();
         let host_writer = reflector::store::Writer::<DynamicObject>::new(fed_ar.clone());
         let fns_writer = reflector::store::Writer::<DynamicObject>::new(federated_namespace_ar());
+        let work_writer = reflector::store::Writer::<flotilla_crds::work::Work>::default();
         let (member_tx, member_rx) = mpsc::unbounded_channel();
-        let members = Arc::new(MemberWatch::<DynamicObject>::start(
-            shared.clusters.clone(),
-            target_ar.clone(),
-            // `managed=false` objects too: knowing them spares a read before each create.
-            Some(format!("{MANAGED_LABEL} in (true,false)")),
-            if collect_status {
-                keep_all
-            } else {
-                drop_status
-            },
-            member_tx,
-        ));
+        let members = member_watch(&shared, &target_ar, collect_status, member_tx);
         let ctl = Arc::new(Ctl {
             shared: shared.clone(),
             fed_ar: fed_ar.clone(),
@@ -190,6 +181,7 @@ impl TypeController {
             needs_ns_placement,
             host_store: host_writer.as_reader(),
             fns_store: fns_writer.as_reader(),
+            works: work_writer.as_reader(),
             members,
             collect_status,
             workload: WorkloadKind::of(&ftc.target_type).filter(|_| collect_status),
@@ -204,6 +196,7 @@ impl TypeController {
             tokio::spawn(watch_federated(ctl.clone(), host_writer, queue.clone())),
             tokio::spawn(follow_members(ctl.clone(), member_rx, queue.clone())),
             tokio::spawn(follow_clusters(ctl.clone(), queue.clone())),
+            tokio::spawn(pull::watch_works(ctl.clone(), work_writer, queue.clone())),
             tokio::spawn(async move {
                 registry_wait::wait_for_registry(shared.clone()).await;
                 // Workers hold receivers for as long as they run.
@@ -248,6 +241,27 @@ impl Drop for TypeController {
     fn drop(&mut self) {
         self.stop();
     }
+}
+
+/// The target kind in every Ready member.
+fn member_watch(
+    shared: &SyncShared,
+    target_ar: &ApiResource,
+    collect_status: bool,
+    events: mpsc::UnboundedSender<MemberEvent>,
+) -> Arc<MemberWatch<DynamicObject>> {
+    Arc::new(MemberWatch::<DynamicObject>::start(
+        shared.clusters.clone(),
+        target_ar.clone(),
+        // `managed=false` objects too: knowing them spares a read before each create.
+        Some(format!("{MANAGED_LABEL} in (true,false)")),
+        if collect_status {
+            keep_all
+        } else {
+            drop_status
+        },
+        events,
+    ))
 }
 
 /// Host: the federated objects. Objects deleted while we were not watching are found
@@ -327,8 +341,13 @@ async fn follow_clusters(ctl: Arc<Ctl>, queue: Arc<WorkQueue<Key>>) {
     loop {
         tokio::select! {
             ev = events.recv() => match ev {
-                // Objects are requeued when the member cache has synced.
-                Ok(ClusterEvent::Ready(_)) => {}
+                // Objects are requeued when the member cache has synced; a Pull cluster has
+                // no member cache (its Works are cached from the start).
+                Ok(ClusterEvent::Ready(name)) => {
+                    if ctl.shared.clusters.get(&name).is_some_and(|c| c.pull) {
+                        requeue_all(&ctl, &queue);
+                    }
+                }
                 Ok(_) | Err(RecvError::Lagged(_)) => requeue_all(&ctl, &queue),
                 Err(RecvError::Closed) => return,
             },

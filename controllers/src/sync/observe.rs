@@ -90,6 +90,9 @@ impl Availability {
 impl Ctl {
     /// What `cluster` holds for `key`, from the member cache.
     pub(super) fn observe(&self, cluster: &ClusterState, key: &Key) -> Observed {
+        if cluster.pull {
+            return self.observe_pull(cluster, key);
+        }
         let available = cluster.ready && cluster.client.is_some();
         let synced = available && self.members.is_synced(&cluster.name);
         self.availability.record(&cluster.name, synced);

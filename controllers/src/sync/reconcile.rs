@@ -309,6 +309,14 @@ impl Ctl {
             Some(DesiredFor::Object { object, .. }) => Some(object.clone()),
             _ => None,
         };
+        if cluster.pull {
+            let writes = matches!(op, Op::Create | Op::Update);
+            let outcome = self.run_pull(&name, selected, op, cx.key, object).await;
+            if writes && outcome == Outcome::Ok {
+                self.recent.remember(&name, cx.key, cx.desired.hash(&name));
+            }
+            return (name, outcome);
+        }
         let member_op = match (op, object) {
             (Op::Nothing, _) => {
                 return (name, if selected { Outcome::Ok } else { Outcome::Gone });

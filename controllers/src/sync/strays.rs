@@ -24,11 +24,16 @@ impl Ctl {
             .into_iter()
             .filter(|c| self.holds_managed(&c.name, key))
             .collect();
+        let keep = self.is_protected(key);
+        let works_ok = self.clean_stray_works(key, keep).await;
         if clusters.is_empty() {
-            return Ok(Action::Done);
+            return Ok(if works_ok {
+                Action::Done
+            } else {
+                Action::Backoff { recheck: None }
+            });
         }
         let host_ns_uid = self.host_namespace_uid(key).await?;
-        let keep = self.is_protected(key);
         let jobs = clusters.into_iter().map(|c| {
             let host_uid = host_ns_uid.as_deref();
             async move {
@@ -46,7 +51,7 @@ impl Ctl {
                 true
             }
         });
-        let ok = join_all(jobs).await.into_iter().all(|ok| ok);
+        let ok = join_all(jobs).await.into_iter().all(|ok| ok) && works_ok;
         Ok(if ok {
             Action::Done
         } else {

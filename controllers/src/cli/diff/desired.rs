@@ -149,6 +149,7 @@ mod tests {
             taints: Vec::new(),
             client: None,
             client_generation: 0,
+            pull: false,
         }
     }
 

@@ -45,6 +45,7 @@ pub async fn clusters(host: &Client, kubefed_ns: &str) -> anyhow::Result<Vec<Clu
             taints: kfc.spec.taints.clone(),
             client: inputs.client().ok(),
             client_generation: 0,
+            pull: kfc.spec.is_pull(),
         });
     }
     Ok(out)

@@ -225,6 +225,7 @@ fn cluster_states(state: &State) -> Vec<ClusterState> {
             ready: Health::of(c) == Health::Ready,
             client: None,
             client_generation: 0,
+            pull: c.spec.is_pull(),
         })
         .collect()
 }

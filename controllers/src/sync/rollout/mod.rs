@@ -416,6 +416,7 @@ mod tests {
                 ready: true,
                 client: None,
                 client_generation: 0,
+                pull: false,
             })
             .collect();
         let observed = [

@@ -1,0 +1,415 @@
+//! Pull clusters in the sync controller. For a cluster in pull mode the "member write"
+//! becomes a Work upsert in the host (namespace `flotilla-cluster-<name>`, one Work per
+//! federated object, the rendered member object as its only manifest), and the "observed
+//! member object" is that Work as the host's Work cache holds it, with the member object's
+//! status and generation from the agent's report. The decisions stay those of
+//! [`super::plan`]: a Work whose manifest carries the desired hash is up to date, so a
+//! steady state writes nothing. What the agent reports (Applied / Failed with the member's
+//! message) becomes the same per-cluster reasons a Push cluster gets.
+//!
+//! This module owns the Work cache of one type, the Work writes and the mapping of the
+//! agent's report; it makes no placement or propagation decision.
+
+use std::{ops::ControlFlow, sync::Arc, time::Instant};
+
+use flotilla_crds::{
+    ClusterReason, FIELD_MANAGER,
+    work::{
+        APPLIED, WORK_COLLECT_STATUS, WORK_SOURCE_NAME, WORK_SOURCE_NAMESPACE, WORK_TYPE_LABEL,
+        Work, cluster_namespace, type_label, work_name,
+    },
+};
+use futures::FutureExt;
+use kube::{
+    Api, ResourceExt,
+    api::{DeleteParams, Patch, PatchParams},
+    runtime::reflector::{self, ObjectRef},
+};
+use serde_json::{Value, json};
+use tracing::info;
+
+use super::{
+    Key,
+    ctl::Ctl,
+    dispatch::OPERATION_TIMEOUT,
+    plan::{Observed, Op, Outcome},
+};
+use crate::{
+    multicluster::ClusterState,
+    watch::{Change, WatchParams, watch_into},
+    workqueue::WorkQueue,
+};
+
+/// Label selector of one type's Works.
+pub(super) fn selector(target: &kube::core::ApiResource) -> String {
+    format!(
+        "{WORK_TYPE_LABEL}={}",
+        type_label(&target.plural, &target.group)
+    )
+}
+
+/// Host: this type's Works in every cluster namespace. A change requeues the federated
+/// object it renders; a completed list requeues everything.
+pub(super) async fn watch_works(
+    ctl: Arc<Ctl>,
+    writer: reflector::store::Writer<Work>,
+    queue: Arc<WorkQueue<Key>>,
+) {
+    let api: Api<Work> = Api::all(ctl.shared.host.clone());
+    let mut params = WatchParams::host("work");
+    params.label_selector = Some(selector(&ctl.target_ar));
+    let all = ctl.clone();
+    watch_into(api, writer, params, keep, move |c| {
+        match c {
+            Change::Object(w) => {
+                if let Some(key) = source_key(w) {
+                    queue.add(key);
+                }
+            }
+            Change::Synced => super::requeue_all(&all, &queue),
+        }
+        ControlFlow::Continue(())
+    })
+    .await;
+}
+
+fn keep(_: &mut Work) {}
+
+/// The federated object a Work renders, from its annotations.
+pub(super) fn source_key(work: &Work) -> Option<Key> {
+    let ann = work.annotations();
+    let name = ann.get(WORK_SOURCE_NAME)?.clone();
+    Some((ann.get(WORK_SOURCE_NAMESPACE).cloned(), name))
+}
+
+/// The member object a Work stands for, as the plan reads it: the manifest (it carries the
+/// hash annotation of what was written), with the member object's status and generation
+/// from the agent's report when the report is about the current manifest.
+pub fn observed_of(work: &Work) -> Value {
+    let mut obj = work
+        .spec
+        .workload
+        .manifests
+        .first()
+        .cloned()
+        .unwrap_or_else(|| json!({}));
+    let report = work
+        .status
+        .as_ref()
+        .and_then(|s| s.manifest_conditions.first());
+    if let Some(report) = report
+        && let Some(map) = obj.as_object_mut()
+    {
+        if let Some(status) = &report.status_feedback {
+            map.insert("status".into(), status.clone());
+        }
+        if let (Some(g), Some(meta)) = (
+            report.generation,
+            map.get_mut("metadata").and_then(Value::as_object_mut),
+        ) {
+            meta.insert("generation".into(), json!(g));
+        }
+    }
+    obj
+}
+
+/// What the agent says about a Work, as a per-cluster outcome: its report on the current
+/// generation (Applied, or Failed with its reason and the member's message); a Work the
+/// agent has not looked at since the last write counts as propagated, like a Push write
+/// the member's API server accepted.
+pub fn applied_outcome(work: &Work) -> Outcome {
+    let generation = work.metadata.generation;
+    let condition = work
+        .status
+        .as_ref()
+        .and_then(|s| s.manifest_conditions.first())
+        .and_then(|m| m.conditions.iter().find(|c| c.type_ == APPLIED));
+    match condition {
+        Some(c) if c.observed_generation == generation && c.status != "True" => Outcome::Status(
+            c.reason.parse().unwrap_or(ClusterReason::CreationFailed),
+            c.message.clone(),
+        ),
+        _ => Outcome::Ok,
+    }
+}
+
+/// The Work object Flotilla applies for one federated object in one Pull cluster.
+pub fn work_body(
+    target: &kube::core::ApiResource,
+    cluster: &str,
+    key: &Key,
+    object: &Value,
+    collect_status: bool,
+) -> Value {
+    let mut annotations = json!({
+        WORK_SOURCE_NAME: key.1,
+        WORK_COLLECT_STATUS: collect_status.to_string(),
+    });
+    if let Some(ns) = &key.0 {
+        annotations[WORK_SOURCE_NAMESPACE] = json!(ns);
+    }
+    json!({
+        "apiVersion": "multicluster.x-k8s.io/v1alpha1",
+        "kind": "Work",
+        "metadata": {
+            "name": work_name(&target.plural, &target.group, key.0.as_deref(), &key.1),
+            "namespace": cluster_namespace(cluster),
+            "labels": {WORK_TYPE_LABEL: type_label(&target.plural, &target.group)},
+            "annotations": annotations,
+        },
+        "spec": {"workload": {"manifests": [object]}},
+    })
+}
+
+/// Label on a Work being deleted whose member object is to be kept, only unlabelled
+/// (`kubefed.io/orphan`, protected namespaces): the agent reads it from the deleted Work.
+pub const ORPHAN_LABEL: &str = "work.flotilla.io/orphan";
+
+impl Ctl {
+    fn work_name(&self, key: &Key) -> String {
+        work_name(
+            &self.target_ar.plural,
+            &self.target_ar.group,
+            key.0.as_deref(),
+            &key.1,
+        )
+    }
+
+    /// The cached Work of `key` in a Pull cluster.
+    pub(super) fn work(&self, cluster: &str, key: &Key) -> Option<Arc<Work>> {
+        let r = ObjectRef::<Work>::new(&self.work_name(key)).within(&cluster_namespace(cluster));
+        self.works.get(&r)
+    }
+
+    fn works_synced(&self) -> bool {
+        matches!(self.works.wait_until_ready().now_or_never(), Some(Ok(())))
+    }
+
+    /// What a Pull cluster holds for `key`: its Work, from the host's cache.
+    pub(super) fn observe_pull(&self, cluster: &ClusterState, key: &Key) -> Observed {
+        let synced = cluster.ready && self.works_synced();
+        self.availability.record(&cluster.name, synced);
+        if !cluster.ready {
+            return Observed::NotReady;
+        }
+        if !synced {
+            return Observed::NotSynced;
+        }
+        match self.work(&cluster.name, key) {
+            Some(w) => Observed::Present(observed_of(&w)),
+            None => Observed::Absent,
+        }
+    }
+
+    /// Every federated key some Work of this type renders (stray detection).
+    pub(super) fn work_keys(&self) -> Vec<Key> {
+        self.works
+            .state()
+            .iter()
+            .filter_map(|w| source_key(w))
+            .collect()
+    }
+
+    /// Carries out the operation decided for one Pull cluster.
+    pub(super) async fn run_pull(
+        &self,
+        cluster: &str,
+        selected: bool,
+        op: Op,
+        key: &Key,
+        object: Option<Value>,
+    ) -> Outcome {
+        match (op, object) {
+            (Op::Nothing, _) if selected => self
+                .work(cluster, key)
+                .map(|w| applied_outcome(&w))
+                .unwrap_or(Outcome::Ok),
+            (Op::Nothing | Op::Wait, _) | (Op::Create | Op::Update, None) => Outcome::Gone,
+            (Op::Report(r, m), _) => Outcome::Status(r, m),
+            (op @ (Op::Create | Op::Update), Some(object)) => {
+                let failed = if op == Op::Create {
+                    ClusterReason::CreationFailed
+                } else {
+                    ClusterReason::UpdateFailed
+                };
+                self.write_work(cluster, key, &object, failed).await
+            }
+            (Op::Delete, _) => self.delete_work(cluster, key, false).await,
+            (Op::Unlabel, _) => self.delete_work(cluster, key, true).await,
+        }
+    }
+
+    /// Applies the Work (server-side apply, Flotilla's field manager).
+    async fn write_work(
+        &self,
+        cluster: &str,
+        key: &Key,
+        object: &Value,
+        failed: ClusterReason,
+    ) -> Outcome {
+        let started = Instant::now();
+        let body = work_body(&self.target_ar, cluster, key, object, self.collect_status);
+        let api: Api<Work> = Api::namespaced(self.shared.host.clone(), &cluster_namespace(cluster));
+        let pp = PatchParams::apply(FIELD_MANAGER).force();
+        let name = self.work_name(key);
+        let patch = Patch::Apply(&body);
+        let write = api.patch(&name, &pp, &patch);
+        let outcome = match tokio::time::timeout(OPERATION_TIMEOUT, write).await {
+            Ok(Ok(_)) => Outcome::Ok,
+            Ok(Err(e)) => Outcome::Status(failed, format!("writing Work {name}: {}", message(&e))),
+            Err(_) => Outcome::Status(failed, format!("writing Work {name} timed out")),
+        };
+        self.record_operation(cluster, "work-apply", &outcome, started.elapsed());
+        outcome
+    }
+
+    /// Deletes the Work; the agent then prunes the member object, or only unlabels it when
+    /// `orphan` (the Work is labelled first, so the deleted Work the agent sees says so).
+    pub(super) async fn delete_work(&self, cluster: &str, key: &Key, orphan: bool) -> Outcome {
+        let started = Instant::now();
+        let api: Api<Work> = Api::namespaced(self.shared.host.clone(), &cluster_namespace(cluster));
+        let name = self.work_name(key);
+        let result = async {
+            if orphan {
+                let patch = json!({"metadata": {"labels": {ORPHAN_LABEL: "true"}}});
+                api.patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+                    .await?;
+            }
+            api.delete(&name, &DeleteParams::default()).await
+        };
+        let outcome = match tokio::time::timeout(OPERATION_TIMEOUT, result).await {
+            Ok(Ok(_)) => {
+                info!(%cluster, work = %name, orphan, "deleted the Work; the agent removes the member object");
+                Outcome::Removing
+            }
+            Ok(Err(kube::Error::Api(s))) if s.code == 404 => Outcome::Gone,
+            Ok(Err(e)) => Outcome::Status(ClusterReason::DeletionFailed, message(&e)),
+            Err(_) => Outcome::Status(
+                ClusterReason::DeletionTimedOut,
+                format!("deleting Work {name} timed out"),
+            ),
+        };
+        self.record_operation(cluster, "work-delete", &outcome, started.elapsed());
+        outcome
+    }
+
+    /// Deletes every Work of a federated object that no longer exists; `false` when one
+    /// deletion failed.
+    pub(super) async fn clean_stray_works(&self, key: &Key, keep: bool) -> bool {
+        let clusters: Vec<String> = self
+            .shared
+            .clusters
+            .snapshot()
+            .into_iter()
+            .filter(|c| c.pull && self.work(&c.name, key).is_some())
+            .map(|c| c.name)
+            .collect();
+        let mut ok = true;
+        for cluster in clusters {
+            let outcome = self.delete_work(&cluster, key, keep).await;
+            ok &= !matches!(outcome, Outcome::Status(..));
+        }
+        ok
+    }
+}
+
+fn message(e: &kube::Error) -> String {
+    match e {
+        kube::Error::Api(s) => s.message.clone(),
+        other => other.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use flotilla_crds::work::{
+        Condition as ProfileCondition, ManifestCondition, WorkSpec, WorkStatus, WorkloadTemplate,
+    };
+
+    fn work(generation: i64, report: Option<(&str, &str, i64)>) -> Work {
+        let mut w = Work::new(
+            "w",
+            WorkSpec {
+                workload: WorkloadTemplate {
+                    manifests: vec![json!({"metadata": {"name": "a"}, "spec": {"replicas": 2}})],
+                },
+            },
+        );
+        w.metadata.generation = Some(generation);
+        w.status = report.map(|(status, reason, observed)| WorkStatus {
+            conditions: vec![],
+            manifest_conditions: vec![ManifestCondition {
+                conditions: vec![ProfileCondition {
+                    type_: APPLIED.into(),
+                    status: status.into(),
+                    observed_generation: Some(observed),
+                    reason: reason.into(),
+                    message: "the member said no".into(),
+                    ..Default::default()
+                }],
+                generation: Some(7),
+                status_feedback: Some(json!({"readyReplicas": 2})),
+                ..Default::default()
+            }],
+        });
+        w
+    }
+
+    #[test]
+    fn a_failure_reported_for_the_current_generation_is_the_clusters_status() {
+        assert_eq!(
+            applied_outcome(&work(3, Some(("False", "UpdateFailed", 3)))),
+            Outcome::Status(ClusterReason::UpdateFailed, "the member said no".into())
+        );
+        assert_eq!(
+            applied_outcome(&work(3, Some(("False", "SomethingElse", 3)))),
+            Outcome::Status(ClusterReason::CreationFailed, "the member said no".into())
+        );
+    }
+
+    #[test]
+    fn an_applied_or_not_yet_seen_work_is_propagated() {
+        assert_eq!(
+            applied_outcome(&work(3, Some(("True", "Applied", 3)))),
+            Outcome::Ok
+        );
+        assert_eq!(
+            applied_outcome(&work(4, Some(("False", "UpdateFailed", 3)))),
+            Outcome::Ok
+        );
+        assert_eq!(applied_outcome(&work(1, None)), Outcome::Ok);
+    }
+
+    #[test]
+    fn the_observed_object_is_the_manifest_with_the_reported_status_and_generation() {
+        let o = observed_of(&work(3, Some(("True", "Applied", 3))));
+        assert_eq!(o["spec"]["replicas"], 2);
+        assert_eq!(o["status"]["readyReplicas"], 2);
+        assert_eq!(o["metadata"]["generation"], 7);
+        assert_eq!(observed_of(&work(3, None)).get("status"), None);
+    }
+
+    #[test]
+    fn a_work_body_names_its_source_and_type() {
+        let ar = kube::core::ApiResource::erase::<k8s_openapi::api::apps::v1::Deployment>(&());
+        let key = (Some("demo".to_string()), "web".to_string());
+        let body = work_body(&ar, "m1", &key, &json!({"kind": "Deployment"}), true);
+        assert_eq!(body["metadata"]["namespace"], "flotilla-cluster-m1");
+        assert_eq!(
+            body["metadata"]["labels"][WORK_TYPE_LABEL],
+            "deployments.apps"
+        );
+        assert_eq!(
+            body["metadata"]["annotations"][WORK_SOURCE_NAMESPACE],
+            "demo"
+        );
+        assert_eq!(body["metadata"]["annotations"][WORK_COLLECT_STATUS], "true");
+        assert_eq!(
+            body["spec"]["workload"]["manifests"][0]["kind"],
+            "Deployment"
+        );
+        let w: Work = serde_json::from_value(body).expect("a Work");
+        assert_eq!(source_key(&w), Some(key));
+    }
+}

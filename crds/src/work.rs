@@ -1,0 +1,316 @@
+//! SIG-Multicluster's Work API (`multicluster.x-k8s.io/v1alpha1`, kubernetes-sigs/work-api):
+//! the per-cluster inventory of pull mode. In the host, one **Work** per federated object per
+//! Pull cluster, in the cluster's own namespace (`flotilla-cluster-<name>`), holds the
+//! rendered member object (template + placement + overrides) in `spec.workload.manifests`;
+//! the cluster's agent applies it and reports per manifest in `status.manifestConditions`.
+//! In the member, one **AppliedWork** per Work records what the agent created, so it can
+//! prune exactly those objects (and nothing else) when they leave the inventory, across
+//! agent restarts.
+//!
+//! Flotilla's additions to the standard shape, all optional, on a manifest condition:
+//! `statusFeedback` (the member object's `.status`, when the FederatedTypeConfig collects
+//! status), `generation` (the member object's `metadata.generation`) and `hash` (the content
+//! hash the agent applied). Types,
+//! names and pure helpers only; no I/O.
+
+use kube::CustomResource;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+/// Prefix of a Pull cluster's namespace in the host: `flotilla-cluster-<cluster>`.
+pub const CLUSTER_NAMESPACE_PREFIX: &str = "flotilla-cluster-";
+/// Label on every Work Flotilla writes: the federated type (`<plural>.<group>`, or a hash
+/// when that is longer than a label value may be), so each type's controller watches its own.
+pub const WORK_TYPE_LABEL: &str = "work.flotilla.io/type";
+/// Annotation on a Work: namespace of the federated object it renders (absent for
+/// cluster-scoped ones).
+pub const WORK_SOURCE_NAMESPACE: &str = "work.flotilla.io/source-namespace";
+/// Annotation on a Work: name of the federated object it renders.
+pub const WORK_SOURCE_NAME: &str = "work.flotilla.io/source-name";
+/// Annotation on a Work: `"true"` when the agent reports the member object's status.
+pub const WORK_COLLECT_STATUS: &str = "work.flotilla.io/collect-status";
+/// Name of the agent's heartbeat Lease in its cluster's namespace.
+pub const AGENT_LEASE: &str = "flotilla-agent";
+/// Field manager of the agent's writes in the member.
+pub const AGENT_FIELD_MANAGER: &str = "flotilla-agent";
+/// Condition type on a Work and on each manifest: the manifest is applied.
+pub const APPLIED: &str = "Applied";
+
+/// The host namespace of a Pull cluster's inventory.
+pub fn cluster_namespace(cluster: &str) -> String {
+    format!("{CLUSTER_NAMESPACE_PREFIX}{cluster}")
+}
+
+/// The cluster a namespace of the inventory belongs to.
+pub fn cluster_of_namespace(namespace: &str) -> Option<&str> {
+    namespace.strip_prefix(CLUSTER_NAMESPACE_PREFIX)
+}
+
+/// Value of [`WORK_TYPE_LABEL`] for a target type: `<plural>.<group>` (`<plural>` for the
+/// core group), or `t-<hash>` when that is not a valid label value.
+pub fn type_label(plural: &str, group: &str) -> String {
+    let readable = if group.is_empty() {
+        plural.to_owned()
+    } else {
+        format!("{plural}.{group}")
+    };
+    if readable.len() <= 63 {
+        readable
+    } else {
+        format!(
+            "t-{}",
+            &crate::hash::content_hash(&Value::String(readable))[..16]
+        )
+    }
+}
+
+/// Name of the Work rendering federated object `namespace/name` of a type: readable
+/// (`<plural>-<namespace>-<name>`) and, through a short hash of the exact identity, unique
+/// even where the readable part is cut to fit 253 characters or is ambiguous.
+pub fn work_name(plural: &str, group: &str, namespace: Option<&str>, name: &str) -> String {
+    let identity = serde_json::json!([plural, group, namespace, name]);
+    let hash = &crate::hash::content_hash(&identity)[..10];
+    let readable = match namespace {
+        Some(ns) => format!("{plural}-{ns}-{name}"),
+        None => format!("{plural}-{name}"),
+    };
+    let mut readable: String = readable
+        .to_ascii_lowercase()
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' || c == '.' {
+                c
+            } else {
+                '-'
+            }
+        })
+        .take(240)
+        .collect();
+    while readable.ends_with(['-', '.']) {
+        readable.pop();
+    }
+    format!("{readable}-{hash}")
+}
+
+/// A set of manifests to apply in one member cluster.
+#[derive(CustomResource, Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[kube(
+    group = "multicluster.x-k8s.io",
+    version = "v1alpha1",
+    kind = "Work",
+    plural = "works",
+    namespaced,
+    status = "WorkStatus",
+    category = "multicluster",
+    derive = "PartialEq",
+    printcolumn(
+        name = "Applied",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type=='Applied')].status"
+    ),
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    )
+)]
+#[serde(rename_all = "camelCase")]
+pub struct WorkSpec {
+    /// The manifests to apply.
+    #[serde(default)]
+    pub workload: WorkloadTemplate,
+}
+
+/// The objects of a Work.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+pub struct WorkloadTemplate {
+    /// Whole Kubernetes objects, applied in order.
+    #[serde(default)]
+    #[schemars(schema_with = "manifests_schema")]
+    pub manifests: Vec<Value>,
+}
+
+fn manifests_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({
+        "type": "array",
+        "items": {"type": "object", "x-kubernetes-preserve-unknown-fields": true, "x-kubernetes-embedded-resource": true}
+    })
+}
+
+/// What the agent reports about a Work.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct WorkStatus {
+    /// `Applied`: every manifest is applied (observedGeneration: the Work's generation).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<Condition>,
+    /// One entry per manifest.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub manifest_conditions: Vec<ManifestCondition>,
+}
+
+/// What the agent reports about one manifest.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ManifestCondition {
+    /// Which manifest.
+    pub identifier: ResourceIdentifier,
+    /// `Applied`: True, or False with the member API server's message.
+    #[serde(default)]
+    pub conditions: Vec<Condition>,
+    /// Flotilla: content hash of the manifest the agent last applied.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hash: Option<String>,
+    /// Flotilla: the member object's `metadata.generation` when last read.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub generation: Option<i64>,
+    /// Flotilla: the member object's `.status` (Works annotated for status collection).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "crate::federated::preserve_any")]
+    pub status_feedback: Option<Value>,
+}
+
+/// Identifies one manifest of a Work and the member object it became.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, Eq, Hash, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ResourceIdentifier {
+    /// Index of the manifest in `spec.workload.manifests`.
+    #[serde(default)]
+    pub ordinal: i32,
+    /// API group (empty for the core group).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub group: String,
+    /// API version.
+    #[serde(default)]
+    pub version: String,
+    /// Kind.
+    #[serde(default)]
+    pub kind: String,
+    /// Plural resource name.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub resource: String,
+    /// Namespace (empty for cluster-scoped objects).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub namespace: String,
+    /// Name.
+    #[serde(default)]
+    pub name: String,
+}
+
+/// In a member cluster: what the agent applied for one Work.
+#[derive(CustomResource, Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[kube(
+    group = "multicluster.x-k8s.io",
+    version = "v1alpha1",
+    kind = "AppliedWork",
+    plural = "appliedworks",
+    status = "AppliedWorkStatus",
+    category = "multicluster",
+    derive = "PartialEq",
+    printcolumn(name = "Work", type_ = "string", json_path = ".spec.workName"),
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    )
+)]
+#[serde(rename_all = "camelCase")]
+pub struct AppliedWorkSpec {
+    /// Name of the Work in the host.
+    pub work_name: String,
+    /// Namespace of the Work in the host.
+    pub work_namespace: String,
+}
+
+/// The member objects the agent created for a Work.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct AppliedWorkStatus {
+    /// Every object applied, with its UID (a replaced object is never pruned).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub applied_resources: Vec<AppliedResourceMeta>,
+}
+
+/// One object the agent applied.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct AppliedResourceMeta {
+    /// The object.
+    #[serde(flatten)]
+    pub identifier: ResourceIdentifier,
+    /// Its UID when applied.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub uid: String,
+}
+
+/// A condition in the shape of `metav1.Condition` (an empty message is left out: the API
+/// server of Kubernetes 1.20 reads an empty string in a custom resource as null).
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Condition {
+    /// Type of the condition (`Applied`).
+    #[serde(rename = "type")]
+    pub type_: String,
+    /// `True`, `False` or `Unknown`.
+    pub status: String,
+    /// The Work's `metadata.generation` the condition was set from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    /// When the status last changed (RFC 3339).
+    pub last_transition_time: String,
+    /// A machine-readable CamelCase reason.
+    pub reason: String,
+    /// A human-readable message.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub message: String,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn work_names_are_readable_unique_and_bounded() {
+        let a = work_name("configmaps", "", Some("demo"), "web");
+        assert!(a.starts_with("configmaps-demo-web-"), "{a}");
+        assert_ne!(a, work_name("configmaps", "", Some("demo-web"), ""));
+        assert_ne!(
+            a,
+            work_name("configmaps", "example.com", Some("demo"), "web")
+        );
+        let long = work_name("configmaps", "", Some("demo"), &"x".repeat(253));
+        assert!(long.len() <= 253);
+        assert!(!work_name("namespaces", "", None, "Demo_1").contains(['_', 'D']));
+    }
+
+    #[test]
+    fn type_labels_stay_valid_label_values() {
+        assert_eq!(type_label("configmaps", ""), "configmaps");
+        assert_eq!(type_label("deployments", "apps"), "deployments.apps");
+        let long = type_label("widgets", &"a".repeat(80));
+        assert!(long.len() <= 63 && long.starts_with("t-"));
+    }
+
+    #[test]
+    fn a_cluster_namespace_names_its_cluster() {
+        assert_eq!(cluster_namespace("m1"), "flotilla-cluster-m1");
+        assert_eq!(cluster_of_namespace("flotilla-cluster-m1"), Some("m1"));
+        assert_eq!(cluster_of_namespace("demo"), None);
+    }
+
+    #[test]
+    fn a_work_serializes_in_the_work_api_shape() {
+        let work = Work::new(
+            "w",
+            WorkSpec {
+                workload: WorkloadTemplate {
+                    manifests: vec![serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap"})],
+                },
+            },
+        );
+        let v = serde_json::to_value(&work).expect("serializable");
+        assert_eq!(v["apiVersion"], "multicluster.x-k8s.io/v1alpha1");
+        assert_eq!(v["spec"]["workload"]["manifests"][0]["kind"], "ConfigMap");
+    }
+}
