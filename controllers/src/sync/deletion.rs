@@ -114,23 +114,33 @@ impl Ctl {
             return Ok(Action::Done);
         }
         if plan::writes_status(held, &outcomes) {
-            let update = StatusUpdate {
-                previous: &previous,
-                outcomes: &outcomes,
-                aggregate: None,
-                generation: fed.metadata.generation.unwrap_or(0),
-                remote: &Default::default(),
-                aggregated: None,
-                scheduling: if previous.placement.is_some() {
-                    super::scheduled::Scheduling::Keep
-                } else {
-                    super::scheduled::Scheduling::Off
-                },
-                rollout: None,
-            };
-            self.write_status(fed, update).await;
+            self.write_deletion_status(fed, &previous, &outcomes).await;
         }
         Ok(Action::RequeueAfter(plan::recheck_after(next_deadline)))
+    }
+
+    /// The status of an object whose deletion waits: each cluster's outcome.
+    async fn write_deletion_status(
+        &self,
+        fed: &DynamicObject,
+        previous: &FederatedStatus,
+        outcomes: &BTreeMap<String, Outcome>,
+    ) {
+        let update = StatusUpdate {
+            previous,
+            outcomes,
+            aggregate: None,
+            generation: fed.metadata.generation.unwrap_or(0),
+            remote: &Default::default(),
+            aggregated: None,
+            scheduling: if previous.placement.is_some() {
+                super::scheduled::Scheduling::Keep
+            } else {
+                super::scheduled::Scheduling::Off
+            },
+            rollout: None,
+        };
+        self.write_status(fed, update).await;
     }
 
     async fn delete_in(
