@@ -136,6 +136,25 @@ pub async fn serve(
     health: Arc<Health>,
     cancel: CancellationToken,
 ) -> std::io::Result<SocketAddr> {
+    listen(addr, "metrics/health", cancel, move |stream, _| {
+        handle(stream, metrics.clone(), health.clone())
+    })
+    .await
+}
+
+/// Binds `addr` and, until `cancel` fires, hands every accepted connection (with the bound
+/// address) to `serve_connection` on a task of its own; an accept error is logged as a
+/// `what` connection and retried shortly. Returns the bound address (useful with port 0).
+pub async fn listen<F, Fut>(
+    addr: SocketAddr,
+    what: &'static str,
+    cancel: CancellationToken,
+    serve_connection: F,
+) -> std::io::Result<SocketAddr>
+where
+    F: Fn(TcpStream, SocketAddr) -> Fut + Send + 'static,
+    Fut: std::future::Future<Output = ()> + Send + 'static,
+{
     let listener = TcpListener::bind(addr).await?;
     let local = listener.local_addr()?;
     tokio::spawn(async move {
@@ -146,10 +165,10 @@ pub async fn serve(
             };
             match accepted {
                 Ok((stream, _)) => {
-                    tokio::spawn(handle(stream, metrics.clone(), health.clone()));
+                    tokio::spawn(serve_connection(stream, local));
                 }
                 Err(error) => {
-                    warn!(%error, "accepting a metrics/health connection failed");
+                    warn!(%error, "accepting a {what} connection failed");
                     tokio::time::sleep(Duration::from_millis(100)).await;
                 }
             }

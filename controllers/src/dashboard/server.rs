@@ -11,9 +11,9 @@ use http::{HeaderValue, Method, Request, StatusCode, header};
 use http_body_util::{BodyExt, Full, StreamBody, combinators::UnsyncBoxBody};
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioIo, TokioTimer};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpStream;
 use tokio_util::sync::CancellationToken;
-use tracing::{debug, warn};
+use tracing::debug;
 
 use super::{
     html, sse,
@@ -289,26 +289,11 @@ pub async fn serve(
     shared: Shared,
     cancel: CancellationToken,
 ) -> std::io::Result<SocketAddr> {
-    let listener = TcpListener::bind(addr).await?;
-    let local = listener.local_addr()?;
-    tokio::spawn(async move {
-        loop {
-            let accepted = tokio::select! {
-                _ = cancel.cancelled() => return,
-                a = listener.accept() => a,
-            };
-            match accepted {
-                Ok((stream, _)) => {
-                    tokio::spawn(handle(stream, local, shared.clone(), cancel.clone()));
-                }
-                Err(error) => {
-                    warn!(%error, "accepting a dashboard connection failed");
-                    tokio::time::sleep(Duration::from_millis(100)).await;
-                }
-            }
-        }
-    });
-    Ok(local)
+    let stop = cancel.clone();
+    crate::cli::http::listen(addr, "dashboard", cancel, move |stream, local| {
+        handle(stream, local, shared.clone(), stop.clone())
+    })
+    .await
 }
 
 #[cfg(test)]

@@ -156,6 +156,7 @@ impl Ctl {
         let aggregated = self.workload.map(|kind| {
             plan::aggregate::aggregated(kind, &round.outcomes, &member_specs, &desired, &remote)
         });
+        let scheduling = Scheduling::of(decision.as_ref(), spec.placement.is_scheduled());
         let update = StatusUpdate {
             previous: &previous,
             outcomes: &round.outcomes,
@@ -163,11 +164,10 @@ impl Ctl {
             generation,
             remote: &remote,
             aggregated,
-            scheduling: Scheduling::of(decision.as_ref(), spec.placement.is_scheduled()),
+            scheduling,
             rollout: rollout.as_ref(),
         };
         self.write_status(fed, update).await;
-        let scheduling = Scheduling::of(decision.as_ref(), spec.placement.is_scheduled());
         self.publish_decision(fed, scheduling).await;
         if let Some(r) = &rollout {
             self.announce_rollout(fed, r).await;

@@ -26,6 +26,7 @@ use super::{
 pub const SCHEDULED: &str = "Scheduled";
 
 /// What the status says about scheduling.
+#[derive(Clone, Copy)]
 pub(super) enum Scheduling<'a> {
     /// kubefed placement: nothing stored, no condition.
     Off,
