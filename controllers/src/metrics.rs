@@ -282,6 +282,10 @@ families! {
         /// `flotilla_queue_depth{kind}`: keys waiting in a type's work queue.
         queue_depth: Family<TypeLabels, Gauge> = Family::default(),
             "queue_depth", "Federated objects waiting to be reconciled";
+        /// `flotilla_sync_workers_ready{kind}`: workers past the readiness gate, taking keys
+        /// (`maxConcurrentReconciles` once the type's caches and the registry are ready).
+        workers_ready: Family<TypeLabels, Gauge> = Family::default(),
+            "sync_workers_ready", "Sync workers of a federated type that passed the readiness gate and take keys";
         /// `flotilla_status_writes_total{kind}`: status updates of federated objects.
         status_writes: Family<TypeLabels, Counter> = Family::default(),
             "status_writes", "Status updates written to federated objects";

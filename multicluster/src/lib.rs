@@ -43,6 +43,7 @@ pub mod cluster_set;
 pub mod controller;
 mod error;
 pub mod events;
+pub mod gate;
 pub mod gc;
 pub mod kubefed;
 pub mod member_watch;

@@ -405,4 +405,55 @@ mod tests {
         q.add(2);
         assert_eq!(q.next().await, None);
     }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_key_added_while_another_backs_off_is_handed_out_at_once() {
+        let q = WorkQueue::new();
+        q.add_rate_limited("failing");
+        q.add("fresh");
+        assert_eq!(next_after(&q).await, (Some("fresh"), ZERO));
+        q.done(&"fresh");
+        // The failing key still waits out its backoff.
+        assert_eq!(next_after(&q).await, (Some("failing"), S));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_key_added_while_its_own_delayed_add_is_pending_is_handed_out_at_once() {
+        let q = WorkQueue::new();
+        q.add_after("k", 5 * S);
+        q.add_rate_limited("k");
+        q.add("k");
+        assert_eq!(next_after(&q).await, (Some("k"), ZERO));
+        q.done(&"k");
+        assert!(
+            stays_empty(&q).await,
+            "the delayed adds were merged into the run"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn waiting_workers_each_get_a_key_at_once_while_delayed_keys_are_pending() {
+        let q: Arc<WorkQueue<u32>> = WorkQueue::new();
+        // Workers sleep on a deadline, as they do while lag rechecks are pending.
+        q.add_after(1000, 60 * S);
+        let workers: Vec<_> = (0..8)
+            .map(|_| {
+                let q = q.clone();
+                tokio::spawn(async move { next_after(&q).await })
+            })
+            .collect();
+        tokio::task::yield_now().await;
+        for k in 0..8 {
+            q.add(k);
+        }
+        // Nobody calls done: each key must have reached its own worker, none waited.
+        let mut got = Vec::new();
+        for w in workers {
+            let (key, waited) = w.await.expect("worker");
+            assert_eq!(waited, ZERO);
+            got.extend(key);
+        }
+        got.sort_unstable();
+        assert_eq!(got, (0..8).collect::<Vec<_>>());
+    }
 }

@@ -12,7 +12,7 @@ use flotilla_crds::{
 };
 use flotilla_tests::{
     assert::MANAGED,
-    federation::Federation,
+    federation::{Federation, federated},
     host::{cluster_names, cluster_status},
     member::{
         config_map_data, config_maps, data_is, data_value, deployments, first_image, replicas,
@@ -411,5 +411,61 @@ async fn an_unready_member_reports_cluster_not_ready_and_catches_up_when_back() 
     let m1 = config_maps(&fed.members[0], "demo");
     wait_object(Duration::from_secs(60), &m1, "both", data_is("v", "2")).await?;
     fboth.wait_propagated().await?;
+    Ok(())
+}
+
+/// A sample of the control plane's metrics, e.g. `flotilla_sync_workers_ready{kind="..."}`.
+fn metric(fed: &Federation, family: &str, labels: &str) -> u64 {
+    let needle = format!("{family}{{{labels}}} ");
+    fed.control_plane
+        .as_ref()
+        .map(|cp| cp.metrics.encode())
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix(&needle)?.trim().parse().ok())
+        .unwrap_or(0)
+}
+
+/// Guards the stream regression of 11fe24f: every sync worker must get past the start-up
+/// gate (a store's readiness once woke only one of them, and a stream of creates queued up
+/// behind a single worker), and the happy path of a fresh object never takes the backoff
+/// path. Counts, not timings.
+#[tokio::test]
+async fn every_sync_worker_takes_keys_and_a_stream_of_creates_never_backs_off() -> anyhow::Result<()>
+{
+    let fed = ready_federation().await?;
+    let kind = "kind=\"FederatedConfigMap\"";
+    let workers = flotilla_crds::kubefed_config::DEFAULT_MAX_CONCURRENT_RECONCILES as u64;
+    wait_for(T, "every sync worker past the gate", || async {
+        let ready = metric(&fed, "flotilla_sync_workers_ready", kind);
+        ensure!(ready == workers, "{ready} of {workers} workers ready");
+        Ok(())
+    })
+    .await?;
+    // One writer, a GET before each create: what `kubectl apply -f` of a file does.
+    let names: Vec<String> = (0..20).map(|i| format!("stream-{i:02}")).collect();
+    let fcm = federated("ConfigMap", "configmaps");
+    let api: Api<DynamicObject> = Api::namespaced_with(fed.host.clone(), "demo", &fcm);
+    for name in &names {
+        ensure!(api.get_opt(name).await?.is_none(), "{name} exists already");
+        let obj = FederatedObject::config_map("demo", name, json!({ "n": name }))
+            .on_clusters(&["member1", "member2"]);
+        let obj: DynamicObject = serde_json::from_value(obj.to_json())?;
+        api.create(&Default::default(), &obj).await?;
+    }
+    for m in &fed.members {
+        let cms = config_maps(m, "demo");
+        for name in &names {
+            wait_object(T, &cms, name, data_is("n", name)).await?;
+        }
+    }
+    let failures = metric(
+        &fed,
+        "flotilla_reconciles_total",
+        &format!("{kind},result=\"failure\""),
+    );
+    ensure!(failures == 0, "{failures} reconciles took the backoff path");
+    let ready = metric(&fed, "flotilla_sync_workers_ready", kind);
+    ensure!(ready == workers, "{ready} of {workers} workers ready");
     Ok(())
 }

@@ -19,6 +19,7 @@ use std::{collections::HashSet, ops::ControlFlow, sync::Arc, sync::Mutex, time::
 use flotilla_crds::work::{
     AppliedWork, AppliedWorkSpec, AppliedWorkStatus, WORK_COLLECT_STATUS, Work, cluster_namespace,
 };
+use flotilla_multicluster::gate::Gate;
 use futures::FutureExt;
 use kube::{
     Api, Client, ResourceExt,
@@ -116,7 +117,12 @@ impl Agent {
         });
         info!(cluster = %opts.cluster, %namespace, "agent started");
         let identity = format!("{}-agent", opts.cluster);
+        // Until the Work cache is complete, a Work would look deleted and its objects
+        // pruned; the gate wakes every worker once it is (a store wakes only one waiter).
+        let works = state.works.clone();
+        let (gate, gate_task) = Gate::after(async move { works.wait_until_ready().await.is_ok() });
         let mut tasks = vec![
+            gate_task,
             tokio::spawn(watch_works(state.clone(), writer)),
             tokio::spawn(lease::heartbeat(
                 Api::namespaced(opts.host.clone(), &namespace),
@@ -127,7 +133,7 @@ impl Agent {
             tokio::spawn(resync(state.clone(), opts.resync)),
         ];
         for _ in 0..opts.workers.max(1) {
-            tasks.push(tokio::spawn(work(state.clone())));
+            tasks.push(tokio::spawn(work(state.clone(), gate.clone())));
         }
         Agent { tasks, queue }
     }
@@ -200,11 +206,9 @@ async fn resync(state: Arc<State>, period: Duration) {
     }
 }
 
-async fn work(state: Arc<State>) {
-    // Until the Work cache is complete, a Work would look deleted and its objects pruned.
-    // (Polled: one readiness signal did not wake every waiting worker.)
-    while state.works.wait_until_ready().now_or_never().is_none() {
-        tokio::time::sleep(Duration::from_millis(100)).await;
+async fn work(state: Arc<State>, gate: Gate) {
+    if !gate.opened().await {
+        return;
     }
     while let Some(name) = state.queue.next().await {
         debug!(work = %name, "processing");

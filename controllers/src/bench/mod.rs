@@ -40,6 +40,7 @@ mod pull;
 mod report;
 mod requests;
 mod restart;
+mod sequential;
 mod session;
 mod snapshot;
 pub mod status_cost;
@@ -60,6 +61,7 @@ pub use self::report::{
     Steady, Target, percentiles,
 };
 pub use self::requests::{RequestCounts, parse_request_totals};
+pub use self::sequential::{SequentialComparison, SequentialPhase};
 
 /// Name of the control plane's runtime threads, by which its CPU time is found.
 const CP_THREAD: &str = "flotilla-cp";
@@ -152,6 +154,11 @@ pub struct BenchOptions {
     /// Sync workers (KubeFedConfig syncController.maxConcurrentReconciles).
     #[arg(long, default_value_t = 16)]
     pub workers: usize,
+    /// Objects of the sequential-client phase, after the concurrent ones: one writer, a GET
+    /// before each create (as `kubectl apply -f` of a many-document file), then one bulk
+    /// delete; at most --objects, 0 skips it.
+    #[arg(long, default_value_t = 200)]
+    pub sequential: usize,
     /// Seconds to count writes after forcing a resync of every converged object.
     #[arg(long, default_value_t = 10)]
     pub steady_secs: u64,
@@ -180,6 +187,7 @@ impl Default for BenchOptions {
             pull: false,
             concurrency: 16,
             workers: 16,
+            sequential: 200,
             steady_secs: 10,
             phase_timeout_secs: 600,
             json: None,

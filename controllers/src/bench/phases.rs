@@ -25,6 +25,7 @@ use super::{
     report::{Phase, Restart, Steady, percentiles, ratio},
     requests::delta,
     restart::{Restarter, restart_phase},
+    sequential::{SequentialPhase, flotilla_sequential, raw_sequential},
     session::Run,
     snapshot::Snapshot,
     tracker::{Tracker, Want},
@@ -39,6 +40,8 @@ pub(super) struct FlotillaPhases {
     pub(super) delete: Phase,
     pub(super) steady: Steady,
     pub(super) restart: Restart,
+    /// The sequential client (`--sequential`), after the delete.
+    pub(super) sequential: Option<SequentialPhase>,
 }
 
 /// The raw baseline's phases of one kind.
@@ -46,6 +49,8 @@ pub(super) struct RawPhases {
     pub(super) create: Phase,
     pub(super) update: Phase,
     pub(super) delete: Phase,
+    /// The sequential client (`--sequential`), after the delete.
+    pub(super) sequential: Option<SequentialPhase>,
 }
 
 /// The figures when the last object reached its state: the end of the active part.
@@ -373,12 +378,29 @@ pub(super) async fn flotilla_phases(
         .measure(Write::Delete, ("DELETE", own), host_empty)
         .await?;
     info!(kind = kind.name(), seconds = delete.seconds, "deleted");
+    let sequential = if run.sequential > 0 {
+        let settled = || async {
+            host.quiet(run.timeout).await;
+            Ok(())
+        };
+        let s = flotilla_sequential(run, kind, members, settled).await?;
+        info!(
+            kind = kind.name(),
+            present_after_last_write_s = s.present_after_last_write_s,
+            empty_after_bulk_delete_s = s.empty_after_bulk_delete_s,
+            "sequential client"
+        );
+        Some(s)
+    } else {
+        None
+    };
     Ok(FlotillaPhases {
         create,
         update,
         delete,
         steady,
         restart,
+        sequential,
     })
 }
 
@@ -473,9 +495,15 @@ pub(super) async fn raw_phases(
     let update = Write::Patch(&patch);
     let update = phases.measure(update, ("", 0), unsettled).await?;
     let delete = phases.measure(Write::Delete, ("", 0), unsettled).await?;
+    let sequential = if run.sequential > 0 {
+        Some(raw_sequential(run, kind, tracker).await?)
+    } else {
+        None
+    };
     Ok(RawPhases {
         create,
         update,
         delete,
+        sequential,
     })
 }

@@ -67,6 +67,9 @@ pub struct KindReport {
     /// A hard restart of the control plane with every object propagated.
     #[serde(default)]
     pub restart: Restart,
+    /// One writer with a GET before each create, then a bulk delete (`--sequential`).
+    #[serde(default)]
+    pub sequential: Option<super::SequentialComparison>,
     /// The federated creates alone, with no control plane running: what accepting the
     /// input costs the host, a floor under propagation.
     pub host_input: Phase,
@@ -462,6 +465,7 @@ mod tests {
                 delete: cmp,
                 steady: Steady::default(),
                 restart: Restart::default(),
+                sequential: Some(super::super::SequentialComparison::default()),
                 host_input: Phase::default(),
             }],
             cost: Cost::default(),

@@ -21,6 +21,7 @@ use super::{
     },
     report::{Comparison, Cost, KindReport, Phase, ratio},
     restart::Restarter,
+    sequential::SequentialComparison,
     tracker::Tracker,
     warmup::{ensure_namespace, federate_namespace, warm_up_federated, warm_up_raw},
     workload::Kind,
@@ -47,6 +48,8 @@ pub(super) struct Run {
     /// LISTs of federated objects the benchmark itself sent (convergence checks).
     pub(super) own_lists: AtomicU64,
     pub(super) objects: usize,
+    /// Objects of the sequential-client phase (0: none).
+    pub(super) sequential: usize,
     pub(super) concurrency: usize,
     pub(super) timeout: Duration,
     pub(super) steady: Duration,
@@ -167,6 +170,7 @@ async fn setup(env: &LocalEnv, opts: &BenchOptions, objects: usize) -> anyhow::R
             .map(|p| (p, process_group(p)))
             .collect(),
         objects,
+        sequential: opts.sequential.min(objects),
         concurrency: opts.concurrency,
         timeout: Duration::from_secs(opts.phase_timeout_secs),
         steady: Duration::from_secs(opts.steady_secs),
@@ -305,6 +309,10 @@ fn assemble(
             delete: Comparison::new(f.delete, r.delete),
             steady: f.steady,
             restart: f.restart,
+            sequential: f
+                .sequential
+                .zip(r.sequential)
+                .map(|(f, r)| SequentialComparison::new(f, r)),
             host_input,
         });
     }

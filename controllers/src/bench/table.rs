@@ -4,7 +4,10 @@
 
 use std::fmt::Write as _;
 
-use super::report::{BenchReport, Comparison, KindReport, Phase, ratio};
+use super::{
+    SequentialComparison,
+    report::{BenchReport, Comparison, KindReport, Phase, ratio},
+};
 
 // Writing into a String cannot fail, so `let _ = writeln!(...)` drops an always-Ok result.
 
@@ -58,6 +61,9 @@ impl BenchReport {
         ] {
             comparison_rows(s, label, c);
             self.cpu_lines(s, c);
+        }
+        if let Some(q) = &k.sequential {
+            sequential_rows(s, q);
         }
         let hi = &k.host_input;
         let _ = writeln!(
@@ -254,15 +260,74 @@ fn comparison_rows(s: &mut String, label: &str, c: &Comparison) {
     );
 }
 
+/// The sequential client's rows: what a `kubectl apply -f` user waits for.
+fn sequential_rows(s: &mut String, q: &SequentialComparison) {
+    let (r, f) = (&q.raw, &q.flotilla);
+    let _ = writeln!(
+        s,
+        "sequential client ({} member objects; one writer, GET + POST each: {:.2} s of writes, raw {:.2} s; bulk delete call {:.2} s, raw {:.2} s)",
+        f.member_objects, f.writes_s, r.writes_s, f.bulk_delete_call_s, r.bulk_delete_call_s
+    );
+    row(
+        s,
+        "  all present after last write",
+        r.present_after_last_write_s,
+        f.present_after_last_write_s,
+        "s",
+        q.present_ratio,
+    );
+    row(
+        s,
+        "  per object p50 (returned->all)",
+        r.latency_ms.p50,
+        f.latency_ms.p50,
+        "ms",
+        ratio(f.latency_ms.p50, r.latency_ms.p50),
+    );
+    row(
+        s,
+        "  per object p99 (returned->all)",
+        r.latency_ms.p99,
+        f.latency_ms.p99,
+        "ms",
+        ratio(f.latency_ms.p99, r.latency_ms.p99),
+    );
+    row(
+        s,
+        "  member requests per object",
+        r.member_requests_per_member_object,
+        f.member_requests_per_member_object,
+        "",
+        ratio(
+            f.member_requests_per_member_object,
+            r.member_requests_per_member_object,
+        ),
+    );
+    row(
+        s,
+        "  members empty after bulk delete",
+        r.empty_after_bulk_delete_s,
+        f.empty_after_bulk_delete_s,
+        "s",
+        q.empty_ratio,
+    );
+}
+
 fn row(s: &mut String, label: &str, raw: f64, ours: f64, unit: &str, ratio: f64) {
     let fmt = |v: f64| match unit {
         "s" => format!("{v:.2} s"),
         "ms" => format!("{v:.0} ms"),
         _ => format!("{v:.2}"),
     };
+    // A raw figure of 0 (an object present the moment its write returned) has no ratio.
+    let ratio = if ratio.is_finite() {
+        format!("{ratio:.2}x")
+    } else {
+        "-".into()
+    };
     let _ = writeln!(
         s,
-        "{:<34} {:>16} {:>16} {:>8.2}x",
+        "{:<34} {:>16} {:>16} {:>9}",
         label,
         fmt(raw),
         fmt(ours),

@@ -40,6 +40,7 @@ use flotilla_crds::{
     core::{EffectiveConfig, FederatedTypeConfigSpec, StatusCollectionMode},
     workload::WorkloadKind,
 };
+use flotilla_multicluster::gate::Gate;
 use kube::{
     Api, Client, ResourceExt,
     core::{ApiResource, DynamicObject},
@@ -190,18 +191,15 @@ impl TypeController {
             written: Default::default(),
             availability: Default::default(),
         });
-        // The cluster registry: every registered cluster known and probed once.
-        let (known_tx, clusters_known) = watch::channel(false);
+        // Workers start once the caches and the registry are ready (see `ready`); one task
+        // awaits that and the gate wakes every worker.
+        let (gate, gate_task) = Gate::after(ready(ctl.clone()));
         let mut tasks = vec![
             tokio::spawn(watch_federated(ctl.clone(), host_writer, queue.clone())),
             tokio::spawn(follow_members(ctl.clone(), member_rx, queue.clone())),
             tokio::spawn(follow_clusters(ctl.clone(), queue.clone())),
             tokio::spawn(pull::watch_works(ctl.clone(), work_writer, queue.clone())),
-            tokio::spawn(async move {
-                registry_wait::wait_for_registry(shared.clone()).await;
-                // Workers hold receivers for as long as they run.
-                let _ = known_tx.send(true);
-            }),
+            gate_task,
         ];
         if needs_ns_placement {
             tasks.push(tokio::spawn(watch_federated_namespaces(
@@ -216,7 +214,7 @@ impl TypeController {
                 ctl.clone(),
                 queue.clone(),
                 cancel.clone(),
-                clusters_known.clone(),
+                gate.clone(),
             )));
         }
         info!(federated = %fed_ar.kind, target = %ctl.target_ar.kind, workers, "sync controller started");
@@ -364,25 +362,22 @@ fn requeue_all(ctl: &Ctl, queue: &WorkQueue<Key>) {
 
 /// Until both host caches are complete, an object would look deleted (a stray) or its
 /// namespace unfederated (placed nowhere), and its member copies would be deleted. Until
-/// the registry knows every cluster, a deletion would not wait for the clusters it lacks.
-async fn ready(ctl: &Ctl, mut clusters_known: watch::Receiver<bool>) -> bool {
+/// the registry knows every cluster (each registered cluster probed once), a deletion would
+/// not wait for the clusters it lacks. Awaited by one task: a store's readiness wakes only
+/// its last waiter (see [`Gate`]).
+async fn ready(ctl: Arc<Ctl>) -> bool {
+    registry_wait::wait_for_registry(ctl.shared.clone()).await;
     ctl.host_store.wait_until_ready().await.is_ok()
         && (!ctl.needs_ns_placement || ctl.fns_store.wait_until_ready().await.is_ok())
-        && clusters_known.wait_for(|known| *known).await.is_ok()
 }
 
-/// One worker: waits until the caches and the registry are ready, then reconciles keys
-/// until cancelled.
-async fn work(
-    ctl: Arc<Ctl>,
-    queue: Arc<WorkQueue<Key>>,
-    cancel: CancellationToken,
-    clusters_known: watch::Receiver<bool>,
-) {
+/// One worker: waits until the gate opens, then reconciles keys until cancelled.
+async fn work(ctl: Arc<Ctl>, queue: Arc<WorkQueue<Key>>, cancel: CancellationToken, gate: Gate) {
     tokio::select! {
-        ok = ready(&ctl, clusters_known) => if !ok { return },
+        open = gate.opened() => if !open { return },
         _ = cancel.cancelled() => return,
     }
+    let _ready = ReadyWorker::new(&ctl);
     loop {
         let key = tokio::select! {
             k = queue.next() => match k { Some(k) => k, None => return },
@@ -399,6 +394,29 @@ async fn work(
         queue.done(&key);
         record_reconcile(&ctl, started.elapsed(), action.result(), queue.len());
         requeue(&queue, key, action);
+    }
+}
+
+/// Counts a worker in `flotilla_sync_workers_ready` while it takes keys.
+struct ReadyWorker(prometheus_client::metrics::gauge::Gauge);
+
+impl ReadyWorker {
+    fn new(ctl: &Ctl) -> Self {
+        let gauge = ctl
+            .shared
+            .metrics
+            .sync
+            .workers_ready
+            .get_or_create(&ctl.kind_labels())
+            .clone();
+        gauge.inc();
+        ReadyWorker(gauge)
+    }
+}
+
+impl Drop for ReadyWorker {
+    fn drop(&mut self) {
+        self.0.dec();
     }
 }
 
