@@ -3,13 +3,12 @@
 //! delete options, protected namespaces. Decisions are in [`super::plan`]; member writes in
 //! [`super::dispatch`].
 
-use std::{collections::BTreeSet, sync::Arc};
+use std::sync::Arc;
 
 use flotilla_crds::{
-    AggregateReason, DEFAULT_NAMESPACE, DELETE_OPTIONS_ANNOTATION,
+    DEFAULT_NAMESPACE, DELETE_OPTIONS_ANNOTATION,
     core::{EffectiveConfig, Scope},
-    federated::FederatedSpec,
-    placement::{self, ClusterInfo},
+    federated::{FederatedSpec, FederatedStatus},
     workload::WorkloadKind,
 };
 use k8s_openapi::api::core::v1::Namespace;
@@ -27,9 +26,15 @@ use super::{
     delete_options::parse_delete_options,
     federated_namespace_ar,
     observe::{Availability, RecentWrites},
-    plan::PROTECTED_NAMESPACES,
+    plan::{
+        PROTECTED_NAMESPACES,
+        pipeline::{self, NamespacePlacement},
+    },
 };
-use crate::{metrics::TypeLabels, multicluster::MemberWatch};
+use crate::{
+    metrics::TypeLabels,
+    multicluster::{ClusterState, MemberWatch},
+};
 
 /// One federated type's sync controller, as its workers see it.
 pub(super) struct Ctl {
@@ -57,9 +62,6 @@ pub(super) struct Ctl {
     pub written: super::status::WrittenStatus,
     pub availability: Availability,
 }
-
-/// An object-level placement failure: (reason, message).
-pub(super) type PlacementError = (AggregateReason, String);
 
 impl Ctl {
     pub fn kind_labels(&self) -> TypeLabels {
@@ -140,47 +142,45 @@ impl Ctl {
         keys
     }
 
-    /// Placement of the object: the selected registered clusters, intersected with its
-    /// FederatedNamespace's placement for namespaced types, or an object-level failure.
-    pub fn placement(
+    /// The namespace placement of an object of `key` ([`NamespacePlacement::of`]), from
+    /// the FederatedNamespace cache.
+    pub fn namespace_placement(&self, key: &Key) -> NamespacePlacement {
+        let fns = key.0.as_ref().and_then(|ns| {
+            let fns_ref =
+                ObjectRef::<DynamicObject>::new_with(ns, federated_namespace_ar()).within(ns);
+            self.fns_store.get(&fns_ref)
+        });
+        let fns = fns.map(|o| FederatedSpec::from_dynamic(&o).map_err(|e| e.to_string()));
+        NamespacePlacement::of(
+            self.needs_ns_placement,
+            &self.config().scope,
+            key.0.as_deref(),
+            fns,
+        )
+    }
+
+    /// Runs the placement → scheduling → desired-objects pipeline for one object, with
+    /// `clusters` as the one snapshot of the registry it reads.
+    pub fn pipeline(
         &self,
         key: &Key,
         spec: &FederatedSpec,
-    ) -> Result<BTreeSet<String>, PlacementError> {
-        let snapshot = self.shared.clusters.snapshot();
-        let infos: Vec<ClusterInfo<'_>> = snapshot
-            .iter()
-            .map(|c| ClusterInfo {
-                name: &c.name,
-                labels: &c.labels,
-            })
-            .collect();
-        let selected = placement::select(&spec.placement, &infos)
-            .map_err(|e| (AggregateReason::ComputePlacementFailed, e.to_string()))?;
-        if !self.needs_ns_placement || self.config().scope == "Namespaced" {
-            return Ok(selected);
-        }
-        let Some(ns) = &key.0 else {
-            return Ok(selected);
-        };
-        let fns_ref = ObjectRef::<DynamicObject>::new_with(ns, federated_namespace_ar()).within(ns);
-        let Some(fns) = self.fns_store.get(&fns_ref) else {
-            return Err((
-                AggregateReason::NamespaceNotFederated,
-                format!(
-                    "namespace {ns} is not federated: create a FederatedNamespace named {ns} in it"
-                ),
-            ));
-        };
-        let ns_spec = FederatedSpec::from_dynamic(&fns)
-            .map_err(|e| (AggregateReason::ComputePlacementFailed, e.to_string()))?;
-        let ns_selected = placement::select(&ns_spec.placement, &infos).map_err(|e| {
-            (
-                AggregateReason::ComputePlacementFailed,
-                format!("namespace placement: {e}"),
-            )
-        })?;
-        Ok(placement::intersect(&selected, &ns_selected))
+        previous: &FederatedStatus,
+        clusters: &[ClusterState],
+    ) -> pipeline::Outcome {
+        let target = self.target_type_api();
+        let namespace_placement = self.namespace_placement(key);
+        pipeline::run(&pipeline::Input {
+            target: &target,
+            name: &key.1,
+            namespace: key.0.as_deref(),
+            spec,
+            previous,
+            clusters,
+            namespace_placement: &namespace_placement,
+            collect_status: self.collect_status,
+            default_unreachable_seconds: self.config().default_unreachable_toleration_seconds,
+        })
     }
 
     /// The member delete options of kubefed's `kubefed.io/deleteoption` annotation.

@@ -196,10 +196,9 @@ impl Ctl {
         // pending) or the placement selects it now (a status write may have been lost).
         let mut may_hold: BTreeSet<String> =
             previous.clusters.iter().map(|c| c.name.clone()).collect();
-        if let Ok(spec) = FederatedSpec::from_dynamic(fed)
-            && let Ok(selected) = self.placement(key, &spec)
-        {
-            may_hold.extend(selected);
+        if let Ok(spec) = FederatedSpec::from_dynamic(fed) {
+            let clusters = self.shared.clusters.snapshot();
+            may_hold.extend(self.pipeline(key, &spec, previous, &clusters).selected);
         }
         DeletionContext {
             keep: orphan || self.is_protected(key),

@@ -23,7 +23,7 @@ use super::{
     ctl::Ctl,
     deletion::{has_finalizer, no_client},
     dispatch::{MemberOp, MemberRef},
-    plan::{self, DesiredFor, DesiredSet, Observed, Op, Outcome},
+    plan::{self, DesiredFor, DesiredSet, Observed, Op, Outcome, pipeline},
     rollout::{Members, RolloutRound},
     scheduled::{self, Scheduling},
     status::StatusUpdate,
@@ -112,14 +112,19 @@ impl Ctl {
                 return Action::Done;
             }
         };
-        let (selected, decision, aggregate) = self.targets(key, &spec, &previous);
         let snapshot = self.shared.clusters.snapshot();
+        let pipeline::Outcome {
+            selected,
+            decision,
+            failure: aggregate,
+            desired,
+        } = self.pipeline(key, &spec, &previous, &snapshot);
         let observed: Vec<Observed> = snapshot.iter().map(|c| self.observe(c, key)).collect();
         let members = Members {
             snapshot: &snapshot,
             observed: &observed,
         };
-        let (desired, rollout) = self.desired(key, fed, &spec, &selected, members).await;
+        let (desired, rollout) = self.desired(key, fed, &spec, desired, members).await;
         if generation != previous.observed_generation {
             self.announce_dropped_metadata(fed, &desired).await;
         }
@@ -180,19 +185,17 @@ impl Ctl {
         plan::live_action(!round.waiting.is_empty(), backoff, round.recheck)
     }
 
-    /// The desired object per selected cluster and, under a progressive rollout
-    /// (`spec.rollout`), the rollout's step: then only the clusters the rollout has reached
-    /// get the current template, the others keep the revision they hold.
+    /// The desired objects and, under a progressive rollout (`spec.rollout`), the
+    /// rollout's step: then only the clusters the rollout has reached get the current
+    /// template, the others keep the revision they hold.
     async fn desired(
         &self,
         key: &Key,
         fed: &DynamicObject,
         spec: &FederatedSpec,
-        selected: &BTreeSet<String>,
+        mut desired: DesiredSet,
         members: Members<'_>,
     ) -> (DesiredSet, Option<RolloutRound>) {
-        let target = self.target_type_api();
-        let mut desired = plan::desired_objects(&target, &key.1, key.0.as_deref(), spec, selected);
         let rollout = self
             .progressive(key, fed, spec, members, &mut desired)
             .await;

@@ -8,7 +8,6 @@
 use std::{collections::BTreeSet, time::Duration};
 
 use flotilla_crds::{
-    AggregateReason,
     federated::{FederatedCondition, FederatedSpec, FederatedStatus},
     schedule::{self, ClusterFacts, Decision, Input, ScheduleReason, moves::MoveReason},
 };
@@ -17,10 +16,7 @@ use kube::{core::DynamicObject, runtime::events::EventType};
 use crate::decisions::Published;
 use serde_json::Value;
 
-use super::{
-    Key,
-    ctl::{Ctl, PlacementError},
-};
+use super::ctl::Ctl;
 
 /// The `Scheduled` condition's type.
 pub const SCHEDULED: &str = "Scheduled";
@@ -82,30 +78,6 @@ impl SchedulingEvent {
 }
 
 impl Ctl {
-    /// The clusters that must hold the object: kubefed's placement, or for a placement with
-    /// scheduling fields the decision's targets (with the decision). An object-level
-    /// failure selects nothing.
-    pub(super) fn targets(
-        &self,
-        key: &Key,
-        spec: &FederatedSpec,
-        previous: &FederatedStatus,
-    ) -> (BTreeSet<String>, Option<Decision>, Option<PlacementError>) {
-        let selected = match self.placement(key, spec) {
-            Ok(s) => s,
-            Err(agg) => return (BTreeSet::new(), None, Some(agg)),
-        };
-        if !spec.placement.is_scheduled() {
-            return (selected, None, None);
-        }
-        match self.schedule(spec, &selected, previous) {
-            Ok(d) => (d.targets(), Some(d), None),
-            // A preference that cannot be evaluated must not remove copies: the stored
-            // decision holds until it is fixed.
-            Err(agg) => (stored_targets(previous), None, Some(agg)),
-        }
-    }
-
     /// Publishes the decision as PlacementDecisions (none when the object is not scheduled;
     /// unchanged when no decision could be made this time).
     pub(super) async fn publish_decision(&self, fed: &DynamicObject, scheduling: Scheduling<'_>) {
@@ -118,30 +90,6 @@ impl Ctl {
             .decisions
             .publish(&self.fed_ar, fed, published)
             .await;
-    }
-
-    /// Decides where an object with scheduling fields goes; `candidates` are the clusters
-    /// kubefed's placement selects.
-    fn schedule(
-        &self,
-        spec: &FederatedSpec,
-        candidates: &BTreeSet<String>,
-        previous: &FederatedStatus,
-    ) -> Result<Decision, PlacementError> {
-        decide(
-            spec,
-            candidates,
-            &self.shared.clusters.snapshot(),
-            previous,
-            self.collect_status,
-            self.config().default_unreachable_toleration_seconds,
-        )
-        .map_err(|e| {
-            (
-                AggregateReason::ComputePlacementFailed,
-                format!("preferences: {e}"),
-            )
-        })
     }
 }
 

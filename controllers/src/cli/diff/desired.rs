@@ -1,20 +1,16 @@
 //! Which clusters a federated object would be placed on and the object each would get,
-//! decided exactly as the controllers decide it: the ReplicaSchedulingPreference
-//! scheduler's placement and replica overrides ([`crate::scheduling::schedule`]), the
-//! placement intersected with the FederatedNamespace's
-//! ([`flotilla_crds::placement`]), then the sync controller's desired objects
-//! ([`crate::sync::plan::desired_objects`]). Pure: it only assembles those functions.
-
-use std::collections::BTreeSet;
+//! decided by the sync controller's own pipeline ([`crate::sync::plan::pipeline`]:
+//! placement, namespace placement, the constraint scheduler, desired objects), after the
+//! ReplicaSchedulingPreference scheduler's write to the spec that the RSP controller would
+//! make ([`crate::scheduling::schedule`]). Pure: it only assembles those functions.
 
 use flotilla_crds::{
-    FederatedSpec, FederatedStatus, Placement, core::ApiResource, placement, schedule,
-    scheduling::ReplicaSchedulingPreferenceSpec,
+    FederatedSpec, FederatedStatus, core::ApiResource, scheduling::ReplicaSchedulingPreferenceSpec,
 };
 
 use crate::{
     multicluster::ClusterState,
-    sync::plan::{DesiredSet, desired_objects},
+    sync::plan::pipeline::{self, NamespacePlacement},
 };
 
 /// Everything the controllers would look at for one federated object.
@@ -34,59 +30,30 @@ pub struct Inputs<'a> {
     pub status: &'a FederatedStatus,
     /// The registered member clusters.
     pub clusters: &'a [ClusterState],
-    /// The FederatedNamespace's placement, for namespaced targets other than Namespace.
-    pub namespace_placement: Option<&'a Placement>,
+    /// The namespace placement, by the sync controller's rule.
+    pub namespace_placement: &'a NamespacePlacement,
     /// The ReplicaSchedulingPreference of the same namespace and name, if any.
     pub rsp: Option<&'a ReplicaSchedulingPreferenceSpec>,
+    /// The type's status collection is on.
+    pub collect_status: bool,
+    /// The KubeFedConfig's default unreachable toleration, in seconds.
+    pub default_unreachable_seconds: i64,
 }
 
-/// The selected clusters and the desired object of each, or why placement failed.
-pub fn desired(inputs: &Inputs<'_>) -> Result<(BTreeSet<String>, DesiredSet), String> {
+/// What the sync controller would decide, or why the RSP scheduler could not run.
+pub fn desired(inputs: &Inputs<'_>) -> Result<pipeline::Outcome, String> {
     let spec = scheduled_spec(inputs)?;
-    let infos: Vec<placement::ClusterInfo<'_>> = inputs
-        .clusters
-        .iter()
-        .map(|c| placement::ClusterInfo {
-            name: &c.name,
-            labels: &c.labels,
-        })
-        .collect();
-    let mut selected = placement::select(&spec.placement, &infos).map_err(|e| e.to_string())?;
-    if let Some(ns_placement) = inputs.namespace_placement {
-        let ns_selected = placement::select(ns_placement, &infos)
-            .map_err(|e| format!("namespace placement: {e}"))?;
-        selected = placement::intersect(&selected, &ns_selected);
-    }
-    if spec.placement.is_scheduled() {
-        selected = decided(inputs, &spec, &selected)?;
-    }
-    let set = desired_objects(
-        inputs.target,
-        inputs.name,
-        inputs.namespace,
-        &spec,
-        &selected,
-    );
-    Ok((selected, set))
-}
-
-/// For a placement with scheduling fields, the constraint scheduler's decision among the
-/// `candidates` kubefed's placement selects — as the sync controller decides it.
-fn decided(
-    inputs: &Inputs<'_>,
-    spec: &FederatedSpec,
-    candidates: &BTreeSet<String>,
-) -> Result<BTreeSet<String>, String> {
-    let decision = crate::sync::scheduled::decide(
-        spec,
-        candidates,
-        inputs.clusters,
-        inputs.status,
-        false,
-        schedule::DEFAULT_UNREACHABLE_TOLERATION_SECONDS,
-    )
-    .map_err(|e| format!("scheduling: {e}"))?;
-    Ok(decision.targets())
+    Ok(pipeline::run(&pipeline::Input {
+        target: inputs.target,
+        name: inputs.name,
+        namespace: inputs.namespace,
+        spec: &spec,
+        previous: inputs.status,
+        clusters: inputs.clusters,
+        namespace_placement: inputs.namespace_placement,
+        collect_status: inputs.collect_status,
+        default_unreachable_seconds: inputs.default_unreachable_seconds,
+    }))
 }
 
 /// The spec after the RSP scheduler's write, when an RSP targets this object.
@@ -116,8 +83,11 @@ fn scheduled_spec(inputs: &Inputs<'_>) -> Result<FederatedSpec, String> {
 
 #[cfg(test)]
 mod tests {
+    use std::collections::BTreeSet;
+
     use super::*;
-    use crate::sync::plan::DesiredFor;
+    use crate::sync::plan::{DesiredFor, DesiredSet};
+    use flotilla_crds::{AggregateReason, Placement};
 
     static NO_STATUS: FederatedStatus = FederatedStatus {
         observed_generation: 0,
@@ -159,7 +129,9 @@ mod tests {
         let s =
             spec(json!({"template": {}, "placement": {"clusterSelector": {}, "maxClusters": 1}}));
         let t = target();
-        let (selected, _) = desired(&inputs(&s, &clusters, &t)).expect("placed");
+        let selected = desired(&inputs(&s, &clusters, &t))
+            .expect("placed")
+            .selected;
         assert_eq!(selected, BTreeSet::from(["m1".to_string()]));
     }
 
@@ -187,8 +159,10 @@ mod tests {
             spec,
             status: &NO_STATUS,
             clusters,
-            namespace_placement: None,
+            namespace_placement: &NOT_APPLIED,
             rsp: None,
+            collect_status: false,
+            default_unreachable_seconds: 300,
         }
     }
 
@@ -205,10 +179,25 @@ mod tests {
         };
         let t = target();
         let mut i = inputs(&s, &clusters, &t);
-        i.namespace_placement = Some(&ns);
-        let (selected, set) = desired(&i).expect("placed");
-        assert_eq!(selected, BTreeSet::from(["m2".to_string()]));
-        assert_eq!(set.by_cluster.len(), 1);
+        let ns = NamespacePlacement::Federated(ns);
+        i.namespace_placement = &ns;
+        let out = desired(&i).expect("placed");
+        assert_eq!(out.selected, BTreeSet::from(["m2".to_string()]));
+        assert_eq!(out.desired.by_cluster.len(), 1);
+    }
+
+    #[test]
+    fn an_unfederated_namespace_places_nothing_as_the_controller_does() {
+        let clusters = [cluster("m1"), cluster("m2")];
+        let s = spec(json!({"template": {}, "placement": {"clusterSelector": {}}}));
+        let t = target();
+        let mut i = inputs(&s, &clusters, &t);
+        let ns = NamespacePlacement::Missing("demo".into());
+        i.namespace_placement = &ns;
+        let out = desired(&i).expect("no RSP");
+        assert!(out.selected.is_empty());
+        let reason = out.failure.map(|(r, _)| r);
+        assert_eq!(reason, Some(AggregateReason::NamespaceNotFederated));
     }
 
     #[test]
@@ -220,7 +209,7 @@ mod tests {
             "overrides": [{"clusterName": "m2", "clusterOverrides": [{"path": "/spec/replicas", "value": 5}]}]
         }));
         let t = target();
-        let (_, set) = desired(&inputs(&s, &clusters, &t)).expect("placed");
+        let set = desired(&inputs(&s, &clusters, &t)).expect("placed").desired;
         assert_eq!(replicas(&set, "m1"), Some(1));
         assert_eq!(replicas(&set, "m2"), Some(5));
     }
@@ -239,7 +228,8 @@ mod tests {
         let t = target();
         let mut i = inputs(&s, &clusters, &t);
         i.rsp = Some(&rsp);
-        let (selected, set) = desired(&i).expect("placed");
+        let out = desired(&i).expect("placed");
+        let (selected, set) = (out.selected, out.desired);
         assert_eq!(selected, BTreeSet::from(["m1".into(), "m2".into()]));
         assert_eq!(replicas(&set, "m1"), Some(2));
         assert_eq!(replicas(&set, "m2"), Some(2));
@@ -256,7 +246,9 @@ mod tests {
         let t = target();
         let mut i = inputs(&s, &clusters, &t);
         i.rsp = Some(&rsp);
-        let (selected, _) = desired(&i).expect("placed");
+        let selected = desired(&i).expect("placed").selected;
         assert_eq!(selected, BTreeSet::from(["m1".to_string()]));
     }
+
+    static NOT_APPLIED: NamespacePlacement = NamespacePlacement::NotApplied;
 }

@@ -1,13 +1,14 @@
 //! What `flotilla diff` compares: federated objects from a manifest (`-f`, not yet
 //! applied) or from the host (`TYPE/NAME`), each with its enabled type, and the objects
-//! the controllers would read beside it — its FederatedNamespace and a
-//! ReplicaSchedulingPreference of the same name — taken from the manifest when it has
+//! the controllers would read beside it — its FederatedNamespace, a
+//! ReplicaSchedulingPreference of the same name and the KubeFedConfig — taken from the manifest when it has
 //! them (they would be applied together), else from the host.
 
 use anyhow::Context as _;
 use flotilla_crds::{
-    FederatedSpec, FederatedStatus, FederatedTypeConfig, Placement, ReplicaSchedulingPreference,
-    SCHEDULING_GROUP, crdgen, scheduling::ReplicaSchedulingPreferenceSpec,
+    FederatedSpec, FederatedStatus, FederatedTypeConfig, KUBEFED_CONFIG_NAME, KubeFedConfig,
+    ReplicaSchedulingPreference, SCHEDULING_GROUP, core::EffectiveConfig, crdgen,
+    scheduling::ReplicaSchedulingPreferenceSpec,
 };
 use kube::{Api, Client, api::DynamicObject};
 use serde_json::Value;
@@ -142,13 +143,14 @@ pub async fn from_host(
     })
 }
 
-/// The placement of the FederatedNamespace of `namespace`, from the manifest or the host;
-/// an error when there is none (the controller places nothing then).
-pub async fn namespace_placement(
+/// The spec of the FederatedNamespace of `namespace`, from the manifest or the host:
+/// `None` when there is none, `Some(Err)` when its spec cannot be read (the controller then
+/// places nothing, and says why).
+pub async fn namespace_spec(
     host: &Client,
     docs: &[Value],
     namespace: &str,
-) -> anyhow::Result<Placement> {
+) -> anyhow::Result<Option<Result<FederatedSpec, String>>> {
     let ar = crdgen::federated_api_resource(&flotilla_crds::core::ApiResource {
         group: String::new(),
         version: "v1".into(),
@@ -170,17 +172,24 @@ pub async fn namespace_placement(
                 .await
                 .with_context(|| format!("reading the FederatedNamespace {namespace}"))?;
             let Some(found) = found else {
-                anyhow::bail!(
-                    "namespace {namespace} is not federated: create a FederatedNamespace named {namespace} in it"
-                );
+                return Ok(None);
             };
             serde_json::to_value(&found)?
         }
     };
-    let spec: FederatedSpec =
-        serde_json::from_value(object.get("spec").cloned().unwrap_or(Value::Null))
-            .context("malformed FederatedNamespace spec")?;
-    Ok(spec.placement)
+    let spec = serde_json::from_value(object.get("spec").cloned().unwrap_or(Value::Null))
+        .map_err(|e| format!("malformed FederatedNamespace spec: {e}"));
+    Ok(Some(spec))
+}
+
+/// The KubeFedConfig's settings (defaults when there is none).
+pub async fn config(host: &Client, kubefed_ns: &str) -> anyhow::Result<EffectiveConfig> {
+    let api: Api<KubeFedConfig> = Api::namespaced(host.clone(), kubefed_ns);
+    let found = api
+        .get_opt(KUBEFED_CONFIG_NAME)
+        .await
+        .context("reading the KubeFedConfig")?;
+    Ok(found.map(|c| c.spec.effective()).unwrap_or_default())
 }
 
 /// The spec of the ReplicaSchedulingPreference `namespace/name`, from the manifest or the

@@ -16,6 +16,7 @@ pub mod unified;
 
 use std::{collections::BTreeMap, path::PathBuf};
 
+use flotilla_crds::core::{EffectiveConfig, StatusCollectionMode};
 use kube::Client;
 use serde_json::Value;
 
@@ -27,7 +28,11 @@ use self::{
 use super::{Context, Exit, GlobalArgs, access, resolve};
 use crate::{
     multicluster::ClusterState,
-    sync::plan::{DesiredFor, DesiredSet, Observed, retain_replicas},
+    sync::plan::{
+        DesiredFor, DesiredSet, Observed,
+        pipeline::{NamespacePlacement, PlacementFailure},
+        retain_replicas,
+    },
 };
 
 /// Examples of `flotilla diff --help`.
@@ -96,10 +101,11 @@ async fn diff(global: &GlobalArgs, args: DiffArgs, ctx: &Context) -> anyhow::Res
         (None, None) => anyhow::bail!("give -f FILE or TYPE/NAME (see --help)"),
     };
     let clusters = member::clusters(&host, kubefed_ns).await?;
+    let config = input::config(&host, kubefed_ns).await?;
     let mut code = 0;
     for fed in &objects {
-        let changes = object_changes(&host, &docs, fed, &clusters).await?;
-        ctx.out.write(report(fed, &changes)?);
+        let (changes, failure) = object_changes(&host, &docs, fed, &clusters, &config).await?;
+        ctx.out.write(report(fed, &changes, failure.as_ref())?);
         code = code.max(plan::exit_code(changes.values()));
     }
     Ok(code)
@@ -117,24 +123,26 @@ pub fn split_type_name<'a>(
     }
 }
 
-/// The change in every cluster the object is or would be in.
+/// The change in every cluster the object is or would be in, and why the object could not
+/// be placed as asked (the status reason the controller would report), if it could not.
 async fn object_changes(
     host: &Client,
     docs: &[Value],
     fed: &Federated,
     clusters: &[ClusterState],
-) -> anyhow::Result<BTreeMap<String, Change>> {
+    config: &EffectiveConfig,
+) -> anyhow::Result<(BTreeMap<String, Change>, Option<PlacementFailure>)> {
     let spec = fed.spec()?;
     let status = fed.status();
     let target = &fed.ftc.spec.target_type;
     let is_namespace = target.group.is_empty() && target.kind == "Namespace";
     let namespace = fed.namespace();
-    let ns_placement = match namespace {
-        Some(ns) if target.namespaced() && !is_namespace => {
-            Some(input::namespace_placement(host, docs, ns).await?)
-        }
-        _ => None,
+    let needs_ns_placement = target.namespaced() && !is_namespace;
+    let fns = match NamespacePlacement::applies(needs_ns_placement, &config.scope, namespace) {
+        Some(ns) => input::namespace_spec(host, docs, ns).await?,
+        None => None,
     };
+    let ns_placement = NamespacePlacement::of(needs_ns_placement, &config.scope, namespace, fns);
     let rsp = match namespace {
         Some(ns) => input::rsp(host, docs, ns, fed.name()).await?,
         None => None,
@@ -147,10 +155,13 @@ async fn object_changes(
         spec: &spec,
         status: &status,
         clusters,
-        namespace_placement: ns_placement.as_ref(),
+        namespace_placement: &ns_placement,
         rsp: rsp.as_ref(),
+        collect_status: fed.ftc.spec.status_collection == Some(StatusCollectionMode::Enabled),
+        default_unreachable_seconds: config.default_unreachable_toleration_seconds,
     };
-    let (_, set) = desired::desired(&inputs).map_err(anyhow::Error::msg)?;
+    let planned = desired::desired(&inputs).map_err(anyhow::Error::msg)?;
+    let set = planned.desired;
     let ar = target.to_kube();
     let where_ = MemberObject {
         api: &ar,
@@ -172,7 +183,7 @@ async fn object_changes(
             changes.insert(cluster.name.clone(), change);
         }
     }
-    Ok(changes)
+    Ok((changes, planned.failure))
 }
 
 /// The change in one cluster; member failures become [`Change::Failed`].
@@ -225,8 +236,19 @@ async fn render_in_member(
 }
 
 /// The diffs, one line per cluster that would change, and the summary.
-fn report(fed: &Federated, changes: &BTreeMap<String, Change>) -> anyhow::Result<String> {
+fn report(
+    fed: &Federated,
+    changes: &BTreeMap<String, Change>,
+    failure: Option<&PlacementFailure>,
+) -> anyhow::Result<String> {
     let mut out = String::new();
+    if let Some((reason, message)) = failure {
+        out.push_str(&format!(
+            "{}: not placed as asked: {}: {message}\n",
+            fed.display(),
+            reason.as_str()
+        ));
+    }
     let target = &fed.ftc.spec.target_type;
     let path = |cluster: &str| {
         let object = match fed.namespace() {

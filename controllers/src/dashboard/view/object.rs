@@ -7,7 +7,8 @@
 use std::collections::BTreeSet;
 
 use flotilla_crds::{
-    FederatedSpec, Placement, federated::PlacementStatus, workload::AggregatedStatus,
+    FederatedSpec, Placement, core::StatusCollectionMode, federated::PlacementStatus,
+    schedule::DEFAULT_UNREACHABLE_TOLERATION_SECONDS, workload::AggregatedStatus,
 };
 use kube::ResourceExt;
 use serde::Serialize;
@@ -18,7 +19,7 @@ use crate::{
     cli::diff::{desired, render},
     dashboard::state::{EventRecord, FedObject, ObjectKey, State},
     multicluster::ClusterState,
-    sync::plan::DesiredFor,
+    sync::plan::{DesiredFor, pipeline::NamespacePlacement},
 };
 
 /// How many Events the page lists.
@@ -245,8 +246,10 @@ fn rendered(
     let is_namespace = target.group.is_empty() && target.kind == "Namespace";
     let namespace = Some(key.namespace.as_str()).filter(|ns| !ns.is_empty());
     let ns_placement = match namespace {
-        Some(ns) if target.namespaced() && !is_namespace => Some(namespace_placement(state, ns)?),
-        _ => None,
+        Some(ns) if target.namespaced() && !is_namespace => {
+            NamespacePlacement::Federated(namespace_placement(state, ns)?)
+        }
+        _ => NamespacePlacement::NotApplied,
     };
     let rsp = state.rsps.get(&(key.namespace.clone(), key.name.clone()));
     let clusters = cluster_states(state);
@@ -258,10 +261,12 @@ fn rendered(
         spec,
         status: &object.status,
         clusters: &clusters,
-        namespace_placement: ns_placement.as_ref(),
+        namespace_placement: &ns_placement,
         rsp,
+        collect_status: ftc.spec.status_collection == Some(StatusCollectionMode::Enabled),
+        default_unreachable_seconds: DEFAULT_UNREACHABLE_TOLERATION_SECONDS,
     };
-    let (_, set) = desired::desired(&inputs)?;
+    let set = desired::desired(&inputs)?.desired;
     Ok(move |cluster: &str| match set.by_cluster.get(cluster) {
         None => Rendered::NotPlaced,
         Some(DesiredFor::Failed(reason, message)) => {

@@ -6,6 +6,7 @@
 
 pub mod aggregate;
 pub mod deletion;
+pub mod pipeline;
 pub mod status;
 
 use std::{
