@@ -24,6 +24,7 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod api_surface;
 mod cluster;
 mod env;
 mod error;
@@ -37,6 +38,7 @@ mod proxy;
 
 use std::path::PathBuf;
 
+pub use api_surface::ApiSurface;
 pub use cluster::Cluster;
 pub use env::{EnvOptions, LocalEnv};
 pub use error::Error;

@@ -7,7 +7,8 @@
 //! other N − 1 sleep for good — the controller then runs with a single worker and every
 //! object of a stream waits for all the ones before it (Flotilla's sync controller lost
 //! ~1 s per object this way). A gate awaits the condition in **one** task and fans the
-//! result out over a `watch` channel, which wakes every receiver.
+//! result out over a `watch` channel, which wakes every receiver. That one task should wait
+//! for a store with [`store_ready`], which a readiness check elsewhere cannot put to sleep.
 //!
 //! ```
 //! # #[tokio::main(flavor = "current_thread")] async fn main() {
@@ -27,9 +28,30 @@
 //! # }
 //! ```
 
-use std::future::Future;
+use std::{fmt::Debug, future::Future, hash::Hash, time::Duration};
 
+use kube::{Resource, runtime::reflector::Store};
 use tokio::{sync::watch, task::JoinHandle};
+
+/// How often [`store_ready`] polls a store's readiness again.
+const READY_REPOLL: Duration = Duration::from_millis(100);
+
+/// Waits until `store` has its first complete list (`false` if its writer was dropped
+/// first). Unlike awaiting `Store::wait_until_ready` alone, it cannot be left asleep by
+/// another task polling the same store's readiness (a `now_or_never` check elsewhere
+/// replaces the one waker the store keeps): it polls again every 100 ms. Meant for the one
+/// task behind a [`Gate`].
+pub async fn store_ready<K>(store: &Store<K>) -> bool
+where
+    K: Resource + Clone + 'static,
+    K::DynamicType: Eq + Hash + Clone + Debug,
+{
+    loop {
+        if let Ok(ready) = tokio::time::timeout(READY_REPOLL, store.wait_until_ready()).await {
+            return ready.is_ok();
+        }
+    }
+}
 
 /// Whether the gate is open; cloned into every waiter.
 #[derive(Clone, Debug)]
@@ -175,7 +197,7 @@ mod tests {
 
         let mut writer = Writer::<ConfigMap>::default();
         let store = writer.as_reader();
-        let (gate, _task) = Gate::after(async move { store.wait_until_ready().await.is_ok() });
+        let (gate, _task) = Gate::after(async move { store_ready(&store).await });
         let workers: Vec<_> = (0..16)
             .map(|_| {
                 let gate = gate.clone();
@@ -184,6 +206,15 @@ mod tests {
             .collect();
         tokio::time::sleep(Duration::from_millis(10)).await;
         writer.apply_watcher_event(&Event::Init);
+        // Another task checks the readiness meanwhile (as a periodic resync does), taking
+        // the store's one waker from the gate's task.
+        let store = writer.as_reader();
+        tokio::spawn(async move {
+            use futures::FutureExt;
+            let _ = store.wait_until_ready().now_or_never();
+        })
+        .await
+        .ok();
         writer.apply_watcher_event(&Event::InitDone);
         for w in workers {
             let woke = tokio::time::timeout(Duration::from_secs(1), w).await;

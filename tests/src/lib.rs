@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
 
-pub use flotilla_localenv::{Cluster, EnvOptions, LocalEnv};
+pub use flotilla_localenv::{ApiSurface, Cluster, EnvOptions, LocalEnv};
 
 pub mod assert;
 pub mod browser;

@@ -110,6 +110,33 @@ async fn a_small_benchmark_run_propagates_everything_and_reports_complete_figure
     );
     assert!(cm.restart.first_new_object_s > 0.0);
 
+    // The sequential client: every object created one by one (GET + POST), then one bulk
+    // delete, through Flotilla and straight into the members.
+    let seq = cm
+        .sequential
+        .as_ref()
+        .expect("the sequential-client phase ran");
+    for (what, p) in [("flotilla", &seq.flotilla), ("raw", &seq.raw)] {
+        assert_eq!(p.member_objects, 20, "{what} sequential: {p:?}");
+        assert!(
+            p.writes_s > 0.0 && p.bulk_delete_call_s > 0.0,
+            "{what} sequential: {p:?}"
+        );
+        assert!(
+            p.present_after_last_write_s >= 0.0,
+            "{what} sequential: {p:?}"
+        );
+    }
+    // Raw: the client's GET and POST per member object; Flotilla's members see the apply.
+    assert!(
+        (seq.raw.member_requests_per_member_object - 2.0).abs() < 0.01,
+        "{seq:?}"
+    );
+    assert!(
+        seq.flotilla.member_requests_per_member_object >= 1.0,
+        "{seq:?}"
+    );
+
     assert!(report.cost.control_plane_cpu_s > 0.0);
     assert!(report.cost.control_plane_peak_rss_mib.is_finite());
     assert_eq!(report.targets.len(), 8);
@@ -124,6 +151,7 @@ async fn a_small_benchmark_run_propagates_everything_and_reports_complete_figure
         "create -> all present",
         "steady state",
         "restart (SIGKILL",
+        "sequential client",
         "targets:",
     ] {
         assert!(table.contains(needle), "table lacks {needle:?}:\n{table}");

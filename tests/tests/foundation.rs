@@ -308,3 +308,47 @@ fn a_panicking_test_body_still_stops_every_process() {
     assert!(alive.is_empty(), "still running: {alive:?}");
     assert!(!dir.exists(), "{} still exists", dir.display());
 }
+
+/// The "current API" profile (the default): the betas Kubernetes 1.22 and 1.25 removed are
+/// not served, their GA versions are, and the betas v1.20 has no GA version of stay on.
+#[tokio::test]
+async fn the_apiservers_serve_todays_api_surface_without_the_removed_betas() -> anyhow::Result<()> {
+    init_tracing();
+    let options = EnvOptions {
+        members: 0,
+        start_controller_manager: false,
+        ..EnvOptions::default()
+    };
+    if options.api_surface != flotilla_tests::ApiSurface::Current {
+        // FLOTILLA_API_SURFACE=legacy chose v1.20's own surface for this run.
+        return Ok(());
+    }
+    let env = LocalEnv::start(options).await?;
+    let client = env.host().client().await?;
+    let groups = client.list_api_groups().await?;
+    let served: Vec<String> = groups
+        .groups
+        .iter()
+        .flat_map(|g| g.versions.iter().map(|v| v.group_version.clone()))
+        .collect();
+    for gone in flotilla_localenv::api_surface::REMOVED_BETAS {
+        anyhow::ensure!(
+            !served.iter().any(|gv| gv == gone),
+            "{gone} is still served"
+        );
+    }
+    for kept in [
+        "rbac.authorization.k8s.io/v1",
+        "networking.k8s.io/v1",
+        "apiextensions.k8s.io/v1",
+        "coordination.k8s.io/v1",
+        "discovery.k8s.io/v1beta1",
+    ] {
+        anyhow::ensure!(
+            served.iter().any(|gv| gv == kept),
+            "{kept} is not served: {served:?}"
+        );
+    }
+    env.shutdown().await?;
+    Ok(())
+}

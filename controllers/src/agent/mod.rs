@@ -19,8 +19,7 @@ use std::{collections::HashSet, ops::ControlFlow, sync::Arc, sync::Mutex, time::
 use flotilla_crds::work::{
     AppliedWork, AppliedWorkSpec, AppliedWorkStatus, WORK_COLLECT_STATUS, Work, cluster_namespace,
 };
-use flotilla_multicluster::gate::Gate;
-use futures::FutureExt;
+use flotilla_multicluster::gate::{Gate, store_ready};
 use kube::{
     Api, Client, ResourceExt,
     api::{ListParams, Patch, PatchParams, PostParams},
@@ -120,7 +119,7 @@ impl Agent {
         // Until the Work cache is complete, a Work would look deleted and its objects
         // pruned; the gate wakes every worker once it is (a store wakes only one waiter).
         let works = state.works.clone();
-        let (gate, gate_task) = Gate::after(async move { works.wait_until_ready().await.is_ok() });
+        let (gate, gate_task) = Gate::after(async move { store_ready(&works).await });
         let mut tasks = vec![
             gate_task,
             tokio::spawn(watch_works(state.clone(), writer)),
@@ -130,7 +129,7 @@ impl Agent {
                 identity,
                 opts.lease_duration,
             )),
-            tokio::spawn(resync(state.clone(), opts.resync)),
+            tokio::spawn(resync(state.clone(), opts.resync, gate.clone())),
         ];
         for _ in 0..opts.workers.max(1) {
             tasks.push(tokio::spawn(work(state.clone(), gate.clone())));
@@ -181,11 +180,11 @@ fn keep(_: &mut Work) {}
 
 /// Every period: every Work (drift, status) and every AppliedWork (a Work deleted while the
 /// agent was not watching).
-async fn resync(state: Arc<State>, period: Duration) {
+async fn resync(state: Arc<State>, period: Duration, gate: Gate) {
     let mut tick = tokio::time::interval(period.max(Duration::from_millis(200)));
     loop {
         tick.tick().await;
-        if state.works.wait_until_ready().now_or_never().is_none() {
+        if !gate.is_open() {
             continue;
         }
         for w in state.works.state() {

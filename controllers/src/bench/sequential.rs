@@ -56,20 +56,22 @@ pub struct SequentialComparison {
     /// Straight into the members (GET + POST per member, one writer per member, members in
     /// parallel).
     pub raw: SequentialPhase,
-    /// present_after_last_write_s, flotilla / raw.
-    pub present_ratio: f64,
-    /// empty_after_bulk_delete_s, flotilla / raw.
-    pub empty_ratio: f64,
+    /// present_after_last_write_s, flotilla / raw (`None` when raw is 0: the raw objects
+    /// were present the moment their writes returned).
+    pub present_ratio: Option<f64>,
+    /// empty_after_bulk_delete_s, flotilla / raw (`None` when raw is 0).
+    pub empty_ratio: Option<f64>,
 }
 
 impl SequentialComparison {
     pub(super) fn new(flotilla: SequentialPhase, raw: SequentialPhase) -> Self {
+        let finite = |a: f64, b: f64| Some(ratio(a, b)).filter(|r| r.is_finite());
         SequentialComparison {
-            present_ratio: ratio(
+            present_ratio: finite(
                 flotilla.present_after_last_write_s,
                 raw.present_after_last_write_s,
             ),
-            empty_ratio: ratio(
+            empty_ratio: finite(
                 flotilla.empty_after_bulk_delete_s,
                 raw.empty_after_bulk_delete_s,
             ),

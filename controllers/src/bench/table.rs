@@ -274,7 +274,7 @@ fn sequential_rows(s: &mut String, q: &SequentialComparison) {
         r.present_after_last_write_s,
         f.present_after_last_write_s,
         "s",
-        q.present_ratio,
+        q.present_ratio.unwrap_or(f64::NAN),
     );
     row(
         s,
@@ -309,7 +309,7 @@ fn sequential_rows(s: &mut String, q: &SequentialComparison) {
         r.empty_after_bulk_delete_s,
         f.empty_after_bulk_delete_s,
         "s",
-        q.empty_ratio,
+        q.empty_ratio.unwrap_or(f64::NAN),
     );
 }
 

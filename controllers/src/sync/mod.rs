@@ -40,7 +40,7 @@ use flotilla_crds::{
     core::{EffectiveConfig, FederatedTypeConfigSpec, StatusCollectionMode},
     workload::WorkloadKind,
 };
-use flotilla_multicluster::gate::Gate;
+use flotilla_multicluster::gate::{Gate, store_ready};
 use kube::{
     Api, Client, ResourceExt,
     core::{ApiResource, DynamicObject},
@@ -367,8 +367,8 @@ fn requeue_all(ctl: &Ctl, queue: &WorkQueue<Key>) {
 /// its last waiter (see [`Gate`]).
 async fn ready(ctl: Arc<Ctl>) -> bool {
     registry_wait::wait_for_registry(ctl.shared.clone()).await;
-    ctl.host_store.wait_until_ready().await.is_ok()
-        && (!ctl.needs_ns_placement || ctl.fns_store.wait_until_ready().await.is_ok())
+    store_ready(&ctl.host_store).await
+        && (!ctl.needs_ns_placement || store_ready(&ctl.fns_store).await)
 }
 
 /// One worker: waits until the gate opens, then reconciles keys until cancelled.

@@ -41,6 +41,7 @@ impl LocalEnv {
             "--max-mutating-requests-inflight=100".to_owned(),
             "--profiling=false".to_owned(),
         ];
+        args.extend(self.options.api_surface.apiserver_args());
         args.extend(self.options.extra_apiserver_args.iter().cloned());
         args
     }

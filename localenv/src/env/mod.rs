@@ -10,6 +10,7 @@ use rand::Rng;
 use rand::distr::Alphanumeric;
 use tempfile::TempDir;
 
+use crate::api_surface::ApiSurface;
 use crate::cluster::Cluster;
 use crate::error::{Error, io};
 use crate::etcd::{self, EtcdSpec};
@@ -50,6 +51,9 @@ pub struct EnvOptions {
     /// runs**). `None` (the default) leaves pods Pending, which costs nothing. Needs the
     /// controller-manager and `kube-scheduler` next to the other binaries.
     pub pods: Option<PodSimulation>,
+    /// Which API versions the apiservers serve (default: [`ApiSurface::from_env`], i.e.
+    /// [`ApiSurface::Current`] unless `FLOTILLA_API_SURFACE=legacy`).
+    pub api_surface: ApiSurface,
 }
 
 impl Default for EnvOptions {
@@ -60,6 +64,7 @@ impl Default for EnvOptions {
             startup_timeout: Duration::from_secs(60),
             extra_apiserver_args: Vec::new(),
             pods: None,
+            api_surface: ApiSurface::from_env(),
         }
     }
 }
