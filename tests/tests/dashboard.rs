@@ -13,7 +13,7 @@ use std::{path::PathBuf, time::Duration};
 use anyhow::{Context as _, ensure};
 use flotilla_controllers::cli::{self, Context};
 use flotilla_tests::{
-    browser::Browser, federation::Federation, objects::FederatedObject,
+    browser::Browser, cli::start_dashboard, federation::Federation, objects::FederatedObject,
     setup::federation_with_namespace, wait_for,
 };
 use serde_json::json;
@@ -21,40 +21,6 @@ use serde_json::json;
 const NS: &str = "dash";
 /// How long the page may take to show a change (status written + pushed + refetched).
 const SEEN: Duration = Duration::from_secs(60);
-
-/// Runs `flotilla dashboard` in-process on a free loopback port; returns its URL.
-async fn start_dashboard(fed: &Federation, ctx: &Context) -> anyhow::Result<String> {
-    let port = std::net::TcpListener::bind("127.0.0.1:0")?
-        .local_addr()?
-        .port();
-    let args: Vec<String> = vec![
-        "flotilla".into(),
-        "--kubeconfig".into(),
-        fed.env.kubeconfig_path().display().to_string(),
-        "--context".into(),
-        "host".into(),
-        "dashboard".into(),
-        "--address".into(),
-        format!("127.0.0.1:{port}"),
-    ];
-    let run_ctx = ctx.clone();
-    tokio::spawn(async move {
-        if let Err(e) = cli::run(args, run_ctx).await {
-            panic!("flotilla dashboard failed: {e:#}");
-        }
-    });
-    let url = format!("http://127.0.0.1:{port}/");
-    wait_for(
-        Duration::from_secs(30),
-        "the dashboard's URL to be printed",
-        || async {
-            ensure!(ctx.out.text().contains(&url), "printed: {}", ctx.out.text());
-            Ok(())
-        },
-    )
-    .await?;
-    Ok(url)
-}
 
 fn settings(name: &str, color: &str) -> FederatedObject {
     FederatedObject::config_map(NS, name, json!({"color": color}))
