@@ -1,11 +1,22 @@
 //! Running `flotilla` commands in-process as the binary runs them, against a test
 //! federation: one-shot commands with their output and exit status, and the dashboard on a
-//! free port.
+//! free port; requests to it with a bearer token, and tokens of ServiceAccounts to send.
 
-use std::time::Duration;
+use std::{net::SocketAddr, time::Duration};
 
 use anyhow::ensure;
+use bytes::Bytes;
 use flotilla_controllers::cli::{self, Context, Exit};
+use http::{Request, header};
+use http_body_util::{BodyExt, Empty};
+use hyper_util::rt::TokioIo;
+use k8s_openapi::api::{authentication::v1::TokenRequest, core::v1::ServiceAccount};
+use kube::{
+    Api, Client,
+    api::{Patch, PatchParams, PostParams},
+};
+use serde_json::json;
+use tokio::net::TcpStream;
 
 use crate::{federation::Federation, wait_for};
 
@@ -47,6 +58,16 @@ pub async fn run(fed: &Federation, args: &[&str]) -> Run {
 /// Runs `flotilla dashboard` in-process on a free loopback port until `ctx.shutdown` is
 /// cancelled; returns its URL once it is printed.
 pub async fn start_dashboard(fed: &Federation, ctx: &Context) -> anyhow::Result<String> {
+    start_dashboard_on(fed, ctx, "127.0.0.1").await
+}
+
+/// Like [`start_dashboard`], bound to `ip` (e.g. `0.0.0.0`: every address, not loopback);
+/// the URL returned is on 127.0.0.1 either way.
+pub async fn start_dashboard_on(
+    fed: &Federation,
+    ctx: &Context,
+    ip: &str,
+) -> anyhow::Result<String> {
     let port = std::net::TcpListener::bind("127.0.0.1:0")?
         .local_addr()?
         .port();
@@ -58,7 +79,7 @@ pub async fn start_dashboard(fed: &Federation, ctx: &Context) -> anyhow::Result<
         "host".into(),
         "dashboard".into(),
         "--address".into(),
-        format!("127.0.0.1:{port}"),
+        format!("{ip}:{port}"),
     ];
     let run_ctx = ctx.clone();
     tokio::spawn(async move {
@@ -77,4 +98,57 @@ pub async fn start_dashboard(fed: &Federation, ctx: &Context) -> anyhow::Result<
     )
     .await?;
     Ok(url)
+}
+
+/// GETs `path` from `addr`, with `Authorization: Bearer <token>` when given; the status
+/// code, the `WWW-Authenticate` header and the body.
+pub async fn get_as(
+    addr: SocketAddr,
+    path: &str,
+    token: Option<&str>,
+) -> anyhow::Result<(u16, Option<String>, String)> {
+    let stream = TcpStream::connect(addr).await?;
+    let (mut sender, connection) =
+        hyper::client::conn::http1::handshake(TokioIo::new(stream)).await?;
+    tokio::spawn(connection);
+    let mut request = Request::get(path).header(header::HOST, addr.to_string());
+    if let Some(token) = token {
+        request = request.header(header::AUTHORIZATION, format!("Bearer {token}"));
+    }
+    let response = sender
+        .send_request(request.body(Empty::<Bytes>::new())?)
+        .await?;
+    let status = response.status().as_u16();
+    let challenge = response
+        .headers()
+        .get(header::WWW_AUTHENTICATE)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned);
+    let body = response.into_body().collect().await?.to_bytes();
+    Ok((
+        status,
+        challenge,
+        String::from_utf8_lossy(&body).into_owned(),
+    ))
+}
+
+/// Creates ServiceAccount `ns/name` (if absent) and returns a token of it (TokenRequest).
+pub async fn service_account_token(
+    client: &Client,
+    ns: &str,
+    name: &str,
+) -> anyhow::Result<String> {
+    let accounts: Api<ServiceAccount> = Api::namespaced(client.clone(), ns);
+    accounts
+        .patch(
+            name,
+            &PatchParams::apply("flotilla-tests"),
+            &Patch::Apply(json!({"apiVersion": "v1", "kind": "ServiceAccount",
+                                 "metadata": {"name": name, "namespace": ns}})),
+        )
+        .await?;
+    let answer = accounts
+        .create_token_request(name, &PostParams::default(), &TokenRequest::default())
+        .await?;
+    Ok(answer.status.map(|s| s.token).unwrap_or_default())
 }

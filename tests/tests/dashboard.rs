@@ -4,6 +4,9 @@
 //! that cluster with its reason (and the controllers' Warning Event on its page), and the
 //! object page updating by itself after a template change, without a reload.
 //!
+//! On a non-loopback address the dashboard asks every caller for a bearer token of the host
+//! and shows what the caller's RBAC lets it read.
+//!
 //! Screenshots of the overview and of an object page are written beside the clusters'
 //! files, and to `docs/images/` when `FLOTILLA_DASHBOARD_SCREENSHOTS=1`:
 //! `FLOTILLA_DASHBOARD_SCREENSHOTS=1 cargo nextest run -p flotilla-tests --test dashboard`.
@@ -13,8 +16,17 @@ use std::{path::PathBuf, time::Duration};
 use anyhow::{Context as _, ensure};
 use flotilla_controllers::cli::{self, Context};
 use flotilla_tests::{
-    browser::Browser, cli::start_dashboard, federation::Federation, objects::FederatedObject,
-    setup::federation_with_namespace, wait_for,
+    browser::Browser,
+    cli::{get_as, service_account_token, start_dashboard, start_dashboard_on},
+    federation::Federation,
+    objects::FederatedObject,
+    setup::federation_with_namespace,
+    wait_for,
+};
+use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
+use kube::{
+    Api,
+    api::{Patch, PatchParams},
 };
 use serde_json::json;
 
@@ -248,4 +260,154 @@ async fn the_controller_manager_serves_the_dashboard_when_asked() -> anyhow::Res
     ensure!(states == ["propagated", "propagated"], "{doc}");
     manager.await??;
     Ok(())
+}
+
+const AUTH_NS: &str = "dash-auth";
+
+/// What a caller sees of the overview of `AUTH_NS`: the object names and cluster names.
+async fn overview_as(
+    addr: std::net::SocketAddr,
+    token: &str,
+) -> anyhow::Result<(Vec<String>, Vec<String>)> {
+    let (status, _, body) =
+        get_as(addr, &format!("/api/overview?ns={AUTH_NS}"), Some(token)).await?;
+    ensure!(status == 200, "{status}: {body}");
+    let doc: serde_json::Value = serde_json::from_str(&body)?;
+    let names = |list: &serde_json::Value, field: &str| -> Vec<String> {
+        list.as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|r| r[field].as_str().map(str::to_owned))
+            .collect()
+    };
+    Ok((names(&doc["rows"], "name"), names(&doc["clusters"], "name")))
+}
+
+/// Binds `config/dashboard/`'s viewer ClusterRole to ServiceAccount `full`, and a Role that
+/// reads only FederatedConfigMaps to `narrow`, both in `AUTH_NS`; returns their tokens.
+async fn viewers(fed: &Federation) -> anyhow::Result<(String, String)> {
+    let apply = PatchParams::apply("flotilla-tests").force();
+    let role_yaml = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../config/dashboard/cluster_role.yaml"),
+    )?;
+    let mut role: ClusterRole = serde_saphyr::from_str(&role_yaml)?;
+    role.metadata.managed_fields = None;
+    Api::<ClusterRole>::all(fed.host.clone())
+        .patch("flotilla-dashboard-viewer", &apply, &Patch::Apply(&role))
+        .await?;
+    let subject =
+        |name: &str| json!([{"kind": "ServiceAccount", "name": name, "namespace": AUTH_NS}]);
+    let binding: ClusterRoleBinding = serde_json::from_value(json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+        "metadata": {"name": "dash-auth-full"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                    "name": "flotilla-dashboard-viewer"},
+        "subjects": subject("full")}))?;
+    Api::<ClusterRoleBinding>::all(fed.host.clone())
+        .patch("dash-auth-full", &apply, &Patch::Apply(&binding))
+        .await?;
+    let narrow: Role = serde_json::from_value(json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+        "metadata": {"name": "configmaps-only", "namespace": AUTH_NS},
+        "rules": [{"apiGroups": ["types.kubefed.io"], "resources": ["federatedconfigmaps"],
+                   "verbs": ["get"]}]}))?;
+    Api::<Role>::namespaced(fed.host.clone(), AUTH_NS)
+        .patch("configmaps-only", &apply, &Patch::Apply(&narrow))
+        .await?;
+    let narrow_binding: RoleBinding = serde_json::from_value(json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+        "metadata": {"name": "configmaps-only", "namespace": AUTH_NS},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "configmaps-only"},
+        "subjects": subject("narrow")}))?;
+    Api::<RoleBinding>::namespaced(fed.host.clone(), AUTH_NS)
+        .patch("configmaps-only", &apply, &Patch::Apply(&narrow_binding))
+        .await?;
+    Ok((
+        service_account_token(&fed.host, AUTH_NS, "full").await?,
+        service_account_token(&fed.host, AUTH_NS, "narrow").await?,
+    ))
+}
+
+/// Bound to every address (not loopback): no token or an unknown one → 401 with a Bearer
+/// challenge; a caller allowed only FederatedConfigMaps sees only those (no Secret, no
+/// cluster) and is refused the Secret's page; the viewer role of `config/dashboard/` sees
+/// everything; the script and `/healthz` need no token.
+#[tokio::test]
+async fn a_dashboard_on_a_non_loopback_address_shows_each_caller_what_its_rbac_allows()
+-> anyhow::Result<()> {
+    let fed = federation_with_namespace(1, AUTH_NS).await?;
+    FederatedObject::config_map(AUTH_NS, "shown", json!({"k": "v"}))
+        .apply(&fed.host)
+        .await?;
+    FederatedObject::new("Secret", "secrets", AUTH_NS, "withheld")
+        .template(json!({"stringData": {"k": "v"}}))
+        .apply(&fed.host)
+        .await?;
+    let (full, narrow) = viewers(&fed).await?;
+    let ctx = Context::captured();
+    let url = start_dashboard_on(&fed, &ctx, "0.0.0.0").await?;
+    let addr: std::net::SocketAddr = url
+        .trim_start_matches("http://")
+        .trim_end_matches('/')
+        .parse()?;
+    let checks = async {
+        for path in ["/", "/api/overview", "/events"] {
+            let (status, challenge, _) = get_as(addr, path, None).await?;
+            ensure!(status == 401, "{path} without a token: {status}");
+            ensure!(
+                challenge.is_some_and(|c| c.starts_with("Bearer")),
+                "{path}: no challenge"
+            );
+            let (status, _, _) = get_as(addr, path, Some("not-a-token")).await?;
+            ensure!(status == 401, "{path} with a bad token: {status}");
+        }
+        for path in ["/healthz", "/app.js"] {
+            ensure!(
+                get_as(addr, path, None).await?.0 == 200,
+                "{path} needs no token"
+            );
+        }
+        let everything = wait_for(SEEN, "the viewer to see both objects", || async {
+            let seen = overview_as(addr, &full).await?;
+            ensure!(seen.0.len() == 2 && !seen.1.is_empty(), "{seen:?}");
+            Ok(seen)
+        })
+        .await?;
+        ensure!(everything.0 == ["shown", "withheld"], "{everything:?}");
+        let (objects, clusters) = overview_as(addr, &narrow).await?;
+        ensure!(
+            objects == ["shown"] && clusters.is_empty(),
+            "narrow sees {objects:?} {clusters:?}"
+        );
+        let page = |name: &str| format!("/api/object?ns={AUTH_NS}&kind=Federated{name}");
+        let (status, _, body) = get_as(
+            addr,
+            &format!("{}&name=withheld", page("Secret")),
+            Some(&narrow),
+        )
+        .await?;
+        ensure!(
+            status == 403 && body.contains("federatedsecrets"),
+            "{status}: {body}"
+        );
+        let (status, _, _) = get_as(
+            addr,
+            &format!("{}&name=shown", page("ConfigMap")),
+            Some(&narrow),
+        )
+        .await?;
+        ensure!(status == 200, "narrow's own object: {status}");
+        let (status, _, _) = get_as(
+            addr,
+            &format!("{}&name=withheld", page("Secret")),
+            Some(&full),
+        )
+        .await?;
+        ensure!(status == 200, "the viewer role: {status}");
+        Ok(())
+    }
+    .await;
+    ctx.shutdown.cancel();
+    checks
 }
