@@ -368,13 +368,20 @@ async fn a_dashboard_on_a_non_loopback_address_shows_each_caller_what_its_rbac_a
                 "{path} needs no token"
             );
         }
-        let everything = wait_for(SEEN, "the viewer to see both objects", || async {
-            let seen = overview_as(addr, &full).await?;
-            ensure!(seen.0.len() == 2 && !seen.1.is_empty(), "{seen:?}");
-            Ok(seen)
+        // The viewer role reads everything: both objects and the FederatedNamespace.
+        wait_for(SEEN, "the viewer to see every object", || async {
+            let (objects, clusters) = overview_as(addr, &full).await?;
+            ensure!(
+                objects.len() == 3
+                    && ["shown", "withheld", AUTH_NS]
+                        .iter()
+                        .all(|o| objects.iter().any(|n| n == o))
+                    && clusters == ["member1"],
+                "{objects:?} {clusters:?}"
+            );
+            Ok(())
         })
         .await?;
-        ensure!(everything.0 == ["shown", "withheld"], "{everything:?}");
         let (objects, clusters) = overview_as(addr, &narrow).await?;
         ensure!(
             objects == ["shown"] && clusters.is_empty(),
