@@ -45,7 +45,7 @@ fn byte_count(field: &str, value: &Value) -> usize {
 /// The decoded length of standard, padded base64; `None` when `s` is not that.
 fn base64_len(s: &str) -> Option<usize> {
     let bytes = s.as_bytes();
-    if bytes.len() % 4 != 0 {
+    if !bytes.len().is_multiple_of(4) {
         return None;
     }
     let pad = bytes.iter().rev().take_while(|b| **b == b'=').count();

@@ -211,15 +211,20 @@ async fn the_dashboard_shows_clusters_and_per_cluster_state_live_in_a_real_brows
 
 /// The controller-manager's optional endpoint: with `--dashboard-addr` it serves the same
 /// dashboard. Here the controller-manager (started as the CLI starts it) replaces the
-/// in-process control plane, and its dashboard shows an object propagated to both members.
+/// in-process control plane, and its dashboard shows an object propagated to both members;
+/// its `/metrics`, on every address as in the Deployment, answers 401 without a token while
+/// `/healthz` stays open.
 #[tokio::test]
 async fn the_controller_manager_serves_the_dashboard_when_asked() -> anyhow::Result<()> {
     const CM_NS: &str = "dash-cm";
     let mut fed = federation_with_namespace(2, CM_NS).await?;
     fed.control_plane.take();
-    let port = std::net::TcpListener::bind("127.0.0.1:0")?
-        .local_addr()?
-        .port();
+    let free_port = || -> std::io::Result<u16> {
+        Ok(std::net::TcpListener::bind("127.0.0.1:0")?
+            .local_addr()?
+            .port())
+    };
+    let (port, metrics_port) = (free_port()?, free_port()?);
     let args: Vec<String> = vec![
         "flotilla".into(),
         "--kubeconfig".into(),
@@ -229,7 +234,8 @@ async fn the_controller_manager_serves_the_dashboard_when_asked() -> anyhow::Res
         "controller-manager".into(),
         "--leader-elect=false".into(),
         "--metrics-addr".into(),
-        "127.0.0.1:0".into(),
+        // Every address, as in the Deployment: /metrics then needs a token, probes do not.
+        format!("0.0.0.0:{metrics_port}"),
         "--dashboard-addr".into(),
         format!("127.0.0.1:{port}"),
     ];
@@ -249,7 +255,15 @@ async fn the_controller_manager_serves_the_dashboard_when_asked() -> anyhow::Res
         Ok(doc)
     })
     .await;
+    let metrics: std::net::SocketAddr = ([127, 0, 0, 1], metrics_port).into();
+    let (metrics_status, _, _) = get_as(metrics, "/metrics", None).await?;
+    let (health_status, _, _) = get_as(metrics, "/healthz", None).await?;
     ctx.shutdown.cancel();
+    ensure!(
+        metrics_status == 401,
+        "/metrics without a token: {metrics_status}"
+    );
+    ensure!(health_status == 200, "/healthz: {health_status}");
     let doc = seen?;
     let states: Vec<&str> = doc["clusters"]
         .as_array()
@@ -329,6 +343,28 @@ async fn viewers(fed: &Federation) -> anyhow::Result<(String, String)> {
     ))
 }
 
+/// Without a token, or with one the host does not know: 401 and a Bearer challenge; the
+/// script and `/healthz` need none.
+async fn unauthenticated_requests_are_refused(addr: std::net::SocketAddr) -> anyhow::Result<()> {
+    for path in ["/", "/api/overview", "/events"] {
+        let (status, challenge, _) = get_as(addr, path, None).await?;
+        ensure!(status == 401, "{path} without a token: {status}");
+        ensure!(
+            challenge.is_some_and(|c| c.starts_with("Bearer")),
+            "{path}: no challenge"
+        );
+        let (status, _, _) = get_as(addr, path, Some("not-a-token")).await?;
+        ensure!(status == 401, "{path} with a bad token: {status}");
+    }
+    for path in ["/healthz", "/app.js"] {
+        ensure!(
+            get_as(addr, path, None).await?.0 == 200,
+            "{path} needs no token"
+        );
+    }
+    Ok(())
+}
+
 /// Bound to every address (not loopback): no token or an unknown one → 401 with a Bearer
 /// challenge; a caller allowed only FederatedConfigMaps sees only those (no Secret, no
 /// cluster) and is refused the Secret's page; the viewer role of `config/dashboard/` sees
@@ -352,22 +388,7 @@ async fn a_dashboard_on_a_non_loopback_address_shows_each_caller_what_its_rbac_a
         .trim_end_matches('/')
         .parse()?;
     let checks = async {
-        for path in ["/", "/api/overview", "/events"] {
-            let (status, challenge, _) = get_as(addr, path, None).await?;
-            ensure!(status == 401, "{path} without a token: {status}");
-            ensure!(
-                challenge.is_some_and(|c| c.starts_with("Bearer")),
-                "{path}: no challenge"
-            );
-            let (status, _, _) = get_as(addr, path, Some("not-a-token")).await?;
-            ensure!(status == 401, "{path} with a bad token: {status}");
-        }
-        for path in ["/healthz", "/app.js"] {
-            ensure!(
-                get_as(addr, path, None).await?.0 == 200,
-                "{path} needs no token"
-            );
-        }
+        unauthenticated_requests_are_refused(addr).await?;
         // The viewer role reads everything: both objects and the FederatedNamespace.
         wait_for(SEEN, "the viewer to see every object", || async {
             let (objects, clusters) = overview_as(addr, &full).await?;
