@@ -32,6 +32,10 @@ pub async fn run(shared: Arc<SyncShared>) {
     while let Some(ev) = stream.next().await {
         let ev = match ev {
             Ok(ev) => ev,
+            Err(e) if crate::watch::is_expected_relist(&e) => {
+                tracing::debug!(error = %e, "FederatedTypeConfig watch expired; relisting");
+                continue;
+            }
             Err(e) => {
                 warn!(error = %e, "FederatedTypeConfig watch failed; retrying");
                 continue;

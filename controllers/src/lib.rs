@@ -15,6 +15,7 @@ pub mod decisions;
 pub use flotilla_multicluster::events;
 pub mod ftc;
 pub mod ftc_schema;
+pub mod http_auth;
 pub mod install;
 pub mod join;
 pub mod leader;

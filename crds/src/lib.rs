@@ -19,6 +19,7 @@ pub mod overrides;
 pub mod placement;
 pub mod placement_decision;
 pub mod reason;
+pub mod redact;
 pub mod rollout;
 pub mod schedule;
 pub mod scheduling;

@@ -84,7 +84,12 @@ impl WatchParams {
     fn log_failure(&self, error: &watcher::Error) {
         let cluster = self.cluster.as_deref();
         let what = self.what;
-        match self.failures {
+        // An expired resource version is the normal end of a watch: the watcher relists.
+        let level = match is_expected_relist(error) {
+            true => FailureLog::Debug,
+            false => self.failures,
+        };
+        match level {
             FailureLog::Debug => {
                 debug!(cluster, error = %error, "{what} watch failed; retrying with backoff")
             }
@@ -142,6 +147,26 @@ pub async fn watch_into<K>(
         if flow.is_break() {
             return;
         }
+    }
+}
+
+/// Whether a watcher error is the API server's `410 Gone` ("too old resource version",
+/// reason `Expired`): the resource version a watch resumed from has been compacted away.
+/// That is how every long watch ends sooner or later, and the watcher answers it by
+/// relisting, so it is logged at debug level, not as a failure an operator should see.
+pub fn is_expected_relist(error: &watcher::Error) -> bool {
+    let gone = |status: &kube::core::Status| {
+        status.code == 410
+            || status.reason == "Expired"
+            || status.reason == "Gone"
+            || status.message.contains("too old resource version")
+    };
+    match error {
+        watcher::Error::WatchError(status) => gone(status),
+        watcher::Error::InitialListFailed(kube::Error::Api(status))
+        | watcher::Error::WatchStartFailed(kube::Error::Api(status))
+        | watcher::Error::WatchFailed(kube::Error::Api(status)) => gone(status),
+        _ => false,
     }
 }
 
@@ -228,6 +253,38 @@ mod tests {
     }
 
     use super::*;
+
+    fn status(code: u16, reason: &str, message: &str) -> Box<kube::core::Status> {
+        let mut status = kube::core::Status::failure(message, reason);
+        status.code = code;
+        Box::new(status)
+    }
+
+    #[test]
+    fn an_expired_resource_version_is_an_expected_relist() {
+        let too_old = status(410, "Expired", "too old resource version: 1 (4075)");
+        assert!(is_expected_relist(&watcher::Error::WatchError(
+            too_old.clone()
+        )));
+        assert!(is_expected_relist(&watcher::Error::WatchStartFailed(
+            kube::Error::Api(too_old)
+        )));
+        // Some API servers send the message with another code.
+        let by_message = status(500, "", "too old resource version: 7 (9)");
+        assert!(is_expected_relist(&watcher::Error::WatchError(by_message)));
+    }
+
+    #[test]
+    fn other_watch_failures_are_not_expected_relists() {
+        let forbidden = status(403, "Forbidden", "secrets is forbidden");
+        assert!(!is_expected_relist(&watcher::Error::WatchError(
+            forbidden.clone()
+        )));
+        assert!(!is_expected_relist(&watcher::Error::InitialListFailed(
+            kube::Error::Api(forbidden)
+        )));
+        assert!(!is_expected_relist(&watcher::Error::NoResourceVersion));
+    }
 
     #[test]
     fn a_member_watch_filters_by_label_and_warns_with_its_cluster() {

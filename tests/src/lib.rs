@@ -17,6 +17,7 @@ pub use flotilla_localenv::{ApiSurface, Cluster, EnvOptions, LocalEnv};
 
 pub mod assert;
 pub mod browser;
+pub mod cli;
 pub mod federation;
 pub mod host;
 pub mod member;

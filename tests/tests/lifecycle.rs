@@ -1,5 +1,6 @@
 //! Lifecycle end to end on real clusters: cross-cluster deletion (delete options, orphaning,
-//! an object a member holds back), unready and unjoined members during deletion, adoption of
+//! an object a member holds back), unready and unjoined members during deletion (an
+//! orphaning deletion that gave up on an unready member keeps its copy there), adoption of
 //! pre-existing objects, `kubefed.io/managed=false`, strays left while the control plane
 //! was down, federated namespaces, and immutable fields.
 
@@ -250,14 +251,52 @@ async fn deletion_waits_for_an_unready_member_until_the_timeout(
     Ok(())
 }
 
+/// The orphaning deletion of `kept` gave up on member1 while it was down; now that it is
+/// back, its copy is kept and only unlabelled — not deleted as a stray, as `a`'s copy is.
+async fn an_orphaned_copy_outlives_the_outage(
+    fed: &Federation,
+    kept: &FederatedRef,
+) -> anyhow::Result<()> {
+    kept.wait_gone(Duration::from_secs(45)).await?;
+    let incomplete = events_about(&fed.host, "demo", "kept", "DeletionIncomplete").await?;
+    let note = incomplete
+        .first()
+        .and_then(|e| e.note.clone())
+        .unwrap_or_default();
+    ensure!(
+        note.contains("kept and only unlabelled"),
+        "event note: {note:?}"
+    );
+    Ok(())
+}
+
+async fn the_orphaned_copy_is_unlabelled_not_deleted(fed: &Federation) -> anyhow::Result<()> {
+    let m1 = config_maps(&fed.members[0], "demo");
+    let live = wait_object(Duration::from_secs(60), &m1, "kept", |cm| {
+        ensure!(!cm.labels().contains_key(MANAGED), "still managed");
+        Ok(())
+    })
+    .await
+    .context("the orphaned copy in member1 was deleted or never unlabelled")?;
+    assert_eq!(data_value(&live, "k"), Some("v"));
+    // Unmanaged now: nothing deletes it later either.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_unchanged(&m1, &live, "the orphaned copy after the outage").await
+}
+
 #[tokio::test]
-async fn an_unready_member_holds_deletion_until_the_timeout_and_an_unjoined_member_not_at_all()
+async fn an_unready_member_holds_deletion_until_the_timeout_keeps_orphaned_copies_and_an_unjoined_member_not_at_all()
 -> anyhow::Result<()> {
     let fed = ready_federation().await?;
     let a = kv("a").apply(&fed.host).await?;
     a.wait_propagated().await?;
     let b = kv("b").apply(&fed.host).await?;
     b.wait_propagated().await?;
+    let kept = kv("kept")
+        .annotate("kubefed.io/orphan", "true")
+        .apply(&fed.host)
+        .await?;
+    kept.wait_propagated().await?;
     let set = control_plane(&fed)?.clusters.clone();
     fed.env.stop_apiserver("member1").await?;
     wait_for(T, "member1 unready", || async {
@@ -265,12 +304,15 @@ async fn an_unready_member_holds_deletion_until_the_timeout_and_an_unjoined_memb
         Ok(())
     })
     .await?;
+    kept.delete().await?;
     deletion_waits_for_an_unready_member_until_the_timeout(&fed, &a).await?;
+    an_orphaned_copy_outlives_the_outage(&fed, &kept).await?;
 
-    // member1 returns: the copy left behind is a stray and is removed.
+    // member1 returns: the copy left behind is a stray and is removed; the orphaned one stays.
     fed.env.start_apiserver("member1").await?;
     let m1 = config_maps(&fed.members[0], "demo");
     wait_absent(Duration::from_secs(60), &m1, "a").await?;
+    the_orphaned_copy_is_unlabelled_not_deleted(&fed).await?;
     let m1_b = m1.get("b").await?;
 
     // member1 stops again and is unjoined: deletion does not wait for it.

@@ -127,6 +127,9 @@ impl Tracker {
                     let Some(t) = weak.upgrade() else { return };
                     match ev {
                         Ok(ev) => t.on_event(i, ev, &version_of),
+                        Err(e) if crate::watch::is_expected_relist(&e) => {
+                            tracing::debug!(error = %e, "benchmark watch expired; relisting")
+                        }
                         Err(e) => warn!(error = %e, "benchmark watch failed; retrying"),
                     }
                 }

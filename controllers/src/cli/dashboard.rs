@@ -17,9 +17,15 @@ Examples:
   # Another host context, another port
   flotilla dashboard --context host --address 127.0.0.1:9000
 
-Needs only read access (list/watch) to the federation's resources and Events; serves on
-loopback unless --address says otherwise (there is no authentication: bind elsewhere only
-behind something that authenticates).";
+  # Reachable from elsewhere: each request needs a bearer token of the host cluster
+  # (checked with a TokenReview; pages show what the caller's RBAC lets it read)
+  flotilla dashboard --address 0.0.0.0:8090
+  curl -H \"Authorization: Bearer $(kubectl create token viewer)\" http://HOST:8090/api/overview
+
+Needs read access (list/watch) to the federation's resources and Events, and on a
+non-loopback address also create on tokenreviews and subjectaccessreviews. On loopback it
+is open (only this machine reaches it); --insecure-no-auth serves a non-loopback address
+without authentication.";
 
 /// Arguments of `flotilla dashboard`.
 #[derive(Debug, Clone, clap::Args)]
@@ -27,6 +33,10 @@ pub struct DashboardArgs {
     /// Address to serve on.
     #[arg(long, default_value = dashboard::DEFAULT_ADDRESS, value_name = "ADDR")]
     pub address: SocketAddr,
+    /// On a non-loopback address, serve without authentication (anyone who reaches it sees
+    /// everything the dashboard's own credentials can read).
+    #[arg(long)]
+    pub insecure_no_auth: bool,
 }
 
 /// Runs `flotilla dashboard` until `ctx.shutdown` fires.
@@ -36,6 +46,7 @@ pub async fn run(global: &GlobalArgs, args: DashboardArgs, ctx: &Context) -> any
         host,
         &global.kubefed_namespace,
         args.address,
+        args.insecure_no_auth,
         ctx.shutdown.clone(),
     )
     .await

@@ -176,13 +176,22 @@ async fn start_dashboard(
     cancel: &CancellationToken,
 ) -> anyhow::Result<String> {
     let default: std::net::SocketAddr = crate::dashboard::DEFAULT_ADDRESS.parse()?;
-    let addr = match crate::dashboard::start(host.clone(), namespace, default, cancel.clone()).await
+    // Loopback: open, as the authentication rule allows (no flag needed).
+    let addr = match crate::dashboard::start(
+        host.clone(),
+        namespace,
+        default,
+        false,
+        cancel.clone(),
+    )
+    .await
     {
         Ok(addr) => addr,
         Err(_) => crate::dashboard::start(
             host.clone(),
             namespace,
             ([127, 0, 0, 1], 0).into(),
+            false,
             cancel.clone(),
         )
         .await

@@ -1,7 +1,10 @@
 //! `/metrics`, `/healthz` (and `/livez`) and `/readyz` over HTTP/1.1 on hyper: GET or HEAD,
 //! one request per connection (`Connection: close`). Enough for Prometheus and kubelet
 //! probes without a web framework. What each path answers is decided by [`respond`]; this
-//! module owns no metric and no readiness decision of its own.
+//! module owns no metric and no readiness decision of its own. On a non-loopback address
+//! `/metrics` needs a bearer token allowed `get` on the non-resource URL `/metrics` (as
+//! Kubernetes' own components and kube-rbac-proxy ask); the probes stay open, since the
+//! kubelet sends no token.
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -18,6 +21,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, warn};
 
+use crate::http_auth::{Authenticator, Check, Denial};
 use crate::metrics::Metrics;
 
 /// How long a client may take to send its request head.
@@ -112,10 +116,41 @@ impl Response {
     }
 }
 
-async fn handle(stream: TcpStream, metrics: Arc<Metrics>, health: Arc<Health>) {
+/// `/metrics` on a server that authenticates: the caller's token must allow `get /metrics`.
+async fn metrics_allowed(
+    auth: &Authenticator,
+    request: &Request<hyper::body::Incoming>,
+) -> Result<(), Denial> {
+    let header = request
+        .headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|h| h.to_str().ok());
+    let user = auth.authenticate(header).await?;
+    let check = Check::Path {
+        verb: "get",
+        path: "/metrics",
+    };
+    auth.require(&user, &check).await
+}
+
+async fn handle(
+    stream: TcpStream,
+    metrics: Arc<Metrics>,
+    health: Arc<Health>,
+    auth: Option<Arc<Authenticator>>,
+) {
     let service = service_fn(move |request: Request<hyper::body::Incoming>| {
-        let response = respond(request.method(), request.uri().path(), &metrics, &health);
-        std::future::ready(Ok::<_, Infallible>(response.into_http()))
+        let (metrics, health, auth) = (metrics.clone(), health.clone(), auth.clone());
+        async move {
+            if let Some(auth) = auth.filter(|_| request.uri().path() == "/metrics")
+                && let Err(denial) = metrics_allowed(&auth, &request).await
+            {
+                let refused = text(denial.status(), &denial.message());
+                return Ok::<_, Infallible>(refused.into_http());
+            }
+            let response = respond(request.method(), request.uri().path(), &metrics, &health);
+            Ok::<_, Infallible>(response.into_http())
+        }
     });
     let served = hyper::server::conn::http1::Builder::new()
         .keep_alive(false)
@@ -128,16 +163,17 @@ async fn handle(stream: TcpStream, metrics: Arc<Metrics>, health: Arc<Health>) {
     }
 }
 
-/// Binds `addr` and serves until `cancel` fires. Returns the bound address (useful with
-/// port 0) once listening.
+/// Binds `addr` and serves until `cancel` fires; `/metrics` is authenticated with `auth`
+/// when given. Returns the bound address (useful with port 0) once listening.
 pub async fn serve(
     addr: SocketAddr,
     metrics: Arc<Metrics>,
     health: Arc<Health>,
+    auth: Option<Arc<Authenticator>>,
     cancel: CancellationToken,
 ) -> std::io::Result<SocketAddr> {
     listen(addr, "metrics/health", cancel, move |stream, _| {
-        handle(stream, metrics.clone(), health.clone())
+        handle(stream, metrics.clone(), health.clone(), auth.clone())
     })
     .await
 }
@@ -241,6 +277,7 @@ mod tests {
             "127.0.0.1:0".parse().expect("an address"),
             Arc::new(Metrics::new()),
             health,
+            None,
             cancel.clone(),
         )
         .await

@@ -1,5 +1,8 @@
 //! Logging set-up of the binary: `tracing` to stderr, filtered by `RUST_LOG`, as text for
-//! people or JSON for log collectors.
+//! people or JSON for log collectors. Colours only when stderr is a terminal: a log file or
+//! a collector would otherwise store the escape codes in every line.
+
+use std::io::IsTerminal;
 
 use tracing_subscriber::EnvFilter;
 
@@ -13,17 +16,44 @@ pub enum LogFormat {
     Json,
 }
 
+/// Whether log lines carry ANSI colours: text on a terminal only, and never when the user
+/// asked for none (`NO_COLOR`, any non-empty value, as no-color.org proposes).
+pub fn colours(format: LogFormat, terminal: bool, no_color: Option<&str>) -> bool {
+    format == LogFormat::Text && terminal && no_color.is_none_or(str::is_empty)
+}
+
 /// Installs the global subscriber. `default_filter` applies when `RUST_LOG` is unset or
 /// invalid (e.g. `info` for the controller-manager, `warn` for one-shot commands).
 pub fn init(format: LogFormat, default_filter: &str) {
     let filter =
         EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default_filter));
+    let no_color = std::env::var("NO_COLOR").ok();
+    let ansi = colours(format, std::io::stderr().is_terminal(), no_color.as_deref());
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(ansi)
         .with_writer(std::io::stderr);
     // A subscriber may already be installed (in tests); keeping it is fine.
     let _ = match format {
         LogFormat::Text => builder.try_init(),
         LogFormat::Json => builder.json().flatten_event(true).try_init(),
     };
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn text_is_coloured_only_on_a_terminal() {
+        assert!(colours(LogFormat::Text, true, None));
+        assert!(!colours(LogFormat::Text, false, None));
+    }
+
+    #[test]
+    fn json_and_no_color_are_never_coloured() {
+        assert!(!colours(LogFormat::Json, true, None));
+        assert!(!colours(LogFormat::Text, true, Some("1")));
+        assert!(colours(LogFormat::Text, true, Some("")));
+    }
 }

@@ -20,6 +20,7 @@ use tracing::{info, warn};
 
 use super::http::{self, Health};
 use super::{Context, GlobalArgs, access, parse_duration};
+use crate::http_auth::{self, Exposure};
 use crate::leader::{self, LeaderElectionConfig, LeaderElector, LeadershipEnd};
 use crate::manager::{ControlPlane, Options};
 use crate::metrics::Metrics;
@@ -44,9 +45,13 @@ pub struct ControllerManagerArgs {
     /// instance).
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set, value_name = "BOOL")]
     pub leader_elect: bool,
-    /// Address of the `/metrics`, `/healthz` and `/readyz` endpoints.
+    /// Address of the `/metrics`, `/healthz` and `/readyz` endpoints. On a non-loopback
+    /// address `/metrics` needs a bearer token allowed `get` on the URL `/metrics`.
     #[arg(long, default_value = "0.0.0.0:8080", value_name = "ADDR")]
     pub metrics_addr: SocketAddr,
+    /// Serve `/metrics` on a non-loopback `--metrics-addr` without authentication.
+    #[arg(long)]
+    pub metrics_insecure_no_auth: bool,
     /// Name of the leader Lease in the control-plane namespace.
     #[arg(long, default_value = leader::DEFAULT_LEASE_NAME, value_name = "NAME")]
     pub leader_election_id: String,
@@ -84,9 +89,13 @@ pub struct ControllerManagerArgs {
     )]
     pub cluster_profile_namespace: Option<String>,
     /// Serve the read-only web dashboard on this address, on every replica (see
-    /// docs/dashboard.md; no authentication). Off when absent.
+    /// docs/dashboard.md). Off when absent. On a non-loopback address each request needs a
+    /// bearer token of the host cluster, authorised by its RBAC.
     #[arg(long, value_name = "ADDR")]
     pub dashboard_addr: Option<SocketAddr>,
+    /// Serve a non-loopback `--dashboard-addr` without authentication.
+    #[arg(long)]
+    pub dashboard_insecure_no_auth: bool,
     /// The MutatingWebhookConfiguration whose CA bundle the controller-manager keeps.
     #[arg(long, default_value = webhook::DEFAULT_CONFIGURATION, value_name = "NAME")]
     pub webhook_configuration: String,
@@ -121,6 +130,22 @@ async fn election_config(
     config
 }
 
+/// Who checks `/metrics` requests: nobody on loopback or when turned off explicitly, else
+/// the host API server.
+fn metrics_auth(
+    args: &ControllerManagerArgs,
+    host: &Client,
+) -> Option<Arc<http_auth::Authenticator>> {
+    match http_auth::exposure(&args.metrics_addr, args.metrics_insecure_no_auth) {
+        Exposure::Authenticated => Some(http_auth::Authenticator::new(host.clone())),
+        Exposure::InsecureOpen => {
+            warn!(addr = %args.metrics_addr, "/metrics is served without authentication (--metrics-insecure-no-auth)");
+            None
+        }
+        Exposure::Loopback => None,
+    }
+}
+
 /// Runs `flotilla controller-manager` until `ctx.shutdown` fires. Losing leadership is
 /// not an end: the controllers stop and the instance campaigns again.
 pub async fn run(
@@ -150,6 +175,7 @@ pub async fn run(
         args.metrics_addr,
         metrics.clone(),
         health.clone(),
+        metrics_auth(&args, &host),
         ctx.shutdown.clone(),
     )
     .await
@@ -162,9 +188,15 @@ pub async fn run(
     info!(host_version = %version.git_version, %namespace, "connected to the host cluster");
     let _webhook = start_webhook(&host, &namespace, &args).await?;
     if let Some(bind) = args.dashboard_addr {
-        let addr = crate::dashboard::start(host.clone(), &namespace, bind, ctx.shutdown.clone())
-            .await
-            .with_context(|| format!("serving the dashboard on {bind}"))?;
+        let addr = crate::dashboard::start(
+            host.clone(),
+            &namespace,
+            bind,
+            args.dashboard_insecure_no_auth,
+            ctx.shutdown.clone(),
+        )
+        .await
+        .with_context(|| format!("serving the dashboard on {bind}"))?;
         info!(url = %crate::dashboard::url(addr), "serving the dashboard");
     }
     // Ready means "can serve as leader or standby": the host answered.

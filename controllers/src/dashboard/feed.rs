@@ -23,6 +23,8 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, warn};
 
+use crate::watch::is_expected_relist;
+
 use super::state::{EventRecord, FedObject, ObjectKey, Shared, State};
 
 /// A change one watched object makes to the state.
@@ -85,6 +87,9 @@ async fn watch_into<K>(
             Ok(Some(watcher::Event::Apply(obj))) => shared.update(|s| (sink.apply)(s, &obj)),
             Ok(Some(watcher::Event::Delete(obj))) => shared.update(|s| (sink.delete)(s, &obj)),
             Ok(None) => return,
+            Err(error) if is_expected_relist(&error) => {
+                debug!(what = %sink.what, %error, "dashboard watch expired; relisting")
+            }
             Err(error) => warn!(what = %sink.what, %error, "dashboard watch failed; retrying"),
         }
     }

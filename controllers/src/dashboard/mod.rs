@@ -1,5 +1,5 @@
 //! The live web dashboard (`flotilla dashboard`, and the controller-manager's optional
-//! `--dashboard-bind-address`): one page with the member clusters and a grid of federated
+//! `--dashboard-addr`): one page with the member clusters and a grid of federated
 //! objects × clusters, a page per object, updated live as status changes.
 //!
 //! Layers, each its own module: [`feed`] watches the host (read-only) into [`state`];
@@ -7,6 +7,7 @@
 //! [`server`] answers HTTP from the current state and [`sse`] tells open pages when the
 //! state's version moves on. No page ever makes the dashboard call the API server.
 
+pub mod access;
 pub mod feed;
 pub mod html;
 pub mod server;
@@ -18,20 +19,37 @@ use std::net::SocketAddr;
 
 use kube::Client;
 use tokio_util::sync::CancellationToken;
+use tracing::warn;
+
+use crate::http_auth::{self, Exposure};
 
 /// The default address of `flotilla dashboard`: loopback only.
 pub const DEFAULT_ADDRESS: &str = "127.0.0.1:8090";
 
 /// Starts the watches on `host` (KubeFedClusters and types in `kubefed_ns`) and the
-/// server on `addr`; both stop when `cancel` fires. Returns the address served.
+/// server on `addr`; both stop when `cancel` fires. Returns the address served. On a
+/// non-loopback address every request is authenticated against `host` unless
+/// `insecure_no_auth` (see [`crate::http_auth`]).
 pub async fn start(
     host: Client,
     kubefed_ns: &str,
     addr: SocketAddr,
+    insecure_no_auth: bool,
     cancel: CancellationToken,
 ) -> std::io::Result<SocketAddr> {
+    let guard = match http_auth::exposure(&addr, insecure_no_auth) {
+        Exposure::Loopback => None,
+        Exposure::InsecureOpen => {
+            warn!(%addr, "the dashboard is served without authentication to anyone who can reach it (--insecure-no-auth)");
+            None
+        }
+        Exposure::Authenticated => Some(server::Guard {
+            auth: http_auth::Authenticator::new(host.clone()),
+            kubefed_ns: kubefed_ns.to_owned(),
+        }),
+    };
     let shared = state::Shared::default();
-    let local = server::serve(addr, shared.clone(), cancel.clone()).await?;
+    let local = server::serve(addr, shared.clone(), cancel.clone(), guard).await?;
     feed::start(host, kubefed_ns, shared, cancel);
     Ok(local)
 }

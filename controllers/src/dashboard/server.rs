@@ -2,9 +2,11 @@
 //! (one object), `?fragment=1` for the live part alone, `/api/overview` and `/api/object`
 //! (the same view models as JSON), `/events` (server-sent events, [`super::sse`]),
 //! `/app.js`, `/app.css`, `/healthz`. A strict Content-Security-Policy; on a loopback
-//! address, requests naming another host are refused (DNS rebinding).
+//! address, requests naming another host are refused (DNS rebinding). With a [`Guard`] (a
+//! non-loopback address), every other path needs a bearer token of the host cluster, and
+//! pages show only what its RBAC lets the caller read ([`super::access`]).
 
-use std::{convert::Infallible, net::SocketAddr, time::Duration};
+use std::{collections::BTreeSet, convert::Infallible, net::SocketAddr, sync::Arc, time::Duration};
 
 use bytes::Bytes;
 use http::{HeaderValue, Method, Request, StatusCode, header};
@@ -16,10 +18,21 @@ use tokio_util::sync::CancellationToken;
 use tracing::debug;
 
 use super::{
+    access::{self, CheckKey},
     html, sse,
-    state::{ObjectKey, Shared},
+    state::{ObjectKey, Shared, State},
     view::{object::object_view, overview},
 };
+use crate::http_auth::{Authenticator, Denial};
+
+/// The authentication of a dashboard reachable from elsewhere.
+#[derive(Clone)]
+pub struct Guard {
+    /// Reviews tokens and reads against the host API server.
+    pub auth: Arc<Authenticator>,
+    /// The control-plane namespace (where the KubeFedClusters are).
+    pub kubefed_ns: String,
+}
 
 /// How long a client may take to send its request head.
 const READ_TIMEOUT: Duration = Duration::from_secs(10);
@@ -125,14 +138,18 @@ fn object_key(query: &str) -> ObjectKey {
 
 /// Answers `path?query` from the current state (every path but `/events`).
 pub fn respond(shared: &Shared, path: &str, query: &str) -> Response {
+    let version = shared.version();
+    respond_in(&shared.read(), version, path, query)
+}
+
+/// Answers `path?query` from `state` (the whole state, or what one caller may see).
+pub fn respond_in(state: &State, version: u64, path: &str, query: &str) -> Response {
     let fragment = query_pairs(query)
         .iter()
         .any(|(k, v)| k == "fragment" && v == "1");
-    let version = shared.version();
-    let state = shared.read();
     match path {
         "/" | "/api/overview" => {
-            let o = overview::overview(&state, &overview::Filter::from_query(query));
+            let o = overview::overview(state, &overview::Filter::from_query(query));
             match (path, fragment) {
                 ("/api/overview", _) => json(&o),
                 (_, true) => ok(HTML, html::overview::fragment(&o)),
@@ -149,7 +166,7 @@ pub fn respond(shared: &Shared, path: &str, query: &str) -> Response {
         }
         "/object" | "/api/object" => {
             let key = object_key(query);
-            let Some(v) = object_view(&state, &key) else {
+            let Some(v) = object_view(state, &key) else {
                 let what = format!(
                     "No federated object {} {}/{}.",
                     key.kind, key.namespace, key.name
@@ -225,11 +242,80 @@ fn with_headers(
     response
 }
 
-fn answer(
+/// Paths anyone who reaches the server may fetch: no data in them.
+fn public(path: &str) -> bool {
+    matches!(path, "/app.js" | "/app.css" | "/healthz")
+}
+
+/// The state `request`'s caller may see, after authenticating it; `None` for `/events` (it
+/// carries only a version number: authentication is enough).
+async fn authorised(
+    shared: &Shared,
+    guard: &Guard,
+    request: &Request<hyper::body::Incoming>,
+) -> Result<Option<State>, Denial> {
+    let header = request
+        .headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|h| h.to_str().ok());
+    let user = guard.auth.authenticate(header).await?;
+    let path = request.uri().path();
+    let (checks, first_required) = {
+        let state = shared.read();
+        match path {
+            "/events" => return Ok(None),
+            "/object" | "/api/object" => {
+                let key = object_key(request.uri().query().unwrap_or_default());
+                match access::page_checks(&state, &key, &guard.kubefed_ns) {
+                    Some(checks) => (checks, true),
+                    None => (Vec::new(), false),
+                }
+            }
+            _ => (
+                access::overview_checks(&state, &guard.kubefed_ns)
+                    .into_iter()
+                    .map(|k| k.0)
+                    .collect(),
+                false,
+            ),
+        }
+    };
+    if first_required && let Some(object) = checks.first() {
+        guard.auth.require(&user, object).await?;
+    }
+    let answers = futures::future::join_all(checks.iter().map(|c| guard.auth.allowed(&user, c)));
+    let mut allowed = BTreeSet::new();
+    for (check, answer) in checks.iter().zip(answers.await) {
+        if answer? {
+            allowed.insert(CheckKey(check.clone()));
+        }
+    }
+    Ok(Some(access::visible(
+        &shared.read(),
+        &guard.kubefed_ns,
+        &allowed,
+    )))
+}
+
+fn refusal(denial: &Denial) -> http::Response<Body> {
+    let body = Full::new(Bytes::from(denial.message())).boxed_unsync();
+    let mut r = http::Response::new(body);
+    *r.status_mut() = denial.status();
+    if denial.status() == StatusCode::UNAUTHORIZED {
+        r.headers_mut().insert(
+            header::WWW_AUTHENTICATE,
+            HeaderValue::from_static("Bearer realm=\"flotilla-dashboard\""),
+        );
+    }
+    with_headers(r, "text/plain; charset=utf-8")
+}
+
+async fn answer(
     shared: &Shared,
     local: &SocketAddr,
     request: &Request<hyper::body::Incoming>,
     cancel: &CancellationToken,
+    guard: Option<&Guard>,
 ) -> http::Response<Body> {
     let host = request
         .headers()
@@ -251,6 +337,13 @@ fn answer(
         return refused(StatusCode::METHOD_NOT_ALLOWED, "read-only: GET only\n");
     }
     let path = request.uri().path();
+    let seen = match guard.filter(|_| !public(path)) {
+        None => None,
+        Some(guard) => match authorised(shared, guard, request).await {
+            Ok(seen) => seen,
+            Err(denial) => return refusal(&denial),
+        },
+    };
     if path == "/events" {
         let body = StreamBody::new(sse::stream(shared.subscribe(), cancel.clone())).boxed_unsync();
         let mut response = with_headers(http::Response::new(body), "text/event-stream");
@@ -259,17 +352,30 @@ fn answer(
             .insert("x-accel-buffering", HeaderValue::from_static("no"));
         return response;
     }
-    let r = respond(shared, path, request.uri().query().unwrap_or_default());
+    let query = request.uri().query().unwrap_or_default();
+    let r = match &seen {
+        Some(state) => respond_in(state, shared.version(), path, query),
+        None => respond(shared, path, query),
+    };
     let mut response = http::Response::new(Full::new(Bytes::from(r.body)).boxed_unsync());
     *response.status_mut() = r.status;
     with_headers(response, r.content_type)
 }
 
-async fn handle(stream: TcpStream, local: SocketAddr, shared: Shared, cancel: CancellationToken) {
+async fn handle(
+    stream: TcpStream,
+    local: SocketAddr,
+    shared: Shared,
+    cancel: CancellationToken,
+    guard: Option<Guard>,
+) {
     let stop = cancel.clone();
     let service = service_fn(move |request: Request<hyper::body::Incoming>| {
-        let response = answer(&shared, &local, &request, &cancel);
-        std::future::ready(Ok::<_, Infallible>(response))
+        let (shared, cancel, guard) = (shared.clone(), cancel.clone(), guard.clone());
+        async move {
+            let response = answer(&shared, &local, &request, &cancel, guard.as_ref()).await;
+            Ok::<_, Infallible>(response)
+        }
     });
     let connection = hyper::server::conn::http1::Builder::new()
         .timer(TokioTimer::new())
@@ -283,15 +389,17 @@ async fn handle(stream: TcpStream, local: SocketAddr, shared: Shared, cancel: Ca
     }
 }
 
-/// Binds `addr` and serves `shared` until `cancel` fires; returns the bound address.
+/// Binds `addr` and serves `shared` until `cancel` fires (authenticating every request
+/// with `guard` when there is one); returns the bound address.
 pub async fn serve(
     addr: SocketAddr,
     shared: Shared,
     cancel: CancellationToken,
+    guard: Option<Guard>,
 ) -> std::io::Result<SocketAddr> {
     let stop = cancel.clone();
     crate::cli::http::listen(addr, "dashboard", cancel, move |stream, local| {
-        handle(stream, local, shared.clone(), stop.clone())
+        handle(stream, local, shared.clone(), stop.clone(), guard.clone())
     })
     .await
 }

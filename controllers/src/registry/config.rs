@@ -94,6 +94,9 @@ pub async fn run(api: Api<KubeFedConfig>, namespace: String, tx: watch::Sender<E
                 publish(&KubeFedConfigSpec::with_defaults());
                 create_until_done(&api, &namespace).await;
             }
+            Err(error) if crate::watch::is_expected_relist(&error) => {
+                tracing::debug!(%error, "the KubeFedConfig watch expired; relisting")
+            }
             Err(error) => warn!(%error, "watching the KubeFedConfig failed; retrying"),
         }
     }

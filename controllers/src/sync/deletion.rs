@@ -219,14 +219,23 @@ impl Ctl {
         abandoned: &[String],
         cx: &DeletionContext,
     ) -> Result<(), Error> {
+        // Before the finalizer goes: once it has, the member copies look like strays.
+        self.shared
+            .orphans
+            .deleted(&self.fed_ar.kind, key, abandoned, cx.keep);
         if !abandoned.is_empty() {
             let object = key
                 .0
                 .as_ref()
                 .map(|ns| format!("{ns}/{}", key.1))
                 .unwrap_or_else(|| key.1.clone());
-            let msg =
-                plan::abandoned_message(abandoned, &cx.timeout_text, &self.target_ar.kind, &object);
+            let msg = plan::abandoned_message(
+                abandoned,
+                &cx.timeout_text,
+                &self.target_ar.kind,
+                &object,
+                cx.keep,
+            );
             warn!(clusters = ?abandoned, object = %object, kind = %self.target_ar.kind, "deletion incomplete: {msg}");
             self.event(fed, EventType::Warning, "DeletionIncomplete", msg)
                 .await;

@@ -20,6 +20,7 @@ mod delete_options;
 mod deletion;
 mod dispatch;
 mod observe;
+mod orphans;
 pub mod plan;
 pub mod pull;
 mod reconcile;
@@ -92,6 +93,8 @@ pub struct SyncShared {
     breakers: breaker::Breakers,
     /// The stored revisions of progressive rollouts known to exist (every type).
     revisions: rollout::Revisions,
+    /// Member objects orphaning deletions gave up on, kept when their cluster returns.
+    orphans: orphans::Orphans,
 }
 
 impl SyncShared {
@@ -118,6 +121,7 @@ impl SyncShared {
             limits: Mutex::default(),
             breakers: breaker::Breakers::default(),
             revisions: rollout::Revisions::default(),
+            orphans: orphans::Orphans::default(),
         })
     }
 

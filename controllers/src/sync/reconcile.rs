@@ -68,6 +68,8 @@ impl Ctl {
         if fed.metadata.deletion_timestamp.is_some() {
             return self.ensure_deletion(key, &fed).await;
         }
+        // A live object of this name again: an older orphaning deletion no longer decides.
+        self.shared.orphans.forget(&self.fed_ar.kind, key);
         if !has_finalizer(&fed) {
             self.add_finalizer(&fed).await?;
             // Propagation continues on the watch event of the patched object.

@@ -1,15 +1,17 @@
 //! Strays: managed member objects whose federated object no longer exists (it was deleted
 //! while Flotilla was not running, or its finalizer was removed by hand). Each is checked
-//! live and deleted — or only unlabelled, for namespaces that must never be deleted.
+//! live and deleted — or only unlabelled, for namespaces that must never be deleted and
+//! for objects an orphaning deletion had to leave behind ([`super::orphans`]).
 
 use futures::future::join_all;
-use tracing::warn;
+use tracing::{info, warn};
 
 use super::{
     Key,
     action::{Action, Error},
     ctl::Ctl,
     dispatch::{MemberOp, MemberRef},
+    orphans::{StrayOp, stray_op},
     plan::Outcome,
 };
 
@@ -34,8 +36,11 @@ impl Ctl {
             });
         }
         let host_ns_uid = self.host_namespace_uid(key).await?;
+        let kind = &self.fed_ar.kind;
         let jobs = clusters.into_iter().map(|c| {
             let host_uid = host_ns_uid.as_deref();
+            let orphaned = self.shared.orphans.is_orphaned(kind, key, &c.name);
+            let keep = stray_op(keep, orphaned) == StrayOp::Unlabel;
             async move {
                 let target = MemberRef {
                     cluster: &c.name,
@@ -47,6 +52,10 @@ impl Ctl {
                 if let Outcome::Status(reason, msg) = &outcome {
                     warn!(cluster = %c.name, object = ?key, %reason, msg, "cleaning up a stray member object failed");
                     return false;
+                }
+                if orphaned {
+                    info!(cluster = %c.name, object = ?key, "kept the member object an orphaning deletion left behind; unlabelled it");
+                    self.shared.orphans.kept(kind, key, &c.name);
                 }
                 true
             }

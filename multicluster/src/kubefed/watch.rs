@@ -125,6 +125,12 @@ fn affected(
             }
             watcher::Event::Init | watcher::Event::InitApply(_) => None,
         },
+        Change::Cluster(Err(error)) | Change::Secret(Err(error))
+            if crate::watch::is_expected_relist(&error) =>
+        {
+            tracing::debug!(error = %error, "registry watch expired; relisting");
+            None
+        }
         Change::Cluster(Err(error)) => {
             warn!(error = %crate::error_chain(&error), "watching KubeFedClusters failed; retrying");
             None

@@ -5,7 +5,8 @@
 //! ([`desired`]: RSP scheduling, placement, overrides — the controllers' own functions),
 //! run through the member's server-side apply as a dry run ([`member`]), against the live
 //! object; shown as a unified diff ([`unified`]) of the noise-free YAML ([`render`]).
-//! [`plan`] decides per cluster and the exit code. It writes nothing anywhere.
+//! [`plan`] decides per cluster and the exit code. It writes nothing anywhere. Secret
+//! values are redacted ([`flotilla_crds::redact`]) unless `--show-secrets`.
 
 pub mod desired;
 pub mod input;
@@ -44,6 +45,9 @@ Examples:
   # Is an applied federated object fully propagated as it asks?
   flotilla diff federateddeployment/web -n demo
 
+  # A Secret's values read <redacted: N bytes>; to see them (a changed one is marked):
+  flotilla diff federatedsecret/db -n demo --show-secrets
+
 Exit status: 0 nothing would change, 1 something would, 2 an error (as kubectl diff).";
 
 /// Arguments of `flotilla diff`.
@@ -59,6 +63,10 @@ pub struct DiffArgs {
     /// A manifest of federated objects (need not be applied yet); `-` reads stdin.
     #[arg(short = 'f', long = "filename", value_name = "FILE")]
     pub filename: Option<PathBuf>,
+    /// Show Secret `data`/`stringData` values in clear (by default they read
+    /// `<redacted: N bytes>`). For an operator at a terminal who may read them anyway.
+    #[arg(long)]
+    pub show_secrets: bool,
 }
 
 /// Runs `flotilla diff`: `Ok` when nothing would change, else [`Exit::Differences`], and
@@ -105,7 +113,8 @@ async fn diff(global: &GlobalArgs, args: DiffArgs, ctx: &Context) -> anyhow::Res
     let mut code = 0;
     for fed in &objects {
         let (changes, failure) = object_changes(&host, &docs, fed, &clusters, &config).await?;
-        ctx.out.write(report(fed, &changes, failure.as_ref())?);
+        ctx.out
+            .write(report(fed, &changes, failure.as_ref(), args.show_secrets)?);
         code = code.max(plan::exit_code(changes.values()));
     }
     Ok(code)
@@ -235,11 +244,13 @@ async fn render_in_member(
     }
 }
 
-/// The diffs, one line per cluster that would change, and the summary.
+/// The diffs, one line per cluster that would change, the placement failure the controller
+/// would report, and the summary. Secret values are redacted unless `show_secrets`.
 fn report(
     fed: &Federated,
     changes: &BTreeMap<String, Change>,
     failure: Option<&PlacementFailure>,
+    show_secrets: bool,
 ) -> anyhow::Result<String> {
     let mut out = String::new();
     if let Some((reason, message)) = failure {
@@ -260,14 +271,18 @@ fn report(
     for (cluster, change) in changes {
         let text = match change {
             Change::Create { after } => {
-                unified::unified("", &render::yaml(after)?, "/dev/null", &path(cluster))
+                let (_, after) = render::shown(&Value::Null, after, show_secrets);
+                unified::unified("", &render::yaml(&after)?, "/dev/null", &path(cluster))
             }
-            Change::Update { before, after, .. } => unified::unified(
-                &render::yaml(before)?,
-                &render::yaml(after)?,
-                &format!("{} (live)", path(cluster)),
-                &format!("{} (federated)", path(cluster)),
-            ),
+            Change::Update { before, after, .. } => {
+                let (before, after) = render::shown(before, after, show_secrets);
+                unified::unified(
+                    &render::yaml(&before)?,
+                    &render::yaml(&after)?,
+                    &format!("{} (live)", path(cluster)),
+                    &format!("{} (federated)", path(cluster)),
+                )
+            }
             _ => String::new(),
         };
         out.push_str(&text);

@@ -2,8 +2,10 @@
 //! write or that the member's controllers own (`managedFields`, `resourceVersion`, `uid`,
 //! `creationTimestamp`, `generation`, `selfLink`, `status`) and without Flotilla's content
 //! hash annotation (it changes whenever anything else does), as YAML with sorted keys so
-//! that two renderings of equal objects are equal text. Pure.
+//! that two renderings of equal objects are equal text; a Secret's values redacted unless
+//! asked for ([`shown`]). Pure.
 
+use flotilla_crds::redact;
 use serde_json::Value;
 
 use crate::sync::plan::HASH_ANNOTATION;
@@ -43,6 +45,16 @@ pub fn strip_noise(object: &Value) -> Value {
     object
 }
 
+/// The live and the desired object as a diff may show them: a Secret's values redacted
+/// (a changed value marked as such) unless `show_secrets`.
+pub fn shown(before: &Value, after: &Value, show_secrets: bool) -> (Value, Value) {
+    let (mut before, mut after) = (before.clone(), after.clone());
+    if !show_secrets && (redact::is_secret_object(&before) || redact::is_secret_object(&after)) {
+        redact::redact_secret_pair(&mut before, &mut after);
+    }
+    (before, after)
+}
+
 /// The object as YAML (keys sorted: `serde_json` maps are ordered), noise stripped.
 pub fn yaml(object: &Value) -> anyhow::Result<String> {
     Ok(serde_saphyr::to_string(&strip_noise(object))?)
@@ -75,6 +87,20 @@ mod tests {
                 "data": {"k": "v"}
             })
         );
+    }
+
+    #[test]
+    fn a_secret_is_shown_redacted_unless_asked_for() {
+        let live = json!({"apiVersion": "v1", "kind": "Secret", "data": {"k": "YWJj"}});
+        let desired = json!({"apiVersion": "v1", "kind": "Secret", "data": {"k": "eHl6"}});
+        let (before, after) = shown(&live, &desired, false);
+        assert_eq!(before["data"]["k"], "<redacted: 3 bytes>");
+        assert_eq!(after["data"]["k"], "<redacted: 3 bytes, changed>");
+        let (_, created) = shown(&Value::Null, &desired, false);
+        assert_eq!(created["data"]["k"], "<redacted: 3 bytes>");
+        assert_eq!(shown(&live, &desired, true), (live, desired));
+        let config_map = json!({"apiVersion": "v1", "kind": "ConfigMap", "data": {"k": "v"}});
+        assert_eq!(shown(&config_map, &config_map, false).1, config_map);
     }
 
     #[test]

@@ -7,7 +7,7 @@
 use std::collections::BTreeSet;
 
 use flotilla_crds::{
-    FederatedSpec, Placement, core::StatusCollectionMode, federated::PlacementStatus,
+    FederatedSpec, Placement, core::StatusCollectionMode, federated::PlacementStatus, redact,
     schedule::DEFAULT_UNREACHABLE_TOLERATION_SECONDS, workload::AggregatedStatus,
 };
 use kube::ResourceExt;
@@ -108,8 +108,13 @@ pub fn object_view(state: &State, key: &ObjectKey) -> Option<ObjectView> {
             format!("{} {}", t.api_version(), t.kind)
         })
         .unwrap_or_default();
+    // Without its type config, the kind's name is all there is to go by.
+    let secret = ftc.map_or(key.kind == "FederatedSecret", |f| {
+        let t = &f.spec.target_type;
+        redact::is_secret_type(&t.group, &t.kind)
+    });
     let spec = object.spec.as_ref().ok();
-    let rendered = spec.map(|s| rendered(state, key, object, s));
+    let rendered = spec.map(|s| rendered(state, key, object, s, secret));
     let names: BTreeSet<&String> = state
         .clusters
         .keys()
@@ -121,7 +126,7 @@ pub fn object_view(state: &State, key: &ObjectKey) -> Option<ObjectView> {
             name: name.clone(),
             health: state.clusters.get(name).map(Health::of),
             cell: Cell::of(object, name),
-            overrides: spec.map(|s| overrides(s, name)).unwrap_or_default(),
+            overrides: spec.map(|s| overrides(s, name, secret)).unwrap_or_default(),
             remote_status: object
                 .status
                 .clusters
@@ -148,7 +153,9 @@ pub fn object_view(state: &State, key: &ObjectKey) -> Option<ObjectView> {
             .propagation()
             .map(|c| (c.status.clone(), c.reason.clone(), c.message.clone())),
         spec_error: object.spec.as_ref().err().cloned(),
-        template: spec.map(|s| yaml(&s.template)).unwrap_or_default(),
+        template: spec
+            .map(|s| template(&s.template, secret))
+            .unwrap_or_default(),
         placement: spec
             .map(|s| placement_yaml(&s.placement))
             .unwrap_or_default(),
@@ -192,13 +199,24 @@ fn yaml(value: &Value) -> String {
     serde_saphyr::to_string(value).unwrap_or_else(|e| format!("(cannot show: {e})"))
 }
 
+/// The template as YAML, a Secret's values redacted.
+fn template(template: &Value, secret: bool) -> String {
+    if !secret {
+        return yaml(template);
+    }
+    let mut shown = template.clone();
+    redact::redact_secret(&mut shown);
+    yaml(&shown)
+}
+
 fn placement_yaml(placement: &Placement) -> String {
     serde_json::to_value(placement)
         .map(|v| yaml(&v))
         .unwrap_or_else(|e| format!("(cannot show: {e})"))
 }
 
-fn overrides(spec: &FederatedSpec, cluster: &str) -> Vec<OverrideRow> {
+/// One cluster's overrides; for a Secret, values that land in its data redacted.
+fn overrides(spec: &FederatedSpec, cluster: &str, secret: bool) -> Vec<OverrideRow> {
     spec.overrides
         .iter()
         .filter(|o| o.cluster_name == cluster)
@@ -209,7 +227,14 @@ fn overrides(spec: &FederatedSpec, cluster: &str) -> Vec<OverrideRow> {
                 .and_then(|v| v.as_str().map(str::to_owned))
                 .unwrap_or_default(),
             path: o.path.clone(),
-            value: o.value.as_ref().map(Value::to_string).unwrap_or_default(),
+            value: o
+                .value
+                .as_ref()
+                .map(|v| match secret {
+                    true => redact::redact_override_value(&o.path, v).to_string(),
+                    false => v.to_string(),
+                })
+                .unwrap_or_default(),
         })
         .collect()
 }
@@ -237,6 +262,7 @@ fn rendered(
     key: &ObjectKey,
     object: &FedObject,
     spec: &FederatedSpec,
+    secret: bool,
 ) -> Result<impl Fn(&str) -> Rendered, String> {
     let ftc = state
         .types
@@ -272,11 +298,22 @@ fn rendered(
         Some(DesiredFor::Failed(reason, message)) => {
             Rendered::Failed(format!("{}: {message}", reason.as_str()))
         }
-        Some(DesiredFor::Object { object, .. }) => match render::yaml(object) {
+        Some(DesiredFor::Object { object, .. }) => match render::yaml(&shown(object, secret)) {
             Ok(text) => Rendered::Object(text),
             Err(e) => Rendered::Failed(format!("cannot show: {e}")),
         },
     })
+}
+
+/// The object as it may be shown: a Secret's values redacted (by its type, or by its own
+/// `kind`, whichever says Secret).
+fn shown(object: &Value, secret: bool) -> Value {
+    let mut shown = object.clone();
+    match secret {
+        true => redact::redact_secret(&mut shown),
+        false => redact::redact_object(&mut shown),
+    }
+    shown
 }
 
 /// The placement of the FederatedNamespace of `namespace`.
@@ -440,6 +477,39 @@ mod tests {
             Rendered::Failed(why) => assert!(why.contains("not federated"), "{why}"),
             other => panic!("{other:?}"),
         }
+    }
+
+    #[test]
+    fn a_federated_secret_shows_no_value_in_its_template_overrides_or_objects() {
+        let mut s = state();
+        s.objects.insert(
+            key("demo", "FederatedSecret", "db"),
+            fed(
+                json!({"template": {"stringData": {"password": "hunter2-template"},
+                                    "data": {"key": "aHVudGVyMi1kYXRh"}},
+                       "placement": {"clusterSelector": {}},
+                       "overrides": [{"clusterName": "m2", "clusterOverrides": [
+                           {"path": "/stringData/password", "value": "hunter2-override"},
+                           {"path": "/data", "value": {"key": "aHVudGVyMi13aG9sZQ=="}}]}]}),
+                json!({}),
+                "secrets",
+            ),
+        );
+        let view = object_view(&s, &key("demo", "FederatedSecret", "db")).expect("view");
+        let json = serde_json::to_string(&view).expect("serialises");
+        for value in ["hunter2", "aHVudGVyMi"] {
+            assert!(!json.contains(value), "{value} shown: {json}");
+        }
+        assert!(
+            view.template.contains("<redacted: 16 bytes>"),
+            "{}",
+            view.template
+        );
+        let m2 = &view.clusters[1];
+        assert_eq!(m2.overrides[0].value, "\"<redacted: 16 bytes>\"");
+        assert_eq!(m2.overrides[1].value, r#"{"key":"<redacted: 13 bytes>"}"#);
+        assert!(rendered_text(&view, "m2").contains("<redacted: 13 bytes>"));
+        assert!(rendered_text(&view, "m1").contains("<redacted: 12 bytes>"));
     }
 
     #[test]

@@ -99,10 +99,22 @@ pub fn recheck_after(next_deadline: Duration) -> Duration {
     next_deadline.clamp(Duration::from_secs(1), Duration::from_secs(5))
 }
 
-/// The Warning of a deletion that gave up on unready clusters.
-pub fn abandoned_message(abandoned: &[String], timeout: &str, kind: &str, object: &str) -> String {
+/// The Warning of a deletion that gave up on unready clusters; `orphaning`: the member
+/// copies are kept (only unlabelled) when the clusters return, not removed as strays.
+pub fn abandoned_message(
+    abandoned: &[String],
+    timeout: &str,
+    kind: &str,
+    object: &str,
+    orphaning: bool,
+) -> String {
+    let then = if orphaning {
+        "it is kept and only unlabelled when the cluster returns (orphaned)"
+    } else {
+        "it is removed as a stray when the cluster returns"
+    };
     format!(
-        "gave up waiting for unready cluster(s) {} after {timeout}: the {kind} {object} may be left behind there; it is removed as a stray when the cluster returns",
+        "gave up waiting for unready cluster(s) {} after {timeout}: the {kind} {object} may be left behind there; {then}",
         abandoned.join(", "),
     )
 }
