@@ -328,7 +328,15 @@ pub fn try_federated_crd(
     target: &TargetType,
     template_schema: Option<Value>,
 ) -> Result<CustomResourceDefinition, CrdGenError> {
-    let fed = federated_api_resource(&target.api);
+    try_federated_crd_as(target, &federated_api_resource(&target.api), template_schema)
+}
+
+/// [`try_federated_crd`] served as `fed` (kubefed's alpha group, [`crate::alpha`]).
+fn try_federated_crd_as(
+    target: &TargetType,
+    fed: &ApiResource,
+    template_schema: Option<Value>,
+) -> Result<CustomResourceDefinition, CrdGenError> {
     let mut schema = federated_schema(&target.api, template_schema);
     unescape_descriptions(&mut schema);
     let schema: JSONSchemaProps =
@@ -420,15 +428,24 @@ pub fn federated_crd(
     target: &TargetType,
     template_schema: Option<Value>,
 ) -> CustomResourceDefinition {
+    federated_crd_as(target, &federated_api_resource(&target.api), template_schema)
+}
+
+/// [`federated_crd`] served as `fed` (kubefed's alpha group, [`crate::alpha`]).
+pub(crate) fn federated_crd_as(
+    target: &TargetType,
+    fed: &ApiResource,
+    template_schema: Option<Value>,
+) -> CustomResourceDefinition {
     if template_schema.is_some()
-        && let Ok(crd) = try_federated_crd(target, template_schema)
+        && let Ok(crd) = try_federated_crd_as(target, fed, template_schema)
     {
         return crd;
     }
     // Invariant: without a template schema the CRD is built only from Flotilla's own types,
     // which `crdgen::tests` check turn into valid structural schemas.
     #[allow(clippy::expect_used)]
-    try_federated_crd(target, None).expect("the built-in federated schema is valid")
+    try_federated_crd_as(target, fed, None).expect("the built-in federated schema is valid")
 }
 
 /// Polishes a derived CRD: readable descriptions, and a root description saying what the
@@ -515,13 +532,19 @@ pub fn applied_work_crd() -> CustomResourceDefinition {
     polish(AppliedWork::crd())
 }
 
-/// The core CRDs and the Federated&lt;Kind&gt; CRDs of [`default_target_types`].
+/// The core CRDs and the Federated&lt;Kind&gt; CRDs of [`default_target_types`], in
+/// `types.kubefed.io/v1beta1` and in kubefed's alpha `types.kubefed.k8s.io/v1alpha1`.
 pub fn all_crds() -> Vec<CustomResourceDefinition> {
     let mut crds = core_crds();
     crds.extend(
         default_target_types()
             .iter()
             .map(|t| federated_crd(t, None)),
+    );
+    crds.extend(
+        default_target_types()
+            .iter()
+            .map(|t| crate::alpha::alpha_crd(t, None)),
     );
     crds
 }
@@ -1054,7 +1077,11 @@ mod tests {
     #[test]
     fn all_crds_are_the_core_ones_then_one_per_default_type() {
         let crds = all_crds();
-        assert_eq!(crds.len(), core_crds().len() + default_target_types().len());
+        assert_eq!(
+            crds.len(),
+            core_crds().len() + 2 * default_target_types().len(),
+            "v1beta1 and alpha"
+        );
         let mut names: Vec<_> = crds
             .iter()
             .filter_map(|c| c.metadata.name.clone())

@@ -4,6 +4,7 @@
 #![forbid(unsafe_code)]
 
 pub mod about;
+pub mod alpha;
 pub mod core;
 pub mod crdgen;
 pub mod defaults;
@@ -15,6 +16,7 @@ pub mod inventory;
 pub mod kubefed_config;
 pub mod mcs;
 pub mod multicluster;
+pub mod override_path;
 pub mod overrides;
 pub mod placement;
 pub mod placement_decision;
