@@ -40,6 +40,9 @@ pub(super) struct Ctl {
     pub is_namespace_type: bool,
     pub needs_ns_placement: bool,
     pub host_store: Store<DynamicObject>,
+    /// The same type in the other federated API (kubefed's alpha and v1beta1), when both
+    /// are served: see [`super::twins`].
+    pub twin: Option<super::twins::TwinApi>,
     pub fns_store: Store<DynamicObject>,
     /// This type's Works in the host (Pull clusters' inventory).
     pub works: Store<flotilla_crds::work::Work>,

@@ -28,6 +28,7 @@ mod rollout;
 pub(crate) mod scheduled;
 mod status;
 mod strays;
+mod twins;
 
 use std::{
     collections::HashMap,
@@ -140,6 +141,15 @@ fn drop_status(obj: &mut DynamicObject) {
 
 fn keep_all(_: &mut DynamicObject) {}
 
+/// Which federated API a sync controller reconciles, and the twin API it must not
+/// propagate twice with (kubefed's alpha for v1beta1 and back).
+pub struct Serving {
+    /// The Federated&lt;Kind&gt; API resource reconciled.
+    pub federated: ApiResource,
+    /// The same type in the other API, when that is served too.
+    pub twin: Option<ApiResource>,
+}
+
 /// Key of a federated object in the host.
 type Key = (Option<String>, String);
 
@@ -153,12 +163,15 @@ pub struct TypeController {
 impl TypeController {
     /// Starts propagation for the type configured by `ftc`; `pruned`: what the federated
     /// CRD's schema drops from status (left out of the status compared and written).
+    /// `serving`: the federated API this controller reconciles and its twin's, when both
+    /// kubefed's alpha and v1beta1 are served.
     pub fn start(
         shared: Arc<SyncShared>,
         ftc: &FederatedTypeConfigSpec,
         pruned: Pruned,
+        serving: Serving,
     ) -> TypeController {
-        let fed_ar = ftc.federated_type.to_kube();
+        let fed_ar = serving.federated;
         let target_ar = ftc.target_type.to_kube();
         let target_namespaced = ftc.target_type.namespaced();
         let is_namespace_type =
@@ -170,6 +183,17 @@ impl TypeController {
         let host_writer = reflector::store::Writer::<DynamicObject>::new(fed_ar.clone());
         let fns_writer = reflector::store::Writer::<DynamicObject>::new(federated_namespace_ar());
         let work_writer = reflector::store::Writer::<flotilla_crds::work::Work>::default();
+        let twin_writer = serving
+            .twin
+            .clone()
+            .map(reflector::store::Writer::<DynamicObject>::new);
+        let twin = serving
+            .twin
+            .zip(twin_writer.as_ref())
+            .map(|(ar, w)| twins::TwinApi {
+                ar,
+                store: w.as_reader(),
+            });
         let (member_tx, member_rx) = mpsc::unbounded_channel();
         let members = member_watch(&shared, &target_ar, collect_status, member_tx);
         let ctl = Arc::new(Ctl {
@@ -180,6 +204,7 @@ impl TypeController {
             is_namespace_type,
             needs_ns_placement,
             host_store: host_writer.as_reader(),
+            twin,
             fns_store: fns_writer.as_reader(),
             works: work_writer.as_reader(),
             members,
@@ -203,6 +228,14 @@ impl TypeController {
                 let _ = known_tx.send(true);
             }),
         ];
+        if let (Some(writer), Some(twin)) = (twin_writer, &ctl.twin) {
+            tasks.push(tokio::spawn(twins::watch_twin(
+                ctl.shared.host.clone(),
+                twin.ar.clone(),
+                writer,
+                queue.clone(),
+            )));
+        }
         if needs_ns_placement {
             tasks.push(tokio::spawn(watch_federated_namespaces(
                 ctl.clone(),
@@ -367,6 +400,10 @@ fn requeue_all(ctl: &Ctl, queue: &WorkQueue<Key>) {
 /// the registry knows every cluster, a deletion would not wait for the clusters it lacks.
 async fn ready(ctl: &Ctl, mut clusters_known: watch::Receiver<bool>) -> bool {
     ctl.host_store.wait_until_ready().await.is_ok()
+        && match &ctl.twin {
+            Some(t) => t.store.wait_until_ready().await.is_ok(),
+            None => true,
+        }
         && (!ctl.needs_ns_placement || ctl.fns_store.wait_until_ready().await.is_ok())
         && clusters_known.wait_for(|known| *known).await.is_ok()
 }
