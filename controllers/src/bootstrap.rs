@@ -113,6 +113,10 @@ pub struct Bootstrap {
     /// `statusCollection: Enabled`, so their federated objects carry the members' status
     /// and `status.aggregated` (default `false`, kubefed's default; `dev up` turns it on).
     pub collect_workload_status: bool,
+    /// Also install kubefed's alpha `types.kubefed.k8s.io/v1alpha1` CRDs of the default
+    /// types, so alpha manifests are served and reconciled (default `false`: each served
+    /// alpha type runs a second sync controller; `config/` installs them).
+    pub kubefed_alpha: bool,
 }
 
 /// The federation set up on a [`LocalEnv`]: clients and the KubeFedCluster names.
@@ -137,7 +141,16 @@ impl Bootstrap {
             config: KubeFedConfigSpec::with_defaults(),
             ready_timeout: Duration::from_secs(60),
             collect_workload_status: false,
+            kubefed_alpha: false,
         }
+    }
+
+    /// The CRDs installed: every generated one, kubefed's alpha ones only when asked for.
+    pub fn crds(&self) -> Vec<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition> {
+        crdgen::all_crds()
+            .into_iter()
+            .filter(|c| self.kubefed_alpha || c.spec.group != flotilla_crds::alpha::ALPHA_TYPES_GROUP)
+            .collect()
     }
 
     /// Installs the host side, then joins every member of `env`, reporting each step.
@@ -149,7 +162,7 @@ impl Bootstrap {
         let host = connect(env.host()).await?;
         self.install(&host).await?;
         progress(Progress::Installed {
-            crds: crdgen::all_crds().len(),
+            crds: self.crds().len(),
             type_configs: crdgen::default_target_types().len(),
         });
         let mut members = Vec::new();
@@ -172,7 +185,7 @@ impl Bootstrap {
     /// The host side: every CRD (Established), the control-plane namespace, the
     /// KubeFedConfig and a FederatedTypeConfig per default type.
     pub async fn install(&self, host: &Client) -> Result<(), BootstrapError> {
-        let crds = crdgen::all_crds();
+        let crds = self.crds();
         install::install_crds(host, &crds, &self.field_manager, self.crd_timeout).await?;
         let pp = PatchParams::apply(&self.field_manager).force();
         let ns = &self.namespace;

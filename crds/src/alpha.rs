@@ -48,6 +48,23 @@ pub fn alpha_crd(target: &TargetType, template_schema: Option<serde_json::Value>
     crd
 }
 
+/// The alpha twin of a generated `types.kubefed.io/v1beta1` Federated&lt;Kind&gt; CRD (as
+/// `flotilla enable` builds it, possibly with a custom resource's template schema); `None`
+/// for a CRD in any other group.
+pub fn as_alpha_crd(beta: &CustomResourceDefinition) -> Option<CustomResourceDefinition> {
+    if beta.spec.group != TYPES_GROUP {
+        return None;
+    }
+    let mut crd = beta.clone();
+    crd.metadata.name = Some(format!("{}.{ALPHA_TYPES_GROUP}", crd.spec.names.plural));
+    crd.spec.group = ALPHA_TYPES_GROUP.into();
+    crd.spec.names.short_names = None;
+    for v in &mut crd.spec.versions {
+        v.name = V1ALPHA1.into();
+    }
+    Some(crd)
+}
+
 /// Which API a federated object is served by.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub enum FederatedApi {
@@ -286,5 +303,7 @@ mod tests {
         assert_eq!(alpha.spec.names.short_names, None);
         assert_eq!(alpha.spec.versions[0].schema, beta.spec.versions[0].schema);
         assert_eq!(alpha.spec.scope, beta.spec.scope);
+        assert_eq!(as_alpha_crd(&beta), Some(alpha.clone()));
+        assert_eq!(as_alpha_crd(&alpha), None, "only a v1beta1 CRD has an alpha twin");
     }
 }

@@ -98,10 +98,12 @@ pub fn federated_in(
 ) -> Vec<Federated> {
     let mut out = Vec::new();
     for doc in docs {
+        // kubefed's alpha objects belong to the same type: one desired-object function.
         let Some(ftc) = ftcs.iter().find(|f| {
-            let t = &f.spec.federated_type;
-            doc["apiVersion"].as_str() == Some(t.api_version().as_str())
-                && doc["kind"].as_str() == Some(t.kind.as_str())
+            resolve::served_apis(f).iter().any(|(t, _)| {
+                doc["apiVersion"].as_str() == Some(t.api_version().as_str())
+                    && doc["kind"].as_str() == Some(t.kind.as_str())
+            })
         }) else {
             continue;
         };
@@ -126,20 +128,27 @@ pub async fn from_host(
     name: &str,
 ) -> anyhow::Result<Federated> {
     let ftc = resolve::ftc_for(host, kubefed_ns, type_name).await?;
-    let ar = ftc.spec.federated_type.to_kube();
-    let api: Api<DynamicObject> = if ftc.spec.federated_type.namespaced() {
-        Api::namespaced_with(host.clone(), namespace, &ar)
-    } else {
-        Api::all_with(host.clone(), &ar)
-    };
-    let obj = api
-        .get(name)
-        .await
-        .with_context(|| format!("reading {} {name}", ar.kind))?;
-    Ok(Federated {
-        ftc,
-        object: serde_json::to_value(&obj)?,
-    })
+    // The v1beta1 object, else kubefed's alpha one of that name.
+    for (fed, _) in resolve::served_apis(&ftc) {
+        let ar = fed.to_kube();
+        let api: Api<DynamicObject> = if fed.namespaced() {
+            Api::namespaced_with(host.clone(), namespace, &ar)
+        } else {
+            Api::all_with(host.clone(), &ar)
+        };
+        match api.get(name).await {
+            Ok(obj) => {
+                return Ok(Federated {
+                    ftc,
+                    object: serde_json::to_value(&obj)?,
+                });
+            }
+            Err(kube::Error::Api(s)) if s.code == 404 => {}
+            Err(e) => return Err(e).with_context(|| format!("reading {} {name}", ar.kind)),
+        }
+    }
+    let kind = &ftc.spec.federated_type.kind;
+    anyhow::bail!("reading {kind} {name}: not found in namespace {namespace} (in any served API version)")
 }
 
 /// The placement of the FederatedNamespace of `namespace`, from the manifest or the host;
