@@ -226,15 +226,26 @@ impl Bootstrap {
     /// Joins `member` like `flotilla join`, with its CA and the label `name=<member>`;
     /// returns its admin client.
     pub async fn join(&self, host: &Client, member: &Cluster) -> Result<Client, BootstrapError> {
+        self.join_as(host, member, member.name()).await
+    }
+
+    /// Like [`Bootstrap::join`], registering the member as `name` (a KubeFedCluster named
+    /// other than the local cluster, e.g. kubefed's samples' `cluster1`).
+    pub async fn join_as(
+        &self,
+        host: &Client,
+        member: &Cluster,
+        name: &str,
+    ) -> Result<Client, BootstrapError> {
         let client = connect(member).await?;
-        let mut opts = JoinOptions::new(member.name(), member.server());
+        let mut opts = JoinOptions::new(name, member.server());
         opts.namespace = self.namespace.clone();
         opts.ca_pem = Some(member.ca_pem().to_owned());
-        opts.labels.insert("name".into(), member.name().into());
+        opts.labels.insert("name".into(), name.into());
         join(host, &client, &opts)
             .await
             .map_err(|source| BootstrapError::Join {
-                cluster: member.name().to_owned(),
+                cluster: name.to_owned(),
                 source,
             })?;
         Ok(client)

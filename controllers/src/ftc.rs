@@ -51,24 +51,33 @@ async fn served_alpha(
     spec: &FederatedTypeConfigSpec,
 ) -> Option<flotilla_crds::core::ApiResource> {
     let alpha = flotilla_crds::alpha::alpha_twin(&spec.federated_type)?;
+    crd_exists(host, &alpha.qualified_name()).await.then_some(alpha)
+}
+
+async fn crd_exists(host: &kube::Client, name: &str) -> bool {
     let crds: Api<CustomResourceDefinition> = Api::all(host.clone());
-    match crds.get_opt(&alpha.qualified_name()).await {
-        Ok(Some(_)) => Some(alpha),
-        Ok(None) => None,
+    match crds.get_opt(name).await {
+        Ok(found) => found.is_some(),
         Err(e) => {
-            warn!(crd = %alpha.qualified_name(), error = %e, "reading the alpha CRD failed; alpha objects are not reconciled");
-            None
+            warn!(crd = %name, error = %e, "reading an alpha CRD failed; taken as not installed");
+            false
         }
     }
 }
 
 /// One controller per served API of the type, each knowing the other.
-fn start_controllers(
+async fn start_controllers(
     shared: &Arc<SyncShared>,
     spec: &FederatedTypeConfigSpec,
     pruned: crate::ftc_schema::Pruned,
     alpha: Option<flotilla_crds::core::ApiResource>,
 ) -> Vec<TypeController> {
+    let alpha_namespaces = alpha.is_some()
+        && crd_exists(
+            &shared.host,
+            &format!("federatednamespaces.{}", flotilla_crds::alpha::ALPHA_TYPES_GROUP),
+        )
+        .await;
     let beta = spec.federated_type.to_kube();
     let alpha = alpha.map(|a| a.to_kube());
     let mut controllers = vec![TypeController::start(
@@ -78,6 +87,7 @@ fn start_controllers(
         Serving {
             federated: beta.clone(),
             twin: alpha.clone(),
+            alpha_namespaces,
         },
     )];
     if let Some(alpha) = alpha {
@@ -89,6 +99,7 @@ fn start_controllers(
             Serving {
                 federated: alpha,
                 twin: Some(beta),
+                alpha_namespaces,
             },
         ));
     }
@@ -156,7 +167,7 @@ async fn handle(
                     spec: ftc.spec.clone(),
                     pruned,
                     alpha: alpha.is_some(),
-                    controllers: start_controllers(shared, &ftc.spec, pruned, alpha),
+                    controllers: start_controllers(shared, &ftc.spec, pruned, alpha).await,
                 },
             );
         }
@@ -194,6 +205,6 @@ async fn recheck_alpha(shared: &Arc<SyncShared>, running: &mut HashMap<String, R
         info!(ftc = %name, alpha = alpha.is_some(), "kubefed alpha CRD changed; restarting the sync controllers");
         r.stop();
         r.alpha = alpha.is_some();
-        r.controllers = start_controllers(shared, &r.spec, r.pruned, alpha);
+        r.controllers = start_controllers(shared, &r.spec, r.pruned, alpha).await;
     }
 }

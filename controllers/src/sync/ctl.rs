@@ -44,6 +44,9 @@ pub(super) struct Ctl {
     /// are served: see [`super::twins`].
     pub twin: Option<super::twins::TwinApi>,
     pub fns_store: Store<DynamicObject>,
+    /// kubefed's alpha FederatedNamespaces, when the alpha API is served: an alpha
+    /// namespace places objects of either API, as a v1beta1 one does.
+    pub fns_alpha_store: Option<Store<DynamicObject>>,
     /// This type's Works in the host (Pull clusters' inventory).
     pub works: Store<flotilla_crds::work::Work>,
     pub members: Arc<MemberWatch<DynamicObject>>,
@@ -167,7 +170,12 @@ impl Ctl {
             return Ok(selected);
         };
         let fns_ref = ObjectRef::<DynamicObject>::new_with(ns, federated_namespace_ar()).within(ns);
-        let Some(fns) = self.fns_store.get(&fns_ref) else {
+        let alpha_fns = || {
+            let store = self.fns_alpha_store.as_ref()?;
+            let ar = super::federated_namespace_alpha_ar()?;
+            store.get(&ObjectRef::<DynamicObject>::new_with(ns, ar).within(ns))
+        };
+        let Some(fns) = self.fns_store.get(&fns_ref).or_else(alpha_fns) else {
             return Err((
                 AggregateReason::NamespaceNotFederated,
                 format!(

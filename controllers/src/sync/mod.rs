@@ -148,6 +148,9 @@ pub struct Serving {
     pub federated: ApiResource,
     /// The same type in the other API, when that is served too.
     pub twin: Option<ApiResource>,
+    /// Whether kubefed's alpha FederatedNamespace CRD is installed: its objects then
+    /// place namespaced objects too (a watch of a missing CRD would never sync).
+    pub alpha_namespaces: bool,
 }
 
 /// Key of a federated object in the host.
@@ -182,6 +185,9 @@ impl TypeController {
         let queue: Arc<WorkQueue<Key>> = WorkQueue::new();
         let host_writer = reflector::store::Writer::<DynamicObject>::new(fed_ar.clone());
         let fns_writer = reflector::store::Writer::<DynamicObject>::new(federated_namespace_ar());
+        let fns_alpha_writer = federated_namespace_alpha_ar()
+            .filter(|_| needs_ns_placement && serving.alpha_namespaces)
+            .map(reflector::store::Writer::<DynamicObject>::new);
         let work_writer = reflector::store::Writer::<flotilla_crds::work::Work>::default();
         let twin_writer = serving
             .twin
@@ -206,6 +212,7 @@ impl TypeController {
             host_store: host_writer.as_reader(),
             twin,
             fns_store: fns_writer.as_reader(),
+            fns_alpha_store: fns_alpha_writer.as_ref().map(|w| w.as_reader()),
             works: work_writer.as_reader(),
             members,
             collect_status,
@@ -239,7 +246,16 @@ impl TypeController {
         if needs_ns_placement {
             tasks.push(tokio::spawn(watch_federated_namespaces(
                 ctl.clone(),
+                federated_namespace_ar(),
                 fns_writer,
+                queue.clone(),
+            )));
+        }
+        if let (Some(writer), Some(ar)) = (fns_alpha_writer, federated_namespace_alpha_ar()) {
+            tasks.push(tokio::spawn(watch_federated_namespaces(
+                ctl.clone(),
+                ar,
+                writer,
                 queue.clone(),
             )));
         }
@@ -321,10 +337,11 @@ async fn watch_federated(
 /// object of that namespace.
 async fn watch_federated_namespaces(
     ctl: Arc<Ctl>,
+    ar: ApiResource,
     writer: reflector::store::Writer<DynamicObject>,
     queue: Arc<WorkQueue<Key>>,
 ) {
-    let api: Api<DynamicObject> = Api::all_with(ctl.shared.host.clone(), &federated_namespace_ar());
+    let api: Api<DynamicObject> = Api::all_with(ctl.shared.host.clone(), &ar);
     let store: Store<DynamicObject> = ctl.host_store.clone();
     reflect(api, writer, "federated namespace", move |c| match c {
         Change::Object(o) => {
@@ -405,6 +422,10 @@ async fn ready(ctl: &Ctl, mut clusters_known: watch::Receiver<bool>) -> bool {
             None => true,
         }
         && (!ctl.needs_ns_placement || ctl.fns_store.wait_until_ready().await.is_ok())
+        && match &ctl.fns_alpha_store {
+            Some(store) => store.wait_until_ready().await.is_ok(),
+            None => true,
+        }
         && clusters_known.wait_for(|known| *known).await.is_ok()
 }
 
@@ -483,6 +504,18 @@ fn federated_namespace_ar() -> ApiResource {
         scope: flotilla_crds::core::Scope::Cluster,
     };
     flotilla_crds::crdgen::federated_api_resource(&namespace).to_kube()
+}
+
+/// kubefed's alpha FederatedNamespace type (`types.kubefed.k8s.io/v1alpha1`).
+fn federated_namespace_alpha_ar() -> Option<ApiResource> {
+    let beta = flotilla_crds::core::ApiResource {
+        group: flotilla_crds::TYPES_GROUP.into(),
+        version: flotilla_crds::V1BETA1.into(),
+        kind: "FederatedNamespace".into(),
+        plural_name: "federatednamespaces".into(),
+        scope: flotilla_crds::core::Scope::Namespaced,
+    };
+    flotilla_crds::alpha::alpha_twin(&beta).map(|a| a.to_kube())
 }
 
 fn key_of(o: &DynamicObject) -> Key {
