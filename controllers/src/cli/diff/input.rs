@@ -158,33 +158,45 @@ pub async fn namespace_placement(
     docs: &[Value],
     namespace: &str,
 ) -> anyhow::Result<Placement> {
-    let ar = crdgen::federated_api_resource(&flotilla_crds::core::ApiResource {
+    let beta = crdgen::federated_api_resource(&flotilla_crds::core::ApiResource {
         group: String::new(),
         version: "v1".into(),
         kind: "Namespace".into(),
         plural_name: "namespaces".into(),
         scope: flotilla_crds::core::Scope::Cluster,
     });
+    // kubefed's alpha FederatedNamespace places objects too, as the controller reads it.
+    let ars: Vec<_> = [Some(beta.clone()), flotilla_crds::alpha::alpha_twin(&beta)]
+        .into_iter()
+        .flatten()
+        .collect();
     let in_manifest = docs
         .iter()
-        .find(|d| is_object(d, &ar.api_version(), &ar.kind, namespace, namespace))
+        .find(|d| {
+            ars.iter()
+                .any(|ar| is_object(d, &ar.api_version(), &ar.kind, namespace, namespace))
+        })
         .cloned();
-    let object = match in_manifest {
-        Some(doc) => doc,
-        None => {
-            let api: Api<DynamicObject> =
-                Api::namespaced_with(host.clone(), namespace, &ar.to_kube());
-            let found = api
-                .get_opt(namespace)
-                .await
-                .with_context(|| format!("reading the FederatedNamespace {namespace}"))?;
-            let Some(found) = found else {
-                anyhow::bail!(
-                    "namespace {namespace} is not federated: create a FederatedNamespace named {namespace} in it"
-                );
-            };
-            serde_json::to_value(&found)?
+    let mut object = in_manifest;
+    for ar in &ars {
+        if object.is_some() {
+            break;
         }
+        let api: Api<DynamicObject> = Api::namespaced_with(host.clone(), namespace, &ar.to_kube());
+        match api.get_opt(namespace).await {
+            Ok(found) => object = found.map(|f| serde_json::to_value(&f)).transpose()?,
+            // kubefed's alpha CRD need not be installed.
+            Err(kube::Error::Api(s)) if s.code == 404 => {}
+            Err(e) => {
+                return Err(e)
+                    .with_context(|| format!("reading the FederatedNamespace {namespace}"));
+            }
+        }
+    }
+    let Some(object) = object else {
+        anyhow::bail!(
+            "namespace {namespace} is not federated: create a FederatedNamespace named {namespace} in it"
+        );
     };
     let spec: FederatedSpec =
         serde_json::from_value(object.get("spec").cloned().unwrap_or(Value::Null))

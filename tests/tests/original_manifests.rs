@@ -1,0 +1,274 @@
+//! The manifests the product was designed from work unchanged on real clusters named as
+//! they name them (`cluster1`, `cluster2`): kubefed's alpha sample (a
+//! `types.kubefed.k8s.io/v1alpha1` FederatedNamespace and FederatedDeployment with a dotted
+//! override path) and Admiralty's ServiceAccountImport. Each step checks what the user
+//! sees — member objects, per-cluster status, `flotilla status` / `diff`, Events — and
+//! that bad input is reported on its own object only.
+
+use std::time::Duration;
+
+use anyhow::{Context as _, ensure};
+use flotilla_controllers::cli::{self, Context, Exit};
+use flotilla_crds::alpha::ALPHA_TYPES_GROUP;
+use flotilla_tests::{
+    assert::events_about,
+    env,
+    federation::{Federation, apply, bootstrap, federated},
+    host::{FederatedRef, cluster_status},
+    init_tracing,
+    member::{deployments, replicas},
+    wait::wait_absent,
+    wait_for,
+};
+use k8s_openapi::api::core::v1::Namespace;
+use kube::{
+    Api,
+    api::{Patch, PatchParams},
+    core::ApiResource,
+};
+use serde_json::{Value, json};
+
+const NS: &str = "test-namespace";
+const T: Duration = Duration::from_secs(60);
+
+/// kubefed's alpha `example/sample1`, as its users have it (the issue's manifest, with the
+/// selector and pod template its `...` stand for).
+const ALPHA_NAMESPACE: &str = r#"
+apiVersion: types.kubefed.k8s.io/v1alpha1
+kind: FederatedNamespace
+metadata:
+  name: test-namespace
+  namespace: test-namespace
+spec:
+  placement:
+    clusters:
+    - name: cluster2
+    - name: cluster1
+"#;
+
+const ALPHA_DEPLOYMENT: &str = r#"
+apiVersion: types.kubefed.k8s.io/v1alpha1
+kind: FederatedDeployment
+metadata: {name: test-deployment, namespace: test-namespace}
+spec:
+  template:
+    metadata: {labels: {app: nginx}}
+    spec:
+      replicas: 3
+      selector: {matchLabels: {app: nginx}}
+      template:
+        metadata: {labels: {app: nginx}}
+        spec: {containers: [{image: nginx, name: nginx}]}
+  placement:
+    clusters: [{name: cluster2}, {name: cluster1}]
+  overrides:
+    - clusterName: cluster2
+      clusterOverrides:
+        - path: spec.replicas
+          value: 5
+"#;
+
+/// Host + two members joined as `cluster1` and `cluster2`, kubefed's alpha CRDs installed.
+async fn federation() -> anyhow::Result<Federation> {
+    let env = env(2).await;
+    let mut boot = bootstrap();
+    boot.kubefed_alpha = true;
+    let host = env.host().client().await?;
+    boot.install(&host).await?;
+    let mut members = Vec::new();
+    for (i, member) in env.members().iter().enumerate() {
+        members.push(boot.join_as(&host, member, &format!("cluster{}", i + 1)).await?);
+    }
+    let cp = boot.start_control_plane(&host, members.len()).await?;
+    Ok(Federation {
+        control_plane: Some(cp),
+        host,
+        members,
+        env,
+    })
+}
+
+fn alpha(kind: &str, plural: &str) -> ApiResource {
+    let mut ar = federated(kind, plural);
+    ar.group = ALPHA_TYPES_GROUP.into();
+    ar.version = "v1alpha1".into();
+    ar.api_version = format!("{ALPHA_TYPES_GROUP}/v1alpha1");
+    ar
+}
+
+fn yaml(text: &str) -> anyhow::Result<Value> {
+    serde_saphyr::from_str(text).context("parsing a manifest")
+}
+
+/// The Deployment replicas in cluster1 and cluster2 (member1, member2), `None` when absent.
+async fn member_replicas(fed: &Federation, name: &str) -> anyhow::Result<Vec<Option<i32>>> {
+    let mut out = Vec::new();
+    for m in &fed.members {
+        out.push(deployments(m, NS).get_opt(name).await?.as_ref().and_then(replicas));
+    }
+    Ok(out)
+}
+
+/// Runs `flotilla ARGS` in-process against the host; (exit code, output).
+async fn flotilla(fed: &Federation, args: &[&str]) -> (u8, String) {
+    let mut full: Vec<String> = vec![
+        "flotilla".into(),
+        "--kubeconfig".into(),
+        fed.env.kubeconfig_path().display().to_string(),
+        "--host-cluster-context".into(),
+        "host".into(),
+    ];
+    full.extend(args.iter().map(|a| a.to_string()));
+    let ctx = Context::captured();
+    let result = cli::run(full, ctx.clone()).await;
+    let mut out = ctx.out.text();
+    let code = match &result {
+        Ok(()) => 0,
+        Err(e) => {
+            out.push_str(&format!("\nerror: {e:#}"));
+            e.downcast_ref::<Exit>().map_or(99, Exit::code)
+        }
+    };
+    (code, out)
+}
+
+async fn setup(fed: &Federation) -> anyhow::Result<()> {
+    let namespaces: Api<Namespace> = Api::all(fed.host.clone());
+    let ns = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}});
+    namespaces
+        .patch(NS, &PatchParams::apply("test"), &Patch::Apply(&ns))
+        .await?;
+    let fns = alpha("Namespace", "namespaces");
+    apply(&fed.host, &fns, Some(NS), &yaml(ALPHA_NAMESPACE)?).await?;
+    FederatedRef::new(&fed.host, &fns, NS, NS)
+        .wait_propagated()
+        .await?;
+    Ok(())
+}
+
+#[tokio::test]
+async fn kubefeds_alpha_sample_propagates_reports_conflicts_and_bad_paths_and_deletes()
+-> anyhow::Result<()> {
+    init_tracing();
+    let fed = federation().await?;
+    setup(&fed).await?;
+    let fdeploy = alpha("Deployment", "deployments");
+    apply(&fed.host, &fdeploy, Some(NS), &yaml(ALPHA_DEPLOYMENT)?).await?;
+    let sample = FederatedRef::new(&fed.host, &fdeploy, NS, "test-deployment");
+    let status = sample.wait_propagated().await?;
+    for cluster in ["cluster1", "cluster2"] {
+        let s = cluster_status(&status, cluster).context(cluster)?;
+        ensure!(s.status.is_empty(), "{cluster}: {s:?}");
+    }
+    wait_for(T, "3 replicas in cluster1, 5 in cluster2", || async {
+        let got = member_replicas(&fed, "test-deployment").await?;
+        ensure!(got == [Some(3), Some(5)], "{got:?}");
+        Ok(())
+    })
+    .await?;
+
+    // `flotilla status` and `flotilla diff` see the alpha object.
+    let (code, out) = flotilla(&fed, &["status", "federateddeployment/test-deployment", "-n", NS]).await;
+    ensure!(code == 0, "status: {out}");
+    ensure!(out.contains("cluster1") && out.contains("cluster2"), "{out}");
+    ensure!(out.to_lowercase().contains(ALPHA_TYPES_GROUP), "{out}");
+    let (code, out) = flotilla(&fed, &["diff", "federateddeployment/test-deployment", "-n", NS]).await;
+    ensure!(code == 0, "an unchanged object has nothing to change: {code} {out}");
+    let mut changed = yaml(ALPHA_DEPLOYMENT)?;
+    changed["spec"]["overrides"][0]["clusterOverrides"][0]["value"] = json!(6);
+    let file = fed.env.dir().join("changed-alpha.yaml");
+    std::fs::write(&file, serde_json::to_string(&changed)?)?;
+    let (code, out) = flotilla(&fed, &["diff", "-f", &file.display().to_string()]).await;
+    ensure!(code == 1, "a changed override is a change: {code} {out}");
+    ensure!(out.contains("cluster2") && out.contains('6'), "{out}");
+
+    bad_paths_are_reported_on_their_object_only(&fed, &fdeploy).await?;
+    twins_propagate_once_and_report_the_conflict_on_both(&fed, &sample).await?;
+
+    sample.delete().await?;
+    sample.wait_gone(T).await?;
+    for m in &fed.members {
+        wait_absent(T, &deployments(m, NS), "test-deployment").await?;
+    }
+    Ok(())
+}
+
+/// A dotted path into a missing field and a malformed path: the cluster's status says
+/// `ApplyOverridesFailed` with the path, the other cluster and the sample are untouched.
+async fn bad_paths_are_reported_on_their_object_only(
+    fed: &Federation,
+    fdeploy: &ApiResource,
+) -> anyhow::Result<()> {
+    for (name, path, hint) in [
+        ("missing-field", "spec.strategy.rollingUpdate.maxSurge", "does not exist"),
+        ("malformed", "spec..replicas", "empty"),
+    ] {
+        let mut obj = yaml(ALPHA_DEPLOYMENT)?;
+        obj["metadata"]["name"] = json!(name);
+        obj["spec"]["overrides"][0]["clusterOverrides"][0] = json!({"path": path, "value": 5});
+        apply(&fed.host, fdeploy, Some(NS), &obj).await?;
+        let r = FederatedRef::new(&fed.host, fdeploy, NS, name);
+        let status = r
+            .wait_cluster_reasons(&[("cluster1", ""), ("cluster2", "ApplyOverridesFailed")])
+            .await
+            .with_context(|| format!("{name} ({path})"))?;
+        let msg = cluster_status(&status, "cluster2").map(|c| c.message.clone());
+        ensure!(
+            msg.as_deref().is_some_and(|m| m.contains(path) && m.contains(hint)),
+            "{name}: {msg:?}"
+        );
+        let got = member_replicas(fed, name).await?;
+        ensure!(got[1].is_none(), "{name}: nothing written to cluster2: {got:?}");
+        r.delete().await?;
+        r.wait_gone(T).await?;
+    }
+    let got = member_replicas(fed, "test-deployment").await?;
+    ensure!(got == [Some(3), Some(5)], "the sample is untouched: {got:?}");
+    Ok(())
+}
+
+/// A v1beta1 FederatedDeployment of the sample's name: the (older) alpha object keeps
+/// propagating, both report `VersionConflict` with an Event; deleting the v1beta1 one
+/// leaves the members alone.
+async fn twins_propagate_once_and_report_the_conflict_on_both(
+    fed: &Federation,
+    sample: &FederatedRef,
+) -> anyhow::Result<()> {
+    let beta_ar = federated("Deployment", "deployments");
+    let mut beta = yaml(ALPHA_DEPLOYMENT)?;
+    beta["apiVersion"] = json!("types.kubefed.io/v1beta1");
+    beta["spec"]["template"]["spec"]["replicas"] = json!(7);
+    beta["spec"]["overrides"] = json!([]);
+    apply(&fed.host, &beta_ar, Some(NS), &beta).await?;
+    let twin = FederatedRef::new(&fed.host, &beta_ar, NS, "test-deployment");
+    let c = twin.wait_not_propagated("VersionConflict").await?;
+    ensure!(c.message.contains("propagates nothing"), "{c:?}");
+    ensure!(twin.status().await?.clusters.is_empty(), "the v1beta1 twin places nothing");
+    let c = sample.wait_not_propagated("VersionConflict").await?;
+    ensure!(c.message.contains("is the one propagated"), "{c:?}");
+    wait_for(T, "a VersionConflict Event on each twin", || async {
+        let events = events_about(&fed.host, NS, "test-deployment", "VersionConflict").await?;
+        let mut on: Vec<String> = events
+            .iter()
+            .filter_map(|e| e.regarding.as_ref()?.api_version.clone())
+            .collect();
+        on.sort();
+        on.dedup();
+        ensure!(
+            on == ["types.kubefed.io/v1beta1", "types.kubefed.k8s.io/v1alpha1"],
+            "{on:?}"
+        );
+        Ok(())
+    })
+    .await?;
+    let got = member_replicas(fed, "test-deployment").await?;
+    ensure!(got == [Some(3), Some(5)], "propagated once, from the alpha object: {got:?}");
+
+    twin.delete().await?;
+    twin.wait_gone(T).await?;
+    sample.wait_propagated().await?;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let got = member_replicas(fed, "test-deployment").await?;
+    ensure!(got == [Some(3), Some(5)], "deleting the yielding twin touches nothing: {got:?}");
+    Ok(())
+}
