@@ -45,6 +45,7 @@ pub fn alpha_crd(target: &TargetType, template_schema: Option<serde_json::Value>
     let alpha = alpha_twin(&beta).unwrap_or(beta);
     let mut crd = federated_crd_as(target, &alpha, template_schema);
     crd.spec.names.short_names = None;
+    annotate(&mut crd);
     crd
 }
 
@@ -62,7 +63,22 @@ pub fn as_alpha_crd(beta: &CustomResourceDefinition) -> Option<CustomResourceDef
     for v in &mut crd.spec.versions {
         v.name = V1ALPHA1.into();
     }
+    annotate(&mut crd);
     Some(crd)
+}
+
+/// The value of `api-approved.kubernetes.io` on the alpha CRDs: `*.k8s.io` groups are
+/// protected, and an apiextensions v1 CRD there needs the annotation. kubefed's alpha
+/// group never went through API review (its CRDs predate the rule), so it is declared
+/// unapproved, which the API server accepts and reports as a condition.
+pub const ALPHA_API_APPROVAL: &str =
+    "unapproved, kubefed's retired alpha API, served by Flotilla so that existing manifests apply";
+
+fn annotate(crd: &mut CustomResourceDefinition) {
+    crd.metadata
+        .annotations
+        .get_or_insert_with(Default::default)
+        .insert(crate::about::API_APPROVED_ANNOTATION.into(), ALPHA_API_APPROVAL.into());
 }
 
 /// Which API a federated object is served by.
