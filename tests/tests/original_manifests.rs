@@ -199,9 +199,11 @@ async fn bad_paths_are_reported_on_their_object_only(
     fed: &Federation,
     fdeploy: &ApiResource,
 ) -> anyhow::Result<()> {
-    for (name, path, hint) in [
-        ("missing-field", "spec.strategy.rollingUpdate.maxSurge", "does not exist"),
-        ("malformed", "spec..replicas", "empty"),
+    // A path into a missing field fails where it is applied (cluster2); a malformed one
+    // makes the whole `overrides` invalid, so no cluster gets an object built from it.
+    for (name, path, hint, cluster1) in [
+        ("missing-field", "spec.strategy.rollingUpdate.maxSurge", "does not exist", ""),
+        ("malformed", "spec..replicas", "empty", "ApplyOverridesFailed"),
     ] {
         let mut obj = yaml(ALPHA_DEPLOYMENT)?;
         obj["metadata"]["name"] = json!(name);
@@ -209,7 +211,7 @@ async fn bad_paths_are_reported_on_their_object_only(
         apply(&fed.host, fdeploy, Some(NS), &obj).await?;
         let r = FederatedRef::new(&fed.host, fdeploy, NS, name);
         let status = r
-            .wait_cluster_reasons(&[("cluster1", ""), ("cluster2", "ApplyOverridesFailed")])
+            .wait_cluster_reasons(&[("cluster1", cluster1), ("cluster2", "ApplyOverridesFailed")])
             .await
             .with_context(|| format!("{name} ({path})"))?;
         let msg = cluster_status(&status, "cluster2").map(|c| c.message.clone());
@@ -219,6 +221,10 @@ async fn bad_paths_are_reported_on_their_object_only(
         );
         let got = member_replicas(fed, name).await?;
         ensure!(got[1].is_none(), "{name}: nothing written to cluster2: {got:?}");
+        ensure!(
+            got[0].is_some() == cluster1.is_empty(),
+            "{name}: cluster1 has the object only when its overrides apply: {got:?}"
+        );
         r.delete().await?;
         r.wait_gone(T).await?;
     }
