@@ -485,7 +485,8 @@ fn polish(mut crd: CustomResourceDefinition) -> CustomResourceDefinition {
 }
 
 /// The CRDs of the control plane itself: KubeFedCluster, KubeFedConfig,
-/// FederatedTypeConfig, ReplicaSchedulingPreference, ServiceAccountImport, the Cluster
+/// FederatedTypeConfig, ReplicaSchedulingPreference, ServiceAccountImport (Flotilla's and
+/// Admiralty's group), the Cluster
 /// Inventory API's ClusterProfile and PlacementDecision, the Multi-Cluster Services API's
 /// ServiceExport and ServiceImport (which members need too: `flotilla join` installs them
 /// there) and the Work API's Work and AppliedWork (pull mode).
@@ -496,6 +497,7 @@ pub fn core_crds() -> Vec<CustomResourceDefinition> {
         polish(FederatedTypeConfig::crd()),
         polish(ReplicaSchedulingPreference::crd()),
         polish(ServiceAccountImport::crd()),
+        polish(crate::admiralty::admiralty_crd()),
         polish(ClusterProfile::crd()),
         crate::placement_decision::crd(),
         polish(Work::crd()),

@@ -4,6 +4,7 @@
 #![forbid(unsafe_code)]
 
 pub mod about;
+pub mod admiralty;
 pub mod alpha;
 pub mod core;
 pub mod crdgen;
