@@ -146,10 +146,12 @@ impl Bootstrap {
     }
 
     /// The CRDs installed: every generated one, kubefed's alpha ones only when asked for.
-    pub fn crds(&self) -> Vec<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition> {
+    pub fn crds(&self) -> Vec<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition>{
         crdgen::all_crds()
             .into_iter()
-            .filter(|c| self.kubefed_alpha || c.spec.group != flotilla_crds::alpha::ALPHA_TYPES_GROUP)
+            .filter(|c| {
+                self.kubefed_alpha || c.spec.group != flotilla_crds::alpha::ALPHA_TYPES_GROUP
+            })
             .collect()
     }
 

@@ -51,7 +51,9 @@ async fn served_alpha(
     spec: &FederatedTypeConfigSpec,
 ) -> Option<flotilla_crds::core::ApiResource> {
     let alpha = flotilla_crds::alpha::alpha_twin(&spec.federated_type)?;
-    crd_exists(host, &alpha.qualified_name()).await.then_some(alpha)
+    crd_exists(host, &alpha.qualified_name())
+        .await
+        .then_some(alpha)
 }
 
 async fn crd_exists(host: &kube::Client, name: &str) -> bool {
@@ -75,7 +77,10 @@ async fn start_controllers(
     let alpha_namespaces = alpha.is_some()
         && crd_exists(
             &shared.host,
-            &format!("federatednamespaces.{}", flotilla_crds::alpha::ALPHA_TYPES_GROUP),
+            &format!(
+                "federatednamespaces.{}",
+                flotilla_crds::alpha::ALPHA_TYPES_GROUP
+            ),
         )
         .await;
     let beta = spec.federated_type.to_kube();

@@ -22,7 +22,8 @@ pub const ADMIRALTY_NAMESPACE_LABEL: &str = "multicluster-service-account";
 /// The value of [`ADMIRALTY_NAMESPACE_LABEL`] that turns auto-mount on.
 pub const ADMIRALTY_NAMESPACE_VALUE: &str = "enabled";
 /// Admiralty's Pod annotation naming the imports to mount, comma-separated.
-pub const ADMIRALTY_IMPORTS_ANNOTATION: &str = "multicluster.admiralty.io/service-account-import.name";
+pub const ADMIRALTY_IMPORTS_ANNOTATION: &str =
+    "multicluster.admiralty.io/service-account-import.name";
 /// Where Admiralty mounts each import's Secret; `/<name>` is appended.
 pub const ADMIRALTY_MOUNT_ROOT: &str = "/var/run/secrets/admiralty.io/serviceaccountimports";
 
@@ -53,7 +54,8 @@ impl ImportGroup {
 
     /// The ServiceAccountImport resource of the group.
     pub fn api_resource(self) -> kube::core::ApiResource {
-        let gvk = kube::core::GroupVersionKind::gvk(self.as_str(), "v1alpha1", "ServiceAccountImport");
+        let gvk =
+            kube::core::GroupVersionKind::gvk(self.as_str(), "v1alpha1", "ServiceAccountImport");
         kube::core::ApiResource::from_gvk_with_plural(&gvk, "serviceaccountimports")
     }
 }
@@ -82,7 +84,10 @@ mod tests {
         );
         assert_eq!(crd.spec.names.kind, "ServiceAccountImport");
         assert_eq!(crd.spec.versions[0].name, "v1alpha1");
-        assert_eq!(crd.spec.versions[0].schema, flotilla.spec.versions[0].schema);
+        assert_eq!(
+            crd.spec.versions[0].schema,
+            flotilla.spec.versions[0].schema
+        );
         assert_eq!(crd.spec.names.short_names, Some(vec!["sai".to_string()]));
     }
 
@@ -103,7 +108,13 @@ mod tests {
     fn each_group_has_its_api_resource() {
         let a = ImportGroup::Admiralty.api_resource();
         assert_eq!(a.api_version, "multicluster.admiralty.io/v1alpha1");
-        assert_eq!((a.kind.as_str(), a.plural.as_str()), ("ServiceAccountImport", "serviceaccountimports"));
-        assert_eq!(ImportGroup::Flotilla.api_resource().group, "multicluster.flotilla.io");
+        assert_eq!(
+            (a.kind.as_str(), a.plural.as_str()),
+            ("ServiceAccountImport", "serviceaccountimports")
+        );
+        assert_eq!(
+            ImportGroup::Flotilla.api_resource().group,
+            "multicluster.flotilla.io"
+        );
     }
 }

@@ -40,7 +40,10 @@ pub fn alpha_twin(federated: &ApiResource) -> Option<ApiResource> {
 /// The alpha CRD of a target type: the v1beta1 schema and printer columns under
 /// `types.kubefed.k8s.io/v1alpha1`, without short names (`fdeploy` stays the v1beta1
 /// type's; two CRDs claiming one short name make `kubectl` guess).
-pub fn alpha_crd(target: &TargetType, template_schema: Option<serde_json::Value>) -> CustomResourceDefinition {
+pub fn alpha_crd(
+    target: &TargetType,
+    template_schema: Option<serde_json::Value>,
+) -> CustomResourceDefinition {
     let beta = federated_api_resource(&target.api);
     let alpha = alpha_twin(&beta).unwrap_or(beta);
     let mut crd = federated_crd_as(target, &alpha, template_schema);
@@ -78,7 +81,10 @@ fn annotate(crd: &mut CustomResourceDefinition) {
     crd.metadata
         .annotations
         .get_or_insert_with(Default::default)
-        .insert(crate::about::API_APPROVED_ANNOTATION.into(), ALPHA_API_APPROVAL.into());
+        .insert(
+            crate::about::API_APPROVED_ANNOTATION.into(),
+            ALPHA_API_APPROVAL.into(),
+        );
 }
 
 /// Which API a federated object is served by.
@@ -172,7 +178,9 @@ pub fn on_delete(own: &Twin<'_>, other: Option<&Twin<'_>>) -> OnDelete {
 pub fn conflict_message(own: &Twin<'_>, other: &Twin<'_>, kind: &str, key: &str) -> String {
     let verdict = match role(own, other) {
         Role::Propagates => "this object is older and is the one propagated",
-        Role::Yields => "that object is older and is the one propagated; this one propagates nothing",
+        Role::Yields => {
+            "that object is older and is the one propagated; this one propagates nothing"
+        }
     };
     format!(
         "{kind} {key} exists as both {} and {}: {verdict}. Delete one of them (deleting one hands the member objects to the other)",
@@ -207,8 +215,14 @@ mod tests {
             scope: Scope::Namespaced,
         };
         let alpha = alpha_twin(&beta).expect("twin");
-        assert_eq!(alpha.qualified_name(), "federateddeployments.types.kubefed.k8s.io");
-        assert_eq!((alpha.kind.as_str(), alpha.scope), ("FederatedDeployment", Scope::Namespaced));
+        assert_eq!(
+            alpha.qualified_name(),
+            "federateddeployments.types.kubefed.k8s.io"
+        );
+        assert_eq!(
+            (alpha.kind.as_str(), alpha.scope),
+            ("FederatedDeployment", Scope::Namespaced)
+        );
         assert_eq!(FederatedApi::of(&alpha), FederatedApi::V1alpha1);
         assert_eq!(FederatedApi::of(&beta), FederatedApi::V1beta1);
         let other = ApiResource {
@@ -256,7 +270,10 @@ mod tests {
 
     #[test]
     fn deleting_a_lone_object_cascades() {
-        assert_eq!(on_delete(&twin(FederatedApi::V1alpha1, T1), None), OnDelete::Cascade);
+        assert_eq!(
+            on_delete(&twin(FederatedApi::V1alpha1, T1), None),
+            OnDelete::Cascade
+        );
     }
 
     #[test]
@@ -266,13 +283,20 @@ mod tests {
             ..twin(FederatedApi::V1alpha1, T1)
         };
         let beta = twin(FederatedApi::V1beta1, T2);
-        assert_eq!(on_delete(&alpha, Some(&beta)), OnDelete::Release, "hand-over");
+        assert_eq!(
+            on_delete(&alpha, Some(&beta)),
+            OnDelete::Release,
+            "hand-over"
+        );
         let beta_deleting = Twin {
             deleting: true,
             ..beta
         };
         let alpha_stays = twin(FederatedApi::V1alpha1, T1);
-        assert_eq!(on_delete(&beta_deleting, Some(&alpha_stays)), OnDelete::Release);
+        assert_eq!(
+            on_delete(&beta_deleting, Some(&alpha_stays)),
+            OnDelete::Release
+        );
     }
 
     #[test]
@@ -320,6 +344,10 @@ mod tests {
         assert_eq!(alpha.spec.versions[0].schema, beta.spec.versions[0].schema);
         assert_eq!(alpha.spec.scope, beta.spec.scope);
         assert_eq!(as_alpha_crd(&beta), Some(alpha.clone()));
-        assert_eq!(as_alpha_crd(&alpha), None, "only a v1beta1 CRD has an alpha twin");
+        assert_eq!(
+            as_alpha_crd(&alpha),
+            None,
+            "only a v1beta1 CRD has an alpha twin"
+        );
     }
 }

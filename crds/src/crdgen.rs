@@ -328,7 +328,11 @@ pub fn try_federated_crd(
     target: &TargetType,
     template_schema: Option<Value>,
 ) -> Result<CustomResourceDefinition, CrdGenError> {
-    try_federated_crd_as(target, &federated_api_resource(&target.api), template_schema)
+    try_federated_crd_as(
+        target,
+        &federated_api_resource(&target.api),
+        template_schema,
+    )
 }
 
 /// [`try_federated_crd`] served as `fed` (kubefed's alpha group, [`crate::alpha`]).
@@ -428,7 +432,11 @@ pub fn federated_crd(
     target: &TargetType,
     template_schema: Option<Value>,
 ) -> CustomResourceDefinition {
-    federated_crd_as(target, &federated_api_resource(&target.api), template_schema)
+    federated_crd_as(
+        target,
+        &federated_api_resource(&target.api),
+        template_schema,
+    )
 }
 
 /// [`federated_crd`] served as `fed` (kubefed's alpha group, [`crate::alpha`]).

@@ -15,7 +15,9 @@
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum PathError {
     /// The path is empty.
-    #[error("the path is empty; write a JSON pointer (/spec/replicas) or a dotted path (spec.replicas)")]
+    #[error(
+        "the path is empty; write a JSON pointer (/spec/replicas) or a dotted path (spec.replicas)"
+    )]
     Empty,
     /// A dotted path with an empty segment (`spec..replicas`, `.spec`, `spec.`).
     #[error("segment {index} of the dotted path is empty")]
@@ -67,7 +69,10 @@ fn segment_tokens(segment: &str, index: usize) -> Result<Vec<String>, PathError>
     if segment.is_empty() {
         return Err(PathError::EmptySegment { index });
     }
-    if let Some(found) = segment.chars().find(|c| matches!(c, '/' | '~') || c.is_whitespace()) {
+    if let Some(found) = segment
+        .chars()
+        .find(|c| matches!(c, '/' | '~') || c.is_whitespace())
+    {
         return Err(PathError::BadCharacter { found });
     }
     let bad = || PathError::BadIndex {
@@ -100,7 +105,10 @@ mod tests {
 
     #[test]
     fn a_json_pointer_is_kept_as_written() {
-        assert_eq!(to_pointer("/spec/replicas").as_deref(), Ok("/spec/replicas"));
+        assert_eq!(
+            to_pointer("/spec/replicas").as_deref(),
+            Ok("/spec/replicas")
+        );
         assert_eq!(
             to_pointer("/metadata/labels/app.kubernetes.io~1name").as_deref(),
             Ok("/metadata/labels/app.kubernetes.io~1name")
@@ -129,8 +137,14 @@ mod tests {
             to_pointer("spec..replicas"),
             Err(PathError::EmptySegment { index: 2 })
         );
-        assert_eq!(to_pointer(".spec"), Err(PathError::EmptySegment { index: 1 }));
-        assert_eq!(to_pointer("spec."), Err(PathError::EmptySegment { index: 2 }));
+        assert_eq!(
+            to_pointer(".spec"),
+            Err(PathError::EmptySegment { index: 1 })
+        );
+        assert_eq!(
+            to_pointer("spec."),
+            Err(PathError::EmptySegment { index: 2 })
+        );
     }
 
     #[test]
@@ -139,7 +153,10 @@ mod tests {
             to_pointer("spec/replicas"),
             Err(PathError::BadCharacter { found: '/' })
         );
-        assert_eq!(to_pointer("a~b"), Err(PathError::BadCharacter { found: '~' }));
+        assert_eq!(
+            to_pointer("a~b"),
+            Err(PathError::BadCharacter { found: '~' })
+        );
         assert_eq!(
             to_pointer("spec. replicas"),
             Err(PathError::BadCharacter { found: ' ' })

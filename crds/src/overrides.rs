@@ -570,11 +570,18 @@ mod tests {
         let mut obj = json!({"spec": {"replicas": 3, "template": {"spec": {"containers": [{"image": "a"}]}}}});
         let ops = vec![
             op(None, "spec.replicas", Some(json!(5))),
-            op(None, "spec.template.spec.containers[0].image", Some(json!("b"))),
+            op(
+                None,
+                "spec.template.spec.containers[0].image",
+                Some(json!("b")),
+            ),
         ];
         apply(&mut obj, "cluster2", &ops).expect("applies");
         assert_eq!(obj["spec"]["replicas"], json!(5));
-        assert_eq!(obj["spec"]["template"]["spec"]["containers"][0]["image"], json!("b"));
+        assert_eq!(
+            obj["spec"]["template"]["spec"]["containers"][0]["image"],
+            json!("b")
+        );
     }
 
     #[test]
@@ -610,8 +617,11 @@ mod tests {
 
     #[test]
     fn a_dotted_path_to_the_name_is_forbidden() {
-        let err = by_cluster(&[entry("c", vec![op(None, "metadata.name", Some(json!("x")))])])
-            .expect_err("forbidden");
+        let err = by_cluster(&[entry(
+            "c",
+            vec![op(None, "metadata.name", Some(json!("x")))],
+        )])
+        .expect_err("forbidden");
         assert!(matches!(err, OverrideError::ForbiddenPath { .. }), "{err}");
     }
 

@@ -8,8 +8,15 @@
 use std::time::Duration;
 
 use anyhow::{Context as _, ensure};
-use flotilla_controllers::cli::{self, Context, Exit};
-use flotilla_crds::alpha::ALPHA_TYPES_GROUP;
+use flotilla_controllers::{
+    cli::{self, Context, Exit},
+    webhook,
+};
+use flotilla_crds::{
+    DEFAULT_NAMESPACE,
+    admiralty::{ADMIRALTY_NAMESPACE_LABEL, ADMIRALTY_NAMESPACE_VALUE, AnyImport, ImportGroup},
+    alpha::ALPHA_TYPES_GROUP,
+};
 use flotilla_tests::{
     assert::events_about,
     env,
@@ -20,10 +27,13 @@ use flotilla_tests::{
     wait::wait_absent,
     wait_for,
 };
-use k8s_openapi::api::core::v1::Namespace;
+use k8s_openapi::api::{
+    core::v1::{ConfigMap, Namespace, Pod, Secret, ServiceAccount},
+    rbac::v1::{Role, RoleBinding},
+};
 use kube::{
     Api,
-    api::{Patch, PatchParams},
+    api::{ListParams, Patch, PatchParams, PostParams},
     core::ApiResource,
 };
 use serde_json::{Value, json};
@@ -77,7 +87,10 @@ async fn federation() -> anyhow::Result<Federation> {
     boot.install(&host).await?;
     let mut members = Vec::new();
     for (i, member) in env.members().iter().enumerate() {
-        members.push(boot.join_as(&host, member, &format!("cluster{}", i + 1)).await?);
+        members.push(
+            boot.join_as(&host, member, &format!("cluster{}", i + 1))
+                .await?,
+        );
     }
     let cp = boot.start_control_plane(&host, members.len()).await?;
     Ok(Federation {
@@ -104,7 +117,13 @@ fn yaml(text: &str) -> anyhow::Result<Value> {
 async fn member_replicas(fed: &Federation, name: &str) -> anyhow::Result<Vec<Option<i32>>> {
     let mut out = Vec::new();
     for m in &fed.members {
-        out.push(deployments(m, NS).get_opt(name).await?.as_ref().and_then(replicas));
+        out.push(
+            deployments(m, NS)
+                .get_opt(name)
+                .await?
+                .as_ref()
+                .and_then(replicas),
+        );
     }
     Ok(out)
 }
@@ -168,12 +187,26 @@ async fn kubefeds_alpha_sample_propagates_reports_conflicts_and_bad_paths_and_de
     .await?;
 
     // `flotilla status` and `flotilla diff` see the alpha object.
-    let (code, out) = flotilla(&fed, &["status", "federateddeployment/test-deployment", "-n", NS]).await;
+    let (code, out) = flotilla(
+        &fed,
+        &["status", "federateddeployment/test-deployment", "-n", NS],
+    )
+    .await;
     ensure!(code == 0, "status: {out}");
-    ensure!(out.contains("cluster1") && out.contains("cluster2"), "{out}");
+    ensure!(
+        out.contains("cluster1") && out.contains("cluster2"),
+        "{out}"
+    );
     ensure!(out.to_lowercase().contains(ALPHA_TYPES_GROUP), "{out}");
-    let (code, out) = flotilla(&fed, &["diff", "federateddeployment/test-deployment", "-n", NS]).await;
-    ensure!(code == 0, "an unchanged object has nothing to change: {code} {out}");
+    let (code, out) = flotilla(
+        &fed,
+        &["diff", "federateddeployment/test-deployment", "-n", NS],
+    )
+    .await;
+    ensure!(
+        code == 0,
+        "an unchanged object has nothing to change: {code} {out}"
+    );
     let mut changed = yaml(ALPHA_DEPLOYMENT)?;
     changed["spec"]["overrides"][0]["clusterOverrides"][0]["value"] = json!(6);
     let file = fed.env.dir().join("changed-alpha.yaml");
@@ -202,8 +235,18 @@ async fn bad_paths_are_reported_on_their_object_only(
     // A path into a missing field fails where it is applied (cluster2); a malformed one
     // makes the whole `overrides` invalid, so no cluster gets an object built from it.
     for (name, path, hint, cluster1) in [
-        ("missing-field", "spec.strategy.rollingUpdate.maxSurge", "does not exist", ""),
-        ("malformed", "spec..replicas", "empty", "ApplyOverridesFailed"),
+        (
+            "missing-field",
+            "spec.strategy.rollingUpdate.maxSurge",
+            "does not exist",
+            "",
+        ),
+        (
+            "malformed",
+            "spec..replicas",
+            "empty",
+            "ApplyOverridesFailed",
+        ),
     ] {
         let mut obj = yaml(ALPHA_DEPLOYMENT)?;
         obj["metadata"]["name"] = json!(name);
@@ -216,11 +259,15 @@ async fn bad_paths_are_reported_on_their_object_only(
             .with_context(|| format!("{name} ({path})"))?;
         let msg = cluster_status(&status, "cluster2").map(|c| c.message.clone());
         ensure!(
-            msg.as_deref().is_some_and(|m| m.contains(path) && m.contains(hint)),
+            msg.as_deref()
+                .is_some_and(|m| m.contains(path) && m.contains(hint)),
             "{name}: {msg:?}"
         );
         let got = member_replicas(fed, name).await?;
-        ensure!(got[1].is_none(), "{name}: nothing written to cluster2: {got:?}");
+        ensure!(
+            got[1].is_none(),
+            "{name}: nothing written to cluster2: {got:?}"
+        );
         ensure!(
             got[0].is_some() == cluster1.is_empty(),
             "{name}: cluster1 has the object only when its overrides apply: {got:?}"
@@ -229,7 +276,10 @@ async fn bad_paths_are_reported_on_their_object_only(
         r.wait_gone(T).await?;
     }
     let got = member_replicas(fed, "test-deployment").await?;
-    ensure!(got == [Some(3), Some(5)], "the sample is untouched: {got:?}");
+    ensure!(
+        got == [Some(3), Some(5)],
+        "the sample is untouched: {got:?}"
+    );
     Ok(())
 }
 
@@ -249,7 +299,10 @@ async fn twins_propagate_once_and_report_the_conflict_on_both(
     let twin = FederatedRef::new(&fed.host, &beta_ar, NS, "test-deployment");
     let c = twin.wait_not_propagated("VersionConflict").await?;
     ensure!(c.message.contains("propagates nothing"), "{c:?}");
-    ensure!(twin.status().await?.clusters.is_empty(), "the v1beta1 twin places nothing");
+    ensure!(
+        twin.status().await?.clusters.is_empty(),
+        "the v1beta1 twin places nothing"
+    );
     let c = sample.wait_not_propagated("VersionConflict").await?;
     ensure!(c.message.contains("is the one propagated"), "{c:?}");
     wait_for(T, "a VersionConflict Event on each twin", || async {
@@ -268,13 +321,257 @@ async fn twins_propagate_once_and_report_the_conflict_on_both(
     })
     .await?;
     let got = member_replicas(fed, "test-deployment").await?;
-    ensure!(got == [Some(3), Some(5)], "propagated once, from the alpha object: {got:?}");
+    ensure!(
+        got == [Some(3), Some(5)],
+        "propagated once, from the alpha object: {got:?}"
+    );
 
     twin.delete().await?;
     twin.wait_gone(T).await?;
     sample.wait_propagated().await?;
     tokio::time::sleep(Duration::from_secs(2)).await;
     let got = member_replicas(fed, "test-deployment").await?;
-    ensure!(got == [Some(3), Some(5)], "deleting the yielding twin touches nothing: {got:?}");
+    ensure!(
+        got == [Some(3), Some(5)],
+        "deleting the yielding twin touches nothing: {got:?}"
+    );
+    Ok(())
+}
+
+/// Admiralty's ServiceAccountImport, verbatim.
+const ADMIRALTY_IMPORT: &str = r#"
+apiVersion: multicluster.admiralty.io/v1alpha1
+kind: ServiceAccountImport
+metadata: {name: foo-controller-remote-cluster1, namespace: foo}
+spec: {clusterName: cluster1, namespace: foo, name: foo-controller-remote}
+"#;
+
+const FOO: &str = "foo";
+const IMPORTS_ANNOTATION: &str = "multicluster.admiralty.io/service-account-import.name";
+
+fn admiralty_imports(fed: &Federation) -> Api<AnyImport> {
+    Api::namespaced_with(
+        fed.host.clone(),
+        FOO,
+        &ImportGroup::Admiralty.api_resource(),
+    )
+}
+
+async fn create<K>(api: &Api<K>, obj: Value) -> anyhow::Result<K>
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + serde::Serialize + std::fmt::Debug,
+{
+    let obj: K = serde_json::from_value(obj)?;
+    Ok(api.create(&PostParams::default(), &obj).await?)
+}
+
+/// In the host, namespace `foo` with Admiralty's label; in each member, namespace `foo`
+/// and the ServiceAccount `foo-controller-remote`, which may list ConfigMaps there and
+/// nothing else, and a ConfigMap to list.
+async fn admiralty_setup(fed: &Federation) -> anyhow::Result<()> {
+    create(
+        &Api::<Namespace>::all(fed.host.clone()),
+        json!({"metadata": {"name": FOO, "labels": {ADMIRALTY_NAMESPACE_LABEL: ADMIRALTY_NAMESPACE_VALUE}}}),
+    )
+    .await?;
+    for (i, m) in fed.members.iter().enumerate() {
+        create(
+            &Api::<Namespace>::all(m.clone()),
+            json!({"metadata": {"name": FOO}}),
+        )
+        .await?;
+        let sa = "foo-controller-remote";
+        create(
+            &Api::<ServiceAccount>::namespaced(m.clone(), FOO),
+            json!({"metadata": {"name": sa}}),
+        )
+        .await?;
+        create(
+            &Api::<Role>::namespaced(m.clone(), FOO),
+            json!({"metadata": {"name": "list-configmaps"},
+                   "rules": [{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["list"]}]}),
+        )
+        .await?;
+        create(
+            &Api::<RoleBinding>::namespaced(m.clone(), FOO),
+            json!({"metadata": {"name": sa},
+                   "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "list-configmaps"},
+                   "subjects": [{"kind": "ServiceAccount", "name": sa, "namespace": FOO}]}),
+        )
+        .await?;
+        create(
+            &Api::<ConfigMap>::namespaced(m.clone(), FOO),
+            json!({"metadata": {"name": format!("in-cluster{}", i + 1)}}),
+        )
+        .await?;
+    }
+    // The ServiceAccount admission plugin rejects Pods until the default account exists.
+    wait_for(T, "the default ServiceAccount", || async {
+        Api::<ServiceAccount>::namespaced(fed.host.clone(), FOO)
+            .get_opt("default")
+            .await?
+            .context("not yet")
+    })
+    .await?;
+    Ok(())
+}
+
+async fn wait_import_reason(
+    fed: &Federation,
+    name: &str,
+    reason: &str,
+) -> anyhow::Result<AnyImport> {
+    wait_for(T, &format!("import {name}: {reason}"), || async {
+        let i = admiralty_imports(fed).get(name).await?;
+        let got = i
+            .status
+            .as_ref()
+            .and_then(|s| s.ready())
+            .and_then(|c| c.reason.clone());
+        ensure!(got.as_deref() == Some(reason), "reason is {got:?}");
+        Ok(i)
+    })
+    .await
+}
+
+/// A client from nothing but the Secret's `data.config` kubeconfig.
+async fn client_from(secret: &Secret) -> anyhow::Result<kube::Client> {
+    let bytes = secret
+        .data
+        .as_ref()
+        .and_then(|d| d.get("config"))
+        .context("no data.config")?;
+    let kubeconfig = kube::config::Kubeconfig::from_yaml(std::str::from_utf8(&bytes.0)?)?;
+    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default()).await?;
+    Ok(kube::Client::try_from(config)?)
+}
+
+#[tokio::test]
+async fn admiraltys_service_account_import_works_with_its_label_annotation_and_secret()
+-> anyhow::Result<()> {
+    init_tracing();
+    let fed = federation().await?;
+    admiralty_setup(&fed).await?;
+    let imports = admiralty_imports(&fed);
+    let verbatim: AnyImport = serde_json::from_value(yaml(ADMIRALTY_IMPORT)?)?;
+    imports.create(&PostParams::default(), &verbatim).await?;
+    let mut second = yaml(ADMIRALTY_IMPORT)?;
+    second["metadata"]["name"] = json!("foo-controller-remote-cluster2");
+    second["spec"]["clusterName"] = json!("cluster2");
+    create(&imports, second).await?;
+    let mut unknown = yaml(ADMIRALTY_IMPORT)?;
+    unknown["metadata"]["name"] = json!("foo-controller-remote-cluster9");
+    unknown["spec"]["clusterName"] = json!("cluster9");
+    create(&imports, unknown).await?;
+
+    let secrets: Api<Secret> = Api::namespaced(fed.host.clone(), FOO);
+    for (i, name) in [
+        "foo-controller-remote-cluster1",
+        "foo-controller-remote-cluster2",
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let ready = wait_import_reason(&fed, name, "TokenIssued").await?;
+        let secret_name = ready
+            .status
+            .and_then(|s| s.secret_name)
+            .context("secretName")?;
+        let secret = secrets.get(&secret_name).await?;
+        let owner = &secret.metadata.owner_references.clone().unwrap_or_default()[0];
+        ensure!(
+            owner.api_version == "multicluster.admiralty.io/v1alpha1",
+            "{owner:?}"
+        );
+        // The kubeconfig reaches its cluster as the remote ServiceAccount, and no further.
+        let remote = client_from(&secret).await?;
+        let cms = Api::<ConfigMap>::namespaced(remote.clone(), FOO)
+            .list(&ListParams::default())
+            .await?;
+        let want = format!("in-cluster{}", i + 1);
+        ensure!(
+            cms.items
+                .iter()
+                .any(|c| c.metadata.name.as_deref() == Some(want.as_str())),
+            "{name}"
+        );
+        let denied = Api::<Secret>::namespaced(remote, FOO)
+            .list(&ListParams::default())
+            .await;
+        ensure!(
+            matches!(&denied, Err(kube::Error::Api(s)) if s.code == 403),
+            "{name}: {denied:?}"
+        );
+    }
+    // An unknown cluster is that import's reason, and only its.
+    wait_import_reason(&fed, "foo-controller-remote-cluster9", "ClusterNotFound").await?;
+    ensure!(
+        secrets
+            .get_opt("foo-controller-remote-cluster9-kubeconfig")
+            .await?
+            .is_none(),
+        "no Secret for an unknown cluster"
+    );
+    let events = events_about(
+        &fed.host,
+        FOO,
+        "foo-controller-remote-cluster9",
+        "ClusterNotFound",
+    )
+    .await?;
+    ensure!(!events.is_empty(), "a Warning Event on the import");
+
+    admiralty_pods_get_both_kubeconfigs(&fed).await
+}
+
+/// The webhook, as `flotilla dev up` configures it: a Pod annotated the Admiralty way in
+/// a namespace labelled the Admiralty way gets both imports mounted under Admiralty's root;
+/// a Pod naming an import that does not exist is rejected, naming it.
+async fn admiralty_pods_get_both_kubeconfigs(fed: &Federation) -> anyhow::Result<()> {
+    let (_, serving) = webhook::local::start_local(fed.host.clone(), DEFAULT_NAMESPACE).await?;
+    let pods: Api<Pod> = Api::namespaced(fed.host.clone(), FOO);
+    let pod = |name: &str, imports: &str| {
+        json!({
+            "metadata": {"name": name, "annotations": {IMPORTS_ANNOTATION: imports}},
+            "spec": {"containers": [{"name": "app", "image": "example.invalid/app:1"}]},
+        })
+    };
+    let both = "foo-controller-remote-cluster1,foo-controller-remote-cluster2";
+    let created = wait_for(T, "the webhook admitting a Pod", || async {
+        create(&pods, pod("foo-controller", both)).await
+    })
+    .await?;
+    let spec = created.spec.context("spec")?;
+    let mounts = spec.containers[0].volume_mounts.clone().unwrap_or_default();
+    for (cluster, secret) in [
+        ("cluster1", "foo-controller-remote-cluster1-kubeconfig"),
+        ("cluster2", "foo-controller-remote-cluster2-kubeconfig"),
+    ] {
+        let path = format!(
+            "/var/run/secrets/admiralty.io/serviceaccountimports/foo-controller-remote-{cluster}/"
+        );
+        let mount = mounts
+            .iter()
+            .find(|m| m.mount_path == path)
+            .with_context(|| format!("{path} in {mounts:?}"))?;
+        ensure!(mount.read_only == Some(true), "{mount:?}");
+        let volume = spec
+            .volumes
+            .iter()
+            .flatten()
+            .find(|v| v.name == mount.name)
+            .context("volume")?;
+        let source = volume
+            .secret
+            .as_ref()
+            .and_then(|s| s.secret_name.as_deref());
+        ensure!(source == Some(secret), "{volume:?}");
+    }
+    let rejected = create(&pods, pod("unknown", "foo-controller-remote-cluster1,nope")).await;
+    match rejected {
+        Err(e) => ensure!(format!("{e:#}").contains("nope"), "{e:#}"),
+        Ok(p) => anyhow::bail!("a Pod naming an unknown import must be rejected: {p:?}"),
+    }
+    serving.abort();
     Ok(())
 }

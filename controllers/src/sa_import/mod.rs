@@ -159,7 +159,13 @@ fn watches(
 /// namespace, where the KubeFedClusters are.
 pub async fn run(host: Client, namespace: String, clusters: ClusterSet, metrics: Arc<Metrics>) {
     let runs = ImportGroup::ALL.map(|group| {
-        run_group(host.clone(), namespace.clone(), group, clusters.clone(), metrics.clone())
+        run_group(
+            host.clone(),
+            namespace.clone(),
+            group,
+            clusters.clone(),
+            metrics.clone(),
+        )
     });
     futures::future::join_all(runs).await;
 }
@@ -238,7 +244,11 @@ mod tests {
             owner_key(ImportGroup::Flotilla, &s),
             Some(("foo".into(), "x".into()))
         );
-        assert_eq!(owner_key(ImportGroup::Admiralty, &s), None, "another group's");
+        assert_eq!(
+            owner_key(ImportGroup::Admiralty, &s),
+            None,
+            "another group's"
+        );
         let orphan: Secret =
             serde_json::from_value(json!({"metadata": {"name": "y", "namespace": "foo"}}))
                 .expect("valid secret");

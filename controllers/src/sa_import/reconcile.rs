@@ -86,10 +86,9 @@ impl Ctx {
     /// Reconciles the import `key`.
     #[tracing::instrument(skip(self), fields(import = %format!("{}/{}", key.0, key.1)))]
     pub async fn reconcile(&self, key: &Key) -> Next {
-        let Some(import) = self
-            .imports
-            .get(&ObjectRef::<AnyImport>::new_with(&key.1, self.group.api_resource()).within(&key.0))
-        else {
+        let Some(import) = self.imports.get(
+            &ObjectRef::<AnyImport>::new_with(&key.1, self.group.api_resource()).within(&key.0),
+        ) else {
             return Next::Done;
         };
         if import.metadata.deletion_timestamp.is_some() {
@@ -242,11 +241,7 @@ impl Ctx {
         Ok((last, None))
     }
 
-    async fn write_secret(
-        &self,
-        import: &AnyImport,
-        secret: &Secret,
-    ) -> Result<(), kube::Error> {
+    async fn write_secret(&self, import: &AnyImport, secret: &Secret) -> Result<(), kube::Error> {
         let ns = import.namespace().unwrap_or_default();
         let api: Api<Secret> = Api::namespaced(self.host.clone(), &ns);
         api.patch(

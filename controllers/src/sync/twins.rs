@@ -127,8 +127,7 @@ impl Ctl {
     /// Deleting with a twin: whether the member objects stay for it.
     pub(super) fn releases_on_delete(&self, key: &Key, fed: &DynamicObject) -> bool {
         let other = self.twin(key);
-        let (own_created, other_created) =
-            (created(fed), other.as_deref().and_then(created));
+        let (own_created, other_created) = (created(fed), other.as_deref().and_then(created));
         let own = Twin {
             created: own_created.as_deref(),
             ..twin_of(self.api(), fed)

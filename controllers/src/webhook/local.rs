@@ -4,12 +4,12 @@
 
 use std::net::SocketAddr;
 
+use flotilla_crds::admiralty::{ADMIRALTY_NAMESPACE_LABEL, ADMIRALTY_NAMESPACE_VALUE};
 use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
 use kube::{
     Api, Client,
     api::{Patch, PatchParams},
 };
-use flotilla_crds::admiralty::{ADMIRALTY_NAMESPACE_LABEL, ADMIRALTY_NAMESPACE_VALUE};
 use serde_json::json;
 
 use super::{
@@ -104,7 +104,9 @@ mod tests {
             .and_then(|s| s.match_labels.clone())
             .unwrap_or_default();
         assert_eq!(
-            labels.get("multicluster-service-account").map(String::as_str),
+            labels
+                .get("multicluster-service-account")
+                .map(String::as_str),
             Some("enabled")
         );
     }

@@ -169,7 +169,8 @@ pub fn applied(pod: &Value, ops: &[Value]) -> Result<Value, String> {
     let patch: json_patch::Patch = serde_json::from_value(Value::Array(ops.to_vec()))
         .map_err(|e| format!("internal: a malformed patch: {e}"))?;
     let mut out = pod.clone();
-    json_patch::patch(&mut out, &patch).map_err(|e| format!("internal: the patch does not apply: {e}"))?;
+    json_patch::patch(&mut out, &patch)
+        .map_err(|e| format!("internal: the patch does not apply: {e}"))?;
     Ok(out)
 }
 

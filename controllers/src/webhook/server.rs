@@ -23,11 +23,7 @@ use tokio_rustls::{
 };
 use tracing::{debug, warn};
 
-use super::{
-    Error,
-    certs::ServingCert,
-    patch,
-};
+use super::{Error, certs::ServingCert, patch};
 
 /// Path the MutatingWebhookConfiguration calls.
 pub const MUTATE_PATH: &str = "/mutate-pods";
@@ -152,7 +148,8 @@ async fn mount(host: &Client, namespace: &str, pod: &Value) -> Result<Vec<Value>
     let mut pod = pod.clone();
     let mut ops = Vec::new();
     for convention in &patch::CONVENTIONS {
-        let Some(annotation) = pod["metadata"]["annotations"][convention.annotation].as_str() else {
+        let Some(annotation) = pod["metadata"]["annotations"][convention.annotation].as_str()
+        else {
             continue;
         };
         let names = patch::import_names(annotation);

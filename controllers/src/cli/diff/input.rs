@@ -148,7 +148,9 @@ pub async fn from_host(
         }
     }
     let kind = &ftc.spec.federated_type.kind;
-    anyhow::bail!("reading {kind} {name}: not found in namespace {namespace} (in any served API version)")
+    anyhow::bail!(
+        "reading {kind} {name}: not found in namespace {namespace} (in any served API version)"
+    )
 }
 
 /// The placement of the FederatedNamespace of `namespace`, from the manifest or the host;
