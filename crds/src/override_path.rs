@@ -185,7 +185,9 @@ mod tests {
 
     #[test]
     fn errors_say_what_to_write_instead() {
-        let msg = to_pointer("spec/replicas").expect_err("malformed").to_string();
+        let msg = to_pointer("spec/replicas")
+            .expect_err("malformed")
+            .to_string();
         assert!(msg.contains("JSON pointer"), "{msg}");
         let msg = to_pointer("c[x]").expect_err("malformed").to_string();
         assert!(msg.contains("[0]"), "{msg}");
