@@ -3,7 +3,8 @@
 //! `types.kubefed.k8s.io/v1alpha1` FederatedNamespace and FederatedDeployment with a dotted
 //! override path) and Admiralty's ServiceAccountImport. Each step checks what the user
 //! sees — member objects, per-cluster status, `flotilla status` / `diff`, Events — and
-//! that bad input is reported on its own object only.
+//! that bad input is reported on its own object only; an object in both kubefed API
+//! versions is propagated once and handed over when one is deleted.
 
 use std::time::Duration;
 
@@ -217,6 +218,7 @@ async fn kubefeds_alpha_sample_propagates_reports_conflicts_and_bad_paths_and_de
 
     bad_paths_are_reported_on_their_object_only(&fed, &fdeploy).await?;
     twins_propagate_once_and_report_the_conflict_on_both(&fed, &sample).await?;
+    deleting_the_alpha_twin_hands_the_members_to_v1beta1(&fed, &fdeploy).await?;
 
     sample.delete().await?;
     sample.wait_gone(T).await?;
@@ -336,6 +338,72 @@ async fn twins_propagate_once_and_report_the_conflict_on_both(
         "deleting the yielding twin touches nothing: {got:?}"
     );
     Ok(())
+}
+
+/// Migrating: an alpha object propagating, its v1beta1 twin applied (it yields), the alpha
+/// one deleted — the member objects stay (same UIDs) and follow the v1beta1 object from
+/// then on; deleting that one deletes them.
+async fn deleting_the_alpha_twin_hands_the_members_to_v1beta1(
+    fed: &Federation,
+    fdeploy: &ApiResource,
+) -> anyhow::Result<()> {
+    let name = "handover";
+    let mut old = yaml(ALPHA_DEPLOYMENT)?;
+    old["metadata"]["name"] = json!(name);
+    apply(&fed.host, fdeploy, Some(NS), &old).await?;
+    let alpha_ref = FederatedRef::new(&fed.host, fdeploy, NS, name);
+    alpha_ref.wait_propagated().await?;
+    // creationTimestamp has one-second resolution, and a tie goes to v1beta1.
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    let beta_ar = federated("Deployment", "deployments");
+    let mut new = old.clone();
+    new["apiVersion"] = json!("types.kubefed.io/v1beta1");
+    new["spec"]["template"]["spec"]["replicas"] = json!(7);
+    new["spec"]["overrides"] = json!([]);
+    apply(&fed.host, &beta_ar, Some(NS), &new).await?;
+    let beta_ref = FederatedRef::new(&fed.host, &beta_ar, NS, name);
+    beta_ref.wait_not_propagated("VersionConflict").await?;
+    let uids = member_uids(fed, name).await?;
+    ensure!(uids.iter().all(Option::is_some), "{uids:?}");
+
+    alpha_ref.delete().await?;
+    alpha_ref.wait_gone(T).await?;
+    beta_ref.wait_propagated().await?;
+    wait_for(T, "7 replicas from the v1beta1 object", || async {
+        let got = member_replicas(fed, name).await?;
+        ensure!(got == [Some(7), Some(7)], "{got:?}");
+        Ok(())
+    })
+    .await?;
+    ensure!(
+        member_uids(fed, name).await? == uids,
+        "the member objects were kept, not recreated"
+    );
+    let events = events_about(&fed.host, NS, name, "HandedOver").await?;
+    ensure!(
+        !events.is_empty(),
+        "a HandedOver Event on the deleted alpha object"
+    );
+
+    beta_ref.delete().await?;
+    beta_ref.wait_gone(T).await?;
+    for m in &fed.members {
+        wait_absent(T, &deployments(m, NS), name).await?;
+    }
+    Ok(())
+}
+
+async fn member_uids(fed: &Federation, name: &str) -> anyhow::Result<Vec<Option<String>>> {
+    let mut out = Vec::new();
+    for m in &fed.members {
+        out.push(
+            deployments(m, NS)
+                .get_opt(name)
+                .await?
+                .and_then(|d| d.metadata.uid),
+        );
+    }
+    Ok(out)
 }
 
 /// Admiralty's ServiceAccountImport, verbatim.
