@@ -25,6 +25,7 @@ pub mod reason;
 pub mod rollout;
 pub mod schedule;
 pub mod scheduling;
+mod schema_edit;
 pub mod taint;
 pub mod work;
 pub mod workload;

@@ -59,6 +59,40 @@ struct Watches {
     tasks: Vec<tokio::task::JoinHandle<()>>,
 }
 
+/// The imports of `group`, each change queueing the import.
+async fn watch_imports(
+    host: Client,
+    group: ImportGroup,
+    writer: reflector::store::Writer<AnyImport>,
+    queue: Arc<WorkQueue<Key>>,
+) {
+    let params = WatchParams {
+        what: "ServiceAccountImport",
+        cluster: None,
+        label_selector: None,
+        config: Default::default(),
+        // Admiralty's CRD is optional: until it is installed, its watch fails quietly.
+        failures: match group {
+            ImportGroup::Flotilla => FailureLog::Warn,
+            ImportGroup::Admiralty => FailureLog::Debug,
+        },
+    };
+    let api = Api::<AnyImport>::all_with(host, &group.api_resource());
+    watch_into(
+        api,
+        writer,
+        params,
+        |_| {},
+        move |c| {
+            if let Change::Object(o) = c {
+                queue.add((o.namespace().unwrap_or_default(), o.name_any()));
+            }
+            ControlFlow::Continue(())
+        },
+    )
+    .await;
+}
+
 /// Starts the watches: imports, KubeFedClusters, the import Secrets and cluster-set
 /// changes, each queueing the imports it concerns.
 fn watches(
@@ -68,39 +102,17 @@ fn watches(
     clusters: &ClusterSet,
     queue: &Arc<WorkQueue<Key>>,
 ) -> Watches {
-    let ar = group.api_resource();
-    let import_writer = reflector::store::Writer::<AnyImport>::new(ar.clone());
+    let import_writer = reflector::store::Writer::<AnyImport>::new(group.api_resource());
     let imports = import_writer.as_reader();
     let kfc_writer = reflector::store::Writer::<KubeFedCluster>::default();
     let kubefed = kfc_writer.as_reader();
     let secret_writer = reflector::store::Writer::<Secret>::default();
-    let mut tasks = Vec::new();
-    {
-        let queue = queue.clone();
-        let params = WatchParams {
-            what: "ServiceAccountImport",
-            cluster: None,
-            label_selector: None,
-            config: Default::default(),
-            // Admiralty's CRD is optional: until it is installed, its watch fails quietly.
-            failures: match group {
-                ImportGroup::Flotilla => FailureLog::Warn,
-                ImportGroup::Admiralty => FailureLog::Debug,
-            },
-        };
-        tasks.push(tokio::spawn(watch_into(
-            Api::<AnyImport>::all_with(host.clone(), &ar),
-            import_writer,
-            params,
-            |_| {},
-            move |c| {
-                if let Change::Object(o) = c {
-                    queue.add((o.namespace().unwrap_or_default(), o.name_any()));
-                }
-                ControlFlow::Continue(())
-            },
-        )));
-    }
+    let mut tasks = vec![tokio::spawn(watch_imports(
+        host.clone(),
+        group,
+        import_writer,
+        queue.clone(),
+    ))];
     {
         let (queue, imports) = (queue.clone(), imports.clone());
         tasks.push(tokio::spawn(reflect(

@@ -174,7 +174,7 @@ impl TypeController {
         pruned: Pruned,
         serving: Serving,
     ) -> TypeController {
-        let fed_ar = serving.federated;
+        let fed_ar = serving.federated.clone();
         let target_ar = ftc.target_type.to_kube();
         let target_namespaced = ftc.target_type.namespaced();
         let is_namespace_type =
@@ -185,21 +185,8 @@ impl TypeController {
         let queue: Arc<WorkQueue<Key>> = WorkQueue::new();
         let host_writer = reflector::store::Writer::<DynamicObject>::new(fed_ar.clone());
         let fns_writer = reflector::store::Writer::<DynamicObject>::new(federated_namespace_ar());
-        let fns_alpha_writer = federated_namespace_alpha_ar()
-            .filter(|_| needs_ns_placement && serving.alpha_namespaces)
-            .map(reflector::store::Writer::<DynamicObject>::new);
         let work_writer = reflector::store::Writer::<flotilla_crds::work::Work>::default();
-        let twin_writer = serving
-            .twin
-            .clone()
-            .map(reflector::store::Writer::<DynamicObject>::new);
-        let twin = serving
-            .twin
-            .zip(twin_writer.as_ref())
-            .map(|(ar, w)| twins::TwinApi {
-                ar,
-                store: w.as_reader(),
-            });
+        let alpha = twins::AlphaWiring::new(&serving, needs_ns_placement);
         let (member_tx, member_rx) = mpsc::unbounded_channel();
         let members = member_watch(&shared, &target_ar, collect_status, member_tx);
         let ctl = Arc::new(Ctl {
@@ -210,9 +197,9 @@ impl TypeController {
             is_namespace_type,
             needs_ns_placement,
             host_store: host_writer.as_reader(),
-            twin,
+            twin: alpha.twin_api(),
             fns_store: fns_writer.as_reader(),
-            fns_alpha_store: fns_alpha_writer.as_ref().map(|w| w.as_reader()),
+            fns_alpha_store: alpha.fns_alpha_store(),
             works: work_writer.as_reader(),
             members,
             collect_status,
@@ -235,14 +222,6 @@ impl TypeController {
                 let _ = known_tx.send(true);
             }),
         ];
-        if let (Some(writer), Some(twin)) = (twin_writer, &ctl.twin) {
-            tasks.push(tokio::spawn(twins::watch_twin(
-                ctl.shared.host.clone(),
-                twin.ar.clone(),
-                writer,
-                queue.clone(),
-            )));
-        }
         if needs_ns_placement {
             tasks.push(tokio::spawn(watch_federated_namespaces(
                 ctl.clone(),
@@ -251,14 +230,7 @@ impl TypeController {
                 queue.clone(),
             )));
         }
-        if let (Some(writer), Some(ar)) = (fns_alpha_writer, federated_namespace_alpha_ar()) {
-            tasks.push(tokio::spawn(watch_federated_namespaces(
-                ctl.clone(),
-                ar,
-                writer,
-                queue.clone(),
-            )));
-        }
+        tasks.extend(alpha.spawn(&ctl, &queue));
         let workers = ctl.shared.config.borrow().max_concurrent_reconciles.max(1);
         for _ in 0..workers {
             tasks.push(tokio::spawn(work(

@@ -37,6 +37,61 @@ use crate::{
     workqueue::WorkQueue,
 };
 
+/// The reflectors a controller needs when kubefed's alpha API is served too: the twin
+/// API's objects, and the alpha FederatedNamespaces for namespace placement.
+pub(super) struct AlphaWiring {
+    twin: Option<(ApiResource, reflector::store::Writer<DynamicObject>)>,
+    namespaces: Option<(ApiResource, reflector::store::Writer<DynamicObject>)>,
+}
+
+impl AlphaWiring {
+    pub fn new(serving: &super::Serving, needs_ns_placement: bool) -> Self {
+        let writer = |ar: ApiResource| {
+            let w = reflector::store::Writer::<DynamicObject>::new(ar.clone());
+            (ar, w)
+        };
+        AlphaWiring {
+            twin: serving.twin.clone().map(writer),
+            namespaces: super::federated_namespace_alpha_ar()
+                .filter(|_| needs_ns_placement && serving.alpha_namespaces)
+                .map(writer),
+        }
+    }
+
+    pub fn twin_api(&self) -> Option<TwinApi> {
+        self.twin.as_ref().map(|(ar, w)| TwinApi {
+            ar: ar.clone(),
+            store: w.as_reader(),
+        })
+    }
+
+    pub fn fns_alpha_store(&self) -> Option<Store<DynamicObject>> {
+        self.namespaces.as_ref().map(|(_, w)| w.as_reader())
+    }
+
+    /// Starts the watches feeding the stores handed out above.
+    pub fn spawn(
+        self,
+        ctl: &Arc<Ctl>,
+        queue: &Arc<WorkQueue<Key>>,
+    ) -> Vec<tokio::task::JoinHandle<()>> {
+        let mut tasks = Vec::new();
+        if let Some((ar, writer)) = self.twin {
+            let host = ctl.shared.host.clone();
+            tasks.push(tokio::spawn(watch_twin(host, ar, writer, queue.clone())));
+        }
+        if let Some((ar, writer)) = self.namespaces {
+            tasks.push(tokio::spawn(super::watch_federated_namespaces(
+                ctl.clone(),
+                ar,
+                writer,
+                queue.clone(),
+            )));
+        }
+        tasks
+    }
+}
+
 /// The other API's objects of this type, as this controller sees them.
 pub(super) struct TwinApi {
     pub ar: ApiResource,
@@ -191,7 +246,7 @@ impl Ctl {
 }
 
 /// Host: the twin API's objects; a change requeues the key of the same name here.
-pub(super) async fn watch_twin(
+async fn watch_twin(
     host: kube::Client,
     ar: ApiResource,
     writer: reflector::store::Writer<DynamicObject>,
