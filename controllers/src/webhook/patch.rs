@@ -305,4 +305,56 @@ mod tests {
         assert!(dotted.starts_with("sai-") && dotted.len() == 20 && !dotted.contains('.'));
         assert!(volume_name(&"x".repeat(80)).len() <= 63);
     }
+
+    #[test]
+    fn admiraltys_convention_mounts_under_its_root_and_names_its_annotation() {
+        let names = vec!["m1".to_string()];
+        let ops = mount_patch_with(&ADMIRALTY, &pod(), "foo", &names, &secrets()).expect("known");
+        let out = applied(&pod(), &ops).expect("applies");
+        let volumes = out["spec"]["volumes"].as_array().expect("volumes");
+        assert!(
+            volumes.contains(&json!({"name": "msa-m1", "secret": {"secretName": "m1-kubeconfig"}}))
+        );
+        let mounts = out["spec"]["containers"][1]["volumeMounts"]
+            .as_array()
+            .expect("mounts");
+        assert_eq!(
+            mounts[0]["mountPath"],
+            json!("/var/run/secrets/admiralty.io/serviceaccountimports/m1/")
+        );
+        let err = mount_patch_with(&ADMIRALTY, &pod(), "foo", &["nope".into()], &secrets())
+            .expect_err("unknown");
+        assert!(
+            err.contains("multicluster.admiralty.io/service-account-import.name"),
+            "{err}"
+        );
+        assert!(err.contains("nope"), "{err}");
+    }
+
+    #[test]
+    fn both_conventions_on_one_pod_keep_each_others_volumes() {
+        let bare = json!({"spec": {"containers": [{"name": "a", "image": "x"}]}});
+        let names = vec!["m1".to_string()];
+        let first = mount_patch_with(&FLOTILLA, &bare, "foo", &names, &secrets()).expect("known");
+        let after = applied(&bare, &first).expect("applies");
+        let second =
+            mount_patch_with(&ADMIRALTY, &after, "foo", &names, &secrets()).expect("known");
+        let out = applied(&after, &second).expect("applies");
+        let volumes: Vec<&str> = out["spec"]["volumes"]
+            .as_array()
+            .expect("volumes")
+            .iter()
+            .filter_map(|v| v["name"].as_str())
+            .collect();
+        assert_eq!(volumes, ["sai-m1", "msa-m1"]);
+        assert_eq!(
+            out["spec"]["containers"][0]["volumeMounts"]
+                .as_array()
+                .map(Vec::len),
+            Some(2)
+        );
+        // Re-invoked (a namespace with both labels): nothing is added twice.
+        let again = mount_patch_with(&ADMIRALTY, &out, "foo", &names, &secrets()).expect("known");
+        assert!(again.is_empty(), "{again:?}");
+    }
 }
