@@ -113,6 +113,10 @@ pub struct Bootstrap {
     /// `statusCollection: Enabled`, so their federated objects carry the members' status
     /// and `status.aggregated` (default `false`, kubefed's default; `dev up` turns it on).
     pub collect_workload_status: bool,
+    /// Also install kubefed's alpha `types.kubefed.k8s.io/v1alpha1` CRDs of the default
+    /// types, so alpha manifests are served and reconciled (default `false`: each served
+    /// alpha type runs a second sync controller; `config/` installs them).
+    pub kubefed_alpha: bool,
 }
 
 /// The federation set up on a [`LocalEnv`]: clients and the KubeFedCluster names.
@@ -137,7 +141,18 @@ impl Bootstrap {
             config: KubeFedConfigSpec::with_defaults(),
             ready_timeout: Duration::from_secs(60),
             collect_workload_status: false,
+            kubefed_alpha: false,
         }
+    }
+
+    /// The CRDs installed: every generated one, kubefed's alpha ones only when asked for.
+    pub fn crds(&self) -> Vec<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition>{
+        crdgen::all_crds()
+            .into_iter()
+            .filter(|c| {
+                self.kubefed_alpha || c.spec.group != flotilla_crds::alpha::ALPHA_TYPES_GROUP
+            })
+            .collect()
     }
 
     /// Installs the host side, then joins every member of `env`, reporting each step.
@@ -149,7 +164,7 @@ impl Bootstrap {
         let host = connect(env.host()).await?;
         self.install(&host).await?;
         progress(Progress::Installed {
-            crds: crdgen::all_crds().len(),
+            crds: self.crds().len(),
             type_configs: crdgen::default_target_types().len(),
         });
         let mut members = Vec::new();
@@ -172,7 +187,7 @@ impl Bootstrap {
     /// The host side: every CRD (Established), the control-plane namespace, the
     /// KubeFedConfig and a FederatedTypeConfig per default type.
     pub async fn install(&self, host: &Client) -> Result<(), BootstrapError> {
-        let crds = crdgen::all_crds();
+        let crds = self.crds();
         install::install_crds(host, &crds, &self.field_manager, self.crd_timeout).await?;
         let pp = PatchParams::apply(&self.field_manager).force();
         let ns = &self.namespace;
@@ -213,15 +228,26 @@ impl Bootstrap {
     /// Joins `member` like `flotilla join`, with its CA and the label `name=<member>`;
     /// returns its admin client.
     pub async fn join(&self, host: &Client, member: &Cluster) -> Result<Client, BootstrapError> {
+        self.join_as(host, member, member.name()).await
+    }
+
+    /// Like [`Bootstrap::join`], registering the member as `name` (a KubeFedCluster named
+    /// other than the local cluster, e.g. kubefed's samples' `cluster1`).
+    pub async fn join_as(
+        &self,
+        host: &Client,
+        member: &Cluster,
+        name: &str,
+    ) -> Result<Client, BootstrapError> {
         let client = connect(member).await?;
-        let mut opts = JoinOptions::new(member.name(), member.server());
+        let mut opts = JoinOptions::new(name, member.server());
         opts.namespace = self.namespace.clone();
         opts.ca_pem = Some(member.ca_pem().to_owned());
-        opts.labels.insert("name".into(), member.name().into());
+        opts.labels.insert("name".into(), name.into());
         join(host, &client, &opts)
             .await
             .map_err(|source| BootstrapError::Join {
-                cluster: member.name().to_owned(),
+                cluster: name.to_owned(),
                 source,
             })?;
         Ok(client)

@@ -1,8 +1,16 @@
 //! The FederatedTypeConfig controller: runs one sync controller per FTC with
 //! `propagation: Enabled`, restarts it when the FTC's spec changes, stops it when the FTC
 //! is disabled or deleted, and reports `status.propagationController`.
+//!
+//! A `types.kubefed.io/v1beta1` type whose kubefed alpha twin
+//! (`types.kubefed.k8s.io/v1alpha1`, [`flotilla_crds::alpha`]) has its CRD installed in the
+//! host gets a second sync controller for the alpha API; the two know of each other (see
+//! `sync::twins`). Whether the alpha CRD is there is looked at whenever the FTC changes and
+//! every [`ALPHA_RECHECK`], so installing it later needs no restart.
 
-use std::{collections::HashMap, sync::Arc};
+use std::{collections::HashMap, sync::Arc, time::Duration};
+
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 
 use flotilla_crds::core::{
     FederatedTypeConfig, FederatedTypeConfigSpec, FederatedTypeConfigStatus, PropagationMode,
@@ -16,11 +24,91 @@ use kube::{
 use serde_json::json;
 use tracing::{info, warn};
 
-use crate::sync::{SyncShared, TypeController};
+use crate::sync::{Serving, SyncShared, TypeController};
+
+/// How often an enabled type is checked for its alpha CRD appearing or going.
+const ALPHA_RECHECK: Duration = Duration::from_secs(30);
 
 struct Running {
     spec: FederatedTypeConfigSpec,
-    controller: TypeController,
+    /// What the federated CRD's schema drops from status.
+    pruned: crate::ftc_schema::Pruned,
+    /// Whether the alpha twin is served (its CRD existed when the controllers started).
+    alpha: bool,
+    /// The v1beta1 controller, then the alpha one when served.
+    controllers: Vec<TypeController>,
+}
+
+impl Running {
+    fn stop(&self) {
+        self.controllers.iter().for_each(TypeController::stop);
+    }
+}
+
+/// The alpha twin of a type, when its CRD is installed in the host.
+async fn served_alpha(
+    host: &kube::Client,
+    spec: &FederatedTypeConfigSpec,
+) -> Option<flotilla_crds::core::ApiResource> {
+    let alpha = flotilla_crds::alpha::alpha_twin(&spec.federated_type)?;
+    crd_exists(host, &alpha.qualified_name())
+        .await
+        .then_some(alpha)
+}
+
+async fn crd_exists(host: &kube::Client, name: &str) -> bool {
+    let crds: Api<CustomResourceDefinition> = Api::all(host.clone());
+    match crds.get_opt(name).await {
+        Ok(found) => found.is_some(),
+        Err(e) => {
+            warn!(crd = %name, error = %e, "reading an alpha CRD failed; taken as not installed");
+            false
+        }
+    }
+}
+
+/// One controller per served API of the type, each knowing the other.
+async fn start_controllers(
+    shared: &Arc<SyncShared>,
+    spec: &FederatedTypeConfigSpec,
+    pruned: crate::ftc_schema::Pruned,
+    alpha: Option<flotilla_crds::core::ApiResource>,
+) -> Vec<TypeController> {
+    let alpha_namespaces = alpha.is_some()
+        && crd_exists(
+            &shared.host,
+            &format!(
+                "federatednamespaces.{}",
+                flotilla_crds::alpha::ALPHA_TYPES_GROUP
+            ),
+        )
+        .await;
+    let beta = spec.federated_type.to_kube();
+    let alpha = alpha.map(|a| a.to_kube());
+    let mut controllers = vec![TypeController::start(
+        shared.clone(),
+        spec,
+        pruned,
+        Serving {
+            federated: beta.clone(),
+            twin: alpha.clone(),
+            alpha_namespaces,
+        },
+    )];
+    if let Some(alpha) = alpha {
+        // kubefed's alpha CRDs have the same schema, so the same status fields survive.
+        controllers.push(TypeController::start(
+            shared.clone(),
+            spec,
+            pruned,
+            Serving {
+                federated: alpha,
+                twin: Some(beta),
+                alpha_namespaces,
+            },
+        ));
+    }
+    controllers
 }
 
 /// Runs the FTC controller until the task is aborted.
@@ -29,7 +117,15 @@ pub async fn run(shared: Arc<SyncShared>) {
     let mut running: HashMap<String, Running> = HashMap::new();
     let stream = watcher(api.clone(), watcher::Config::default()).default_backoff();
     futures::pin_mut!(stream);
-    while let Some(ev) = stream.next().await {
+    let mut recheck = tokio::time::interval(ALPHA_RECHECK);
+    loop {
+        let ev = tokio::select! {
+            ev = stream.next() => match ev { Some(ev) => ev, None => return },
+            _ = recheck.tick() => {
+                recheck_alpha(&shared, &mut running).await;
+                continue;
+            }
+        };
         let ev = match ev {
             Ok(ev) => ev,
             Err(e) if crate::watch::is_expected_relist(&e) => {
@@ -47,7 +143,7 @@ pub async fn run(shared: Arc<SyncShared>) {
             }
             watcher::Event::Delete(ftc) => {
                 if let Some(r) = running.remove(&ftc.name_any()) {
-                    r.controller.stop();
+                    r.stop();
                     info!(ftc = %ftc.name_any(), "FederatedTypeConfig deleted; sync controller stopped");
                 }
             }
@@ -67,23 +163,25 @@ async fn handle(
         && ftc.metadata.deletion_timestamp.is_none();
     let current = running.get(&name);
     if enabled {
-        if current.is_none_or(|r| r.spec != ftc.spec) {
+        let alpha = served_alpha(&shared.host, &ftc.spec).await;
+        if current.is_none_or(|r| r.spec != ftc.spec || r.alpha != alpha.is_some()) {
             if let Some(old) = running.remove(&name) {
-                old.controller.stop();
+                old.stop();
                 info!(ftc = %name, "FederatedTypeConfig changed; restarting its sync controller");
             }
             let pruned = crate::ftc_schema::check(&shared.host, ftc).await;
-            let controller = TypeController::start(shared.clone(), &ftc.spec, pruned);
             running.insert(
                 name.clone(),
                 Running {
                     spec: ftc.spec.clone(),
-                    controller,
+                    pruned,
+                    alpha: alpha.is_some(),
+                    controllers: start_controllers(shared, &ftc.spec, pruned, alpha).await,
                 },
             );
         }
     } else if let Some(old) = running.remove(&name) {
-        old.controller.stop();
+        old.stop();
         info!(ftc = %name, "propagation disabled; sync controller stopped");
     }
     let want = FederatedTypeConfigStatus {
@@ -102,5 +200,20 @@ async fn handle(
         {
             warn!(ftc = %name, error = %e, "writing FederatedTypeConfig status failed");
         }
+    }
+}
+
+/// An alpha CRD installed or removed since the controllers of a type started restarts
+/// them with or without the alpha controller.
+async fn recheck_alpha(shared: &Arc<SyncShared>, running: &mut HashMap<String, Running>) {
+    for (name, r) in running.iter_mut() {
+        let alpha = served_alpha(&shared.host, &r.spec).await;
+        if r.alpha == alpha.is_some() {
+            continue;
+        }
+        info!(ftc = %name, alpha = alpha.is_some(), "kubefed alpha CRD changed; restarting the sync controllers");
+        r.stop();
+        r.alpha = alpha.is_some();
+        r.controllers = start_controllers(shared, &r.spec, r.pruned, alpha).await;
     }
 }

@@ -35,6 +35,10 @@ use crate::federated::{FederatedSpec, FederatedStatus};
 use crate::inventory::ClusterProfile;
 use crate::multicluster::ServiceAccountImport;
 use crate::scheduling::ReplicaSchedulingPreference;
+use crate::schema_edit::{
+    push_required, relax_template_schema, strip_empty_defaults, strip_keyword,
+    unescape_descriptions,
+};
 use crate::work::{AppliedWork, Work};
 use crate::workload::WorkloadKind;
 use crate::{DEFAULT_NAMESPACE, TYPES_GROUP, V1BETA1};
@@ -179,106 +183,6 @@ pub(crate) fn schema_of<T: JsonSchema>() -> Value {
     schema
 }
 
-/// Removes a keyword from a schema and from all its subschemas.
-fn strip_keyword(schema: &mut Value, keyword: &str) {
-    let Some(obj) = schema.as_object_mut() else {
-        return;
-    };
-    obj.remove(keyword);
-    if let Some(props) = obj.get_mut("properties").and_then(Value::as_object_mut) {
-        props.values_mut().for_each(|p| strip_keyword(p, keyword));
-    }
-    for sub in ["items", "additionalProperties"] {
-        if let Some(s) = obj.get_mut(sub) {
-            strip_keyword(s, keyword);
-        }
-    }
-}
-
-/// Drops `default` keywords made of empty strings (a `#[serde(default)]` String, or a struct
-/// of them): the API server stores them as `null` and rejects them as not strings, and the
-/// types' own defaults fill them in when read anyway.
-fn strip_empty_defaults(schema: &mut Value) {
-    fn empty(v: &Value) -> bool {
-        match v {
-            Value::String(s) => s.is_empty(),
-            Value::Object(m) => !m.is_empty() && m.values().all(empty),
-            _ => false,
-        }
-    }
-    match schema {
-        Value::Object(map) => {
-            if map.get("default").is_some_and(empty) {
-                map.remove("default");
-            }
-            map.values_mut().for_each(strip_empty_defaults);
-        }
-        Value::Array(items) => items.iter_mut().for_each(strip_empty_defaults),
-        _ => {}
-    }
-}
-
-/// rustdoc wants `&lt;` for a literal `<`; `kubectl explain` shows descriptions raw.
-fn unescape_descriptions(schema: &mut Value) {
-    match schema {
-        Value::Object(map) => {
-            for (k, v) in map.iter_mut() {
-                match v {
-                    Value::String(s) if k == "description" => {
-                        *s = s.replace("&lt;", "<").replace("&gt;", ">");
-                    }
-                    _ => unescape_descriptions(v),
-                }
-            }
-        }
-        Value::Array(items) => items.iter_mut().for_each(unescape_descriptions),
-        _ => {}
-    }
-}
-
-fn push_required(schema: &mut Value, field: &str) {
-    if let Some(obj) = schema.as_object_mut() {
-        let required = obj.entry("required").or_insert_with(|| json!([]));
-        if let Some(list) = required.as_array_mut()
-            && !list.iter().any(|f| f == field)
-        {
-            list.push(field.into());
-            list.sort_by(|a, b| a.as_str().cmp(&b.as_str()));
-        }
-    }
-}
-
-/// A target's own schema made fit for `spec.template`: `metadata` is free-form (name and
-/// namespace come from the federated object), `apiVersion` and `kind` optional, `status`
-/// gone.
-fn relax_template_schema(mut schema: Value) -> Value {
-    if let Some(obj) = schema.as_object_mut() {
-        obj.insert("type".into(), "object".into());
-        let props = obj.entry("properties").or_insert_with(|| json!({}));
-        if let Some(props) = props.as_object_mut() {
-            props.remove("status");
-            props.insert(
-                "metadata".into(),
-                json!({"type": "object", "x-kubernetes-preserve-unknown-fields": true}),
-            );
-            props.insert("apiVersion".into(), json!({"type": "string"}));
-            props.insert("kind".into(), json!({"type": "string"}));
-        }
-        if let Some(required) = obj.get_mut("required").and_then(Value::as_array_mut) {
-            required.retain(|f| {
-                !matches!(
-                    f.as_str(),
-                    Some("metadata" | "apiVersion" | "kind" | "status")
-                )
-            });
-            if required.is_empty() {
-                obj.remove("required");
-            }
-        }
-    }
-    schema
-}
-
 fn federated_schema(target: &ApiResource, template_schema: Option<Value>) -> Value {
     let mut spec = schema_of::<FederatedSpec>();
     // Defaults would be written into every stored object, and kubefed's CRDs have none;
@@ -328,7 +232,19 @@ pub fn try_federated_crd(
     target: &TargetType,
     template_schema: Option<Value>,
 ) -> Result<CustomResourceDefinition, CrdGenError> {
-    let fed = federated_api_resource(&target.api);
+    try_federated_crd_as(
+        target,
+        &federated_api_resource(&target.api),
+        template_schema,
+    )
+}
+
+/// [`try_federated_crd`] served as `fed` (kubefed's alpha group, [`crate::alpha`]).
+fn try_federated_crd_as(
+    target: &TargetType,
+    fed: &ApiResource,
+    template_schema: Option<Value>,
+) -> Result<CustomResourceDefinition, CrdGenError> {
     let mut schema = federated_schema(&target.api, template_schema);
     unescape_descriptions(&mut schema);
     let schema: JSONSchemaProps =
@@ -420,15 +336,28 @@ pub fn federated_crd(
     target: &TargetType,
     template_schema: Option<Value>,
 ) -> CustomResourceDefinition {
+    federated_crd_as(
+        target,
+        &federated_api_resource(&target.api),
+        template_schema,
+    )
+}
+
+/// [`federated_crd`] served as `fed` (kubefed's alpha group, [`crate::alpha`]).
+pub(crate) fn federated_crd_as(
+    target: &TargetType,
+    fed: &ApiResource,
+    template_schema: Option<Value>,
+) -> CustomResourceDefinition {
     if template_schema.is_some()
-        && let Ok(crd) = try_federated_crd(target, template_schema)
+        && let Ok(crd) = try_federated_crd_as(target, fed, template_schema)
     {
         return crd;
     }
     // Invariant: without a template schema the CRD is built only from Flotilla's own types,
     // which `crdgen::tests` check turn into valid structural schemas.
     #[allow(clippy::expect_used)]
-    try_federated_crd(target, None).expect("the built-in federated schema is valid")
+    try_federated_crd_as(target, fed, None).expect("the built-in federated schema is valid")
 }
 
 /// Polishes a derived CRD: readable descriptions, and a root description saying what the
@@ -468,7 +397,8 @@ fn polish(mut crd: CustomResourceDefinition) -> CustomResourceDefinition {
 }
 
 /// The CRDs of the control plane itself: KubeFedCluster, KubeFedConfig,
-/// FederatedTypeConfig, ReplicaSchedulingPreference, ServiceAccountImport, the Cluster
+/// FederatedTypeConfig, ReplicaSchedulingPreference, ServiceAccountImport (Flotilla's and
+/// Admiralty's group), the Cluster
 /// Inventory API's ClusterProfile and PlacementDecision, the Multi-Cluster Services API's
 /// ServiceExport and ServiceImport (which members need too: `flotilla join` installs them
 /// there) and the Work API's Work and AppliedWork (pull mode).
@@ -479,6 +409,7 @@ pub fn core_crds() -> Vec<CustomResourceDefinition> {
         polish(FederatedTypeConfig::crd()),
         polish(ReplicaSchedulingPreference::crd()),
         polish(ServiceAccountImport::crd()),
+        polish(crate::admiralty::admiralty_crd()),
         polish(ClusterProfile::crd()),
         crate::placement_decision::crd(),
         polish(Work::crd()),
@@ -515,13 +446,19 @@ pub fn applied_work_crd() -> CustomResourceDefinition {
     polish(AppliedWork::crd())
 }
 
-/// The core CRDs and the Federated&lt;Kind&gt; CRDs of [`default_target_types`].
+/// The core CRDs and the Federated&lt;Kind&gt; CRDs of [`default_target_types`], in
+/// `types.kubefed.io/v1beta1` and in kubefed's alpha `types.kubefed.k8s.io/v1alpha1`.
 pub fn all_crds() -> Vec<CustomResourceDefinition> {
     let mut crds = core_crds();
     crds.extend(
         default_target_types()
             .iter()
             .map(|t| federated_crd(t, None)),
+    );
+    crds.extend(
+        default_target_types()
+            .iter()
+            .map(|t| crate::alpha::alpha_crd(t, None)),
     );
     crds
 }
@@ -1054,7 +991,11 @@ mod tests {
     #[test]
     fn all_crds_are_the_core_ones_then_one_per_default_type() {
         let crds = all_crds();
-        assert_eq!(crds.len(), core_crds().len() + default_target_types().len());
+        assert_eq!(
+            crds.len(),
+            core_crds().len() + 2 * default_target_types().len(),
+            "v1beta1 and alpha"
+        );
         let mut names: Vec<_> = crds
             .iter()
             .filter_map(|c| c.metadata.name.clone())

@@ -158,7 +158,8 @@ pub struct ClusterOverride {
     /// `add`, `remove` or `replace` (the default).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub op: Option<OverrideOp>,
-    /// JSON pointer into the object, e.g. `/spec/replicas`.
+    /// JSON pointer into the object, e.g. `/spec/replicas`, or kubefed alpha's dotted
+    /// path, e.g. `spec.replicas` (list elements as `containers[0]` or `containers.0`).
     pub path: String,
     /// The value for `add` and `replace`.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -4,6 +4,8 @@
 #![forbid(unsafe_code)]
 
 pub mod about;
+pub mod admiralty;
+pub mod alpha;
 pub mod core;
 pub mod crdgen;
 pub mod defaults;
@@ -15,6 +17,7 @@ pub mod inventory;
 pub mod kubefed_config;
 pub mod mcs;
 pub mod multicluster;
+pub mod override_path;
 pub mod overrides;
 pub mod placement;
 pub mod placement_decision;
@@ -23,6 +26,7 @@ pub mod redact;
 pub mod rollout;
 pub mod schedule;
 pub mod scheduling;
+mod schema_edit;
 pub mod taint;
 pub mod work;
 pub mod workload;

@@ -5,7 +5,9 @@
 //! cluster and the path:
 //! - a cluster listed twice, or an empty cluster name;
 //! - within one cluster, the same path twice;
-//! - a path that is not a JSON pointer (must start with `/`; `~` only as `~0` / `~1`);
+//! - a path that is neither a JSON pointer (starts with `/`; `~` only as `~0` / `~1`) nor
+//!   kubefed alpha's dotted field path (`spec.replicas`, converted to the pointer by
+//!   [`crate::override_path`]);
 //! - the paths kubefed forbids, `/metadata/name`, `/metadata/namespace`,
 //!   `/metadata/generateName` and `/kind`, and also `/apiVersion` and `/metadata` as a
 //!   whole: the identity and type of a propagated object come from the federated object and
@@ -22,6 +24,7 @@ use json_patch::{AddOperation, PatchOperation, RemoveOperation, ReplaceOperation
 use serde_json::Value;
 
 use crate::federated::{ClusterOverride, ClusterOverrides, OverrideOp};
+use crate::override_path::to_pointer;
 
 /// Paths no override may touch.
 pub const FORBIDDEN_PATHS: &[&str] = &[
@@ -135,21 +138,18 @@ fn validate(cluster: &str, ops: &[ClusterOverride]) -> Result<Vec<PatchOperation
     let mut patch = Vec::with_capacity(ops.len());
     for o in ops {
         let op = op_name(o.op);
-        let path = o.path.as_str();
-        if !path.starts_with('/') {
-            return Err(OverrideError::InvalidPath {
-                cluster: cluster.into(),
-                op,
-                path: path.into(),
-                reason: "a path must start with \"/\", e.g. /spec/replicas".into(),
-            });
-        }
-        let pointer = PointerBuf::parse(path).map_err(|e| OverrideError::InvalidPath {
+        let invalid = |reason: String| OverrideError::InvalidPath {
             cluster: cluster.into(),
             op,
-            path: path.into(),
-            reason: e.to_string(),
-        })?;
+            path: o.path.clone(),
+            reason,
+        };
+        // kubefed's alpha wrote `spec.replicas`; from here on only the pointer counts, so
+        // the two spellings of one path are one path.
+        let converted = to_pointer(&o.path).map_err(|e| invalid(e.to_string()))?;
+        let pointer = PointerBuf::parse(&converted).map_err(|e| invalid(e.to_string()))?;
+        let path = pointer.as_str().to_string();
+        let path = path.as_str();
         if FORBIDDEN_PATHS.contains(&path) {
             return Err(OverrideError::ForbiddenPath {
                 cluster: cluster.into(),
@@ -157,7 +157,7 @@ fn validate(cluster: &str, ops: &[ClusterOverride]) -> Result<Vec<PatchOperation
                 path: path.into(),
             });
         }
-        if !seen.insert(path) {
+        if !seen.insert(path.to_string()) {
             return Err(OverrideError::DuplicatePath {
                 cluster: cluster.into(),
                 path: path.into(),
@@ -566,7 +566,67 @@ mod tests {
     }
 
     #[test]
-    fn a_path_without_a_leading_slash_is_rejected() {
+    fn a_dotted_path_applies_like_its_json_pointer() {
+        let mut obj = json!({"spec": {"replicas": 3, "template": {"spec": {"containers": [{"image": "a"}]}}}});
+        let ops = vec![
+            op(None, "spec.replicas", Some(json!(5))),
+            op(
+                None,
+                "spec.template.spec.containers[0].image",
+                Some(json!("b")),
+            ),
+        ];
+        apply(&mut obj, "cluster2", &ops).expect("applies");
+        assert_eq!(obj["spec"]["replicas"], json!(5));
+        assert_eq!(
+            obj["spec"]["template"]["spec"]["containers"][0]["image"],
+            json!("b")
+        );
+    }
+
+    #[test]
+    fn a_dotted_and_a_pointer_spelling_of_one_path_are_a_duplicate() {
+        let err = by_cluster(&[entry(
+            "cluster2",
+            vec![
+                op(None, "spec.replicas", Some(json!(5))),
+                op(None, "/spec/replicas", Some(json!(6))),
+            ],
+        )])
+        .expect_err("duplicate");
+        assert!(matches!(err, OverrideError::DuplicatePath { .. }), "{err}");
+    }
+
+    #[test]
+    fn a_dotted_path_into_a_missing_field_fails_and_leaves_the_object() {
+        let mut obj = json!({"spec": {"replicas": 3}});
+        let before = obj.clone();
+        let err = apply(
+            &mut obj,
+            "cluster2",
+            &[op(None, "spec.strategy.type", Some(json!("Recreate")))],
+        )
+        .expect_err("missing");
+        assert!(
+            err.to_string()
+                .starts_with("cluster \"cluster2\": override replace spec.strategy.type:"),
+            "{err}"
+        );
+        assert_eq!(obj, before);
+    }
+
+    #[test]
+    fn a_dotted_path_to_the_name_is_forbidden() {
+        let err = by_cluster(&[entry(
+            "c",
+            vec![op(None, "metadata.name", Some(json!("x")))],
+        )])
+        .expect_err("forbidden");
+        assert!(matches!(err, OverrideError::ForbiddenPath { .. }), "{err}");
+    }
+
+    #[test]
+    fn a_path_that_is_neither_a_pointer_nor_dotted_is_rejected() {
         let err = by_cluster(&[entry(
             "member1",
             vec![op(None, "spec/replicas", Some(json!(1)))],
@@ -579,7 +639,7 @@ mod tests {
             ),
             "{msg}"
         );
-        assert!(msg.contains("must start with \"/\""), "{msg}");
+        assert!(msg.contains("JSON pointer starting with '/'"), "{msg}");
     }
 
     #[test]

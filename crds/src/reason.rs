@@ -102,6 +102,10 @@ reasons! {
         CheckClusters => Event,
         /// The namespace of the object is not federated.
         NamespaceNotFederated => UserAction,
+        /// Flotilla: the object exists both in kubefed's alpha `types.kubefed.k8s.io/v1alpha1`
+        /// and in `types.kubefed.io/v1beta1`; only the older one propagates (see
+        /// [`crate::alpha`]).
+        VersionConflict => UserAction,
     }
 }
 

@@ -30,7 +30,9 @@ Examples:
   # A custom resource: the Federated CRD gets the CRD's schema for its template
   flotilla enable widgets.example.com
   # Print the FederatedWidget CRD and the FederatedTypeConfig instead of applying them
-  flotilla enable widgets.example.com -o yaml";
+  flotilla enable widgets.example.com -o yaml
+  # Also serve kubefed's alpha API (types.kubefed.k8s.io/v1alpha1 FederatedWidget)
+  flotilla enable widgets.example.com --kubefed-alpha";
 
 /// Examples of `flotilla disable --help`.
 pub const DISABLE_EXAMPLES: &str = "\
@@ -63,6 +65,11 @@ pub struct EnableArgs {
     /// flags).
     #[command(flatten)]
     pub federated: FederatedApi,
+    /// Also serve kubefed's alpha API for the type: the Federated CRD in
+    /// `types.kubefed.k8s.io/v1alpha1` too, reconciled by the same controller (only with the
+    /// default `--federated-group`/`--federated-version`).
+    #[arg(long = "kubefed-alpha")]
+    pub kubefed_alpha: bool,
 }
 
 /// kubefedctl's `--federated-group` / `--federated-version`: the API group and version of
@@ -141,15 +148,48 @@ pub async fn enable(global: &GlobalArgs, args: EnableArgs, ctx: &Context) -> any
         &args.federated,
     )
     .await?;
+    let alpha = match (args.kubefed_alpha, flotilla_crds::alpha::as_alpha_crd(&crd)) {
+        (false, _) => None,
+        (true, Some(alpha)) => Some(alpha),
+        (true, None) => anyhow::bail!(
+            "--kubefed-alpha serves kubefed's alpha twin of a {TYPES_GROUP}/{} type; {} is not one",
+            flotilla_crds::V1BETA1,
+            crd.name_any()
+        ),
+    };
     if args.output == Some(OutputFormat::Yaml) {
-        ctx.out.write(format!(
-            "{}---\n{}",
-            serde_saphyr::to_string(&crd).context("rendering the CRD")?,
-            serde_saphyr::to_string(&ftc).context("rendering the FederatedTypeConfig")?
-        ));
+        let mut out = String::new();
+        for c in [Some(&crd), alpha.as_ref()].into_iter().flatten() {
+            out.push_str(&serde_saphyr::to_string(c).context("rendering the CRD")?);
+            out.push_str("---\n");
+        }
+        out.push_str(&serde_saphyr::to_string(&ftc).context("rendering the FederatedTypeConfig")?);
+        ctx.out.write(out);
         return Ok(());
     }
+    // The alpha CRD first: the controller looks for it when the FederatedTypeConfig changes.
+    if let Some(alpha) = &alpha {
+        apply_crd(&host, alpha, args.timeout).await?;
+        ctx.out.line(format!(
+            "customresourcedefinition {} applied (kubefed's alpha API)",
+            alpha.name_any()
+        ));
+    }
     apply_objects(&host, &crd, &ftc, schema, args.timeout, ctx).await?;
+    Ok(())
+}
+
+async fn apply_crd(
+    host: &Client,
+    crd: &CustomResourceDefinition,
+    timeout: Duration,
+) -> anyhow::Result<()> {
+    let crds: Api<CustomResourceDefinition> = Api::all(host.clone());
+    let crd_name = crd.name_any();
+    super::apply(&crds, &crd_name, crd)
+        .await
+        .with_context(|| format!("applying CRD {crd_name}"))?;
+    crate::install::wait_established(&crds, &crd_name, timeout).await?;
     Ok(())
 }
 
@@ -210,12 +250,8 @@ async fn apply_objects(
     timeout: Duration,
     ctx: &Context,
 ) -> anyhow::Result<()> {
-    let crds: Api<CustomResourceDefinition> = Api::all(host.clone());
     let crd_name = crd.name_any();
-    super::apply(&crds, &crd_name, crd)
-        .await
-        .with_context(|| format!("applying CRD {crd_name}"))?;
-    crate::install::wait_established(&crds, &crd_name, timeout).await?;
+    apply_crd(host, crd, timeout).await?;
     ctx.out.line(format!(
         "customresourcedefinition {crd_name} applied ({})",
         if schema {

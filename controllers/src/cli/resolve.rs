@@ -128,6 +128,9 @@ pub fn ftc_names(ftc: &FederatedTypeConfig) -> Vec<String> {
         spec.federated_type.kind.clone(),
         spec.federated_type.qualified_name(),
     ];
+    if let Some(alpha) = flotilla_crds::alpha::alpha_twin(&spec.federated_type) {
+        names.push(alpha.qualified_name());
+    }
     if let Some(t) = default_target_types().into_iter().find(|t| {
         t.api.group == spec.target_type.group && t.api.plural_name == spec.target_type.plural_name
     }) {
@@ -137,6 +140,20 @@ pub fn ftc_names(ftc: &FederatedTypeConfig) -> Vec<String> {
         }
     }
     names.iter().map(|n| n.to_lowercase()).collect()
+}
+
+/// The federated APIs an enabled type may have objects in, each with the kind its objects
+/// are shown as: the FTC's federated type, and for `types.kubefed.io/v1beta1` types
+/// kubefed's alpha twin as `<Kind>.types.kubefed.k8s.io` (its CRD may not be installed: a
+/// 404 from it means no objects).
+pub fn served_apis(ftc: &FederatedTypeConfig) -> Vec<(ApiResource, String)> {
+    let beta = ftc.spec.federated_type.clone();
+    let mut apis = vec![(beta.clone(), beta.kind.clone())];
+    if let Some(alpha) = flotilla_crds::alpha::alpha_twin(&beta) {
+        let shown = format!("{}.{}", alpha.kind, alpha.group);
+        apis.push((alpha, shown));
+    }
+    apis
 }
 
 /// The FTCs whose names include `input` (case-insensitive).

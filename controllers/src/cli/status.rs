@@ -368,30 +368,32 @@ pub async fn snapshot(
     let mut objects = Vec::new();
     let mut missing = Vec::new();
     for ftc in &ftcs {
-        let fed = &ftc.spec.federated_type;
-        let ar = fed.to_kube();
-        let api: Api<DynamicObject> = match (&selection.namespace, fed.namespaced()) {
-            (Some(ns), true) => Api::namespaced_with(host.clone(), ns, &ar),
-            (Some(_), false) if selection.type_name.is_none() => continue,
-            _ => Api::all_with(host.clone(), &ar),
-        };
-        if let Some(name) = &selection.name {
-            match api.get_opt(name).await {
-                Ok(Some(obj)) => objects.push(ObjectState::from_dynamic(&fed.kind, &obj)),
-                Ok(None) => missing.push(format!("{}/{name}", fed.kind.to_lowercase())),
-                Err(e) => return Err(e).with_context(|| format!("reading {} {name}", fed.kind)),
+        let mut found = false;
+        // kubefed's alpha twin (types.kubefed.k8s.io) too: both are reconciled.
+        for (fed, shown) in resolve::served_apis(ftc) {
+            let ar = fed.to_kube();
+            let api: Api<DynamicObject> = match (&selection.namespace, fed.namespaced()) {
+                (Some(ns), true) => Api::namespaced_with(host.clone(), ns, &ar),
+                (Some(_), false) if selection.type_name.is_none() => continue,
+                _ => Api::all_with(host.clone(), &ar),
+            };
+            let listed = match &selection.name {
+                Some(name) => api.get_opt(name).await.map(|o| o.into_iter().collect()),
+                None => api.list(&ListParams::default()).await.map(|l| l.items),
+            };
+            match listed {
+                Ok(items) => {
+                    found |= !items.is_empty();
+                    objects.extend(items.iter().map(|o| ObjectState::from_dynamic(&shown, o)));
+                }
+                // The type is configured but its CRD is not installed: nothing to show.
+                Err(kube::Error::Api(s)) if s.code == 404 => {}
+                Err(e) => return Err(e).with_context(|| format!("reading {}", fed.plural_name)),
             }
-            continue;
         }
-        match api.list(&ListParams::default()).await {
-            Ok(list) => objects.extend(
-                list.items
-                    .iter()
-                    .map(|o| ObjectState::from_dynamic(&fed.kind, o)),
-            ),
-            // The type is configured but its CRD is not installed: nothing to show.
-            Err(kube::Error::Api(s)) if s.code == 404 => {}
-            Err(e) => return Err(e).with_context(|| format!("listing {}", fed.plural_name)),
+        if let (Some(name), false) = (&selection.name, found) {
+            let kind = ftc.spec.federated_type.kind.to_lowercase();
+            missing.push(format!("{kind}/{name}"));
         }
     }
     Ok((objects, missing))

@@ -15,7 +15,11 @@ pub mod reconcile;
 
 use std::{ops::ControlFlow, sync::Arc};
 
-use flotilla_crds::{KubeFedCluster, ServiceAccountImport, multicluster::SECRET_LABEL};
+use flotilla_crds::{
+    KubeFedCluster,
+    admiralty::{AnyImport, ImportGroup},
+    multicluster::SECRET_LABEL,
+};
 use k8s_openapi::api::core::v1::Secret;
 use kube::{
     Api, Client, ResourceExt,
@@ -33,26 +37,60 @@ use crate::{
 /// The controller's name as the reporting controller of its Events.
 const REPORTING_CONTROLLER: &str = "flotilla-serviceaccountimport";
 
-fn queue_all(queue: &WorkQueue<Key>, imports: &Store<ServiceAccountImport>) {
+fn queue_all(queue: &WorkQueue<Key>, imports: &Store<AnyImport>) {
     for i in imports.state() {
         queue.add((i.namespace().unwrap_or_default(), i.name_any()));
     }
 }
 
-/// The import that owns a Secret the controller wrote.
-fn owner_key(secret: &Secret) -> Option<Key> {
-    let owner = secret
-        .owner_references()
-        .iter()
-        .find(|o| o.kind == "ServiceAccountImport" && o.controller == Some(true))?;
+/// The import of `group` that owns a Secret the controller wrote.
+fn owner_key(group: ImportGroup, secret: &Secret) -> Option<Key> {
+    let ar = group.api_resource();
+    let owner = secret.owner_references().iter().find(|o| {
+        o.kind == ar.kind && o.api_version == ar.api_version && o.controller == Some(true)
+    })?;
     Some((secret.namespace().unwrap_or_default(), owner.name.clone()))
 }
 
 /// The caches the controller reads, and the tasks feeding them and the queue.
 struct Watches {
-    imports: Store<ServiceAccountImport>,
+    imports: Store<AnyImport>,
     kubefed: Store<KubeFedCluster>,
     tasks: Vec<tokio::task::JoinHandle<()>>,
+}
+
+/// The imports of `group`, each change queueing the import.
+async fn watch_imports(
+    host: Client,
+    group: ImportGroup,
+    writer: reflector::store::Writer<AnyImport>,
+    queue: Arc<WorkQueue<Key>>,
+) {
+    let params = WatchParams {
+        what: "ServiceAccountImport",
+        cluster: None,
+        label_selector: None,
+        config: Default::default(),
+        // Admiralty's CRD is optional: until it is installed, its watch fails quietly.
+        failures: match group {
+            ImportGroup::Flotilla => FailureLog::Warn,
+            ImportGroup::Admiralty => FailureLog::Debug,
+        },
+    };
+    let api = Api::<AnyImport>::all_with(host, &group.api_resource());
+    watch_into(
+        api,
+        writer,
+        params,
+        |_| {},
+        move |c| {
+            if let Change::Object(o) = c {
+                queue.add((o.namespace().unwrap_or_default(), o.name_any()));
+            }
+            ControlFlow::Continue(())
+        },
+    )
+    .await;
 }
 
 /// Starts the watches: imports, KubeFedClusters, the import Secrets and cluster-set
@@ -60,28 +98,21 @@ struct Watches {
 fn watches(
     host: &Client,
     namespace: &str,
+    group: ImportGroup,
     clusters: &ClusterSet,
     queue: &Arc<WorkQueue<Key>>,
 ) -> Watches {
-    let import_writer = reflector::store::Writer::<ServiceAccountImport>::default();
+    let import_writer = reflector::store::Writer::<AnyImport>::new(group.api_resource());
     let imports = import_writer.as_reader();
     let kfc_writer = reflector::store::Writer::<KubeFedCluster>::default();
     let kubefed = kfc_writer.as_reader();
     let secret_writer = reflector::store::Writer::<Secret>::default();
-    let mut tasks = Vec::new();
-    {
-        let queue = queue.clone();
-        tasks.push(tokio::spawn(reflect(
-            Api::all(host.clone()),
-            import_writer,
-            "ServiceAccountImport",
-            move |c| {
-                if let Change::Object(o) = c {
-                    queue.add((o.namespace().unwrap_or_default(), o.name_any()));
-                }
-            },
-        )));
-    }
+    let mut tasks = vec![tokio::spawn(watch_imports(
+        host.clone(),
+        group,
+        import_writer,
+        queue.clone(),
+    ))];
     {
         let (queue, imports) = (queue.clone(), imports.clone());
         tasks.push(tokio::spawn(reflect(
@@ -112,7 +143,7 @@ fn watches(
             |s| s.data = None,
             move |c| {
                 if let Change::Object(s) = c
-                    && let Some(key) = owner_key(s)
+                    && let Some(key) = owner_key(group, s)
                 {
                     queue.add(key);
                 }
@@ -139,17 +170,38 @@ fn watches(
 /// Runs the controller until the task is aborted. `namespace` is the control-plane
 /// namespace, where the KubeFedClusters are.
 pub async fn run(host: Client, namespace: String, clusters: ClusterSet, metrics: Arc<Metrics>) {
+    let runs = ImportGroup::ALL.map(|group| {
+        run_group(
+            host.clone(),
+            namespace.clone(),
+            group,
+            clusters.clone(),
+            metrics.clone(),
+        )
+    });
+    futures::future::join_all(runs).await;
+}
+
+/// One group's imports (Flotilla's or Admiralty's): the same controller, its own caches.
+async fn run_group(
+    host: Client,
+    namespace: String,
+    group: ImportGroup,
+    clusters: ClusterSet,
+    metrics: Arc<Metrics>,
+) {
     let queue: Arc<WorkQueue<Key>> = WorkQueue::new();
     let Watches {
         imports,
         kubefed,
         tasks,
-    } = watches(&host, &namespace, &clusters, &queue);
+    } = watches(&host, &namespace, group, &clusters, &queue);
     let _guard = AbortOnDrop(tasks);
     let ctx = Ctx {
         recorder: crate::events::recorder(host.clone(), REPORTING_CONTROLLER),
         host,
         clusters,
+        group,
         imports: imports.clone(),
         kubefed: kubefed.clone(),
         namespace,
@@ -200,10 +252,18 @@ mod tests {
             ]}
         }))
         .expect("valid secret");
-        assert_eq!(owner_key(&s), Some(("foo".into(), "x".into())));
+        assert_eq!(
+            owner_key(ImportGroup::Flotilla, &s),
+            Some(("foo".into(), "x".into()))
+        );
+        assert_eq!(
+            owner_key(ImportGroup::Admiralty, &s),
+            None,
+            "another group's"
+        );
         let orphan: Secret =
             serde_json::from_value(json!({"metadata": {"name": "y", "namespace": "foo"}}))
                 .expect("valid secret");
-        assert_eq!(owner_key(&orphan), None);
+        assert_eq!(owner_key(ImportGroup::Flotilla, &orphan), None);
     }
 }

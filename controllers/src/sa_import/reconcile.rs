@@ -7,7 +7,8 @@
 use std::{collections::BTreeMap, sync::Arc, time::Duration};
 
 use flotilla_crds::{
-    FIELD_MANAGER, KubeFedCluster, ServiceAccountImport, ServiceAccountImportStatus,
+    FIELD_MANAGER, KubeFedCluster, ServiceAccountImportStatus,
+    admiralty::{AnyImport, ImportGroup},
     multicluster::{
         EXPIRATION_ANNOTATION, ISSUED_ANNOTATION, ImportReason, REFRESH_FRACTION_ANNOTATION,
         SECRET_LABEL, SOURCE_ANNOTATION,
@@ -64,8 +65,10 @@ pub struct Ctx {
     pub host: Client,
     /// The member clusters and their clients.
     pub clusters: ClusterSet,
-    /// Cache of every ServiceAccountImport.
-    pub imports: Store<ServiceAccountImport>,
+    /// The group served (Flotilla's or Admiralty's): the same reconcile for both.
+    pub group: ImportGroup,
+    /// Cache of every ServiceAccountImport of the group.
+    pub imports: Store<AnyImport>,
     /// Cache of the KubeFedClusters of the control-plane namespace.
     pub kubefed: Store<KubeFedCluster>,
     /// The control-plane namespace.
@@ -83,10 +86,9 @@ impl Ctx {
     /// Reconciles the import `key`.
     #[tracing::instrument(skip(self), fields(import = %format!("{}/{}", key.0, key.1)))]
     pub async fn reconcile(&self, key: &Key) -> Next {
-        let Some(import) = self
-            .imports
-            .get(&ObjectRef::<ServiceAccountImport>::new(&key.1).within(&key.0))
-        else {
+        let Some(import) = self.imports.get(
+            &ObjectRef::<AnyImport>::new_with(&key.1, self.group.api_resource()).within(&key.0),
+        ) else {
             return Next::Done;
         };
         if import.metadata.deletion_timestamp.is_some() {
@@ -107,7 +109,7 @@ impl Ctx {
     }
 
     /// Brings the Secret up to date; `Err` carries the outcome of a failed step.
-    async fn sync(&self, import: &ServiceAccountImport) -> Result<(Outcome, Next), Outcome> {
+    async fn sync(&self, import: &AnyImport) -> Result<(Outcome, Next), Outcome> {
         let (secret_name, existing) = self.find_secret(import).await.map_err(|e| Outcome {
             reason: ImportReason::SecretWriteFailed,
             message: format!("reading the import's Secret failed: {e}"),
@@ -146,7 +148,7 @@ impl Ctx {
         }
         let (token, expires) = request_token(&client, import).await.map_err(failed)?;
         let secret = build_secret(
-            import,
+            (self.group, import),
             &secret_name,
             &endpoint,
             &source,
@@ -216,7 +218,7 @@ impl Ctx {
     /// candidate that is free or already owned by the import.
     async fn find_secret(
         &self,
-        import: &ServiceAccountImport,
+        import: &AnyImport,
     ) -> Result<(String, Option<Secret>), kube::Error> {
         let ns = import.namespace().unwrap_or_default();
         let uid = import.uid().unwrap_or_default();
@@ -239,11 +241,7 @@ impl Ctx {
         Ok((last, None))
     }
 
-    async fn write_secret(
-        &self,
-        import: &ServiceAccountImport,
-        secret: &Secret,
-    ) -> Result<(), kube::Error> {
+    async fn write_secret(&self, import: &AnyImport, secret: &Secret) -> Result<(), kube::Error> {
         let ns = import.namespace().unwrap_or_default();
         let api: Api<Secret> = Api::namespaced(self.host.clone(), &ns);
         api.patch(
@@ -256,7 +254,7 @@ impl Ctx {
     }
 
     /// Writes the status when it changed, and a Warning Event for a new failure.
-    async fn record(&self, import: &ServiceAccountImport, outcome: &Outcome) {
+    async fn record(&self, import: &AnyImport, outcome: &Outcome) {
         let previous = import.status.as_ref();
         self.metrics
             .imports
@@ -270,7 +268,7 @@ impl Ctx {
             warn!(reason = outcome.reason.as_str(), message = %outcome.message, "import not ready");
             crate::events::publish(
                 &self.recorder,
-                &import.object_ref(&()),
+                &import.object_ref(&self.group.api_resource()),
                 EventType::Warning,
                 outcome.reason.as_str(),
                 "RequestToken",
@@ -288,11 +286,12 @@ impl Ctx {
 
     async fn write_status(
         &self,
-        import: &ServiceAccountImport,
+        import: &AnyImport,
         status: &ServiceAccountImportStatus,
     ) -> Result<(), kube::Error> {
         let ns = import.namespace().unwrap_or_default();
-        let api: Api<ServiceAccountImport> = Api::namespaced(self.host.clone(), &ns);
+        let api: Api<AnyImport> =
+            Api::namespaced_with(self.host.clone(), &ns, &self.group.api_resource());
         // Absent fields are sent as null so that a merge patch removes them.
         let patch = json!({"status": {
             "conditions": status.conditions,
@@ -349,7 +348,7 @@ fn owned_by(secret: &Secret, uid: &str) -> bool {
 /// Requests a token of the import's remote ServiceAccount; the token and its expiry.
 async fn request_token(
     client: &Client,
-    import: &ServiceAccountImport,
+    import: &AnyImport,
 ) -> Result<(String, Timestamp), Failure> {
     let spec = &import.spec;
     let api: Api<ServiceAccount> = Api::namespaced(client.clone(), &spec.namespace);
@@ -418,7 +417,7 @@ fn token_request_failure(
 
 /// The Secret of an import for a new token.
 fn build_secret(
-    import: &ServiceAccountImport,
+    (group, import): (ImportGroup, &AnyImport),
     name: &str,
     endpoint: &Endpoint,
     source: &str,
@@ -429,8 +428,8 @@ fn build_secret(
     let spec = &import.spec;
     let data = kubeconfig::secret_data(&import.name_any(), endpoint, &spec.namespace, token)?;
     let owner = OwnerReference {
-        api_version: ServiceAccountImport::api_version(&()).into_owned(),
-        kind: ServiceAccountImport::kind(&()).into_owned(),
+        api_version: group.api_resource().api_version,
+        kind: group.api_resource().kind,
         name: import.name_any(),
         uid: import.uid().unwrap_or_default(),
         controller: Some(true),

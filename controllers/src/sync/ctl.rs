@@ -45,7 +45,13 @@ pub(super) struct Ctl {
     pub is_namespace_type: bool,
     pub needs_ns_placement: bool,
     pub host_store: Store<DynamicObject>,
+    /// The same type in the other federated API (kubefed's alpha and v1beta1), when both
+    /// are served: see [`super::twins`].
+    pub twin: Option<super::twins::TwinApi>,
     pub fns_store: Store<DynamicObject>,
+    /// kubefed's alpha FederatedNamespaces, when the alpha API is served: an alpha
+    /// namespace places objects of either API, as a v1beta1 one does.
+    pub fns_alpha_store: Option<Store<DynamicObject>>,
     /// This type's Works in the host (Pull clusters' inventory).
     pub works: Store<flotilla_crds::work::Work>,
     pub members: Arc<MemberWatch<DynamicObject>>,
@@ -145,10 +151,16 @@ impl Ctl {
     /// The namespace placement of an object of `key` ([`NamespacePlacement::of`]), from
     /// the FederatedNamespace cache.
     pub fn namespace_placement(&self, key: &Key) -> NamespacePlacement {
+        // kubefed's alpha FederatedNamespace places objects too, as a v1beta1 one does.
         let fns = key.0.as_ref().and_then(|ns| {
             let fns_ref =
                 ObjectRef::<DynamicObject>::new_with(ns, federated_namespace_ar()).within(ns);
-            self.fns_store.get(&fns_ref)
+            let alpha_fns = || {
+                let store = self.fns_alpha_store.as_ref()?;
+                let ar = super::federated_namespace_alpha_ar()?;
+                store.get(&ObjectRef::<DynamicObject>::new_with(ns, ar).within(ns))
+            };
+            self.fns_store.get(&fns_ref).or_else(alpha_fns)
         });
         let fns = fns.map(|o| FederatedSpec::from_dynamic(&o).map_err(|e| e.to_string()));
         NamespacePlacement::of(

@@ -29,6 +29,7 @@ mod rollout;
 pub(crate) mod scheduled;
 mod status;
 mod strays;
+mod twins;
 
 use std::{
     collections::HashMap,
@@ -145,6 +146,18 @@ fn drop_status(obj: &mut DynamicObject) {
 
 fn keep_all(_: &mut DynamicObject) {}
 
+/// Which federated API a sync controller reconciles, and the twin API it must not
+/// propagate twice with (kubefed's alpha for v1beta1 and back).
+pub struct Serving {
+    /// The Federated&lt;Kind&gt; API resource reconciled.
+    pub federated: ApiResource,
+    /// The same type in the other API, when that is served too.
+    pub twin: Option<ApiResource>,
+    /// Whether kubefed's alpha FederatedNamespace CRD is installed: its objects then
+    /// place namespaced objects too (a watch of a missing CRD would never sync).
+    pub alpha_namespaces: bool,
+}
+
 /// Key of a federated object in the host.
 type Key = (Option<String>, String);
 
@@ -158,12 +171,15 @@ pub struct TypeController {
 impl TypeController {
     /// Starts propagation for the type configured by `ftc`; `pruned`: what the federated
     /// CRD's schema drops from status (left out of the status compared and written).
+    /// `serving`: the federated API this controller reconciles and its twin's, when both
+    /// kubefed's alpha and v1beta1 are served.
     pub fn start(
         shared: Arc<SyncShared>,
         ftc: &FederatedTypeConfigSpec,
         pruned: Pruned,
+        serving: Serving,
     ) -> TypeController {
-        let fed_ar = ftc.federated_type.to_kube();
+        let fed_ar = serving.federated.clone();
         let target_ar = ftc.target_type.to_kube();
         let target_namespaced = ftc.target_type.namespaced();
         let is_namespace_type =
@@ -175,6 +191,7 @@ impl TypeController {
         let host_writer = reflector::store::Writer::<DynamicObject>::new(fed_ar.clone());
         let fns_writer = reflector::store::Writer::<DynamicObject>::new(federated_namespace_ar());
         let work_writer = reflector::store::Writer::<flotilla_crds::work::Work>::default();
+        let alpha = twins::AlphaWiring::new(&serving, needs_ns_placement);
         let (member_tx, member_rx) = mpsc::unbounded_channel();
         let members = member_watch(&shared, &target_ar, collect_status, member_tx);
         let ctl = Arc::new(Ctl {
@@ -185,7 +202,9 @@ impl TypeController {
             is_namespace_type,
             needs_ns_placement,
             host_store: host_writer.as_reader(),
+            twin: alpha.twin_api(),
             fns_store: fns_writer.as_reader(),
+            fns_alpha_store: alpha.fns_alpha_store(),
             works: work_writer.as_reader(),
             members,
             collect_status,
@@ -208,10 +227,12 @@ impl TypeController {
         if needs_ns_placement {
             tasks.push(tokio::spawn(watch_federated_namespaces(
                 ctl.clone(),
+                federated_namespace_ar(),
                 fns_writer,
                 queue.clone(),
             )));
         }
+        tasks.extend(alpha.spawn(&ctl, &queue));
         let workers = ctl.shared.config.borrow().max_concurrent_reconciles.max(1);
         for _ in 0..workers {
             tasks.push(tokio::spawn(work(
@@ -290,10 +311,11 @@ async fn watch_federated(
 /// object of that namespace.
 async fn watch_federated_namespaces(
     ctl: Arc<Ctl>,
+    ar: ApiResource,
     writer: reflector::store::Writer<DynamicObject>,
     queue: Arc<WorkQueue<Key>>,
 ) {
-    let api: Api<DynamicObject> = Api::all_with(ctl.shared.host.clone(), &federated_namespace_ar());
+    let api: Api<DynamicObject> = Api::all_with(ctl.shared.host.clone(), &ar);
     let store: Store<DynamicObject> = ctl.host_store.clone();
     reflect(api, writer, "federated namespace", move |c| match c {
         Change::Object(o) => {
@@ -372,7 +394,15 @@ fn requeue_all(ctl: &Ctl, queue: &WorkQueue<Key>) {
 async fn ready(ctl: Arc<Ctl>) -> bool {
     registry_wait::wait_for_registry(ctl.shared.clone()).await;
     store_ready(&ctl.host_store).await
+        && match &ctl.twin {
+            Some(t) => store_ready(&t.store).await,
+            None => true,
+        }
         && (!ctl.needs_ns_placement || store_ready(&ctl.fns_store).await)
+        && match &ctl.fns_alpha_store {
+            Some(store) => store_ready(store).await,
+            None => true,
+        }
 }
 
 /// One worker: waits until the gate opens, then reconciles keys until cancelled.
@@ -468,6 +498,18 @@ fn federated_namespace_ar() -> ApiResource {
         scope: flotilla_crds::core::Scope::Cluster,
     };
     flotilla_crds::crdgen::federated_api_resource(&namespace).to_kube()
+}
+
+/// kubefed's alpha FederatedNamespace type (`types.kubefed.k8s.io/v1alpha1`).
+fn federated_namespace_alpha_ar() -> Option<ApiResource> {
+    let beta = flotilla_crds::core::ApiResource {
+        group: flotilla_crds::TYPES_GROUP.into(),
+        version: flotilla_crds::V1BETA1.into(),
+        kind: "FederatedNamespace".into(),
+        plural_name: "federatednamespaces".into(),
+        scope: flotilla_crds::core::Scope::Namespaced,
+    };
+    flotilla_crds::alpha::alpha_twin(&beta).map(|a| a.to_kube())
 }
 
 fn key_of(o: &DynamicObject) -> Key {

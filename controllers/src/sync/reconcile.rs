@@ -27,6 +27,7 @@ use super::{
     rollout::{Members, RolloutRound},
     scheduled::{self, Scheduling},
     status::StatusUpdate,
+    twins::TwinCheck,
 };
 use crate::multicluster::ClusterState;
 
@@ -60,12 +61,19 @@ impl Ctl {
     #[instrument(skip(self), fields(kind = %self.fed_ar.kind))]
     pub(super) async fn reconcile(&self, key: &Key) -> Result<Action, Error> {
         let Some(fed) = self.federated(key) else {
+            if self.twin(key).is_some() {
+                // The member objects are the twin's (kubefed's alpha or v1beta1), not strays.
+                return Ok(Action::Done);
+            }
             return self.clean_strays(key).await;
         };
         if self.is_namespace_type && key.0.as_deref() != Some(key.1.as_str()) {
             return self.invalid_namespace_name(&fed).await;
         }
         if fed.metadata.deletion_timestamp.is_some() {
+            if self.releases_on_delete(key, &fed) {
+                return self.release(&fed).await;
+            }
             return self.ensure_deletion(key, &fed).await;
         }
         // A live object of this name again: an older orphaning deletion no longer decides.
@@ -75,7 +83,12 @@ impl Ctl {
             // Propagation continues on the watch event of the patched object.
             return Ok(Action::Done);
         }
-        Ok(self.sync(key, &fed).await)
+        let conflict = match self.check_twin(key, &fed) {
+            TwinCheck::Alone => None,
+            TwinCheck::Yields(message) => return Ok(self.report_yielding(&fed, message).await),
+            TwinCheck::Propagates(message) => Some(message),
+        };
+        Ok(self.sync(key, &fed, conflict).await)
     }
 
     /// A FederatedNamespace must be named after its namespace (kubefed's rule): any other
@@ -102,8 +115,9 @@ impl Ctl {
         Ok(Action::Done)
     }
 
-    /// The live path: bring every member in line with the federated object.
-    async fn sync(&self, key: &Key, fed: &DynamicObject) -> Action {
+    /// The live path: bring every member in line with the federated object. `conflict`:
+    /// the message of a twin conflict this object wins (it still propagates, and says so).
+    async fn sync(&self, key: &Key, fed: &DynamicObject, conflict: Option<String>) -> Action {
         let previous = FederatedStatus::from_dynamic(fed);
         let generation = fed.metadata.generation.unwrap_or(0);
         let spec = match FederatedSpec::from_dynamic(fed) {
@@ -164,10 +178,13 @@ impl Ctl {
             plan::aggregate::aggregated(kind, &round.outcomes, &member_specs, &desired, &remote)
         });
         let scheduling = Scheduling::of(decision.as_ref(), spec.placement.is_scheduled());
+        if let Some(message) = &conflict {
+            self.announce_conflict(fed, message).await;
+        }
         let update = StatusUpdate {
             previous: &previous,
             outcomes: &round.outcomes,
-            aggregate,
+            aggregate: aggregate.or(conflict.map(|m| (AggregateReason::VersionConflict, m))),
             generation,
             remote: &remote,
             aggregated,

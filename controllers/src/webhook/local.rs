@@ -4,6 +4,7 @@
 
 use std::net::SocketAddr;
 
+use flotilla_crds::admiralty::{ADMIRALTY_NAMESPACE_LABEL, ADMIRALTY_NAMESPACE_VALUE};
 use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
 use kube::{
     Api, Client,
@@ -18,21 +19,30 @@ use super::{
 
 /// The configuration calling `url` for Pods created in labelled namespaces. The CA bundle
 /// is left out: [`super::start`] fills it in.
+/// One webhook per namespace label that turns auto-mount on (Flotilla's, Admiralty's):
+/// selectors cannot say "either label", and a Pod passing both is patched only once (the
+/// patch skips volumes it already has).
 pub fn configuration(name: &str, url: &str) -> serde_json::Value {
-    json!({
-        "apiVersion": "admissionregistration.k8s.io/v1",
-        "kind": "MutatingWebhookConfiguration",
-        "metadata": {"name": name},
-        "webhooks": [{
-            "name": "serviceaccountimports.multicluster.flotilla.io",
+    let webhook = |name: &str, label: &str, value: &str| {
+        json!({
+            "name": name,
             "clientConfig": {"url": url},
             "rules": [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": ["pods"]}],
-            "namespaceSelector": {"matchLabels": {NAMESPACE_LABEL: NAMESPACE_LABEL_VALUE}},
+            "namespaceSelector": {"matchLabels": {label: value}},
             "failurePolicy": "Fail",
             "sideEffects": "None",
             "admissionReviewVersions": ["v1"],
             "timeoutSeconds": 10,
-        }],
+        })
+    };
+    json!({
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "MutatingWebhookConfiguration",
+        "metadata": {"name": name},
+        "webhooks": [
+            webhook("serviceaccountimports.multicluster.flotilla.io", NAMESPACE_LABEL, NAMESPACE_LABEL_VALUE),
+            webhook("serviceaccountimports.multicluster.admiralty.io", ADMIRALTY_NAMESPACE_LABEL, ADMIRALTY_NAMESPACE_VALUE),
+        ],
     })
 }
 
@@ -72,7 +82,7 @@ mod tests {
         let c: MutatingWebhookConfiguration =
             serde_json::from_value(configuration("x", "https://127.0.0.1:1/mutate-pods"))
                 .expect("a valid configuration");
-        let w = &c.webhooks.expect("webhooks")[0];
+        let w = &c.webhooks.as_ref().expect("webhooks")[0];
         assert_eq!(
             w.client_config.url.as_deref(),
             Some("https://127.0.0.1:1/mutate-pods")
@@ -87,5 +97,17 @@ mod tests {
             Some(NAMESPACE_LABEL_VALUE)
         );
         assert_eq!(w.failure_policy.as_deref(), Some("Fail"));
+        let admiralty = &c.webhooks.as_ref().expect("webhooks")[1];
+        let labels = admiralty
+            .namespace_selector
+            .as_ref()
+            .and_then(|s| s.match_labels.clone())
+            .unwrap_or_default();
+        assert_eq!(
+            labels
+                .get("multicluster-service-account")
+                .map(String::as_str),
+            Some("enabled")
+        );
     }
 }

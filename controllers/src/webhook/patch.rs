@@ -2,11 +2,18 @@
 //! ServiceAccountImports, the JSON patch that mounts each import's Secret read-only at
 //! `/var/run/secrets/flotilla.io/serviceaccountimports/<name>/` in every container, or the
 //! message rejecting the Pod; and the AdmissionReview answer carrying either.
+//!
+//! Two [`Convention`]s share this: Flotilla's annotation and mount root, and Admiralty's
+//! (`multicluster.admiralty.io/service-account-import.name`, mounted under
+//! `/var/run/secrets/admiralty.io/serviceaccountimports/`).
 
 use std::collections::BTreeMap;
 
 use base64::Engine as _;
-use flotilla_crds::hash::content_hash;
+use flotilla_crds::{
+    admiralty::{ADMIRALTY_IMPORTS_ANNOTATION, ADMIRALTY_MOUNT_ROOT, ImportGroup},
+    hash::content_hash,
+};
 use serde_json::{Value, json};
 
 /// Pod annotation naming the imports to mount, comma-separated.
@@ -29,10 +36,48 @@ pub fn import_names(annotation: &str) -> Vec<String> {
     names
 }
 
-/// The volume name of an import: `sai-<name>` when that is a valid DNS label, else
-/// `sai-` and a hash of the name (import names may be longer and hold dots).
+/// One auto-mount convention: which annotation names the imports, which groups they are
+/// looked up in (in order), where and under which volume names they are mounted.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Convention {
+    /// The Pod annotation listing import names.
+    pub annotation: &'static str,
+    /// The groups whose imports the names may be, first match wins.
+    pub groups: &'static [ImportGroup],
+    /// Where each Secret is mounted; `/<name>/` is appended.
+    pub mount_root: &'static str,
+    /// Prefix of the volume names, distinct per convention so both can apply to one Pod.
+    pub volume_prefix: &'static str,
+}
+
+/// Flotilla's convention: Flotilla's imports only.
+pub const FLOTILLA: Convention = Convention {
+    annotation: IMPORTS_ANNOTATION,
+    groups: &[ImportGroup::Flotilla],
+    mount_root: MOUNT_ROOT,
+    volume_prefix: "sai-",
+};
+
+/// Admiralty's convention: Admiralty's imports, else Flotilla's of that name.
+pub const ADMIRALTY: Convention = Convention {
+    annotation: ADMIRALTY_IMPORTS_ANNOTATION,
+    groups: &[ImportGroup::Admiralty, ImportGroup::Flotilla],
+    mount_root: ADMIRALTY_MOUNT_ROOT,
+    volume_prefix: "msa-",
+};
+
+/// The conventions, in the order their patches are applied.
+pub const CONVENTIONS: [Convention; 2] = [FLOTILLA, ADMIRALTY];
+
+/// The volume name of an import under Flotilla's convention (see [`volume_name_with`]).
 pub fn volume_name(import: &str) -> String {
-    let name = format!("sai-{import}");
+    volume_name_with(FLOTILLA.volume_prefix, import)
+}
+
+/// The volume name of an import: `<prefix><name>` when that is a valid DNS label, else
+/// the prefix and a hash of the name (import names may be longer and hold dots).
+pub fn volume_name_with(prefix: &str, import: &str) -> String {
+    let name = format!("{prefix}{import}");
     let label = name.len() <= 63
         && name
             .chars()
@@ -41,7 +86,7 @@ pub fn volume_name(import: &str) -> String {
     if label {
         name
     } else {
-        format!("sai-{}", &content_hash(&json!(import))[..16])
+        format!("{prefix}{}", &content_hash(&json!(import))[..16])
     }
 }
 
@@ -54,6 +99,17 @@ pub fn mount_patch(
     names: &[String],
     secrets: &BTreeMap<String, String>,
 ) -> Result<Vec<Value>, String> {
+    mount_patch_with(&FLOTILLA, pod, namespace, names, secrets)
+}
+
+/// [`mount_patch`] under `convention`.
+pub fn mount_patch_with(
+    convention: &Convention,
+    pod: &Value,
+    namespace: &str,
+    names: &[String],
+    secrets: &BTreeMap<String, String>,
+) -> Result<Vec<Value>, String> {
     let unknown: Vec<&str> = names
         .iter()
         .filter(|n| !secrets.contains_key(*n))
@@ -61,7 +117,8 @@ pub fn mount_patch(
         .collect();
     if !unknown.is_empty() {
         return Err(format!(
-            "annotation {IMPORTS_ANNOTATION} names ServiceAccountImport(s) {} that do not exist in namespace {namespace}",
+            "annotation {} names ServiceAccountImport(s) {} that do not exist in namespace {namespace}",
+            convention.annotation,
             unknown.join(", ")
         ));
     }
@@ -77,14 +134,14 @@ pub fn mount_patch(
     }
     let mut mounts = Vec::new();
     for name in names {
-        let volume = volume_name(name);
+        let volume = volume_name_with(convention.volume_prefix, name);
         if has_volume(&volume) {
             continue;
         }
         ops.push(json!({"op": "add", "path": "/spec/volumes/-",
             "value": {"name": volume, "secret": {"secretName": secrets[name]}}}));
         mounts.push(
-            json!({"name": volume, "mountPath": format!("{MOUNT_ROOT}/{name}/"), "readOnly": true}),
+            json!({"name": volume, "mountPath": format!("{}/{name}/", convention.mount_root), "readOnly": true}),
         );
     }
     if mounts.is_empty() {
@@ -104,6 +161,17 @@ pub fn mount_patch(
         }
     }
     Ok(ops)
+}
+
+/// `pod` with `ops` applied, so the next convention's patch builds on it (a second
+/// `add /spec/volumes []` would drop the first one's volumes).
+pub fn applied(pod: &Value, ops: &[Value]) -> Result<Value, String> {
+    let patch: json_patch::Patch = serde_json::from_value(Value::Array(ops.to_vec()))
+        .map_err(|e| format!("internal: a malformed patch: {e}"))?;
+    let mut out = pod.clone();
+    json_patch::patch(&mut out, &patch)
+        .map_err(|e| format!("internal: the patch does not apply: {e}"))?;
+    Ok(out)
 }
 
 /// The AdmissionReview (admission.k8s.io/v1) answering request `uid`: allowed with the
@@ -236,5 +304,57 @@ mod tests {
         let dotted = volume_name("a.b");
         assert!(dotted.starts_with("sai-") && dotted.len() == 20 && !dotted.contains('.'));
         assert!(volume_name(&"x".repeat(80)).len() <= 63);
+    }
+
+    #[test]
+    fn admiraltys_convention_mounts_under_its_root_and_names_its_annotation() {
+        let names = vec!["m1".to_string()];
+        let ops = mount_patch_with(&ADMIRALTY, &pod(), "foo", &names, &secrets()).expect("known");
+        let out = applied(&pod(), &ops).expect("applies");
+        let volumes = out["spec"]["volumes"].as_array().expect("volumes");
+        assert!(
+            volumes.contains(&json!({"name": "msa-m1", "secret": {"secretName": "m1-kubeconfig"}}))
+        );
+        let mounts = out["spec"]["containers"][1]["volumeMounts"]
+            .as_array()
+            .expect("mounts");
+        assert_eq!(
+            mounts[0]["mountPath"],
+            json!("/var/run/secrets/admiralty.io/serviceaccountimports/m1/")
+        );
+        let err = mount_patch_with(&ADMIRALTY, &pod(), "foo", &["nope".into()], &secrets())
+            .expect_err("unknown");
+        assert!(
+            err.contains("multicluster.admiralty.io/service-account-import.name"),
+            "{err}"
+        );
+        assert!(err.contains("nope"), "{err}");
+    }
+
+    #[test]
+    fn both_conventions_on_one_pod_keep_each_others_volumes() {
+        let bare = json!({"spec": {"containers": [{"name": "a", "image": "x"}]}});
+        let names = vec!["m1".to_string()];
+        let first = mount_patch_with(&FLOTILLA, &bare, "foo", &names, &secrets()).expect("known");
+        let after = applied(&bare, &first).expect("applies");
+        let second =
+            mount_patch_with(&ADMIRALTY, &after, "foo", &names, &secrets()).expect("known");
+        let out = applied(&after, &second).expect("applies");
+        let volumes: Vec<&str> = out["spec"]["volumes"]
+            .as_array()
+            .expect("volumes")
+            .iter()
+            .filter_map(|v| v["name"].as_str())
+            .collect();
+        assert_eq!(volumes, ["sai-m1", "msa-m1"]);
+        assert_eq!(
+            out["spec"]["containers"][0]["volumeMounts"]
+                .as_array()
+                .map(Vec::len),
+            Some(2)
+        );
+        // Re-invoked (a namespace with both labels): nothing is added twice.
+        let again = mount_patch_with(&ADMIRALTY, &out, "foo", &names, &secrets()).expect("known");
+        assert!(again.is_empty(), "{again:?}");
     }
 }

@@ -5,7 +5,7 @@
 use std::{collections::BTreeMap, convert::Infallible, net::SocketAddr, sync::Arc, time::Duration};
 
 use bytes::Bytes;
-use flotilla_crds::ServiceAccountImport;
+use flotilla_crds::admiralty::{AnyImport, ImportGroup};
 use http::{Method, Request, StatusCode, header};
 use http_body_util::{BodyExt, Full, Limited};
 use hyper::service::service_fn;
@@ -23,11 +23,7 @@ use tokio_rustls::{
 };
 use tracing::{debug, warn};
 
-use super::{
-    Error,
-    certs::ServingCert,
-    patch::{self, IMPORTS_ANNOTATION},
-};
+use super::{Error, certs::ServingCert, patch};
 
 /// Path the MutatingWebhookConfiguration calls.
 pub const MUTATE_PATH: &str = "/mutate-pods";
@@ -136,16 +132,7 @@ async fn handle(
     let uid = request["uid"].as_str().unwrap_or_default();
     let namespace = request["namespace"].as_str().unwrap_or_default();
     let pod = &request["object"];
-    let result = match pod["metadata"]["annotations"][IMPORTS_ANNOTATION].as_str() {
-        None => Ok(Vec::new()),
-        Some(annotation) => {
-            let names = patch::import_names(annotation);
-            match secrets_of(&host, namespace, &names).await {
-                Ok(secrets) => patch::mount_patch(pod, namespace, &names, &secrets),
-                Err(e) => Err(format!("looking up the ServiceAccountImports failed: {e}")),
-            }
-        }
-    };
+    let result = mount(&host, namespace, pod).await;
     if let Err(message) = &result {
         debug!(%namespace, %message, "pod rejected");
     }
@@ -155,22 +142,54 @@ async fn handle(
     )
 }
 
-/// The Secret name of each named import that exists: its status's, or the default
-/// `<import>-kubeconfig` before its first token.
+/// The patch of every convention whose annotation the Pod has (Flotilla's, Admiralty's),
+/// each built on the Pod as the previous one left it.
+async fn mount(host: &Client, namespace: &str, pod: &Value) -> Result<Vec<Value>, String> {
+    let mut pod = pod.clone();
+    let mut ops = Vec::new();
+    for convention in &patch::CONVENTIONS {
+        let Some(annotation) = pod["metadata"]["annotations"][convention.annotation].as_str()
+        else {
+            continue;
+        };
+        let names = patch::import_names(annotation);
+        let secrets = secrets_of(host, namespace, &names, convention.groups)
+            .await
+            .map_err(|e| format!("looking up the ServiceAccountImports failed: {e}"))?;
+        let more = patch::mount_patch_with(convention, &pod, namespace, &names, &secrets)?;
+        pod = patch::applied(&pod, &more)?;
+        ops.extend(more);
+    }
+    Ok(ops)
+}
+
+/// The Secret name of each named import that exists in one of `groups` (first match):
+/// its status's, or the default `<import>-kubeconfig` before its first token.
 async fn secrets_of(
     host: &Client,
     namespace: &str,
     names: &[String],
+    groups: &[ImportGroup],
 ) -> Result<BTreeMap<String, String>, kube::Error> {
-    let api: Api<ServiceAccountImport> = Api::namespaced(host.clone(), namespace);
     let mut secrets = BTreeMap::new();
     for name in names {
-        if let Some(import) = api.get_opt(name).await? {
-            let secret = import
-                .status
-                .and_then(|s| s.secret_name)
-                .unwrap_or_else(|| format!("{name}-kubeconfig"));
-            secrets.insert(name.clone(), secret);
+        for group in groups {
+            let api: Api<AnyImport> =
+                Api::namespaced_with(host.clone(), namespace, &group.api_resource());
+            let found = match api.get_opt(name).await {
+                Ok(found) => found,
+                // Admiralty's CRD need not be installed.
+                Err(kube::Error::Api(s)) if s.code == 404 => None,
+                Err(e) => return Err(e),
+            };
+            if let Some(import) = found {
+                let secret = import
+                    .status
+                    .and_then(|s| s.secret_name)
+                    .unwrap_or_else(|| format!("{name}-kubeconfig"));
+                secrets.insert(name.clone(), secret);
+                break;
+            }
         }
     }
     Ok(secrets)

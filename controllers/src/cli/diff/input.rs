@@ -99,10 +99,12 @@ pub fn federated_in(
 ) -> Vec<Federated> {
     let mut out = Vec::new();
     for doc in docs {
+        // kubefed's alpha objects belong to the same type: one desired-object function.
         let Some(ftc) = ftcs.iter().find(|f| {
-            let t = &f.spec.federated_type;
-            doc["apiVersion"].as_str() == Some(t.api_version().as_str())
-                && doc["kind"].as_str() == Some(t.kind.as_str())
+            resolve::served_apis(f).iter().any(|(t, _)| {
+                doc["apiVersion"].as_str() == Some(t.api_version().as_str())
+                    && doc["kind"].as_str() == Some(t.kind.as_str())
+            })
         }) else {
             continue;
         };
@@ -127,20 +129,29 @@ pub async fn from_host(
     name: &str,
 ) -> anyhow::Result<Federated> {
     let ftc = resolve::ftc_for(host, kubefed_ns, type_name).await?;
-    let ar = ftc.spec.federated_type.to_kube();
-    let api: Api<DynamicObject> = if ftc.spec.federated_type.namespaced() {
-        Api::namespaced_with(host.clone(), namespace, &ar)
-    } else {
-        Api::all_with(host.clone(), &ar)
-    };
-    let obj = api
-        .get(name)
-        .await
-        .with_context(|| format!("reading {} {name}", ar.kind))?;
-    Ok(Federated {
-        ftc,
-        object: serde_json::to_value(&obj)?,
-    })
+    // The v1beta1 object, else kubefed's alpha one of that name.
+    for (fed, _) in resolve::served_apis(&ftc) {
+        let ar = fed.to_kube();
+        let api: Api<DynamicObject> = if fed.namespaced() {
+            Api::namespaced_with(host.clone(), namespace, &ar)
+        } else {
+            Api::all_with(host.clone(), &ar)
+        };
+        match api.get(name).await {
+            Ok(obj) => {
+                return Ok(Federated {
+                    ftc,
+                    object: serde_json::to_value(&obj)?,
+                });
+            }
+            Err(kube::Error::Api(s)) if s.code == 404 => {}
+            Err(e) => return Err(e).with_context(|| format!("reading {} {name}", ar.kind)),
+        }
+    }
+    let kind = &ftc.spec.federated_type.kind;
+    anyhow::bail!(
+        "reading {kind} {name}: not found in namespace {namespace} (in any served API version)"
+    )
 }
 
 /// The spec of the FederatedNamespace of `namespace`, from the manifest or the host:
@@ -151,31 +162,43 @@ pub async fn namespace_spec(
     docs: &[Value],
     namespace: &str,
 ) -> anyhow::Result<Option<Result<FederatedSpec, String>>> {
-    let ar = crdgen::federated_api_resource(&flotilla_crds::core::ApiResource {
+    let beta = crdgen::federated_api_resource(&flotilla_crds::core::ApiResource {
         group: String::new(),
         version: "v1".into(),
         kind: "Namespace".into(),
         plural_name: "namespaces".into(),
         scope: flotilla_crds::core::Scope::Cluster,
     });
+    // kubefed's alpha FederatedNamespace places objects too, as the controller reads it.
+    let ars: Vec<_> = [Some(beta.clone()), flotilla_crds::alpha::alpha_twin(&beta)]
+        .into_iter()
+        .flatten()
+        .collect();
     let in_manifest = docs
         .iter()
-        .find(|d| is_object(d, &ar.api_version(), &ar.kind, namespace, namespace))
+        .find(|d| {
+            ars.iter()
+                .any(|ar| is_object(d, &ar.api_version(), &ar.kind, namespace, namespace))
+        })
         .cloned();
-    let object = match in_manifest {
-        Some(doc) => doc,
-        None => {
-            let api: Api<DynamicObject> =
-                Api::namespaced_with(host.clone(), namespace, &ar.to_kube());
-            let found = api
-                .get_opt(namespace)
-                .await
-                .with_context(|| format!("reading the FederatedNamespace {namespace}"))?;
-            let Some(found) = found else {
-                return Ok(None);
-            };
-            serde_json::to_value(&found)?
+    let mut object = in_manifest;
+    for ar in &ars {
+        if object.is_some() {
+            break;
         }
+        let api: Api<DynamicObject> = Api::namespaced_with(host.clone(), namespace, &ar.to_kube());
+        match api.get_opt(namespace).await {
+            Ok(found) => object = found.map(|f| serde_json::to_value(&f)).transpose()?,
+            // kubefed's alpha CRD need not be installed.
+            Err(kube::Error::Api(s)) if s.code == 404 => {}
+            Err(e) => {
+                return Err(e)
+                    .with_context(|| format!("reading the FederatedNamespace {namespace}"));
+            }
+        }
+    }
+    let Some(object) = object else {
+        return Ok(None);
     };
     let spec = serde_json::from_value(object.get("spec").cloned().unwrap_or(Value::Null))
         .map_err(|e| format!("malformed FederatedNamespace spec: {e}"));
