@@ -49,6 +49,7 @@ pub mod kubefed;
 pub mod member_watch;
 pub mod ownership;
 pub mod sources;
+pub mod tasks;
 pub mod watch;
 pub mod workqueue;
 

@@ -83,7 +83,8 @@ fn free_port() -> anyhow::Result<u16> {
 }
 
 async fn metrics_of(port: u16) -> anyhow::Result<String> {
-    let (status, body) = cli::http::get(([127, 0, 0, 1], port).into(), "/metrics").await?;
+    let (status, body) =
+        flotilla_controllers::http_server::get(([127, 0, 0, 1], port).into(), "/metrics").await?;
     ensure!(status == 200, "/metrics answered {status}");
     Ok(body)
 }
@@ -218,7 +219,9 @@ async fn start_controller_manager(
     let task = tokio::spawn(cli::run(full_args(env, &args), ctx.clone()));
     wait_clusters_ready(T, &c.host, &["member1", "member2"]).await?;
     let metrics = wait_for(T, "metrics with both clusters ready", || async {
-        let (status, _) = cli::http::get(([127, 0, 0, 1], port).into(), "/readyz").await?;
+        let (status, _) =
+            flotilla_controllers::http_server::get(([127, 0, 0, 1], port).into(), "/readyz")
+                .await?;
         ensure!(status == 200, "/readyz answered {status}");
         let m = metrics_of(port).await?;
         ensure!(m.contains("flotilla_ready_clusters 2"), "{m}");
@@ -772,7 +775,8 @@ async fn dashboard_shows_the_samples(printed: &str) -> anyhow::Result<()> {
         Duration::from_secs(30),
         "the dashboard to list the samples",
         || async {
-            let (status, body) = cli::http::get(addr, "/api/overview?ns=demo").await?;
+            let (status, body) =
+                flotilla_controllers::http_server::get(addr, "/api/overview?ns=demo").await?;
             ensure!(status == 200, "{status}: {body}");
             let doc: serde_json::Value = serde_json::from_str(&body)?;
             let rows = doc["rows"].as_array().context("rows")?;

@@ -248,7 +248,7 @@ async fn the_controller_manager_serves_the_dashboard_when_asked() -> anyhow::Res
     let addr: std::net::SocketAddr = ([127, 0, 0, 1], port).into();
     let path = format!("/api/object?ns={CM_NS}&kind=FederatedConfigMap&name=served");
     let seen = wait_for(SEEN, "the object propagated on the dashboard", || async {
-        let (status, body) = cli::http::get(addr, &path).await?;
+        let (status, body) = flotilla_controllers::http_server::get(addr, &path).await?;
         ensure!(status == 200, "{status}: {body}");
         let doc: serde_json::Value = serde_json::from_str(&body)?;
         ensure!(doc["overall"] == "Propagated", "{body}");

@@ -17,7 +17,7 @@ use std::{
 
 use anyhow::{Context as _, ensure};
 use base64::Engine as _;
-use flotilla_controllers::cli::{Context, http};
+use flotilla_controllers::{cli::Context, http_server as http};
 use flotilla_tests::{
     cli::{run, start_dashboard},
     federation::Federation,

@@ -18,9 +18,9 @@ use kube::{Api, Client};
 use prometheus_client::metrics::gauge::Gauge;
 use tracing::{info, warn};
 
-use super::http::{self, Health};
 use super::{Context, GlobalArgs, access, parse_duration};
 use crate::http_auth::{self, Exposure};
+use crate::http_server::{self as http, Health};
 use crate::leader::{self, LeaderElectionConfig, LeaderElector, LeadershipEnd};
 use crate::manager::{ControlPlane, Options};
 use crate::metrics::Metrics;

@@ -15,7 +15,6 @@ pub mod dev;
 pub mod diff;
 pub mod enable;
 pub mod federate;
-pub mod http;
 pub mod join;
 pub mod logging;
 pub mod manager;

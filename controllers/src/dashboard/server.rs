@@ -398,7 +398,7 @@ pub async fn serve(
     guard: Option<Guard>,
 ) -> std::io::Result<SocketAddr> {
     let stop = cancel.clone();
-    crate::cli::http::listen(addr, "dashboard", cancel, move |stream, local| {
+    crate::http_server::listen(addr, "dashboard", cancel, move |stream, local| {
         handle(stream, local, shared.clone(), stop.clone(), guard.clone())
     })
     .await

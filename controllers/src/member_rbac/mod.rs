@@ -7,6 +7,7 @@
 
 pub mod rules;
 
+use flotilla_multicluster::tasks::AbortOnDrop;
 use std::{collections::HashMap, sync::Arc, time::Duration};
 
 use flotilla_crds::{FIELD_MANAGER, FederatedTypeConfig, KubeFedCluster, MEMBER_ROLE_ANNOTATION};
@@ -46,7 +47,7 @@ pub async fn run(host: Client, namespace: String, clusters: ClusterSet) {
         WatchParams::host("kubefed cluster"),
         &changed,
     );
-    let _abort = AbortOnDrop([ftc_watch, kfc_watch]);
+    let _abort = AbortOnDrop::from([ftc_watch, kfc_watch]);
     let recorder = crate::events::recorder(host, "flotilla-member-rbac");
     let mut cluster_changes = clusters.changes();
     let mut applied: HashMap<String, Vec<PolicyRule>> = HashMap::new();
@@ -60,16 +61,6 @@ pub async fn run(host: Client, namespace: String, clusters: ClusterSet) {
             return;
         }
         reconcile_all(&recorder, &ftcs, &kfcs, &clusters, &mut applied).await;
-    }
-}
-
-struct AbortOnDrop<const N: usize>([tokio::task::JoinHandle<()>; N]);
-
-impl<const N: usize> Drop for AbortOnDrop<N> {
-    fn drop(&mut self) {
-        for t in &self.0 {
-            t.abort();
-        }
     }
 }
 

@@ -10,6 +10,7 @@
 pub mod plan;
 pub mod properties;
 
+use flotilla_multicluster::tasks::AbortOnDrop;
 use std::{
     collections::{BTreeMap, BTreeSet},
     sync::Arc,
@@ -98,7 +99,7 @@ pub async fn run(
     let (tx, rx) = mpsc::unbounded_channel();
     let members = MemberWatch::<ClusterProperty>::start_optional(clusters, (), |_| {}, tx);
     let forward = tokio::spawn(wake_on_member_events(rx, changed.clone()));
-    let _abort = AbortOnDrop([kfc_watch, profile_watch, forward]);
+    let _abort = AbortOnDrop::from([kfc_watch, profile_watch, forward]);
     let writer = Writer {
         profiles: profiles_api,
         kfcs: kfc_api,
@@ -377,15 +378,5 @@ async fn delete(api: &Api<ClusterProfile>, name: &str, uid: Option<String>) -> R
             name: name.to_string(),
             source,
         }),
-    }
-}
-
-struct AbortOnDrop<const N: usize>([tokio::task::JoinHandle<()>; N]);
-
-impl<const N: usize> Drop for AbortOnDrop<N> {
-    fn drop(&mut self) {
-        for t in &self.0 {
-            t.abort();
-        }
     }
 }

@@ -13,6 +13,7 @@ pub mod kubeconfig;
 pub mod plan;
 pub mod reconcile;
 
+use flotilla_multicluster::tasks::AbortOnDrop;
 use std::{ops::ControlFlow, sync::Arc};
 
 use flotilla_crds::{
@@ -196,7 +197,7 @@ async fn run_group(
         kubefed,
         tasks,
     } = watches(&host, &namespace, group, &clusters, &queue);
-    let _guard = AbortOnDrop(tasks);
+    let _guard = AbortOnDrop::from(tasks);
     let ctx = Ctx {
         recorder: crate::events::recorder(host.clone(), REPORTING_CONTROLLER),
         host,
@@ -223,16 +224,6 @@ async fn run_group(
             Next::Backoff => {
                 queue.add_rate_limited(key);
             }
-        }
-    }
-}
-
-struct AbortOnDrop(Vec<tokio::task::JoinHandle<()>>);
-
-impl Drop for AbortOnDrop {
-    fn drop(&mut self) {
-        for t in &self.0 {
-            t.abort();
         }
     }
 }

@@ -10,6 +10,7 @@
 
 pub mod planner;
 
+use flotilla_multicluster::tasks::AbortOnDrop;
 use std::{
     collections::{BTreeMap, BTreeSet},
     sync::Arc,
@@ -134,15 +135,7 @@ pub async fn run(host: Client, clusters: ClusterSet) {
             }
         }));
     }
-    struct AbortOnDrop(Vec<tokio::task::JoinHandle<()>>);
-    impl Drop for AbortOnDrop {
-        fn drop(&mut self) {
-            for t in &self.0 {
-                t.abort();
-            }
-        }
-    }
-    let _guard = AbortOnDrop(tasks);
+    let _guard = AbortOnDrop::from(tasks);
     while let Some(key) = queue.next().await {
         let retry = ctx.reconcile(&key).await;
         queue.done(&key);

@@ -8,11 +8,9 @@
 //! [`plan`] decides per cluster and the exit code. It writes nothing anywhere. Secret
 //! values are redacted ([`flotilla_crds::redact`]) unless `--show-secrets`.
 
-pub mod desired;
 pub mod input;
 pub mod member;
 pub mod plan;
-pub mod render;
 pub mod unified;
 
 use std::{collections::BTreeMap, path::PathBuf};
@@ -29,6 +27,7 @@ use self::{
 use super::{Context, Exit, GlobalArgs, access, resolve};
 use crate::{
     multicluster::ClusterState,
+    preview::{desired, render},
     sync::plan::{
         DesiredFor, DesiredSet, Observed,
         pipeline::{NamespacePlacement, PlacementFailure},

@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 
 use serde_json::Value;
 
-use super::render::strip_noise;
+use crate::preview::render::strip_noise;
 
 /// The live member object, as far as the diff cares.
 #[derive(Clone, Debug, PartialEq)]

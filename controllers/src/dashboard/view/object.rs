@@ -1,8 +1,8 @@
 //! The object page's model: one federated object's template, placement (and the scheduler's
 //! decision), overrides per cluster, state per cluster with reason, message and collected
 //! remote status, its recent Events, and the object each cluster gets — computed by the
-//! same pure functions `flotilla diff` uses ([`crate::cli::diff::desired`],
-//! [`crate::cli::diff::render`]), from the watched state, without asking any member. Pure.
+//! same pure functions `flotilla diff` uses ([`crate::preview::desired`],
+//! [`crate::preview::render`]), from the watched state, without asking any member. Pure.
 
 use std::collections::BTreeSet;
 
@@ -16,9 +16,9 @@ use serde_json::Value;
 
 use super::{Cell, Health, Overall};
 use crate::{
-    cli::diff::{desired, render},
     dashboard::state::{EventRecord, FedObject, ObjectKey, State},
     multicluster::ClusterState,
+    preview::{desired, render},
     sync::plan::{DesiredFor, pipeline::NamespacePlacement},
 };
 
