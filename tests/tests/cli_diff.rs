@@ -5,44 +5,20 @@
 //! federation serves every step; each step uses its own object.
 
 use anyhow::{Context as _, ensure};
-use flotilla_controllers::cli::{self, Context, Exit};
 use flotilla_tests::{
-    federation::Federation, member::config_maps, objects::FederatedObject,
+    cli::Run, federation::Federation, member::config_maps, objects::FederatedObject,
     setup::federation_with_namespace,
 };
 use serde_json::{Value, json};
 
 const NS: &str = "diff";
 
-/// What one `flotilla diff` run gave: its exit status (as the binary would exit) and output.
-struct Run {
-    code: u8,
-    out: String,
-}
-
+/// `flotilla diff ARGS` in-process against the host.
 async fn diff(fed: &Federation, args: &[&str]) -> Run {
-    let mut full: Vec<String> = vec![
-        "flotilla".into(),
-        "--kubeconfig".into(),
-        fed.env.kubeconfig_path().display().to_string(),
-        "--host-cluster-context".into(),
-        "host".into(),
-        "diff".into(),
-    ];
-    full.extend(args.iter().map(|a| a.to_string()));
-    let ctx = Context::captured();
-    let result = cli::run(full, ctx.clone()).await;
-    let code = match &result {
-        Ok(()) => 0,
-        Err(e) => e.downcast_ref::<Exit>().map_or(99, Exit::code),
-    };
-    let mut out = ctx.out.text();
-    if let Err(e) = result
-        && code != 1
-    {
-        out.push_str(&format!("[error: {e:#}]"));
-    }
-    Run { code, out }
+    let full: Vec<&str> = std::iter::once("diff")
+        .chain(args.iter().copied())
+        .collect();
+    flotilla_tests::cli::run(fed, &full).await
 }
 
 /// Writes `objects` as a YAML manifest in the environment's directory; returns its path.

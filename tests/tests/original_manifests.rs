@@ -9,10 +9,7 @@
 use std::time::Duration;
 
 use anyhow::{Context as _, ensure};
-use flotilla_controllers::{
-    cli::{self, Context, Exit},
-    webhook,
-};
+use flotilla_controllers::webhook;
 use flotilla_crds::{
     DEFAULT_NAMESPACE,
     admiralty::{ADMIRALTY_NAMESPACE_LABEL, ADMIRALTY_NAMESPACE_VALUE, AnyImport, ImportGroup},
@@ -131,25 +128,8 @@ async fn member_replicas(fed: &Federation, name: &str) -> anyhow::Result<Vec<Opt
 
 /// Runs `flotilla ARGS` in-process against the host; (exit code, output).
 async fn flotilla(fed: &Federation, args: &[&str]) -> (u8, String) {
-    let mut full: Vec<String> = vec![
-        "flotilla".into(),
-        "--kubeconfig".into(),
-        fed.env.kubeconfig_path().display().to_string(),
-        "--host-cluster-context".into(),
-        "host".into(),
-    ];
-    full.extend(args.iter().map(|a| a.to_string()));
-    let ctx = Context::captured();
-    let result = cli::run(full, ctx.clone()).await;
-    let mut out = ctx.out.text();
-    let code = match &result {
-        Ok(()) => 0,
-        Err(e) => {
-            out.push_str(&format!("\nerror: {e:#}"));
-            e.downcast_ref::<Exit>().map_or(99, Exit::code)
-        }
-    };
-    (code, out)
+    let run = flotilla_tests::cli::run(fed, args).await;
+    (run.code, run.out)
 }
 
 async fn setup(fed: &Federation) -> anyhow::Result<()> {

@@ -4,61 +4,34 @@
 //! ReplicaSchedulingPreference scheduler's write to the spec that the RSP controller would
 //! make ([`crate::scheduling::schedule`]). Pure: it only assembles those functions.
 
-use flotilla_crds::{
-    FederatedSpec, FederatedStatus, core::ApiResource, scheduling::ReplicaSchedulingPreferenceSpec,
-};
+use flotilla_crds::{FederatedSpec, scheduling::ReplicaSchedulingPreferenceSpec};
 
-use crate::{
-    multicluster::ClusterState,
-    sync::plan::pipeline::{self, NamespacePlacement},
-};
+use crate::sync::plan::pipeline;
 
 /// Everything the controllers would look at for one federated object.
 pub struct Inputs<'a> {
-    /// The target type (what the member gets).
-    pub target: &'a ApiResource,
-    /// Kind of the federated type (`FederatedDeployment`).
+    /// What the sync controller's pipeline reads, with the object's spec as written (before
+    /// the RSP scheduler's write) and its status (the stored scheduling decision is sticky).
+    pub object: pipeline::Input<'a>,
+    /// Kind of the federated type (`FederatedDeployment`), which an RSP targets.
     pub federated_kind: &'a str,
-    /// Name of the federated object.
-    pub name: &'a str,
-    /// Namespace of the federated object.
-    pub namespace: Option<&'a str>,
-    /// Its spec.
-    pub spec: &'a FederatedSpec,
-    /// Its status in the host (empty for a manifest not applied yet): the constraint
-    /// scheduler's previous decision is sticky.
-    pub status: &'a FederatedStatus,
-    /// The registered member clusters.
-    pub clusters: &'a [ClusterState],
-    /// The namespace placement, by the sync controller's rule.
-    pub namespace_placement: &'a NamespacePlacement,
     /// The ReplicaSchedulingPreference of the same namespace and name, if any.
     pub rsp: Option<&'a ReplicaSchedulingPreferenceSpec>,
-    /// The type's status collection is on.
-    pub collect_status: bool,
-    /// The KubeFedConfig's default unreachable toleration, in seconds.
-    pub default_unreachable_seconds: i64,
 }
 
 /// What the sync controller would decide, or why the RSP scheduler could not run.
 pub fn desired(inputs: &Inputs<'_>) -> Result<pipeline::Outcome, String> {
     let spec = scheduled_spec(inputs)?;
     Ok(pipeline::run(&pipeline::Input {
-        target: inputs.target,
-        name: inputs.name,
-        namespace: inputs.namespace,
         spec: &spec,
-        previous: inputs.status,
-        clusters: inputs.clusters,
-        namespace_placement: inputs.namespace_placement,
-        collect_status: inputs.collect_status,
-        default_unreachable_seconds: inputs.default_unreachable_seconds,
+        ..inputs.object
     }))
 }
 
 /// The spec after the RSP scheduler's write, when an RSP targets this object.
 fn scheduled_spec(inputs: &Inputs<'_>) -> Result<FederatedSpec, String> {
-    let mut spec = inputs.spec.clone();
+    let o = &inputs.object;
+    let mut spec = o.spec.clone();
     let Some(rsp) = inputs
         .rsp
         .filter(|r| r.target_kind == inputs.federated_kind)
@@ -66,10 +39,10 @@ fn scheduled_spec(inputs: &Inputs<'_>) -> Result<FederatedSpec, String> {
         return Ok(spec);
     };
     let key = (
-        inputs.namespace.unwrap_or_default().to_owned(),
-        inputs.name.to_owned(),
+        o.namespace.unwrap_or_default().to_owned(),
+        o.name.to_owned(),
     );
-    let scheduled = crate::scheduling::schedule(rsp, &spec, inputs.status, inputs.clusters, &key)
+    let scheduled = crate::scheduling::schedule(rsp, &spec, o.previous, o.clusters, &key)
         .map_err(|e| format!("ReplicaSchedulingPreference: {e}"))?;
     let Some(scheduled) = scheduled else {
         return Ok(spec);
@@ -86,8 +59,12 @@ mod tests {
     use std::collections::BTreeSet;
 
     use super::*;
-    use crate::sync::plan::{DesiredFor, DesiredSet};
+    use crate::{
+        multicluster::ClusterState,
+        sync::plan::{DesiredFor, DesiredSet, pipeline::NamespacePlacement},
+    };
     use flotilla_crds::{AggregateReason, Placement};
+    use flotilla_crds::{FederatedStatus, core::ApiResource};
 
     static NO_STATUS: FederatedStatus = FederatedStatus {
         observed_generation: 0,
@@ -152,17 +129,19 @@ mod tests {
         target: &'a ApiResource,
     ) -> Inputs<'a> {
         Inputs {
-            target,
+            object: pipeline::Input {
+                target,
+                name: "web",
+                namespace: Some("demo"),
+                spec,
+                previous: &NO_STATUS,
+                clusters,
+                namespace_placement: &NOT_APPLIED,
+                collect_status: false,
+                default_unreachable_seconds: 300,
+            },
             federated_kind: "FederatedDeployment",
-            name: "web",
-            namespace: Some("demo"),
-            spec,
-            status: &NO_STATUS,
-            clusters,
-            namespace_placement: &NOT_APPLIED,
             rsp: None,
-            collect_status: false,
-            default_unreachable_seconds: 300,
         }
     }
 
@@ -180,7 +159,7 @@ mod tests {
         let t = target();
         let mut i = inputs(&s, &clusters, &t);
         let ns = NamespacePlacement::Federated(ns);
-        i.namespace_placement = &ns;
+        i.object.namespace_placement = &ns;
         let out = desired(&i).expect("placed");
         assert_eq!(out.selected, BTreeSet::from(["m2".to_string()]));
         assert_eq!(out.desired.by_cluster.len(), 1);
@@ -193,7 +172,7 @@ mod tests {
         let t = target();
         let mut i = inputs(&s, &clusters, &t);
         let ns = NamespacePlacement::Missing("demo".into());
-        i.namespace_placement = &ns;
+        i.object.namespace_placement = &ns;
         let out = desired(&i).expect("no RSP");
         assert!(out.selected.is_empty());
         let reason = out.failure.map(|(r, _)| r);

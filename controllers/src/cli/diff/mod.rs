@@ -30,7 +30,7 @@ use crate::{
     preview::{desired, render},
     sync::plan::{
         DesiredFor, DesiredSet, Observed,
-        pipeline::{NamespacePlacement, PlacementFailure},
+        pipeline::{self, NamespacePlacement, PlacementFailure},
         retain_replicas,
     },
 };
@@ -156,17 +156,19 @@ async fn object_changes(
         None => None,
     };
     let inputs = desired::Inputs {
-        target,
+        object: pipeline::Input {
+            target,
+            name: fed.name(),
+            namespace,
+            spec: &spec,
+            previous: &status,
+            clusters,
+            namespace_placement: &ns_placement,
+            collect_status: fed.ftc.spec.status_collection == Some(StatusCollectionMode::Enabled),
+            default_unreachable_seconds: config.default_unreachable_toleration_seconds,
+        },
         federated_kind: &fed.ftc.spec.federated_type.kind,
-        name: fed.name(),
-        namespace,
-        spec: &spec,
-        status: &status,
-        clusters,
-        namespace_placement: &ns_placement,
         rsp: rsp.as_ref(),
-        collect_status: fed.ftc.spec.status_collection == Some(StatusCollectionMode::Enabled),
-        default_unreachable_seconds: config.default_unreachable_toleration_seconds,
     };
     let planned = desired::desired(&inputs).map_err(anyhow::Error::msg)?;
     let set = planned.desired;

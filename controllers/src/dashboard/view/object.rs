@@ -19,7 +19,10 @@ use crate::{
     dashboard::state::{EventRecord, FedObject, ObjectKey, State},
     multicluster::ClusterState,
     preview::{desired, render},
-    sync::plan::{DesiredFor, pipeline::NamespacePlacement},
+    sync::plan::{
+        DesiredFor,
+        pipeline::{self, NamespacePlacement},
+    },
 };
 
 /// How many Events the page lists.
@@ -280,17 +283,19 @@ fn rendered(
     let rsp = state.rsps.get(&(key.namespace.clone(), key.name.clone()));
     let clusters = cluster_states(state);
     let inputs = desired::Inputs {
-        target,
+        object: pipeline::Input {
+            target,
+            name: &key.name,
+            namespace,
+            spec,
+            previous: &object.status,
+            clusters: &clusters,
+            namespace_placement: &ns_placement,
+            collect_status: ftc.spec.status_collection == Some(StatusCollectionMode::Enabled),
+            default_unreachable_seconds: DEFAULT_UNREACHABLE_TOLERATION_SECONDS,
+        },
         federated_kind: &ftc.spec.federated_type.kind,
-        name: &key.name,
-        namespace,
-        spec,
-        status: &object.status,
-        clusters: &clusters,
-        namespace_placement: &ns_placement,
         rsp,
-        collect_status: ftc.spec.status_collection == Some(StatusCollectionMode::Enabled),
-        default_unreachable_seconds: DEFAULT_UNREACHABLE_TOLERATION_SECONDS,
     };
     let set = desired::desired(&inputs)?.desired;
     Ok(move |cluster: &str| match set.by_cluster.get(cluster) {

@@ -69,6 +69,7 @@ impl NamespacePlacement {
 }
 
 /// Everything the pipeline reads for one federated object.
+#[derive(Clone, Copy)]
 pub struct Input<'a> {
     /// The target type (what the members get).
     pub target: &'a ApiResource,
