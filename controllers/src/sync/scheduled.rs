@@ -5,18 +5,17 @@
 //! decision) and turns its result into `status.placement`, the `Scheduled` condition and
 //! Events. An object without those fields never comes here: no decision, no condition.
 
-use std::{collections::BTreeSet, time::Duration};
+use std::time::Duration;
 
 use flotilla_crds::{
-    federated::{FederatedCondition, FederatedSpec, FederatedStatus},
-    schedule::{self, ClusterFacts, Decision, Input, ScheduleReason, moves::MoveReason},
+    federated::{FederatedCondition, FederatedStatus},
+    schedule::{Decision, ScheduleReason, moves::MoveReason},
 };
 use kube::{core::DynamicObject, runtime::events::EventType};
 
 use crate::decisions::Published;
-use serde_json::Value;
 
-use super::ctl::Ctl;
+use super::{ctl::Ctl, plan::decision::now};
 
 /// The `Scheduled` condition's type.
 pub const SCHEDULED: &str = "Scheduled";
@@ -93,76 +92,12 @@ impl Ctl {
     }
 }
 
-/// The constraint scheduler's decision for `spec` among `candidates` (the clusters
-/// kubefed's placement selects), from the registered `clusters` and the stored decision in
-/// `previous`: the one place the sync controller and `flotilla diff` build its input.
-pub(crate) fn decide(
-    spec: &FederatedSpec,
-    candidates: &BTreeSet<String>,
-    clusters: &[crate::multicluster::ClusterState],
-    previous: &FederatedStatus,
-    collect_status: bool,
-    default_unreachable_seconds: i64,
-) -> Result<Decision, flotilla_crds::placement::PlacementError> {
-    let facts: Vec<ClusterFacts<'_>> = clusters
-        .iter()
-        .map(crate::multicluster::ClusterState::facts)
-        .collect();
-    let propagated = propagated(previous, collect_status);
-    schedule::decide(&Input {
-        placement: &spec.placement,
-        candidates,
-        clusters: &facts,
-        previous: previous.placement.as_ref(),
-        propagated: &propagated,
-        default_unreachable_seconds,
-        now: now(),
-    })
-}
-
-/// The clusters the stored decision holds the object in.
-pub fn stored_targets(previous: &FederatedStatus) -> BTreeSet<String> {
-    previous
-        .placement
-        .as_ref()
-        .map(schedule::targets)
-        .unwrap_or_default()
-}
-
-pub(crate) fn now() -> i64 {
-    k8s_openapi::jiff::Timestamp::now().as_second()
-}
-
 /// How long until the decision must be made again, if ever.
 pub fn recheck(decision: &Decision) -> Option<Duration> {
     decision.recheck_at.map(|at| {
         // One second more: a toleration that ends at `at` has ended by then.
         Duration::from_secs(u64::try_from(at - now()).unwrap_or(0) + 1)
     })
-}
-
-/// Clusters where the previous status says the object is propagated — and, with status
-/// collection, available when its status has an `Available` condition.
-pub fn propagated(previous: &FederatedStatus, collect_status: bool) -> BTreeSet<String> {
-    previous
-        .clusters
-        .iter()
-        .filter(|c| c.status.is_empty())
-        .filter(|c| !collect_status || c.remote_status.as_ref().is_none_or(is_available))
-        .map(|c| c.name.clone())
-        .collect()
-}
-
-/// A member object's status is available unless it has an `Available` condition that is
-/// not True (Deployments); kinds without one are available once propagated.
-pub fn is_available(status: &Value) -> bool {
-    let Some(conditions) = status.get("conditions").and_then(Value::as_array) else {
-        return true;
-    };
-    conditions
-        .iter()
-        .find(|c| c.get("type").and_then(Value::as_str) == Some("Available"))
-        .is_none_or(|c| c.get("status").and_then(Value::as_str) == Some("True"))
 }
 
 /// Puts the scheduling part into a freshly built status: `status.placement` and the
@@ -252,10 +187,8 @@ pub fn events(previous: &FederatedStatus, d: &Decision) -> Vec<(SchedulingEvent,
 #[cfg(test)]
 mod tests {
     use super::*;
-    use flotilla_crds::federated::{
-        ClusterReference, ClusterStatus, PlacementMove, PlacementStatus,
-    };
-    use serde_json::json;
+    use crate::sync::plan::decision::stored_targets;
+    use flotilla_crds::federated::{ClusterReference, PlacementMove, PlacementStatus};
 
     fn decision(clusters: &[&str], moves: Vec<PlacementMove>, reason: ScheduleReason) -> Decision {
         Decision {
@@ -282,35 +215,6 @@ mod tests {
             since: "2026-01-01T00:00:00Z".into(),
             message: "tainted drain:NoExecute".into(),
         }
-    }
-
-    fn cluster_status(name: &str, status: &str, remote: Option<Value>) -> ClusterStatus {
-        ClusterStatus {
-            name: name.into(),
-            status: status.into(),
-            message: String::new(),
-            remote_status: remote,
-        }
-    }
-
-    #[test]
-    fn propagated_needs_an_ok_status_and_with_status_collection_availability() {
-        let previous = FederatedStatus {
-            clusters: vec![
-                cluster_status("a", "", None),
-                cluster_status("b", "CreationFailed", None),
-                cluster_status(
-                    "c",
-                    "",
-                    Some(json!({"conditions": [{"type": "Available", "status": "False"}]})),
-                ),
-                cluster_status("d", "", Some(json!({"phase": "Active"}))),
-            ],
-            ..FederatedStatus::default()
-        };
-        let names = |s: BTreeSet<String>| s.into_iter().collect::<Vec<_>>();
-        assert_eq!(names(propagated(&previous, false)), ["a", "c", "d"]);
-        assert_eq!(names(propagated(&previous, true)), ["a", "d"]);
     }
 
     #[test]

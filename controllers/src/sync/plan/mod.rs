@@ -5,6 +5,7 @@
 //! Update sent to member2?" is answered by a function of this module and its unit tests.
 
 pub mod aggregate;
+pub mod decision;
 pub mod deletion;
 pub mod pipeline;
 pub mod status;

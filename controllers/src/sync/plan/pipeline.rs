@@ -15,8 +15,8 @@ use flotilla_crds::{
     schedule::Decision,
 };
 
-use super::{DesiredSet, desired_objects};
-use crate::{multicluster::ClusterState, sync::scheduled};
+use super::{DesiredSet, decision, desired_objects};
+use crate::multicluster::ClusterState;
 
 /// An object-level placement failure: (reason, message). Nothing is selected, except that
 /// a scheduling failure keeps the stored decision's clusters.
@@ -132,7 +132,7 @@ fn targets(input: &Input<'_>) -> Targets {
     if !input.spec.placement.is_scheduled() {
         return (selected, None, None);
     }
-    match scheduled::decide(
+    match decision::decide(
         input.spec,
         &selected,
         input.clusters,
@@ -144,7 +144,7 @@ fn targets(input: &Input<'_>) -> Targets {
         // A preference that cannot be evaluated must not remove copies: the stored
         // decision holds until it is fixed.
         Err(e) => (
-            scheduled::stored_targets(input.previous),
+            decision::stored_targets(input.previous),
             None,
             Some((
                 AggregateReason::ComputePlacementFailed,

@@ -110,7 +110,7 @@ impl Ctl {
             generation: fed.metadata.generation.unwrap_or(0),
             previous: stored.rollout.as_ref(),
             clusters: &clusters,
-            now: super::scheduled::now(),
+            now: super::plan::decision::now(),
         });
         let reached = plan
             .status
