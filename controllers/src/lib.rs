@@ -24,6 +24,8 @@ pub mod mcs;
 pub mod member_rbac;
 pub mod metrics;
 pub mod multicluster;
+#[cfg(test)]
+mod parser_props;
 pub mod profiles;
 pub mod pull_join;
 pub mod registry;
