@@ -102,6 +102,26 @@ proptest! {
     }
 
     #[test]
+    fn a_list_index_of_any_size_applies_only_within_the_list(
+        index in prop_oneof![0u128..4, any::<u128>()], spelling in any::<bool>(),
+    ) {
+        let path = if spelling { format!("spec.items[{index}]") } else { format!("spec.items.{index}") };
+        let obj = json!({"spec": {"items": ["a", "b"]}});
+        let mut patched = obj.clone();
+        let op = ClusterOverride { op: Some(OverrideOp::Replace), path, value: Some(json!("z")) };
+        match apply(&mut patched, "member1", &[op]) {
+            Ok(()) => {
+                prop_assert!(index < 2);
+                prop_assert_eq!(&patched["spec"]["items"][index as usize], &json!("z"));
+            }
+            Err(e) => {
+                prop_assert!(index >= 2, "{e}");
+                prop_assert_eq!(patched, obj);
+            }
+        }
+    }
+
+    #[test]
     fn any_converted_dotted_path_is_a_valid_pointer(path in "[a-z0-9.\\[\\]]{1,16}") {
         if let Ok(pointer) = to_pointer(&path) {
             prop_assert!(PointerBuf::parse(&pointer).is_ok(), "{path:?} -> {pointer:?}");
