@@ -28,7 +28,11 @@ fuzz_target!(|input: Input| {
                 3 => "DoesNotExist".to_owned(),
                 _ => key.chars().rev().collect(),
             };
-            LabelSelectorRequirement { key, operator, values }
+            LabelSelectorRequirement {
+                key,
+                operator,
+                values,
+            }
         })
         .collect();
     let selector = LabelSelector {
