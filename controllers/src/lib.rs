@@ -25,6 +25,8 @@ pub mod mcs;
 pub mod member_rbac;
 pub mod metrics;
 pub mod multicluster;
+#[cfg(test)]
+mod parser_props;
 pub mod preview;
 pub mod profiles;
 pub mod pull_join;

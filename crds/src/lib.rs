@@ -19,6 +19,8 @@ pub mod mcs;
 pub mod multicluster;
 pub mod override_path;
 pub mod overrides;
+#[cfg(test)]
+mod parser_props;
 pub mod placement;
 pub mod placement_decision;
 pub mod reason;

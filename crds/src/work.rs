@@ -90,6 +90,12 @@ pub fn work_name(plural: &str, group: &str, namespace: Option<&str>, name: &str)
     while readable.ends_with(['-', '.']) {
         readable.pop();
     }
+    // A name must also start with a letter or digit; an identity that is all punctuation
+    // (or empty) leaves only the hash, which is hex.
+    let readable = readable.trim_start_matches(['-', '.']);
+    if readable.is_empty() {
+        return hash.to_owned();
+    }
     format!("{readable}-{hash}")
 }
 

@@ -22,7 +22,7 @@ use kube::{
 use serde_json::{Value, json};
 use tracing::info;
 
-use super::plan::{ManifestOp, ManifestResult, decide, manifest_hash, may_prune};
+use super::plan::{ManifestOp, ManifestResult, check_manifest, decide, manifest_hash, may_prune};
 use crate::sync::plan::PROTECTED_NAMESPACES;
 
 /// A kind the member serves: its resource and whether it is namespaced.
@@ -105,6 +105,10 @@ impl Member {
             generation: None,
             status: None,
         };
+        if let Err(msg) = check_manifest(manifest) {
+            result.result = Err((ClusterReason::CreationFailed, msg));
+            return (result, None);
+        }
         let api_version = manifest["apiVersion"].as_str().unwrap_or_default();
         let resolved = match self.resolve(api_version, &identifier.kind).await {
             Ok(r) => r,

@@ -50,6 +50,32 @@ pub fn decide(manifest: &Value, live: Option<&Value>) -> ManifestOp {
     }
 }
 
+/// Why a manifest cannot be applied at all, checked before any request: it must be an
+/// object with an `apiVersion` (`v1` or `group/version`), a `kind` and a `metadata.name`.
+/// Without this a malformed manifest would reach discovery as an empty kind, or a group
+/// would be guessed from an `apiVersion` such as `/v1`, and the reason shown would be a
+/// discovery error instead of what is wrong with the manifest.
+pub fn check_manifest(manifest: &Value) -> Result<(), String> {
+    if !manifest.is_object() {
+        return Err("the manifest is not a JSON object".into());
+    }
+    let text = |p: &str| manifest.pointer(p).and_then(Value::as_str).unwrap_or("");
+    let api_version = text("/apiVersion");
+    let parts: Vec<&str> = api_version.split('/').collect();
+    if parts.len() > 2 || parts.iter().any(|p| p.is_empty()) {
+        return Err(format!(
+            "the manifest's apiVersion {api_version:?} is not of the form version or group/version"
+        ));
+    }
+    if text("/kind").is_empty() {
+        return Err("the manifest has no kind".into());
+    }
+    if text("/metadata/name").is_empty() {
+        return Err("the manifest has no metadata.name".into());
+    }
+    Ok(())
+}
+
 /// The content hash the control plane recorded on a manifest.
 pub fn manifest_hash(manifest: &Value) -> Option<&str> {
     manifest

@@ -10,6 +10,8 @@
 //!   Flotilla's health checks) says `True`.
 
 pub mod client;
+#[cfg(test)]
+mod client_props;
 pub mod source;
 pub mod watch;
 
