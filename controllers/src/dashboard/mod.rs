@@ -10,6 +10,7 @@
 pub mod access;
 pub mod feed;
 pub mod html;
+pub mod query;
 pub mod server;
 pub mod sse;
 pub mod state;

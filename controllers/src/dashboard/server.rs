@@ -17,6 +17,8 @@ use tokio::net::TcpStream;
 use tokio_util::sync::CancellationToken;
 use tracing::debug;
 
+use crate::dashboard::query::query_pairs;
+
 use super::{
     access::{self, CheckKey},
     html, sse,
@@ -39,55 +41,6 @@ const READ_TIMEOUT: Duration = Duration::from_secs(10);
 const HTML: &str = "text/html; charset=utf-8";
 const JSON: &str = "application/json";
 const CSP: &str = "default-src 'self'; frame-ancestors 'none'; base-uri 'none'; form-action 'self'";
-
-/// `key=value&…` pairs of a query string, percent-decoded (`+` is a space).
-pub fn query_pairs(query: &str) -> Vec<(String, String)> {
-    query
-        .split('&')
-        .filter(|p| !p.is_empty())
-        .map(|p| {
-            let (k, v) = p.split_once('=').unwrap_or((p, ""));
-            (decode(k), decode(v))
-        })
-        .collect()
-}
-
-fn decode(s: &str) -> String {
-    let bytes = s.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        match bytes[i] {
-            b'+' => out.push(b' '),
-            b'%' if i + 2 < bytes.len() => {
-                let hex = std::str::from_utf8(&bytes[i + 1..i + 3]).ok();
-                match hex.and_then(|h| u8::from_str_radix(h, 16).ok()) {
-                    Some(b) => {
-                        out.push(b);
-                        i += 2;
-                    }
-                    None => out.push(b'%'),
-                }
-            }
-            b => out.push(b),
-        }
-        i += 1;
-    }
-    String::from_utf8_lossy(&out).into_owned()
-}
-
-/// `s` percent-encoded for a query value (everything but unreserved characters).
-pub fn encode(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for b in s.bytes() {
-        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~') {
-            out.push(b as char);
-        } else {
-            out.push_str(&format!("%{b:02X}"));
-        }
-    }
-    out
-}
 
 /// An answer other than the event stream.
 #[derive(Debug, PartialEq, Eq)]
@@ -408,21 +361,6 @@ pub async fn serve(
 mod tests {
     use super::*;
     use crate::dashboard::view::overview::tests::state;
-
-    #[test]
-    fn query_values_are_percent_decoded_and_encoding_round_trips() {
-        assert_eq!(
-            query_pairs("ns=a%2Fb&name=x+y&flag&bad=%zz"),
-            [
-                ("ns".to_string(), "a/b".to_string()),
-                ("name".into(), "x y".into()),
-                ("flag".into(), String::new()),
-                ("bad".into(), "%zz".into())
-            ]
-        );
-        let odd = "a b&c=d/é";
-        assert_eq!(query_pairs(&format!("v={}", encode(odd)))[0].1, odd);
-    }
 
     #[test]
     fn pages_fragments_and_json_come_from_the_same_view() {

@@ -5,7 +5,7 @@ use std::fmt::Write as _;
 
 use super::{badge, escape};
 use crate::dashboard::{
-    server::encode,
+    query::encode,
     view::overview::{ClusterRow, Filter, ObjectRow, Overview, PAGE_SIZE},
 };
 

@@ -30,7 +30,7 @@ impl Filter {
     /// pages count from 1 there); unknown keys are ignored, empty values mean "all".
     pub fn from_query(query: &str) -> Filter {
         let mut filter = Filter::default();
-        for (key, value) in super::super::server::query_pairs(query) {
+        for (key, value) in crate::dashboard::query::query_pairs(query) {
             match key.as_str() {
                 "ns" if !value.is_empty() => filter.namespace = Some(value),
                 "type" if !value.is_empty() => filter.kind = Some(value),
