@@ -2,17 +2,20 @@
 //! Flotilla's scheduling fields, the decided clusters, the `Scheduled` condition and the
 //! moves under way or done. Pure text from the objects' status.
 
-use super::status::ObjectState;
+use flotilla_crds::federated::FederatedStatus;
 
-/// Lines describing each scheduled object's decision; empty when no object has one.
-pub fn scheduling_lines(objects: &[ObjectState]) -> String {
+/// Lines describing each scheduled object's decision, from (object as shown, its status)
+/// pairs; empty when no object has one.
+pub fn scheduling_lines<'a>(
+    objects: impl IntoIterator<Item = (String, &'a FederatedStatus)>,
+) -> String {
     let mut out = String::new();
-    for o in objects {
-        let Some(p) = &o.status.placement else {
+    for (object, status) in objects {
+        let Some(p) = &status.placement else {
             continue;
         };
         let decided: Vec<&str> = p.clusters.iter().map(|c| c.name.as_str()).collect();
-        let (cond, why) = match o.status.scheduled() {
+        let (cond, why) = match status.scheduled() {
             Some(c) => (
                 format!("Scheduled={}", c.status),
                 if c.status == "True" {
@@ -28,7 +31,7 @@ pub fn scheduling_lines(objects: &[ObjectState]) -> String {
         } else {
             decided.join(", ")
         };
-        out.push_str(&format!("{}: {cond} on {list}{why}\n", o.object()));
+        out.push_str(&format!("{object}: {cond} on {list}{why}\n"));
         for m in &p.moves {
             let to = m
                 .replacement
@@ -51,19 +54,16 @@ pub fn scheduling_lines(objects: &[ObjectState]) -> String {
 mod tests {
     use super::*;
     use flotilla_crds::federated::{
-        ClusterReference, FederatedCondition, FederatedStatus, PlacementMove, PlacementStatus,
+        ClusterReference, FederatedCondition, PlacementMove, PlacementStatus,
     };
 
     fn state(
         placement: Option<PlacementStatus>,
         condition: Option<(&str, &str, &str)>,
-    ) -> ObjectState {
-        ObjectState {
-            kind: "FederatedConfigMap".into(),
-            namespace: Some("demo".into()),
-            name: "web".into(),
-            generation: 1,
-            status: FederatedStatus {
+    ) -> (String, FederatedStatus) {
+        (
+            "federatedconfigmap/web -n demo".into(),
+            FederatedStatus {
                 placement,
                 conditions: condition
                     .map(|(s, r, m)| FederatedCondition {
@@ -77,12 +77,13 @@ mod tests {
                     .collect(),
                 ..FederatedStatus::default()
             },
-        }
+        )
     }
 
     #[test]
     fn objects_without_a_decision_add_nothing() {
-        assert_eq!(scheduling_lines(&[state(None, None)]), "");
+        let (object, status) = state(None, None);
+        assert_eq!(scheduling_lines([(object, &status)]), "");
     }
 
     #[test]
@@ -99,10 +100,11 @@ mod tests {
                 message: "tainted drain:NoExecute".into(),
             }],
         };
-        let text = scheduling_lines(&[state(
+        let (object, status) = state(
             Some(placement),
             Some(("False", "Unschedulable", "member1 must be left")),
-        )]);
+        );
+        let text = scheduling_lines([(object, &status)]);
         assert!(
             text.contains("Scheduled=False on member2 (Unschedulable: member1 must be left)"),
             "{text}"

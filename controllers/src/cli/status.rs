@@ -93,7 +93,7 @@ pub fn render(objects: &[ObjectState], format: Format) -> anyhow::Result<String>
             "{}\n{}\n{}",
             table(objects),
             summary(objects),
-            super::decision::scheduling_lines(objects)
+            super::decision::scheduling_lines(objects.iter().map(|o| (o.object(), &o.status)))
         ),
         Format::Json => format!("{}\n", serde_json::to_string_pretty(&doc)?),
         Format::Yaml => serde_saphyr::to_string(&doc)?,
