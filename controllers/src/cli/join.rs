@@ -29,6 +29,17 @@ Examples:
   # The member is gone for good: remove only the host side
   flotilla unjoin cluster1 --force";
 
+/// How a member cluster is joined.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum JoinMode {
+    /// The control plane writes to the member's API server with a member credential.
+    #[default]
+    Push,
+    /// An agent in the member pulls its inventory from the host; the host holds no
+    /// credential of the member.
+    Pull,
+}
+
 /// Arguments of `flotilla join`.
 #[derive(Debug, Clone, clap::Args)]
 pub struct JoinArgs {
@@ -58,8 +69,8 @@ pub struct JoinArgs {
     pub token_timeout: Duration,
     /// `push` (kubefed's way) or `pull`: an agent in the member pulls its objects from the
     /// host, and the host holds no credential of the member (see docs/pull-mode.md).
-    #[arg(long, value_enum, default_value_t = super::pull::JoinMode::Push)]
-    pub mode: super::pull::JoinMode,
+    #[arg(long, value_enum, default_value_t = JoinMode::Push)]
+    pub mode: JoinMode,
     /// Pull mode: the host API server's address as the agent reaches it (default: the
     /// server of the host context).
     #[arg(long, value_name = "URL")]
@@ -112,11 +123,8 @@ fn host_name(host: &ClusterAccess) -> String {
     access::dns_label(host.context.as_deref().unwrap_or("host"), 30)
 }
 
-/// Runs `flotilla join`.
+/// Runs `flotilla join` for a push member (`--mode pull` is [`super::pull::join`]).
 pub async fn join(global: &GlobalArgs, args: JoinArgs, ctx: &Context) -> anyhow::Result<()> {
-    if args.mode == super::pull::JoinMode::Pull {
-        return super::pull::join(global, args, ctx).await;
-    }
     let host = args.contexts.host(global).await?;
     let member_context = args.contexts.member(&args.name);
     let member = access::load(global.kubeconfig.as_deref(), Some(&member_context))

@@ -241,6 +241,9 @@ pub async fn execute(cli: Cli, ctx: Context) -> anyhow::Result<()> {
     let global = cli.global;
     match cli.command {
         Command::ControllerManager(args) => manager::run(&global, args, &ctx).await,
+        Command::Join(args) if args.mode == join::JoinMode::Pull => {
+            pull::join(&global, args, &ctx).await
+        }
         Command::Join(args) => join::join(&global, args, &ctx).await,
         Command::Unjoin(args) => join::unjoin(&global, args, &ctx).await,
         Command::Enable(args) => enable::enable(&global, args, &ctx).await,

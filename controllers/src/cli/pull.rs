@@ -20,17 +20,6 @@ use crate::{
     pull_join::{PullJoinOptions, agent_manifests, join_pull},
 };
 
-/// How a member cluster is joined.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum)]
-pub enum JoinMode {
-    /// The control plane writes to the member's API server with a member credential.
-    #[default]
-    Push,
-    /// An agent in the member pulls its inventory from the host; the host holds no
-    /// credential of the member.
-    Pull,
-}
-
 /// Arguments of `flotilla agent`.
 #[derive(Debug, Clone, clap::Args)]
 pub struct AgentArgs {
