@@ -15,7 +15,7 @@ use flotilla_localenv::{Cluster, LocalEnv};
 use kube::{Api, Client, api::ListParams};
 use tracing::warn;
 
-use super::{CP_THREAD, session::Run};
+use super::{CP_THREAD, run::Run};
 use crate::{manager::ControlPlane, metrics::Metrics};
 
 /// How long stopping the in-process control plane waits for its threads.

@@ -40,6 +40,7 @@ mod pull;
 mod report;
 mod requests;
 mod restart;
+mod run;
 mod sequential;
 mod session;
 mod snapshot;

@@ -21,7 +21,7 @@ use serde_json::json;
 
 use super::{
     BENCH_LABEL, FED_NS, control_plane::RunningControlPlane, report::Restart, requests::delta,
-    session::Run, snapshot::Snapshot, warmup::poll, workload::Kind,
+    run::Run, snapshot::Snapshot, warmup::poll, workload::Kind,
 };
 
 /// Name of the object created right after the restart.

@@ -20,7 +20,7 @@ use super::{
     BENCH_LABEL, FED_NS, RAW_NS,
     report::{Percentiles, percentiles, ratio},
     requests::delta,
-    session::Run,
+    run::Run,
     snapshot::Snapshot,
     tracker::{Tracker, Want},
     workload::{Kind, names},

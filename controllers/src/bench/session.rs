@@ -8,19 +8,17 @@ use std::{
 };
 
 use flotilla_localenv::LocalEnv;
-use kube::{Client, api::DynamicObject};
+use kube::api::DynamicObject;
 use tracing::info;
 
 use super::{
-    BENCH_LABEL, BenchOptions, CP_THREAD, FED_NS, INPUT_NS, MANAGER, RAW_NS,
+    BENCH_LABEL, BenchOptions, FED_NS, INPUT_NS, MANAGER, RAW_NS,
     control_plane::RunningControlPlane,
     phases::{FlotillaPhases, RawPhases, flotilla_phases, input_phase, raw_phases},
-    procfs::{
-        clusters_cpu, cpu_delta, cpu_of, peak_rss_mib, process_group, reset_peak_rss, rss_mib,
-        threads_cpu,
-    },
+    procfs::{clusters_cpu, cpu_delta, peak_rss_mib, process_group, reset_peak_rss, rss_mib},
     report::{Comparison, Cost, KindReport, Phase, ratio},
     restart::Restarter,
+    run::Run,
     sequential::SequentialComparison,
     tracker::Tracker,
     warmup::{ensure_namespace, federate_namespace, warm_up_federated, warm_up_raw},
@@ -32,54 +30,6 @@ use crate::bootstrap::Bootstrap;
 const IDLE_SAMPLE: Duration = Duration::from_secs(3);
 /// How long the benchmark's watchers may take to list what is there.
 const WATCH_SYNC: Duration = Duration::from_secs(60);
-
-/// The clusters and settings every phase of a run uses.
-pub(super) struct Run {
-    pub(super) host: Client,
-    pub(super) members: Vec<Client>,
-    pub(super) kubefed_clusters: Vec<String>,
-    /// The clusters' processes and their kinds.
-    pub(super) procs: Vec<(u32, String)>,
-    /// The control plane's process when it runs as a child.
-    pub(super) cp_pid: Mutex<Option<u32>>,
-    /// CPU seconds of control planes stopped by a restart (their processes or threads are
-    /// gone, so their time is kept here).
-    pub(super) cp_cpu_retired: Mutex<f64>,
-    /// LISTs of federated objects the benchmark itself sent (convergence checks).
-    pub(super) own_lists: AtomicU64,
-    pub(super) objects: usize,
-    /// Objects of the sequential-client phase (0: none).
-    pub(super) sequential: usize,
-    pub(super) concurrency: usize,
-    pub(super) timeout: Duration,
-    pub(super) steady: Duration,
-    /// The pull-mode agents (`--pull`), kept running for the whole run.
-    pub(super) _agents: Vec<crate::agent::Agent>,
-}
-
-impl Run {
-    /// CPU seconds the control plane used so far.
-    pub(super) fn cp_cpu(&self) -> f64 {
-        let retired = *self
-            .cp_cpu_retired
-            .lock()
-            .unwrap_or_else(|e| e.into_inner());
-        retired + self.running_cp_cpu()
-    }
-
-    /// CPU seconds of the control plane running now.
-    pub(super) fn running_cp_cpu(&self) -> f64 {
-        match self.child_pid() {
-            Some(pid) => cpu_of(&format!("/proc/{pid}/stat")),
-            None => threads_cpu(CP_THREAD),
-        }
-    }
-
-    /// The control plane's pid when it runs as a child process.
-    pub(super) fn child_pid(&self) -> Option<u32> {
-        *self.cp_pid.lock().unwrap_or_else(|e| e.into_inner())
-    }
-}
 
 /// What [`run_in`] measured.
 pub(super) struct Measured {

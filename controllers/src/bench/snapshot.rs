@@ -7,7 +7,7 @@ use std::{collections::BTreeMap, time::Instant};
 use super::{
     procfs::{clusters_cpu, cpu_of, machine_busy},
     requests::{RequestCounts, request_counts},
-    session::Run,
+    run::Run,
 };
 
 /// Everything a phase measures at its start and end.

@@ -16,7 +16,7 @@ use serde_json::json;
 
 use super::{
     BENCH_LABEL, FED_NS, MANAGER, RAW_NS,
-    session::Run,
+    run::Run,
     workload::{Kind, Starts, federated_namespace, to_kube, write_all},
 };
 
