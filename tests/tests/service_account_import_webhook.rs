@@ -210,6 +210,33 @@ async fn trusted_cas(host: &Client) -> anyhow::Result<Vec<String>> {
         .collect())
 }
 
+/// A TLS handshake with the webhook on `port`, verifying its certificate for 127.0.0.1
+/// with the CAs of `bundle` only (as the API server does).
+async fn handshake(port: u16, bundle: &[String]) -> anyhow::Result<()> {
+    use tokio_rustls::{
+        TlsConnector,
+        rustls::{
+            ClientConfig, RootCertStore,
+            crypto::ring,
+            pki_types::{CertificateDer, ServerName, pem::PemObject},
+        },
+    };
+    let mut roots = RootCertStore::empty();
+    for pem in bundle {
+        roots.add(CertificateDer::from_pem_slice(pem.as_bytes())?)?;
+    }
+    let config = ClientConfig::builder_with_provider(std::sync::Arc::new(ring::default_provider()))
+        .with_safe_default_protocol_versions()?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    let stream = tokio::net::TcpStream::connect(("127.0.0.1", port)).await?;
+    TlsConnector::from(std::sync::Arc::new(config))
+        .connect(ServerName::try_from("127.0.0.1")?.to_owned(), stream)
+        .await
+        .with_context(|| format!("a handshake with the replica on port {port}"))?;
+    Ok(())
+}
+
 /// The serving certificate and the CA the Secret holds now (PEM).
 async fn stored_cert_and_ca(host: &Client) -> anyhow::Result<(String, String)> {
     let secret = Api::<k8s_openapi::api::core::v1::Secret>::namespaced(host.clone(), DEFAULT_NAMESPACE)
@@ -223,10 +250,12 @@ async fn stored_cert_and_ca(host: &Client) -> anyhow::Result<(String, String)> {
 }
 
 /// Two replicas share the Secret and each is called by the API server (one webhook each);
-/// the certificate lives 9 s and the CA 30 s, so within a minute the serving certificate
+/// the certificate lives 9 s and the CA 36 s, so within a minute the serving certificate
 /// is renewed several times and the CA rolls over once. A Pod created about every second
-/// throughout must be admitted and mounted each time.
-#[tokio::test]
+/// throughout must be admitted and mounted each time; between Pods, a handshake with each
+/// replica every 200 ms must verify with the bundle published at that moment (the API
+/// server reuses connections, so Pods alone would miss a certificate it cannot verify).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn certificates_rotate_while_pods_keep_being_admitted() -> anyhow::Result<()> {
     init_tracing();
     let fed = federation(1).await?;
@@ -242,12 +271,13 @@ async fn certificates_rotate_while_pods_keep_being_admitted() -> anyhow::Result<
     let ports = [free_port()?, free_port()?];
     configuration(&host, &ports).await?;
     let policy = Policy {
-        ca_lifetime: Duration::from_secs(30),
+        ca_lifetime: Duration::from_secs(36),
         cert_lifetime: Duration::from_secs(9),
-        overlap: Duration::from_secs(3),
+        overlap: Duration::from_secs(4),
         check_every: Duration::from_millis(500),
     };
-    let mut replicas = Vec::new();
+    // Aborted when dropped, also on an early return.
+    let mut replicas = flotilla_multicluster::tasks::AbortOnDrop::default();
     for port in ports {
         let options = WebhookOptions {
             bind: ([127, 0, 0, 1], port).into(),
@@ -258,6 +288,9 @@ async fn certificates_rotate_while_pods_keep_being_admitted() -> anyhow::Result<
             rotation: policy,
         };
         replicas.push(webhook::start(host.clone(), &options).await?.1);
+        // Out of step with each other, as replicas are: one loads a certificate while the
+        // other still serves the previous.
+        tokio::time::sleep(Duration::from_millis(250)).await;
     }
 
     let pods: Api<Pod> = Api::namespaced(host.clone(), "rotating");
@@ -291,16 +324,19 @@ async fn certificates_rotate_while_pods_keep_being_admitted() -> anyhow::Result<
         if !cas.contains(&ca) {
             cas.push(ca);
         }
-        let trusted = trusted_cas(&host).await?;
-        saw_two_cas |= trusted.len() == 2;
-        dropped_after_two |= saw_two_cas && cas.len() >= 2 && trusted.len() == 1;
-        tokio::time::sleep(Duration::from_secs(1)).await;
+        for _ in 0..5 {
+            let trusted = trusted_cas(&host).await?;
+            saw_two_cas |= trusted.len() == 2;
+            dropped_after_two |= saw_two_cas && cas.len() >= 2 && trusted.len() == 1;
+            for port in ports {
+                handshake(port, &trusted).await?;
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
     }
     tracing::info!(created, certificates = certs.len(), cas = cas.len(), "rotated while admitting");
 
-    for replica in replicas {
-        replica.abort();
-    }
+    drop(replicas);
     Api::<MutatingWebhookConfiguration>::all(host)
         .delete(CONFIGURATION, &DeleteParams::default())
         .await?;
