@@ -239,9 +239,10 @@ async fn handshake(port: u16, bundle: &[String]) -> anyhow::Result<()> {
 
 /// The serving certificate and the CA the Secret holds now (PEM).
 async fn stored_cert_and_ca(host: &Client) -> anyhow::Result<(String, String)> {
-    let secret = Api::<k8s_openapi::api::core::v1::Secret>::namespaced(host.clone(), DEFAULT_NAMESPACE)
-        .get(webhook::DEFAULT_CERT_SECRET)
-        .await?;
+    let secret =
+        Api::<k8s_openapi::api::core::v1::Secret>::namespaced(host.clone(), DEFAULT_NAMESPACE)
+            .get(webhook::DEFAULT_CERT_SECRET)
+            .await?;
     let data = secret.data.context("data")?;
     let text = |k: &str| -> anyhow::Result<String> {
         Ok(String::from_utf8(data.get(k).context("key")?.0.clone())?)
@@ -311,7 +312,13 @@ async fn certificates_rotate_while_pods_keep_being_admitted() -> anyhow::Result<
         let pod = pods
             .create(&PostParams::default(), &pod(&name, Some("m1"))?)
             .await
-            .with_context(|| format!("creating {name} after {} certificates and {} CAs", certs.len(), cas.len()))?;
+            .with_context(|| {
+                format!(
+                    "creating {name} after {} certificates and {} CAs",
+                    certs.len(),
+                    cas.len()
+                )
+            })?;
         ensure!(
             sai_volumes(&pod) == vec![("sai-m1".to_string(), "m1-kubeconfig".to_string())],
             "{name} has the import mounted once"
@@ -334,7 +341,12 @@ async fn certificates_rotate_while_pods_keep_being_admitted() -> anyhow::Result<
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
     }
-    tracing::info!(created, certificates = certs.len(), cas = cas.len(), "rotated while admitting");
+    tracing::info!(
+        created,
+        certificates = certs.len(),
+        cas = cas.len(),
+        "rotated while admitting"
+    );
 
     drop(replicas);
     Api::<MutatingWebhookConfiguration>::all(host)

@@ -9,8 +9,8 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::{ByteString, api::core::v1::Secret, jiff::Timestamp};
 use rcgen::{
-    BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer,
-    KeyPair, KeyUsagePurpose,
+    BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
+    KeyUsagePurpose,
 };
 
 use super::{
@@ -186,7 +186,9 @@ fn parse_validity(s: &str) -> Option<Validity> {
 }
 
 fn no_signer(what: &str) -> Error {
-    Error::Config(format!("cannot issue a serving certificate: {what} to sign it"))
+    Error::Config(format!(
+        "cannot issue a serving certificate: {what} to sign it"
+    ))
 }
 
 fn ca_params(validity: &Validity) -> Result<CertificateParams, Error> {
@@ -227,12 +229,7 @@ pub fn new_ca(policy: &Policy, now: i64) -> Result<Ca, Error> {
 
 /// A serving certificate for `names` (DNS names or IP addresses) signed by `ca`, valid from
 /// `now` for the policy's certificate lifetime but not past the CA's end.
-pub fn issue(
-    ca: &Ca,
-    names: &[String],
-    policy: &Policy,
-    now: i64,
-) -> Result<ServingCert, Error> {
+pub fn issue(ca: &Ca, names: &[String], policy: &Policy, now: i64) -> Result<ServingCert, Error> {
     let (Some(ca_key), Some(ca_validity)) = (&ca.key_pem, &ca.validity) else {
         return Err(no_signer("a CA without its key or validity"));
     };
@@ -267,11 +264,13 @@ pub fn from_secret(secret: &Secret) -> Stored {
         key_pem: text(CA_KEY),
         validity: note(CA_VALIDITY).and_then(parse_validity),
     });
-    let serving = text(CERT).zip(text(KEY)).map(|(cert_pem, key_pem)| ServingCert {
-        cert_pem,
-        key_pem,
-        validity: note(CERT_VALIDITY).and_then(parse_validity),
-    });
+    let serving = text(CERT)
+        .zip(text(KEY))
+        .map(|(cert_pem, key_pem)| ServingCert {
+            cert_pem,
+            key_pem,
+            validity: note(CERT_VALIDITY).and_then(parse_validity),
+        });
     // A next CA is usable only whole: certificate, key, validity and staging time.
     let next = (|| {
         let ca = Ca {
@@ -283,7 +282,10 @@ pub fn from_secret(secret: &Secret) -> Stored {
     })();
     let previous = text(PREVIOUS_CA_CERT).map(|pem| {
         // Unknown retirement: counted from the epoch, so it is dropped at the next look.
-        (pem, note(PREVIOUS_RETIRED_AT).and_then(parse_time).unwrap_or(0))
+        (
+            pem,
+            note(PREVIOUS_RETIRED_AT).and_then(parse_time).unwrap_or(0),
+        )
     });
     Stored {
         names: note(NAMES).unwrap_or_default().to_string(),

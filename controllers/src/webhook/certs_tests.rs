@@ -32,12 +32,15 @@ fn verifies(cert: &ServingCert, bundle: &str, at: i64) -> bool {
     for ca in CertificateDer::pem_slice_iter(bundle.as_bytes()) {
         roots.add(ca.expect("a PEM CA")).expect("a CA certificate");
     }
-    let verifier =
-        WebPkiServerVerifier::builder_with_provider(Arc::new(roots), Arc::new(ring::default_provider()))
-            .build()
-            .expect("a verifier");
+    let verifier = WebPkiServerVerifier::builder_with_provider(
+        Arc::new(roots),
+        Arc::new(ring::default_provider()),
+    )
+    .build()
+    .expect("a verifier");
     let leaf = CertificateDer::from_pem_slice(cert.cert_pem.as_bytes()).expect("a PEM certificate");
-    let now = UnixTime::since_unix_epoch(Duration::from_secs(u64::try_from(at).expect("after 1970")));
+    let now =
+        UnixTime::since_unix_epoch(Duration::from_secs(u64::try_from(at).expect("after 1970")));
     let name = ServerName::try_from("127.0.0.1").expect("an IP name");
     verifier
         .verify_server_cert(&leaf, &[], &name, &[], now)
@@ -49,14 +52,25 @@ fn verifies(cert: &ServingCert, bundle: &str, at: i64) -> bool {
 /// bundle published before it (the API server may see either order).
 fn step(stored: &Stored, now: i64) -> (Stored, Step) {
     let step = decide(&stored.observe(&names(), true), &policy(), now);
-    let next = stored.advance(step, &policy(), &names(), now).expect("advanced");
+    let next = stored
+        .advance(step, &policy(), &names(), now)
+        .expect("advanced");
     if let (Some(before), Some(old_bundle)) = (&stored.serving, stored.bundle()) {
         let after = next.serving.as_ref().expect("a certificate");
         let new_bundle = next.bundle().expect("a bundle");
-        assert!(verifies(before, &new_bundle, now), "{step:?}: old certificate, new bundle");
-        assert!(verifies(after, &new_bundle, now), "{step:?}: new certificate, new bundle");
+        assert!(
+            verifies(before, &new_bundle, now),
+            "{step:?}: old certificate, new bundle"
+        );
+        assert!(
+            verifies(after, &new_bundle, now),
+            "{step:?}: new certificate, new bundle"
+        );
         // A switch included: its CA was staged (trusted) an overlap earlier.
-        assert!(verifies(after, &old_bundle, now), "{step:?}: new certificate, old bundle");
+        assert!(
+            verifies(after, &old_bundle, now),
+            "{step:?}: new certificate, old bundle"
+        );
     }
     (next, step)
 }
@@ -66,7 +80,11 @@ fn a_rotation_through_two_ca_rollovers_never_serves_an_unverifiable_certificate(
     let t0 = 1_800_000_000;
     let (mut stored, first) = step(&Stored::default(), t0);
     assert_eq!(first, Step::Bootstrap);
-    assert!(verifies(stored.serving.as_ref().expect("cert"), &stored.bundle().expect("bundle"), t0));
+    assert!(verifies(
+        stored.serving.as_ref().expect("cert"),
+        &stored.bundle().expect("bundle"),
+        t0
+    ));
     let mut taken = Vec::new();
     // Ten seconds at a time (the check interval) through two CA lifetimes.
     for now in (t0..t0 + 6000).step_by(10) {
@@ -75,7 +93,10 @@ fn a_rotation_through_two_ca_rollovers_never_serves_an_unverifiable_certificate(
             taken.push(s);
         }
         let served = next.serving.as_ref().expect("a certificate");
-        assert!(verifies(served, &next.bundle().expect("bundle"), now), "at {now}: {s:?}");
+        assert!(
+            verifies(served, &next.bundle().expect("bundle"), now),
+            "at {now}: {s:?}"
+        );
         stored = next;
     }
     let count = |want: Step| taken.iter().filter(|s| **s == want).count();
@@ -83,7 +104,10 @@ fn a_rotation_through_two_ca_rollovers_never_serves_an_unverifiable_certificate(
     assert_eq!(count(Step::StageCa), 2, "{taken:?}");
     assert_eq!(count(Step::SwitchCa), 2, "{taken:?}");
     assert_eq!(count(Step::DropPrevious), 2, "{taken:?}");
-    assert!(!taken.contains(&Step::Bootstrap), "never starts over: {taken:?}");
+    assert!(
+        !taken.contains(&Step::Bootstrap),
+        "never starts over: {taken:?}"
+    );
 }
 
 #[test]
@@ -133,11 +157,13 @@ fn a_certificate_made_for_other_names_is_not_served_as_is() {
 
 #[test]
 fn an_unreadable_secret_reads_as_empty_and_bootstraps() {
-    let mut secret = Secret::default();
-    secret.data = Some(BTreeMap::from([(
-        CA_CERT.to_string(),
-        ByteString(vec![0xff, 0xfe]),
-    )]));
+    let secret = Secret {
+        data: Some(BTreeMap::from([(
+            CA_CERT.to_string(),
+            ByteString(vec![0xff, 0xfe]),
+        )])),
+        ..Secret::default()
+    };
     let stored = from_secret(&secret);
     assert!(stored.ca.is_none());
     assert_eq!(

@@ -92,7 +92,9 @@ pub async fn start(
             info!(validity = ?cert.validity, "webhook serving a renewed certificate");
             tls.send_replace(config);
         }
-        Err(error) => warn!(%error, "a renewed webhook certificate is unusable; serving the previous one"),
+        Err(error) => {
+            warn!(%error, "a renewed webhook certificate is unusable; serving the previous one")
+        }
     }));
     let both = AbortOnDrop::from([serving, rotating]);
     let task = tokio::spawn(async move {

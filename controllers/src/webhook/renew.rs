@@ -103,7 +103,10 @@ impl Renewer {
                 Ok(next)
             }
             Err(kube::Error::Api(s)) if s.code == 409 => {
-                debug!(step = step.as_str(), "another replica rotated first; reading its result");
+                debug!(
+                    step = step.as_str(),
+                    "another replica rotated first; reading its result"
+                );
                 Ok(certs::from_secret(&api.get(&self.secret).await?))
             }
             Err(e) => Err(e.into()),
@@ -153,7 +156,7 @@ async fn publish(
         .flatten()
         .enumerate()
         .filter(|(_, w)| w.client_config.ca_bundle.as_ref().map(|b| b.0.as_slice()) != Some(bundle.as_bytes()))
-        .map(|(i, w)| {
+        .flat_map(|(i, w)| {
             // Guarded by the webhook's name: a configuration edited since it was read makes
             // the patch fail rather than land on another webhook.
             vec![
@@ -161,7 +164,6 @@ async fn publish(
                 json!({"op": "add", "path": format!("/webhooks/{i}/clientConfig/caBundle"), "value": encoded}),
             ]
         })
-        .flatten()
         .collect();
     if ops.is_empty() {
         return Ok(());
