@@ -141,6 +141,7 @@ impl Stored {
             Step::Bootstrap => {
                 let ca = new_ca(policy, now)?;
                 next = Stored {
+                    names: names.join(","),
                     serving: Some(issue(&ca, names, policy, now)?),
                     ca: Some(ca),
                     ..Stored::default()
@@ -149,6 +150,7 @@ impl Stored {
             Step::IssueServing => {
                 let ca = self.ca.as_ref().ok_or_else(|| no_signer("no CA"))?;
                 next.serving = Some(issue(ca, names, policy, now)?);
+                next.names = names.join(",");
             }
             Step::StageCa => next.next = Some((new_ca(policy, now)?, now)),
             Step::SwitchCa => {
@@ -157,10 +159,12 @@ impl Stored {
                 next.previous = self.ca.as_ref().map(|c| (c.cert_pem.clone(), now));
                 next.ca = Some(ca);
                 next.next = None;
+                next.names = names.join(",");
             }
             Step::DropPrevious => next.previous = None,
         }
-        next.names = names.join(",");
+        // The names stay those of the certificate served: a step issuing none leaves a
+        // certificate for other names due for reissue.
         Ok(next)
     }
 }

@@ -156,6 +156,25 @@ fn a_certificate_made_for_other_names_is_not_served_as_is() {
 }
 
 #[test]
+fn a_step_issuing_no_certificate_keeps_a_names_change_pending() {
+    let p = policy();
+    let staged = Stored::default()
+        .advance(Step::Bootstrap, &p, &names(), 1_800_000_000)
+        .and_then(|s| s.advance(Step::StageCa, &p, &names(), 1_800_000_001))
+        .and_then(|s| s.advance(Step::SwitchCa, &p, &names(), 1_800_000_002))
+        .expect("switched");
+    let other = vec!["other.svc".to_string()];
+    let dropped = staged
+        .advance(Step::DropPrevious, &p, &other, 1_800_000_200)
+        .expect("dropped");
+    assert!(dropped.previous.is_none());
+    assert_eq!(
+        decide(&dropped.observe(&other, false), &p, 1_800_000_201),
+        Step::IssueServing
+    );
+}
+
+#[test]
 fn an_unreadable_secret_reads_as_empty_and_bootstraps() {
     let secret = Secret {
         data: Some(BTreeMap::from([(
