@@ -143,14 +143,10 @@ fn trusts(config: &MutatingWebhookConfiguration, ca_pem: &str) -> bool {
     })
 }
 
-/// Puts `bundle` into every webhook of the configuration whose bundle differs.
-async fn publish(
-    api: &Api<MutatingWebhookConfiguration>,
-    config: &MutatingWebhookConfiguration,
-    bundle: &str,
-) -> Result<(), Error> {
+/// The JSON patch putting `bundle` into every webhook of `config` whose bundle differs.
+fn bundle_patch(config: &MutatingWebhookConfiguration, bundle: &str) -> Vec<serde_json::Value> {
     let encoded = base64::engine::general_purpose::STANDARD.encode(bundle);
-    let ops: Vec<_> = config
+    config
         .webhooks
         .iter()
         .flatten()
@@ -164,7 +160,16 @@ async fn publish(
                 json!({"op": "add", "path": format!("/webhooks/{i}/clientConfig/caBundle"), "value": encoded}),
             ]
         })
-        .collect();
+        .collect()
+}
+
+/// Puts `bundle` into every webhook of the configuration whose bundle differs.
+async fn publish(
+    api: &Api<MutatingWebhookConfiguration>,
+    config: &MutatingWebhookConfiguration,
+    bundle: &str,
+) -> Result<(), Error> {
+    let ops = bundle_patch(config, bundle);
     if ops.is_empty() {
         return Ok(());
     }
@@ -174,4 +179,54 @@ async fn publish(
     api.patch(name, &PatchParams::default(), &Patch::<()>::Json(patch))
         .await?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(bundles: &[Option<&str>]) -> MutatingWebhookConfiguration {
+        let webhooks: Vec<_> = bundles
+            .iter()
+            .enumerate()
+            .map(|(i, b)| {
+                let mut client = json!({"url": "https://127.0.0.1:1/mutate-pods"});
+                if let Some(b) = b {
+                    client["caBundle"] = json!(base64::engine::general_purpose::STANDARD.encode(b));
+                }
+                json!({"name": format!("w{i}.example.io"), "clientConfig": client,
+                       "sideEffects": "None", "admissionReviewVersions": ["v1"]})
+            })
+            .collect();
+        serde_json::from_value(json!({"metadata": {"name": "c"}, "webhooks": webhooks}))
+            .expect("a configuration")
+    }
+
+    #[test]
+    fn only_webhooks_with_another_bundle_are_patched_each_guarded_by_its_name() {
+        let ops = bundle_patch(&config(&[Some("A\n"), None, Some("B\n")]), "A\n");
+        let paths: Vec<_> = ops
+            .iter()
+            .map(|o| o["path"].as_str().unwrap_or(""))
+            .collect();
+        assert_eq!(
+            paths,
+            [
+                "/webhooks/1/name",
+                "/webhooks/1/clientConfig/caBundle",
+                "/webhooks/2/name",
+                "/webhooks/2/clientConfig/caBundle"
+            ]
+        );
+        assert_eq!(ops[0]["op"], "test");
+        assert_eq!(ops[0]["value"], "w1.example.io");
+        assert!(bundle_patch(&config(&[Some("A\n")]), "A\n").is_empty());
+    }
+
+    #[test]
+    fn the_next_ca_counts_as_published_only_when_every_webhook_trusts_it() {
+        assert!(trusts(&config(&[Some("A\nN\n"), Some("N\n")]), "N\n"));
+        assert!(!trusts(&config(&[Some("A\nN\n"), Some("A\n")]), "N"));
+        assert!(!trusts(&config(&[None]), "N"));
+    }
 }
