@@ -2,12 +2,13 @@
 //! by URL on 127.0.0.1 over TLS verified with the CA the webhook patched into its
 //! MutatingWebhookConfiguration: in a namespace labelled for it, an annotated Pod gets the
 //! import's Secret mounted read-only; elsewhere Pods are untouched; an unknown import name
-//! is rejected with a message naming it. Pods need not run.
+//! is rejected with a message naming it. Pods need not run. With certificates living
+//! seconds, the serving certificate and the CA rotate while Pods keep being admitted.
 
 use std::time::Duration;
 
 use anyhow::{Context as _, ensure};
-use flotilla_controllers::webhook::{self, WebhookOptions};
+use flotilla_controllers::webhook::{self, WebhookOptions, rotation::Policy};
 use flotilla_crds::{DEFAULT_NAMESPACE, ServiceAccountImport};
 use flotilla_tests::{federation::federation, init_tracing, wait_for};
 use k8s_openapi::api::{
@@ -58,20 +59,22 @@ async fn namespace(host: &Client, name: &str, enabled: bool) -> anyhow::Result<(
 }
 
 /// A MutatingWebhookConfiguration calling `https://127.0.0.1:<port>/mutate-pods` for Pods
-/// of labelled namespaces, without a CA bundle (the webhook patches it in).
-async fn configuration(host: &Client, port: u16) -> anyhow::Result<()> {
+/// of labelled namespaces, without a CA bundle (the webhook patches it in); one webhook
+/// per port, so every replica is called.
+async fn configuration(host: &Client, ports: &[u16]) -> anyhow::Result<()> {
+    let webhooks: Vec<_> = ports.iter().enumerate().map(|(i, port)| json!({
+        "name": format!("r{i}.serviceaccountimports.multicluster.flotilla.io"),
+        "clientConfig": {"url": format!("https://127.0.0.1:{port}/mutate-pods")},
+        "rules": [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": ["pods"]}],
+        "namespaceSelector": {"matchLabels": {webhook::NAMESPACE_LABEL: webhook::NAMESPACE_LABEL_VALUE}},
+        "failurePolicy": "Fail",
+        "sideEffects": "None",
+        "admissionReviewVersions": ["v1"],
+        "timeoutSeconds": 10,
+    })).collect();
     let config: MutatingWebhookConfiguration = serde_json::from_value(json!({
         "metadata": {"name": CONFIGURATION},
-        "webhooks": [{
-            "name": "serviceaccountimports.multicluster.flotilla.io",
-            "clientConfig": {"url": format!("https://127.0.0.1:{port}/mutate-pods")},
-            "rules": [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": ["pods"]}],
-            "namespaceSelector": {"matchLabels": {webhook::NAMESPACE_LABEL: webhook::NAMESPACE_LABEL_VALUE}},
-            "failurePolicy": "Fail",
-            "sideEffects": "None",
-            "admissionReviewVersions": ["v1"],
-            "timeoutSeconds": 10,
-        }],
+        "webhooks": webhooks,
     }))?;
     Api::<MutatingWebhookConfiguration>::all(host.clone())
         .create(&PostParams::default(), &config)
@@ -110,13 +113,14 @@ async fn annotated_pods_in_enabled_namespaces_get_the_imports_secret_mounted() -
     let port = std::net::TcpListener::bind("127.0.0.1:0")?
         .local_addr()?
         .port();
-    configuration(&host, port).await?;
+    configuration(&host, &[port]).await?;
     let options = WebhookOptions {
         bind: ([127, 0, 0, 1], port).into(),
         names: vec!["127.0.0.1".into()],
         configuration: CONFIGURATION.into(),
         cert_secret: webhook::DEFAULT_CERT_SECRET.into(),
         namespace: DEFAULT_NAMESPACE.into(),
+        rotation: Policy::default(),
     };
     let (_, serving) = webhook::start(host.clone(), &options).await?;
     let stored = Api::<MutatingWebhookConfiguration>::all(host.clone())
@@ -173,6 +177,178 @@ async fn annotated_pods_in_enabled_namespaces_get_the_imports_secret_mounted() -
     }
 
     serving.abort();
+    Api::<MutatingWebhookConfiguration>::all(host)
+        .delete(CONFIGURATION, &DeleteParams::default())
+        .await?;
+    Ok(())
+}
+
+fn free_port() -> anyhow::Result<u16> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port())
+}
+
+/// The CAs of the configuration's first webhook's bundle (PEM blocks).
+async fn trusted_cas(host: &Client) -> anyhow::Result<Vec<String>> {
+    let config = Api::<MutatingWebhookConfiguration>::all(host.clone())
+        .get(CONFIGURATION)
+        .await?;
+    let bundle = config
+        .webhooks
+        .iter()
+        .flatten()
+        .next()
+        .and_then(|w| w.client_config.ca_bundle.clone())
+        .context("a CA bundle")?;
+    let text = String::from_utf8(bundle.0)?;
+    Ok(text
+        .split_inclusive("-----END CERTIFICATE-----")
+        .map(str::trim)
+        .filter(|b| b.contains("BEGIN CERTIFICATE"))
+        .map(String::from)
+        .collect())
+}
+
+/// A TLS handshake with the webhook on `port`, verifying its certificate for 127.0.0.1
+/// with the CAs of `bundle` only (as the API server does).
+async fn handshake(port: u16, bundle: &[String]) -> anyhow::Result<()> {
+    use tokio_rustls::{
+        TlsConnector,
+        rustls::{
+            ClientConfig, RootCertStore,
+            crypto::ring,
+            pki_types::{CertificateDer, ServerName, pem::PemObject},
+        },
+    };
+    let mut roots = RootCertStore::empty();
+    for pem in bundle {
+        roots.add(CertificateDer::from_pem_slice(pem.as_bytes())?)?;
+    }
+    let config = ClientConfig::builder_with_provider(std::sync::Arc::new(ring::default_provider()))
+        .with_safe_default_protocol_versions()?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    let stream = tokio::net::TcpStream::connect(("127.0.0.1", port)).await?;
+    TlsConnector::from(std::sync::Arc::new(config))
+        .connect(ServerName::try_from("127.0.0.1")?.to_owned(), stream)
+        .await
+        .with_context(|| format!("a handshake with the replica on port {port}"))?;
+    Ok(())
+}
+
+/// The serving certificate and the CA the Secret holds now (PEM).
+async fn stored_cert_and_ca(host: &Client) -> anyhow::Result<(String, String)> {
+    let secret =
+        Api::<k8s_openapi::api::core::v1::Secret>::namespaced(host.clone(), DEFAULT_NAMESPACE)
+            .get(webhook::DEFAULT_CERT_SECRET)
+            .await?;
+    let data = secret.data.context("data")?;
+    let text = |k: &str| -> anyhow::Result<String> {
+        Ok(String::from_utf8(data.get(k).context("key")?.0.clone())?)
+    };
+    Ok((text("tls.crt")?, text("ca.crt")?))
+}
+
+/// Two replicas share the Secret and each is called by the API server (one webhook each);
+/// the certificate lives 9 s and the CA 36 s, so within a minute the serving certificate
+/// is renewed several times and the CA rolls over once. A Pod created about every second
+/// throughout must be admitted and mounted each time; between Pods, a handshake with each
+/// replica every 200 ms must verify with the bundle published at that moment (the API
+/// server reuses connections, so Pods alone would miss a certificate it cannot verify).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn certificates_rotate_while_pods_keep_being_admitted() -> anyhow::Result<()> {
+    init_tracing();
+    let fed = federation(1).await?;
+    let host = fed.host.clone();
+    namespace(&host, "rotating", true).await?;
+    let import: ServiceAccountImport = serde_json::from_value(json!({
+        "metadata": {"name": "m1"},
+        "spec": {"clusterName": "member1", "namespace": "rotating", "name": "reader"},
+    }))?;
+    Api::<ServiceAccountImport>::namespaced(host.clone(), "rotating")
+        .create(&PostParams::default(), &import)
+        .await?;
+    let ports = [free_port()?, free_port()?];
+    configuration(&host, &ports).await?;
+    let policy = Policy {
+        ca_lifetime: Duration::from_secs(36),
+        cert_lifetime: Duration::from_secs(9),
+        overlap: Duration::from_secs(4),
+        check_every: Duration::from_millis(500),
+    };
+    // Aborted when dropped, also on an early return.
+    let mut replicas = flotilla_multicluster::tasks::AbortOnDrop::default();
+    for port in ports {
+        let options = WebhookOptions {
+            bind: ([127, 0, 0, 1], port).into(),
+            names: vec!["127.0.0.1".into()],
+            configuration: CONFIGURATION.into(),
+            cert_secret: webhook::DEFAULT_CERT_SECRET.into(),
+            namespace: DEFAULT_NAMESPACE.into(),
+            rotation: policy,
+        };
+        replicas.push(webhook::start(host.clone(), &options).await?.1);
+        // Out of step with each other, as replicas are: one loads a certificate while the
+        // other still serves the previous.
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+
+    let pods: Api<Pod> = Api::namespaced(host.clone(), "rotating");
+    let (mut certs, mut cas) = (Vec::<String>::new(), Vec::<String>::new());
+    let (mut saw_two_cas, mut dropped_after_two) = (false, false);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(180);
+    let mut created = 0;
+    // Until the serving certificate has changed at least twice and the CA once, with the
+    // old CA dropped from the bundle afterwards.
+    while !(certs.len() >= 3 && cas.len() >= 2 && dropped_after_two) {
+        ensure!(
+            tokio::time::Instant::now() < deadline,
+            "no full rotation in time: {} certificates, {} CAs, two CAs trusted at once: {saw_two_cas}",
+            certs.len(),
+            cas.len()
+        );
+        let name = format!("p{created}");
+        let pod = pods
+            .create(&PostParams::default(), &pod(&name, Some("m1"))?)
+            .await
+            .with_context(|| {
+                format!(
+                    "creating {name} after {} certificates and {} CAs",
+                    certs.len(),
+                    cas.len()
+                )
+            })?;
+        ensure!(
+            sai_volumes(&pod) == vec![("sai-m1".to_string(), "m1-kubeconfig".to_string())],
+            "{name} has the import mounted once"
+        );
+        created += 1;
+        let (cert, ca) = stored_cert_and_ca(&host).await?;
+        if !certs.contains(&cert) {
+            certs.push(cert);
+        }
+        if !cas.contains(&ca) {
+            cas.push(ca);
+        }
+        for _ in 0..5 {
+            let trusted = trusted_cas(&host).await?;
+            saw_two_cas |= trusted.len() == 2;
+            dropped_after_two |= saw_two_cas && cas.len() >= 2 && trusted.len() == 1;
+            for port in ports {
+                handshake(port, &trusted).await?;
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+    tracing::info!(
+        created,
+        certificates = certs.len(),
+        cas = cas.len(),
+        "rotated while admitting"
+    );
+
+    drop(replicas);
     Api::<MutatingWebhookConfiguration>::all(host)
         .delete(CONFIGURATION, &DeleteParams::default())
         .await?;

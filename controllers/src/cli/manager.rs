@@ -99,6 +99,17 @@ pub struct ControllerManagerArgs {
     /// The MutatingWebhookConfiguration whose CA bundle the controller-manager keeps.
     #[arg(long, default_value = webhook::DEFAULT_CONFIGURATION, value_name = "NAME")]
     pub webhook_configuration: String,
+    /// Lifetime of the webhook's CA; it is rolled over at 2/3 of it.
+    #[arg(long, value_parser = parse_duration, default_value = "8760h", value_name = "DURATION")]
+    pub webhook_ca_lifetime: Duration,
+    /// Lifetime of the webhook's serving certificate; it is renewed at 2/3 of it.
+    #[arg(long, value_parser = parse_duration, default_value = "720h", value_name = "DURATION")]
+    pub webhook_cert_lifetime: Duration,
+    /// How long a CA bundle change is given to reach the API server and every replica
+    /// before the rotation relies on it; each replica looks at the certificate every fifth
+    /// of it (at most every minute).
+    #[arg(long, value_parser = parse_duration, default_value = "5m", value_name = "DURATION")]
+    pub webhook_rotation_overlap: Duration,
 }
 
 /// The leader election settings: the KubeFedConfig's, overridden by flags.
@@ -250,6 +261,12 @@ async fn start_webhook(
         configuration: args.webhook_configuration.clone(),
         cert_secret: webhook::DEFAULT_CERT_SECRET.into(),
         namespace: namespace.into(),
+        rotation: webhook::rotation::Policy {
+            ca_lifetime: args.webhook_ca_lifetime,
+            cert_lifetime: args.webhook_cert_lifetime,
+            overlap: args.webhook_rotation_overlap,
+            check_every: (args.webhook_rotation_overlap / 5).min(Duration::from_secs(60)),
+        },
     };
     let (_, task) = webhook::start(host.clone(), &options)
         .await

@@ -69,6 +69,7 @@ pub async fn start_local(
         configuration: DEFAULT_CONFIGURATION.into(),
         cert_secret: DEFAULT_CERT_SECRET.into(),
         namespace: namespace.into(),
+        rotation: super::rotation::Policy::default(),
     };
     super::start(host, &options).await
 }

@@ -6,18 +6,23 @@
 //! Secret mounted read-only at `/var/run/secrets/flotilla.io/serviceaccountimports/<name>/`;
 //! an unknown import name rejects the Pod.
 //!
-//! [`certs`] keeps the serving certificate in a Secret and the CA in the configuration,
-//! [`server`] serves, [`patch`] decides (pure), [`local`] wires it for `flotilla dev up`.
+//! [`certs`] keeps the certificates in a Secret, [`rotation`] decides when they change and
+//! which CAs the configuration trusts (pure), [`renew`] carries that out, [`server`] serves,
+//! [`patch`] decides the Pod patch (pure), [`local`] wires it for `flotilla dev up`.
 
 pub mod certs;
 pub mod local;
 pub mod patch;
+pub mod renew;
+pub mod rotation;
 pub mod server;
 
 use std::net::SocketAddr;
 
+use flotilla_multicluster::tasks::AbortOnDrop;
 use kube::Client;
-use tracing::info;
+use tokio::sync::watch;
+use tracing::{info, warn};
 
 /// Label a namespace needs for its Pods to pass through the webhook.
 pub const NAMESPACE_LABEL: &str = "multicluster.flotilla.io/service-account-import";
@@ -59,24 +64,44 @@ pub struct WebhookOptions {
     pub cert_secret: String,
     /// The control-plane namespace.
     pub namespace: String,
+    /// Certificate lifetimes and rotation waits.
+    pub rotation: rotation::Policy,
 }
 
-/// Makes sure of the certificate and the configuration's CA, then serves. Returns the
-/// bound address and the serving task (abort it to stop).
+/// Makes sure of the certificate and the configuration's CA bundle, then serves, and keeps
+/// rotating them (see [`rotation`]). Returns the bound address and the task serving and
+/// rotating (abort it to stop both).
 pub async fn start(
     host: Client,
     options: &WebhookOptions,
 ) -> Result<(SocketAddr, tokio::task::JoinHandle<()>), Error> {
-    let cert = certs::ensure(
-        &host,
-        &options.namespace,
-        &options.cert_secret,
-        &options.names,
-    )
-    .await?;
-    certs::patch_ca(&host, &options.configuration, &cert.ca_pem).await?;
-    let tls = server::tls_config(&cert)?;
-    let (addr, task) = server::serve(options.bind, tls, host).await?;
+    options.rotation.check().map_err(Error::Config)?;
+    let renewer = renew::Renewer {
+        host: host.clone(),
+        namespace: options.namespace.clone(),
+        secret: options.cert_secret.clone(),
+        configuration: options.configuration.clone(),
+        names: options.names.clone(),
+        policy: options.rotation,
+    };
+    let cert = renewer.once().await?;
+    let (tls, serving_tls) = watch::channel(server::tls_config(&cert)?);
+    let (addr, serving) = server::serve(options.bind, serving_tls, host).await?;
+    let rotating = tokio::spawn(renewer.run(move |cert| match server::tls_config(cert) {
+        Ok(config) => {
+            info!(validity = ?cert.validity, "webhook serving a renewed certificate");
+            tls.send_replace(config);
+        }
+        Err(error) => {
+            warn!(%error, "a renewed webhook certificate is unusable; serving the previous one")
+        }
+    }));
+    let both = AbortOnDrop::from([serving, rotating]);
+    let task = tokio::spawn(async move {
+        // Held until this task is aborted, which aborts both.
+        let _both = both;
+        std::future::pending::<()>().await;
+    });
     info!(%addr, configuration = %options.configuration, "service-account-import webhook serving");
     Ok((addr, task))
 }

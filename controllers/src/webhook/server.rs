@@ -12,7 +12,7 @@ use hyper::service::service_fn;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use kube::{Api, Client};
 use serde_json::Value;
-use tokio::net::TcpListener;
+use tokio::{net::TcpListener, sync::watch};
 use tokio_rustls::{
     TlsAcceptor,
     rustls::{
@@ -47,15 +47,16 @@ pub fn tls_config(cert: &ServingCert) -> Result<Arc<ServerConfig>, Error> {
     Ok(Arc::new(config))
 }
 
-/// Binds `addr` and serves until the task is aborted; returns the bound address.
+/// Binds `addr` and serves until the task is aborted; returns the bound address. Each
+/// connection is served with the TLS configuration `tls` holds when it is accepted, so a
+/// renewed certificate applies to the next handshake and open connections keep theirs.
 pub async fn serve(
     addr: SocketAddr,
-    tls: Arc<ServerConfig>,
+    tls: watch::Receiver<Arc<ServerConfig>>,
     host: Client,
 ) -> Result<(SocketAddr, tokio::task::JoinHandle<()>), Error> {
     let listener = TcpListener::bind(addr).await.map_err(Error::Bind)?;
     let local = listener.local_addr().map_err(Error::Bind)?;
-    let acceptor = TlsAcceptor::from(tls);
     let task = tokio::spawn(async move {
         loop {
             let (stream, peer) = match listener.accept().await {
@@ -66,7 +67,8 @@ pub async fn serve(
                     continue;
                 }
             };
-            let (acceptor, host) = (acceptor.clone(), host.clone());
+            let acceptor = TlsAcceptor::from(tls.borrow().clone());
+            let host = host.clone();
             tokio::spawn(async move {
                 match acceptor.accept(stream).await {
                     Ok(tls) => connection(TokioIo::new(tls), host).await,
