@@ -98,16 +98,7 @@ where
             let (outcome, action) = self.process(&key).await;
             self.queue.done(&key);
             self.record(started.elapsed(), outcome);
-            match action {
-                Action::AwaitChange => self.queue.forget(&key),
-                Action::Requeue(after) => {
-                    self.queue.forget(&key);
-                    self.queue.add_after(key, after);
-                }
-                Action::Backoff => {
-                    self.queue.add_rate_limited(key);
-                }
-            }
+            action.requeue_in(&self.queue, key);
         }
     }
 
