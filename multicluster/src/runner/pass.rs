@@ -9,7 +9,7 @@ use std::{sync::Arc, time::Duration};
 
 use futures::{FutureExt, Stream, StreamExt};
 use tokio::{
-    sync::{Notify, watch},
+    sync::{Notify, mpsc, watch},
     time::Instant,
 };
 use tokio_util::sync::CancellationToken;
@@ -159,6 +159,20 @@ impl PassRunner {
         self.tasks.push(tokio::spawn(async move {
             let mut stream = std::pin::pin!(stream);
             while stream.next().await.is_some() {
+                wake.notify_one();
+            }
+        }));
+        self
+    }
+
+    /// Wakes the runner on every message of `rx` (the messages themselves are dropped).
+    pub fn wake_on_channel<T: Send + 'static>(
+        mut self,
+        mut rx: mpsc::UnboundedReceiver<T>,
+    ) -> Self {
+        let wake = self.wake.clone();
+        self.tasks.push(tokio::spawn(async move {
+            while rx.recv().await.is_some() {
                 wake.notify_one();
             }
         }));

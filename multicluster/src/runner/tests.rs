@@ -219,16 +219,21 @@ async fn the_pass_runner_stops_on_shutdown_and_on_a_failed_gate() {
 async fn change_streams_and_deadlines_wake_the_pass_runner() {
     let (tx, rx) = tokio::sync::watch::channel(0u64);
     let grace = Instant::now() + Duration::from_secs(30);
+    let (send, msgs) = tokio::sync::mpsc::unbounded_channel();
     let debounce = Duration::from_millis(10);
     let mut runner = PassRunner::new("test", Arc::new(Notify::new()))
         .debounce(debounce)
         .wake_on_changes(rx)
         .wake_at(grace)
-        .wake_on(futures::stream::iter([1, 2]));
+        .wake_on(futures::stream::iter([1, 2]))
+        .wake_on_channel(msgs);
     // The stream's two items fold into one pass.
     assert_eq!(runner.next().await, Some(Wake::Changed));
     runner.finish(Action::AwaitChange);
     tx.send_replace(1);
+    assert_eq!(runner.next().await, Some(Wake::Changed));
+    runner.finish(Action::AwaitChange);
+    send.send(()).expect("runner listening");
     assert_eq!(runner.next().await, Some(Wake::Changed));
     runner.finish(Action::AwaitChange);
     assert_eq!(runner.next().await, Some(Wake::Changed));
