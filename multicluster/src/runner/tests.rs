@@ -23,13 +23,13 @@ struct Recorded {
 
 impl RunMetrics for Recorded {
     fn reconciled(&self, report: &Report) {
-        self.reports.lock().unwrap().push(*report);
+        self.reports.lock().expect("unpoisoned").push(*report);
     }
     fn worker_started(&self) {
-        *self.workers.lock().unwrap() += 1;
+        *self.workers.lock().expect("unpoisoned") += 1;
     }
     fn worker_stopped(&self) {
-        *self.workers.lock().unwrap() -= 1;
+        *self.workers.lock().expect("unpoisoned") -= 1;
     }
 }
 
@@ -54,27 +54,35 @@ async fn every_keyed_worker_takes_keys_once_the_gate_opens() {
         let (running, most) = (r.clone(), m.clone());
         async move {
             {
-                let mut n = running.lock().unwrap();
+                let mut n = running.lock().expect("unpoisoned");
                 *n += 1;
-                let mut most = most.lock().unwrap();
+                let mut most = most.lock().expect("unpoisoned");
                 *most = (*most).max(*n);
             }
             tokio::time::sleep(Duration::from_secs(1)).await;
-            *running.lock().unwrap() -= 1;
+            *running.lock().expect("unpoisoned") -= 1;
             Ok::<_, Infallible>(Action::AwaitChange)
         }
     }));
     tokio::time::sleep(Duration::from_secs(10)).await;
     assert_eq!(queue.len(), 4, "nothing taken before the gate opens");
-    assert_eq!(*metrics.workers.lock().unwrap(), 0);
+    assert_eq!(*metrics.workers.lock().expect("unpoisoned"), 0);
     opener.open();
     tokio::time::sleep(Duration::from_secs(2)).await;
-    assert_eq!(*most.lock().unwrap(), 4, "four keys reconciled at once");
-    assert_eq!(*metrics.workers.lock().unwrap(), 4);
-    assert_eq!(metrics.reports.lock().unwrap().len(), 4);
+    assert_eq!(
+        *most.lock().expect("unpoisoned"),
+        4,
+        "four keys reconciled at once"
+    );
+    assert_eq!(*metrics.workers.lock().expect("unpoisoned"), 4);
+    assert_eq!(metrics.reports.lock().expect("unpoisoned").len(), 4);
     stop.cancel();
     task.await.expect("runner stops on shutdown");
-    assert_eq!(*metrics.workers.lock().unwrap(), 0, "every worker stopped");
+    assert_eq!(
+        *metrics.workers.lock().expect("unpoisoned"),
+        0,
+        "every worker stopped"
+    );
 }
 
 #[tokio::test(start_paused = true)]
@@ -89,7 +97,7 @@ async fn a_failing_key_backs_off_doubling_and_a_success_resets_it() {
     let task = tokio::spawn(runner.run(move |_key: &'static str| {
         let times = t.clone();
         async move {
-            let mut times = times.lock().unwrap();
+            let mut times = times.lock().expect("unpoisoned");
             times.push(start.elapsed());
             // Fails three times, then succeeds and asks for a requeue in 10 s.
             if times.len() <= 3 {
@@ -100,13 +108,18 @@ async fn a_failing_key_backs_off_doubling_and_a_success_resets_it() {
         }
     }));
     tokio::time::sleep(Duration::from_secs(30)).await;
-    let secs: Vec<u64> = times.lock().unwrap().iter().map(|d| d.as_secs()).collect();
+    let secs: Vec<u64> = times
+        .lock()
+        .expect("unpoisoned")
+        .iter()
+        .map(|d| d.as_secs())
+        .collect();
     // 1 s, 2 s, 4 s of backoff; then the requeue every 10 s.
     assert_eq!(secs, vec![0, 1, 3, 7, 17, 27]);
     let outcomes: Vec<&str> = metrics
         .reports
         .lock()
-        .unwrap()
+        .expect("unpoisoned")
         .iter()
         .map(|r| r.outcome.as_str())
         .collect();
@@ -148,7 +161,7 @@ async fn a_burst_of_wake_ups_within_the_debounce_is_one_pass() {
     assert_eq!(runner.next().await, Some(Wake::Changed));
     assert_eq!(start.elapsed(), Duration::from_millis(200));
     runner.finish(Action::AwaitChange);
-    burst.await.unwrap();
+    burst.await.expect("burst sent");
     // Nothing more changed: the next pass is the period's, 300 s after the last one.
     let ended = Instant::now();
     assert_eq!(runner.next().await, Some(Wake::Timer));
@@ -180,7 +193,10 @@ async fn a_pass_that_backs_off_runs_again_after_the_retry_delay() {
         fixed.finish(Action::backoff());
         wake.notify_one();
     }
-    assert_eq!(metrics.reports.lock().unwrap()[0].outcome, Outcome::Error);
+    assert_eq!(
+        metrics.reports.lock().expect("unpoisoned")[0].outcome,
+        Outcome::Error
+    );
 
     let mut growing = PassRunner::new("exponential", Arc::new(Notify::new()));
     let mut waits = Vec::new();
