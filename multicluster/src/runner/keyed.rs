@@ -50,7 +50,7 @@ pub struct KeyedRunner<K> {
 
 impl<K> KeyedRunner<K>
 where
-    K: Clone + Eq + Hash + Debug + Send + Sync + 'static,
+    K: Clone + Eq + Hash + Debug + Send + 'static,
 {
     /// A runner named `name` (logs, metrics) taking keys from `queue`, with one worker,
     /// no gate, no metrics, stopped only when its future is dropped.
