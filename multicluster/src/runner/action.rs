@@ -94,6 +94,36 @@ impl Outcome {
     }
 }
 
+/// What a reconcile hands back to a keyed runner: the [`Action`], and the [`Outcome`] it is
+/// recorded as — [`Outcome::of`] the action, unless the reconciler says more (a
+/// [`crate::Controller`] tells a missing object or an unready cluster apart).
+pub trait Reconciled: Send {
+    /// What happens to the key next.
+    fn action(&self) -> Action;
+    /// How the reconcile is recorded.
+    fn outcome(&self) -> Outcome;
+}
+
+impl Reconciled for Action {
+    fn action(&self) -> Action {
+        *self
+    }
+
+    fn outcome(&self) -> Outcome {
+        Outcome::of(*self)
+    }
+}
+
+impl Reconciled for (Outcome, Action) {
+    fn action(&self) -> Action {
+        self.1
+    }
+
+    fn outcome(&self) -> Outcome {
+        self.0
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -9,7 +9,7 @@ use tokio::{task::JoinSet, time::Instant};
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
-use super::{Action, Outcome, Report, RunMetrics, metrics::Started};
+use super::{Action, Outcome, Reconciled, Report, RunMetrics, metrics::Started};
 use crate::{gate::Gate, workqueue::WorkQueue};
 
 /// Runs a reconcile per key from a work queue; see the module docs.
@@ -92,12 +92,13 @@ where
     }
 
     /// Runs the workers until shutdown, a failed gate or a shut-down queue. An `Err` is
-    /// logged and backs the key off.
-    pub async fn run<E, R, Fut>(self, reconcile: R)
+    /// logged and backs the key off; `Ok` is an [`Action`] (or anything [`Reconciled`]).
+    pub async fn run<T, E, R, Fut>(self, reconcile: R)
     where
+        T: Reconciled,
         E: std::error::Error + Send + 'static,
         R: Fn(K) -> Fut + Send + Sync + 'static,
-        Fut: Future<Output = Result<Action, E>> + Send + 'static,
+        Fut: Future<Output = Result<T, E>> + Send + 'static,
     {
         info!(runner = %self.name, workers = self.concurrency, "runner started");
         let concurrency = self.concurrency;
@@ -111,11 +112,12 @@ where
         while workers.join_next().await.is_some() {}
     }
 
-    async fn work<E, R, Fut>(&self, reconcile: &R)
+    async fn work<T, E, R, Fut>(&self, reconcile: &R)
     where
+        T: Reconciled,
         E: std::error::Error + Send + 'static,
         R: Fn(K) -> Fut,
-        Fut: Future<Output = Result<Action, E>>,
+        Fut: Future<Output = Result<T, E>>,
     {
         if let Some(gate) = &self.gate {
             tokio::select! {
@@ -131,7 +133,7 @@ where
             };
             let started = Instant::now();
             let (outcome, action) = match reconcile(key.clone()).await {
-                Ok(action) => (Outcome::of(action), action),
+                Ok(done) => (done.outcome(), done.action()),
                 Err(e) => {
                     warn!(runner = %self.name, ?key, error = %crate::error_chain(&e), "reconcile failed; backing off");
                     (Outcome::Error, Action::backoff())

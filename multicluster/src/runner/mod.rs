@@ -12,7 +12,7 @@ mod keyed;
 mod metrics;
 mod pass;
 
-pub use action::{Action, Outcome};
+pub use action::{Action, Outcome, Reconciled};
 pub use keyed::KeyedRunner;
 pub use metrics::{Named, Report, RunMetrics};
 pub use pass::{PassRunner, Retry, Wake};
