@@ -195,12 +195,7 @@ pub async fn run(host: Client, clusters: ClusterSet, metrics: Arc<Metrics>) {
             seen_ready: &mut seen_ready,
             grace_over,
         };
-        let failed = pass(&watches, &mirror, &clusters, known, &writes).await;
-        runner.finish(if failed {
-            Action::backoff()
-        } else {
-            Action::AwaitChange
-        });
+        runner.finish(pass(&watches, &mirror, &clusters, known, &writes).await);
     }
 }
 
@@ -271,14 +266,14 @@ struct Known<'a> {
     grace_over: bool,
 }
 
-/// One pass over the ClusterSet; returns whether a write failed.
+/// One pass over the ClusterSet; a failed write backs off (the runner retries it).
 async fn pass(
     w: &Watches,
     mirror: &HostMirror,
     clusters: &ClusterSet,
     known: Known<'_>,
     writes: &apply::Writes,
-) -> bool {
+) -> Action {
     let grace_over = known.grace_over;
     let members = lists(w, clusters, known.seen_ready, grace_over);
     if !grace_over
@@ -289,7 +284,7 @@ async fn pass(
         // Just started: a plan over part of the ClusterSet could differ from the one
         // already written; wait until every member is known (or the grace is over).
         debug!("MCS pass deferred until every member is known");
-        return false;
+        return Action::AwaitChange;
     }
     let views: Vec<plan::MemberView> = members.iter().map(|m| m.caches().view()).collect();
     let plan = plan::plan(&views);
@@ -320,7 +315,11 @@ async fn pass(
         failures = failures.len(),
         "MCS pass done"
     );
-    !failures.is_empty() || host_failed || conditions_failed
+    if !failures.is_empty() || host_failed || conditions_failed {
+        Action::backoff()
+    } else {
+        Action::AwaitChange
+    }
 }
 
 fn host_actual(mirror: &HostMirror) -> objects::ActualMember {
