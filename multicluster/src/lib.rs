@@ -12,6 +12,9 @@
 //!   reconcile keys `(cluster, namespace, name)` ([`ObjectKey`]), per-key deduplication
 //!   and backoff ([`workqueue::WorkQueue`]), concurrency, metrics, Events in the object's
 //!   own cluster.
+//! - **Runners** ([`runner`]): the keyed runner (any key type, N workers behind a gate,
+//!   per-key backoff, metrics, graceful stop) and the pass runner (level-triggered passes,
+//!   debounced, periodic, retried) the controllers of Flotilla run on.
 //! - **Cross-cluster ownership** ([`ownership`], [`gc`]): owner references between
 //!   clusters, a finalizer-based garbage collector, and a collector of dependents whose
 //!   owner is confirmed gone — never of those whose owner's cluster is only unreachable.
@@ -32,7 +35,7 @@
 //! }
 //!
 //! Controller::<ConfigMap>::new("configmaps", set, WatchOptions::all())
-//!     .run(reconcile, |_, _, _| Action::Backoff, Arc::new(()))
+//!     .run(reconcile, |_, _, _| Action::backoff(), Arc::new(()))
 //!     .await;
 //! # }
 //! ```
@@ -48,6 +51,7 @@ pub mod gc;
 pub mod kubefed;
 pub mod member_watch;
 pub mod ownership;
+pub mod runner;
 pub mod sources;
 pub mod tasks;
 pub mod watch;

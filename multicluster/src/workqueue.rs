@@ -95,7 +95,7 @@ impl<K: Clone + Eq + Hash> State<K> {
 }
 
 /// The delay before the `failures`-th consecutive retry: 1 s, 2 s, 4 s, ... at most 60 s.
-fn backoff(failures: u32) -> Duration {
+pub(crate) fn backoff(failures: u32) -> Duration {
     BACKOFF_BASE
         .saturating_mul(1 << failures.min(7))
         .min(BACKOFF_MAX)

@@ -14,12 +14,18 @@ pub mod apply;
 pub mod lease;
 pub mod plan;
 
-use std::{collections::HashSet, ops::ControlFlow, sync::Arc, sync::Mutex, time::Duration};
+use std::{
+    collections::HashSet, convert::Infallible, ops::ControlFlow, sync::Arc, sync::Mutex,
+    time::Duration,
+};
 
 use flotilla_crds::work::{
     AppliedWork, AppliedWorkSpec, AppliedWorkStatus, WORK_COLLECT_STATUS, Work, cluster_namespace,
 };
-use flotilla_multicluster::gate::{Gate, store_ready};
+use flotilla_multicluster::{
+    gate::{Gate, store_ready},
+    runner::{Action, KeyedRunner},
+};
 use kube::{
     Api, Client, ResourceExt,
     api::{ListParams, Patch, PatchParams, PostParams},
@@ -131,9 +137,14 @@ impl Agent {
             )),
             tokio::spawn(resync(state.clone(), opts.resync, gate.clone())),
         ];
-        for _ in 0..opts.workers.max(1) {
-            tasks.push(tokio::spawn(work(state.clone(), gate.clone())));
-        }
+        let runner = KeyedRunner::new("agent", queue.clone())
+            .concurrency(opts.workers)
+            .gate(gate);
+        let worker = state.clone();
+        tasks.push(tokio::spawn(runner.run(move |name: String| {
+            let state = worker.clone();
+            async move { Ok::<_, Infallible>(work(&state, &name).await) }
+        })));
         Agent { tasks, queue }
     }
 
@@ -205,25 +216,22 @@ async fn resync(state: Arc<State>, period: Duration, gate: Gate) {
     }
 }
 
-async fn work(state: Arc<State>, gate: Gate) {
-    if !gate.opened().await {
-        return;
-    }
-    while let Some(name) = state.queue.next().await {
-        debug!(work = %name, "processing");
-        let ok = match process(&state, &name).await {
-            Ok(ok) => ok,
-            Err(e) => {
-                warn!(work = %name, error = %e, "processing the Work failed; retrying");
-                false
-            }
-        };
-        state.queue.done(&name);
-        if ok {
-            state.queue.forget(&name);
-        } else {
-            state.queue.add_rate_limited(name.clone());
-            state.queue.add_after(name, RETRY_FAILED);
+/// One Work on the runner: a failure backs off per Work, but is tried again after
+/// [`RETRY_FAILED`] at the latest while the backoff is longer.
+async fn work(state: &State, name: &str) -> Action {
+    debug!(work = %name, "processing");
+    let ok = match process(state, name).await {
+        Ok(ok) => ok,
+        Err(e) => {
+            warn!(work = %name, error = %e, "processing the Work failed; retrying");
+            false
+        }
+    };
+    if ok {
+        Action::AwaitChange
+    } else {
+        Action::Backoff {
+            recheck: Some(RETRY_FAILED),
         }
     }
 }

@@ -23,6 +23,7 @@ pub mod plan;
 pub mod slice;
 pub mod slice_watch;
 
+use flotilla_multicluster::runner::{Action, PassRunner, Retry};
 use std::{collections::BTreeSet, sync::Arc, time::Duration};
 
 use flotilla_crds::mcs::{IMPORT_MANAGED_BY_LABEL, MANAGED_BY, ServiceExport, ServiceImport};
@@ -173,32 +174,28 @@ pub async fn run(host: Client, clusters: ClusterSet, metrics: Arc<Metrics>) {
         "Multi-Cluster Services writes (ServiceImports, their status, EndpointSlices, export conditions) by outcome",
         writes.clone(),
     );
-    let (tx, mut rx) = mpsc::unbounded_channel();
+    let (tx, rx) = mpsc::unbounded_channel();
     let watches = Watches::start(&clusters, tx);
     let changed = Arc::new(Notify::new());
     let mirror = HostMirror::start(host, &changed);
     let grace_ends = Instant::now() + GRACE;
     let mut seen_ready = BTreeSet::new();
-    let mut cluster_changes = clusters.changes();
-    let mut retry = false;
+    // The grace's end wakes a pass: members never seen Ready are judged then.
+    let mut runner = PassRunner::new("multicluster-services", changed)
+        .period(RECHECK)
+        .retry(Retry::Fixed(RETRY))
+        .debounce(DEBOUNCE)
+        .wake_on_channel(rx)
+        .wake_on_changes(clusters.changes())
+        .wake_at(grace_ends);
     info!("multi-cluster services controller started");
-    loop {
-        let wait = if retry { RETRY } else { RECHECK };
-        tokio::select! {
-            Some(_) = rx.recv() => {}
-            _ = cluster_changes.changed() => {}
-            _ = changed.notified() => {}
-            _ = tokio::time::sleep_until(grace_ends), if Instant::now() < grace_ends => {}
-            _ = tokio::time::sleep(wait) => {}
-        }
-        tokio::time::sleep(DEBOUNCE).await;
-        while rx.try_recv().is_ok() {}
+    while runner.next().await.is_some() {
         let grace_over = Instant::now() >= grace_ends;
         let known = Known {
             seen_ready: &mut seen_ready,
             grace_over,
         };
-        retry = pass(&watches, &mirror, &clusters, known, &writes).await;
+        runner.finish(pass(&watches, &mirror, &clusters, known, &writes).await);
     }
 }
 
@@ -269,14 +266,14 @@ struct Known<'a> {
     grace_over: bool,
 }
 
-/// One pass over the ClusterSet; returns whether a write failed.
+/// One pass over the ClusterSet; a failed write backs off (the runner retries it).
 async fn pass(
     w: &Watches,
     mirror: &HostMirror,
     clusters: &ClusterSet,
     known: Known<'_>,
     writes: &apply::Writes,
-) -> bool {
+) -> Action {
     let grace_over = known.grace_over;
     let members = lists(w, clusters, known.seen_ready, grace_over);
     if !grace_over
@@ -287,7 +284,7 @@ async fn pass(
         // Just started: a plan over part of the ClusterSet could differ from the one
         // already written; wait until every member is known (or the grace is over).
         debug!("MCS pass deferred until every member is known");
-        return false;
+        return Action::AwaitChange;
     }
     let views: Vec<plan::MemberView> = members.iter().map(|m| m.caches().view()).collect();
     let plan = plan::plan(&views);
@@ -318,7 +315,11 @@ async fn pass(
         failures = failures.len(),
         "MCS pass done"
     );
-    !failures.is_empty() || host_failed || conditions_failed
+    if !failures.is_empty() || host_failed || conditions_failed {
+        Action::backoff()
+    } else {
+        Action::AwaitChange
+    }
 }
 
 fn host_actual(mirror: &HostMirror) -> objects::ActualMember {

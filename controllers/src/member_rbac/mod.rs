@@ -7,7 +7,11 @@
 
 pub mod rules;
 
-use flotilla_multicluster::tasks::AbortOnDrop;
+use flotilla_multicluster::{
+    gate::{Gate, store_ready},
+    runner::{Action, PassRunner, Wake},
+    tasks::AbortOnDrop,
+};
 use std::{collections::HashMap, sync::Arc, time::Duration};
 
 use flotilla_crds::{FIELD_MANAGER, FederatedTypeConfig, KubeFedCluster, MEMBER_ROLE_ANNOTATION};
@@ -33,8 +37,8 @@ use crate::{
 /// in the member by hand is put back).
 const RECHECK: Duration = Duration::from_secs(300);
 
-/// Keeps every joined member's ClusterRole in step with the enabled types. Runs until
-/// aborted.
+/// Keeps every joined member's ClusterRole in step with the enabled types, one pass over
+/// every member on the library's pass runner. Runs until aborted.
 pub async fn run(host: Client, namespace: String, clusters: ClusterSet) {
     let changed = Arc::new(Notify::new());
     let (ftcs, ftc_watch) = notifying_store::<FederatedTypeConfig>(
@@ -47,20 +51,26 @@ pub async fn run(host: Client, namespace: String, clusters: ClusterSet) {
         WatchParams::host("kubefed cluster"),
         &changed,
     );
-    let _abort = AbortOnDrop::from([ftc_watch, kfc_watch]);
+    let (gate, gate_task) = {
+        let (ftcs, kfcs) = (ftcs.clone(), kfcs.clone());
+        Gate::after(async move { store_ready(&ftcs).await && store_ready(&kfcs).await })
+    };
+    let _abort = AbortOnDrop::from([ftc_watch, kfc_watch, gate_task]);
     let recorder = crate::events::recorder(host, "flotilla-member-rbac");
-    let mut cluster_changes = clusters.changes();
+    // The first pass waits for the stores' first lists, which wake it.
+    let mut runner = PassRunner::new("member-rbac", changed)
+        .period(RECHECK)
+        .gate(gate)
+        .wake_on_changes(clusters.changes());
     let mut applied: HashMap<String, Vec<PolicyRule>> = HashMap::new();
-    loop {
-        tokio::select! {
-            _ = changed.notified() => {}
-            _ = cluster_changes.changed() => {}
-            _ = tokio::time::sleep(RECHECK) => applied.clear(),
-        }
-        if ftcs.wait_until_ready().await.is_err() || kfcs.wait_until_ready().await.is_err() {
-            return;
+    while let Some(wake) = runner.next().await {
+        if wake == Wake::Timer {
+            applied.clear();
         }
         reconcile_all(&recorder, &ftcs, &kfcs, &clusters, &mut applied).await;
+        // Failures are said as Events and retried on the next change or recheck, as
+        // before the pass runner.
+        runner.finish(Action::AwaitChange);
     }
 }
 

@@ -10,7 +10,11 @@
 pub mod plan;
 pub mod properties;
 
-use flotilla_multicluster::tasks::AbortOnDrop;
+use flotilla_multicluster::{
+    gate::{Gate, store_ready},
+    runner::{Action, PassRunner, Retry, Wake},
+    tasks::AbortOnDrop,
+};
 use std::{
     collections::{BTreeMap, BTreeSet},
     sync::Arc,
@@ -36,7 +40,7 @@ use tracing::{debug, info, instrument, warn};
 
 use crate::{
     metrics::{Metrics, ProfileWriteLabels},
-    multicluster::{ClusterSet, MemberEvent, MemberWatch},
+    multicluster::{ClusterSet, MemberWatch},
     watch::{WatchParams, notifying_store},
 };
 use plan::Op;
@@ -98,36 +102,35 @@ pub async fn run(
     let (profiles, profile_watch) = notifying_store(profiles_api.clone(), profile_params, &changed);
     let (tx, rx) = mpsc::unbounded_channel();
     let members = MemberWatch::<ClusterProperty>::start_optional(clusters, (), |_| {}, tx);
-    let forward = tokio::spawn(wake_on_member_events(rx, changed.clone()));
-    let _abort = AbortOnDrop::from([kfc_watch, profile_watch, forward]);
+    let (gate, gate_task) = {
+        let (kfcs, profiles) = (kfcs.clone(), profiles.clone());
+        Gate::after(async move { store_ready(&kfcs).await && store_ready(&profiles).await })
+    };
+    let _abort = AbortOnDrop::from([kfc_watch, profile_watch, gate_task]);
     let writer = Writer {
         profiles: profiles_api,
         kfcs: kfc_api,
         recorder: crate::events::recorder(host, REPORTING_CONTROLLER),
         namespace: namespaces.profiles,
     };
+    let mut runner = PassRunner::new("cluster-profiles", changed)
+        .period(RECHECK)
+        .retry(Retry::Fixed(RETRY))
+        .gate(gate)
+        .wake_on_channel(rx);
     let mut memory = Memory::default();
-    let mut wait = RECHECK;
-    loop {
-        tokio::select! {
-            _ = changed.notified() => {}
-            _ = tokio::time::sleep(wait) => memory.foreign.clear(),
-        }
-        if kfcs.wait_until_ready().await.is_err() || profiles.wait_until_ready().await.is_err() {
-            return;
+    while let Some(wake) = runner.next().await {
+        // A timer (the recheck, or the retry after a failure) looks at foreign profiles again.
+        if wake == Wake::Timer {
+            memory.foreign.clear();
         }
         let known = known_properties(&members);
-        wait = match reconcile_all(&writer, &kfcs, &profiles, &known, &mut memory, &metrics).await {
-            Ok(()) => RECHECK,
-            Err(()) => RETRY,
-        };
-    }
-}
-
-/// Wakes the controller on every change of a member's ClusterProperties.
-async fn wake_on_member_events(mut rx: mpsc::UnboundedReceiver<MemberEvent>, changed: Arc<Notify>) {
-    while rx.recv().await.is_some() {
-        changed.notify_one();
+        let action =
+            match reconcile_all(&writer, &kfcs, &profiles, &known, &mut memory, &metrics).await {
+                Ok(()) => Action::AwaitChange,
+                Err(()) => Action::backoff(),
+            };
+        runner.finish(action);
     }
 }
 

@@ -13,8 +13,12 @@ pub mod kubeconfig;
 pub mod plan;
 pub mod reconcile;
 
-use flotilla_multicluster::tasks::AbortOnDrop;
-use std::{ops::ControlFlow, sync::Arc};
+use flotilla_multicluster::{
+    gate::{Gate, store_ready},
+    runner::KeyedRunner,
+    tasks::AbortOnDrop,
+};
+use std::{convert::Infallible, ops::ControlFlow, sync::Arc};
 
 use flotilla_crds::{
     KubeFedCluster,
@@ -27,7 +31,7 @@ use kube::{
     runtime::reflector::{self, Store},
 };
 
-use self::reconcile::{Ctx, Key, Next};
+use self::reconcile::{Ctx, Key};
 use crate::{
     metrics::Metrics,
     multicluster::ClusterSet,
@@ -197,35 +201,30 @@ async fn run_group(
         kubefed,
         tasks,
     } = watches(&host, &namespace, group, &clusters, &queue);
-    let _guard = AbortOnDrop::from(tasks);
-    let ctx = Ctx {
+    // The KubeFedClusters must be known before an import is judged ClusterNotFound.
+    let (gate, gate_task) = {
+        let (kubefed, imports) = (kubefed.clone(), imports.clone());
+        Gate::after(async move { store_ready(&kubefed).await && store_ready(&imports).await })
+    };
+    let _guard = AbortOnDrop::from(tasks.into_iter().chain([gate_task]).collect::<Vec<_>>());
+    let ctx = Arc::new(Ctx {
         recorder: crate::events::recorder(host.clone(), REPORTING_CONTROLLER),
         host,
         clusters,
         group,
-        imports: imports.clone(),
-        kubefed: kubefed.clone(),
+        imports,
+        kubefed,
         namespace,
         metrics,
-    };
-    // The KubeFedClusters must be known before an import is judged ClusterNotFound.
-    if kubefed.wait_until_ready().await.is_err() || imports.wait_until_ready().await.is_err() {
-        return;
-    }
-    while let Some(key) = queue.next().await {
-        let next = ctx.reconcile(&key).await;
-        queue.done(&key);
-        match next {
-            Next::Done => queue.forget(&key),
-            Next::After(d) => {
-                queue.forget(&key);
-                queue.add_after(key, d);
-            }
-            Next::Backoff => {
-                queue.add_rate_limited(key);
-            }
-        }
-    }
+    });
+    // One worker, as before the runner: imports are few and each waits on a TokenRequest.
+    KeyedRunner::new(format!("serviceaccountimport-{}", group.as_str()), queue)
+        .gate(gate)
+        .run(move |key: Key| {
+            let ctx = ctx.clone();
+            async move { Ok::<_, Infallible>(ctx.reconcile(&key).await) }
+        })
+        .await;
 }
 
 #[cfg(test)]

@@ -37,6 +37,8 @@ use super::{
     kubeconfig::{self, Endpoint},
     plan::{self, Decision, Outcome, StoredToken},
 };
+use flotilla_multicluster::runner::Action;
+
 use crate::{
     metrics::{ImportLabels, Metrics},
     multicluster::ClusterSet,
@@ -47,17 +49,6 @@ const TOKEN_REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Namespace and name of an import.
 pub type Key = (String, String);
-
-/// What the worker does with a key after a reconcile.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Next {
-    /// Nothing until something changes.
-    Done,
-    /// Look again after this long (the refresh point).
-    After(Duration),
-    /// A failure: retry with the queue's per-key backoff.
-    Backoff,
-}
 
 /// Everything a reconcile reads and writes through.
 pub struct Ctx {
@@ -85,31 +76,31 @@ type Failure = (ImportReason, String);
 impl Ctx {
     /// Reconciles the import `key`.
     #[tracing::instrument(skip(self), fields(import = %format!("{}/{}", key.0, key.1)))]
-    pub async fn reconcile(&self, key: &Key) -> Next {
+    pub async fn reconcile(&self, key: &Key) -> Action {
         let Some(import) = self.imports.get(
             &ObjectRef::<AnyImport>::new_with(&key.1, self.group.api_resource()).within(&key.0),
         ) else {
-            return Next::Done;
+            return Action::AwaitChange;
         };
         if import.metadata.deletion_timestamp.is_some() {
             // The Secret is owned by the import: the garbage collector removes it.
-            return Next::Done;
+            return Action::AwaitChange;
         }
         if self.unsettled(&import.spec.cluster_name) {
             // A cluster-set change requeues the import once the cluster is probed.
             debug!("cluster readiness not known yet; waiting for the registry");
-            return Next::Done;
+            return Action::AwaitChange;
         }
         let (outcome, next) = match self.sync(&import).await {
             Ok(done) => done,
-            Err(outcome) => (outcome, Next::Backoff),
+            Err(outcome) => (outcome, Action::backoff()),
         };
         self.record(&import, &outcome).await;
         next
     }
 
     /// Brings the Secret up to date; `Err` carries the outcome of a failed step.
-    async fn sync(&self, import: &AnyImport) -> Result<(Outcome, Next), Outcome> {
+    async fn sync(&self, import: &AnyImport) -> Result<(Outcome, Action), Outcome> {
         let (secret_name, existing) = self.find_secret(import).await.map_err(|e| Outcome {
             reason: ImportReason::SecretWriteFailed,
             message: format!("reading the import's Secret failed: {e}"),
@@ -144,7 +135,10 @@ impl Ctx {
             plan::decide(now, current.as_ref(), &source, fraction)
         {
             let expires = current.as_ref().map(|s| s.expires);
-            return Ok((issued(spec, secret_name, expires), Next::After(refresh_in)));
+            return Ok((
+                issued(spec, secret_name, expires),
+                Action::Requeue(refresh_in),
+            ));
         }
         let (token, expires) = request_token(&client, import).await.map_err(failed)?;
         let secret = build_secret(
@@ -167,7 +161,7 @@ impl Ctx {
         info!(secret = %secret_name, %expires, "token issued for the import");
         let at = plan::refresh_at(now, expires, fraction);
         let wait = Duration::try_from(at.duration_since(Timestamp::now())).unwrap_or_default();
-        let next = Next::After(wait.max(Duration::from_secs(1)));
+        let next = Action::Requeue(wait.max(Duration::from_secs(1)));
         Ok((issued(spec, secret_name, Some(expires)), next))
     }
 

@@ -10,11 +10,14 @@
 
 pub mod planner;
 
-use flotilla_multicluster::tasks::AbortOnDrop;
+use flotilla_multicluster::{
+    runner::{Action, KeyedRunner},
+    tasks::AbortOnDrop,
+};
 use std::{
     collections::{BTreeMap, BTreeSet},
+    convert::Infallible,
     sync::Arc,
-    time::Duration,
 };
 
 use flotilla_crds::{
@@ -136,40 +139,45 @@ pub async fn run(host: Client, clusters: ClusterSet) {
         }));
     }
     let _guard = AbortOnDrop::from(tasks);
-    while let Some(key) = queue.next().await {
-        let retry = ctx.reconcile(&key).await;
-        queue.done(&key);
-        if let Some(d) = retry {
-            queue.add_after(key, d);
-        }
-    }
+    // One worker and no gate, as before the runner: a key whose caches are not listed yet
+    // finds nothing and waits for the change the list brings.
+    KeyedRunner::new("replica-scheduling", queue)
+        .run(move |key: Key| {
+            let ctx = ctx.clone();
+            async move { Ok::<_, Infallible>(ctx.reconcile(&key).await) }
+        })
+        .await;
 }
 
 impl Ctx {
-    async fn reconcile(&self, key: &Key) -> Option<Duration> {
+    async fn reconcile(&self, key: &Key) -> Action {
         let rsp_ref = ObjectRef::<ReplicaSchedulingPreference>::new(&key.1).within(&key.0);
-        let rsp = self.rsps.get(&rsp_ref)?;
-        let (ar, spec, status) = self.target(key, &rsp).await?;
+        let Some(rsp) = self.rsps.get(&rsp_ref) else {
+            return Action::AwaitChange;
+        };
+        let Some((ar, spec, status)) = self.target(key, &rsp).await else {
+            return Action::AwaitChange;
+        };
         let s = match schedule(&rsp.spec, &spec, &status, &self.clusters.snapshot(), key) {
             Ok(Some(s)) => s,
             Ok(None) => {
                 debug!(rsp = ?key, "the target has no Ready decided cluster yet");
-                return None;
+                return Action::AwaitChange;
             }
             Err(e) => {
                 self.event(&rsp, "InvalidClusterSelector", e.to_string())
                     .await;
-                return None;
+                return Action::AwaitChange;
             }
         };
         let patch = if s.composed {
             if s.overrides == spec.overrides {
-                return None;
+                return Action::AwaitChange;
             }
             json!({"spec": {"overrides": s.overrides}})
         } else {
             if is_scheduled(&spec, &s.placement, &s.overrides) {
-                return None;
+                return Action::AwaitChange;
             }
             json!({"spec": {"placement": {"clusters": s.placement}, "overrides": s.overrides}})
         };
@@ -213,14 +221,14 @@ impl Ctx {
         }
     }
 
-    /// Writes the new placement and overrides; a failed write is retried after a pause.
+    /// Writes the new placement and overrides; a failed write backs the key off.
     async fn write_schedule(
         &self,
         key: &Key,
         ar: &ApiResource,
         patch: &serde_json::Value,
         plan: &BTreeMap<String, i64>,
-    ) -> Option<Duration> {
+    ) -> Action {
         let api: Api<DynamicObject> = Api::namespaced_with(self.host.clone(), &key.0, ar);
         match api
             .patch(&key.1, &PatchParams::default(), &Patch::Merge(patch))
@@ -228,11 +236,13 @@ impl Ctx {
         {
             Ok(_) => {
                 info!(rsp = ?key, plan = ?plan, "replicas scheduled");
-                None
+                Action::AwaitChange
             }
             Err(e) => {
+                // Deliberately the per-key backoff (1 s, doubling to 60 s) where this
+                // controller used to retry every 5 s forever.
                 warn!(rsp = ?key, error = %e, "writing the schedule failed");
-                Some(Duration::from_secs(5))
+                Action::backoff()
             }
         }
     }

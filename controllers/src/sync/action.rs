@@ -1,26 +1,9 @@
-//! What a reconcile of one federated object returns ([`Action`]) and how it fails
-//! ([`Error`]). The work queue turns an action into a requeue (with its per-key backoff for
-//! failures); the reconcile metric's `result` label comes from [`Action::result`], so the
-//! two never disagree.
+//! What a reconcile of one federated object returns (the library's one [`Action`]) and how
+//! it fails ([`Error`]). The keyed runner turns an action into a requeue (with its per-key
+//! backoff for failures); the reconcile metric's `result` label comes from
+//! [`ReconcileResult::of`] the same action, so the two never disagree.
 
-use std::time::Duration;
-
-/// What the work queue does with a key after its reconcile.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Action {
-    /// In the desired state (or failed for a reason only the user can fix): wait for the
-    /// next change.
-    Done,
-    /// Waiting on something without an event of its own (a cache still listing, a member
-    /// object being removed, a deadline): look again after this long.
-    RequeueAfter(Duration),
-    /// Something failed that retrying may fix: retry with the key's growing backoff, or
-    /// at `recheck` if that is sooner.
-    Backoff {
-        /// An earlier time to look again regardless of the backoff.
-        recheck: Option<Duration>,
-    },
-}
+pub use flotilla_multicluster::runner::Action;
 
 /// The reconcile metric's `result` label.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -44,17 +27,12 @@ impl ReconcileResult {
     }
 }
 
-impl Action {
-    /// The action when nothing failed: done, or a recheck when one is due.
-    pub fn recheck(after: Option<Duration>) -> Action {
-        after.map_or(Action::Done, Action::RequeueAfter)
-    }
-
-    /// The metric label of this action.
-    pub fn result(self) -> ReconcileResult {
-        match self {
-            Action::Done => ReconcileResult::Success,
-            Action::RequeueAfter(_) => ReconcileResult::Waiting,
+impl ReconcileResult {
+    /// The label of a reconcile that returned `action`.
+    pub fn of(action: Action) -> Self {
+        match action {
+            Action::AwaitChange => ReconcileResult::Success,
+            Action::Requeue(_) => ReconcileResult::Waiting,
             Action::Backoff { .. } => ReconcileResult::Failure,
         }
     }
@@ -83,20 +61,15 @@ impl Error {
 
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
     use super::*;
 
     #[test]
     fn the_result_label_tells_success_waiting_and_failure_apart() {
-        assert_eq!(Action::Done.result().as_str(), "success");
-        assert_eq!(
-            Action::RequeueAfter(Duration::from_secs(1))
-                .result()
-                .as_str(),
-            "waiting"
-        );
-        assert_eq!(
-            Action::Backoff { recheck: None }.result().as_str(),
-            "failure"
-        );
+        let label = |a| ReconcileResult::of(a).as_str();
+        assert_eq!(label(Action::AwaitChange), "success");
+        assert_eq!(label(Action::Requeue(Duration::from_secs(1))), "waiting");
+        assert_eq!(label(Action::Backoff { recheck: None }), "failure");
     }
 }

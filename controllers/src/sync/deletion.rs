@@ -57,7 +57,7 @@ impl Ctl {
         fed: &DynamicObject,
     ) -> Result<Action, Error> {
         if !has_finalizer(fed) {
-            return Ok(Action::Done);
+            return Ok(Action::AwaitChange);
         }
         let previous = FederatedStatus::from_dynamic(fed);
         // Unknown whether a member is the host itself: delete nothing yet.
@@ -111,12 +111,12 @@ impl Ctl {
         outcomes.extend(join_all(jobs).await);
         if !pending {
             self.finish_deletion(key, fed, &abandoned, &cx).await?;
-            return Ok(Action::Done);
+            return Ok(Action::AwaitChange);
         }
         if plan::writes_status(held, &outcomes) {
             self.write_deletion_status(fed, &previous, &outcomes).await;
         }
-        Ok(Action::RequeueAfter(plan::recheck_after(next_deadline)))
+        Ok(Action::Requeue(plan::recheck_after(next_deadline)))
     }
 
     /// The status of an object whose deletion waits: each cluster's outcome.

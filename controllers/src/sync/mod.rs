@@ -33,8 +33,9 @@ mod twins;
 
 use std::{
     collections::HashMap,
+    convert::Infallible,
     sync::{Arc, Mutex},
-    time::{Duration, Instant},
+    time::Duration,
 };
 
 use flotilla_crds::{
@@ -42,7 +43,10 @@ use flotilla_crds::{
     core::{EffectiveConfig, FederatedTypeConfigSpec, StatusCollectionMode},
     workload::WorkloadKind,
 };
-use flotilla_multicluster::gate::{Gate, store_ready};
+use flotilla_multicluster::{
+    gate::{Gate, store_ready},
+    runner::{KeyedRunner, Report, RunMetrics},
+};
 use kube::{
     Api, Client, ResourceExt,
     core::{ApiResource, DynamicObject},
@@ -234,14 +238,7 @@ impl TypeController {
         }
         tasks.extend(alpha.spawn(&ctl, &queue));
         let workers = ctl.shared.config.borrow().max_concurrent_reconciles.max(1);
-        for _ in 0..workers {
-            tasks.push(tokio::spawn(work(
-                ctl.clone(),
-                queue.clone(),
-                cancel.clone(),
-                gate.clone(),
-            )));
-        }
+        tasks.push(spawn_workers(&ctl, &queue, workers, gate, &cancel));
         info!(federated = %fed_ar.kind, target = %ctl.target_ar.kind, workers, "sync controller started");
         TypeController {
             cancel,
@@ -405,87 +402,79 @@ async fn ready(ctl: Arc<Ctl>) -> bool {
         }
 }
 
-/// One worker: waits until the gate opens, then reconciles keys until cancelled.
-async fn work(ctl: Arc<Ctl>, queue: Arc<WorkQueue<Key>>, cancel: CancellationToken, gate: Gate) {
-    tokio::select! {
-        open = gate.opened() => if !open { return },
-        _ = cancel.cancelled() => return,
-    }
-    let _ready = ReadyWorker::new(&ctl);
-    loop {
-        let key = tokio::select! {
-            k = queue.next() => match k { Some(k) => k, None => return },
-            _ = cancel.cancelled() => return,
-        };
-        let started = Instant::now();
-        let action = match ctl.reconcile(&key).await {
-            Ok(action) => action,
-            Err(e) => {
-                warn!(object = ?key, error = %e, kind = e.as_str(), "reconcile failed; backing off");
-                Action::Backoff { recheck: None }
-            }
-        };
-        queue.done(&key);
-        record_reconcile(&ctl, started.elapsed(), action.result(), queue.len());
-        requeue(&queue, key, action);
+/// The workers on the library's keyed runner: `workers` at once, none before the gate
+/// opens, all stopped by `cancel`.
+fn spawn_workers(
+    ctl: &Arc<Ctl>,
+    queue: &Arc<WorkQueue<Key>>,
+    workers: usize,
+    gate: Gate,
+    cancel: &CancellationToken,
+) -> tokio::task::JoinHandle<()> {
+    let runner = KeyedRunner::new(format!("sync-{}", ctl.fed_ar.kind), queue.clone())
+        .concurrency(workers)
+        .gate(gate)
+        .metrics(Arc::new(SyncMetrics(ctl.clone())))
+        .shutdown(cancel.clone());
+    let ctl = ctl.clone();
+    tokio::spawn(runner.run(move |key: Key| {
+        let ctl = ctl.clone();
+        async move { Ok::<_, Infallible>(reconcile_key(&ctl, &key).await) }
+    }))
+}
+
+/// One key on the keyed runner; a failed reconcile backs the key off.
+async fn reconcile_key(ctl: &Ctl, key: &Key) -> Action {
+    match ctl.reconcile(key).await {
+        Ok(action) => action,
+        Err(e) => {
+            warn!(object = ?key, error = %e, kind = e.as_str(), "reconcile failed; backing off");
+            Action::backoff()
+        }
     }
 }
 
-/// Counts a worker in `flotilla_sync_workers_ready` while it takes keys.
-struct ReadyWorker(prometheus_client::metrics::gauge::Gauge);
+/// The sync controller's own series, per federated kind: reconciles by result, durations,
+/// queue depth, and `flotilla_sync_workers_ready` (workers past the gate, taking keys).
+struct SyncMetrics(Arc<Ctl>);
 
-impl ReadyWorker {
-    fn new(ctl: &Ctl) -> Self {
-        let gauge = ctl
-            .shared
+impl RunMetrics for SyncMetrics {
+    fn reconciled(&self, report: &Report) {
+        let ctl = &self.0;
+        let m = &ctl.shared.metrics.sync;
+        m.reconcile_duration
+            .get_or_create(&ctl.kind_labels())
+            .observe(report.took.as_secs_f64());
+        m.reconciles
+            .get_or_create(&ReconcileLabels {
+                kind: ctl.fed_ar.kind.clone(),
+                result: ReconcileResult::of(report.action).as_str(),
+            })
+            .inc();
+        m.queue_depth
+            .get_or_create(&ctl.kind_labels())
+            .set(report.queue_depth as i64);
+    }
+
+    fn worker_started(&self) {
+        self.workers_ready().inc();
+    }
+
+    fn worker_stopped(&self) {
+        self.workers_ready().dec();
+    }
+}
+
+impl SyncMetrics {
+    fn workers_ready(&self) -> prometheus_client::metrics::gauge::Gauge {
+        let ctl = &self.0;
+        ctl.shared
             .metrics
             .sync
             .workers_ready
             .get_or_create(&ctl.kind_labels())
-            .clone();
-        gauge.inc();
-        ReadyWorker(gauge)
+            .clone()
     }
-}
-
-impl Drop for ReadyWorker {
-    fn drop(&mut self) {
-        self.0.dec();
-    }
-}
-
-/// Hands a reconciled key back to the queue as its action says: a failure grows the key's
-/// backoff (an earlier recheck still wins), anything else resets it.
-fn requeue(queue: &WorkQueue<Key>, key: Key, action: Action) {
-    match action {
-        Action::Done => queue.forget(&key),
-        Action::RequeueAfter(d) => {
-            queue.forget(&key);
-            queue.add_after(key, d);
-        }
-        Action::Backoff { recheck } => {
-            queue.add_rate_limited(key.clone());
-            if let Some(r) = recheck {
-                queue.add_after(key, r);
-            }
-        }
-    }
-}
-
-fn record_reconcile(ctl: &Ctl, took: Duration, result: ReconcileResult, depth: usize) {
-    let m = &ctl.shared.metrics.sync;
-    m.reconcile_duration
-        .get_or_create(&ctl.kind_labels())
-        .observe(took.as_secs_f64());
-    m.reconciles
-        .get_or_create(&ReconcileLabels {
-            kind: ctl.fed_ar.kind.clone(),
-            result: result.as_str(),
-        })
-        .inc();
-    m.queue_depth
-        .get_or_create(&ctl.kind_labels())
-        .set(depth as i64);
 }
 
 /// The FederatedNamespace type, for namespace placement.

@@ -63,7 +63,7 @@ impl Ctl {
         let Some(fed) = self.federated(key) else {
             if self.twin(key).is_some() {
                 // The member objects are the twin's (kubefed's alpha or v1beta1), not strays.
-                return Ok(Action::Done);
+                return Ok(Action::AwaitChange);
             }
             return self.clean_strays(key).await;
         };
@@ -81,7 +81,7 @@ impl Ctl {
         if !has_finalizer(&fed) {
             self.add_finalizer(&fed).await?;
             // Propagation continues on the watch event of the patched object.
-            return Ok(Action::Done);
+            return Ok(Action::AwaitChange);
         }
         let conflict = match self.check_twin(key, &fed) {
             TwinCheck::Alone => None,
@@ -100,9 +100,9 @@ impl Ctl {
                 && let Err(e) = self.remove_finalizer(fed).await
             {
                 warn!(error = %e, "removing the sync finalizer failed");
-                return Ok(Action::RequeueAfter(INVALID_NAME_RECHECK));
+                return Ok(Action::Requeue(INVALID_NAME_RECHECK));
             }
-            return Ok(Action::Done);
+            return Ok(Action::AwaitChange);
         }
         let ns = fed.namespace().unwrap_or_default();
         warn!(name = %fed.name_any(), namespace = %ns, "ignoring a FederatedNamespace not named after its namespace");
@@ -112,7 +112,7 @@ impl Ctl {
         );
         self.event(fed, EventType::Warning, "InvalidName", note)
             .await;
-        Ok(Action::Done)
+        Ok(Action::AwaitChange)
     }
 
     /// The live path: bring every member in line with the federated object. `conflict`:
@@ -125,7 +125,7 @@ impl Ctl {
             Err(e) => {
                 self.report_malformed(fed, &previous, generation, e.to_string())
                     .await;
-                return Action::Done;
+                return Action::AwaitChange;
             }
         };
         let snapshot = self.shared.clusters.snapshot();

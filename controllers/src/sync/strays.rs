@@ -30,7 +30,7 @@ impl Ctl {
         let works_ok = self.clean_stray_works(key, keep).await;
         if clusters.is_empty() {
             return Ok(if works_ok {
-                Action::Done
+                Action::AwaitChange
             } else {
                 Action::Backoff { recheck: None }
             });
@@ -62,7 +62,7 @@ impl Ctl {
         });
         let ok = join_all(jobs).await.into_iter().all(|ok| ok) && works_ok;
         Ok(if ok {
-            Action::Done
+            Action::AwaitChange
         } else {
             Action::Backoff { recheck: None }
         })

@@ -205,7 +205,7 @@ impl Ctl {
             );
             self.event(fed, EventType::Normal, "HandedOver", note).await;
         }
-        Ok(Action::Done)
+        Ok(Action::AwaitChange)
     }
 
     /// The yielding twin: nothing propagated, the Propagation condition says why (the
@@ -223,7 +223,7 @@ impl Ctl {
             rollout: None,
         };
         self.write_status(fed, update).await;
-        Action::Done
+        Action::AwaitChange
     }
 
     /// The propagating twin reports the conflict once, when its condition first says so

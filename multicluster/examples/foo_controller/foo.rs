@@ -260,7 +260,7 @@ pub async fn reconcile(obj: Arc<Foo>, ctx: Context<Data>) -> Result<Action, Erro
 
 /// On error: back off per Foo.
 pub fn error_policy(_: Arc<Foo>, _: &Error, _: &Context<Data>) -> Action {
-    Action::Backoff
+    Action::backoff()
 }
 
 /// The controller: Foos in every cluster but `central`, their Deployments in `central`.

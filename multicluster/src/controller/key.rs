@@ -1,6 +1,6 @@
-//! The reconcile key of a multi-cluster controller, and what a reconcile returns.
+//! The reconcile key of a multi-cluster controller.
 
-use std::{fmt, time::Duration};
+use std::fmt;
 
 use kube::Resource;
 
@@ -31,54 +31,6 @@ impl fmt::Display for ObjectKey {
         match &self.namespace {
             Some(ns) => write!(f, "{}/{}/{}", self.cluster, ns, self.name),
             None => write!(f, "{}/{}", self.cluster, self.name),
-        }
-    }
-}
-
-/// What the runtime does with a key after its reconcile (or error policy).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Action {
-    /// Nothing until a watched object changes; the key's backoff is reset.
-    AwaitChange,
-    /// Reconcile again after this delay (unless a change comes earlier); backoff reset.
-    Requeue(Duration),
-    /// Reconcile again after the key's next backoff step (1 s, doubling up to 60 s).
-    Backoff,
-}
-
-impl Action {
-    /// [`Action::Requeue`].
-    pub fn requeue(after: Duration) -> Self {
-        Action::Requeue(after)
-    }
-
-    /// [`Action::AwaitChange`].
-    pub fn await_change() -> Self {
-        Action::AwaitChange
-    }
-}
-
-/// How a reconcile ended, as a bounded metric label.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Outcome {
-    /// The reconciler returned `Ok`.
-    Success,
-    /// The reconciler returned an error.
-    Error,
-    /// The object was not in the cache (deleted); only garbage collection ran.
-    Missing,
-    /// The object's cluster was not Ready; skipped until it is.
-    ClusterNotReady,
-}
-
-impl Outcome {
-    /// The label value.
-    pub fn as_str(&self) -> &'static str {
-        match self {
-            Outcome::Success => "success",
-            Outcome::Error => "error",
-            Outcome::Missing => "missing",
-            Outcome::ClusterNotReady => "cluster_not_ready",
         }
     }
 }

@@ -24,9 +24,10 @@ use std::{
 use kube::{Resource, core::ApiResource};
 use serde::de::DeserializeOwned;
 
+pub use crate::runner::{Action, Outcome};
 pub use context::Context;
 pub(crate) use context::Shared;
-pub use key::{Action, ObjectKey, Outcome};
+pub use key::ObjectKey;
 pub use metrics::ControllerMetrics;
 
 use crate::{

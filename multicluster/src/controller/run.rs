@@ -1,26 +1,16 @@
-//! The worker loop of a [`Controller`]: keys from the queue, the object from the primary
-//! cache, the reconciler (or the collector, for an object that is gone), then the key back
-//! to the queue as the returned [`Action`] says, with metrics.
+//! What a [`Controller`]'s workers do with a key, on the library's
+//! [`KeyedRunner`](crate::runner::KeyedRunner): the object from the primary cache, the
+//! reconciler (or the collector, for an object that is gone), and the [`Action`] and
+//! [`Outcome`] the runner hands back to the queue and records.
 
-use std::{
-    fmt::Debug,
-    future::Future,
-    hash::Hash,
-    sync::Arc,
-    time::{Duration, Instant},
-};
+use std::{convert::Infallible, fmt::Debug, future::Future, hash::Hash, sync::Arc, time::Duration};
 
 use kube::Resource;
 use serde::de::DeserializeOwned;
-use tokio::task::JoinSet;
 use tracing::{info, warn};
 
-use super::{
-    Action, Cache, Context, Controller, ObjectKey, Outcome,
-    context::Shared,
-    metrics::{ControllerLabels, ReconcileLabels},
-};
-use crate::{gc, workqueue::WorkQueue};
+use super::{Action, Cache, Context, Controller, ObjectKey, Outcome, context::Shared};
+use crate::{gc, runner::KeyedRunner};
 
 /// How soon a collection that had to wait for a cluster is tried again.
 const COLLECT_RETRY: Duration = Duration::from_secs(15);
@@ -32,7 +22,6 @@ where
     shared: Arc<Shared>,
     dyntype: K::DynamicType,
     primary: Cache<K>,
-    queue: Arc<WorkQueue<ObjectKey>>,
     data: Arc<C>,
     reconcile: R,
     error_policy: P,
@@ -65,20 +54,24 @@ where
             shared,
             dyntype: self.dyntype.clone(),
             primary: self.primary.clone(),
-            queue: self.queue.clone(),
             data,
             reconcile,
             error_policy,
         });
         info!(controller = %self.name, workers = self.concurrency, "multi-cluster controller started");
-        let mut workers = JoinSet::new();
-        for _ in 0..self.concurrency {
-            let worker = worker.clone();
-            workers.spawn(async move { worker.work().await });
+        let mut runner =
+            KeyedRunner::new(self.name.clone(), self.queue.clone()).concurrency(self.concurrency);
+        if let Some(m) = &self.metrics {
+            runner = runner.metrics(m.named(self.name.clone()));
         }
-        // Keeps the watches (in `self`) and the workers running until dropped.
+        // Keeps the watches (in `self`) running as long as the workers.
         let _controller = self;
-        while workers.join_next().await.is_some() {}
+        runner
+            .run(move |key: ObjectKey| {
+                let worker = worker.clone();
+                async move { Ok::<_, Infallible>(worker.process(&key).await) }
+            })
+            .await;
     }
 }
 
@@ -92,25 +85,6 @@ where
     Fut: Future<Output = Result<Action, E>> + Send + 'static,
     P: Fn(Arc<K>, &E, &Context<C>) -> Action + Send + Sync + 'static,
 {
-    async fn work(&self) {
-        while let Some(key) = self.queue.next().await {
-            let started = Instant::now();
-            let (outcome, action) = self.process(&key).await;
-            self.queue.done(&key);
-            self.record(started.elapsed(), outcome);
-            match action {
-                Action::AwaitChange => self.queue.forget(&key),
-                Action::Requeue(after) => {
-                    self.queue.forget(&key);
-                    self.queue.add_after(key, after);
-                }
-                Action::Backoff => {
-                    self.queue.add_rate_limited(key);
-                }
-            }
-        }
-    }
-
     async fn process(&self, key: &ObjectKey) -> (Outcome, Action) {
         let client = match self.shared.client_of(&key.cluster) {
             Ok(client) if self.primary.is_synced(&key.cluster) => client,
@@ -150,25 +124,5 @@ where
             Action::AwaitChange
         };
         (Outcome::Missing, action)
-    }
-
-    fn record(&self, took: Duration, outcome: Outcome) {
-        let Some(m) = &self.shared.metrics else {
-            return;
-        };
-        let controller = self.shared.name.clone();
-        m.reconciles
-            .get_or_create(&ReconcileLabels {
-                controller: controller.clone(),
-                result: outcome.as_str(),
-            })
-            .inc();
-        let labels = ControllerLabels { controller };
-        m.reconcile_duration
-            .get_or_create(&labels)
-            .observe(took.as_secs_f64());
-        m.queue_depth
-            .get_or_create(&labels)
-            .set(self.queue.len() as i64);
     }
 }

@@ -303,7 +303,7 @@ pub const CACHE_SYNC_RECHECK: Duration = Duration::from_millis(500);
 pub fn live_action(waiting: bool, backoff: bool, recheck: Option<Duration>) -> crate::sync::Action {
     use crate::sync::Action;
     if waiting {
-        Action::RequeueAfter(CACHE_SYNC_RECHECK)
+        Action::Requeue(CACHE_SYNC_RECHECK)
     } else if backoff {
         Action::Backoff { recheck }
     } else {
@@ -694,14 +694,14 @@ mod tests {
         let r = Some(Duration::from_secs(2));
         assert_eq!(
             live_action(true, true, r),
-            Action::RequeueAfter(CACHE_SYNC_RECHECK)
+            Action::Requeue(CACHE_SYNC_RECHECK)
         );
         assert_eq!(live_action(false, true, r), Action::Backoff { recheck: r });
         assert_eq!(
             live_action(false, false, r),
-            Action::RequeueAfter(Duration::from_secs(2))
+            Action::Requeue(Duration::from_secs(2))
         );
-        assert_eq!(live_action(false, false, None), Action::Done);
+        assert_eq!(live_action(false, false, None), Action::AwaitChange);
     }
 
     #[test]
