@@ -225,7 +225,11 @@ fn advance(
             .unwrap_or_else(|| timestamp(now));
         let healthy_at = seconds(&healthy_since).unwrap_or(now);
         let min_success = input.spec.min_success_seconds.unwrap_or(0);
-        if now - healthy_at >= min_success {
+        // Times are whole seconds: `healthy_at` stands for any instant of its second and
+        // `now` for any of its own, so the difference overstates the time healthy by up to
+        // a second. One more second makes minSuccessSeconds a lower bound.
+        let needed = if min_success > 0 { min_success + 1 } else { 0 };
+        if now - healthy_at >= needed {
             let entry = ClusterRollout {
                 state: State::Succeeded,
                 since: timestamp(now),
@@ -239,7 +243,7 @@ fn advance(
             healthy_since,
             ..base
         };
-        return (entry, Some(healthy_at + min_success - now));
+        return (entry, Some(healthy_at + needed - now));
     }
     let deadline = input
         .spec
