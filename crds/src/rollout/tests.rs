@@ -107,7 +107,11 @@ fn a_cluster_must_stay_healthy_for_min_success_seconds_before_the_next_moves() {
     // minSuccessSeconds 10 on whole-second times: 11 s, so that no real 9.x s passes.
     assert_eq!(healthy.recheck_after, Some(11));
     let early = run(&s, &rows, Some(&healthy.status), "r2", T0 + 15);
-    assert_eq!(states(&early)[0], ("m3", S::Progressing), "10 whole seconds may be 9.x");
+    assert_eq!(
+        states(&early)[0],
+        ("m3", S::Progressing),
+        "10 whole seconds may be 9.x"
+    );
     let done = run(&s, &rows, Some(&early.status), "r2", T0 + 16);
     assert_eq!(
         states(&done),
