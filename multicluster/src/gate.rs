@@ -14,7 +14,7 @@
 //! # #[tokio::main(flavor = "current_thread")] async fn main() {
 //! use flotilla_multicluster::gate::Gate;
 //!
-//! let (gate, task) = Gate::after(async { /* e.g. store.wait_until_ready().await.is_ok() */ true });
+//! let (gate, task) = Gate::after(async { /* e.g. gate::store_ready(&store).await */ true });
 //! let workers: Vec<_> = (0..4)
 //!     .map(|_| {
 //!         let gate = gate.clone();

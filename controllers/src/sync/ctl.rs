@@ -3,7 +3,7 @@
 //! delete options, protected namespaces. Decisions are in [`super::plan`]; member writes in
 //! [`super::dispatch`].
 
-use std::sync::Arc;
+use std::{collections::BTreeSet, sync::Arc};
 
 use flotilla_crds::{
     DEFAULT_NAMESPACE, DELETE_OPTIONS_ANNOTATION,
@@ -180,9 +180,34 @@ impl Ctl {
         previous: &FederatedStatus,
         clusters: &[ClusterState],
     ) -> pipeline::Outcome {
+        self.with_input(key, spec, previous, clusters, pipeline::run)
+    }
+
+    /// The clusters the pipeline selects for the object, without its desired objects (what
+    /// a deletion needs to know).
+    pub fn selected(
+        &self,
+        key: &Key,
+        spec: &FederatedSpec,
+        previous: &FederatedStatus,
+        clusters: &[ClusterState],
+    ) -> BTreeSet<String> {
+        self.with_input(key, spec, previous, clusters, pipeline::selected)
+    }
+
+    /// Calls `f` with the pipeline's input for one object, built from this type's caches
+    /// and configuration.
+    fn with_input<R>(
+        &self,
+        key: &Key,
+        spec: &FederatedSpec,
+        previous: &FederatedStatus,
+        clusters: &[ClusterState],
+        f: impl FnOnce(&pipeline::Input<'_>) -> R,
+    ) -> R {
         let target = self.target_type_api();
         let namespace_placement = self.namespace_placement(key);
-        pipeline::run(&pipeline::Input {
+        f(&pipeline::Input {
             target: &target,
             name: &key.1,
             namespace: key.0.as_deref(),

@@ -198,7 +198,7 @@ impl Ctl {
             previous.clusters.iter().map(|c| c.name.clone()).collect();
         if let Ok(spec) = FederatedSpec::from_dynamic(fed) {
             let clusters = self.shared.clusters.snapshot();
-            may_hold.extend(self.pipeline(key, &spec, previous, &clusters).selected);
+            may_hold.extend(self.selected(key, &spec, previous, &clusters));
         }
         DeletionContext {
             keep: orphan || self.is_protected(key),

@@ -124,6 +124,11 @@ pub fn run(input: &Input<'_>) -> Outcome {
 
 type Targets = (BTreeSet<String>, Option<Decision>, Option<PlacementFailure>);
 
+/// The clusters [`run`] would select, without computing the desired objects.
+pub fn selected(input: &Input<'_>) -> BTreeSet<String> {
+    targets(input).0
+}
+
 fn targets(input: &Input<'_>) -> Targets {
     let selected = match placed(input) {
         Ok(s) => s,
@@ -289,6 +294,23 @@ mod tests {
         assert_eq!(names(&out.selected), ["m2", "m3"]);
         assert_eq!(out.desired.by_cluster.len(), 2);
         assert!(out.failure.is_none());
+        let clusters = [cluster("m1"), cluster("m2"), cluster("m3")];
+        let input = Input {
+            target: &target(),
+            name: "cm",
+            namespace: Some("demo"),
+            spec: &s,
+            previous: &FederatedStatus::default(),
+            clusters: &clusters,
+            namespace_placement: &ns,
+            collect_status: false,
+            default_unreachable_seconds: 300,
+        };
+        assert_eq!(
+            selected(&input),
+            out.selected,
+            "selected() is run()'s selection"
+        );
     }
 
     #[test]
