@@ -16,6 +16,7 @@ pub mod hash;
 pub mod inventory;
 pub mod kubefed_config;
 pub mod mcs;
+pub mod member;
 pub mod multicluster;
 pub mod override_path;
 pub mod overrides;

@@ -142,7 +142,7 @@ pub fn flotilla_binary() -> anyhow::Result<PathBuf> {
         .args([
             "build",
             "-p",
-            "flotilla-controllers",
+            "flotilla-cli",
             "--bin",
             "flotilla",
             "--message-format=json",

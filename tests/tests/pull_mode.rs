@@ -7,9 +7,9 @@
 use std::time::Duration;
 
 use anyhow::{Context as _, ensure};
+use flotilla_agent::{Agent, AgentOptions};
+use flotilla_cli::{self as cli, Context};
 use flotilla_controllers::{
-    agent::{Agent, AgentOptions},
-    cli::{self, Context},
     install,
     manager::ControlPlane,
     pull_join::{PullJoinOptions, join_pull},
