@@ -30,6 +30,7 @@ pub mod rollout;
 pub mod schedule;
 pub mod scheduling;
 mod schema_edit;
+pub mod selector;
 pub mod taint;
 pub mod work;
 pub mod workload;

@@ -10,7 +10,7 @@
 
 mod context;
 pub(crate) mod dependents;
-mod key;
+pub(crate) mod key;
 pub mod metrics;
 mod run;
 
