@@ -19,6 +19,7 @@ mod ctl;
 mod delete_options;
 mod deletion;
 mod dispatch;
+mod memory;
 mod observe;
 mod orphans;
 pub mod plan;

@@ -45,6 +45,33 @@ struct Round {
     recheck: Option<Duration>,
 }
 
+/// What a round's outcomes do not say by themselves: clusters whose cache is still listing
+/// keep their previous status and are reported syncing; clusters the placement names that
+/// are not registered are reported (unless placement itself failed).
+struct Unsettled<'a> {
+    previous: &'a FederatedStatus,
+    registered: &'a BTreeSet<String>,
+    unregistered: Option<Vec<String>>,
+    namespace: &'a str,
+}
+
+impl Unsettled<'_> {
+    fn report(self, round: &mut Round, remote: &mut BTreeMap<String, Value>) {
+        if !round.waiting.is_empty() {
+            plan::status::keep_previous(
+                &mut round.outcomes,
+                remote,
+                self.previous,
+                self.registered,
+            );
+            plan::status::report_syncing(&mut round.outcomes, &round.waiting);
+        }
+        if let Some(unregistered) = self.unregistered {
+            plan::status::report_unregistered(&mut round.outcomes, unregistered, self.namespace);
+        }
+    }
+}
+
 /// Per-reconcile facts every cluster's write needs.
 struct WriteContext<'a> {
     key: &'a Key,
@@ -162,18 +189,16 @@ impl Ctl {
             .await;
         let backoff = plan::needs_backoff(round.outcomes.values());
         let registered: BTreeSet<String> = snapshot.iter().map(|c| c.name.clone()).collect();
-        if !round.waiting.is_empty() {
-            plan::status::keep_previous(&mut round.outcomes, &mut remote, &previous, &registered);
-            plan::status::report_syncing(&mut round.outcomes, &round.waiting);
-        }
-        if aggregate.is_none() {
-            let unregistered = plan::unregistered_clusters(&spec.placement, &registered);
-            plan::status::report_unregistered(
-                &mut round.outcomes,
-                unregistered,
-                &self.shared.namespace,
-            );
-        }
+        let unregistered = aggregate
+            .is_none()
+            .then(|| plan::unregistered_clusters(&spec.placement, &registered));
+        let unsettled = Unsettled {
+            previous: &previous,
+            registered: &registered,
+            unregistered,
+            namespace: &self.shared.namespace,
+        };
+        unsettled.report(&mut round, &mut remote);
         let aggregated = self.workload.map(|kind| {
             plan::aggregate::aggregated(kind, &round.outcomes, &member_specs, &desired, &remote)
         });
@@ -193,15 +218,32 @@ impl Ctl {
         };
         self.write_status(fed, update).await;
         self.publish_decision(fed, scheduling).await;
-        if let Some(r) = &rollout {
-            self.announce_rollout(fed, r).await;
-            round.recheck = earliest(round.recheck, r.recheck);
-        }
-        if let Some(d) = &decision {
-            self.announce_decision(fed, &previous, d).await;
-            round.recheck = earliest(round.recheck, scheduled::recheck(d));
-        }
+        let announced = self
+            .announce_steps(fed, &previous, rollout.as_ref(), decision.as_ref())
+            .await;
+        round.recheck = earliest(round.recheck, announced);
         plan::live_action(!round.waiting.is_empty(), backoff, round.recheck)
+    }
+
+    /// The Events of a rollout's step and of a scheduling decision; when either wants to
+    /// be looked at again.
+    async fn announce_steps(
+        &self,
+        fed: &DynamicObject,
+        previous: &FederatedStatus,
+        rollout: Option<&RolloutRound>,
+        decision: Option<&flotilla_crds::schedule::Decision>,
+    ) -> Option<Duration> {
+        let mut recheck = None;
+        if let Some(r) = rollout {
+            self.announce_rollout(fed, r).await;
+            recheck = earliest(recheck, r.recheck);
+        }
+        if let Some(d) = decision {
+            self.announce_decision(fed, previous, d).await;
+            recheck = earliest(recheck, scheduled::recheck(d));
+        }
+        recheck
     }
 
     /// The desired objects and, under a progressive rollout (`spec.rollout`), the
