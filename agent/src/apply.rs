@@ -1,6 +1,7 @@
 //! The agent's writes to its own (member) cluster: resolving a manifest's kind through
-//! discovery (cached per kind), reading the live object, server-side apply with field
-//! manager `flotilla-agent`, and pruning an object it applied earlier — checked live
+//! discovery (cached per kind), reading the member object from the watch caches
+//! ([`super::cache`]; live only before a kind's cache is complete), server-side apply with
+//! field manager `flotilla-agent`, and pruning an object it applied earlier — checked
 //! first, deleted with the recorded UID as a precondition, or only unlabelled for
 //! namespaces that must never be deleted and for orphaned Works.
 
@@ -22,7 +23,10 @@ use kube::{
 use serde_json::{Value, json};
 use tracing::info;
 
-use super::plan::{ManifestOp, ManifestResult, check_manifest, decide, manifest_hash, may_prune};
+use super::cache::{Cached, ObjectCache, object_id};
+use super::plan::{
+    ManifestOp, ManifestResult, cacheable, check_manifest, decide, manifest_hash, may_prune,
+};
 use flotilla_crds::member::PROTECTED_NAMESPACES;
 
 /// A kind the member serves: its resource and whether it is namespaced.
@@ -32,23 +36,35 @@ struct Resolved {
     namespaced: bool,
 }
 
-/// The member side of the agent: a client and the kinds resolved so far.
+/// The member side of the agent: a client, the kinds resolved so far and the watch caches.
 #[derive(Clone)]
 pub struct Member {
     client: Client,
     kinds: Arc<Mutex<HashMap<(String, String), Resolved>>>,
     /// Namespaces never deleted (the agent's own, besides the system ones).
     own_namespace: String,
+    cache: Arc<ObjectCache>,
+}
+
+/// What one manifest came to.
+pub struct Applied {
+    /// The verdict for the Work's status.
+    pub result: ManifestResult,
+    /// What to record for pruning, when the object exists.
+    pub record: Option<AppliedResourceMeta>,
+    /// The cache has not shown the agent's own recent write yet: look again soon.
+    pub lagging: bool,
 }
 
 impl Member {
     /// The member seen through `client`; `own_namespace` (where the agent runs) is never
-    /// deleted.
-    pub fn new(client: Client, own_namespace: &str) -> Self {
+    /// deleted; `cache` holds the member objects.
+    pub fn new(client: Client, own_namespace: &str, cache: Arc<ObjectCache>) -> Self {
         Member {
             client,
             kinds: Arc::default(),
             own_namespace: own_namespace.to_owned(),
+            cache,
         }
     }
 
@@ -89,14 +105,14 @@ impl Member {
         }
     }
 
-    /// Makes one manifest true in the member; returns the verdict and, when the object
-    /// exists, what to record for pruning.
+    /// Makes one manifest of the Work `work` true in the member.
     pub async fn apply_manifest(
         &self,
+        work: &str,
         ordinal: usize,
         manifest: &Value,
         collect_status: bool,
-    ) -> (ManifestResult, Option<AppliedResourceMeta>) {
+    ) -> Applied {
         let mut identifier = identify(ordinal, manifest);
         let mut result = ManifestResult {
             identifier: identifier.clone(),
@@ -105,56 +121,48 @@ impl Member {
             generation: None,
             status: None,
         };
+        let failed = |mut result: ManifestResult, reason, msg| {
+            result.result = Err((reason, msg));
+            Applied {
+                result,
+                record: None,
+                lagging: false,
+            }
+        };
         if let Err(msg) = check_manifest(manifest) {
-            result.result = Err((ClusterReason::CreationFailed, msg));
-            return (result, None);
+            return failed(result, ClusterReason::CreationFailed, msg);
         }
         let api_version = manifest["apiVersion"].as_str().unwrap_or_default();
         let resolved = match self.resolve(api_version, &identifier.kind).await {
             Ok(r) => r,
-            Err(msg) => {
-                result.result = Err((ClusterReason::CreationFailed, msg));
-                return (result, None);
-            }
+            Err(msg) => return failed(result, ClusterReason::CreationFailed, msg),
         };
         identifier.resource = resolved.ar.plural.clone();
         result.identifier = identifier.clone();
-        let api = self.api(&resolved, &identifier.namespace);
-        let live = match api.get_opt(&identifier.name).await {
-            Ok(live) => live.map(|o| serde_json::to_value(o).unwrap_or(Value::Null)),
-            Err(e) => {
-                result.result = Err((ClusterReason::RetrievalFailed, message(&e)));
-                return (result, None);
-            }
+        let id = object_id(&resolved.ar, &identifier.namespace, &identifier.name);
+        let (live, lagging) = match self.read(&resolved, &id, manifest).await {
+            Ok(read) => read,
+            Err(msg) => return failed(result, ClusterReason::RetrievalFailed, msg),
         };
         let current = match decide(manifest, live.as_ref()) {
             ManifestOp::Nothing => live,
-            ManifestOp::Refuse(reason, msg) => {
-                result.result = Err((reason, msg));
-                return (result, None);
-            }
-            ManifestOp::Apply => {
-                let failed = if live.is_some() {
-                    ClusterReason::UpdateFailed
-                } else {
-                    ClusterReason::CreationFailed
-                };
-                let pp = PatchParams::apply(AGENT_FIELD_MANAGER).force();
-                match api
-                    .patch(&identifier.name, &pp, &Patch::Apply(manifest))
-                    .await
-                {
-                    Ok(o) => {
-                        info!(kind = %identifier.kind, namespace = %identifier.namespace, name = %identifier.name, "applied");
-                        Some(serde_json::to_value(o).unwrap_or(Value::Null))
-                    }
-                    Err(e) => {
-                        result.result = Err((failed, message(&e)));
-                        live
-                    }
+            ManifestOp::Refuse(reason, msg) => return failed(result, reason, msg),
+            ManifestOp::Apply => match self.write(&resolved, &id, manifest).await {
+                Ok(obj) => Some(obj),
+                Err(msg) => {
+                    let reason = if live.is_some() {
+                        ClusterReason::UpdateFailed
+                    } else {
+                        ClusterReason::CreationFailed
+                    };
+                    result.result = Err((reason, msg));
+                    live
                 }
-            }
+            },
         };
+        if current.is_some() {
+            self.cache.own(id, work);
+        }
         let record = current.as_ref().map(|obj| AppliedResourceMeta {
             identifier: identifier.clone(),
             uid: obj["metadata"]["uid"]
@@ -168,7 +176,61 @@ impl Member {
                 result.status = obj.get("status").filter(|s| !s.is_null()).cloned();
             }
         }
-        (result, record)
+        Applied {
+            result,
+            record,
+            lagging,
+        }
+    }
+
+    /// The member object of a manifest: from the kind's watch cache once it is complete
+    /// (starting the watch on first use), live before that or for an unlabelled manifest.
+    async fn read(
+        &self,
+        resolved: &Resolved,
+        id: &super::cache::ObjectId,
+        manifest: &Value,
+    ) -> Result<(Option<Value>, bool), String> {
+        if cacheable(manifest) {
+            self.cache.ensure(&resolved.ar);
+            if let Cached::Known { object, lagging } =
+                self.cache.lookup(&resolved.ar, id, manifest_hash(manifest))
+            {
+                return Ok((object, lagging));
+            }
+        }
+        let api = self.api(resolved, &id.2);
+        match api.get_opt(&id.3).await {
+            Ok(live) => Ok((
+                live.map(|o| serde_json::to_value(o).unwrap_or(Value::Null)),
+                false,
+            )),
+            Err(e) => Err(message(&e)),
+        }
+    }
+
+    /// Server-side apply of the manifest; the object the member returned.
+    async fn write(
+        &self,
+        resolved: &Resolved,
+        id: &super::cache::ObjectId,
+        manifest: &Value,
+    ) -> Result<Value, String> {
+        let api = self.api(resolved, &id.2);
+        let pp = PatchParams::apply(AGENT_FIELD_MANAGER).force();
+        match api.patch(&id.3, &pp, &Patch::Apply(manifest)).await {
+            Ok(o) => {
+                info!(resource = %id.1, namespace = %id.2, name = %id.3, "applied");
+                let obj = serde_json::to_value(o).unwrap_or(Value::Null);
+                self.cache
+                    .remember_write(id.clone(), manifest_hash(manifest), obj.clone());
+                Ok(obj)
+            }
+            Err(e) => {
+                self.cache.remember_write(id.clone(), None, Value::Null);
+                Err(message(&e))
+            }
+        }
     }
 
     /// Removes an object applied earlier that left the inventory: `Ok(())` once it is gone
@@ -182,10 +244,18 @@ impl Member {
         };
         let resolved = self.resolve(&api_version, &id.kind).await?;
         let api = self.api(&resolved, &id.namespace);
-        let live = match api.get_opt(&id.name).await {
-            Ok(Some(o)) => serde_json::to_value(o).unwrap_or(Value::Null),
-            Ok(None) => return Ok(()),
-            Err(e) => return Err(message(&e)),
+        let oid = object_id(&resolved.ar, &id.namespace, &id.name);
+        let live = match self.cache.lookup(&resolved.ar, &oid, None) {
+            Cached::Known { object, .. } => object,
+            Cached::Unknown => api
+                .get_opt(&id.name)
+                .await
+                .map_err(|e| message(&e))?
+                .map(|o| serde_json::to_value(o).unwrap_or(Value::Null)),
+        };
+        self.cache.disown(&oid);
+        let Some(live) = live else {
+            return Ok(());
         };
         if !may_prune(&applied.uid, &live) {
             return Ok(());

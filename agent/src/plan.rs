@@ -9,9 +9,51 @@ use flotilla_crds::{
         APPLIED, AppliedResourceMeta, Condition, ManifestCondition, ResourceIdentifier, WorkStatus,
     },
 };
+use std::time::Duration;
+
 use serde_json::Value;
 
-use flotilla_crds::member::{HASH_ANNOTATION, excluded_message, is_terminating, up_to_date};
+use flotilla_crds::member::{
+    HASH_ANNOTATION, excluded_message, is_terminating, recorded_hash, up_to_date,
+};
+
+/// How long the agent trusts its own write over a member cache that does not show it yet.
+pub const RECENT_WRITE_TTL: Duration = Duration::from_secs(10);
+
+/// Whether the member object of `manifest` is in the agent's watch caches: only objects
+/// labelled `kubefed.io/managed` are watched (as push mode's member caches), so a manifest
+/// without the label is read live each time.
+pub fn cacheable(manifest: &Value) -> bool {
+    manifest
+        .pointer(&format!(
+            "/metadata/labels/{}",
+            MANAGED_LABEL.replace('/', "~1")
+        ))
+        .and_then(Value::as_str)
+        == Some("true")
+}
+
+/// The member object to decide on, and whether the cache lags: the cached object, unless
+/// the agent itself wrote `desired_hash` (any hash when `None`: pruning) within
+/// [`RECENT_WRITE_TTL`] (`written`: that hash and the object the member returned) and the
+/// cache does not show that hash yet — absent, or another hash — then the written object.
+/// An edit that keeps the hash annotation is seen at once (drift); only a lagging cache is
+/// overruled, so an object created a moment ago is pruned, not taken for gone.
+pub fn newest_view(
+    cached: Option<Value>,
+    written: Option<(&str, &Value)>,
+    desired_hash: Option<&str>,
+) -> (Option<Value>, bool) {
+    match written {
+        Some((hash, obj))
+            if desired_hash.is_none_or(|want| want == hash)
+                && cached.as_ref().and_then(recorded_hash) != Some(hash) =>
+        {
+            (Some(obj.clone()), true)
+        }
+        _ => (cached, false),
+    }
+}
 
 /// What to do with one manifest.
 #[derive(Clone, Debug, PartialEq)]
@@ -215,6 +257,54 @@ fn condition(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn with_hash(hash: &str, data: &str) -> Value {
+        serde_json::json!({
+            "metadata": {"name": "a", "annotations": {HASH_ANNOTATION: hash}},
+            "data": {"k": data},
+        })
+    }
+
+    #[test]
+    fn only_managed_manifests_are_read_from_the_caches() {
+        let labelled = serde_json::json!({"metadata": {"labels": {MANAGED_LABEL: "true"}}});
+        assert!(cacheable(&labelled));
+        assert!(!cacheable(&serde_json::json!({"metadata": {"name": "a"}})));
+        let off = serde_json::json!({"metadata": {"labels": {MANAGED_LABEL: "false"}}});
+        assert!(!cacheable(&off));
+    }
+
+    #[test]
+    fn the_agents_own_write_overrules_a_cache_that_has_not_shown_it() {
+        let ours = with_hash("h2", "new");
+        // Absent from the cache, or cached with the previous hash: the cache lags.
+        assert_eq!(
+            newest_view(None, Some(("h2", &ours)), Some("h2")),
+            (Some(ours.clone()), true)
+        );
+        let old = with_hash("h1", "old");
+        assert_eq!(
+            newest_view(Some(old.clone()), Some(("h2", &ours)), Some("h2")),
+            (Some(ours.clone()), true)
+        );
+        // The cache shows our hash: it is the truth, drifted fields included.
+        let drifted = with_hash("h2", "edited");
+        assert_eq!(
+            newest_view(Some(drifted.clone()), Some(("h2", &ours)), Some("h2")),
+            (Some(drifted), false)
+        );
+        // A write of another hash than the one wanted now, or none: the cache decides.
+        assert_eq!(
+            newest_view(Some(old.clone()), Some(("h2", &ours)), Some("h3")),
+            (Some(old.clone()), false)
+        );
+        assert_eq!(newest_view(None, None, Some("h2")), (None, false));
+        // Pruning asks for any hash: an object written a moment ago is not taken for gone.
+        assert_eq!(
+            newest_view(None, Some(("h2", &ours)), None),
+            (Some(ours.clone()), true)
+        );
+    }
     use serde_json::json;
 
     fn manifest() -> Value {
