@@ -128,7 +128,11 @@ pub fn compare(old: &Value, new: &Value) -> Vec<Break> {
         let p = format!("/spec/names/{field}");
         let (o, n) = (str_at(old, &p), str_at(new, &p));
         if o != n {
-            out.push("", BreakKind::NamesChanged, format!("{field}: {}", changed(&o, &n)));
+            out.push(
+                "",
+                BreakKind::NamesChanged,
+                format!("{field}: {}", changed(&o, &n)),
+            );
         }
     }
     let old_versions = versions(old);
@@ -208,7 +212,10 @@ fn check_storage(
     if from == to {
         return;
     }
-    let webhook = new.pointer("/spec/conversion/strategy").and_then(Value::as_str) == Some("Webhook");
+    let webhook = new
+        .pointer("/spec/conversion/strategy")
+        .and_then(Value::as_str)
+        == Some("Webhook");
     let old_still_served = new_versions.get(&from).is_some_and(|v| served(v));
     let same_schema = new_versions.get(&from).and_then(|v| schema(v))
         == new_versions.get(&to).and_then(|v| schema(v));
@@ -225,7 +232,10 @@ fn preserves_unknown(schema: &Value) -> bool {
 }
 
 fn int_or_string(schema: &Value) -> bool {
-    schema.get("x-kubernetes-int-or-string").and_then(Value::as_bool) == Some(true)
+    schema
+        .get("x-kubernetes-int-or-string")
+        .and_then(Value::as_bool)
+        == Some(true)
 }
 
 fn type_of(schema: &Value) -> Option<&str> {
@@ -274,16 +284,27 @@ fn compare_schema(out: &mut Findings, version: &str, path: &str, old: &Value, ne
         match old_enum {
             None => out.push(&at(path), BreakKind::EnumNarrowed, "enum introduced".into()),
             Some(old_enum) => {
-                let gone: Vec<String> = string_set(Some(old_enum)).difference(&new_set).cloned().collect();
+                let gone: Vec<String> = string_set(Some(old_enum))
+                    .difference(&new_set)
+                    .cloned()
+                    .collect();
                 if !gone.is_empty() {
-                    out.push(&at(path), BreakKind::EnumNarrowed, format!("removed {}", gone.join(", ")));
+                    out.push(
+                        &at(path),
+                        BreakKind::EnumNarrowed,
+                        format!("removed {}", gone.join(", ")),
+                    );
                 }
             }
         }
     }
     let old_required = string_set(old.get("required"));
     for field in string_set(new.get("required")).difference(&old_required) {
-        out.push(&at(path), BreakKind::NewlyRequired, field.trim_matches('"').to_string());
+        out.push(
+            &at(path),
+            BreakKind::NewlyRequired,
+            field.trim_matches('"').to_string(),
+        );
     }
     compare_properties(out, version, path, old, new);
     for (key, suffix) in [("items", "[]"), ("additionalProperties", "{}")] {
@@ -307,7 +328,11 @@ fn compare_properties(out: &mut Findings, version: &str, path: &str, old: &Value
             Some(new_field) => compare_schema(out, version, &child, old_field, new_field),
             // A parent that keeps unknown fields keeps this one too.
             None if preserves_unknown(new) => {}
-            None => out.push(&format!("{version} {child}"), BreakKind::FieldRemoved, String::new()),
+            None => out.push(
+                &format!("{version} {child}"),
+                BreakKind::FieldRemoved,
+                String::new(),
+            ),
         }
     }
 }

@@ -69,7 +69,10 @@ fn a_new_optional_field_a_new_enum_value_and_a_new_description_are_compatible() 
 #[test]
 fn a_dropped_field_is_rejected() {
     let new = edited(|s| {
-        s["properties"].as_object_mut().expect("props").remove("size");
+        s["properties"]
+            .as_object_mut()
+            .expect("props")
+            .remove("size");
         s["required"] = json!([]);
     });
     assert_eq!(
@@ -80,7 +83,8 @@ fn a_dropped_field_is_rejected() {
 
 #[test]
 fn a_field_dropped_under_a_parent_that_keeps_unknown_fields_is_compatible() {
-    let old = edited(|s| s["properties"]["template"]["properties"] = json!({"a": {"type": "string"}}));
+    let old =
+        edited(|s| s["properties"]["template"]["properties"] = json!({"a": {"type": "string"}}));
     assert_eq!(compare(&old, &crd(base())), []);
 }
 
@@ -89,7 +93,10 @@ fn a_dropped_field_of_a_list_item_is_rejected() {
     let new = edited(|s| s["properties"]["clusters"]["items"]["properties"] = json!({}));
     assert_eq!(
         kinds(&compare(&crd(base()), &new)),
-        [(BreakKind::FieldRemoved, "v1 .spec.clusters[].name".to_string())]
+        [(
+            BreakKind::FieldRemoved,
+            "v1 .spec.clusters[].name".to_string()
+        )]
     );
 }
 
@@ -136,7 +143,10 @@ fn pruning_what_was_kept_is_rejected() {
     let new = edited(|s| s["properties"]["template"] = json!({"type": "object"}));
     assert_eq!(
         kinds(&compare(&crd(base()), &new)),
-        [(BreakKind::UnknownFieldsPruned, "v1 .spec.template".to_string())]
+        [(
+            BreakKind::UnknownFieldsPruned,
+            "v1 .spec.template".to_string()
+        )]
     );
 }
 
@@ -144,9 +154,13 @@ fn pruning_what_was_kept_is_rejected() {
 fn a_removed_enum_value_and_a_new_enum_are_rejected() {
     let removed = edited(|s| s["properties"]["mode"]["enum"] = json!(["Push"]));
     let breaks = compare(&crd(base()), &removed);
-    assert_eq!(kinds(&breaks), [(BreakKind::EnumNarrowed, "v1 .spec.mode".to_string())]);
+    assert_eq!(
+        kinds(&breaks),
+        [(BreakKind::EnumNarrowed, "v1 .spec.mode".to_string())]
+    );
     assert!(breaks[0].detail.contains("Pull"), "{}", breaks[0]);
-    let introduced = edited(|s| s["properties"]["labels"]["additionalProperties"]["enum"] = json!(["a"]));
+    let introduced =
+        edited(|s| s["properties"]["labels"]["additionalProperties"]["enum"] = json!(["a"]));
     assert_eq!(
         kinds(&compare(&crd(base()), &introduced)),
         [(BreakKind::EnumNarrowed, "v1 .spec.labels{}".to_string())]
@@ -157,7 +171,10 @@ fn a_removed_enum_value_and_a_new_enum_are_rejected() {
 fn a_newly_required_field_is_rejected_and_a_no_longer_required_one_is_not() {
     let required = edited(|s| s["required"] = json!(["size", "mode"]));
     let breaks = compare(&crd(base()), &required);
-    assert_eq!(kinds(&breaks), [(BreakKind::NewlyRequired, "v1 .spec".to_string())]);
+    assert_eq!(
+        kinds(&breaks),
+        [(BreakKind::NewlyRequired, "v1 .spec".to_string())]
+    );
     assert_eq!(breaks[0].detail, "mode");
     let optional = edited(|s| s["required"] = json!([]));
     assert_eq!(compare(&crd(base()), &optional), []);
@@ -227,8 +244,14 @@ fn a_storage_version_move_needs_a_conversion_path() {
         version("v2", true, true, base()),
     ]));
     let found = kinds(&compare(&old, &unserved));
-    assert!(found.contains(&(BreakKind::StorageVersionChanged, String::new())), "{found:?}");
-    assert!(found.contains(&(BreakKind::VersionNotServed, "v1".to_string())), "{found:?}");
+    assert!(
+        found.contains(&(BreakKind::StorageVersionChanged, String::new())),
+        "{found:?}"
+    );
+    assert!(
+        found.contains(&(BreakKind::VersionNotServed, "v1".to_string())),
+        "{found:?}"
+    );
 }
 
 #[test]

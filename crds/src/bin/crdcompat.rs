@@ -60,8 +60,8 @@ fn snapshot(dir: &Path) -> anyhow::Result<Vec<Value>> {
         }
         let text = std::fs::read_to_string(&path)
             .with_context(|| format!("reading {}", path.display()))?;
-        let crd: Value = serde_saphyr::from_str(&text)
-            .with_context(|| format!("parsing {}", path.display()))?;
+        let crd: Value =
+            serde_saphyr::from_str(&text).with_context(|| format!("parsing {}", path.display()))?;
         crds.push(crd);
     }
     if crds.is_empty() {
@@ -111,7 +111,8 @@ fn refresh(dir: &Path, current: &[Generated]) -> anyhow::Result<()> {
     }
     std::fs::create_dir_all(dir)?;
     for g in current {
-        std::fs::write(dir.join(&g.file), &g.yaml).with_context(|| format!("writing {}", g.file))?;
+        std::fs::write(dir.join(&g.file), &g.yaml)
+            .with_context(|| format!("writing {}", g.file))?;
     }
     println!("{} CRDs written to {SNAPSHOT_DIR}/", current.len());
     Ok(())
