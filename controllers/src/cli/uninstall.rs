@@ -134,7 +134,13 @@ async fn federated_types(host: &Client, ns: &str) -> anyhow::Result<Vec<(String,
         .await
         .context("listing FederatedTypeConfigs")?
         .into_iter()
-        .map(|f| (f.spec.federated_type.kind.clone(), f.spec.federated_type.to_kube()))
+        .flat_map(|f| {
+            let fed = f.spec.federated_type;
+            // kubefed's alpha twin holds objects with the same finalizer.
+            let twin = flotilla_crds::alpha::alpha_twin(&fed);
+            std::iter::once(fed).chain(twin)
+        })
+        .map(|fed| (fed.kind.clone(), fed.to_kube()))
         .collect();
     types.sort_by_key(|(kind, _)| (rank(kind), kind.clone()));
     Ok(types)
@@ -158,7 +164,9 @@ async fn apply_step(api: &Api<DynamicObject>, held: &Held, step: &Step) -> anyho
         Step::MarkOrphan | Step::UnmarkOrphan => {
             let value = (*step == Step::MarkOrphan).then_some("true");
             let patch = json!({"metadata": {"annotations": {ORPHAN_ANNOTATION: value}}});
-            api.patch(&held.name, &pp, &Patch::Merge(&patch)).await.with_context(what)?;
+            api.patch(&held.name, &pp, &Patch::Merge(&patch))
+                .await
+                .with_context(what)?;
         }
         Step::Delete => match api.delete(&held.name, &DeleteParams::default()).await {
             Ok(_) => {}
@@ -170,8 +178,12 @@ async fn apply_step(api: &Api<DynamicObject>, held: &Held, step: &Step) -> anyho
                 Some(o) => o,
                 None => return Ok(()),
             };
-            let rest: Vec<String> =
-                live.finalizers().iter().filter(|f| *f != SYNC_FINALIZER).cloned().collect();
+            let rest: Vec<String> = live
+                .finalizers()
+                .iter()
+                .filter(|f| *f != SYNC_FINALIZER)
+                .cloned()
+                .collect();
             // The resourceVersion makes it a guarded patch: another writer's change fails it.
             let patch = json!({"metadata": {"finalizers": rest, "resourceVersion": live.resource_version()}});
             match api.patch(&held.name, &pp, &Patch::Merge(&patch)).await {
@@ -209,7 +221,11 @@ pub async fn run(global: &GlobalArgs, args: UninstallArgs, ctx: &Context) -> any
             }
         }
         wait_gone(&host, kind, ar, args.timeout).await?;
-        ctx.out.line(format!("{kind}: {} removed", objects.len()));
+        ctx.out.line(format!(
+            "{kind} ({}): {} removed",
+            ar.api_version,
+            objects.len()
+        ));
     }
     let kept = match args.member_objects {
         MemberObjects::Keep if args.no_controller => "kept as they were (still labelled)",
@@ -224,7 +240,12 @@ pub async fn run(global: &GlobalArgs, args: UninstallArgs, ctx: &Context) -> any
 }
 
 /// Waits until no object of the type is left; names what is left on timeout.
-async fn wait_gone(host: &Client, kind: &str, ar: &ApiResource, timeout: Duration) -> anyhow::Result<()> {
+async fn wait_gone(
+    host: &Client,
+    kind: &str,
+    ar: &ApiResource,
+    timeout: Duration,
+) -> anyhow::Result<()> {
     let deadline = tokio::time::Instant::now() + timeout;
     loop {
         let left = held(host, kind, ar).await?.unwrap_or_default();
@@ -232,10 +253,14 @@ async fn wait_gone(host: &Client, kind: &str, ar: &ApiResource, timeout: Duratio
             return Ok(());
         }
         if tokio::time::Instant::now() >= deadline {
-            let names: Vec<String> = left.iter().take(5).map(|h| match &h.namespace {
-                Some(ns) => format!("{ns}/{}", h.name),
-                None => h.name.clone(),
-            }).collect();
+            let names: Vec<String> = left
+                .iter()
+                .take(5)
+                .map(|h| match &h.namespace {
+                    Some(ns) => format!("{ns}/{}", h.name),
+                    None => h.name.clone(),
+                })
+                .collect();
             bail!(
                 "{} {kind} still hold the finalizer {SYNC_FINALIZER} after {timeout:?} ({}{}): \
                  is the controller-manager running? Without one, use --no-controller",
@@ -265,21 +290,42 @@ mod tests {
 
     #[test]
     fn keeping_marks_the_object_orphaned_before_deleting_it() {
-        assert_eq!(plan(&held(None, false), MemberObjects::Keep, false), [Step::MarkOrphan, Step::Delete]);
-        assert_eq!(plan(&held(Some("false"), false), MemberObjects::Keep, false), [Step::MarkOrphan, Step::Delete]);
-        assert_eq!(plan(&held(Some("true"), false), MemberObjects::Keep, false), [Step::Delete]);
+        assert_eq!(
+            plan(&held(None, false), MemberObjects::Keep, false),
+            [Step::MarkOrphan, Step::Delete]
+        );
+        assert_eq!(
+            plan(&held(Some("false"), false), MemberObjects::Keep, false),
+            [Step::MarkOrphan, Step::Delete]
+        );
+        assert_eq!(
+            plan(&held(Some("true"), false), MemberObjects::Keep, false),
+            [Step::Delete]
+        );
     }
 
     #[test]
     fn deleting_clears_an_orphan_mark_before_deleting() {
-        assert_eq!(plan(&held(Some("true"), false), MemberObjects::Delete, false), [Step::UnmarkOrphan, Step::Delete]);
-        assert_eq!(plan(&held(None, false), MemberObjects::Delete, false), [Step::Delete]);
+        assert_eq!(
+            plan(&held(Some("true"), false), MemberObjects::Delete, false),
+            [Step::UnmarkOrphan, Step::Delete]
+        );
+        assert_eq!(
+            plan(&held(None, false), MemberObjects::Delete, false),
+            [Step::Delete]
+        );
     }
 
     #[test]
     fn an_object_already_being_deleted_is_not_deleted_again() {
-        assert_eq!(plan(&held(Some("true"), true), MemberObjects::Keep, false), []);
-        assert_eq!(plan(&held(None, true), MemberObjects::Keep, false), [Step::MarkOrphan]);
+        assert_eq!(
+            plan(&held(Some("true"), true), MemberObjects::Keep, false),
+            []
+        );
+        assert_eq!(
+            plan(&held(None, true), MemberObjects::Keep, false),
+            [Step::MarkOrphan]
+        );
     }
 
     #[test]
@@ -290,13 +336,27 @@ mod tests {
         );
         let mut unfinalized = held(None, true);
         unfinalized.finalized = false;
-        assert_eq!(plan(&unfinalized, MemberObjects::Keep, true), [Step::MarkOrphan]);
+        assert_eq!(
+            plan(&unfinalized, MemberObjects::Keep, true),
+            [Step::MarkOrphan]
+        );
     }
 
     #[test]
     fn federated_namespaces_go_last() {
-        let mut kinds = vec!["FederatedNamespace", "FederatedSecret", "FederatedConfigMap"];
+        let mut kinds = vec![
+            "FederatedNamespace",
+            "FederatedSecret",
+            "FederatedConfigMap",
+        ];
         kinds.sort_by_key(|k| (rank(k), k.to_string()));
-        assert_eq!(kinds, ["FederatedConfigMap", "FederatedSecret", "FederatedNamespace"]);
+        assert_eq!(
+            kinds,
+            [
+                "FederatedConfigMap",
+                "FederatedSecret",
+                "FederatedNamespace"
+            ]
+        );
     }
 }
