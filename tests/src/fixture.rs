@@ -182,6 +182,36 @@ pub async fn restore_statuses(client: &Client, group: &Group) -> anyhow::Result<
     Ok(())
 }
 
+/// Points the AppliedWork records of `group` at the objects restored in this cluster: each
+/// `status.appliedResources[]` entry names its object by UID, which a fresh cluster gave
+/// anew to the same object (same resource, namespace and name).
+pub async fn remap_applied_uids(client: &Client, group: &mut Group) -> anyhow::Result<()> {
+    for object in &mut group.objects {
+        let Some(applied) = object
+            .pointer_mut("/status/appliedResources")
+            .and_then(Value::as_array_mut)
+        else {
+            continue;
+        };
+        for entry in applied {
+            let field = |k: &str| entry[k].as_str().unwrap_or_default().to_string();
+            let gvk = GroupVersionKind::gvk(&field("group"), &field("version"), &field("kind"));
+            let ar = ApiResource::from_gvk_with_plural(&gvk, &field("resource"));
+            let ns = field("namespace");
+            let live = api(
+                client,
+                &ar,
+                Some(&ns).filter(|n| !n.is_empty()).map(String::as_str),
+            )
+            .get(&field("name"))
+            .await
+            .with_context(|| format!("reading applied {} {}", field("kind"), field("name")))?;
+            entry["uid"] = json!(live.metadata.uid);
+        }
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

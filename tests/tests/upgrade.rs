@@ -1,8 +1,9 @@
-//! Upgrading a running federation: the objects the previous version wrote
-//! (`tests/fixtures/upgrade/previous.json`, captured from a real run of that version by
-//! the ignored test below), the previous CRDs (`config/crds-compat/`), then the new CRDs
-//! applied and the new binary started — which writes nothing to the members and nothing to
-//! the host, and still propagates what is new (the restart guarantee, across versions).
+//! Upgrading a running federation — member1 in push mode, member2 in pull mode: the objects
+//! the previous version wrote (`tests/fixtures/upgrade/previous.json`, captured from a real
+//! run of that version by the ignored test below), the previous CRDs
+//! (`config/crds-compat/`), then the new CRDs applied and the new binaries (control plane
+//! and pull agent) started — which write nothing to the members and nothing to the host,
+//! and still propagate what is new (the restart guarantee, across versions).
 //!
 //! Refresh the fixture at a release (with the released code checked out):
 //! `cargo nextest run -p flotilla-tests --test upgrade --run-ignored only -- capture`.
@@ -11,12 +12,13 @@ use std::{collections::BTreeMap, path::PathBuf, sync::Arc, time::Duration};
 
 use anyhow::{Context as _, ensure};
 use flotilla_controllers::{install, manager::ControlPlane, metrics::Metrics};
-use flotilla_crds::{DEFAULT_NAMESPACE, FederatedStatus, MANAGED_LABEL};
+use flotilla_crds::{DEFAULT_NAMESPACE, FederatedStatus, MANAGED_LABEL, crdgen, work};
 use flotilla_tests::{
     env,
-    federation::{apply, bootstrap, federated, federated_namespace, federation, install_crds},
+    federation::{apply, bootstrap, federated, install_crds},
     fixture::{self, Fixture, Group},
     init_tracing,
+    mixed::{AGENT_RESYNC, Mixed, PULL, join_mixed},
     requests::writes,
     wait_for,
 };
@@ -32,6 +34,8 @@ use serde_json::{Value, json};
 
 const T: Duration = Duration::from_secs(90);
 const NS: &str = "upgrade";
+/// The group of Works and AppliedWorks (the SIG-Multicluster Work API).
+const WORK_GROUP: &str = "multicluster.x-k8s.io";
 
 /// The federated kinds of the scenario: (target kind, plural).
 const KINDS: [(&str, &str); 5] = [
@@ -173,63 +177,47 @@ async fn wait_all_propagated(host: &Client) -> anyhow::Result<()> {
     .await
 }
 
-/// Runs the scenario on this version and writes the fixture. Ignored: run it at a release.
-#[tokio::test]
-#[ignore = "captures tests/fixtures/upgrade/previous.json from this version; run at a release"]
-async fn capture_the_objects_this_version_writes_as_the_upgrade_fixture() -> anyhow::Result<()> {
-    init_tracing();
-    let fed = federation(2).await?;
-    federated_namespace(&fed, NS).await?;
-    for (kind, plural, mut obj) in scenario() {
-        obj["apiVersion"] = json!("types.kubefed.io/v1beta1");
-        obj["kind"] = json!(format!("Federated{kind}"));
-        obj["metadata"]["namespace"] = json!(NS);
-        apply(&fed.host, &federated(kind, plural), Some(NS), &obj).await?;
-    }
-    wait_all_propagated(&fed.host).await?;
-    // Late status writes of the first run settle.
-    tokio::time::sleep(Duration::from_secs(3)).await;
+/// Creates namespace `NS` in the host and a FederatedNamespace placing it everywhere.
+async fn federated_namespace(host: &Client) -> anyhow::Result<()> {
+    flotilla_tests::objects::create_namespace(host, NS).await?;
+    let obj = json!({
+        "apiVersion": "types.kubefed.io/v1beta1", "kind": "FederatedNamespace",
+        "metadata": {"name": NS, "namespace": NS},
+        "spec": {"placement": {"clusterSelector": {}}}
+    });
+    apply(host, &federated("Namespace", "namespaces"), Some(NS), &obj).await?;
+    Ok(())
+}
+
+fn applied_works() -> Group {
+    group(WORK_GROUP, "v1alpha1", "AppliedWork", "appliedworks", true)
+}
+
+/// What this version wrote: in the host and in each member.
+async fn capture_all(fed: &Mixed) -> anyhow::Result<BTreeMap<String, Vec<Group>>> {
     let cp_ns = Some(DEFAULT_NAMESPACE);
-    let mut host = vec![
-        fixture::capture(
-            &fed.host,
-            kubefed("KubeFedConfig", "kubefedconfigs", false),
-            cp_ns,
-            None,
-        )
-        .await?,
-        fixture::capture(
-            &fed.host,
-            kubefed("FederatedTypeConfig", "federatedtypeconfigs", true),
-            cp_ns,
-            None,
-        )
-        .await?,
-        fixture::capture(
-            &fed.host,
-            kubefed("KubeFedCluster", "kubefedclusters", true),
-            cp_ns,
-            None,
-        )
-        .await?,
-    ];
+    let (config, ftcs, kfcs) = (
+        kubefed("KubeFedConfig", "kubefedconfigs", false),
+        kubefed("FederatedTypeConfig", "federatedtypeconfigs", true),
+        kubefed("KubeFedCluster", "kubefedclusters", true),
+    );
+    let mut host = Vec::new();
+    for g in [config, ftcs, kfcs] {
+        host.push(fixture::capture(&fed.host, g, cp_ns, None).await?);
+    }
     for (kind, plural) in KINDS {
         host.push(
             fixture::capture(&fed.host, federated_group(kind, plural), Some(NS), None).await?,
         );
     }
+    let works = group(WORK_GROUP, "v1alpha1", "Work", "works", true);
+    let pull_ns = work::cluster_namespace(PULL);
+    host.push(fixture::capture(&fed.host, works, Some(&pull_ns), None).await?);
     let managed = format!("{MANAGED_LABEL}=true");
     let mut clusters = BTreeMap::from([("host".to_string(), host)]);
-    for (i, member) in fed.members.iter().enumerate() {
-        let mut groups = vec![
-            fixture::capture(
-                member,
-                core("Namespace", "namespaces"),
-                None,
-                Some(&managed),
-            )
-            .await?,
-        ];
+    for (i, member) in fed.members().iter().enumerate() {
+        let namespaces = core("Namespace", "namespaces");
+        let mut groups = vec![fixture::capture(member, namespaces, None, Some(&managed)).await?];
         for (kind, plural) in &KINDS[1..] {
             let g = match *kind {
                 "Deployment" => group("apps", "v1", kind, plural, false),
@@ -237,8 +225,39 @@ async fn capture_the_objects_this_version_writes_as_the_upgrade_fixture() -> any
             };
             groups.push(fixture::capture(member, g, Some(NS), Some(&managed)).await?);
         }
+        if i == 1 {
+            groups.push(fixture::capture(member, applied_works(), None, None).await?);
+        }
         clusters.insert(format!("member{}", i + 1), groups);
     }
+    Ok(clusters)
+}
+
+/// Runs the scenario on this version and writes the fixture. Ignored: run it at a release.
+#[tokio::test]
+#[ignore = "captures tests/fixtures/upgrade/previous.json from this version; run at a release"]
+async fn capture_the_objects_this_version_writes_as_the_upgrade_fixture() -> anyhow::Result<()> {
+    init_tracing();
+    let env = env(2).await;
+    let host = env.host().client().await?;
+    let boot = bootstrap();
+    boot.install(&host).await?;
+    let fed = join_mixed(env, host, &boot, crdgen::applied_work_crd()).await?;
+    let agent = fed.start_agent().await?;
+    let cp = boot.start_control_plane(&fed.host, 2).await?;
+    federated_namespace(&fed.host).await?;
+    for (kind, plural, mut obj) in scenario() {
+        obj["apiVersion"] = json!("types.kubefed.io/v1beta1");
+        obj["kind"] = json!(format!("Federated{kind}"));
+        obj["metadata"]["namespace"] = json!(NS);
+        apply(&fed.host, &federated(kind, plural), Some(NS), &obj).await?;
+    }
+    wait_all_propagated(&fed.host).await?;
+    // Late status writes of the first run settle; the agent goes over every Work again.
+    tokio::time::sleep(Duration::from_secs(3) + AGENT_RESYNC * 2).await;
+    let clusters = capture_all(&fed).await?;
+    cp.shutdown().await;
+    agent.stop().await;
     let commit = std::process::Command::new("git")
         .args(["rev-parse", "--short", "HEAD"])
         .output()
@@ -273,31 +292,34 @@ fn groups<'a>(fixture: &'a Fixture, cluster: &str) -> anyhow::Result<&'a [Group]
         .with_context(|| format!("no {cluster} in the fixture"))?)
 }
 
-/// Writes served so far: per member (the target kinds), then the host (federated kinds,
-/// type configs, the KubeFedConfig and the KubeFedClusters).
-async fn write_counts(host: &Client, members: &[Client]) -> anyhow::Result<Vec<u64>> {
+/// Writes served so far: per member (the target kinds; member2 also the agent's
+/// AppliedWorks), then the host (federated kinds, Works, type configs, the KubeFedConfig
+/// and the KubeFedClusters). The agent's heartbeat Lease is renewed by design and not counted.
+async fn write_counts(fed: &Mixed) -> anyhow::Result<Vec<u64>> {
+    let member = [
+        "namespaces",
+        "configmaps",
+        "secrets",
+        "services",
+        "deployments",
+        "appliedworks",
+    ];
     let mut counts = Vec::new();
-    for m in members {
-        counts.push(
-            writes(
-                m,
-                &[
-                    "namespaces",
-                    "configmaps",
-                    "secrets",
-                    "services",
-                    "deployments",
-                ],
-            )
-            .await?,
-        );
+    for m in fed.members() {
+        counts.push(writes(&m, &member).await?);
     }
-    let mut host_resources: Vec<String> =
-        KINDS.iter().map(|(_, p)| format!("federated{p}")).collect();
-    host_resources
-        .extend(["federatedtypeconfigs", "kubefedconfigs", "kubefedclusters"].map(String::from));
-    let refs: Vec<&str> = host_resources.iter().map(String::as_str).collect();
-    counts.push(writes(host, &refs).await?);
+    let mut host: Vec<String> = KINDS.iter().map(|(_, p)| format!("federated{p}")).collect();
+    host.extend(
+        [
+            "works",
+            "federatedtypeconfigs",
+            "kubefedconfigs",
+            "kubefedclusters",
+        ]
+        .map(String::from),
+    );
+    let refs: Vec<&str> = host.iter().map(String::as_str).collect();
+    counts.push(writes(&fed.host, &refs).await?);
     Ok(counts)
 }
 
@@ -339,74 +361,93 @@ async fn wait_members_settled(members: &[Client]) -> anyhow::Result<()> {
     Ok(())
 }
 
-#[tokio::test]
-async fn a_new_binary_on_the_previous_versions_objects_and_new_crds_writes_nothing()
--> anyhow::Result<()> {
-    init_tracing();
-    let fixture: Fixture = serde_json::from_str(&std::fs::read_to_string(fixture_path())?)?;
+/// The previous version's host side, then its members joined, then what it wrote there.
+async fn restore_previous(fixture: &Fixture) -> anyhow::Result<Mixed> {
     let env = env(2).await;
     let host = env.host().client().await?;
-    // The previous version installed: its CRDs, configuration, type configs, members joined.
-    install::install_crds(&host, &previous_crds()?, "flotilla-tests", T).await?;
+    let crds = previous_crds()?;
+    install::install_crds(&host, &crds, "flotilla-tests", T).await?;
     flotilla_tests::objects::create_namespace(&host, DEFAULT_NAMESPACE).await?;
-    let host_groups = groups(&fixture, "host")?;
+    let host_groups = groups(fixture, "host")?;
     let (registry, objects) = host_groups.split_at(3);
     fixture::restore(&host, &registry[0]).await?;
     fixture::restore(&host, &registry[1]).await?;
-    let boot = bootstrap();
-    let mut members = Vec::new();
-    for member in env.members() {
-        members.push(boot.join(&host, member).await?);
-    }
-    fixture::restore_statuses(&host, &registry[2]).await?;
-    // What it wrote while running.
-    flotilla_tests::objects::create_namespace(&host, NS).await?;
+    let applied_work_crd = crds
+        .into_iter()
+        .find(|c| c.metadata.name.as_deref() == Some("appliedworks.multicluster.x-k8s.io"))
+        .context("no AppliedWork CRD in the snapshot")?;
+    let fed = join_mixed(env, host, &bootstrap(), applied_work_crd).await?;
+    fixture::restore_statuses(&fed.host, &registry[2]).await?;
+    flotilla_tests::objects::create_namespace(&fed.host, NS).await?;
     for g in objects {
-        fixture::restore(&host, g).await?;
+        fixture::restore(&fed.host, g).await?;
     }
-    for (i, m) in members.iter().enumerate() {
-        for g in groups(&fixture, &format!("member{}", i + 1))? {
-            fixture::restore(m, g).await?;
+    for (i, m) in fed.members().iter().enumerate() {
+        for g in groups(fixture, &format!("member{}", i + 1))? {
+            let mut g = g.clone();
+            if g.kind == "AppliedWork" {
+                fixture::remap_applied_uids(m, &mut g).await?;
+            }
+            fixture::restore(m, &g).await?;
         }
     }
-    // The upgrade: new CRDs, then the new binary.
-    install_crds(&host).await?;
-    wait_members_settled(&members).await?;
-    tokio::time::sleep(Duration::from_secs(3)).await;
-    let before = write_counts(&host, &members).await?;
+    Ok(fed)
+}
 
+#[tokio::test]
+async fn new_binaries_on_the_previous_versions_objects_and_new_crds_write_nothing()
+-> anyhow::Result<()> {
+    init_tracing();
+    let fixture: Fixture = serde_json::from_str(&std::fs::read_to_string(fixture_path())?)?;
+    let fed = restore_previous(&fixture).await?;
+    // The upgrade: new CRDs, then the new binaries.
+    install_crds(&fed.host).await?;
+    install::install_crds(
+        &fed.pull,
+        &[crdgen::applied_work_crd()],
+        "flotilla-tests",
+        T,
+    )
+    .await?;
+    wait_members_settled(&fed.members()).await?;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let before = write_counts(&fed).await?;
+
+    let agent = fed.start_agent().await?;
     let metrics = Arc::new(Metrics::new());
-    let cp = ControlPlane::start(host.clone(), DEFAULT_NAMESPACE, metrics.clone());
+    let cp = ControlPlane::start(fed.host.clone(), DEFAULT_NAMESPACE, metrics.clone());
+    let federated_groups: Vec<&Group> = groups(&fixture, "host")?
+        .iter()
+        .filter(|g| g.group == flotilla_crds::TYPES_GROUP)
+        .collect();
     wait_for(
         T,
         "the new binary reconciled every restored object",
         || async {
-            for g in objects {
+            for g in &federated_groups {
                 let kind = format!("kind=\"{}\"", g.kind);
-                let done = sample(
-                    &metrics,
-                    "flotilla_reconciles_total",
-                    &format!("{kind},result=\"success\""),
-                );
+                let success = format!("{kind},result=\"success\"");
+                let done = sample(&metrics, "flotilla_reconciles_total", &success);
                 let queued = sample(&metrics, "flotilla_queue_depth", &kind);
+                let n = g.objects.len();
                 ensure!(
-                    done >= g.objects.len() as u64 && queued == 0,
-                    "{}: {done} reconciles of {} objects, {queued} queued",
-                    g.kind,
-                    g.objects.len()
+                    done >= n as u64 && queued == 0,
+                    "{}: {done} reconciles of {n} objects, {queued} queued",
+                    g.kind
                 );
             }
             Ok(())
         },
     )
     .await?;
-    tokio::time::sleep(Duration::from_secs(3)).await;
-    let after = write_counts(&host, &members).await?;
+    // Late writes, and the agent over every Work a few times.
+    tokio::time::sleep(Duration::from_secs(3) + AGENT_RESYNC * 4).await;
+    let after = write_counts(&fed).await?;
     ensure!(
         before == after,
         "writes after the upgrade (member1, member2, host): before {before:?}, after {after:?}"
     );
-    wait_all_propagated(&host).await?;
+    wait_all_propagated(&fed.host).await?;
 
     // Still propagating: a new object reaches both members.
     let obj = json!({
@@ -414,9 +455,15 @@ async fn a_new_binary_on_the_previous_versions_objects_and_new_crds_writes_nothi
         "metadata": {"name": "after-upgrade", "namespace": NS},
         "spec": {"template": {"data": {"k": "v"}}, "placement": {"clusterSelector": {}}}
     });
-    apply(&host, &federated("ConfigMap", "configmaps"), Some(NS), &obj).await?;
-    for m in &members {
-        let api: Api<k8s_openapi::api::core::v1::ConfigMap> = Api::namespaced(m.clone(), NS);
+    apply(
+        &fed.host,
+        &federated("ConfigMap", "configmaps"),
+        Some(NS),
+        &obj,
+    )
+    .await?;
+    for m in fed.members() {
+        let api: Api<k8s_openapi::api::core::v1::ConfigMap> = Api::namespaced(m, NS);
         wait_for(T, "the new object in a member", || async {
             api.get("after-upgrade").await?;
             Ok(())
@@ -424,5 +471,6 @@ async fn a_new_binary_on_the_previous_versions_objects_and_new_crds_writes_nothi
         .await?;
     }
     cp.shutdown().await;
+    agent.stop().await;
     Ok(())
 }
