@@ -205,6 +205,11 @@ async fn capture_all(fed: &Mixed) -> anyhow::Result<BTreeMap<String, Vec<Group>>
     for g in [config, ftcs, kfcs] {
         host.push(fixture::capture(&fed.host, g, cp_ns, None).await?);
     }
+    // Only the KubeFedClusters' status is restored: their spec (endpoint, CA) is the
+    // fresh members' own, written by joining them.
+    for kfc in &mut host[2].objects {
+        kfc.as_object_mut().map(|o| o.remove("spec"));
+    }
     for (kind, plural) in KINDS {
         host.push(
             fixture::capture(&fed.host, federated_group(kind, plural), Some(NS), None).await?,
