@@ -5,8 +5,9 @@
 //!
 //! A change is breaking when it drops a field (the API server would prune it from stored
 //! objects), narrows a type, removes an enum value (or introduces an enum), makes a field
-//! newly required, removes a version or stops serving it, changes the scope or the names,
-//! or moves the storage version without a conversion path. Descriptions, printer columns,
+//! newly required, tightens a validation keyword (bounds, `pattern`, `format`), removes a
+//! version or stops serving it, changes the scope or the names, or moves the storage
+//! version without a conversion path. Descriptions, printer columns,
 //! new optional fields and new versions are compatible.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -38,6 +39,8 @@ pub enum BreakKind {
     EnumNarrowed,
     /// A field is newly required.
     NewlyRequired,
+    /// A validation keyword is new or stricter (`maxLength` lower, `pattern` changed, ...).
+    ValidationTightened,
 }
 
 impl BreakKind {
@@ -55,6 +58,7 @@ impl BreakKind {
             BreakKind::UnknownFieldsPruned => "unknown fields now pruned",
             BreakKind::EnumNarrowed => "enum narrowed",
             BreakKind::NewlyRequired => "newly required",
+            BreakKind::ValidationTightened => "validation tightened",
         }
     }
 }
@@ -306,6 +310,7 @@ fn compare_schema(out: &mut Findings, version: &str, path: &str, old: &Value, ne
             field.trim_matches('"').to_string(),
         );
     }
+    compare_validations(out, &at(path), old, new);
     compare_properties(out, version, path, old, new);
     for (key, suffix) in [("items", "[]"), ("additionalProperties", "{}")] {
         if let (Some(o), Some(n)) = (old.get(key), new.get(key))
@@ -313,6 +318,56 @@ fn compare_schema(out: &mut Findings, version: &str, path: &str, old: &Value, ne
             && n.is_object()
         {
             compare_schema(out, version, &format!("{path}{suffix}"), o, n);
+        }
+    }
+}
+
+/// Upper bounds: a new one, or a lower one, rejects what was accepted.
+const UPPER_BOUNDS: [&str; 4] = ["maxLength", "maxItems", "maxProperties", "maximum"];
+/// Lower bounds: a new one, or a higher one, rejects what was accepted.
+const LOWER_BOUNDS: [&str; 4] = ["minLength", "minItems", "minProperties", "minimum"];
+/// Keywords whose appearance or change can reject what was accepted (a list of unique
+/// items, or of unique keys, rejects duplicates an atomic list took).
+const EXACT: [&str; 7] = [
+    "pattern",
+    "format",
+    "exclusiveMaximum",
+    "exclusiveMinimum",
+    "uniqueItems",
+    "x-kubernetes-list-type",
+    "x-kubernetes-list-map-keys",
+];
+
+fn compare_validations(out: &mut Findings, at: &str, old: &Value, new: &Value) {
+    let number = |v: &Value, k: &str| v.get(k).and_then(Value::as_f64);
+    for key in UPPER_BOUNDS {
+        if let Some(n) = number(new, key)
+            && number(old, key).is_none_or(|o| n < o)
+        {
+            let detail = format!("{key}: {:?} → {n}", number(old, key));
+            out.push(at, BreakKind::ValidationTightened, detail);
+        }
+    }
+    for key in LOWER_BOUNDS {
+        if let Some(n) = number(new, key)
+            && number(old, key).is_none_or(|o| n > o)
+        {
+            let detail = format!("{key}: {:?} → {n}", number(old, key));
+            out.push(at, BreakKind::ValidationTightened, detail);
+        }
+    }
+    for key in EXACT {
+        // `false` and `atomic` are the defaults: dropping to them loosens.
+        let set = |v: &Value| {
+            v.get(key)
+                .filter(|x| **x != Value::Bool(false) && x.as_str() != Some("atomic"))
+                .cloned()
+        };
+        if let Some(n) = set(new)
+            && set(old).as_ref() != Some(&n)
+        {
+            let detail = format!("{key}: {:?} → {n}", set(old));
+            out.push(at, BreakKind::ValidationTightened, detail);
         }
     }
 }

@@ -186,6 +186,55 @@ fn version(name: &str, served: bool, storage: bool, schema: Value) -> Value {
 }
 
 #[test]
+fn a_tighter_validation_is_rejected_and_a_looser_one_is_not() {
+    let bounded = edited(|s| {
+        s["properties"]["size"]["maximum"] = json!(10);
+        s["properties"]["mode"]["maxLength"] = json!(8);
+    });
+    let found = kinds(&compare(&crd(base()), &bounded));
+    assert_eq!(
+        found,
+        [
+            (BreakKind::ValidationTightened, "v1 .spec.mode".to_string()),
+            (BreakKind::ValidationTightened, "v1 .spec.size".to_string())
+        ]
+    );
+    let lower = edited(|s| {
+        s["properties"]["size"]["maximum"] = json!(5);
+        s["properties"]["mode"]["maxLength"] = json!(8);
+    });
+    assert_eq!(
+        kinds(&compare(&bounded, &lower)),
+        [(BreakKind::ValidationTightened, "v1 .spec.size".to_string())]
+    );
+    assert_eq!(compare(&lower, &bounded), [], "raising a maximum loosens");
+    let min = edited(|s| s["properties"]["clusters"]["minItems"] = json!(1));
+    assert_eq!(
+        kinds(&compare(&crd(base()), &min)),
+        [(
+            BreakKind::ValidationTightened,
+            "v1 .spec.clusters".to_string()
+        )]
+    );
+    assert_eq!(
+        compare(&min, &crd(base())),
+        [],
+        "dropping a minimum loosens"
+    );
+    let pattern = edited(|s| s["properties"]["mode"]["pattern"] = json!("^P"));
+    assert_eq!(
+        kinds(&compare(&crd(base()), &pattern)),
+        [(BreakKind::ValidationTightened, "v1 .spec.mode".to_string())]
+    );
+    assert_eq!(compare(&pattern, &pattern), []);
+    assert_eq!(
+        compare(&pattern, &crd(base())),
+        [],
+        "dropping a pattern loosens"
+    );
+}
+
+#[test]
 fn a_removed_or_unserved_version_is_rejected_and_a_new_one_is_not() {
     let old = crd_with_versions(json!([
         version("v1alpha1", true, false, base()),
