@@ -11,7 +11,10 @@ use flotilla_tests::{
     federation::{Federation, apply, federated, federated_namespace, federation},
     init_tracing, wait_for,
 };
-use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
+use k8s_openapi::api::{
+    core::v1::{ConfigMap, Namespace},
+    rbac::v1::ClusterRole,
+};
 use kube::{
     Api, ResourceExt,
     api::{DynamicObject, ListParams},
@@ -19,9 +22,11 @@ use kube::{
 use serde_json::json;
 
 const T: Duration = Duration::from_secs(60);
+const ROLE_A: &str = "uninstall-a";
+const ROLE_B: &str = "uninstall-b";
 
-/// A federated namespace `ns` with two FederatedConfigMaps (one already marked orphan, one
-/// not), all propagated to every member.
+/// A federated namespace `ns` with two FederatedConfigMaps and two FederatedClusterRoles
+/// (of each, one already marked orphan, one not), all propagated to every member.
 async fn scenario(fed: &Federation, ns: &str) -> anyhow::Result<()> {
     federated_namespace(fed, ns).await?;
     for (name, orphan) in [("a", None), ("b", Some("true"))] {
@@ -41,13 +46,42 @@ async fn scenario(fed: &Federation, ns: &str) -> anyhow::Result<()> {
         )
         .await?;
     }
+    // Cluster-scoped twins: no namespace deletion takes them along, so what happens to them
+    // is the command's choice alone.
+    for (name, orphan) in [(ROLE_A, None), (ROLE_B, Some("true"))] {
+        let mut obj = json!({
+            "apiVersion": "types.kubefed.io/v1beta1", "kind": "FederatedClusterRole",
+            "metadata": {"name": name},
+            "spec": {
+                "template": {"rules": [{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get"]}]},
+                "placement": {"clusterSelector": {}}
+            }
+        });
+        if let Some(v) = orphan {
+            obj["metadata"]["annotations"] = json!({"kubefed.io/orphan": v});
+        }
+        apply(
+            &fed.host,
+            &federated("ClusterRole", "clusterroles"),
+            None,
+            &obj,
+        )
+        .await?;
+    }
     for m in &fed.members {
         let cms: Api<ConfigMap> = Api::namespaced(m.clone(), ns);
-        wait_for(T, "both ConfigMaps in every member", || async {
-            cms.get("a").await?;
-            cms.get("b").await?;
-            Ok(())
-        })
+        let roles: Api<ClusterRole> = Api::all(m.clone());
+        wait_for(
+            T,
+            "both ConfigMaps and ClusterRoles in every member",
+            || async {
+                cms.get("a").await?;
+                cms.get("b").await?;
+                roles.get(ROLE_A).await?;
+                roles.get(ROLE_B).await?;
+                Ok(())
+            },
+        )
         .await?;
     }
     Ok(())
@@ -55,7 +89,12 @@ async fn scenario(fed: &Federation, ns: &str) -> anyhow::Result<()> {
 
 /// No federated object of the scenario's kinds is left in the host.
 async fn host_is_empty(fed: &Federation) -> anyhow::Result<()> {
-    for (kind, plural) in [("ConfigMap", "configmaps"), ("Namespace", "namespaces")] {
+    let kinds = [
+        ("ConfigMap", "configmaps"),
+        ("Namespace", "namespaces"),
+        ("ClusterRole", "clusterroles"),
+    ];
+    for (kind, plural) in kinds {
         let api: Api<DynamicObject> = Api::all_with(fed.host.clone(), &federated(kind, plural));
         let left = api.list(&ListParams::default()).await?;
         ensure!(
@@ -93,9 +132,12 @@ async fn uninstall_keeping_member_objects_releases_every_federated_object_and_un
         );
         ensure!(!managed(ns.labels()), "member namespace still managed");
         let cms: Api<ConfigMap> = Api::namespaced(m.clone(), "keep");
-        for name in ["a", "b"] {
-            let cm = cms.get(name).await?;
-            ensure!(!managed(cm.labels()), "ConfigMap {name} still managed");
+        let roles: Api<ClusterRole> = Api::all(m.clone());
+        for (a, b) in [("a", ROLE_A), ("b", ROLE_B)] {
+            let cm = cms.get(a).await?;
+            ensure!(!managed(cm.labels()), "ConfigMap {a} still managed");
+            let role = roles.get(b).await?;
+            ensure!(!managed(role.labels()), "ClusterRole {b} still managed");
         }
     }
     Ok(())
@@ -121,6 +163,15 @@ async fn uninstall_deleting_member_objects_removes_them_even_where_an_object_was
             Ok(())
         })
         .await?;
+        // Deleted by the control plane before the command returned — ROLE_B too, though it
+        // was marked for orphaning.
+        let roles: Api<ClusterRole> = Api::all(m.clone());
+        for name in [ROLE_A, ROLE_B] {
+            ensure!(
+                roles.get_opt(name).await?.is_none(),
+                "ClusterRole {name} kept"
+            );
+        }
     }
     Ok(())
 }
@@ -156,10 +207,12 @@ async fn uninstall_without_a_controller_releases_finalizers_and_leaves_members_a
     ensure!(r.out.contains("kept as they were"), "{}", r.out);
     host_is_empty(&fed).await?;
     let cms: Api<ConfigMap> = Api::namespaced(fed.members[0].clone(), "nocontroller");
-    for name in ["a", "b"] {
+    let roles: Api<ClusterRole> = Api::all(fed.members[0].clone());
+    for (a, b) in [("a", ROLE_A), ("b", ROLE_B)] {
+        ensure!(managed(cms.get(a).await?.labels()), "ConfigMap {a} changed");
         ensure!(
-            managed(cms.get(name).await?.labels()),
-            "ConfigMap {name} changed"
+            managed(roles.get(b).await?.labels()),
+            "ClusterRole {b} changed"
         );
     }
     Ok(())
