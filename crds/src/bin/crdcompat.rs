@@ -62,6 +62,13 @@ fn snapshot(dir: &Path) -> anyhow::Result<Vec<Value>> {
             .with_context(|| format!("reading {}", path.display()))?;
         let crd: Value =
             serde_saphyr::from_str(&text).with_context(|| format!("parsing {}", path.display()))?;
+        let named = crd
+            .pointer("/metadata/name")
+            .and_then(Value::as_str)
+            .is_some();
+        if crd.get("kind").and_then(Value::as_str) != Some("CustomResourceDefinition") || !named {
+            bail!("{} is not a named CustomResourceDefinition", path.display());
+        }
         crds.push(crd);
     }
     if crds.is_empty() {
