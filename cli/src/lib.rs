@@ -1,5 +1,6 @@
 //! The `flotilla` command line: the controller-manager, a kubefedctl-compatible CLI
 //! (`join`, `unjoin`, `enable`, `disable`, `federate`, `orphaning-deletion`), `status`,
+//! `uninstall`,
 //! the `dev` demo, `bench` and `version`. `dev` and `bench` exist only with the crate's
 //! `dev` feature (on by default; the container image builds without it).
 //!
@@ -25,6 +26,7 @@ pub mod pull;
 pub mod resolve;
 pub mod rollout;
 pub mod status;
+pub mod uninstall;
 
 use std::{ffi::OsString, path::PathBuf, time::Duration};
 
@@ -158,6 +160,9 @@ pub enum Command {
     Bench(flotilla_dev::bench::BenchOptions),
     /// Run the pull-mode agent inside a member cluster (see `join --mode pull`).
     Agent(pull::AgentArgs),
+    /// Remove every federated object before uninstalling, keeping or deleting member objects.
+    #[command(after_help = uninstall::EXAMPLES)]
+    Uninstall(uninstall::UninstallArgs),
     /// Print the version.
     Version,
 }
@@ -255,6 +260,7 @@ pub async fn execute(cli: Cli, ctx: Context) -> anyhow::Result<()> {
         Command::Dashboard(args) => dashboard::run(&global, args, &ctx).await,
         Command::Rollout(cmd) => rollout::run(&global, cmd, &ctx).await,
         Command::Agent(args) => pull::agent(&global, args, &ctx).await,
+        Command::Uninstall(args) => uninstall::run(&global, args, &ctx).await,
         #[cfg(feature = "dev")]
         Command::Dev(cmd) => dev::run(&global, cmd, &ctx).await,
         #[cfg(feature = "dev")]

@@ -6,6 +6,7 @@
 pub mod about;
 pub mod admiralty;
 pub mod alpha;
+pub mod compat;
 pub mod core;
 pub mod crdgen;
 pub mod defaults;
