@@ -3,9 +3,10 @@
 //! A multi-cluster controller runtime for kube-rs, the one Flotilla's own controllers run
 //! on. See docs/library.md for a tutorial and the guarantees.
 //!
-//! - **Clusters** ([`ClusterSet`]): from kubeconfig contexts or the in-cluster config
-//!   ([`sources::StaticClusters`], health-checked), or from Flotilla's KubeFedCluster
-//!   registry ([`kubefed::KubeFedSource`]; clusters join and leave at run time).
+//! - **Clusters** ([`ClusterSet`]): engaged by [`Provider`]s ([`provider`]: kubeconfig
+//!   files, kubeconfig Secrets, ClusterProfiles with exec credential plugins, Flotilla's
+//!   KubeFedCluster registry, namespace-per-cluster for tests), each engagement with a
+//!   cancellation token; or fixed ([`sources::StaticClusters`], health-checked).
 //! - **Watches** ([`MemberWatch`]): one kube-runtime watcher + reflector per Ready cluster
 //!   (with kube's backoff), started when the cluster turns Ready, stopped when it leaves.
 //! - **Controllers** ([`Controller`]): a primary kind, secondary watches with mappers,
@@ -51,14 +52,16 @@ pub mod gc;
 pub mod kubefed;
 pub mod member_watch;
 pub mod ownership;
+pub mod provider;
 pub mod runner;
 pub mod sources;
 pub mod tasks;
 pub mod watch;
 pub mod workqueue;
 
-pub use cluster_set::{ClusterEvent, ClusterSet, ClusterState, ReadyCluster};
+pub use cluster_set::{ClusterEvent, ClusterSet, ClusterState, Engagement, ReadyCluster};
 pub use controller::{Action, Cache, Context, Controller, ControllerMetrics, ObjectKey};
 pub use error::{Error, error_chain};
 pub use member_watch::{ClusterSelector, MemberEvent, MemberWatch, WatchOptions};
 pub use ownership::{DeletionPolicy, MultiClusterOwner};
+pub use provider::{Provider, ProviderHandle};

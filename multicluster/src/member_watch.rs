@@ -25,7 +25,7 @@ use serde::de::DeserializeOwned;
 use tokio::sync::mpsc;
 use tracing::info;
 
-use crate::ClusterSet;
+use crate::{ClusterSet, Provider, ProviderHandle};
 use crate::watch::{Change, FailureLog, WatchParams, watch_into};
 
 /// Which member clusters a watch covers.
@@ -163,6 +163,8 @@ where
     dyntype: K::DynamicType,
     watches: Arc<RwLock<HashMap<String, RunningWatch<K>>>>,
     supervisor: tokio::task::JoinHandle<()>,
+    /// The provider of a watch started with [`MemberWatch::with_provider`].
+    provider: Option<ProviderHandle>,
 }
 
 impl<K: Resource + Clone + 'static> Drop for MemberWatch<K>
@@ -241,7 +243,27 @@ where
             dyntype,
             watches,
             supervisor,
+            provider: None,
         }
+    }
+
+    /// Like [`MemberWatch::start_with`], in the clusters `provider` engages (into a set of
+    /// their own, returned); the provider stops, disengaging them, when the watch is dropped.
+    pub fn with_provider(
+        provider: impl Provider,
+        dyntype: K::DynamicType,
+        options: WatchOptions<K>,
+        on_change: OnChange<K>,
+    ) -> (Self, ClusterSet) {
+        let (set, handle) = ClusterSet::from_provider(provider);
+        let mut watch = Self::start_with(set.clone(), dyntype, options, on_change);
+        watch.provider = Some(handle);
+        (watch, set)
+    }
+
+    /// The provider this watch runs, if it was started with one.
+    pub fn provider(&self) -> Option<&ProviderHandle> {
+        self.provider.as_ref()
     }
 
     fn read(&self) -> std::sync::RwLockReadGuard<'_, HashMap<String, RunningWatch<K>>> {
@@ -359,10 +381,15 @@ async fn supervise<K>(
                 let writer = reflector::store::Writer::<K>::new(dyntype.clone());
                 let store = writer.as_reader();
                 let api = Api::all_with(c.client.clone(), &dyntype);
+                let mut options = options.clone();
+                if options.namespace.is_none() {
+                    // A namespace-per-cluster provider confines the cluster to its namespace.
+                    options.namespace = set.namespace_of(&c.name);
+                }
                 let task = tokio::spawn(run_watch::<K>(
                     c.name.clone(),
                     api,
-                    options.clone(),
+                    options,
                     writer,
                     on_change.clone(),
                 ));
