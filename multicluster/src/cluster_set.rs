@@ -272,7 +272,11 @@ impl ClusterSet {
     /// Removes a cluster from the set; its engagement is cancelled.
     pub fn remove(&self, name: &str) {
         let removed = self.write().remove(name).is_some();
-        let engaged = self.engaged.write().unwrap_or_else(|e| e.into_inner()).remove(name);
+        let engaged = self
+            .engaged
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(name);
         if let Some(engaged) = engaged {
             engaged.token.cancel();
         }
@@ -348,7 +352,10 @@ impl ClusterSet {
 
     /// Clusters that cannot be used, with the reason: see [`ClusterSet::report`].
     pub fn problems(&self) -> BTreeMap<String, String> {
-        self.problems.read().unwrap_or_else(|e| e.into_inner()).clone()
+        self.problems
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
 
     /// Every registered cluster.

@@ -4,12 +4,12 @@
 //! row), so a disconnected cluster stops its watches and a returning one starts them
 //! again. For clusters from Flotilla's registry, see [`crate::kubefed::KubeFedSource`].
 
+use crate::{ClusterSet, Error, provider::health};
 use kube::{
     Client, Config,
     config::{KubeConfigOptions, Kubeconfig},
 };
 use tokio::task::JoinHandle;
-use crate::{ClusterSet, Error, provider::health};
 
 pub use crate::provider::health::{FAILURE_THRESHOLD, PROBE_PERIOD, next_ready};
 
@@ -86,4 +86,3 @@ fn client_from(config: Config, cluster: &str) -> Result<Client, Error> {
         source,
     })
 }
-

@@ -103,7 +103,12 @@ pub async fn engagement_from(
     };
     let config = Config::from_custom_kubeconfig(kubeconfig.clone(), &options)
         .await
-        .map_err(|e| format!("the kubeconfig context cannot be used: {}", kubeconfig_problem(&e)))?;
+        .map_err(|e| {
+            format!(
+                "the kubeconfig context cannot be used: {}",
+                kubeconfig_problem(&e)
+            )
+        })?;
     let identity = identity_of(&context_entries(kubeconfig, context));
     let client = build_client(config).await?;
     Ok(Engagement {
@@ -140,7 +145,10 @@ fn kubeconfig_problem(error: &kube::config::KubeconfigError) -> String {
 /// The entries of the kubeconfig one context is made of.
 fn context_entries(kubeconfig: &Kubeconfig, context: Option<&str>) -> serde_json::Value {
     let name = context.or(kubeconfig.current_context.as_deref());
-    let ctx = kubeconfig.contexts.iter().find(|c| Some(c.name.as_str()) == name);
+    let ctx = kubeconfig
+        .contexts
+        .iter()
+        .find(|c| Some(c.name.as_str()) == name);
     let inner = ctx.and_then(|c| c.context.as_ref());
     let cluster = inner.and_then(|c| kubeconfig.clusters.iter().find(|n| n.name == c.cluster));
     let user = inner.and_then(|c| {

@@ -26,12 +26,12 @@
 //! # }
 //! ```
 
+mod follow;
 pub mod health;
 pub mod kubeconfig;
 pub mod namespaces;
 pub mod profiles;
 pub mod secrets;
-mod follow;
 mod tracker;
 
 use futures::future::BoxFuture;

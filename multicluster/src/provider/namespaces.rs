@@ -7,10 +7,7 @@
 
 use futures::{StreamExt, future::BoxFuture};
 use k8s_openapi::api::core::v1::Namespace;
-use kube::{
-    Api, Client, Config, ResourceExt,
-    runtime::watcher,
-};
+use kube::{Api, Client, Config, ResourceExt, runtime::watcher};
 use tokio_util::sync::CancellationToken;
 
 use super::{Desired, Provider, Tracker, follow::snapshots, kubeconfig::build_client};

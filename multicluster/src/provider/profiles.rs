@@ -58,7 +58,8 @@ impl AccessProviders {
     /// assert!(providers.providers[0].exec_config.provide_cluster_info);
     /// ```
     pub fn parse(text: &str) -> Result<Self, String> {
-        serde_json::from_str(text).map_err(|e| format!("the access provider file does not parse: {e}"))
+        serde_json::from_str(text)
+            .map_err(|e| format!("the access provider file does not parse: {e}"))
     }
 }
 
@@ -106,7 +107,13 @@ pub fn choose<'a>(
             Some((*p, config))
         })
         .ok_or_else(|| {
-            let names = |v: Vec<&str>| if v.is_empty() { "none".into() } else { v.join(", ") };
+            let names = |v: Vec<&str>| {
+                if v.is_empty() {
+                    "none".into()
+                } else {
+                    v.join(", ")
+                }
+            };
             format!(
                 "ClusterProfile {}: none of its access providers ({}) is configured here ({})",
                 profile.name_any(),
@@ -117,7 +124,10 @@ pub fn choose<'a>(
 }
 
 /// A kubeconfig reaching `offered`'s cluster with `config`'s exec plugin (context `profile`).
-pub fn kubeconfig_for(offered: &AccessProvider, config: &AccessProviderConfig) -> Result<Kubeconfig, String> {
+pub fn kubeconfig_for(
+    offered: &AccessProvider,
+    config: &AccessProviderConfig,
+) -> Result<Kubeconfig, String> {
     let kubeconfig = json!({
         "apiVersion": "v1", "kind": "Config",
         "clusters": [{"name": "profile", "cluster": offered.cluster}],
@@ -125,8 +135,12 @@ pub fn kubeconfig_for(offered: &AccessProvider, config: &AccessProviderConfig) -
         "contexts": [{"name": "profile", "context": {"cluster": "profile", "user": "profile"}}],
         "current-context": "profile",
     });
-    serde_json::from_value(kubeconfig)
-        .map_err(|e| format!("access provider {}: not a kubeconfig cluster: {e}", offered.name))
+    serde_json::from_value(kubeconfig).map_err(|e| {
+        format!(
+            "access provider {}: not a kubeconfig cluster: {e}",
+            offered.name
+        )
+    })
 }
 
 async fn desired(profiles: &[std::sync::Arc<ClusterProfile>], access: &AccessProviders) -> Desired {
@@ -208,7 +222,8 @@ mod tests {
 
     #[test]
     fn the_first_offered_provider_with_a_plugin_is_chosen() {
-        let (offered, config) = choose(&profile(&["a", "b", "c"]), &access(&["c", "b"])).unwrap();
+        let (p, a) = (profile(&["a", "b", "c"]), access(&["c", "b"]));
+        let (offered, config) = choose(&p, &a).unwrap();
         assert_eq!((offered.name.as_str(), config.name.as_str()), ("b", "b"));
     }
 
@@ -229,6 +244,9 @@ mod tests {
         let cluster = kubeconfig.clusters[0].cluster.as_ref().unwrap();
         assert_eq!(cluster.server.as_deref(), Some("https://a.example:6443"));
         let user = kubeconfig.auth_infos[0].auth_info.as_ref().unwrap();
-        assert_eq!(user.exec.as_ref().unwrap().command.as_deref(), Some("/bin/a"));
+        assert_eq!(
+            user.exec.as_ref().unwrap().command.as_deref(),
+            Some("/bin/a")
+        );
     }
 }

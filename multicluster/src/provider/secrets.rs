@@ -7,11 +7,7 @@
 
 use futures::{StreamExt, future::BoxFuture};
 use k8s_openapi::api::core::v1::Secret;
-use kube::{
-    Api, Client, ResourceExt,
-    config::Kubeconfig,
-    runtime::watcher,
-};
+use kube::{Api, Client, ResourceExt, config::Kubeconfig, runtime::watcher};
 use tokio_util::sync::CancellationToken;
 
 use super::{Desired, Provider, Tracker, follow::snapshots, kubeconfig::engagement_from};
@@ -49,7 +45,11 @@ impl SecretProvider {
 
 /// The kubeconfig in `secret`'s `key`, or why there is none usable (never quoting it).
 pub fn kubeconfig_of(secret: &Secret, key: &str) -> Result<Kubeconfig, String> {
-    let where_ = format!("Secret {}/{}", secret.namespace().unwrap_or_default(), secret.name_any());
+    let where_ = format!(
+        "Secret {}/{}",
+        secret.namespace().unwrap_or_default(),
+        secret.name_any()
+    );
     let data = secret
         .data
         .as_ref()
@@ -71,7 +71,8 @@ async fn desired(secrets: &[std::sync::Arc<Secret>], key: &str) -> Desired {
         let engagement = match kubeconfig_of(secret, key) {
             Ok(kubeconfig) => {
                 let current = kubeconfig.current_context.clone();
-                let context = current.or_else(|| kubeconfig.contexts.first().map(|c| c.name.clone()));
+                let context =
+                    current.or_else(|| kubeconfig.contexts.first().map(|c| c.name.clone()));
                 engagement_from(&kubeconfig, context.as_deref())
                     .await
                     .map(|mut e| {
@@ -115,7 +116,10 @@ mod tests {
         let mut s = Secret::default();
         s.metadata.name = Some("c1".into());
         s.metadata.namespace = Some("clusters".into());
-        s.data = Some(BTreeMap::from([(DEFAULT_KEY.to_string(), ByteString(data.to_vec()))]));
+        s.data = Some(BTreeMap::from([(
+            DEFAULT_KEY.to_string(),
+            ByteString(data.to_vec()),
+        )]));
         s
     }
 

@@ -114,7 +114,12 @@ impl Tracker {
         let token = self.set.engage(name, engagement);
         if before.is_none_or(|b| b.is_cancelled()) {
             info!(provider = self.provider, cluster = %name, "engaged the cluster");
-            tokio::spawn(health::probe(self.set.clone(), name.to_owned(), client, token));
+            tokio::spawn(health::probe(
+                self.set.clone(),
+                name.to_owned(),
+                client,
+                token,
+            ));
         }
         self.engaged.insert(name.to_owned());
     }
@@ -156,7 +161,10 @@ mod tests {
         let plan = plan(&names(&["bad", "good"]), &names(&[]), &desired);
         assert_eq!(plan.engage, vec!["good"]);
         assert_eq!(plan.disengage, vec!["bad"]);
-        assert_eq!(plan.report, vec![("bad".to_string(), "does not parse".to_string())]);
+        assert_eq!(
+            plan.report,
+            vec![("bad".to_string(), "does not parse".to_string())]
+        );
     }
 
     #[test]
