@@ -35,6 +35,7 @@ mod pki;
 mod ports;
 mod process;
 mod proxy;
+pub mod testkit;
 
 use std::path::PathBuf;
 
