@@ -78,7 +78,11 @@ impl TestClusters {
 
     /// The clusters' names: `host`, `member1`, ….
     pub fn names(&self) -> Vec<String> {
-        self.env.clusters().iter().map(|c| c.name().to_owned()).collect()
+        self.env
+            .clusters()
+            .iter()
+            .map(|c| c.name().to_owned())
+            .collect()
     }
 
     /// A kubeconfig with a context per cluster (named after it) reaching it through its
@@ -174,7 +178,11 @@ impl std::error::Error for TimedOut {}
 
 /// Calls `check` every 100 ms until it returns `Ok`, and returns that value; after
 /// `timeout`, fails saying what was awaited, with the last error.
-pub async fn wait_until<T, E, F, Fut>(timeout: Duration, what: &str, mut check: F) -> Result<T, TimedOut>
+pub async fn wait_until<T, E, F, Fut>(
+    timeout: Duration,
+    what: &str,
+    mut check: F,
+) -> Result<T, TimedOut>
 where
     E: fmt::Display,
     F: FnMut() -> Fut,

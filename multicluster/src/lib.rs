@@ -55,6 +55,7 @@ pub mod member_watch;
 pub mod ownership;
 pub mod provider;
 pub mod runner;
+pub mod shard;
 pub mod sources;
 pub mod sync_state;
 pub mod tasks;

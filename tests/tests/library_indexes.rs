@@ -60,7 +60,10 @@ async fn a_black_holed_cluster_misses_its_sync_timeout_and_the_others_run() -> a
     // Waiting for the caches ends with member2 reported, not stalled on it.
     let problems = wait_until(TIMEOUT, "every cache synced or timed out", || async {
         let problems = cache.wait_for_sync().await;
-        if ["host", "member1", "member2"].iter().all(|c| cache.clusters().contains(&c.to_string())) {
+        if ["host", "member1", "member2"]
+            .iter()
+            .all(|c| cache.clusters().contains(&c.to_string()))
+        {
             Ok(problems)
         } else {
             Err(format!("watched: {:?}", cache.clusters()))
@@ -68,9 +71,15 @@ async fn a_black_holed_cluster_misses_its_sync_timeout_and_the_others_run() -> a
     })
     .await?;
     let reason = problems.get("member2").cloned().unwrap_or_default();
-    ensure!(reason.contains("not synced within"), "problems: {problems:?}");
+    ensure!(
+        reason.contains("not synced within"),
+        "problems: {problems:?}"
+    );
     ensure!(problems.len() == 1, "only member2 misses: {problems:?}");
-    ensure!(cache.sync_state("member1") == Some(SyncState::Synced), "member1 not synced");
+    ensure!(
+        cache.sync_state("member1") == Some(SyncState::Synced),
+        "member1 not synced"
+    );
 
     wait_seen(&seen, "member1", "default", "web").await?;
     let web = cache.by_index("member1", "app", "web");
@@ -84,18 +93,33 @@ async fn a_black_holed_cluster_misses_its_sync_timeout_and_the_others_run() -> a
     kit.heal("member2");
     wait_seen(&seen, "member2", "default", "web").await?;
     wait_until(TIMEOUT, "app=web indexed in both members", || async {
-        let mut found: Vec<String> =
-            cache.by_index_all("app", "web").into_iter().map(|(c, _)| c).collect();
+        let mut found: Vec<String> = cache
+            .by_index_all("app", "web")
+            .into_iter()
+            .map(|(c, _)| c)
+            .collect();
         found.sort();
-        if found == ["member1", "member2"] { Ok(()) } else { Err(format!("{found:?}")) }
+        if found == ["member1", "member2"] {
+            Ok(())
+        } else {
+            Err(format!("{found:?}"))
+        }
     })
     .await?;
-    ensure!(cache.sync_problems().is_empty(), "{:?}", cache.sync_problems());
+    ensure!(
+        cache.sync_problems().is_empty(),
+        "{:?}",
+        cache.sync_problems()
+    );
     // A change moves an object between values.
     apply_configmap(&member1, "default", "web", &[("app", "db")]).await?;
     wait_until(TIMEOUT, "web re-indexed under app=db", || async {
         let db = names(&cache.by_index("member1", "app", "db"));
-        if db == ["owner", "web"] { Ok(()) } else { Err(format!("{db:?}")) }
+        if db == ["owner", "web"] {
+            Ok(())
+        } else {
+            Err(format!("{db:?}"))
+        }
     })
     .await?;
     kit.shutdown().await?;
@@ -103,8 +127,10 @@ async fn a_black_holed_cluster_misses_its_sync_timeout_and_the_others_run() -> a
 }
 
 fn names(list: &[std::sync::Arc<ConfigMap>]) -> Vec<String> {
-    let mut names: Vec<String> =
-        list.iter().map(|c| c.metadata.name.clone().unwrap_or_default()).collect();
+    let mut names: Vec<String> = list
+        .iter()
+        .map(|c| c.metadata.name.clone().unwrap_or_default())
+        .collect();
     names.sort();
     names
 }
@@ -119,7 +145,11 @@ async fn apply_owned(client: &Client, name: &str, owner: &ConfigMap) -> anyhow::
                 "name": owner.metadata.name, "uid": owner.metadata.uid}]},
     });
     Api::<ConfigMap>::namespaced(client.clone(), "default")
-        .patch(name, &PatchParams::apply("library-test").force(), &Patch::Apply(cm))
+        .patch(
+            name,
+            &PatchParams::apply("library-test").force(),
+            &Patch::Apply(cm),
+        )
         .await?;
     Ok(())
 }

@@ -71,13 +71,20 @@ async fn kubeconfig_file(kit: &TestClusters) -> anyhow::Result<()> {
     for name in ["member1", "member2"] {
         wait_seen(&seen, name, "default", "cm").await?;
     }
-    ensure!(set.get("host").is_none(), "a context not asked for was engaged");
+    ensure!(
+        set.get("host").is_none(),
+        "a context not asked for was engaged"
+    );
     let engagement = set.engagement("member1").context("member1 engaged")?;
     task.abort();
     let _ = task.await;
     // The controller (and its provider) is gone: the clusters are disengaged.
     wait_until(TIMEOUT, "member1's engagement cancelled", || async {
-        if engagement.is_cancelled() { Ok(()) } else { Err("still engaged") }
+        if engagement.is_cancelled() {
+            Ok(())
+        } else {
+            Err("still engaged")
+        }
     })
     .await?;
     Ok(())
@@ -97,8 +104,12 @@ async fn put_secret(host: &Client, name: &str, kubeconfig: &[u8]) -> anyhow::Res
         "data": {"kubeconfig": b64(kubeconfig)},
     });
     let api: Api<Secret> = Api::namespaced(host.clone(), "default");
-    api.patch(name, &PatchParams::apply("library-test").force(), &Patch::Apply(secret))
-        .await?;
+    api.patch(
+        name,
+        &PatchParams::apply("library-test").force(),
+        &Patch::Apply(secret),
+    )
+    .await?;
     Ok(())
 }
 
@@ -106,18 +117,33 @@ async fn put_secret(host: &Client, name: &str, kubeconfig: &[u8]) -> anyhow::Res
 /// without its content, and skipped), then fixed; a deleted Secret's cluster leaves.
 async fn kubeconfig_secrets(kit: &TestClusters, host: &Client) -> anyhow::Result<()> {
     put_secret(host, "east", kubeconfig_for(kit, "member1")?.as_bytes()).await?;
-    put_secret(host, "broken", b"users: [{name: u, user: {token: s3cr3t-t0ken}}\n  - [").await?;
+    put_secret(
+        host,
+        "broken",
+        b"users: [{name: u, user: {token: s3cr3t-t0ken}}\n  - [",
+    )
+    .await?;
     let provider = SecretProvider::new(host.clone(), "default", "library-test/cluster=yes");
     let controller = Controller::<ConfigMap>::with_provider("secrets", provider, options());
     let set = controller.cluster_set().clone();
     let (seen, task) = run_recording(controller);
     wait_seen(&seen, "east", "default", "cm").await?;
     let reason = wait_problem(&set, "broken").await?;
-    ensure!(reason.contains("does not parse") && !reason.contains("s3cr3t"), "{reason}");
-    ensure!(set.get("broken").is_none(), "the broken Secret's cluster was engaged");
+    ensure!(
+        reason.contains("does not parse") && !reason.contains("s3cr3t"),
+        "{reason}"
+    );
+    ensure!(
+        set.get("broken").is_none(),
+        "the broken Secret's cluster was engaged"
+    );
     put_secret(host, "broken", kubeconfig_for(kit, "member2")?.as_bytes()).await?;
     wait_seen(&seen, "broken", "default", "cm").await?;
-    ensure!(!set.problems().contains_key("broken"), "{:?}", set.problems());
+    ensure!(
+        !set.problems().contains_key("broken"),
+        "{:?}",
+        set.problems()
+    );
     let east = set.engagement("east").context("east engaged")?;
     Api::<Secret>::namespaced(host.clone(), "default")
         .delete("east", &DeleteParams::default())
@@ -148,20 +174,27 @@ fn write_plugins(dir: &Path, token: &str) -> anyhow::Result<()> {
     Ok(())
 }
 
-async fn put_profile(host: &Client, name: &str, provider: &str, kit: &TestClusters) -> anyhow::Result<()> {
+async fn put_profile(
+    host: &Client,
+    name: &str,
+    provider: &str,
+    kit: &TestClusters,
+) -> anyhow::Result<()> {
     let api: Api<ClusterProfile> = Api::namespaced(host.clone(), "default");
     let profile = json!({
         "apiVersion": "multicluster.x-k8s.io/v1alpha1", "kind": "ClusterProfile",
         "metadata": {"name": name, "labels": {"x-k8s.io/cluster-manager": "another-manager"}},
         "spec": {"clusterManager": {"name": "another-manager"}},
     });
-    api.create(&PostParams::default(), &serde_json::from_value(profile)?).await?;
+    api.create(&PostParams::default(), &serde_json::from_value(profile)?)
+        .await?;
     let member2 = kit.cluster("member2")?;
     let status = json!({"status": {"accessProviders": [{"name": provider, "cluster": {
         "server": member2.server(),
         "certificate-authority-data": b64(member2.ca_pem().as_bytes()),
     }}]}});
-    api.patch_status(name, &PatchParams::default(), &Patch::Merge(status)).await?;
+    api.patch_status(name, &PatchParams::default(), &Patch::Merge(status))
+        .await?;
     Ok(())
 }
 
@@ -172,15 +205,21 @@ async fn cluster_profiles(kit: &TestClusters, host: &Client) -> anyhow::Result<(
     let dir = kit.env().dir().join("plugins");
     std::fs::create_dir_all(&dir)?;
     write_plugins(&dir, kit.cluster("member2")?.admin_token())?;
-    let exec = |script: &str| json!({
-        "apiVersion": "client.authentication.k8s.io/v1", "command": dir.join(script),
-        "env": [{"name": "PLUGIN_DIR", "value": dir}], "provideClusterInfo": true,
-        "interactiveMode": "Never",
-    });
-    let access = AccessProviders::parse(&json!({"providers": [
-        {"name": "good-creds", "execConfig": exec("good.sh")},
-        {"name": "bad-creds", "execConfig": exec("bad.sh")},
-    ]}).to_string()).map_err(anyhow::Error::msg)?;
+    let exec = |script: &str| {
+        json!({
+            "apiVersion": "client.authentication.k8s.io/v1", "command": dir.join(script),
+            "env": [{"name": "PLUGIN_DIR", "value": dir}], "provideClusterInfo": true,
+            "interactiveMode": "Never",
+        })
+    };
+    let access = AccessProviders::parse(
+        &json!({"providers": [
+            {"name": "good-creds", "execConfig": exec("good.sh")},
+            {"name": "bad-creds", "execConfig": exec("bad.sh")},
+        ]})
+        .to_string(),
+    )
+    .map_err(anyhow::Error::msg)?;
     put_profile(host, "profile-good", "good-creds", kit).await?;
     put_profile(host, "profile-failing", "bad-creds", kit).await?;
     put_profile(host, "profile-unknown", "nobody-configured-this", kit).await?;
@@ -191,13 +230,22 @@ async fn cluster_profiles(kit: &TestClusters, host: &Client) -> anyhow::Result<(
     let (seen, task) = run_recording(controller);
     wait_seen(&seen, "profile-good", "default", "cm").await?;
     let info = std::fs::read_to_string(dir.join("exec-info.json"))?;
-    ensure!(info.contains(kit.cluster("member2")?.server()), "exec info: {info}");
+    ensure!(
+        info.contains(kit.cluster("member2")?.server()),
+        "exec info: {info}"
+    );
     let failing = wait_problem(&set, "profile-failing").await?;
-    ensure!(failing.contains("exec credential plugin failed"), "{failing}");
+    ensure!(
+        failing.contains("exec credential plugin failed"),
+        "{failing}"
+    );
     ensure!(!failing.contains("s3cr3t"), "{failing}");
     let unknown = wait_problem(&set, "profile-unknown").await?;
     ensure!(unknown.contains("nobody-configured-this"), "{unknown}");
-    ensure!(set.get("profile-failing").is_none() && set.get("profile-unknown").is_none(), "engaged");
+    ensure!(
+        set.get("profile-failing").is_none() && set.get("profile-unknown").is_none(),
+        "engaged"
+    );
     task.abort();
     Ok(())
 }
@@ -206,10 +254,19 @@ async fn cluster_profiles(kit: &TestClusters, host: &Client) -> anyhow::Result<(
 async fn namespaces(kit: &TestClusters) -> anyhow::Result<()> {
     let member1 = kit.client("member1").await?;
     let api: Api<Namespace> = Api::all(member1.clone());
-    for (name, tenant) in [("tenant-a", true), ("tenant-b", true), ("not-a-tenant", false)] {
-        let labels: BTreeMap<&str, &str> = if tenant { [("tenant", "yes")].into() } else { BTreeMap::new() };
+    for (name, tenant) in [
+        ("tenant-a", true),
+        ("tenant-b", true),
+        ("not-a-tenant", false),
+    ] {
+        let labels: BTreeMap<&str, &str> = if tenant {
+            [("tenant", "yes")].into()
+        } else {
+            BTreeMap::new()
+        };
         let ns = json!({"metadata": {"name": name, "labels": labels}});
-        api.create(&PostParams::default(), &serde_json::from_value(ns)?).await?;
+        api.create(&PostParams::default(), &serde_json::from_value(ns)?)
+            .await?;
         apply_configmap(&member1, name, "cm", &[]).await?;
     }
     let provider = NamespaceProvider::new(kit.proxied_config("member1")?, "tenant=yes");
@@ -218,11 +275,24 @@ async fn namespaces(kit: &TestClusters) -> anyhow::Result<()> {
     let (seen, task) = run_recording(controller);
     for tenant in ["tenant-a", "tenant-b"] {
         wait_seen(&seen, tenant, tenant, "cm").await?;
-        ensure!(set.namespace_of(tenant).as_deref() == Some(tenant), "{tenant} not confined");
-        let namespaces: Vec<_> = cache.list(tenant).iter().map(|c| c.metadata.namespace.clone()).collect();
-        ensure!(namespaces == vec![Some(tenant.to_string())], "{tenant} caches {namespaces:?}");
+        ensure!(
+            set.namespace_of(tenant).as_deref() == Some(tenant),
+            "{tenant} not confined"
+        );
+        let namespaces: Vec<_> = cache
+            .list(tenant)
+            .iter()
+            .map(|c| c.metadata.namespace.clone())
+            .collect();
+        ensure!(
+            namespaces == vec![Some(tenant.to_string())],
+            "{tenant} caches {namespaces:?}"
+        );
     }
-    ensure!(set.get("not-a-tenant").is_none(), "an unlabelled namespace was engaged");
+    ensure!(
+        set.get("not-a-tenant").is_none(),
+        "an unlabelled namespace was engaged"
+    );
     task.abort();
     Ok(())
 }
@@ -232,12 +302,25 @@ async fn namespaces(kit: &TestClusters) -> anyhow::Result<()> {
 async fn kubefed_clusters(kit: &TestClusters, host: &Client) -> anyhow::Result<()> {
     const NS: &str = "kube-federation-system";
     let nsapi: Api<Namespace> = Api::all(host.clone());
-    nsapi.create(&PostParams::default(), &serde_json::from_value(json!({"metadata": {"name": NS}}))?).await?;
+    nsapi
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"metadata": {"name": NS}}))?,
+        )
+        .await?;
     let member2 = kit.cluster("member2")?;
     let mut secret = Secret::default();
     secret.metadata.name = Some("kf-member2-token".into());
-    secret.data = Some([("token".to_string(), ByteString(member2.admin_token().as_bytes().to_vec()))].into());
-    Api::<Secret>::namespaced(host.clone(), NS).create(&PostParams::default(), &secret).await?;
+    secret.data = Some(
+        [(
+            "token".to_string(),
+            ByteString(member2.admin_token().as_bytes().to_vec()),
+        )]
+        .into(),
+    );
+    Api::<Secret>::namespaced(host.clone(), NS)
+        .create(&PostParams::default(), &secret)
+        .await?;
     let clusters: Api<KubeFedCluster> = Api::namespaced(host.clone(), NS);
     let cluster = json!({
         "apiVersion": "core.kubefed.io/v1beta1", "kind": "KubeFedCluster",
@@ -245,19 +328,33 @@ async fn kubefed_clusters(kit: &TestClusters, host: &Client) -> anyhow::Result<(
         "spec": {"apiEndpoint": member2.server(), "caBundle": b64(member2.ca_pem().as_bytes()),
             "secretRef": {"name": "kf-member2-token"}},
     });
-    clusters.create(&PostParams::default(), &serde_json::from_value(cluster)?).await?;
+    clusters
+        .create(&PostParams::default(), &serde_json::from_value(cluster)?)
+        .await?;
     let now = "2026-01-01T00:00:00Z";
     let status = json!({"status": {"conditions": [
         {"type": "Ready", "status": "True", "lastProbeTime": now, "lastTransitionTime": now}]}});
-    clusters.patch_status("kf-member2", &PatchParams::default(), &Patch::Merge(status)).await?;
+    clusters
+        .patch_status("kf-member2", &PatchParams::default(), &Patch::Merge(status))
+        .await?;
     let set = ClusterSet::new();
     let provider = set.start_provider(KubeFedProvider::new(host.clone(), NS));
-    let (seen, task) = run_recording(Controller::<ConfigMap>::new("kubefed", set.clone(), options()));
+    let (seen, task) = run_recording(Controller::<ConfigMap>::new(
+        "kubefed",
+        set.clone(),
+        options(),
+    ));
     wait_seen(&seen, "kf-member2", "default", "cm").await?;
     let engagement = set.engagement("kf-member2").context("engaged")?;
-    clusters.delete("kf-member2", &DeleteParams::default()).await?;
+    clusters
+        .delete("kf-member2", &DeleteParams::default())
+        .await?;
     wait_until(TIMEOUT, "kf-member2 disengaged", || async {
-        if set.get("kf-member2").is_none() && engagement.is_cancelled() { Ok(()) } else { Err("engaged") }
+        if set.get("kf-member2").is_none() && engagement.is_cancelled() {
+            Ok(())
+        } else {
+            Err("engaged")
+        }
     })
     .await?;
     task.abort();

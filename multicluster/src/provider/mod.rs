@@ -57,6 +57,14 @@ pub struct ProviderHandle {
 }
 
 impl ProviderHandle {
+    /// Ends the provider at once, without disengaging anything or cleaning up (as a
+    /// crashed process would): for tests of what others do when a replica dies.
+    pub fn abort(mut self) {
+        if let Some(task) = self.task.take() {
+            task.abort();
+        }
+    }
+
     /// Stops the provider and waits until it has disengaged its clusters.
     pub async fn stop(mut self) {
         self.stop.cancel();

@@ -50,7 +50,14 @@ mod tests {
     fn assignment(peers: &[&str], clusters: &[String]) -> BTreeMap<String, String> {
         clusters
             .iter()
-            .map(|c| (c.clone(), owner(c, peers.iter().copied()).unwrap_or_default().to_owned()))
+            .map(|c| {
+                (
+                    c.clone(),
+                    owner(c, peers.iter().copied())
+                        .unwrap_or_default()
+                        .to_owned(),
+                )
+            })
             .collect()
     }
 

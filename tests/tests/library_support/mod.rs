@@ -36,7 +36,10 @@ async fn record(cm: Arc<ConfigMap>, ctx: Context<SeenKeys>) -> Result<Action, Ne
         cm.metadata.namespace.clone().unwrap_or_default(),
         cm.metadata.name.clone().unwrap_or_default(),
     );
-    ctx.data().lock().unwrap_or_else(|e| e.into_inner()).insert(key);
+    ctx.data()
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .insert(key);
     Ok(Action::await_change())
 }
 
@@ -53,7 +56,11 @@ pub async fn wait_seen(seen: &Seen, cluster: &str, ns: &str, name: &str) -> Resu
     let key = (cluster.to_owned(), ns.to_owned(), name.to_owned());
     wait_until(TIMEOUT, &format!("{key:?} reconciled"), || async {
         let seen = seen.lock().unwrap_or_else(|e| e.into_inner());
-        if seen.contains(&key) { Ok(()) } else { Err(format!("seen: {seen:?}")) }
+        if seen.contains(&key) {
+            Ok(())
+        } else {
+            Err(format!("seen: {seen:?}"))
+        }
     })
     .await
 }
@@ -72,7 +79,10 @@ pub async fn wait_ready(set: &ClusterSet, name: &str) -> Result<(), TimedOut> {
 /// Waits until `set` reports cluster `name` as unusable; returns the reason.
 pub async fn wait_problem(set: &ClusterSet, name: &str) -> Result<String, TimedOut> {
     wait_until(TIMEOUT, &format!("cluster {name} reported"), || async {
-        set.problems().get(name).cloned().ok_or_else(|| format!("problems: {:?}", set.problems()))
+        set.problems()
+            .get(name)
+            .cloned()
+            .ok_or_else(|| format!("problems: {:?}", set.problems()))
     })
     .await
 }
@@ -84,8 +94,10 @@ pub async fn apply_configmap(
     name: &str,
     labels: &[(&str, &str)],
 ) -> anyhow::Result<ConfigMap> {
-    let mut all: std::collections::BTreeMap<String, String> =
-        labels.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+    let mut all: std::collections::BTreeMap<String, String> = labels
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
     all.insert("library-test".into(), "yes".into());
     let cm = ConfigMap {
         metadata: ObjectMeta {
