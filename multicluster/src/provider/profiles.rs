@@ -223,15 +223,15 @@ mod tests {
     #[test]
     fn the_first_offered_provider_with_a_plugin_is_chosen() {
         let (p, a) = (profile(&["a", "b", "c"]), access(&["c", "b"]));
-        let (offered, config) = choose(&p, &a).unwrap();
+        let (offered, config) = choose(&p, &a).expect("present");
         assert_eq!((offered.name.as_str(), config.name.as_str()), ("b", "b"));
     }
 
     #[test]
     fn a_profile_without_a_configured_provider_says_which_exist() {
-        let reason = choose(&profile(&["a"]), &access(&["b"])).unwrap_err();
+        let reason = choose(&profile(&["a"]), &access(&["b"])).expect_err("an error");
         assert!(reason.contains("(a)") && reason.contains("(b)"), "{reason}");
-        let reason = choose(&profile(&[]), &access(&[])).unwrap_err();
+        let reason = choose(&profile(&[]), &access(&[])).expect_err("an error");
         assert!(reason.contains("(none)"), "{reason}");
     }
 
@@ -239,13 +239,16 @@ mod tests {
     fn the_kubeconfig_runs_the_plugin_against_the_offered_server() {
         let p = profile(&["a"]);
         let a = access(&["a"]);
-        let (offered, config) = choose(&p, &a).unwrap();
-        let kubeconfig = kubeconfig_for(offered, config).unwrap();
-        let cluster = kubeconfig.clusters[0].cluster.as_ref().unwrap();
+        let (offered, config) = choose(&p, &a).expect("present");
+        let kubeconfig = kubeconfig_for(offered, config).expect("present");
+        let cluster = kubeconfig.clusters[0].cluster.as_ref().expect("present");
         assert_eq!(cluster.server.as_deref(), Some("https://a.example:6443"));
-        let user = kubeconfig.auth_infos[0].auth_info.as_ref().unwrap();
+        let user = kubeconfig.auth_infos[0]
+            .auth_info
+            .as_ref()
+            .expect("present");
         assert_eq!(
-            user.exec.as_ref().unwrap().command.as_deref(),
+            user.exec.as_ref().expect("present").command.as_deref(),
             Some("/bin/a")
         );
     }

@@ -125,12 +125,13 @@ mod tests {
 
     #[test]
     fn a_kubeconfig_that_does_not_parse_is_refused_without_quoting_it() {
-        let reason = kubeconfig_of(&secret(b"token: s3cr3t: [unclosed"), DEFAULT_KEY).unwrap_err();
+        let reason =
+            kubeconfig_of(&secret(b"token: s3cr3t: [unclosed"), DEFAULT_KEY).expect_err("an error");
         assert!(reason.contains("does not parse"), "{reason}");
         assert!(!reason.contains("s3cr3t"), "{reason}");
-        let reason = kubeconfig_of(&secret(&[0xff, 0xfe]), DEFAULT_KEY).unwrap_err();
+        let reason = kubeconfig_of(&secret(&[0xff, 0xfe]), DEFAULT_KEY).expect_err("an error");
         assert!(reason.contains("not UTF-8"), "{reason}");
-        let reason = kubeconfig_of(&secret(b"x"), "other").unwrap_err();
+        let reason = kubeconfig_of(&secret(b"x"), "other").expect_err("an error");
         assert!(reason.contains("no data key other"), "{reason}");
     }
 

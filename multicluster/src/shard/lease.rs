@@ -52,10 +52,13 @@ pub fn holder(
     }
 }
 
+/// What proves a Lease's holder alive when it changes: holder and renew time.
+type Renewal = (Option<String>, Option<MicroTime>);
+
 /// When each Lease was last seen to change (holder or renew time).
 #[derive(Default)]
 pub struct Observer {
-    seen: HashMap<String, ((Option<String>, Option<MicroTime>), Instant)>,
+    seen: HashMap<String, (Renewal, Instant)>,
 }
 
 impl Observer {
@@ -190,7 +193,7 @@ mod tests {
         observer.observe(&lease);
         std::thread::sleep(Duration::from_millis(20));
         assert!(observer.observe(&lease) >= Duration::from_millis(20));
-        lease.spec.as_mut().unwrap().renew_time = Some(MicroTime(Timestamp::now()));
+        lease.spec.as_mut().expect("present").renew_time = Some(MicroTime(Timestamp::now()));
         assert!(observer.observe(&lease) < Duration::from_millis(20));
     }
 }
