@@ -7,11 +7,11 @@
 
 mod library_support;
 
-use std::{collections::BTreeMap, os::unix::fs::PermissionsExt, path::Path};
+use std::collections::BTreeMap;
 
 use anyhow::{Context as _, ensure};
 use base64::Engine as _;
-use flotilla_crds::{KubeFedCluster, inventory::ClusterProfile};
+use flotilla_crds::KubeFedCluster;
 use flotilla_localenv::testkit::{TestClusters, wait_until};
 use flotilla_multicluster::{
     ClusterSet, Controller, WatchOptions,
@@ -159,45 +159,6 @@ async fn kubeconfig_secrets(kit: &TestClusters, host: &Client) -> anyhow::Result
     Ok(())
 }
 
-/// Writes an exec credential plugin (a shell script) into `dir`: it records the exec
-/// info it was given and prints an ExecCredential with the token in `dir/token`.
-fn write_plugins(dir: &Path, token: &str) -> anyhow::Result<()> {
-    std::fs::write(dir.join("token"), token)?;
-    let good = "#!/bin/sh\nprintf '%s' \"$KUBERNETES_EXEC_INFO\" > \"$PLUGIN_DIR/exec-info.json\"\n\
-        printf '{\"apiVersion\":\"client.authentication.k8s.io/v1\",\"kind\":\"ExecCredential\",\"status\":{\"token\":\"%s\"}}' \"$(cat \"$PLUGIN_DIR/token\")\"\n";
-    let bad = "#!/bin/sh\necho \"s3cr3t-on-stderr\" >&2\nexit 3\n";
-    for (name, text) in [("good.sh", good), ("bad.sh", bad)] {
-        let path = dir.join(name);
-        std::fs::write(&path, text)?;
-        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755))?;
-    }
-    Ok(())
-}
-
-async fn put_profile(
-    host: &Client,
-    name: &str,
-    provider: &str,
-    kit: &TestClusters,
-) -> anyhow::Result<()> {
-    let api: Api<ClusterProfile> = Api::namespaced(host.clone(), "default");
-    let profile = json!({
-        "apiVersion": "multicluster.x-k8s.io/v1alpha1", "kind": "ClusterProfile",
-        "metadata": {"name": name, "labels": {"x-k8s.io/cluster-manager": "another-manager"}},
-        "spec": {"clusterManager": {"name": "another-manager"}},
-    });
-    api.create(&PostParams::default(), &serde_json::from_value(profile)?)
-        .await?;
-    let member2 = kit.cluster("member2")?;
-    let status = json!({"status": {"accessProviders": [{"name": provider, "cluster": {
-        "server": member2.server(),
-        "certificate-authority-data": b64(member2.ca_pem().as_bytes()),
-    }}]}});
-    api.patch_status(name, &PatchParams::default(), &Patch::Merge(status))
-        .await?;
-    Ok(())
-}
-
 /// ClusterProfiles of another cluster manager: one reached through a working exec plugin
 /// (given the cluster's info), one whose plugin fails and one whose access provider is
 /// not configured (both reported and skipped).
@@ -205,24 +166,26 @@ async fn cluster_profiles(kit: &TestClusters, host: &Client) -> anyhow::Result<(
     let dir = kit.env().dir().join("plugins");
     std::fs::create_dir_all(&dir)?;
     write_plugins(&dir, kit.cluster("member2")?.admin_token())?;
-    let exec = |script: &str| {
-        json!({
-            "apiVersion": "client.authentication.k8s.io/v1", "command": dir.join(script),
-            "env": [{"name": "PLUGIN_DIR", "value": dir}], "provideClusterInfo": true,
-            "interactiveMode": "Never",
-        })
-    };
     let access = AccessProviders::parse(
         &json!({"providers": [
-            {"name": "good-creds", "execConfig": exec("good.sh")},
-            {"name": "bad-creds", "execConfig": exec("bad.sh")},
+            {"name": "good-creds", "execConfig": exec_config(&dir, "good.sh")},
+            {"name": "bad-creds", "execConfig": exec_config(&dir, "bad.sh")},
         ]})
         .to_string(),
     )
     .map_err(anyhow::Error::msg)?;
-    put_profile(host, "profile-good", "good-creds", kit).await?;
-    put_profile(host, "profile-failing", "bad-creds", kit).await?;
-    put_profile(host, "profile-unknown", "nobody-configured-this", kit).await?;
+    let member2 = kit.cluster("member2")?;
+    let (server, ca) = (member2.server(), member2.ca_pem());
+    put_profile(host, "profile-good", "good-creds", server, ca).await?;
+    put_profile(host, "profile-failing", "bad-creds", server, ca).await?;
+    put_profile(
+        host,
+        "profile-unknown",
+        "nobody-configured-this",
+        server,
+        ca,
+    )
+    .await?;
     let provider = ClusterProfileProvider::new(host.clone(), "default", access)
         .selector("x-k8s.io/cluster-manager=another-manager");
     let controller = Controller::<ConfigMap>::with_provider("profiles", provider, options());

@@ -115,3 +115,57 @@ pub async fn apply_configmap(
     applied["kind"] = "ConfigMap".into();
     Ok(api.patch(name, &params, &Patch::Apply(applied)).await?)
 }
+
+/// Writes two exec credential plugins (shell scripts) into `dir`: `good.sh` records the
+/// exec info it was given (`dir/exec-info.json`) and prints an ExecCredential with the
+/// token in `dir/token`; `bad.sh` prints a would-be secret on stderr and exits 3.
+pub fn write_plugins(dir: &std::path::Path, token: &str) -> anyhow::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::write(dir.join("token"), token)?;
+    let good = "#!/bin/sh\nprintf '%s' \"$KUBERNETES_EXEC_INFO\" > \"$PLUGIN_DIR/exec-info.json\"\n\
+        printf '{\"apiVersion\":\"client.authentication.k8s.io/v1\",\"kind\":\"ExecCredential\",\"status\":{\"token\":\"%s\"}}' \"$(cat \"$PLUGIN_DIR/token\")\"\n";
+    let bad = "#!/bin/sh\necho \"s3cr3t-on-stderr\" >&2\nexit 3\n";
+    for (name, text) in [("good.sh", good), ("bad.sh", bad)] {
+        let path = dir.join(name);
+        std::fs::write(&path, text)?;
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755))?;
+    }
+    Ok(())
+}
+
+/// The exec configuration running `script` of `dir` (see [`write_plugins`]).
+pub fn exec_config(dir: &std::path::Path, script: &str) -> serde_json::Value {
+    serde_json::json!({
+        "apiVersion": "client.authentication.k8s.io/v1", "command": dir.join(script),
+        "env": [{"name": "PLUGIN_DIR", "value": dir}], "provideClusterInfo": true,
+        "interactiveMode": "Never",
+    })
+}
+
+/// Creates ClusterProfile `name` (cluster manager `another-manager`) in the hub's `default`
+/// namespace, offering access provider `provider` to the API server at `server`.
+pub async fn put_profile(
+    hub: &Client,
+    name: &str,
+    provider: &str,
+    server: &str,
+    ca_pem: &str,
+) -> anyhow::Result<()> {
+    use base64::Engine as _;
+    use flotilla_crds::inventory::ClusterProfile;
+    let api: Api<ClusterProfile> = Api::namespaced(hub.clone(), "default");
+    let profile = serde_json::json!({
+        "apiVersion": "multicluster.x-k8s.io/v1alpha1", "kind": "ClusterProfile",
+        "metadata": {"name": name, "labels": {"x-k8s.io/cluster-manager": "another-manager"}},
+        "spec": {"clusterManager": {"name": "another-manager"}},
+    });
+    api.create(&Default::default(), &serde_json::from_value(profile)?)
+        .await?;
+    let ca = base64::engine::general_purpose::STANDARD.encode(ca_pem);
+    let status = serde_json::json!({"status": {"accessProviders": [{"name": provider, "cluster": {
+        "server": server, "certificate-authority-data": ca,
+    }}]}});
+    api.patch_status(name, &PatchParams::default(), &Patch::Merge(status))
+        .await?;
+    Ok(())
+}
