@@ -36,6 +36,31 @@ use kube::{
 use library_support::*;
 use serde_json::json;
 
+/// Waits for a Warning Event `reason` about `name` in the host's `default` namespace, and
+/// checks it quotes no secret.
+async fn wait_warning(host: &Client, name: &str, reason: &str) -> anyhow::Result<()> {
+    let events = wait_until(
+        TIMEOUT,
+        &format!("a {reason} Event about {name}"),
+        || async {
+            let events = flotilla_tests::assert::events_about(host, "default", name, reason)
+                .await
+                .map_err(|e| e.to_string())?;
+            if events.is_empty() {
+                Err("none yet".to_string())
+            } else {
+                Ok(events)
+            }
+        },
+    )
+    .await?;
+    for event in events {
+        let note = event.note.unwrap_or_default();
+        ensure!(!note.contains("s3cr3t"), "{note}");
+    }
+    Ok(())
+}
+
 fn options() -> WatchOptions<ConfigMap> {
     WatchOptions::all().with_config(watcher::Config::default().labels(TEST_LABEL))
 }
@@ -137,6 +162,7 @@ async fn kubeconfig_secrets(kit: &TestClusters, host: &Client) -> anyhow::Result
         set.get("broken").is_none(),
         "the broken Secret's cluster was engaged"
     );
+    wait_warning(host, "broken", "InvalidKubeconfig").await?;
     put_secret(host, "broken", kubeconfig_for(kit, "member2")?.as_bytes()).await?;
     wait_seen(&seen, "broken", "default", "cm").await?;
     ensure!(
@@ -203,6 +229,7 @@ async fn cluster_profiles(kit: &TestClusters, host: &Client) -> anyhow::Result<(
         "{failing}"
     );
     ensure!(!failing.contains("s3cr3t"), "{failing}");
+    wait_warning(host, "profile-failing", "AccessFailed").await?;
     let unknown = wait_problem(&set, "profile-unknown").await?;
     ensure!(unknown.contains("nobody-configured-this"), "{unknown}");
     ensure!(

@@ -146,6 +146,23 @@ async fn wait_owned_by(record: &Shared, since: usize, peers: &[&str]) -> anyhow:
     Ok(())
 }
 
+/// No overlap all along, and nothing from the killed replica after entry `since`.
+fn check_record(record: &Shared, since: usize) -> anyhow::Result<()> {
+    let r = record.lock().unwrap_or_else(|e| e.into_inner());
+    ensure!(
+        r.overlaps.is_empty(),
+        "reconciled by two replicas at once: {:?}",
+        r.overlaps
+    );
+    let after_kill: BTreeSet<&str> = r.log[since..].iter().map(|(p, _)| p.as_str()).collect();
+    ensure!(
+        !after_kill.contains("replica-b"),
+        "the killed replica reconciled: {after_kill:?}"
+    );
+    println!("reconciles: {} in all, none overlapping", r.log.len());
+    Ok(())
+}
+
 #[tokio::test]
 async fn three_replicas_split_the_clusters_and_a_killed_ones_are_handed_over() -> anyhow::Result<()>
 {
@@ -186,19 +203,7 @@ async fn three_replicas_split_the_clusters_and_a_killed_ones_are_handed_over() -
     let since = record.lock().unwrap_or_else(|e| e.into_inner()).log.len();
     let survivors = ["replica-a", "replica-c"];
     wait_owned_by(&record, since, &survivors).await?;
-    let r = record.lock().unwrap_or_else(|e| e.into_inner());
-    ensure!(
-        r.overlaps.is_empty(),
-        "reconciled by two replicas at once: {:?}",
-        r.overlaps
-    );
-    let after_kill: BTreeSet<&str> = r.log[since..].iter().map(|(p, _)| p.as_str()).collect();
-    ensure!(
-        !after_kill.contains("replica-b"),
-        "the killed replica reconciled: {after_kill:?}"
-    );
-    println!("reconciles: {} in all, none overlapping", r.log.len());
-    drop(r);
+    check_record(&record, since)?;
     for (_, replica) in replicas {
         replica.controller.abort();
         replica.shard.stop().await;

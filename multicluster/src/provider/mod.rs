@@ -26,6 +26,7 @@
 //! # }
 //! ```
 
+mod complaints;
 mod follow;
 pub mod health;
 pub mod kubeconfig;

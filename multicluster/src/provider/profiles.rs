@@ -25,7 +25,10 @@ use serde::{Deserialize, Serialize};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
-use super::{Desired, Provider, Tracker, follow::snapshots, kubeconfig::engagement_from};
+use super::{
+    Desired, Provider, Tracker, complaints::Complaints, follow::snapshots,
+    kubeconfig::engagement_from,
+};
 use crate::ClusterSet;
 
 /// One consumer-side access provider: its name and the exec credential plugin to run.
@@ -173,8 +176,16 @@ impl Provider for ClusterProfileProvider {
             }
             let profiles = snapshots(api, config, stop);
             futures::pin_mut!(profiles);
+            let mut complaints =
+                Complaints::new(self.client.clone(), "multicluster-profiles", "AccessFailed");
             while let Some(profiles) = profiles.next().await {
-                tracker.apply(desired(&profiles, &self.access).await);
+                let desired = desired(&profiles, &self.access).await;
+                for profile in &profiles {
+                    if let Some(Err(reason)) = desired.get(&profile.name_any()) {
+                        complaints.about(profile.as_ref(), reason).await;
+                    }
+                }
+                tracker.apply(desired);
             }
             tracker.release();
         })

@@ -10,7 +10,10 @@ use k8s_openapi::api::core::v1::Secret;
 use kube::{Api, Client, ResourceExt, config::Kubeconfig, runtime::watcher};
 use tokio_util::sync::CancellationToken;
 
-use super::{Desired, Provider, Tracker, follow::snapshots, kubeconfig::engagement_from};
+use super::{
+    Desired, Provider, Tracker, complaints::Complaints, follow::snapshots,
+    kubeconfig::engagement_from,
+};
 use crate::ClusterSet;
 
 /// The data key holding the kubeconfig by default.
@@ -96,8 +99,19 @@ impl Provider for SecretProvider {
             let config = watcher::Config::default().labels(&self.selector);
             let secrets = snapshots(api, config, stop);
             futures::pin_mut!(secrets);
+            let mut complaints = Complaints::new(
+                self.client.clone(),
+                "multicluster-secrets",
+                "InvalidKubeconfig",
+            );
             while let Some(secrets) = secrets.next().await {
-                tracker.apply(desired(&secrets, &self.key).await);
+                let desired = desired(&secrets, &self.key).await;
+                for secret in &secrets {
+                    if let Some(Err(reason)) = desired.get(&secret.name_any()) {
+                        complaints.about(secret.as_ref(), reason).await;
+                    }
+                }
+                tracker.apply(desired);
             }
             tracker.release();
         })
