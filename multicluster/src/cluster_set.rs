@@ -409,3 +409,64 @@ impl ClusterSet {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn engagement(identity: &str) -> Engagement {
+        let config = kube::Config::new(http::Uri::from_static("https://127.0.0.1:1"));
+        Engagement {
+            client: Client::try_from(config).expect("a client (no connection is made)"),
+            labels: BTreeMap::from([("id".to_string(), identity.to_string())]),
+            identity: identity.into(),
+            namespace: Some("ns".into()),
+        }
+    }
+
+    #[tokio::test]
+    async fn engaging_again_with_the_same_identity_keeps_the_engagement() {
+        let set = ClusterSet::new();
+        let first = set.engage("c", engagement("a"));
+        let generation = set.get("c").map(|c| c.client_generation);
+        let again = set.engage("c", engagement("a"));
+        assert!(!first.is_cancelled() && !again.is_cancelled());
+        assert_eq!(set.get("c").map(|c| c.client_generation), generation);
+        assert_eq!(set.namespace_of("c").as_deref(), Some("ns"));
+    }
+
+    #[tokio::test]
+    async fn a_new_identity_or_a_disengagement_cancels_the_engagement() {
+        let set = ClusterSet::new();
+        let first = set.engage("c", engagement("a"));
+        let second = set.engage("c", engagement("b"));
+        assert!(first.is_cancelled() && !second.is_cancelled());
+        assert_eq!(
+            set.get("c").map(|c| c.labels["id"].clone()).as_deref(),
+            Some("b")
+        );
+        set.disengage("c");
+        assert!(second.is_cancelled());
+        assert!(set.get("c").is_none() && set.engagement("c").is_none());
+    }
+
+    #[test]
+    fn problems_are_reported_and_cleared() {
+        let set = ClusterSet::new();
+        let mut changes = set.changes();
+        set.report("bad", Some("does not parse".into()));
+        assert_eq!(
+            set.problems().get("bad").map(String::as_str),
+            Some("does not parse")
+        );
+        assert!(changes.has_changed().unwrap_or(false));
+        changes.mark_unchanged();
+        set.report("bad", Some("does not parse".into()));
+        assert!(
+            !changes.has_changed().unwrap_or(true),
+            "an unchanged report is no change"
+        );
+        set.report("bad", None);
+        assert!(set.problems().is_empty());
+    }
+}

@@ -12,7 +12,7 @@ use std::time::Duration;
 use anyhow::ensure;
 use flotilla_localenv::testkit::{TestClusters, wait_until};
 use flotilla_multicluster::{
-    ClusterSet, Controller, Engagement, SyncState, WatchOptions,
+    Cache, ClusterSet, Controller, Engagement, SyncState, WatchOptions,
     index::{Indexer, OWNER_INDEX},
     provider::kubeconfig::KubeconfigProvider,
 };
@@ -87,41 +87,7 @@ async fn a_black_holed_cluster_misses_its_sync_timeout_and_the_others_run() -> a
     let owned = cache.by_index("member1", OWNER_INDEX, &owner_uid);
     ensure!(names(&owned) == ["owned"], "owned: {:?}", names(&owned));
 
-    // Healed: member2 syncs, and its objects are indexed like everyone else's.
-    let member2 = kit.client("member2").await?;
-    apply_configmap(&member2, "default", "web", &[("app", "web")]).await?;
-    kit.heal("member2");
-    wait_seen(&seen, "member2", "default", "web").await?;
-    wait_until(TIMEOUT, "app=web indexed in both members", || async {
-        let mut found: Vec<String> = cache
-            .by_index_all("app", "web")
-            .into_iter()
-            .map(|(c, _)| c)
-            .collect();
-        found.sort();
-        if found == ["member1", "member2"] {
-            Ok(())
-        } else {
-            Err(format!("{found:?}"))
-        }
-    })
-    .await?;
-    ensure!(
-        cache.sync_problems().is_empty(),
-        "{:?}",
-        cache.sync_problems()
-    );
-    // A change moves an object between values.
-    apply_configmap(&member1, "default", "web", &[("app", "db")]).await?;
-    wait_until(TIMEOUT, "web re-indexed under app=db", || async {
-        let db = names(&cache.by_index("member1", "app", "db"));
-        if db == ["owner", "web"] {
-            Ok(())
-        } else {
-            Err(format!("{db:?}"))
-        }
-    })
-    .await?;
+    healed_and_reindexed(&kit, &cache, &seen).await?;
     kit.shutdown().await?;
     Ok(())
 }
@@ -151,5 +117,49 @@ async fn apply_owned(client: &Client, name: &str, owner: &ConfigMap) -> anyhow::
             &Patch::Apply(cm),
         )
         .await?;
+    Ok(())
+}
+
+/// Healed, member2 syncs and its objects are indexed like everyone else's; a change moves
+/// an object between values.
+async fn healed_and_reindexed(
+    kit: &TestClusters,
+    cache: &Cache<ConfigMap>,
+    seen: &Seen,
+) -> anyhow::Result<()> {
+    let member1 = kit.client("member1").await?;
+    let member2 = kit.client("member2").await?;
+    apply_configmap(&member2, "default", "web", &[("app", "web")]).await?;
+    kit.heal("member2");
+    wait_seen(seen, "member2", "default", "web").await?;
+    wait_until(TIMEOUT, "app=web indexed in both members", || async {
+        let mut found: Vec<String> = cache
+            .by_index_all("app", "web")
+            .into_iter()
+            .map(|(c, _)| c)
+            .collect();
+        found.sort();
+        if found == ["member1", "member2"] {
+            Ok(())
+        } else {
+            Err(format!("{found:?}"))
+        }
+    })
+    .await?;
+    ensure!(
+        cache.sync_problems().is_empty(),
+        "{:?}",
+        cache.sync_problems()
+    );
+    apply_configmap(&member1, "default", "web", &[("app", "db")]).await?;
+    wait_until(TIMEOUT, "web re-indexed under app=db", || async {
+        let db = names(&cache.by_index("member1", "app", "db"));
+        if db == ["owner", "web"] {
+            Ok(())
+        } else {
+            Err(format!("{db:?}"))
+        }
+    })
+    .await?;
     Ok(())
 }

@@ -58,6 +58,16 @@ pub struct KubeFedProvider {
 impl KubeFedProvider {
     /// The KubeFedClusters in `namespace` of the host (Flotilla's default is
     /// `kube-federation-system`).
+    ///
+    /// ```no_run
+    /// use flotilla_multicluster::{ClusterSet, kubefed::KubeFedProvider};
+    /// # async fn demo(host: kube::Client) {
+    /// let set = ClusterSet::new();
+    /// let running = set.start_provider(KubeFedProvider::new(host, "kube-federation-system"));
+    /// // ... later: every registry cluster is disengaged.
+    /// running.stop().await;
+    /// # }
+    /// ```
     pub fn new(host: Client, namespace: impl Into<String>) -> Self {
         KubeFedProvider {
             host,

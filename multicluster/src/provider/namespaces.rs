@@ -21,6 +21,16 @@ pub struct NamespaceProvider {
 
 impl NamespaceProvider {
     /// Namespaces matching label selector `selector` in the cluster `config` reaches.
+    ///
+    /// ```no_run
+    /// use flotilla_multicluster::{Controller, WatchOptions, provider::namespaces::NamespaceProvider};
+    /// # use k8s_openapi::api::core::v1::ConfigMap;
+    /// # async fn demo(config: kube::Config) {
+    /// // Every namespace labelled `tenant=yes` is a cluster of its own.
+    /// let provider = NamespaceProvider::new(config, "tenant=yes");
+    /// let controller = Controller::<ConfigMap>::with_provider("per-tenant", provider, WatchOptions::all());
+    /// # }
+    /// ```
     pub fn new(config: Config, selector: impl Into<String>) -> Self {
         NamespaceProvider {
             config,

@@ -77,6 +77,20 @@ pub struct ClusterProfileProvider {
 impl ClusterProfileProvider {
     /// ClusterProfiles in `namespace` of the hub `client` talks to, reached through the
     /// plugins of `access`.
+    ///
+    /// ```no_run
+    /// use flotilla_multicluster::{
+    ///     ClusterSet,
+    ///     provider::profiles::{AccessProviders, ClusterProfileProvider},
+    /// };
+    /// # async fn demo(hub: kube::Client) -> Result<(), String> {
+    /// let access = AccessProviders::parse(&std::fs::read_to_string("providers.json").unwrap_or_default())?;
+    /// let provider = ClusterProfileProvider::new(hub, "fleet", access)
+    ///     .selector("x-k8s.io/cluster-manager=flotilla");
+    /// let (set, _running) = ClusterSet::from_provider(provider);
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn new(client: Client, namespace: impl Into<String>, access: AccessProviders) -> Self {
         ClusterProfileProvider {
             client,

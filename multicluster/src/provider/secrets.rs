@@ -30,6 +30,17 @@ pub struct SecretProvider {
 impl SecretProvider {
     /// Secrets matching label selector `selector` (e.g. `example.com/cluster=true`) in
     /// `namespace` of the cluster `client` talks to.
+    ///
+    /// ```no_run
+    /// use flotilla_multicluster::{ClusterSet, provider::secrets::SecretProvider};
+    /// # async fn demo(hub: kube::Client) {
+    /// let set = ClusterSet::new();
+    /// let provider = SecretProvider::new(hub, "fleet", "example.com/cluster=true").key("config");
+    /// let _running = set.start_provider(provider);
+    /// // Clusters named after the Secrets; a Secret that does not parse shows here:
+    /// println!("{:?}", set.problems());
+    /// # }
+    /// ```
     pub fn new(client: Client, namespace: impl Into<String>, selector: impl Into<String>) -> Self {
         SecretProvider {
             client,
