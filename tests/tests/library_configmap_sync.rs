@@ -3,7 +3,7 @@
 //! reached through an exec credential plugin and each member's fault proxy). Copies appear,
 //! follow the source, are restored when edited and recreated when deleted; a cluster that
 //! joins gets one; a black-holed cluster does not hold up the others and catches up when
-//! healed; deleting the source collects every copy.
+//! healed; a slow cluster keeps up; deleting the source collects every copy.
 
 #[path = "../../multicluster/examples/configmap_sync/sync.rs"]
 #[allow(dead_code)] // The example's items the test does not call.
@@ -123,6 +123,13 @@ async fn one_configmap_is_kept_in_every_cluster_of_the_profile_set() -> anyhow::
     wait_copy(&member1, "v3").await?;
     kit.heal("member2");
     wait_copy(&member2, "v3").await?;
+
+    // member1 turns slow (each chunk of traffic held 200 ms each way): it still follows.
+    kit.slow("member1", std::time::Duration::from_millis(200));
+    put_source(&hub, "v4").await?;
+    wait_copy(&member1, "v4").await?;
+    wait_copy(&member2, "v4").await?;
+    kit.heal("member1");
 
     // The source is deleted: every copy is collected.
     Api::<ConfigMap>::namespaced(hub.clone(), NS)
