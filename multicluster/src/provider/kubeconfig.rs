@@ -4,7 +4,11 @@
 //! skipped; a file that cannot be read or parsed is reported under the file's name and the
 //! clusters engaged from it are kept.
 
-use std::{path::PathBuf, time::Duration};
+use std::{
+    collections::{HashMap, HashSet},
+    path::PathBuf,
+    time::Duration,
+};
 
 use futures::future::BoxFuture;
 use kube::{
@@ -49,7 +53,7 @@ impl KubeconfigProvider {
         self
     }
 
-    async fn desired(&self) -> Result<Desired, String> {
+    async fn desired(&self, cache: &mut ClientCache) -> Result<Desired, String> {
         let kubeconfig = Kubeconfig::read_from(&self.path)
             .map_err(|_| "the file cannot be read or is not a kubeconfig".to_string())?;
         let mut desired = Desired::new();
@@ -58,7 +62,7 @@ impl KubeconfigProvider {
             if wanted.is_some_and(|w| !w.contains(&named.name)) {
                 continue;
             }
-            let engagement = engagement_from(&kubeconfig, Some(&named.name)).await;
+            let engagement = cache.engagement(&kubeconfig, Some(&named.name)).await;
             desired.insert(named.name.clone(), engagement);
         }
         Ok(desired)
@@ -70,9 +74,11 @@ impl Provider for KubeconfigProvider {
         Box::pin(async move {
             let mut tracker = Tracker::new(set.clone(), "kubeconfig");
             let file = self.path.display().to_string();
+            let mut cache = ClientCache::default();
             loop {
-                match self.desired().await {
+                match self.desired(&mut cache).await {
                     Ok(desired) => {
+                        cache.sweep();
                         set.report(&file, None);
                         tracker.apply(desired);
                     }
@@ -97,26 +103,60 @@ pub async fn engagement_from(
     kubeconfig: &Kubeconfig,
     context: Option<&str>,
 ) -> Result<Engagement, String> {
-    let options = KubeConfigOptions {
-        context: context.map(str::to_owned),
-        ..KubeConfigOptions::default()
-    };
-    let config = Config::from_custom_kubeconfig(kubeconfig.clone(), &options)
-        .await
-        .map_err(|e| {
-            format!(
-                "the kubeconfig context cannot be used: {}",
-                kubeconfig_problem(&e)
-            )
-        })?;
-    let identity = identity_of(&context_entries(kubeconfig, context));
-    let client = build_client(config).await?;
-    Ok(Engagement {
-        client,
-        labels: Default::default(),
-        identity,
-        namespace: None,
-    })
+    ClientCache::default().engagement(kubeconfig, context).await
+}
+
+/// Clients built so far, by the identity of their inputs: a provider that reads unchanged
+/// inputs again reuses the client (an exec credential plugin runs once per identity, not
+/// at every change; the client refreshes its credential itself).
+#[derive(Default)]
+pub struct ClientCache {
+    clients: HashMap<String, Client>,
+    used: HashSet<String>,
+}
+
+impl ClientCache {
+    /// Like [`engagement_from`], reusing the client built for the same inputs.
+    pub async fn engagement(
+        &mut self,
+        kubeconfig: &Kubeconfig,
+        context: Option<&str>,
+    ) -> Result<Engagement, String> {
+        let options = KubeConfigOptions {
+            context: context.map(str::to_owned),
+            ..KubeConfigOptions::default()
+        };
+        let identity = identity_of(&context_entries(kubeconfig, context));
+        self.used.insert(identity.clone());
+        let client = match self.clients.get(&identity) {
+            Some(client) => client.clone(),
+            None => {
+                let config = Config::from_custom_kubeconfig(kubeconfig.clone(), &options)
+                    .await
+                    .map_err(|e| {
+                        format!(
+                            "the kubeconfig context cannot be used: {}",
+                            kubeconfig_problem(&e)
+                        )
+                    })?;
+                let client = build_client(config).await?;
+                self.clients.insert(identity.clone(), client.clone());
+                client
+            }
+        };
+        Ok(Engagement {
+            client,
+            labels: Default::default(),
+            identity,
+            namespace: None,
+        })
+    }
+
+    /// Forgets the clients not asked for since the last call (their inputs are gone).
+    pub fn sweep(&mut self) {
+        let used = std::mem::take(&mut self.used);
+        self.clients.retain(|identity, _| used.contains(identity));
+    }
 }
 
 /// Builds a client off the async workers (an exec credential plugin runs while building).

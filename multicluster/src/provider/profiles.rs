@@ -26,8 +26,7 @@ use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
 use super::{
-    Desired, Provider, Tracker, complaints::Complaints, follow::snapshots,
-    kubeconfig::engagement_from,
+    Desired, Provider, Tracker, complaints::Complaints, follow::snapshots, kubeconfig::ClientCache,
 };
 use crate::ClusterSet;
 
@@ -160,12 +159,17 @@ pub fn kubeconfig_for(
     })
 }
 
-async fn desired(profiles: &[std::sync::Arc<ClusterProfile>], access: &AccessProviders) -> Desired {
+async fn desired(
+    profiles: &[std::sync::Arc<ClusterProfile>],
+    access: &AccessProviders,
+    cache: &mut ClientCache,
+) -> Desired {
     let mut desired = Desired::new();
     for profile in profiles {
         let name = profile.name_any();
         let engagement = match choose(profile, access).and_then(|(o, c)| kubeconfig_for(o, c)) {
-            Ok(kubeconfig) => engagement_from(&kubeconfig, Some("profile"))
+            Ok(kubeconfig) => cache
+                .engagement(&kubeconfig, Some("profile"))
                 .await
                 .map(|mut e| {
                     e.labels = profile.labels().clone();
@@ -176,6 +180,7 @@ async fn desired(profiles: &[std::sync::Arc<ClusterProfile>], access: &AccessPro
         };
         desired.insert(name, engagement);
     }
+    cache.sweep();
     desired
 }
 
@@ -192,8 +197,9 @@ impl Provider for ClusterProfileProvider {
             futures::pin_mut!(profiles);
             let mut complaints =
                 Complaints::new(self.client.clone(), "multicluster-profiles", "AccessFailed");
+            let mut cache = ClientCache::default();
             while let Some(profiles) = profiles.next().await {
-                let desired = desired(&profiles, &self.access).await;
+                let desired = desired(&profiles, &self.access, &mut cache).await;
                 for profile in &profiles {
                     if let Some(Err(reason)) = desired.get(&profile.name_any()) {
                         complaints.about(profile.as_ref(), reason).await;

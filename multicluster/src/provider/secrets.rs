@@ -11,8 +11,7 @@ use kube::{Api, Client, ResourceExt, config::Kubeconfig, runtime::watcher};
 use tokio_util::sync::CancellationToken;
 
 use super::{
-    Desired, Provider, Tracker, complaints::Complaints, follow::snapshots,
-    kubeconfig::engagement_from,
+    Desired, Provider, Tracker, complaints::Complaints, follow::snapshots, kubeconfig::ClientCache,
 };
 use crate::ClusterSet;
 
@@ -79,7 +78,11 @@ pub fn kubeconfig_of(secret: &Secret, key: &str) -> Result<Kubeconfig, String> {
     Ok(kubeconfig)
 }
 
-async fn desired(secrets: &[std::sync::Arc<Secret>], key: &str) -> Desired {
+async fn desired(
+    secrets: &[std::sync::Arc<Secret>],
+    key: &str,
+    cache: &mut ClientCache,
+) -> Desired {
     let mut desired = Desired::new();
     for secret in secrets {
         let engagement = match kubeconfig_of(secret, key) {
@@ -87,7 +90,8 @@ async fn desired(secrets: &[std::sync::Arc<Secret>], key: &str) -> Desired {
                 let current = kubeconfig.current_context.clone();
                 let context =
                     current.or_else(|| kubeconfig.contexts.first().map(|c| c.name.clone()));
-                engagement_from(&kubeconfig, context.as_deref())
+                cache
+                    .engagement(&kubeconfig, context.as_deref())
                     .await
                     .map(|mut e| {
                         e.labels = secret.labels().clone();
@@ -99,6 +103,7 @@ async fn desired(secrets: &[std::sync::Arc<Secret>], key: &str) -> Desired {
         };
         desired.insert(secret.name_any(), engagement);
     }
+    cache.sweep();
     desired
 }
 
@@ -115,8 +120,9 @@ impl Provider for SecretProvider {
                 "multicluster-secrets",
                 "InvalidKubeconfig",
             );
+            let mut cache = ClientCache::default();
             while let Some(secrets) = secrets.next().await {
-                let desired = desired(&secrets, &self.key).await;
+                let desired = desired(&secrets, &self.key, &mut cache).await;
                 for secret in &secrets {
                     if let Some(Err(reason)) = desired.get(&secret.name_any()) {
                         complaints.about(secret.as_ref(), reason).await;
