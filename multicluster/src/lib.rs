@@ -16,6 +16,11 @@
 //! - **Runners** ([`runner`]): the keyed runner (any key type, N workers behind a gate,
 //!   per-key backoff, metrics, graceful stop) and the pass runner (level-triggered passes,
 //!   debounced, periodic, retried) the controllers of Flotilla run on.
+//! - **Indexes and sync timeouts** ([`index`], [`sync_state`]): indexes by label, field or
+//!   owner kept for every cluster; a cluster whose cache does not sync in time is reported
+//!   with a reason instead of stalling the others.
+//! - **Sharding** ([`shard`], experimental): replicas split the clusters by rendezvous
+//!   hashing over peer Leases, with a fence Lease per cluster.
 //! - **Cross-cluster ownership** ([`ownership`], [`gc`]): owner references between
 //!   clusters, a finalizer-based garbage collector, and a collector of dependents whose
 //!   owner is confirmed gone — never of those whose owner's cluster is only unreachable.

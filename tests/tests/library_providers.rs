@@ -87,9 +87,15 @@ async fn providers_engage_clusters_and_skip_the_ones_they_cannot_use() -> anyhow
     Ok(())
 }
 
-/// Contexts of a kubeconfig file: each a cluster, reconciled under its context's name.
+/// Contexts of a kubeconfig file: each a cluster, reconciled under its context's name; a
+/// context removed from the file is disengaged; a file that stops parsing is reported and
+/// the clusters engaged from it are kept.
 async fn kubeconfig_file(kit: &TestClusters) -> anyhow::Result<()> {
-    let provider = KubeconfigProvider::file(kit.kubeconfig_path()).contexts(["member1", "member2"]);
+    let path = kit.env().dir().join("provider.kubeconfig");
+    std::fs::copy(kit.kubeconfig_path(), &path)?;
+    let provider = KubeconfigProvider::file(&path)
+        .contexts(["member1", "member2"])
+        .period(std::time::Duration::from_secs(1));
     let controller = Controller::<ConfigMap>::with_provider("kubeconfig", provider, options());
     let set = controller.cluster_set().clone();
     let (seen, task) = run_recording(controller);
@@ -100,12 +106,33 @@ async fn kubeconfig_file(kit: &TestClusters) -> anyhow::Result<()> {
         set.get("host").is_none(),
         "a context not asked for was engaged"
     );
-    let engagement = set.engagement("member1").context("member1 engaged")?;
+    let (member1, member2) = (
+        set.engagement("member1").context("member1 engaged")?,
+        set.engagement("member2").context("member2 engaged")?,
+    );
+    let mut kubeconfig = Kubeconfig::read_from(&path)?;
+    kubeconfig.contexts.retain(|c| c.name != "member2");
+    std::fs::write(&path, serde_json::to_string(&kubeconfig)?)?;
+    wait_until(TIMEOUT, "member2 disengaged", || async {
+        match (set.get("member2"), member2.is_cancelled()) {
+            (None, true) => Ok(()),
+            _ => Err("still engaged"),
+        }
+    })
+    .await?;
+    std::fs::write(&path, "clusters: [unclosed")?;
+    let file = path.display().to_string();
+    let reason = wait_problem(&set, &file).await?;
+    ensure!(reason.contains("not a kubeconfig"), "{reason}");
+    ensure!(
+        !member1.is_cancelled(),
+        "member1 let go because the file broke"
+    );
     task.abort();
     let _ = task.await;
     // The controller (and its provider) is gone: the clusters are disengaged.
     wait_until(TIMEOUT, "member1's engagement cancelled", || async {
-        if engagement.is_cancelled() {
+        if member1.is_cancelled() {
             Ok(())
         } else {
             Err("still engaged")
