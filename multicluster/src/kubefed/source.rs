@@ -129,6 +129,7 @@ fn follow(
         if built.remove(name).is_some() {
             info!(cluster = %name, "KubeFedCluster deleted; the cluster leaves the set");
             set.remove(name);
+            set.report(name, None);
         }
         return;
     };
@@ -138,9 +139,14 @@ fn follow(
     let inputs = ClientInputs::new(&cluster.spec, namespace, secret.as_deref());
     if built.get(name) != Some(&inputs) {
         let client = match inputs.client() {
-            Ok(client) => Some(client),
+            Ok(client) => {
+                set.report(name, None);
+                Some(client)
+            }
             Err(error) => {
-                warn!(cluster = %name, problem = %crate::error_chain(&error), "no client for the cluster");
+                let problem = crate::error_chain(&error);
+                warn!(cluster = %name, %problem, "no client for the cluster");
+                set.report(name, Some(format!("no client: {problem}")));
                 None
             }
         };
