@@ -30,7 +30,7 @@ impl ClusterSelector {
     }
 }
 
-/// What a [`MemberWatch`] watches in each selected cluster, and what it keeps.
+/// What a [`MemberWatch`](crate::MemberWatch) watches in each selected cluster, and what it keeps.
 pub struct WatchOptions<K> {
     /// The clusters watched.
     pub clusters: ClusterSelector,
@@ -47,8 +47,8 @@ pub struct WatchOptions<K> {
     /// Indexes kept for every cluster watched (see [`crate::index`]).
     pub indexers: Vec<Indexer<K>>,
     /// How long a cluster's cache may take to complete its first list before the cluster
-    /// is reported ([`MemberWatch::sync_problems`]) and no longer waited for
-    /// ([`MemberWatch::wait_for_sync`]); `None`: waited for without limit.
+    /// is reported ([`MemberWatch::sync_problems`](crate::MemberWatch::sync_problems)) and no longer waited for
+    /// ([`MemberWatch::wait_for_sync`](crate::MemberWatch::wait_for_sync)); `None`: waited for without limit.
     pub sync_timeout: Option<Duration>,
 }
 
