@@ -292,7 +292,6 @@ impl ClusterSet {
     /// labels and returns the same token.
     pub fn engage(&self, name: &str, engagement: Engagement) -> CancellationToken {
         self.upsert(name, engagement.labels, Vec::new());
-        self.report(name, None);
         let same = |e: &Engaged| e.identity.as_deref() == Some(engagement.identity.as_str());
         if let Some(current) = self.engaged_of(name).filter(same) {
             return current.token;
