@@ -110,7 +110,22 @@ pub async fn watch_into<K>(
     writer: reflector::store::Writer<K>,
     params: WatchParams,
     shrink: fn(&mut K),
+    on_change: impl FnMut(Change<'_, K>) -> ControlFlow<()>,
+) where
+    K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+    K::DynamicType: Eq + Hash + Clone + Send + Sync,
+{
+    watch_into_reporting(api, writer, params, shrink, on_change, |_| {}).await
+}
+
+/// [`watch_into`], also passing every failure to `on_failure` (after logging it).
+pub async fn watch_into_reporting<K>(
+    api: Api<K>,
+    writer: reflector::store::Writer<K>,
+    params: WatchParams,
+    shrink: fn(&mut K),
     mut on_change: impl FnMut(Change<'_, K>) -> ControlFlow<()>,
+    mut on_failure: impl FnMut(&watcher::Error),
 ) where
     K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
     K::DynamicType: Eq + Hash + Clone + Send + Sync,
@@ -139,6 +154,7 @@ pub async fn watch_into<K>(
             Ok(watcher::Event::Init) => ControlFlow::Continue(()),
             Err(error) => {
                 params.log_failure(&error);
+                on_failure(&error);
                 failures = failures.saturating_add(1);
                 tokio::time::sleep(retry_pause(failures)).await;
                 ControlFlow::Continue(())

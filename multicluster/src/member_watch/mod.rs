@@ -6,11 +6,12 @@
 //! decision about what a change means.
 
 use std::{
-    collections::HashMap,
+    collections::{BTreeMap, HashMap},
     fmt::Debug,
     hash::Hash,
     ops::ControlFlow,
-    sync::{Arc, RwLock},
+    sync::{Arc, Mutex, RwLock},
+    time::{Duration, Instant},
 };
 
 use futures::FutureExt;
@@ -23,104 +24,16 @@ use kube::{
 };
 use serde::de::DeserializeOwned;
 use tokio::sync::mpsc;
-use tracing::info;
+use tracing::{info, warn};
 
-use crate::ClusterSet;
-use crate::watch::{Change, FailureLog, WatchParams, watch_into};
+mod options;
 
-/// Which member clusters a watch covers.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum ClusterSelector {
-    /// Every Ready cluster of the set, including those that join later.
-    All,
-    /// Only this cluster, while it is Ready.
-    Named(String),
-    /// Every Ready cluster but this one (e.g. every member but a central cluster).
-    AllExcept(String),
-}
+use crate::index::{Indexes, name_of};
+use crate::sync_state::{SyncState, lock, sync_state, timed_out_reason};
+use crate::watch::{Change, WatchParams, watch_into_reporting};
+use crate::{ClusterSet, Provider, ProviderHandle};
 
-impl ClusterSelector {
-    /// Whether the selector covers `cluster`.
-    pub fn matches(&self, cluster: &str) -> bool {
-        match self {
-            ClusterSelector::All => true,
-            ClusterSelector::Named(name) => name == cluster,
-            ClusterSelector::AllExcept(name) => name != cluster,
-        }
-    }
-}
-
-/// What a [`MemberWatch`] watches in each selected cluster, and what it keeps.
-pub struct WatchOptions<K> {
-    /// The clusters watched.
-    pub clusters: ClusterSelector,
-    /// Only this namespace (a `metadata.namespace` field selector: list and watch of the
-    /// kind must be granted cluster-wide); `None` for every namespace.
-    pub namespace: Option<String>,
-    /// The watcher's configuration: label and field selectors, page size, ...
-    pub config: watcher::Config,
-    /// A cut applied to every object before it is cached (e.g. drop a status nobody reads).
-    pub shrink: fn(&mut K),
-    /// How loudly a failing watch is logged: `Warn` (an unreachable member), or `Debug` for
-    /// a kind members may not serve (an optional CRD).
-    pub failures: FailureLog,
-}
-
-impl<K> Clone for WatchOptions<K> {
-    fn clone(&self) -> Self {
-        WatchOptions {
-            clusters: self.clusters.clone(),
-            namespace: self.namespace.clone(),
-            config: self.config.clone(),
-            shrink: self.shrink,
-            failures: self.failures,
-        }
-    }
-}
-
-impl<K> WatchOptions<K> {
-    /// Every object of the kind in every Ready cluster, kept whole.
-    pub fn all() -> Self {
-        WatchOptions {
-            clusters: ClusterSelector::All,
-            namespace: None,
-            config: watcher::Config::default(),
-            shrink: |_| {},
-            failures: FailureLog::Warn,
-        }
-    }
-
-    /// For a kind members may not serve (an optional CRD such as the About API's): failed
-    /// watches are logged at debug level and retried with a growing pause.
-    pub fn optional_kind(mut self) -> Self {
-        self.failures = FailureLog::Debug;
-        self
-    }
-
-    /// Only in cluster `name`.
-    pub fn in_cluster(mut self, name: impl Into<String>) -> Self {
-        self.clusters = ClusterSelector::Named(name.into());
-        self
-    }
-
-    /// In every cluster but `name`.
-    pub fn except_cluster(mut self, name: impl Into<String>) -> Self {
-        self.clusters = ClusterSelector::AllExcept(name.into());
-        self
-    }
-
-    /// Only in namespace `ns`.
-    pub fn in_namespace(mut self, ns: impl Into<String>) -> Self {
-        self.namespace = Some(ns.into());
-        self
-    }
-
-    /// With this watcher configuration (selectors).
-    pub fn with_config(mut self, config: watcher::Config) -> Self {
-        self.config = config;
-        self
-    }
-}
+pub use options::{ClusterSelector, WatchOptions};
 
 /// Called for every change in a member, with the cluster's name; breaking ends the
 /// cluster's watch loop (its subscriber is gone).
@@ -153,7 +66,12 @@ where
     generation: u64,
     store: Store<K>,
     task: tokio::task::JoinHandle<()>,
+    started: Instant,
+    failure: Failure,
 }
+
+/// The last failure of a cluster's watch, for the sync-timeout report.
+type Failure = Arc<Mutex<Option<String>>>;
 
 /// One kind watched in every Ready member, label-filtered, each with its own cache.
 pub struct MemberWatch<K: Resource + Clone + 'static>
@@ -163,6 +81,10 @@ where
     dyntype: K::DynamicType,
     watches: Arc<RwLock<HashMap<String, RunningWatch<K>>>>,
     supervisor: tokio::task::JoinHandle<()>,
+    indexes: Arc<Indexes<K>>,
+    sync_timeout: Option<Duration>,
+    /// The provider of a watch started with [`MemberWatch::with_provider`].
+    provider: Option<ProviderHandle>,
 }
 
 impl<K: Resource + Clone + 'static> Drop for MemberWatch<K>
@@ -230,18 +152,45 @@ where
         on_change: OnChange<K>,
     ) -> Self {
         let watches: Arc<RwLock<HashMap<String, RunningWatch<K>>>> = Arc::default();
+        let indexes = Arc::new(Indexes::new(options.indexers.clone()));
+        let sync_timeout = options.sync_timeout;
         let supervisor = tokio::spawn(supervise::<K>(
             set,
             dyntype.clone(),
             options,
-            on_change,
-            watches.clone(),
+            Watched {
+                on_change,
+                watches: watches.clone(),
+                indexes: indexes.clone(),
+            },
         ));
         MemberWatch {
             dyntype,
             watches,
             supervisor,
+            indexes,
+            sync_timeout,
+            provider: None,
         }
+    }
+
+    /// Like [`MemberWatch::start_with`], in the clusters `provider` engages (into a set of
+    /// their own, returned); the provider stops, disengaging them, when the watch is dropped.
+    pub fn with_provider(
+        provider: impl Provider,
+        dyntype: K::DynamicType,
+        options: WatchOptions<K>,
+        on_change: OnChange<K>,
+    ) -> (Self, ClusterSet) {
+        let (set, handle) = ClusterSet::from_provider(provider);
+        let mut watch = Self::start_with(set.clone(), dyntype, options, on_change);
+        watch.provider = Some(handle);
+        (watch, set)
+    }
+
+    /// The provider this watch runs, if it was started with one.
+    pub fn provider(&self) -> Option<&ProviderHandle> {
+        self.provider.as_ref()
     }
 
     fn read(&self) -> std::sync::RwLockReadGuard<'_, HashMap<String, RunningWatch<K>>> {
@@ -292,6 +241,100 @@ where
     pub fn clusters(&self) -> Vec<String> {
         self.read().keys().cloned().collect()
     }
+
+    /// The cached objects of `cluster` found under `value` in index `index` (see
+    /// [`WatchOptions::index`]).
+    pub fn by_index(&self, cluster: &str, index: &str, value: &str) -> Vec<Arc<K>> {
+        self.indexes
+            .lookup(cluster, index, value)
+            .into_iter()
+            .filter_map(|(ns, name)| self.get(cluster, ns.as_deref(), &name))
+            .collect()
+    }
+
+    /// [`MemberWatch::by_index`] in every watched cluster, with the cluster.
+    pub fn by_index_all(&self, index: &str, value: &str) -> Vec<(String, Arc<K>)> {
+        let mut found = Vec::new();
+        for cluster in self.clusters() {
+            let objects = self.by_index(&cluster, index, value);
+            found.extend(objects.into_iter().map(|o| (cluster.clone(), o)));
+        }
+        found
+    }
+
+    /// Where the cache of `cluster` stands; `None` when the cluster is not watched.
+    pub fn sync_state(&self, cluster: &str) -> Option<SyncState> {
+        let watches = self.read();
+        let w = watches.get(cluster)?;
+        let synced = matches!(w.store.wait_until_ready().now_or_never(), Some(Ok(())));
+        let failure = lock(&w.failure).clone();
+        Some(sync_state(
+            synced,
+            w.started.elapsed(),
+            self.sync_timeout,
+            failure,
+        ))
+    }
+
+    /// The watched clusters whose cache missed the sync timeout, with the reason.
+    pub fn sync_problems(&self) -> BTreeMap<String, String> {
+        self.clusters()
+            .into_iter()
+            .filter_map(|c| match self.sync_state(&c) {
+                Some(SyncState::TimedOut { reason }) => Some((c, reason)),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// Waits until the cache of every watched cluster is synced or has missed the sync
+    /// timeout (checked every 100 ms), and returns those that missed it: one unreachable
+    /// cluster does not stall the others. Without a timeout, waits for every cluster.
+    pub async fn wait_for_sync(&self) -> BTreeMap<String, String> {
+        loop {
+            let states: Vec<_> = self
+                .clusters()
+                .iter()
+                .filter_map(|c| self.sync_state(c))
+                .collect();
+            if states.iter().all(|s| !matches!(s, SyncState::Syncing)) {
+                return self.sync_problems();
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+}
+
+/// `on_change` after the cluster's indexes have taken the change in.
+fn indexed<K>(
+    indexes: &Arc<Indexes<K>>,
+    store: &Store<K>,
+    dyntype: &K::DynamicType,
+    on_change: OnChange<K>,
+) -> OnChange<K>
+where
+    K: Resource + Clone + Send + Sync + 'static,
+    K::DynamicType: Eq + Hash + Clone + Send + Sync,
+{
+    if indexes.is_empty() {
+        return on_change;
+    }
+    let (indexes, store, dyntype) = (indexes.clone(), store.clone(), dyntype.clone());
+    Arc::new(move |cluster, change| {
+        match &change {
+            Change::Object(o) => {
+                let key = name_of(*o);
+                let mut at = ObjectRef::<K>::new_with(&key.1, dyntype.clone());
+                if let Some(ns) = &key.0 {
+                    at = at.within(ns);
+                }
+                let current = store.get(&at);
+                indexes.update(cluster, key, current.as_deref());
+            }
+            Change::Synced => indexes.rebuild(cluster, &store.state()),
+        }
+        on_change(cluster, change)
+    })
 }
 
 /// A change callback that sends every change as a [`MemberEvent`] to `events`, and breaks
@@ -315,12 +358,21 @@ fn forward_to<K: Resource>(events: mpsc::UnboundedSender<MemberEvent>) -> OnChan
     })
 }
 
+/// What the supervisor keeps up to date, and whom it reports to.
+struct Watched<K: Resource + Clone + 'static>
+where
+    K::DynamicType: Eq + Hash + Clone,
+{
+    on_change: OnChange<K>,
+    watches: Arc<RwLock<HashMap<String, RunningWatch<K>>>>,
+    indexes: Arc<Indexes<K>>,
+}
+
 async fn supervise<K>(
     set: ClusterSet,
     dyntype: K::DynamicType,
     options: WatchOptions<K>,
-    on_change: OnChange<K>,
-    watches: Arc<RwLock<HashMap<String, RunningWatch<K>>>>,
+    watched: Watched<K>,
 ) where
     K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
     K::DynamicType: Eq + Hash + Clone + Send + Sync + Debug,
@@ -333,7 +385,7 @@ async fn supervise<K>(
             .filter(|c| options.clusters.matches(&c.name))
             .collect();
         {
-            let mut running = watches.write().unwrap_or_else(|e| e.into_inner());
+            let mut running = watched.watches.write().unwrap_or_else(|e| e.into_inner());
             // Stop watches of clusters that left, turned unready or got a new client.
             let stale: Vec<String> = running
                 .iter()
@@ -347,6 +399,7 @@ async fn supervise<K>(
             for name in stale {
                 if let Some(w) = running.remove(&name) {
                     w.task.abort();
+                    watched.indexes.drop_cluster(&name);
                     info!(cluster = %name, kind = ?dyntype, "stopped member watch");
                 }
             }
@@ -359,12 +412,24 @@ async fn supervise<K>(
                 let writer = reflector::store::Writer::<K>::new(dyntype.clone());
                 let store = writer.as_reader();
                 let api = Api::all_with(c.client.clone(), &dyntype);
+                let mut options = options.clone();
+                if options.namespace.is_none() {
+                    // A namespace-per-cluster provider confines the cluster to its namespace.
+                    options.namespace = set.namespace_of(&c.name);
+                }
+                let failure = Failure::default();
+                let on_change = indexed(
+                    &watched.indexes,
+                    &store,
+                    &dyntype,
+                    watched.on_change.clone(),
+                );
                 let task = tokio::spawn(run_watch::<K>(
                     c.name.clone(),
                     api,
-                    options.clone(),
+                    options,
                     writer,
-                    on_change.clone(),
+                    (on_change, failure.clone()),
                 ));
                 info!(cluster = %c.name, kind = ?dyntype, "started member watch");
                 running.insert(
@@ -373,6 +438,8 @@ async fn supervise<K>(
                         generation: c.client_generation,
                         store,
                         task,
+                        started: Instant::now(),
+                        failure,
                     },
                 );
             }
@@ -389,11 +456,13 @@ async fn run_watch<K>(
     api: Api<K>,
     options: WatchOptions<K>,
     writer: reflector::store::Writer<K>,
-    on_change: OnChange<K>,
+    (on_change, failure): (OnChange<K>, Failure),
 ) where
     K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
     K::DynamicType: Eq + Hash + Clone + Send + Sync,
 {
+    let store = writer.as_reader();
+    let timeout = options.sync_timeout;
     let mut config = options.config;
     if let Some(ns) = &options.namespace {
         // kube builds a namespaced URL only for kinds known to be namespaced at compile
@@ -407,10 +476,23 @@ async fn run_watch<K>(
     }
     let mut params = WatchParams::member(cluster.clone(), config);
     params.failures = options.failures;
-    watch_into(api, writer, params, options.shrink, |change| {
-        on_change(&cluster, change)
-    })
-    .await
+    let watch = watch_into_reporting(
+        api,
+        writer,
+        params,
+        options.shrink,
+        |change| on_change(&cluster, change),
+        |error| *lock(&failure) = Some(crate::error_chain(error)),
+    );
+    let deadline = async {
+        let Some(timeout) = timeout else { return };
+        tokio::time::sleep(timeout).await;
+        if store.wait_until_ready().now_or_never().is_none() {
+            let reason = timed_out_reason(timeout, lock(&failure).clone());
+            warn!(cluster = %cluster, %reason, "member cache not synced; not waited for");
+        }
+    };
+    futures::join!(watch, deadline);
 }
 
 #[cfg(test)]
