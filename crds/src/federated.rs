@@ -205,7 +205,7 @@ pub struct FederatedStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rollout: Option<crate::rollout::RolloutStatus>,
     /// Flotilla extension: the last drift seen per member cluster — fields another writer
-    /// changed, who, and whether Flotilla repaired it (see [`crate::drift`]).
+    /// changed, who, and whether Flotilla repaired it (`flotilla.io/drift-policy`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub drift: Vec<crate::drift::ClusterDrift>,
 }

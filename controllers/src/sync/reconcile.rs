@@ -10,6 +10,7 @@ use std::{
 
 use flotilla_crds::{
     AggregateReason, RECREATE_ON_IMMUTABLE_ANNOTATION,
+    drift::Policy,
     federated::{FederatedSpec, FederatedStatus},
 };
 use futures::future::join_all;
@@ -23,6 +24,7 @@ use super::{
     ctl::Ctl,
     deletion::{has_finalizer, no_client},
     dispatch::{MemberOp, MemberRef},
+    drift::{self, DriftContext, DriftRound},
     plan::{self, DesiredFor, DesiredSet, Observed, Op, Outcome, pipeline},
     rollout::{Members, RolloutRound},
     scheduled::{self, Scheduling},
@@ -43,6 +45,8 @@ struct Round {
     waiting: BTreeMap<String, bool>,
     /// The earliest time a lagging cache should be looked at again.
     recheck: Option<Duration>,
+    /// Member objects another writer changed, and the clusters looked at.
+    drift: DriftRound,
 }
 
 /// Per-reconcile facts every cluster's write needs.
@@ -54,6 +58,8 @@ struct WriteContext<'a> {
     recreate: bool,
     /// kubefed's `deleteoption` annotation, also used when a cluster is deselected.
     delete_params: kube::api::DeleteParams,
+    /// The drift policy and what the drift check reads.
+    drift: DriftContext<'a>,
 }
 
 impl Ctl {
@@ -156,9 +162,13 @@ impl Ctl {
                 return Action::Backoff { recheck: None };
             }
         };
-        let cx = self.write_context(key, fed, &spec, &desired);
+        let policy = self.drift_policy(key, fed).await;
+        let cx = self.write_context(key, fed, &spec, &desired, policy, &previous);
         let mut round = self
             .propagate(&snapshot, observed, &selected, host_ns_uid.as_deref(), &cx)
+            .await;
+        let drift = self
+            .settle_drift(fed, &cx.drift, &round.drift, &round.outcomes, &selected)
             .await;
         let backoff = plan::needs_backoff(round.outcomes.values());
         let registered: BTreeSet<String> = snapshot.iter().map(|c| c.name.clone()).collect();
@@ -190,6 +200,7 @@ impl Ctl {
             aggregated,
             scheduling,
             rollout: rollout.as_ref(),
+            drift: Some(drift),
         };
         self.write_status(fed, update).await;
         self.publish_decision(fed, scheduling).await;
@@ -238,6 +249,7 @@ impl Ctl {
             aggregated: None,
             scheduling: Scheduling::of(None, previous.placement.is_some()),
             rollout: None,
+            drift: None,
         };
         self.write_status(fed, update).await;
     }
@@ -271,6 +283,12 @@ impl Ctl {
                 round.waiting.insert(cluster.name.clone(), is_selected);
                 continue;
             }
+            let op = if cluster.pull {
+                op
+            } else {
+                let (name, desired) = (&cluster.name, cx.desired);
+                self.drift_check(name, op, &observed, desired, &cx.drift, &mut round.drift)
+            };
             jobs.push(self.run_cluster(cluster, is_selected, op, observed, cx));
         }
         round.outcomes = join_all(jobs).await.into_iter().collect();
@@ -303,6 +321,8 @@ impl Ctl {
         fed: &DynamicObject,
         spec: &FederatedSpec,
         desired: &'a DesiredSet,
+        policy: Policy,
+        previous: &'a FederatedStatus,
     ) -> WriteContext<'a> {
         WriteContext {
             key,
@@ -314,6 +334,12 @@ impl Ctl {
                 .get(RECREATE_ON_IMMUTABLE_ANNOTATION)
                 .is_some_and(|v| v == "true"),
             delete_params: self.delete_options(fed),
+            drift: DriftContext {
+                key,
+                policy,
+                retain_replicas: spec.retain_replicas,
+                previous,
+            },
         }
     }
 
@@ -355,6 +381,7 @@ impl Ctl {
                 } else {
                     object
                 };
+                let object = drift::keep_ignored(object, &observed, &cx.drift.policy);
                 MemberOp::Update {
                     object,
                     recreate: cx.recreate,

@@ -39,7 +39,10 @@ pub struct Finding {
 impl Finding {
     /// The drifted fields' JSON pointers.
     pub fn pointers(&self) -> Vec<&str> {
-        self.differences.iter().map(|d| d.pointer.as_str()).collect()
+        self.differences
+            .iter()
+            .map(|d| d.pointer.as_str())
+            .collect()
     }
 
     /// The writer a fight is counted against (the latest owner; `unknown` without one).
@@ -79,7 +82,12 @@ pub fn decide(input: &Input<'_>) -> Verdict {
     let differences: Vec<Difference> = all
         .into_iter()
         .filter(|d| !input.policy.ignores(&d.pointer))
-        .filter(|d| !input.retained.iter().any(|r| super::is_within(&d.pointer, r)))
+        .filter(|d| {
+            !input
+                .retained
+                .iter()
+                .any(|r| super::is_within(&d.pointer, r))
+        })
         .collect();
     if differences.is_empty() {
         return Verdict::Ignored;
@@ -148,7 +156,12 @@ pub fn entry(
         })
         .collect();
     let more_fields = finding.differences.len().saturating_sub(MAX_FIELDS) as u32;
-    let managers: Vec<DriftManager> = finding.managers.iter().take(MAX_MANAGERS).cloned().collect();
+    let managers: Vec<DriftManager> = finding
+        .managers
+        .iter()
+        .take(MAX_MANAGERS)
+        .cloned()
+        .collect();
     let mut drift = ClusterDrift {
         cluster: cluster.to_string(),
         state: state.as_str().to_string(),
@@ -247,7 +260,10 @@ mod tests {
                 live: "5".into()
             }]
         );
-        assert_eq!(e.summary(), "spec.replicas changed by kubectl-scale (Update)");
+        assert_eq!(
+            e.summary(),
+            "spec.replicas changed by kubectl-scale (Update)"
+        );
     }
 
     #[test]
@@ -289,9 +305,16 @@ mod tests {
         let f = finding(decide_with(&Policy::default(), &history, None));
         assert_eq!(f.state, DriftState::Fight);
         let e = entry("m1", &f, false, false, None, "T");
-        assert_eq!((e.state.as_str(), e.repaired_at.as_deref()), ("Fight", None));
+        assert_eq!(
+            (e.state.as_str(), e.repaired_at.as_deref()),
+            ("Fight", None)
+        );
         // The fight outlives the memory of the repairs (a restart) while the field differs.
-        let f = finding(decide_with(&Policy::default(), &History::default(), Some(&e)));
+        let f = finding(decide_with(
+            &Policy::default(),
+            &History::default(),
+            Some(&e),
+        ));
         assert_eq!(f.state, DriftState::Fight);
     }
 

@@ -38,7 +38,13 @@ pub fn digest(managed_fields: &[Value], object: &Value, own: &[&str]) -> Vec<Man
             if own.contains(&manager) {
                 return None;
             }
-            let text = |k: &str| entry.get(k).and_then(Value::as_str).unwrap_or("").to_string();
+            let text = |k: &str| {
+                entry
+                    .get(k)
+                    .and_then(Value::as_str)
+                    .unwrap_or("")
+                    .to_string()
+            };
             let mut fields = Vec::new();
             if let Some(Value::Object(top)) = entry.get("fieldsV1") {
                 for (key, child) in top {
@@ -69,32 +75,37 @@ fn top_level(key: &str, child: &Value, object: &Value, out: &mut Vec<String>) {
                     if let Some(set) = meta.get(&format!("f:{sub}")) {
                         let at = pointer_push("/metadata", sub);
                         let live = object.pointer(&at);
-                        walk(set, &at, live, out);
+                        walk(set, &at, live, false, out);
                     }
                 }
             }
         }
         _ => {
             let at = pointer_push("", name);
-            walk(child, &at, object.get(name), out);
+            walk(child, &at, object.get(name), false, out);
         }
     }
 }
 
-fn walk(set: &Value, at: &str, live: Option<&Value>, out: &mut Vec<String>) {
+/// `item`: the set is a list item's (its `.` — the item itself — is kept; a map's `.` says
+/// no more than its fields do).
+fn walk(set: &Value, at: &str, live: Option<&Value>, item: bool, out: &mut Vec<String>) {
     let Some(children) = set.as_object().filter(|m| !m.is_empty()) else {
         out.push(at.to_string());
         return;
     };
     for (key, child) in children {
         if key == "." {
-            out.push(at.to_string());
+            if item {
+                out.push(at.to_string());
+            }
             continue;
         }
         let Some((token, next)) = resolve(key, live) else {
             continue;
         };
-        walk(child, &pointer_push(at, &token), next, out);
+        let item = !key.starts_with("f:");
+        walk(child, &pointer_push(at, &token), next, item, out);
     }
 }
 
@@ -151,11 +162,9 @@ pub fn owners(digest: &[ManagerDigest], pointers: &[&str]) -> Vec<DriftManager> 
     let mut found: Vec<DriftManager> = digest
         .iter()
         .filter(|d| {
-            pointers.iter().any(|p| {
-                d.fields
-                    .iter()
-                    .any(|f| is_within(f, p) || is_within(p, f))
-            })
+            pointers
+                .iter()
+                .any(|p| d.fields.iter().any(|f| is_within(f, p) || is_within(p, f)))
         })
         .map(|d| DriftManager {
             manager: d.manager.clone(),
@@ -209,15 +218,17 @@ mod tests {
         let managers: Vec<&str> = d.iter().map(|m| m.manager.as_str()).collect();
         assert_eq!(
             managers,
-            ["kube-controller-manager", "kubectl-scale", "kubectl-edit", "injector"],
+            [
+                "kube-controller-manager",
+                "kubectl-scale",
+                "kubectl-edit",
+                "injector"
+            ],
             "flotilla's own entry and a status-only entry are dropped"
         );
         assert_eq!(
             d[0].fields,
-            [
-                "/metadata/annotations",
-                "/metadata/annotations/deployment.kubernetes.io~1revision"
-            ]
+            ["/metadata/annotations/deployment.kubernetes.io~1revision"]
         );
         assert_eq!(d[1].fields, ["/spec/replicas"]);
         assert_eq!(d[2].fields, ["/spec/template/spec/containers/0/image"]);
@@ -267,5 +278,48 @@ mod tests {
             d[0].fields,
             ["/spec/args/1", "/spec/ips/1", "/spec/ports/0/name"]
         );
+    }
+
+    /// A Deployment's `managedFields` as a v1.20 member holds them after Flotilla's apply
+    /// and the deployment controller's status updates, and after a `kubectl scale`.
+    fn deployment_managed_fields() -> Vec<Value> {
+        let conditions = json!({"k:{\"type\":\"Available\"}": {".": {}, "f:lastTransitionTime": {},
+            "f:lastUpdateTime": {}, "f:message": {}, "f:reason": {}, "f:status": {}, "f:type": {}},
+            "k:{\"type\":\"Progressing\"}": {".": {}, "f:lastTransitionTime": {},
+            "f:lastUpdateTime": {}, "f:message": {}, "f:reason": {}, "f:status": {}, "f:type": {}}});
+        vec![
+            json!({"manager": "flotilla", "operation": "Apply", "apiVersion": "apps/v1",
+                "time": "2026-11-24T18:00:00Z", "fieldsType": "FieldsV1", "fieldsV1": {
+                "f:metadata": {"f:annotations": {"f:flotilla.io/desired-hash": {}},
+                    "f:labels": {"f:kubefed.io/managed": {}}},
+                "f:spec": {"f:replicas": {}, "f:selector": {"f:matchLabels": {"f:app": {}}},
+                    "f:template": {"f:metadata": {"f:labels": {"f:app": {}}},
+                        "f:spec": {"f:containers": {"k:{\"name\":\"web\"}": {".": {},
+                            "f:image": {}, "f:name": {}}}}}}}}),
+            json!({"manager": "kube-controller-manager", "operation": "Update", "apiVersion": "apps/v1",
+                "time": "2026-11-24T18:00:01Z", "fieldsType": "FieldsV1", "fieldsV1": {
+                "f:metadata": {"f:annotations": {".": {}, "f:deployment.kubernetes.io/revision": {}}},
+                "f:status": {"f:conditions": conditions, "f:observedGeneration": {},
+                    "f:replicas": {}, "f:unavailableReplicas": {}, "f:updatedReplicas": {}}}}),
+            json!({"manager": "kubectl-scale", "operation": "Update", "apiVersion": "apps/v1",
+                "time": "2026-11-24T18:00:02Z", "fieldsType": "FieldsV1",
+                "fieldsV1": {"f:spec": {"f:replicas": {}}}}),
+        ]
+    }
+
+    #[test]
+    fn a_deployments_digest_is_a_small_fraction_of_its_managed_fields() {
+        let object = json!({"spec": {"replicas": 5, "template": {"spec": {"containers": [
+            {"name": "web", "image": "nginx:1"}]}}}});
+        let all = deployment_managed_fields();
+        for (what, entries) in [("steady", &all[..2]), ("after kubectl scale", &all[..])] {
+            let full = serde_json::to_string(entries).expect("json").len();
+            let kept = encode(&digest(entries, &object, &["flotilla"]))
+                .map_or(0, |d| d.len() + super::super::DIGEST_ANNOTATION.len());
+            // `cargo test -p flotilla-crds --lib digest -- --nocapture` prints the figures
+            // docs/benchmarks.md quotes.
+            println!("{what}: managedFields {full} bytes of JSON, digest annotation {kept} bytes");
+            assert!(kept * 4 < full, "{what}: {kept} of {full}");
+        }
     }
 }

@@ -47,8 +47,7 @@ impl History {
     /// Remembers a repair, forgetting those out of the window.
     pub fn record(&mut self, repair: Repair) {
         let now = repair.at;
-        self.repairs
-            .retain(|r| now - r.at < FIGHT_WINDOW_SECONDS);
+        self.repairs.retain(|r| now - r.at < FIGHT_WINDOW_SECONDS);
         if self.repairs.len() >= KEPT {
             self.repairs.pop_front();
         }

@@ -64,7 +64,9 @@ pub enum PolicyError {
     #[error("{POLICY_ANNOTATION} is {0:?}; expected Repair, Report or Ignore")]
     UnknownMode(String),
     /// `Ignore` without any path.
-    #[error("{POLICY_ANNOTATION}: Ignore needs the fields in {IGNORE_ANNOTATION} (e.g. spec.replicas)")]
+    #[error(
+        "{POLICY_ANNOTATION}: Ignore needs the fields in {IGNORE_ANNOTATION} (e.g. spec.replicas)"
+    )]
     IgnoreWithoutPaths,
     /// A path that is neither dotted nor a JSON pointer.
     #[error("{IGNORE_ANNOTATION}: path {path:?}: {source}")]
@@ -132,7 +134,11 @@ pub enum DriftState {
 
 impl DriftState {
     /// Every state.
-    pub const ALL: [DriftState; 3] = [DriftState::Repaired, DriftState::Detected, DriftState::Fight];
+    pub const ALL: [DriftState; 3] = [
+        DriftState::Repaired,
+        DriftState::Detected,
+        DriftState::Fight,
+    ];
 
     /// As written in `status.drift[].state`.
     pub const fn as_str(self) -> &'static str {
@@ -166,7 +172,7 @@ pub struct ClusterDrift {
     pub cluster: String,
     /// `Repaired`, `Detected` or `Fight`.
     pub state: String,
-    /// The fields that differed from the desired object (at most [`MAX_FIELDS`]).
+    /// The fields that differed from the desired object (at most 8).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub fields: Vec<DriftField>,
     /// How many more fields differed than are listed.
@@ -182,8 +188,8 @@ pub struct ClusterDrift {
     pub repaired_at: Option<String>,
 }
 
-/// One drifted field: its path, and the desired and live values (JSON, cut to
-/// [`MAX_VALUE_CHARS`]; a Secret's values redacted).
+/// One drifted field: its path, and the desired and live values (JSON, cut to 120
+/// characters; a Secret's values redacted).
 #[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct DriftField {
@@ -236,6 +242,47 @@ impl ClusterDrift {
                 .join(", ")
         };
         format!("{}{more} changed by {by}", fields.join(", "))
+    }
+
+    /// The drift in one line for a person: state, fields with desired → live values,
+    /// writers with operation and time, when detected and repaired (`flotilla status`,
+    /// `flotilla diff`, the dashboard).
+    pub fn describe(&self) -> String {
+        let d = self;
+        let fields: Vec<String> = d
+            .fields
+            .iter()
+            .map(|f| format!("{} ({} → {})", f.path, f.desired, f.live))
+            .collect();
+        let more = match d.more_fields {
+            0 => String::new(),
+            n => format!(" and {n} more"),
+        };
+        let by: Vec<String> = d
+            .managers
+            .iter()
+            .map(|m| match (m.operation.as_str(), m.time.as_str()) {
+                ("", "") => m.manager.clone(),
+                (op, "") => format!("{} ({op})", m.manager),
+                ("", t) => format!("{} at {t}", m.manager),
+                (op, t) => format!("{} ({op}) at {t}", m.manager),
+            })
+            .collect();
+        let by = if by.is_empty() {
+            "an unknown writer".to_string()
+        } else {
+            by.join(", ")
+        };
+        let when = match &d.repaired_at {
+            Some(at) => format!("detected {}, repaired {at}", d.detected_at),
+            None => format!("detected {}", d.detected_at),
+        };
+        format!(
+            "drift in {} {}: {}{more} changed by {by}; {when}",
+            d.cluster,
+            d.state,
+            fields.join(", ")
+        )
     }
 
     /// The first manager's name, for metric labels (`unknown` without one).

@@ -114,6 +114,9 @@ async fn diff(global: &GlobalArgs, args: DiffArgs, ctx: &Context) -> anyhow::Res
         let (changes, failure) = object_changes(&host, &docs, fed, &clusters, &config).await?;
         ctx.out
             .write(report(fed, &changes, failure.as_ref(), args.show_secrets)?);
+        // What the member's other writers changed, as the controller last saw it.
+        ctx.out
+            .write(super::drift::drift_lines([(fed.display(), &fed.status())]));
         code = code.max(plan::exit_code(changes.values()));
     }
     Ok(code)
