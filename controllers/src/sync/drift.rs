@@ -21,7 +21,8 @@ use flotilla_crds::{
     federated::FederatedStatus,
     work::AGENT_FIELD_MANAGER,
 };
-use kube::{ResourceExt, core::DynamicObject, runtime::events::EventType};
+use k8s_openapi::api::core::v1::ObjectReference;
+use kube::{Resource, ResourceExt, core::DynamicObject, runtime::events::EventType};
 use serde_json::Value;
 use tracing::info;
 
@@ -47,16 +48,15 @@ pub(super) fn keep_digest(obj: &mut DynamicObject) {
         .collect();
     let own = [FIELD_MANAGER, AGENT_FIELD_MANAGER];
     let encoded = digest::encode(&digest::digest(&entries, &obj.data, &own));
-    let annotations = obj
-        .metadata
-        .annotations
-        .get_or_insert_with(Default::default);
     match encoded {
         Some(d) => {
-            annotations.insert(DIGEST_ANNOTATION.to_string(), d);
+            obj.annotations_mut()
+                .insert(DIGEST_ANNOTATION.to_string(), d);
         }
         None => {
-            annotations.remove(DIGEST_ANNOTATION);
+            if let Some(annotations) = obj.metadata.annotations.as_mut() {
+                annotations.remove(DIGEST_ANNOTATION);
+            }
         }
     }
 }
@@ -73,6 +73,8 @@ pub(super) fn keep_digest_drop_status(obj: &mut DynamicObject) {
 pub struct DriftMemory {
     repairs: Mutex<HashMap<(String, Key), History>>,
     announced: Mutex<HashMap<Key, String>>,
+    /// The resourceVersion each repair was written over, until the cache moves past it.
+    repaired_over: Mutex<HashMap<(String, Key), String>>,
 }
 
 impl DriftMemory {
@@ -94,6 +96,26 @@ impl DriftMemory {
             .entry((cluster.to_string(), key.clone()))
             .or_default()
             .record(repair);
+    }
+
+    /// Whether the cache still holds the version a repair was written over (then the
+    /// repair is on its way, not to be sent again); a version it moved past is forgotten.
+    fn awaits_repair(&self, cluster: &str, key: &Key, version: Option<&str>) -> bool {
+        let mut over = self.repaired_over.lock().unwrap_or_else(|e| e.into_inner());
+        let k = (cluster.to_string(), key.clone());
+        match (over.get(&k), version) {
+            (Some(v), Some(live)) if v == live => true,
+            (Some(_), _) => {
+                over.remove(&k);
+                false
+            }
+            (None, _) => false,
+        }
+    }
+
+    fn repaired(&self, cluster: &str, key: &Key, version: String) {
+        let mut over = self.repaired_over.lock().unwrap_or_else(|e| e.into_inner());
+        over.insert((cluster.to_string(), key.clone()), version);
     }
 
     /// Whether `error` is news for `key` (announced once until it changes or goes away).
@@ -119,6 +141,10 @@ impl DriftMemory {
 pub(super) struct DriftRound {
     pub findings: BTreeMap<String, Finding>,
     pub checked: BTreeSet<String>,
+    /// The drifted member objects, per cluster (the Events' related object).
+    pub members: BTreeMap<String, ObjectReference>,
+    /// Their resourceVersions, per cluster.
+    pub versions: BTreeMap<String, String>,
 }
 
 /// What the per-cluster check needs of the federated object.
@@ -167,6 +193,13 @@ impl Ctl {
         if op != Op::Update || recorded_hash(live) != Some(hash.as_str()) {
             return op;
         }
+        let version = live
+            .pointer("/metadata/resourceVersion")
+            .and_then(Value::as_str);
+        if self.drift_memory.awaits_repair(cluster, cx.key, version) {
+            // The host watch (our status write) overtook the member watch (our repair).
+            return Op::Nothing;
+        }
         let digest = digest::decode(
             live.pointer(&annotation_pointer(DIGEST_ANNOTATION))
                 .and_then(Value::as_str),
@@ -206,8 +239,30 @@ impl Ctl {
                 ),
             ),
         };
+        round
+            .members
+            .insert(cluster.to_string(), self.member_ref(live, &finding));
+        if let Some(v) = version {
+            round.versions.insert(cluster.to_string(), v.to_string());
+        }
         round.findings.insert(cluster.to_string(), finding);
         op
+    }
+
+    /// The drifted member object (its UID tells clusters apart) and fields, as an Event's
+    /// related object.
+    fn member_ref(&self, live: &Value, finding: &Finding) -> ObjectReference {
+        let text = |p: &str| live.pointer(p).and_then(Value::as_str).map(String::from);
+        let paths: Vec<String> = finding.differences.iter().map(|d| d.path()).collect();
+        ObjectReference {
+            api_version: Some(self.target_ar.api_version.clone()),
+            kind: Some(self.target_ar.kind.clone()),
+            namespace: text("/metadata/namespace"),
+            name: text("/metadata/name"),
+            uid: text("/metadata/uid"),
+            field_path: Some(paths.join(",")),
+            ..ObjectReference::default()
+        }
     }
 
     /// The drift in words, without times (a status message must not change by itself).
@@ -244,6 +299,9 @@ impl Ctl {
                 &now_text,
             );
             if finding.state == DriftState::Repaired && repaired {
+                if let Some(v) = round.versions.get(cluster) {
+                    self.drift_memory.repaired(cluster, cx.key, v.clone());
+                }
                 let pointers = finding.pointers().into_iter().map(String::from).collect();
                 let repair = Repair {
                     at: now,
@@ -253,14 +311,20 @@ impl Ctl {
                 self.drift_memory.record(cluster, cx.key, repair);
             }
             if previous != Some(&entry) {
-                self.announce_drift(fed, &entry).await;
+                let related = round.members.get(cluster).cloned().unwrap_or_default();
+                self.announce_drift(fed, &entry, related).await;
             }
             found.insert(cluster.clone(), entry);
         }
         flotilla_crds::drift::merge(&cx.previous.drift, &found, &round.checked, selected)
     }
 
-    async fn announce_drift(&self, fed: &DynamicObject, entry: &ClusterDrift) {
+    async fn announce_drift(
+        &self,
+        fed: &DynamicObject,
+        entry: &ClusterDrift,
+        related: ObjectReference,
+    ) {
         let state = DriftState::parse(&entry.state).unwrap_or(DriftState::Detected);
         let note = match state {
             DriftState::Repaired => format!("{}: {}; repaired", entry.cluster, entry.summary()),
@@ -284,8 +348,16 @@ impl Ctl {
                 manager: entry.first_manager().to_string(),
             })
             .inc();
-        self.event(fed, EventType::Warning, state.event_reason(), note)
-            .await;
+        crate::events::publish_related(
+            &self.shared.recorder,
+            &fed.object_ref(&self.fed_ar),
+            related,
+            EventType::Warning,
+            state.event_reason(),
+            "Propagate",
+            note,
+        )
+        .await;
     }
 }
 
