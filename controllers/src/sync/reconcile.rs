@@ -10,7 +10,6 @@ use std::{
 
 use flotilla_crds::{
     AggregateReason, RECREATE_ON_IMMUTABLE_ANNOTATION,
-    drift::Policy,
     federated::{FederatedSpec, FederatedStatus},
 };
 use futures::future::join_all;
@@ -47,11 +46,14 @@ struct Round {
     recheck: Option<Duration>,
     /// Member objects another writer changed, and the clusters looked at.
     drift: DriftRound,
+    /// `status.drift` after this round.
+    drift_status: Vec<flotilla_crds::drift::ClusterDrift>,
 }
 
 /// Per-reconcile facts every cluster's write needs.
 struct WriteContext<'a> {
     key: &'a Key,
+    fed: &'a DynamicObject,
     desired: &'a DesiredSet,
     retain_replicas: bool,
     adopt: bool,
@@ -162,13 +164,11 @@ impl Ctl {
                 return Action::Backoff { recheck: None };
             }
         };
-        let policy = self.drift_policy(key, fed).await;
-        let cx = self.write_context(key, fed, &spec, &desired, policy, &previous);
+        let cx = self
+            .write_context(key, fed, &spec, &desired, &previous)
+            .await;
         let mut round = self
             .propagate(&snapshot, observed, &selected, host_ns_uid.as_deref(), &cx)
-            .await;
-        let drift = self
-            .settle_drift(fed, &cx.drift, &round.drift, &round.outcomes, &selected)
             .await;
         let backoff = plan::needs_backoff(round.outcomes.values());
         let registered: BTreeSet<String> = snapshot.iter().map(|c| c.name.clone()).collect();
@@ -200,7 +200,7 @@ impl Ctl {
             aggregated,
             scheduling,
             rollout: rollout.as_ref(),
-            drift: Some(drift),
+            drift: Some(std::mem::take(&mut round.drift_status)),
         };
         self.write_status(fed, update).await;
         self.publish_decision(fed, scheduling).await;
@@ -292,6 +292,9 @@ impl Ctl {
             jobs.push(self.run_cluster(cluster, is_selected, op, observed, cx));
         }
         round.outcomes = join_all(jobs).await.into_iter().collect();
+        round.drift_status = self
+            .settle_drift(cx.fed, &cx.drift, &round.drift, &round.outcomes, selected)
+            .await;
         round
     }
 
@@ -315,17 +318,18 @@ impl Ctl {
         }
     }
 
-    fn write_context<'a>(
+    async fn write_context<'a>(
         &self,
         key: &'a Key,
-        fed: &DynamicObject,
+        fed: &'a DynamicObject,
         spec: &FederatedSpec,
         desired: &'a DesiredSet,
-        policy: Policy,
         previous: &'a FederatedStatus,
     ) -> WriteContext<'a> {
+        let policy = self.drift_policy(key, fed).await;
         WriteContext {
             key,
+            fed,
             desired,
             retain_replicas: spec.retain_replicas,
             adopt: self.config().adopt_resources,
