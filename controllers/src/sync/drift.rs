@@ -152,10 +152,28 @@ pub(super) struct DriftContext<'a> {
     pub key: &'a Key,
     pub policy: Policy,
     pub retain_replicas: bool,
-    pub previous: &'a FederatedStatus,
+    /// The previous `status.drift`: ours when the host cache has not caught up with our
+    /// last status write (as [`super::status::WrittenStatus`] knows), so a repair just
+    /// reported is not dropped again by a reconcile that overtook the host watch.
+    pub previous: Vec<ClusterDrift>,
 }
 
 impl Ctl {
+    /// The previous `status.drift` the status writer will compare with (see
+    /// [`DriftContext::previous`]).
+    pub(super) fn previous_drift(
+        &self,
+        key: &Key,
+        fed: &DynamicObject,
+        cached: &FederatedStatus,
+    ) -> Vec<ClusterDrift> {
+        let base = fed.resource_version().unwrap_or_default();
+        match self.written.lagging(key, &base) {
+            Some(ours) => ours.drift,
+            None => cached.drift.clone(),
+        }
+    }
+
     /// The federated object's drift policy; a policy that cannot be read is announced once
     /// (Warning `InvalidDriftPolicy`) and the default, `Repair` of every field, applies.
     pub(super) async fn drift_policy(&self, key: &Key, fed: &DynamicObject) -> Policy {
@@ -217,7 +235,7 @@ impl Ctl {
             policy: &cx.policy,
             retained,
             history: &history,
-            previous: cx.previous.drift.iter().find(|d| d.cluster == cluster),
+            previous: cx.previous.iter().find(|d| d.cluster == cluster),
             now: super::plan::decision::now(),
         });
         let finding = match verdict {
@@ -289,7 +307,7 @@ impl Ctl {
         let mut found = BTreeMap::new();
         for (cluster, finding) in &round.findings {
             let repaired = outcomes.get(cluster) == Some(&Outcome::Ok);
-            let previous = cx.previous.drift.iter().find(|d| &d.cluster == cluster);
+            let previous = cx.previous.iter().find(|d| &d.cluster == cluster);
             let entry = decide::entry(
                 cluster,
                 finding,
@@ -316,7 +334,7 @@ impl Ctl {
             }
             found.insert(cluster.clone(), entry);
         }
-        flotilla_crds::drift::merge(&cx.previous.drift, &found, &round.checked, selected)
+        flotilla_crds::drift::merge(&cx.previous, &found, &round.checked, selected)
     }
 
     async fn announce_drift(

@@ -324,7 +324,7 @@ impl Ctl {
         fed: &'a DynamicObject,
         spec: &FederatedSpec,
         desired: &'a DesiredSet,
-        previous: &'a FederatedStatus,
+        previous: &FederatedStatus,
     ) -> WriteContext<'a> {
         let policy = self.drift_policy(key, fed).await;
         WriteContext {
@@ -342,7 +342,7 @@ impl Ctl {
                 key,
                 policy,
                 retain_replicas: spec.retain_replicas,
-                previous,
+                previous: self.previous_drift(key, fed, previous),
             },
         }
     }
