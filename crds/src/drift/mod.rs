@@ -97,6 +97,25 @@ impl Policy {
         Ok(Policy { mode, ignore })
     }
 
+    /// `desired` with every ignored field that `live` has set to the live value (as
+    /// `retainReplicas` keeps replicas): the other writer owns them, and a write for another
+    /// reason (a repair of another field, a template change) must not undo them. The sync
+    /// controller and `flotilla diff` both apply it.
+    pub fn keep_ignored(
+        &self,
+        mut desired: serde_json::Value,
+        live: &serde_json::Value,
+    ) -> serde_json::Value {
+        for pointer in &self.ignore {
+            if let Some(value) = live.pointer(pointer)
+                && let Some(slot) = desired.pointer_mut(pointer)
+            {
+                *slot = value.clone();
+            }
+        }
+        desired
+    }
+
     /// Whether `pointer` is an ignored path or lies below one.
     pub fn ignores(&self, pointer: &str) -> bool {
         self.ignore.iter().any(|p| is_within(pointer, p))
@@ -400,6 +419,21 @@ mod tests {
         assert!(!p.ignores("/spec/template/spec/containers/0/image"));
         let e = Policy::from_annotations(&annotations(&[(POLICY_ANNOTATION, "Ignore")]));
         assert_eq!(e, Err(PolicyError::IgnoreWithoutPaths));
+    }
+
+    #[test]
+    fn ignored_fields_keep_the_members_values_in_what_is_applied() {
+        let policy = Policy {
+            ignore: vec!["/spec/replicas".into(), "/spec/absent".into()],
+            ..Policy::default()
+        };
+        let live = serde_json::json!({"spec": {"replicas": 7}});
+        let applied =
+            policy.keep_ignored(serde_json::json!({"spec": {"replicas": 2, "x": 1}}), &live);
+        assert_eq!(
+            applied,
+            serde_json::json!({"spec": {"replicas": 7, "x": 1}})
+        );
     }
 
     #[test]
