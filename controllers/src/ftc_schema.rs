@@ -250,5 +250,12 @@ mod tests {
         kubefeds.strip(&mut status);
         assert_eq!(status.clusters[0].message, "");
         assert_eq!(status.clusters[0].status, "CreationFailed");
+        // Without `status.drift` in the schema, the drift entries are not compared either.
+        let mut drifted = FederatedStatus {
+            drift: vec![flotilla_crds::drift::ClusterDrift::default()],
+            ..FederatedStatus::default()
+        };
+        Pruned::from_missing(&["status.drift"]).strip(&mut drifted);
+        assert!(drifted.drift.is_empty());
     }
 }
