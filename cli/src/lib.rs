@@ -14,6 +14,7 @@ pub mod decision;
 #[cfg(feature = "dev")]
 pub mod dev;
 pub mod diff;
+pub mod drift;
 pub mod enable;
 pub mod federate;
 pub mod join;

@@ -90,10 +90,11 @@ pub fn render(objects: &[ObjectState], format: Format) -> anyhow::Result<String>
     let doc = serde_json::json!({ "items": objects });
     Ok(match format {
         Format::Table | Format::Wide => format!(
-            "{}\n{}\n{}",
+            "{}\n{}\n{}{}",
             table(objects),
             summary(objects),
-            super::decision::scheduling_lines(objects.iter().map(|o| (o.object(), &o.status)))
+            super::decision::scheduling_lines(objects.iter().map(|o| (o.object(), &o.status))),
+            super::drift::drift_lines(objects.iter().map(|o| (o.object(), &o.status)))
         ),
         Format::Json => format!("{}\n", serde_json::to_string_pretty(&doc)?),
         Format::Yaml => serde_saphyr::to_string(&doc)?,
@@ -606,6 +607,7 @@ mod tests {
                 aggregated: None,
                 placement: None,
                 rollout: None,
+                drift: Vec::new(),
             },
         }
     }

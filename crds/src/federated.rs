@@ -179,6 +179,10 @@ pub struct FederatedStatus {
     /// Flotilla extension: where a progressive rollout stands (`spec.rollout`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rollout: Option<crate::rollout::RolloutStatus>,
+    /// Flotilla extension: the last drift seen per member cluster — fields another writer
+    /// changed, who, and whether Flotilla repaired it (`flotilla.io/drift-policy`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub drift: Vec<crate::drift::ClusterDrift>,
 }
 
 /// The stored scheduling decision: read back as the sticky input of the next decision.

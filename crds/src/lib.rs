@@ -11,6 +11,7 @@ pub mod core;
 pub mod crdgen;
 pub mod defaults;
 pub mod desired;
+pub mod drift;
 pub mod duration;
 pub mod federated;
 pub mod hash;

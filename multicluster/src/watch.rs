@@ -101,8 +101,9 @@ impl WatchParams {
 }
 
 /// Feeds `writer` from a watch on `api` and calls `on_change` for every change, after the
-/// store has applied it. Every object is trimmed (`managedFields` and kubectl's last-applied copy dropped) and then passed through
-/// `shrink` (the caller's own cut, e.g. a status nobody reads) before it is stored. Errors
+/// store has applied it. Every object is passed through `shrink` (the caller's own cut, e.g.
+/// a status nobody reads, or a digest of what the trim drops) and then trimmed
+/// (`managedFields` and kubectl's last-applied copy dropped) before it is stored. Errors
 /// are logged as `params` says and retried with backoff. Runs until `on_change` breaks (its
 /// subscriber is gone) or the task is aborted.
 pub async fn watch_into<K>(
@@ -133,8 +134,8 @@ pub async fn watch_into_reporting<K>(
     let events = watcher(api, params.config())
         .default_backoff()
         .modify(move |o| {
-            trim(o);
             shrink(o);
+            trim(o);
         });
     let stream = reflector::reflector(writer, events);
     futures::pin_mut!(stream);

@@ -57,6 +57,18 @@ impl Federated {
             .unwrap_or_default()
     }
 
+    /// Its drift policy (`flotilla.io/drift-*` annotations; the default when unreadable,
+    /// as in the controller).
+    pub fn drift_policy(&self) -> flotilla_crds::drift::Policy {
+        let annotations = self
+            .object
+            .pointer("/metadata/annotations")
+            .cloned()
+            .and_then(|a| serde_json::from_value(a).ok())
+            .unwrap_or_default();
+        flotilla_crds::drift::Policy::from_annotations(&annotations).unwrap_or_default()
+    }
+
     /// Its spec.
     pub fn spec(&self) -> anyhow::Result<FederatedSpec> {
         serde_json::from_value(self.object.get("spec").cloned().unwrap_or(Value::Null))

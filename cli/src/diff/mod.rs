@@ -15,7 +15,10 @@ pub mod unified;
 
 use std::{collections::BTreeMap, path::PathBuf};
 
-use flotilla_crds::core::{EffectiveConfig, StatusCollectionMode};
+use flotilla_crds::{
+    core::{EffectiveConfig, StatusCollectionMode},
+    drift::Policy,
+};
 use kube::Client;
 use serde_json::Value;
 
@@ -114,6 +117,9 @@ async fn diff(global: &GlobalArgs, args: DiffArgs, ctx: &Context) -> anyhow::Res
         let (changes, failure) = object_changes(&host, &docs, fed, &clusters, &config).await?;
         ctx.out
             .write(report(fed, &changes, failure.as_ref(), args.show_secrets)?);
+        // What the member's other writers changed, as the controller last saw it.
+        ctx.out
+            .write(super::drift::drift_lines([(fed.display(), &fed.status())]));
         code = code.max(plan::exit_code(changes.values()));
     }
     Ok(code)
@@ -186,9 +192,13 @@ async fn object_changes(
             fed.name()
         },
     };
+    let keep = Keep {
+        retain_replicas: spec.retain_replicas,
+        drift: fed.drift_policy(),
+    };
     let mut changes = BTreeMap::new();
     for cluster in clusters {
-        let change = cluster_change(cluster, &set, &where_, spec.retain_replicas).await;
+        let change = cluster_change(cluster, &set, &where_, &keep).await;
         if let Some(change) = change {
             changes.insert(cluster.name.clone(), change);
         }
@@ -196,12 +206,19 @@ async fn object_changes(
     Ok((changes, planned.failure))
 }
 
+/// What an update keeps of the member object: `spec.retainReplicas` and the fields of
+/// `flotilla.io/drift-ignore`.
+struct Keep {
+    retain_replicas: bool,
+    drift: Policy,
+}
+
 /// The change in one cluster; member failures become [`Change::Failed`].
 async fn cluster_change(
     cluster: &ClusterState,
     set: &DesiredSet,
     where_: &MemberObject<'_>,
-    retain: bool,
+    keep: &Keep,
 ) -> Option<Change> {
     let desired = set.by_cluster.get(&cluster.name);
     let Some(client) = &cluster.client else {
@@ -216,7 +233,7 @@ async fn cluster_change(
         None => None,
         Some(DesiredFor::Failed(reason, message)) => Some(Err(format!("{reason}: {message}"))),
         Some(DesiredFor::Object { object, .. }) => {
-            Some(render_in_member(client, where_, object, &live, retain).await)
+            Some(render_in_member(client, where_, object, &live, keep).await)
         }
     };
     plan::decide(rendered, live)
@@ -228,12 +245,18 @@ async fn render_in_member(
     where_: &MemberObject<'_>,
     object: &Value,
     live: &Live,
-    retain: bool,
+    keep: &Keep,
 ) -> Result<Value, String> {
     let object = match live {
-        // The controller keeps the member's replicas only when it updates an object.
-        Live::Present { object: actual, .. } if retain => {
-            retain_replicas(object.clone(), &Observed::Present(actual.clone()))
+        // The controller keeps the member's replicas and the fields its drift policy leaves
+        // to other writers only when it updates an object.
+        Live::Present { object: actual, .. } => {
+            let object = if keep.retain_replicas {
+                retain_replicas(object.clone(), &Observed::Present(actual.clone()))
+            } else {
+                object.clone()
+            };
+            keep.drift.keep_ignored(object, actual)
         }
         _ => object.clone(),
     };

@@ -73,6 +73,8 @@ pub(super) struct Ctl {
     /// Our last status write per object, while the host cache has not delivered it.
     pub written: WrittenStatus,
     pub availability: Availability,
+    /// Recent repairs (fights) and announced drift-policy errors.
+    pub drift_memory: super::drift::DriftMemory,
 }
 
 impl Ctl {

@@ -23,6 +23,7 @@ use super::{
     ctl::Ctl,
     deletion::{has_finalizer, no_client},
     dispatch::{MemberOp, MemberRef},
+    drift::{self, DriftContext, DriftRound},
     plan::{self, DesiredFor, DesiredSet, Observed, Op, Outcome, pipeline},
     rollout::{Members, RolloutRound},
     scheduled::{self, Scheduling},
@@ -43,6 +44,10 @@ struct Round {
     waiting: BTreeMap<String, bool>,
     /// The earliest time a lagging cache should be looked at again.
     recheck: Option<Duration>,
+    /// Member objects another writer changed, and the clusters looked at.
+    drift: DriftRound,
+    /// `status.drift` after this round.
+    drift_status: Vec<flotilla_crds::drift::ClusterDrift>,
 }
 
 /// What a round's outcomes do not say by themselves: clusters whose cache is still listing
@@ -75,12 +80,15 @@ impl Unsettled<'_> {
 /// Per-reconcile facts every cluster's write needs.
 struct WriteContext<'a> {
     key: &'a Key,
+    fed: &'a DynamicObject,
     desired: &'a DesiredSet,
     retain_replicas: bool,
     adopt: bool,
     recreate: bool,
     /// kubefed's `deleteoption` annotation, also used when a cluster is deselected.
     delete_params: kube::api::DeleteParams,
+    /// The drift policy and what the drift check reads.
+    drift: DriftContext<'a>,
 }
 
 impl Ctl {
@@ -183,7 +191,9 @@ impl Ctl {
                 return Action::Backoff { recheck: None };
             }
         };
-        let cx = self.write_context(key, fed, &spec, &desired);
+        let cx = self
+            .write_context(key, fed, &spec, &desired, &previous)
+            .await;
         let mut round = self
             .propagate(&snapshot, observed, &selected, host_ns_uid.as_deref(), &cx)
             .await;
@@ -215,6 +225,7 @@ impl Ctl {
             aggregated,
             scheduling,
             rollout: rollout.as_ref(),
+            drift: Some(std::mem::take(&mut round.drift_status)),
         };
         self.write_status(fed, update).await;
         self.publish_decision(fed, scheduling).await;
@@ -280,6 +291,7 @@ impl Ctl {
             aggregated: None,
             scheduling: Scheduling::of(None, previous.placement.is_some()),
             rollout: None,
+            drift: None,
         };
         self.write_status(fed, update).await;
     }
@@ -313,9 +325,18 @@ impl Ctl {
                 round.waiting.insert(cluster.name.clone(), is_selected);
                 continue;
             }
+            let op = if cluster.pull {
+                op
+            } else {
+                let (name, desired) = (&cluster.name, cx.desired);
+                self.drift_check(name, op, &observed, desired, &cx.drift, &mut round.drift)
+            };
             jobs.push(self.run_cluster(cluster, is_selected, op, observed, cx));
         }
         round.outcomes = join_all(jobs).await.into_iter().collect();
+        round.drift_status = self
+            .settle_drift(cx.fed, &cx.drift, &round.drift, &round.outcomes, selected)
+            .await;
         round
     }
 
@@ -339,15 +360,18 @@ impl Ctl {
         }
     }
 
-    fn write_context<'a>(
+    async fn write_context<'a>(
         &self,
         key: &'a Key,
-        fed: &DynamicObject,
+        fed: &'a DynamicObject,
         spec: &FederatedSpec,
         desired: &'a DesiredSet,
+        previous: &FederatedStatus,
     ) -> WriteContext<'a> {
+        let policy = self.drift_policy(key, fed).await;
         WriteContext {
             key,
+            fed,
             desired,
             retain_replicas: spec.retain_replicas,
             adopt: self.config().adopt_resources,
@@ -356,6 +380,12 @@ impl Ctl {
                 .get(RECREATE_ON_IMMUTABLE_ANNOTATION)
                 .is_some_and(|v| v == "true"),
             delete_params: self.delete_options(fed),
+            drift: DriftContext {
+                key,
+                policy,
+                retain_replicas: spec.retain_replicas,
+                previous: self.previous_drift(key, fed, previous),
+            },
         }
     }
 
@@ -397,6 +427,7 @@ impl Ctl {
                 } else {
                     object
                 };
+                let object = drift::keep_ignored(object, &observed, &cx.drift.policy);
                 MemberOp::Update {
                     object,
                     recreate: cx.recreate,

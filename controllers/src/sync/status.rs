@@ -34,6 +34,8 @@ pub(super) struct StatusUpdate<'a> {
     pub scheduling: Scheduling<'a>,
     /// A progressive rollout's step (`spec.rollout`).
     pub rollout: Option<&'a super::rollout::RolloutRound>,
+    /// `status.drift` after this round (`None`: kept as it was).
+    pub drift: Option<Vec<flotilla_crds::drift::ClusterDrift>>,
 }
 
 impl Ctl {
@@ -58,6 +60,7 @@ impl Ctl {
         );
         scheduled::apply(&mut status, &update.scheduling, previous, &now);
         super::rollout::apply(&mut status, update.rollout, previous, &now);
+        status.drift = update.drift.unwrap_or_else(|| previous.drift.clone());
         self.pruned.strip(&mut status);
         if &status == previous {
             return;
@@ -71,6 +74,7 @@ impl Ctl {
                 "aggregated",
                 "placement",
                 "rollout",
+                "drift",
             ] {
                 map.entry(k).or_insert(Value::Null);
             }

@@ -215,6 +215,7 @@ impl Ctl {
             aggregated: None,
             scheduling: Scheduling::of(None, previous.placement.is_some()),
             rollout: None,
+            drift: None,
         };
         self.write_status(fed, update).await;
         Action::AwaitChange

@@ -48,6 +48,7 @@ pub fn fragment(v: &ObjectView) -> String {
         let _ = write!(out, r#"<p class="fail" role="alert">✗ {}</p>"#, escape(e));
     }
     clusters(&mut out, &v.clusters);
+    drift(&mut out, &v.drift);
     let _ = write!(
         out,
         r#"<section><h3>Template</h3><pre id="template">{}</pre></section><section><h3>Placement</h3><pre id="placement">{}</pre>"#,
@@ -68,6 +69,18 @@ pub fn fragment(v: &ObjectView) -> String {
     rendered(&mut out, &v.clusters);
     events(&mut out, v);
     out
+}
+
+/// `status.drift`: what other writers changed in the members (nothing when none did).
+fn drift(out: &mut String, drift: &[String]) {
+    if drift.is_empty() {
+        return;
+    }
+    out.push_str(r#"<section><h3>Drift</h3><ul id="drift">"#);
+    for line in drift {
+        let _ = write!(out, "<li>{}</li>", escape(line));
+    }
+    out.push_str("</ul></section>");
 }
 
 fn clusters(out: &mut String, clusters: &[ClusterDetail]) {
@@ -204,6 +217,7 @@ mod tests {
                 remote_status: None,
                 rendered: Rendered::Failed("ApplyOverridesFailed: path /x: missing".into()),
             }],
+            drift: Vec::new(),
             events: Vec::new(),
         }
     }
@@ -216,5 +230,15 @@ mod tests {
         assert!(html.contains("<code>replace /x 1</code>"), "{html}");
         assert!(html.contains("color: &lt;blue&gt;"), "{html}");
         assert!(html.contains("No recent events."), "{html}");
+    }
+
+    #[test]
+    fn the_object_page_lists_drift_escaped_and_only_when_there_is_some() {
+        assert!(!fragment(&view()).contains("id=\"drift\""));
+        let mut v = view();
+        v.drift =
+            vec!["drift in m2 Repaired: data.color (<blue> → red) changed by kubectl-edit".into()];
+        let html = fragment(&v);
+        assert!(html.contains("<ul id=\"drift\"><li>drift in m2 Repaired: data.color (&lt;blue&gt; → red) changed by kubectl-edit</li>"), "{html}");
     }
 }

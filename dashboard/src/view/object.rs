@@ -97,6 +97,8 @@ pub struct ObjectView {
     pub aggregated: Option<String>,
     /// Registered clusters and any other the status names.
     pub clusters: Vec<ClusterDetail>,
+    /// `status.drift` per cluster, described (fields, desired → live, writers, times).
+    pub drift: Vec<String>,
     /// Recent Events, most recent first.
     pub events: Vec<EventRecord>,
 }
@@ -165,6 +167,12 @@ pub fn object_view(state: &State, key: &ObjectKey) -> Option<ObjectView> {
         decision: object.status.placement.as_ref().map(decision),
         aggregated: object.status.aggregated.as_ref().map(aggregated),
         clusters,
+        drift: object
+            .status
+            .drift
+            .iter()
+            .map(flotilla_crds::drift::ClusterDrift::describe)
+            .collect(),
         events: state
             .events_about(key)
             .into_iter()

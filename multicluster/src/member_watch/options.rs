@@ -40,6 +40,7 @@ pub struct WatchOptions<K> {
     /// The watcher's configuration: label and field selectors, page size, ...
     pub config: watcher::Config,
     /// A cut applied to every object before it is cached (e.g. drop a status nobody reads).
+    /// It still sees `managedFields`, which are dropped after it (keep a digest if needed).
     pub shrink: fn(&mut K),
     /// How loudly a failing watch is logged: `Warn` (an unreachable member), or `Debug` for
     /// a kind members may not serve (an optional CRD).
