@@ -226,7 +226,7 @@ impl Context {
 ///
 /// ```no_run
 /// # async fn demo() -> anyhow::Result<()> {
-/// use flotilla_cli::{self, Context};
+/// use flotilla_cli::{self as cli, Context};
 /// let ctx = Context::captured();
 /// cli::run(["flotilla", "status", "-A"], ctx.clone()).await?;
 /// println!("{}", ctx.out.text());
