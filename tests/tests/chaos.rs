@@ -64,8 +64,13 @@ async fn under_restarts_partitions_and_kills_push_and_pull_members_converge_with
     let seed = seed();
     println!("chaos soak: seed {seed} (FLOTILLA_CHAOS_SEED), faults for {secs} s");
     let mut rng = Rng::new(seed);
+    let setup = Instant::now();
     let mut soak = soak_federation().await?;
     let checker = Checker::new(&soak);
+    println!(
+        "  federation up in {:.1} s; faults start",
+        setup.elapsed().as_secs_f64()
+    );
 
     let stop = Arc::new(AtomicBool::new(false));
     let load = tokio::spawn(workload::run(
