@@ -91,7 +91,11 @@ async fn under_restarts_partitions_and_kills_push_and_pull_members_converge_with
         let at = started.elapsed();
         let detail = inject(&mut soak, fault, &mut rng).await?;
         *injected.entry(fault).or_default() += 1;
-        println!("  {:>7.1} s  {:<30} {detail}", at.as_secs_f64(), fault.as_str());
+        println!(
+            "  {:>7.1} s  {:<30} {detail}",
+            at.as_secs_f64(),
+            fault.as_str()
+        );
     }
     let last_fault = Instant::now();
     stop.store(true, Ordering::Relaxed);
@@ -108,7 +112,10 @@ async fn under_restarts_partitions_and_kills_push_and_pull_members_converge_with
     };
     report(seed, &ops, &injected, convergence, &left);
     println!("  proxies: host/member2 {:?}", soak.member_proxy.stats());
-    println!("           member3 agent/host {:?}", soak.agent_proxy.stats());
+    println!(
+        "           member3 agent/host {:?}",
+        soak.agent_proxy.stats()
+    );
     anyhow::ensure!(
         converged.is_ok() && left.is_empty(),
         "{} violations {:.0} s after the last fault",

@@ -69,16 +69,21 @@ pub async fn rollouts(host: &Client, members: &[(String, Client)]) -> anyhow::Re
         let revision = format!("federateddeployment-{name}-{target}");
         match revisions.get_opt(&revision).await? {
             None => found.push(format!("{name}: revision {revision} missing")),
-            Some(r) if !r.owner_references().iter().any(|o| Some(&o.uid) == obj.uid().as_ref()) => {
+            Some(r)
+                if !r
+                    .owner_references()
+                    .iter()
+                    .any(|o| Some(&o.uid) == obj.uid().as_ref()) =>
+            {
                 found.push(format!("{name}: revision {revision} not owned by it"));
             }
             Some(_) => {}
         }
-        let image = obj.data["spec"]["template"]["spec"]["template"]["spec"]["containers"][0]
-            ["image"]
-            .as_str()
-            .unwrap_or_default()
-            .to_owned();
+        let image =
+            obj.data["spec"]["template"]["spec"]["template"]["spec"]["containers"][0]["image"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned();
         expected.insert(name, (image, target));
     }
     let revisions: Api<ControllerRevision> = Api::namespaced(host.clone(), NS);
@@ -152,9 +157,15 @@ pub async fn imports(host: &Client) -> anyhow::Result<Vec<String>> {
             continue;
         };
         if !secret.owner_references().iter().any(|o| o.uid == uid) {
-            found.push(format!("import {name}: Secret {secret_name} not owned by it"));
+            found.push(format!(
+                "import {name}: Secret {secret_name} not owned by it"
+            ));
         }
-        let endpoint = clusters.get(&import.spec.cluster_name).await?.spec.api_endpoint;
+        let endpoint = clusters
+            .get(&import.spec.cluster_name)
+            .await?
+            .spec
+            .api_endpoint;
         if let Err(e) = kubeconfig_works(&secret, &endpoint).await {
             found.push(format!("import {name}: kubeconfig: {e:#}"));
         }
@@ -183,10 +194,7 @@ async fn kubeconfig_works(secret: &Secret, endpoint: &str) -> anyhow::Result<()>
         .and_then(|c| c.cluster.as_ref())
         .and_then(|c| c.server.clone())
         .unwrap_or_default();
-    anyhow::ensure!(
-        server == endpoint,
-        "server {server}, registered {endpoint}"
-    );
+    anyhow::ensure!(server == endpoint, "server {server}, registered {endpoint}");
     let config =
         kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default()).await?;
     let remote = Client::try_from(config)?;

@@ -8,8 +8,8 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use flotilla_controllers::mcs::slice::SliceVersion;
 use flotilla_crds::mcs::{
-    K8S_SERVICE_NAME_LABEL, MANAGED_BY, MANAGED_BY_LABEL, SERVICE_NAME_LABEL,
-    SOURCE_CLUSTER_LABEL, ServiceExport, ServiceImport,
+    K8S_SERVICE_NAME_LABEL, MANAGED_BY, MANAGED_BY_LABEL, SERVICE_NAME_LABEL, SOURCE_CLUSTER_LABEL,
+    ServiceExport, ServiceImport,
 };
 use kube::{
     Api, Client, ResourceExt,
@@ -107,7 +107,10 @@ async fn imported(client: &Client) -> anyhow::Result<BTreeMap<String, Endpoints>
     for s in slices(client).await?.list(&managed).await? {
         let labels = s.labels();
         let service = labels.get(SERVICE_NAME_LABEL).cloned().unwrap_or_default();
-        let source = labels.get(SOURCE_CLUSTER_LABEL).cloned().unwrap_or_default();
+        let source = labels
+            .get(SOURCE_CLUSTER_LABEL)
+            .cloned()
+            .unwrap_or_default();
         let set = out.entry(service).or_default().entry(source).or_default();
         set.extend(addresses(&s));
     }
@@ -164,10 +167,7 @@ pub async fn violations(host: &Client, push: &[(String, Client)]) -> anyhow::Res
             if reader == "host" {
                 continue;
             }
-            let got = imported(client)
-                .await?
-                .remove(&service)
-                .unwrap_or_default();
+            let got = imported(client).await?.remove(&service).unwrap_or_default();
             if got != want {
                 found.push(format!(
                     "{reader}/{service}: imported endpoints {got:?}, want {want:?}"

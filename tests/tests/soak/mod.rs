@@ -41,8 +41,7 @@ impl Checker {
     /// Every violation of every invariant, by area, as readable lines (empty: converged).
     pub async fn violations(&self) -> anyhow::Result<Vec<String>> {
         let mut found = Vec::new();
-        let configmaps =
-            crate::fault_harness::violations(&self.host, &self.members, NS).await?;
+        let configmaps = crate::fault_harness::violations(&self.host, &self.members, NS).await?;
         found.extend(configmaps.into_iter().map(|v| format!("configmap {v}")));
         let rollouts = checks::rollouts(&self.host, &self.members).await?;
         found.extend(rollouts.into_iter().map(|v| format!("rollout {v}")));

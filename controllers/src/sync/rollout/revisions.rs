@@ -89,7 +89,12 @@ impl Ctl {
     ) -> Result<(), kube::Error> {
         let at = self.revision_at(key, hash);
         let uid = fed.uid().unwrap_or_default();
-        if self.shared.revisions.get(&at).is_some_and(|(_, owner)| owner == uid) {
+        if self
+            .shared
+            .revisions
+            .get(&at)
+            .is_some_and(|(_, owner)| owner == uid)
+        {
             return Ok(());
         }
         let api: Api<ControllerRevision> = Api::namespaced(self.shared.host.clone(), &at.0);
@@ -156,7 +161,9 @@ impl Ctl {
             return Ok(None);
         };
         let content = found.data.map(|d| d.0).unwrap_or(Value::Null);
-        self.shared.revisions.put(at, content.clone(), String::new());
+        self.shared
+            .revisions
+            .put(at, content.clone(), String::new());
         Ok(Some(content))
     }
 
