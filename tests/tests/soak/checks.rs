@@ -250,7 +250,7 @@ pub async fn works(host: &Client, pull: &Client) -> anyhow::Result<Vec<String>> 
                 .iter()
                 .find(|c| c.type_ == APPLIED && c.observed_generation == generation)
         });
-        if !applied.is_some_and(|c| c.status == "True") {
+        if applied.is_none_or(|c| c.status != "True") {
             let reason = applied.map(|c| (&c.status, &c.reason));
             found.push(format!("Work {}: Applied {reason:?}", w.name_any()));
         }
