@@ -93,6 +93,17 @@ pub async fn rollouts(host: &Client, members: &[(String, Client)]) -> anyhow::Re
             found.push(format!("revision {}: its owner is gone", r.name_any()));
         }
     }
+    found.extend(member_deployments(members, &expected).await?);
+    Ok(found)
+}
+
+/// Each member's managed Deployments: exactly those `expected` (name → image, revision),
+/// each at its image and annotated with its revision.
+async fn member_deployments(
+    members: &[(String, Client)],
+    expected: &BTreeMap<String, (String, String)>,
+) -> anyhow::Result<Vec<String>> {
+    let mut found = Vec::new();
     let managed = ListParams::default().labels(&format!("{MANAGED_LABEL}=true"));
     for (cluster, client) in members {
         let api: Api<Deployment> = Api::namespaced(client.clone(), NS);
@@ -102,7 +113,7 @@ pub async fn rollouts(host: &Client, members: &[(String, Client)]) -> anyhow::Re
             .into_iter()
             .map(|d| (d.name_any(), d))
             .collect();
-        for (name, (image, target)) in &expected {
+        for (name, (image, target)) in expected {
             let Some(d) = actual.get(name) else {
                 found.push(format!("{cluster}/{name}: Deployment missing"));
                 continue;
