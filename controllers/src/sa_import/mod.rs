@@ -7,11 +7,13 @@
 //! control-plane namespace (endpoint and CA for the kubeconfig), the Secrets the controller
 //! wrote (label-selected, cached without their data, so a deleted Secret is recreated) and
 //! the cluster set's changes. [`reconcile`] does the I/O of one import, [`plan`] decides,
-//! [`kubeconfig`] builds the Secret's contents.
+//! [`kubeconfig`] builds the Secret's contents, [`stale`] finds the Secrets left by
+//! imports that are gone.
 
 pub mod kubeconfig;
 pub mod plan;
 pub mod reconcile;
+pub mod stale;
 
 use flotilla_multicluster::{
     gate::{Gate, store_ready},
@@ -61,6 +63,7 @@ fn owner_key(group: ImportGroup, secret: &Secret) -> Option<Key> {
 struct Watches {
     imports: Store<AnyImport>,
     kubefed: Store<KubeFedCluster>,
+    secrets: Store<Secret>,
     tasks: Vec<tokio::task::JoinHandle<()>>,
 }
 
@@ -112,6 +115,7 @@ fn watches(
     let kfc_writer = reflector::store::Writer::<KubeFedCluster>::default();
     let kubefed = kfc_writer.as_reader();
     let secret_writer = reflector::store::Writer::<Secret>::default();
+    let secrets = secret_writer.as_reader();
     let mut tasks = vec![tokio::spawn(watch_imports(
         host.clone(),
         group,
@@ -168,6 +172,7 @@ fn watches(
     Watches {
         imports,
         kubefed,
+        secrets,
         tasks,
     }
 }
@@ -199,6 +204,7 @@ async fn run_group(
     let Watches {
         imports,
         kubefed,
+        secrets,
         tasks,
     } = watches(&host, &namespace, group, &clusters, &queue);
     // The KubeFedClusters must be known before an import is judged ClusterNotFound.
@@ -214,6 +220,7 @@ async fn run_group(
         group,
         imports,
         kubefed,
+        secrets,
         namespace,
         metrics,
     });

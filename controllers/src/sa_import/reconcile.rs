@@ -62,6 +62,8 @@ pub struct Ctx {
     pub imports: Store<AnyImport>,
     /// Cache of the KubeFedClusters of the control-plane namespace.
     pub kubefed: Store<KubeFedCluster>,
+    /// Cache of the Secrets the controller wrote (labelled; without their data).
+    pub secrets: Store<Secret>,
     /// The control-plane namespace.
     pub namespace: String,
     /// Event recorder.
@@ -77,25 +79,30 @@ impl Ctx {
     /// Reconciles the import `key`.
     #[tracing::instrument(skip(self), fields(import = %format!("{}/{}", key.0, key.1)))]
     pub async fn reconcile(&self, key: &Key) -> Action {
-        let Some(import) = self.imports.get(
+        let import = self.imports.get(
             &ObjectRef::<AnyImport>::new_with(&key.1, self.group.api_resource()).within(&key.0),
-        ) else {
+        );
+        let live = import
+            .as_ref()
+            .filter(|i| i.metadata.deletion_timestamp.is_none());
+        // Owned by their imports, but a garbage collector may miss a deletion.
+        let uid = live.and_then(|i| i.uid());
+        if !self.remove_stale_secrets(key, uid.as_deref()).await {
+            return Action::backoff();
+        }
+        let Some(import) = live else {
             return Action::AwaitChange;
         };
-        if import.metadata.deletion_timestamp.is_some() {
-            // The Secret is owned by the import: the garbage collector removes it.
-            return Action::AwaitChange;
-        }
         if self.unsettled(&import.spec.cluster_name) {
             // A cluster-set change requeues the import once the cluster is probed.
             debug!("cluster readiness not known yet; waiting for the registry");
             return Action::AwaitChange;
         }
-        let (outcome, next) = match self.sync(&import).await {
+        let (outcome, next) = match self.sync(import).await {
             Ok(done) => done,
             Err(outcome) => (outcome, Action::backoff()),
         };
-        self.record(&import, &outcome).await;
+        self.record(import, &outcome).await;
         next
     }
 

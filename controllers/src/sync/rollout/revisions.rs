@@ -12,7 +12,7 @@ use k8s_openapi::{
 };
 use kube::{
     Api, Resource, ResourceExt,
-    api::{ObjectMeta, PostParams},
+    api::{DeleteParams, ObjectMeta, PostParams, Preconditions},
     core::DynamicObject,
 };
 use serde_json::Value;
@@ -24,21 +24,41 @@ pub const KIND_LABEL: &str = "flotilla.io/federated-kind";
 /// Label on a revision: the federated object's name.
 pub const NAME_LABEL: &str = "flotilla.io/federated-name";
 
-/// Revisions known to exist, with their content: (namespace, object name) → content.
+/// Revisions known to exist, with their content and the UID of the federated object that
+/// owns them (empty when only read): (namespace, object name) → (content, owner UID).
 #[derive(Default)]
 pub struct Revisions {
-    known: Mutex<HashMap<(String, String), Value>>,
+    known: Mutex<HashMap<(String, String), (Value, String)>>,
 }
 
 impl Revisions {
-    fn get(&self, at: &(String, String)) -> Option<Value> {
+    fn get(&self, at: &(String, String)) -> Option<(Value, String)> {
         let known = self.known.lock().unwrap_or_else(|e| e.into_inner());
         known.get(at).cloned()
     }
 
-    fn put(&self, at: (String, String), content: Value) {
+    fn put(&self, at: (String, String), content: Value, owner: String) {
         let mut known = self.known.lock().unwrap_or_else(|e| e.into_inner());
-        known.insert(at, content);
+        known.insert(at, (content, owner));
+    }
+}
+
+/// What to do with the stored revision of this name, for the federated object `uid`: keep
+/// it when that object owns it; replace it when it is left from an earlier object of the
+/// same name (deleted, its record not yet garbage-collected — kept, the collector would
+/// remove it under the new object); create it when there is none.
+#[derive(Debug, PartialEq, Eq)]
+enum Stored {
+    Keep,
+    Replace,
+    Create,
+}
+
+fn stored(found: Option<&ControllerRevision>, uid: &str) -> Stored {
+    match found {
+        None => Stored::Create,
+        Some(r) if r.owner_references().iter().any(|o| o.uid == uid) => Stored::Keep,
+        Some(_) => Stored::Replace,
     }
 }
 
@@ -57,8 +77,9 @@ impl Ctl {
         (ns, format!("{kind}-{name}-{hash}"))
     }
 
-    /// Stores revision `hash` with `content` unless it is known to exist. One read after a
-    /// start, one create per new revision; nothing in a steady state.
+    /// Stores revision `hash` with `content`, owned by `fed`, unless it is known to exist
+    /// for `fed`. One read after a start (or after the object was re-created under the same
+    /// name), one create per new revision; nothing in a steady state.
     pub(super) async fn ensure_revision(
         &self,
         fed: &DynamicObject,
@@ -67,11 +88,35 @@ impl Ctl {
         content: &Value,
     ) -> Result<(), kube::Error> {
         let at = self.revision_at(key, hash);
-        if self.shared.revisions.get(&at).is_some() {
+        let uid = fed.uid().unwrap_or_default();
+        if self
+            .shared
+            .revisions
+            .get(&at)
+            .is_some_and(|(_, owner)| owner == uid)
+        {
             return Ok(());
         }
         let api: Api<ControllerRevision> = Api::namespaced(self.shared.host.clone(), &at.0);
-        if api.get_opt(&at.1).await?.is_none() {
+        let found = api.get_opt(&at.1).await?;
+        let action = stored(found.as_ref(), &uid);
+        if action == Stored::Replace {
+            let stale = found.as_ref().and_then(|r| r.uid());
+            let params = DeleteParams {
+                preconditions: Some(Preconditions {
+                    uid: stale,
+                    resource_version: None,
+                }),
+                ..DeleteParams::default()
+            };
+            match api.delete(&at.1, &params).await {
+                Ok(_) => {}
+                // Already collected, or replaced in the meantime: the create below says.
+                Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => {}
+                Err(e) => return Err(e),
+            }
+        }
+        if action != Stored::Keep {
             let revision = ControllerRevision {
                 metadata: ObjectMeta {
                     name: Some(at.1.clone()),
@@ -91,12 +136,13 @@ impl Ctl {
             };
             match api.create(&PostParams::default(), &revision).await {
                 Ok(_) => {}
-                // Created by another reconcile in the meantime: same content.
-                Err(kube::Error::Api(s)) if s.code == 409 => {}
+                // Created by another reconcile of this object in the meantime: same content;
+                // a stale one still in the way is replaced on the next reconcile.
+                Err(kube::Error::Api(s)) if s.code == 409 && action == Stored::Create => {}
                 Err(e) => return Err(e),
             }
         }
-        self.shared.revisions.put(at, content.clone());
+        self.shared.revisions.put(at, content.clone(), uid);
         Ok(())
     }
 
@@ -107,7 +153,7 @@ impl Ctl {
         hash: &str,
     ) -> Result<Option<Value>, kube::Error> {
         let at = self.revision_at(key, hash);
-        if let Some(content) = self.shared.revisions.get(&at) {
+        if let Some((content, _)) = self.shared.revisions.get(&at) {
             return Ok(Some(content));
         }
         let api: Api<ControllerRevision> = Api::namespaced(self.shared.host.clone(), &at.0);
@@ -115,7 +161,9 @@ impl Ctl {
             return Ok(None);
         };
         let content = found.data.map(|d| d.0).unwrap_or(Value::Null);
-        self.shared.revisions.put(at, content.clone());
+        self.shared
+            .revisions
+            .put(at, content.clone(), String::new());
         Ok(Some(content))
     }
 
@@ -128,5 +176,36 @@ impl Ctl {
             controller: Some(true),
             block_owner_deletion: None,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn revision(owners: &[&str]) -> ControllerRevision {
+        ControllerRevision {
+            metadata: ObjectMeta {
+                owner_references: Some(
+                    owners
+                        .iter()
+                        .map(|uid| OwnerReference {
+                            uid: (*uid).to_owned(),
+                            ..OwnerReference::default()
+                        })
+                        .collect(),
+                ),
+                ..ObjectMeta::default()
+            },
+            ..ControllerRevision::default()
+        }
+    }
+
+    #[test]
+    fn a_revision_left_by_an_earlier_object_of_the_same_name_is_replaced() {
+        assert_eq!(stored(None, "b"), Stored::Create);
+        assert_eq!(stored(Some(&revision(&["b"])), "b"), Stored::Keep);
+        assert_eq!(stored(Some(&revision(&["a"])), "b"), Stored::Replace);
+        assert_eq!(stored(Some(&revision(&[])), "b"), Stored::Replace);
     }
 }
