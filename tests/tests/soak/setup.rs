@@ -12,8 +12,8 @@
 
 use std::time::Duration;
 
+use flotilla_agent::{Agent, AgentOptions};
 use flotilla_controllers::{
-    agent::{Agent, AgentOptions},
     install,
     join::{JoinOptions, join},
     pull_join::{PullJoinOptions, join_pull},
