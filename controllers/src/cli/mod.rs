@@ -158,6 +158,8 @@ pub enum Command {
     Bench(crate::bench::BenchOptions),
     /// Run the pull-mode agent inside a member cluster (see `join --mode pull`).
     Agent(pull::AgentArgs),
+    /// Answer `clusterset.local` DNS queries for a member's multi-cluster services.
+    Dns(flotilla_dns::Args),
     /// Print the version.
     Version,
 }
@@ -255,6 +257,7 @@ pub async fn execute(cli: Cli, ctx: Context) -> anyhow::Result<()> {
         Command::Dashboard(args) => dashboard::run(&global, args, &ctx).await,
         Command::Rollout(cmd) => rollout::run(&global, cmd, &ctx).await,
         Command::Agent(args) => pull::agent(&global, args, &ctx).await,
+        Command::Dns(args) => flotilla_dns::run(args).await,
         #[cfg(feature = "dev")]
         Command::Dev(cmd) => dev::run(&global, cmd, &ctx).await,
         #[cfg(feature = "dev")]
