@@ -121,7 +121,8 @@ async fn load(server: SocketAddr, o: &Options, check: bool) -> anyhow::Result<Ru
     let until = Instant::now() + Duration::from_secs(o.seconds);
     let start = Instant::now();
     let mut tasks = Vec::new();
-    for c in 0..o.clients {
+    let clients = o.clients;
+    for c in 0..clients {
         let names = names.clone();
         tasks.push(tokio::spawn(async move {
             let socket = UdpSocket::bind("127.0.0.1:0").await?;
@@ -147,7 +148,7 @@ async fn load(server: SocketAddr, o: &Options, check: bool) -> anyhow::Result<Ru
                     }
                     _ => errors += 1,
                 }
-                i += o.clients.max(1);
+                i += clients;
             }
             anyhow::Ok((latencies, errors))
         }));
