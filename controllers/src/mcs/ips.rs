@@ -170,11 +170,16 @@ fn start(key: &ServiceKey, count: u128) -> u128 {
 }
 
 /// Allocates the ClusterSet IPs of `services` (each with its IP families, empty: the
-/// default family), keeping what they hold where it is valid.
+/// default family), keeping what they hold where it is valid. No range configured at all:
+/// nothing (allocation is off, and services are not reported).
 pub fn allocate(
     ranges: &Ranges,
     services: &BTreeMap<ServiceKey, (Vec<String>, Held)>,
 ) -> BTreeMap<ServiceKey, Allocation> {
+    if ranges.ranges.is_empty() && ranges.errors.is_empty() {
+        // `clusterSetIPRanges: []`: allocation is off.
+        return BTreeMap::new();
+    }
     let mut taken: BTreeSet<IpAddr> = services
         .values()
         .flat_map(|(_, h)| h.foreign.iter().filter_map(|ip| ip.parse().ok()))

@@ -176,3 +176,13 @@ fn dual_stack_gets_one_address_per_family_and_a_missing_family_is_reported() {
     let v6_only = ranges(&["fd00:9::/112"]);
     assert!(assigned(&allocate(&v6_only, &fresh(&["x"]))[&key("x")])[0].is_ipv6());
 }
+
+#[test]
+fn no_range_at_all_turns_allocation_off() {
+    assert!(allocate(&ranges(&[]), &fresh(&["a"])).is_empty());
+    // A range that does not parse is not "off": it is reported.
+    assert!(matches!(
+        allocate(&ranges(&["nonsense"]), &fresh(&["a"]))[&key("a")],
+        Allocation::Failed(condition::REASON_NO_RANGE, _)
+    ));
+}
