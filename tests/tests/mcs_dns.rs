@@ -14,7 +14,7 @@ use anyhow::{Context as _, ensure};
 use flotilla_controllers::cluster_id::{ClusterId, ensure_cluster_id};
 use flotilla_crds::{
     DEFAULT_NAMESPACE, KubeFedConfig, crdgen,
-    mcs::{CLUSTERSET_IPS_ANNOTATION, ServiceExport, ServiceImport},
+    mcs::{CLUSTERSET_IPS_ANNOTATION, ServiceExport, ServiceImport, ServiceImportType},
 };
 use flotilla_dns::{
     Dns,
@@ -279,8 +279,8 @@ fn allocated_name(exhausted: &str) -> &'static str {
     }
 }
 
-/// `mixed` is ClusterSetIP in member1 (older) and headless in member2: both exports say
-/// TypeConflict, the import is member1's type, and the other names still resolve.
+/// `mixed` is ClusterSetIP in member1 (older) and headless in member2: both exports and the
+/// import say TypeConflict, the import is member1's type, and the other names still resolve.
 async fn check_type_conflict(fed: &Federation, dns: &Dns, web_ip: &str) -> anyhow::Result<()> {
     let (m1, m2) = (&fed.members[0], &fed.members[1]);
     deploy(m1, "mixed", false).await?;
@@ -299,6 +299,20 @@ async fn check_type_conflict(fed: &Federation, dns: &Dns, web_ip: &str) -> anyho
         })
         .await?;
     }
+    let imports = Api::<ServiceImport>::namespaced(m2.clone(), NS);
+    wait_for(T, "TypeConflict on mixed's import", || async {
+        let i = imports.get("mixed").await?;
+        let status = serde_json::to_value(&i.status)?;
+        let c = condition(&status, "Conflict").context("no Conflict")?;
+        ensure!(c == ("True".into(), "TypeConflict".into()), "{c:?}");
+        ensure!(
+            i.spec.type_ == ServiceImportType::ClusterSetIP,
+            "{:?}",
+            i.spec
+        );
+        Ok(())
+    })
+    .await?;
     let svc = |n: &str| format!("{n}.{NS}.svc.clusterset.local");
     expect(dns, &svc("web"), RecordType::A, ok(&[web_ip])).await?;
     Ok(())

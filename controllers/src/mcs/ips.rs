@@ -348,7 +348,10 @@ pub fn assign(plan: &mut Plan, members: &[MemberView], ranges: &Ranges) {
         service.spec.ips = ips.clone();
         service.clusterset_ips = matches!(a, Allocation::Assigned(_)).then_some(ips);
         let c = allocated_condition(a);
-        service.import_conditions = vec![c.clone()];
+        service
+            .import_conditions
+            .retain(|c| c.type_ != condition::IPS_ALLOCATED);
+        service.import_conditions.push(c.clone());
         for v in plan.exports.iter_mut().filter(|v| &v.key == key) {
             let valid = v
                 .conditions

@@ -186,3 +186,110 @@ fn no_range_at_all_turns_allocation_off() {
         Allocation::Failed(condition::REASON_NO_RANGE, _)
     ));
 }
+
+mod assign {
+    use super::*;
+    use crate::mcs::plan::{Availability, ExistingImport, ExportVerdict, Exported, MergedService};
+    use flotilla_crds::mcs::ServiceImportSpec;
+
+    fn planned(type_: ServiceImportType) -> MergedService {
+        MergedService {
+            spec: ServiceImportSpec {
+                type_,
+                ..ServiceImportSpec::default()
+            },
+            clusters: vec!["m1".into()],
+            slices: Vec::new(),
+            exported: Exported::default(),
+            clusterset_ips: None,
+            import_conditions: Vec::new(),
+        }
+    }
+
+    fn plan_of(services: &[(&str, ServiceImportType)]) -> Plan {
+        let mut plan = Plan::default();
+        for (name, type_) in services {
+            plan.services.insert(key(name), planned(*type_));
+            plan.exports.push(ExportVerdict {
+                cluster: "m1".into(),
+                key: key(name),
+                conditions: vec![WantedCondition {
+                    type_: condition::VALID,
+                    status: true,
+                    reason: condition::REASON_VALID.into(),
+                    message: String::new(),
+                }],
+            });
+        }
+        plan
+    }
+
+    fn member(imports: &[(&str, Vec<&str>, Option<Vec<&str>>)]) -> MemberView {
+        let strings = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        MemberView {
+            name: "m1".into(),
+            availability: Availability::Available,
+            exports: Vec::new(),
+            services: BTreeMap::new(),
+            slices: BTreeMap::new(),
+            imports: imports
+                .iter()
+                .map(|(name, ips, ours)| {
+                    let import = ExistingImport {
+                        spec: ServiceImportSpec {
+                            ips: strings(ips),
+                            ..ServiceImportSpec::default()
+                        },
+                        clusters: vec!["m1".into()],
+                        clusterset_ips: ours.as_deref().map(strings),
+                    };
+                    (key(name), import)
+                })
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn imports_keep_flotillas_ips_leave_anothers_and_headless_get_none() {
+        let mut plan = plan_of(&[
+            ("mine", ServiceImportType::ClusterSetIP),
+            ("theirs", ServiceImportType::ClusterSetIP),
+            ("headless", ServiceImportType::Headless),
+        ]);
+        let members = [member(&[
+            ("mine", vec!["10.9.0.77"], Some(vec!["10.9.0.77"])),
+            // Annotated by Flotilla once, since overwritten by someone else.
+            ("theirs", vec!["10.9.0.5"], Some(vec!["10.9.0.6"])),
+        ])];
+        assign(&mut plan, &members, &ranges(&["10.9.0.0/24"]));
+        let mine = &plan.services[&key("mine")];
+        assert_eq!(mine.spec.ips, ["10.9.0.77"]);
+        assert_eq!(
+            mine.clusterset_ips.as_deref(),
+            Some(&["10.9.0.77".to_string()][..])
+        );
+        assert_eq!(
+            mine.import_conditions[0].reason,
+            condition::REASON_ALLOCATED
+        );
+        let theirs = &plan.services[&key("theirs")];
+        assert!(theirs.spec.ips.is_empty(), "not written: left as it is");
+        assert_eq!(theirs.clusterset_ips, None);
+        let c = &theirs.import_conditions[0];
+        assert_eq!(
+            (c.status, c.reason.as_str()),
+            (false, condition::REASON_IPS_OF_ANOTHER_MANAGER)
+        );
+        let headless = &plan.services[&key("headless")];
+        assert!(headless.spec.ips.is_empty() && headless.import_conditions.is_empty());
+        // Each valid export carries its import's condition.
+        for v in &plan.exports {
+            let n = v
+                .conditions
+                .iter()
+                .filter(|c| c.type_ == condition::IPS_ALLOCATED)
+                .count();
+            assert_eq!(n, usize::from(v.key != key("headless")), "{}", v.key);
+        }
+    }
+}

@@ -260,21 +260,27 @@ pub fn plan(members: &[MemberView]) -> Plan {
         let mut list = constituents.remove(key).unwrap_or_default();
         list.sort_by(|a, b| (a.created, a.cluster).cmp(&(b.created, b.cluster)));
         let kept = retained.get(key);
-        let (spec, exported) = if list.is_empty() {
+        let (spec, exported, import_conditions) = if list.is_empty() {
             // Only exporters of unknown or down state: keep the import as it was.
             match kept {
-                Some((_, spec)) => ((*spec).clone(), Exported::default()),
+                Some((_, spec)) => ((*spec).clone(), Exported::default(), Vec::new()),
                 None => continue,
             }
         } else {
             let merged = merge(key, &list);
+            // The import says the same Conflict as its exports.
+            let conflict = merged
+                .verdicts
+                .first()
+                .and_then(|v| v.conditions.iter().find(|c| c.type_ == condition::CONFLICT))
+                .cloned();
             out.exports.extend(merged.verdicts);
             let winner = list[0].export;
             let exported = Exported {
                 labels: winner.labels.clone(),
                 annotations: winner.annotations.clone(),
             };
-            (merged.spec, exported)
+            (merged.spec, exported, conflict.into_iter().collect())
         };
         let mut clusters: BTreeSet<String> = list.iter().map(|c| c.cluster.to_string()).collect();
         clusters.extend(
@@ -290,7 +296,7 @@ pub fn plan(members: &[MemberView]) -> Plan {
                 slices,
                 exported,
                 clusterset_ips: None,
-                import_conditions: Vec::new(),
+                import_conditions,
             },
         );
     }

@@ -384,9 +384,19 @@ fn the_oldest_exports_labels_annotations_and_traffic_settings_reach_the_import()
         Some("PreferClose")
     );
     assert!(!condition_of(&p, "m2", "Conflict").status);
+    let on_import = &merged.import_conditions;
+    assert_eq!(on_import.len(), 1);
+    assert_eq!(
+        (on_import[0].type_, on_import[0].reason.as_str()),
+        ("Conflict", "NoConflicts")
+    );
     // Different labels: a conflict, the oldest export's labels win.
     m2.exports[0].labels.insert("team".into(), "b".into());
     let p = plan(&[m1, m2]);
     assert_eq!(condition_of(&p, "m2", "Conflict").reason, "LabelsConflict");
+    assert_eq!(
+        p.services[&web()].import_conditions[0].reason,
+        "LabelsConflict"
+    );
     assert_eq!(p.services[&web()].exported.labels["team"], "a");
 }
