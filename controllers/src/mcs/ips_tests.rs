@@ -224,7 +224,10 @@ mod assign {
         plan
     }
 
-    fn member(imports: &[(&str, Vec<&str>, Option<Vec<&str>>)]) -> MemberView {
+    /// An import in a member: its name, `spec.ips`, and Flotilla's annotation.
+    type ImportRow<'a> = (&'a str, Vec<&'a str>, Option<Vec<&'a str>>);
+
+    fn member(imports: &[ImportRow<'_>]) -> MemberView {
         let strings = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
         MemberView {
             name: "m1".into(),
