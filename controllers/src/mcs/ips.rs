@@ -214,57 +214,61 @@ pub fn allocate(
             .collect();
         partial.insert(key, kept);
     }
-    let mut used: BTreeMap<&str, u128> = BTreeMap::new();
+    let mut used: BTreeMap<&'static str, u128> = BTreeMap::new();
     for ip in &taken {
         if let Some(r) = ranges.ranges.iter().find(|r| r.contains(*ip)) {
             *used.entry(r.family()).or_default() += 1;
         }
     }
     for (key, kept) in partial {
-        let mut ips = Vec::new();
-        let mut failed = None;
-        for (family, ip) in kept {
-            if let Some(ip) = ip {
-                ips.push(ip);
-                continue;
-            }
-            let Some(range) = ranges.of(family) else {
-                let mut message = format!("no valid {family} ClusterSet IP range is configured");
-                if !ranges.errors.is_empty() {
-                    message.push_str(&format!(" ({})", ranges.errors.join("; ")));
-                }
-                failed = Some((condition::REASON_NO_RANGE, message));
-                break;
-            };
-            let n = used.entry(family).or_default();
-            if *n >= range.count {
-                failed = Some((
-                    condition::REASON_RANGE_EXHAUSTED,
-                    format!(
-                        "every address of the ClusterSet IP range {} is taken",
-                        range.cidr
-                    ),
-                ));
-                break;
-            }
-            let s = start(key, range.count);
-            let ip = (0..range.count)
-                .map(|i| range.nth((s + i) % range.count))
-                .find(|ip| !taken.contains(ip));
-            // Invariant: fewer than `count` addresses of the range are taken, so one is free.
-            if let Some(ip) = ip {
-                taken.insert(ip);
-                *n += 1;
-                ips.push(ip);
-            }
-        }
-        let a = match failed {
-            Some((reason, message)) => Allocation::Failed(reason, message),
-            None => Allocation::Assigned(ips),
-        };
+        let a = complete(ranges, key, kept, &mut taken, &mut used);
         out.insert(key.clone(), a);
     }
     out
+}
+
+/// Gives a service the addresses of the families it does not hold yet: the first free one
+/// from its name's position in each family's range.
+fn complete(
+    ranges: &Ranges,
+    key: &ServiceKey,
+    kept: Vec<(&str, Option<IpAddr>)>,
+    taken: &mut BTreeSet<IpAddr>,
+    used: &mut BTreeMap<&'static str, u128>,
+) -> Allocation {
+    let mut ips = Vec::new();
+    for (family, ip) in kept {
+        if let Some(ip) = ip {
+            ips.push(ip);
+            continue;
+        }
+        let Some(range) = ranges.of(family) else {
+            let mut message = format!("no valid {family} ClusterSet IP range is configured");
+            if !ranges.errors.is_empty() {
+                message.push_str(&format!(" ({})", ranges.errors.join("; ")));
+            }
+            return Allocation::Failed(condition::REASON_NO_RANGE, message);
+        };
+        let n = used.entry(range.family()).or_default();
+        if *n >= range.count {
+            let message = format!(
+                "every address of the ClusterSet IP range {} is taken",
+                range.cidr
+            );
+            return Allocation::Failed(condition::REASON_RANGE_EXHAUSTED, message);
+        }
+        let s = start(key, range.count);
+        let ip = (0..range.count)
+            .map(|i| range.nth((s + i) % range.count))
+            .find(|ip| !taken.contains(ip));
+        // Invariant: fewer than `count` addresses of the range are taken, so one is free.
+        if let Some(ip) = ip {
+            taken.insert(ip);
+            *n += 1;
+            ips.push(ip);
+        }
+    }
+    Allocation::Assigned(ips)
 }
 
 /// What the members' imports hold of one service: Flotilla's annotated addresses where

@@ -405,27 +405,11 @@ fn traffic_policy(s: &ServiceView) -> &str {
     s.internal_traffic_policy.as_deref().unwrap_or("Cluster")
 }
 
-/// Merges the constituents of one name (sorted, winner first): the winner's type and
-/// session affinity, the union of every port name (the winner's definition of a name used
-/// differently elsewhere), and the conditions of each export.
-fn merge(key: &ServiceKey, list: &[Constituent<'_>]) -> Merged {
-    let winner = &list[0];
-    let mut reasons: Vec<&'static str> = Vec::new();
-    let mut ports: Vec<ServicePort> = Vec::new();
-    let mut port_conflict = false;
-    for c in list {
-        for p in &c.service.ports {
-            match ports.iter().find(|q| q.name == p.name) {
-                Some(q) => port_conflict |= !same_port(q, p),
-                None => ports.push(p.clone()),
-            }
-        }
-    }
-    if port_conflict {
-        reasons.push(condition::REASON_PORT_CONFLICT);
-    }
+/// The conflicts of everything but ports between the constituents (winner first).
+fn setting_conflicts(list: &[Constituent<'_>]) -> Vec<&'static str> {
+    let mut reasons = Vec::new();
     let differs = |f: &dyn Fn(&ServiceView) -> bool| list.iter().any(|c| f(c.service));
-    let w = winner.service;
+    let w = list[0].service;
     if differs(&|s| (s.kind == ServiceKind::Headless) != (w.kind == ServiceKind::Headless)) {
         reasons.push(condition::REASON_TYPE_CONFLICT);
     }
@@ -445,13 +429,37 @@ fn merge(key: &ServiceKey, list: &[Constituent<'_>]) -> Merged {
     if differs(&|s| s.traffic_distribution != w.traffic_distribution) {
         reasons.push(condition::REASON_TRAFFIC_DISTRIBUTION_CONFLICT);
     }
-    let we = winner.export;
+    let we = list[0].export;
     if list.iter().any(|c| c.export.labels != we.labels) {
         reasons.push(condition::REASON_LABELS_CONFLICT);
     }
     if list.iter().any(|c| c.export.annotations != we.annotations) {
         reasons.push(condition::REASON_ANNOTATIONS_CONFLICT);
     }
+    reasons
+}
+
+/// Merges the constituents of one name (sorted, winner first): the winner's type and
+/// session affinity, the union of every port name (the winner's definition of a name used
+/// differently elsewhere), and the conditions of each export.
+fn merge(key: &ServiceKey, list: &[Constituent<'_>]) -> Merged {
+    let winner = &list[0];
+    let mut reasons: Vec<&'static str> = Vec::new();
+    let mut ports: Vec<ServicePort> = Vec::new();
+    let mut port_conflict = false;
+    for c in list {
+        for p in &c.service.ports {
+            match ports.iter().find(|q| q.name == p.name) {
+                Some(q) => port_conflict |= !same_port(q, p),
+                None => ports.push(p.clone()),
+            }
+        }
+    }
+    if port_conflict {
+        reasons.push(condition::REASON_PORT_CONFLICT);
+    }
+    reasons.extend(setting_conflicts(list));
+    let w = winner.service;
     let type_ = if w.kind == ServiceKind::Headless {
         ServiceImportType::Headless
     } else {
