@@ -164,6 +164,8 @@ pub enum Command {
     /// Remove every federated object before uninstalling, keeping or deleting member objects.
     #[command(after_help = uninstall::EXAMPLES)]
     Uninstall(uninstall::UninstallArgs),
+    /// Answer `clusterset.local` DNS queries for a member's multi-cluster services.
+    Dns(flotilla_dns::Args),
     /// Print the version.
     Version,
 }
@@ -262,6 +264,7 @@ pub async fn execute(cli: Cli, ctx: Context) -> anyhow::Result<()> {
         Command::Rollout(cmd) => rollout::run(&global, cmd, &ctx).await,
         Command::Agent(args) => pull::agent(&global, args, &ctx).await,
         Command::Uninstall(args) => uninstall::run(&global, args, &ctx).await,
+        Command::Dns(args) => flotilla_dns::run(args).await,
         #[cfg(feature = "dev")]
         Command::Dev(cmd) => dev::run(&global, cmd, &ctx).await,
         #[cfg(feature = "dev")]

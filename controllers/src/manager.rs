@@ -91,6 +91,7 @@ impl ControlPlane {
         let mcs = tokio::spawn(crate::mcs::run(
             host.clone(),
             clusters.clone(),
+            registry.config(),
             metrics.clone(),
         ));
         let shared = SyncShared::new(

@@ -51,6 +51,29 @@ pub struct KubeFedConfigSpec {
     /// Flotilla extension: the scheduler.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub scheduling: Option<SchedulingConfig>,
+    /// Flotilla extension: Multi-Cluster Services.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub multi_cluster_services: Option<MultiClusterServicesConfig>,
+}
+
+/// The ClusterSet IP ranges when `multiClusterServices.clusterSetIPRanges` is not set: one
+/// IPv4 range (in 240.0.0.0/4, reserved, so it collides with no routed network) and one IPv6
+/// range (unique local addresses).
+pub const DEFAULT_CLUSTERSET_IP_RANGES: [&str; 2] = ["244.0.0.0/16", "fd00:244::/112"];
+
+/// Multi-Cluster Services settings (Flotilla extension).
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct MultiClusterServicesConfig {
+    /// CIDRs the ClusterSet IPs (`spec.ips` of ClusterSetIP ServiceImports) are allocated
+    /// from, at most one per IP family; unset: [`DEFAULT_CLUSTERSET_IP_RANGES`]; empty: no
+    /// allocation.
+    #[serde(
+        default,
+        rename = "clusterSetIPRanges",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub cluster_set_ip_ranges: Option<Vec<String>>,
 }
 
 /// Scheduler settings (Flotilla extension).
@@ -184,6 +207,9 @@ pub struct EffectiveConfig {
     pub retry_period: Duration,
     /// Toleration of the unreachable taint for objects that list none, in seconds.
     pub default_unreachable_toleration_seconds: i64,
+    /// CIDRs of the ClusterSet IPs, as written (parsed, and reported when invalid, by the
+    /// MCS controller).
+    pub clusterset_ip_ranges: Vec<String>,
 }
 
 /// Flotilla's default for concurrent reconciles (kubefed's is 1, see its #1392).
@@ -238,6 +264,11 @@ impl KubeFedConfigSpec {
                     crate::schedule::DEFAULT_UNREACHABLE_TOLERATION_SECONDS,
                 ),
             }),
+            multi_cluster_services: Some(MultiClusterServicesConfig {
+                cluster_set_ip_ranges: Some(
+                    DEFAULT_CLUSTERSET_IP_RANGES.map(String::from).to_vec(),
+                ),
+            }),
         }
     }
 
@@ -287,6 +318,11 @@ impl KubeFedConfigSpec {
                 .and_then(|s| s.default_unreachable_toleration_seconds)
                 .filter(|s| *s >= 0)
                 .unwrap_or(crate::schedule::DEFAULT_UNREACHABLE_TOLERATION_SECONDS),
+            clusterset_ip_ranges: self
+                .multi_cluster_services
+                .as_ref()
+                .and_then(|m| m.cluster_set_ip_ranges.clone())
+                .unwrap_or_else(|| DEFAULT_CLUSTERSET_IP_RANGES.map(String::from).to_vec()),
         }
     }
 }

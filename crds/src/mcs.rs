@@ -67,7 +67,37 @@ pub mod condition {
     pub const REASON_SESSION_AFFINITY_CONFIG_CONFLICT: &str = "SessionAffinityConfigConflict";
     /// `Conflict=False`.
     pub const REASON_NO_CONFLICTS: &str = "NoConflicts";
+    /// `Conflict=True`: `internalTrafficPolicy` differs.
+    pub const REASON_INTERNAL_TRAFFIC_POLICY_CONFLICT: &str = "InternalTrafficPolicyConflict";
+    /// `Conflict=True`: `trafficDistribution` differs.
+    pub const REASON_TRAFFIC_DISTRIBUTION_CONFLICT: &str = "TrafficDistributionConflict";
+    /// `Conflict=True`: `ipFamilies` differ (Flotilla's reason).
+    pub const REASON_IP_FAMILY_CONFLICT: &str = "IPFamilyConflict";
+    /// `Conflict=True`: `exportedLabels` differ.
+    pub const REASON_LABELS_CONFLICT: &str = "LabelsConflict";
+    /// `Conflict=True`: `exportedAnnotations` differ.
+    pub const REASON_ANNOTATIONS_CONFLICT: &str = "AnnotationsConflict";
+    /// Flotilla's condition on a ClusterSetIP ServiceImport and on its exports: whether the
+    /// import has its ClusterSet IPs.
+    pub const IPS_ALLOCATED: &str = "ClusterSetIPAllocated";
+    /// `ClusterSetIPAllocated=True`: allocated from the configured ranges.
+    pub const REASON_ALLOCATED: &str = "Allocated";
+    /// `ClusterSetIPAllocated=False`: every address of the family's range is taken.
+    pub const REASON_RANGE_EXHAUSTED: &str = "RangeExhausted";
+    /// `ClusterSetIPAllocated=False`: no valid range of a family the service needs (a
+    /// configured range that does not parse is named in the message).
+    pub const REASON_NO_RANGE: &str = "NoRangeForFamily";
+    /// `ClusterSetIPAllocated=False`: `spec.ips` was written by another manager; Flotilla
+    /// leaves them as they are.
+    pub const REASON_IPS_OF_ANOTHER_MANAGER: &str = "IPsSetByAnotherManager";
 }
+
+/// Annotation on a ServiceImport: the ClusterSet IPs Flotilla allocated and wrote into
+/// `spec.ips` (comma-separated). `spec.ips` that differ were written by someone else.
+pub const CLUSTERSET_IPS_ANNOTATION: &str = "mcs.flotilla.io/clusterset-ips";
+/// Annotation on an imported EndpointSlice: the source cluster's id (its About API
+/// `cluster.clusterset.k8s.io` property), the `<clusterid>` of the MCS DNS names.
+pub const SOURCE_CLUSTER_ID_ANNOTATION: &str = "mcs.flotilla.io/source-cluster-id";
 
 /// Observed state of a ServiceExport.
 #[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
@@ -191,11 +221,10 @@ pub mod v1beta1 {
     )]
     #[serde(rename_all = "camelCase")]
     pub struct ServiceExportSpec {
-        /// Labels to export with the service (optional for implementations; Flotilla does
-        /// not copy them).
+        /// Labels to export with the service: copied to the ServiceImports.
         #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
         pub exported_labels: BTreeMap<String, String>,
-        /// Annotations to export with the service (not copied by Flotilla).
+        /// Annotations to export with the service: copied to the ServiceImports.
         #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
         pub exported_annotations: BTreeMap<String, String>,
     }
@@ -235,7 +264,8 @@ pub mod v1beta1 {
     pub struct ServiceImportSpec {
         /// The merged ports of the exported Services.
         pub ports: Vec<ServicePort>,
-        /// The ClusterSet VIPs (type ClusterSetIP), assigned by the network layer.
+        /// The ClusterSet VIPs (type ClusterSetIP), one per IP family, allocated by Flotilla
+        /// from the configured ranges unless another manager set them.
         #[serde(default, skip_serializing_if = "Vec::is_empty")]
         #[schemars(length(max = 2))]
         pub ips: Vec<String>,

@@ -11,12 +11,14 @@
 //! ([`MemberWatch`] for exports, Services, imports and namespaces; [`slice_watch`] for
 //! EndpointSlices at each member's version) → [`observe`] → [`plan`] (pure) → [`objects`]
 //! (pure diff by content hash) → [`apply`]. An unchanged ClusterSet costs no writes, also
-//! after a restart: clusters not yet known are held, not emptied. It does not allocate
-//! ClusterSet IPs or program DNS or data paths: that is the network layer's job
+//! after a restart: clusters not yet known are held, not emptied. ClusterSet IPs are
+//! allocated from the KubeFedConfig's ranges by [`ips`] (pure, after [`plan`]); DNS is
+//! `flotilla dns` (the flotilla-dns crate); routing the IPs is the network layer's job
 //! (docs/multicluster-services.md).
 
 pub mod apply;
 pub mod conditions;
+pub mod ips;
 pub mod objects;
 pub mod observe;
 pub mod plan;
@@ -26,7 +28,11 @@ pub mod slice_watch;
 use flotilla_multicluster::runner::{Action, PassRunner, Retry};
 use std::{collections::BTreeSet, sync::Arc, time::Duration};
 
-use flotilla_crds::mcs::{IMPORT_MANAGED_BY_LABEL, MANAGED_BY, ServiceExport, ServiceImport};
+use flotilla_crds::{
+    about::{CLUSTER_ID_PROPERTY, PROPERTY_LABEL_PREFIX},
+    core::EffectiveConfig,
+    mcs::{IMPORT_MANAGED_BY_LABEL, MANAGED_BY, ServiceExport, ServiceImport},
+};
 use futures::FutureExt;
 use k8s_openapi::{
     api::core::v1::{Namespace, Service},
@@ -38,7 +44,7 @@ use kube::{
     runtime::reflector::Store,
 };
 use tokio::{
-    sync::{Notify, mpsc},
+    sync::{Notify, mpsc, watch},
     time::Instant,
 };
 use tracing::{debug, info};
@@ -166,8 +172,13 @@ impl HostMirror {
     }
 }
 
-/// Runs the MCS controller until aborted.
-pub async fn run(host: Client, clusters: ClusterSet, metrics: Arc<Metrics>) {
+/// Runs the MCS controller until aborted; `config` gives the ClusterSet IP ranges.
+pub async fn run(
+    host: Client,
+    clusters: ClusterSet,
+    config: watch::Receiver<EffectiveConfig>,
+    metrics: Arc<Metrics>,
+) {
     let writes = apply::Writes::default();
     metrics.register(
         "mcs_writes",
@@ -187,6 +198,7 @@ pub async fn run(host: Client, clusters: ClusterSet, metrics: Arc<Metrics>) {
         .debounce(DEBOUNCE)
         .wake_on_channel(rx)
         .wake_on_changes(clusters.changes())
+        .wake_on_changes(config.clone())
         .wake_at(grace_ends);
     info!("multi-cluster services controller started");
     while runner.next().await.is_some() {
@@ -195,13 +207,21 @@ pub async fn run(host: Client, clusters: ClusterSet, metrics: Arc<Metrics>) {
             seen_ready: &mut seen_ready,
             grace_over,
         };
-        runner.finish(pass(&watches, &mirror, &clusters, known, &writes).await);
+        let ranges = ips::Ranges::parse(&config.borrow().clusterset_ip_ranges);
+        let ctx = PassContext {
+            known,
+            ranges: &ranges,
+            writes: &writes,
+        };
+        runner.finish(pass(&watches, &mirror, &clusters, ctx).await);
     }
 }
 
 /// One member's cache contents, owned for the length of a pass.
 struct Lists {
     name: String,
+    /// The cluster's id (About API), from its KubeFedCluster label.
+    id: Option<String>,
     client: Option<Client>,
     availability: Availability,
     exports: Vec<Arc<DynamicObject>>,
@@ -241,7 +261,9 @@ fn lists(
             let synced = w.synced(&c.name);
             let seen = seen_ready.contains(&c.name);
             let name = c.name;
+            let id_label = format!("{PROPERTY_LABEL_PREFIX}/{CLUSTER_ID_PROPERTY}");
             Lists {
+                id: c.labels.get(&id_label).cloned(),
                 availability: observe::availability(c.ready, synced, seen, grace_over),
                 client: c.client,
                 exports: w.exports.list(&name),
@@ -266,14 +288,25 @@ struct Known<'a> {
     grace_over: bool,
 }
 
+/// What a pass takes besides the caches.
+struct PassContext<'a> {
+    known: Known<'a>,
+    ranges: &'a ips::Ranges,
+    writes: &'a apply::Writes,
+}
+
 /// One pass over the ClusterSet; a failed write backs off (the runner retries it).
 async fn pass(
     w: &Watches,
     mirror: &HostMirror,
     clusters: &ClusterSet,
-    known: Known<'_>,
-    writes: &apply::Writes,
+    ctx: PassContext<'_>,
 ) -> Action {
+    let PassContext {
+        known,
+        ranges,
+        writes,
+    } = ctx;
     let grace_over = known.grace_over;
     let members = lists(w, clusters, known.seen_ready, grace_over);
     if !grace_over
@@ -287,7 +320,14 @@ async fn pass(
         return Action::AwaitChange;
     }
     let views: Vec<plan::MemberView> = members.iter().map(|m| m.caches().view()).collect();
-    let plan = plan::plan(&views);
+    let mut plan = plan::plan(&views);
+    ips::assign(&mut plan, &views, ranges);
+    plan.cluster_ids = members
+        .iter()
+        .filter_map(|m| Some((m.name.clone(), m.id.clone()?)))
+        .collect();
+    plan.now = Some(Time(k8s_openapi::jiff::Timestamp::now()));
+    let plan = plan;
     // Every member at once: a slow member must not hold back the others.
     let member_writes = members.iter().filter_map(|m| {
         let (Availability::Available, Some(client)) = (m.availability, &m.client) else {

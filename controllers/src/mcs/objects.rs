@@ -9,13 +9,16 @@ use std::collections::{BTreeMap, BTreeSet};
 use flotilla_crds::{
     hash::content_hash,
     mcs::{
-        ClusterStatus, IMPORT_MANAGED_BY_LABEL, MANAGED_BY, MANAGED_BY_LABEL, MCS_GROUP,
-        MCS_VERSION, SERVICE_NAME_LABEL, SOURCE_CLUSTER_LABEL, ServiceImportStatus,
+        CLUSTERSET_IPS_ANNOTATION, ClusterStatus, IMPORT_MANAGED_BY_LABEL, MANAGED_BY,
+        MANAGED_BY_LABEL, MCS_GROUP, MCS_VERSION, SERVICE_NAME_LABEL, SOURCE_CLUSTER_ID_ANNOTATION,
+        SOURCE_CLUSTER_LABEL, ServiceImportStatus,
     },
 };
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use serde_json::{Value, json};
 
 use super::{
+    conditions::export_conditions,
     plan::{MergedService, Plan, ServiceKey, SourceSlice},
     slice::SliceVersion,
 };
@@ -131,18 +134,42 @@ pub fn slice_name(service: &str, source: &SourceSlice) -> String {
     format!("{}{suffix}", &service[..keep])
 }
 
+/// The import: the exported labels and annotations (Flotilla's own keys win), the
+/// allocated ClusterSet IPs in an annotation, and the merged spec.
 fn import_body(key: &ServiceKey, merged: &MergedService) -> Value {
-    let labels = json!({IMPORT_MANAGED_BY_LABEL: MANAGED_BY});
-    let hash = content_hash(&json!({"labels": labels, "spec": merged.spec}));
+    let mut labels = merged.exported.labels.clone();
+    labels.insert(IMPORT_MANAGED_BY_LABEL.into(), MANAGED_BY.into());
+    let mut annotations = merged.exported.annotations.clone();
+    annotations.remove(HASH_ANNOTATION);
+    annotations.remove(CLUSTERSET_IPS_ANNOTATION);
+    if let Some(ips) = &merged.clusterset_ips {
+        annotations.insert(CLUSTERSET_IPS_ANNOTATION.into(), ips.join(","));
+    }
+    let hash = content_hash(&json!({
+        "labels": labels, "annotations": annotations, "spec": merged.spec,
+    }));
+    annotations.insert(HASH_ANNOTATION.into(), hash);
     json!({
         "apiVersion": format!("{MCS_GROUP}/{MCS_VERSION}"),
         "kind": "ServiceImport",
         "metadata": {
             "name": key.name, "namespace": key.namespace,
-            "labels": labels, "annotations": {HASH_ANNOTATION: hash},
+            "labels": labels, "annotations": annotations,
         },
         "spec": merged.spec,
     })
+}
+
+/// The import's conditions to write, or `None` when the import already says them.
+fn import_conditions(
+    merged: &MergedService,
+    current: Option<&ActualImport>,
+    now: &Time,
+) -> Option<Vec<Condition>> {
+    let existing = current
+        .map(|c| c.status.conditions.as_slice())
+        .unwrap_or(&[]);
+    export_conditions(existing, &merged.import_conditions, None, now)
 }
 
 fn import_status(merged: &MergedService) -> ServiceImportStatus {
@@ -164,20 +191,31 @@ fn import_status(merged: &MergedService) -> ServiceImportStatus {
     }
 }
 
-fn slice_body(key: &ServiceKey, name: &str, source: &SourceSlice, version: SliceVersion) -> Value {
+/// An imported slice; `id` is the source cluster's id, where known.
+fn slice_body(
+    key: &ServiceKey,
+    name: &str,
+    source: &SourceSlice,
+    id: Option<&String>,
+    version: SliceVersion,
+) -> Value {
     let labels = json!({
         SERVICE_NAME_LABEL: key.name,
         SOURCE_CLUSTER_LABEL: source.cluster,
         MANAGED_BY_LABEL: MANAGED_BY,
     });
     let content = source.slice.to_json(version);
-    let hash = content_hash(&json!({"labels": labels, "content": content}));
+    let hash = content_hash(&json!({"labels": labels, "content": content, "id": id}));
+    let mut annotations = json!({HASH_ANNOTATION: hash});
+    if let Some(id) = id {
+        annotations[SOURCE_CLUSTER_ID_ANNOTATION] = json!(id);
+    }
     let mut body = json!({
         "apiVersion": version.api_resource().api_version,
         "kind": "EndpointSlice",
         "metadata": {
             "name": name, "namespace": key.namespace,
-            "labels": labels, "annotations": {HASH_ANNOTATION: hash},
+            "labels": labels, "annotations": annotations,
         },
     });
     if let Value::Object(o) = &mut body {
@@ -194,6 +232,10 @@ fn hash_of(body: &Value) -> Option<&str> {
 /// (`None`: imports only, for the host's mirror). Slices from clusters the plan holds
 /// (state unknown) are left as they are.
 pub fn member_ops(plan: &Plan, actual: &ActualMember, version: Option<SliceVersion>) -> Vec<Op> {
+    let now = plan
+        .now
+        .clone()
+        .unwrap_or(Time(k8s_openapi::jiff::Timestamp::UNIX_EPOCH));
     let mut ops = Vec::new();
     let mut wanted_imports = BTreeSet::new();
     let mut wanted_slices = BTreeSet::new();
@@ -210,18 +252,26 @@ pub fn member_ops(plan: &Plan, actual: &ActualMember, version: Option<SliceVersi
                 body,
             });
         }
-        let status = import_status(merged);
+        let mut status = import_status(merged);
         let current_status = current.map(|c| {
             (
                 c.status.clusters.clone(),
                 c.status.endpoint_slice_objects.clone(),
             )
         });
-        if current_status
-            != Some((
-                status.clusters.clone(),
-                status.endpoint_slice_objects.clone(),
-            ))
+        let conditions = import_conditions(merged, current, &now);
+        let changed = conditions.is_some();
+        status.conditions = conditions.unwrap_or_else(|| {
+            current
+                .map(|c| c.status.conditions.clone())
+                .unwrap_or_default()
+        });
+        if changed
+            || current_status
+                != Some((
+                    status.clusters.clone(),
+                    status.endpoint_slice_objects.clone(),
+                ))
         {
             ops.push(Op::ImportStatus {
                 key: key.clone(),
@@ -231,7 +281,8 @@ pub fn member_ops(plan: &Plan, actual: &ActualMember, version: Option<SliceVersi
         let Some(version) = version else { continue };
         for source in &merged.slices {
             let name = slice_name(&key.name, source);
-            let body = slice_body(key, &name, source, version);
+            let id = plan.cluster_ids.get(&source.cluster);
+            let body = slice_body(key, &name, source, id, version);
             let id = (key.namespace.clone(), name.clone());
             let current = actual.slices.get(&id).and_then(|s| s.hash.as_deref());
             if current != hash_of(&body) {
@@ -297,6 +348,9 @@ mod tests {
                 },
                 clusters: vec!["m1".into(), "m2".into()],
                 slices,
+                exported: Default::default(),
+                clusterset_ips: None,
+                import_conditions: Vec::new(),
             },
         );
         plan
@@ -447,5 +501,56 @@ mod tests {
             "-member1-{}",
             &content_hash(&json!("web-member1x"))[..10]
         )));
+    }
+
+    #[test]
+    fn the_import_carries_exported_metadata_ips_and_conditions_and_slices_the_source_id() {
+        let mut plan = plan_with(vec![source("m1", "10.64.0.1")]);
+        plan.cluster_ids.insert("m1".into(), "id-of-m1".into());
+        plan.now = Some(Time(k8s_openapi::jiff::Timestamp::UNIX_EPOCH));
+        let web = ServiceKey::new("demo", "web");
+        let merged = plan.services.get_mut(&web).expect("planned");
+        merged.exported.labels.insert("team".into(), "a".into());
+        merged
+            .exported
+            .labels
+            .insert(IMPORT_MANAGED_BY_LABEL.into(), "someone".into());
+        merged
+            .exported
+            .annotations
+            .insert("note".into(), "x".into());
+        merged.spec.ips = vec!["244.0.0.9".into()];
+        merged.clusterset_ips = Some(merged.spec.ips.clone());
+        merged.import_conditions = vec![crate::mcs::plan::WantedCondition {
+            type_: flotilla_crds::mcs::condition::IPS_ALLOCATED,
+            status: true,
+            reason: "Allocated".into(),
+            message: "ClusterSet IPs 244.0.0.9".into(),
+        }];
+        let ops = member_ops(&plan, &ns(&["demo"]), Some(SliceVersion::V1));
+        let Op::ApplyImport { body, .. } = &ops[0] else {
+            panic!("{ops:?}")
+        };
+        let meta = &body["metadata"];
+        assert_eq!(meta["labels"]["team"], "a");
+        assert_eq!(meta["labels"][IMPORT_MANAGED_BY_LABEL], MANAGED_BY);
+        assert_eq!(meta["annotations"]["note"], "x");
+        assert_eq!(meta["annotations"][CLUSTERSET_IPS_ANNOTATION], "244.0.0.9");
+        assert_eq!(body["spec"]["ips"], json!(["244.0.0.9"]));
+        let Op::ImportStatus { body, .. } = &ops[1] else {
+            panic!("{ops:?}")
+        };
+        assert_eq!(body["status"]["conditions"][0]["reason"], "Allocated");
+        let Op::ApplySlice { body, .. } = &ops[2] else {
+            panic!("{ops:?}")
+        };
+        assert_eq!(
+            body["metadata"]["annotations"][SOURCE_CLUSTER_ID_ANNOTATION],
+            "id-of-m1"
+        );
+        // Written once, nothing more to write; a later pass keeps the transition time.
+        let held = applied(&ops, &["demo"]);
+        plan.now = Some(Time(k8s_openapi::jiff::Timestamp::MAX));
+        assert_eq!(member_ops(&plan, &held, Some(SliceVersion::V1)), Vec::new());
     }
 }

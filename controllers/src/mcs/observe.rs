@@ -5,8 +5,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use flotilla_crds::mcs::{
-    IMPORT_MANAGED_BY_LABEL, K8S_SERVICE_NAME_LABEL, MANAGED_BY, MANAGED_BY_LABEL,
-    SOURCE_CLUSTER_LABEL, ServiceImport, ServicePort,
+    CLUSTERSET_IPS_ANNOTATION, IMPORT_MANAGED_BY_LABEL, K8S_SERVICE_NAME_LABEL, MANAGED_BY,
+    MANAGED_BY_LABEL, SOURCE_CLUSTER_LABEL, ServiceImport, ServicePort,
 };
 use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
@@ -45,9 +45,18 @@ pub fn export_view(e: &DynamicObject) -> ExportView {
         .and_then(|t| serde_json::to_value(t).ok())
         .and_then(|v| v.as_str().map(str::to_owned))
         .unwrap_or_default();
+    let map = |field: &str| -> BTreeMap<String, String> {
+        e.data
+            .get("spec")
+            .and_then(|s| s.get(field))
+            .and_then(|m| serde_json::from_value(m.clone()).ok())
+            .unwrap_or_default()
+    };
     ExportView {
         key: key_of(e),
         created,
+        labels: map("exportedLabels"),
+        annotations: map("exportedAnnotations"),
     }
 }
 
@@ -77,6 +86,9 @@ pub fn service_view(s: &Service) -> ServiceView {
         ports,
         session_affinity: spec.session_affinity.unwrap_or_else(|| "None".into()),
         session_affinity_config: spec.session_affinity_config,
+        ip_families: spec.ip_families.unwrap_or_default(),
+        internal_traffic_policy: spec.internal_traffic_policy,
+        traffic_distribution: spec.traffic_distribution,
     }
 }
 
@@ -156,6 +168,12 @@ impl MemberCaches<'_> {
                     ExistingImport {
                         spec: i.spec.clone(),
                         clusters,
+                        clusterset_ips: i.annotations().get(CLUSTERSET_IPS_ANNOTATION).map(|a| {
+                            a.split(',')
+                                .filter(|s| !s.is_empty())
+                                .map(str::to_string)
+                                .collect()
+                        }),
                     },
                 )
             })

@@ -9,7 +9,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use flotilla_crds::mcs::{ServiceImportSpec, ServiceImportType, ServicePort, condition};
-use k8s_openapi::api::core::v1::SessionAffinityConfig;
+use k8s_openapi::{api::core::v1::SessionAffinityConfig, apimachinery::pkg::apis::meta::v1::Time};
 
 use super::slice::Slice;
 
@@ -73,6 +73,12 @@ pub struct ServiceView {
     pub session_affinity: String,
     /// `sessionAffinityConfig`.
     pub session_affinity_config: Option<SessionAffinityConfig>,
+    /// `ipFamilies` (empty when the cluster does not say).
+    pub ip_families: Vec<String>,
+    /// `internalTrafficPolicy`.
+    pub internal_traffic_policy: Option<String>,
+    /// `trafficDistribution`.
+    pub traffic_distribution: Option<String>,
 }
 
 /// What the planner reads of a ServiceExport.
@@ -82,6 +88,10 @@ pub struct ExportView {
     pub key: ServiceKey,
     /// `metadata.creationTimestamp` (RFC 3339, so it sorts as it reads).
     pub created: String,
+    /// `spec.exportedLabels`.
+    pub labels: BTreeMap<String, String>,
+    /// `spec.exportedAnnotations`.
+    pub annotations: BTreeMap<String, String>,
 }
 
 /// One of the imports Flotilla wrote into a member earlier.
@@ -91,6 +101,8 @@ pub struct ExistingImport {
     pub spec: ServiceImportSpec,
     /// `status.clusters`.
     pub clusters: Vec<String>,
+    /// The ClusterSet IPs Flotilla wrote into `spec.ips` (its annotation).
+    pub clusterset_ips: Option<Vec<String>>,
 }
 
 /// One member of the ClusterSet as the planner sees it.
@@ -130,6 +142,23 @@ pub struct MergedService {
     pub clusters: Vec<String>,
     /// The endpoints of every available exporting cluster.
     pub slices: Vec<SourceSlice>,
+    /// The labels and annotations of the oldest export (`exportedLabels`,
+    /// `exportedAnnotations`), for the import's metadata.
+    pub exported: Exported,
+    /// The ClusterSet IPs Flotilla allocated (the import's annotation); `None` when it
+    /// writes no `spec.ips`.
+    pub clusterset_ips: Option<Vec<String>>,
+    /// Conditions of the import.
+    pub import_conditions: Vec<WantedCondition>,
+}
+
+/// Labels and annotations exported with a service.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Exported {
+    /// Labels.
+    pub labels: BTreeMap<String, String>,
+    /// Annotations.
+    pub annotations: BTreeMap<String, String>,
 }
 
 /// A condition the planner wants on an export.
@@ -176,6 +205,10 @@ pub struct Plan {
     pub exports: Vec<ExportVerdict>,
     /// Clusters of unknown state: imported slices from them are kept as they are.
     pub held: BTreeSet<String>,
+    /// Cluster ids (About API `cluster.clusterset.k8s.io`) by cluster name, where known.
+    pub cluster_ids: BTreeMap<String, String>,
+    /// When conditions that change status now say they changed.
+    pub now: Option<Time>,
 }
 
 /// A valid export with its Service.
@@ -183,6 +216,7 @@ struct Constituent<'a> {
     cluster: &'a str,
     created: &'a str,
     service: &'a ServiceView,
+    export: &'a ExportView,
 }
 
 /// Plans the ClusterSet from its members.
@@ -206,6 +240,7 @@ pub fn plan(members: &[MemberView]) -> Plan {
                     cluster: &m.name,
                     created: &e.created,
                     service,
+                    export: e,
                 }),
                 Err(conditions) => out.exports.push(ExportVerdict {
                     cluster: m.name.clone(),
@@ -225,16 +260,27 @@ pub fn plan(members: &[MemberView]) -> Plan {
         let mut list = constituents.remove(key).unwrap_or_default();
         list.sort_by(|a, b| (a.created, a.cluster).cmp(&(b.created, b.cluster)));
         let kept = retained.get(key);
-        let spec = if list.is_empty() {
+        let (spec, exported, import_conditions) = if list.is_empty() {
             // Only exporters of unknown or down state: keep the import as it was.
             match kept {
-                Some((_, spec)) => (*spec).clone(),
+                Some((_, spec)) => ((*spec).clone(), Exported::default(), Vec::new()),
                 None => continue,
             }
         } else {
             let merged = merge(key, &list);
+            // The import says the same Conflict as its exports.
+            let conflict = merged
+                .verdicts
+                .first()
+                .and_then(|v| v.conditions.iter().find(|c| c.type_ == condition::CONFLICT))
+                .cloned();
             out.exports.extend(merged.verdicts);
-            merged.spec
+            let winner = list[0].export;
+            let exported = Exported {
+                labels: winner.labels.clone(),
+                annotations: winner.annotations.clone(),
+            };
+            (merged.spec, exported, conflict.into_iter().collect())
         };
         let mut clusters: BTreeSet<String> = list.iter().map(|c| c.cluster.to_string()).collect();
         clusters.extend(
@@ -248,6 +294,9 @@ pub fn plan(members: &[MemberView]) -> Plan {
                 spec,
                 clusters: clusters.into_iter().collect(),
                 slices,
+                exported,
+                clusterset_ips: None,
+                import_conditions,
             },
         );
     }
@@ -351,6 +400,45 @@ fn same_port(a: &ServicePort, b: &ServicePort) -> bool {
     a.port == b.port && protocol(a) == protocol(b) && a.app_protocol == b.app_protocol
 }
 
+/// `internalTrafficPolicy`, unset meaning the default.
+fn traffic_policy(s: &ServiceView) -> &str {
+    s.internal_traffic_policy.as_deref().unwrap_or("Cluster")
+}
+
+/// The conflicts of everything but ports between the constituents (winner first).
+fn setting_conflicts(list: &[Constituent<'_>]) -> Vec<&'static str> {
+    let mut reasons = Vec::new();
+    let differs = |f: &dyn Fn(&ServiceView) -> bool| list.iter().any(|c| f(c.service));
+    let w = list[0].service;
+    if differs(&|s| (s.kind == ServiceKind::Headless) != (w.kind == ServiceKind::Headless)) {
+        reasons.push(condition::REASON_TYPE_CONFLICT);
+    }
+    if differs(&|s| s.session_affinity != w.session_affinity) {
+        reasons.push(condition::REASON_SESSION_AFFINITY_CONFLICT);
+    }
+    if differs(&|s| s.session_affinity_config != w.session_affinity_config) {
+        reasons.push(condition::REASON_SESSION_AFFINITY_CONFIG_CONFLICT);
+    }
+    if differs(&|s| !s.ip_families.is_empty() && s.ip_families != w.ip_families) {
+        reasons.push(condition::REASON_IP_FAMILY_CONFLICT);
+    }
+    // Unset means the default (Cluster; no distribution preference).
+    if differs(&|s| traffic_policy(s) != traffic_policy(w)) {
+        reasons.push(condition::REASON_INTERNAL_TRAFFIC_POLICY_CONFLICT);
+    }
+    if differs(&|s| s.traffic_distribution != w.traffic_distribution) {
+        reasons.push(condition::REASON_TRAFFIC_DISTRIBUTION_CONFLICT);
+    }
+    let we = list[0].export;
+    if list.iter().any(|c| c.export.labels != we.labels) {
+        reasons.push(condition::REASON_LABELS_CONFLICT);
+    }
+    if list.iter().any(|c| c.export.annotations != we.annotations) {
+        reasons.push(condition::REASON_ANNOTATIONS_CONFLICT);
+    }
+    reasons
+}
+
 /// Merges the constituents of one name (sorted, winner first): the winner's type and
 /// session affinity, the union of every port name (the winner's definition of a name used
 /// differently elsewhere), and the conditions of each export.
@@ -370,17 +458,8 @@ fn merge(key: &ServiceKey, list: &[Constituent<'_>]) -> Merged {
     if port_conflict {
         reasons.push(condition::REASON_PORT_CONFLICT);
     }
-    let differs = |f: &dyn Fn(&ServiceView) -> bool| list.iter().any(|c| f(c.service));
+    reasons.extend(setting_conflicts(list));
     let w = winner.service;
-    if differs(&|s| (s.kind == ServiceKind::Headless) != (w.kind == ServiceKind::Headless)) {
-        reasons.push(condition::REASON_TYPE_CONFLICT);
-    }
-    if differs(&|s| s.session_affinity != w.session_affinity) {
-        reasons.push(condition::REASON_SESSION_AFFINITY_CONFLICT);
-    }
-    if differs(&|s| s.session_affinity_config != w.session_affinity_config) {
-        reasons.push(condition::REASON_SESSION_AFFINITY_CONFIG_CONFLICT);
-    }
     let type_ = if w.kind == ServiceKind::Headless {
         ServiceImportType::Headless
     } else {
@@ -391,6 +470,9 @@ fn merge(key: &ServiceKey, list: &[Constituent<'_>]) -> Merged {
         type_,
         session_affinity: Some(w.session_affinity.clone()),
         session_affinity_config: w.session_affinity_config.clone(),
+        ip_families: w.ip_families.clone(),
+        internal_traffic_policy: w.internal_traffic_policy.clone(),
+        traffic_distribution: w.traffic_distribution.clone(),
         ..ServiceImportSpec::default()
     };
     let conflict = if reasons.is_empty() {

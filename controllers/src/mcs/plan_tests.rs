@@ -16,6 +16,9 @@ fn service(kind: ServiceKind, ports: Vec<ServicePort>) -> ServiceView {
         ports,
         session_affinity: "None".into(),
         session_affinity_config: None,
+        ip_families: Vec::new(),
+        internal_traffic_policy: None,
+        traffic_distribution: None,
     }
 }
 
@@ -44,6 +47,8 @@ fn exporter(name: &str, created: &str, svc: ServiceView, ip: &str) -> MemberView
         exports: vec![ExportView {
             key: web(),
             created: created.into(),
+            labels: BTreeMap::new(),
+            annotations: BTreeMap::new(),
         }],
         services: BTreeMap::from([(web(), svc)]),
         slices: BTreeMap::from([(web(), vec![(format!("web-{name}"), slice(ip))])]),
@@ -191,6 +196,20 @@ fn conflicts_are_resolved_for_the_oldest_export() {
             ports: vec![port("http", 80)],
             type_: ServiceImportType::ClusterSetIP,
         },
+        Case {
+            what: "internal traffic policy differs",
+            m1: service(ServiceKind::ClusterIp, vec![port("http", 80)]),
+            m2: ServiceView {
+                internal_traffic_policy: Some("Local".into()),
+                traffic_distribution: Some("PreferClose".into()),
+                ..service(ServiceKind::ClusterIp, vec![port("http", 80)])
+            },
+            m2_created: T2,
+            reason: "InternalTrafficPolicyConflict,TrafficDistributionConflict",
+            winner: "m1",
+            ports: vec![port("http", 80)],
+            type_: ServiceImportType::ClusterSetIP,
+        },
     ];
     for case in cases {
         let members = [
@@ -276,6 +295,7 @@ fn with_m2(availability: Availability, m1_exports: bool) -> Plan {
         ExistingImport {
             spec: old_spec,
             clusters: vec!["m1".into(), "m2".into()],
+            clusterset_ips: None,
         },
     );
     plan(&[m1, m2, m3])
@@ -322,8 +342,61 @@ fn an_exporter_that_left_the_federation_is_forgotten() {
         ExistingImport {
             spec: ServiceImportSpec::default(),
             clusters: vec!["m1".into(), "m2".into()],
+            clusterset_ips: None,
         },
     );
     let plan = plan(&[m1]);
     assert_eq!(plan.services[&web()].clusters, vec!["m1"]);
+}
+
+#[test]
+fn the_oldest_exports_labels_annotations_and_traffic_settings_reach_the_import() {
+    let explicit = ServiceView {
+        ip_families: vec!["IPv4".into()],
+        internal_traffic_policy: Some("Cluster".into()),
+        traffic_distribution: Some("PreferClose".into()),
+        ..service(ServiceKind::ClusterIp, vec![port("http", 80)])
+    };
+    let mut m1 = exporter("m1", T1, explicit.clone(), "10.64.0.1");
+    m1.exports[0].labels = BTreeMap::from([("team".to_string(), "a".to_string())]);
+    m1.exports[0].annotations = BTreeMap::from([("note".to_string(), "x".to_string())]);
+    // An unset policy is the default (Cluster): no conflict with an explicit Cluster; an
+    // unset ipFamilies (an old cluster) is no conflict either.
+    let defaults = ServiceView {
+        internal_traffic_policy: None,
+        ip_families: Vec::new(),
+        ..explicit
+    };
+    let mut m2 = exporter("m2", T2, defaults, "10.65.0.1");
+    m2.exports[0].labels = m1.exports[0].labels.clone();
+    m2.exports[0].annotations = m1.exports[0].annotations.clone();
+    let p = plan(&[m1.clone(), m2.clone()]);
+    let merged = &p.services[&web()];
+    assert_eq!(merged.exported.labels["team"], "a");
+    assert_eq!(merged.exported.annotations["note"], "x");
+    assert_eq!(merged.spec.ip_families, vec!["IPv4"]);
+    assert_eq!(
+        merged.spec.internal_traffic_policy.as_deref(),
+        Some("Cluster")
+    );
+    assert_eq!(
+        merged.spec.traffic_distribution.as_deref(),
+        Some("PreferClose")
+    );
+    assert!(!condition_of(&p, "m2", "Conflict").status);
+    let on_import = &merged.import_conditions;
+    assert_eq!(on_import.len(), 1);
+    assert_eq!(
+        (on_import[0].type_, on_import[0].reason.as_str()),
+        ("Conflict", "NoConflicts")
+    );
+    // Different labels: a conflict, the oldest export's labels win.
+    m2.exports[0].labels.insert("team".into(), "b".into());
+    let p = plan(&[m1, m2]);
+    assert_eq!(condition_of(&p, "m2", "Conflict").reason, "LabelsConflict");
+    assert_eq!(
+        p.services[&web()].import_conditions[0].reason,
+        "LabelsConflict"
+    );
+    assert_eq!(p.services[&web()].exported.labels["team"], "a");
 }
