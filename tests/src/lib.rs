@@ -22,6 +22,7 @@ pub mod federation;
 pub mod host;
 pub mod member;
 pub mod objects;
+pub mod pod;
 pub mod requests;
 pub mod setup;
 pub mod wait;
