@@ -77,19 +77,28 @@ impl fmt::Display for Problem {
     }
 }
 
-/// The message of an error and all its sources, `: `-joined.
-pub fn chain(error: &(dyn std::error::Error + 'static)) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(e) = source {
+/// The messages of an error chain, `: `-joined, leaving out a message the text already
+/// holds (kube's errors repeat their source in their own message).
+pub fn messages<'a>(
+    chain: impl IntoIterator<Item = &'a (dyn std::error::Error + 'static)>,
+) -> String {
+    let mut text = String::new();
+    for e in chain {
         let next = e.to_string();
-        if !text.contains(&next) {
-            text.push_str(": ");
-            text.push_str(&next);
+        if text.contains(&next) {
+            continue;
         }
-        source = e.source();
+        if !text.is_empty() {
+            text.push_str(": ");
+        }
+        text.push_str(&next);
     }
     text
+}
+
+/// The message of an error and all its sources, as [`messages`] joins them.
+pub fn chain(error: &(dyn std::error::Error + 'static)) -> String {
+    messages(std::iter::successors(Some(error), |e| e.source()))
 }
 
 /// The problem behind a failed request to the host: its HTTP status when it answered,
@@ -127,9 +136,16 @@ pub struct Permission {
 
 impl fmt::Display for Permission {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{} {}", self.verb, self.resource)?;
+        let (resource, subresource) = match self.resource.split_once('/') {
+            Some((r, s)) => (r, Some(s)),
+            None => (self.resource, None),
+        };
+        write!(f, "{} {resource}", self.verb)?;
         if !self.group.is_empty() {
             write!(f, ".{}", self.group)?;
+        }
+        if let Some(subresource) = subresource {
+            write!(f, "/{subresource}")?;
         }
         if let Some(name) = &self.name {
             write!(f, " {name}")?;
@@ -311,9 +327,24 @@ mod tests {
     }
 
     #[test]
-    fn an_error_chain_keeps_every_distinct_source() {
-        let inner = std::io::Error::new(std::io::ErrorKind::NotFound, "no such file");
-        let outer = std::io::Error::other(inner);
-        assert_eq!(chain(&outer), "no such file");
+    fn a_subresource_is_shown_after_the_group() {
+        let p = &required_permissions("ns", None)[2];
+        assert_eq!(
+            p.to_string(),
+            "update kubefedclusters.core.kubefed.io/status in ns"
+        );
+    }
+
+    #[test]
+    fn an_error_chain_keeps_every_distinct_message_once() {
+        let e = anyhow::anyhow!("no such file")
+            .context("reading the token")
+            .context("building a client");
+        assert_eq!(
+            messages(e.chain()),
+            "building a client: reading the token: no such file"
+        );
+        let repeated = anyhow::anyhow!("no such file").context("auth error: no such file");
+        assert_eq!(messages(repeated.chain()), "auth error: no such file");
     }
 }

@@ -99,6 +99,26 @@ impl Pod {
         Ok(http_server::get(addr, "/readyz").await?)
     }
 
+    /// The container's process (the child of `unshare`, PID 1 of its namespace): its
+    /// `/proc/PID/status` and its root directory as the machine sees it.
+    fn process(&self) -> anyhow::Result<(String, PathBuf)> {
+        let parent = self
+            .child
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .id()
+            .context("exited")?;
+        for entry in std::fs::read_dir("/proc")?.filter_map(Result::ok) {
+            let Ok(status) = std::fs::read_to_string(entry.path().join("status")) else {
+                continue;
+            };
+            if status.lines().any(|l| l == format!("PPid:\t{parent}")) {
+                return Ok((status, std::fs::read_link(entry.path().join("root"))?));
+            }
+        }
+        anyhow::bail!("no process under {parent}")
+    }
+
     /// Fails when the container has exited.
     fn running(&self) -> anyhow::Result<()> {
         let exited = self
@@ -245,8 +265,10 @@ async fn the_image_runs_the_controller_manager_and_the_pull_agent_as_pods() -> a
             },
         )
         .await?;
-        manager.running()?;
-        agent.running()?;
+        for pod in [&manager, &agent] {
+            pod.running()?;
+            runs_as_the_image_says(pod, &image)?;
+        }
         let log = manager.log();
         ensure!(log.contains("control plane started"), "{log}");
         ensure!(
@@ -264,6 +286,31 @@ async fn the_image_runs_the_controller_manager_and_the_pull_agent_as_pods() -> a
         );
     }
     result
+}
+
+/// The container's process runs as the image's non-root user and group, no supplementary
+/// group but that, no capability, chrooted into the image's root filesystem.
+fn runs_as_the_image_says(pod: &Pod, image: &Image) -> anyhow::Result<()> {
+    let (status, root) = pod.process()?;
+    let line = |key: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(key))
+            .map(str::trim)
+            .unwrap_or_default()
+            .to_owned()
+    };
+    ensure!(line("Name:") == "flotilla", "{status}");
+    ensure!(line("Uid:") == "65532\t65532\t65532\t65532", "{status}");
+    ensure!(line("Gid:") == "65532\t65532\t65532\t65532", "{status}");
+    ensure!(line("Groups:") == "65532", "{status}");
+    ensure!(line("CapEff:") == "0000000000000000", "{status}");
+    ensure!(
+        root == image.rootfs,
+        "root {} is not the image's",
+        root.display()
+    );
+    Ok(())
 }
 
 /// One bad start: the ServiceAccount volume and the reason `/readyz` and the log must give.
@@ -353,6 +400,8 @@ async fn bad_credentials_keep_the_manager_up_with_the_reason_on_readyz() -> anyh
             .await?;
             let log = pod.log();
             ensure!(!log.contains(&token), "the token is in the log");
+            let (_, body) = pod.readyz().await?;
+            eprintln!("{}: /readyz {body}", case.name);
         }
         // Still up after a few retries, and the mounted token is picked up once there.
         std::fs::write(no_token.join("token"), &token)?;

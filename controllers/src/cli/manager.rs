@@ -311,7 +311,7 @@ async fn connect(
     let mut delay = START_RETRY;
     loop {
         let attempt = async {
-            let config = |e: anyhow::Error| Problem::Credentials(format!("{e:#}"));
+            let config = |e: anyhow::Error| Problem::Credentials(startup::messages(e.chain()));
             let host = access::host(global)
                 .await
                 .map_err(config)?
