@@ -120,12 +120,14 @@ trap 'rm -rf "$work"' EXIT
 assemble_rootfs "$work/rootfs" "$binary"
 
 # One layer on an empty image; the same user, entrypoint and command as the Dockerfile.
+# The reference `flotilla:<version>` is what `podman load` names the image.
 layout="$work/oci"
+ref="flotilla:$version"
 umoci init --layout "$layout"
-umoci new --image "$layout:$version"
-umoci insert --image "$layout:$version" --history.created_by "scripts/image.sh" \
+umoci new --image "$layout:$ref"
+umoci insert --image "$layout:$ref" --history.created_by "scripts/image.sh" \
   "$work/rootfs" /
-umoci config --image "$layout:$version" \
+umoci config --image "$layout:$ref" \
   --config.user "$NONROOT:$NONROOT" \
   --config.entrypoint "$ENTRYPOINT" \
   --config.cmd controller-manager \
@@ -143,7 +145,7 @@ mv "$archive.tmp" "$archive"
 
 manifest="$(jq -r '.manifests[0].digest' "$layout/index.json")"
 layers="$(jq -r '[.layers[].size] | add' "$layout/blobs/${manifest/://}")"
-echo "image:    $archive (tag $version)"
+echo "image:    $archive ($ref)"
 echo "digest:   $manifest"
 echo "archive:  $(stat -c %s "$archive") bytes"
 echo "layers:   $layers bytes compressed"
