@@ -300,7 +300,10 @@ mod tests {
     #[test]
     fn missing_permissions_are_listed_with_their_scope_and_the_fix() {
         let wanted = required_permissions("kube-federation-system", Some("lease-a"));
-        let missing = vec![wanted[0].clone(), wanted.last().cloned().unwrap()];
+        let missing = vec![
+            wanted[0].clone(),
+            wanted.last().cloned().expect("a lease permission"),
+        ];
         let text = Problem::MissingPermissions(missing).to_string();
         assert!(
             text.starts_with("MissingPermissions: not allowed to list kubefedclusters.core.kubefed.io in kube-federation-system, update leases.coordination.k8s.io lease-a in kube-federation-system"),
@@ -320,7 +323,10 @@ mod tests {
     #[test]
     fn a_subresource_is_reviewed_as_one() {
         let p = &required_permissions("ns", None)[2];
-        let attrs = review(p).spec.resource_attributes.unwrap();
+        let attrs = review(p)
+            .spec
+            .resource_attributes
+            .expect("resource attributes");
         assert_eq!(attrs.resource.as_deref(), Some("kubefedclusters"));
         assert_eq!(attrs.subresource.as_deref(), Some("status"));
         assert_eq!(attrs.namespace.as_deref(), Some("ns"));
