@@ -15,7 +15,7 @@ WORKDIR /src
 COPY . .
 RUN --mount=type=cache,target=/usr/local/cargo/registry \
     --mount=type=cache,target=/src/target \
-    cargo build --release --locked -p flotilla-controllers --no-default-features --bin flotilla \
+    cargo build --release --locked -p flotilla-cli --no-default-features --bin flotilla \
  && cp target/release/flotilla /usr/local/bin/flotilla \
  && bash scripts/image.sh --rootfs /rootfs --binary /usr/local/bin/flotilla
 

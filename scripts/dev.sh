@@ -9,7 +9,7 @@ cd "$(dirname "$0")/.."
 
 export CARGO_BUILD_JOBS="${CARGO_BUILD_JOBS:-2}"
 export KUBE_BIN_DIR="$(bash scripts/install-k8s.sh)"
-cargo build --release -p flotilla-controllers --bin flotilla
+cargo build --release -p flotilla-cli --bin flotilla
 # `flotilla` itself is not put on the PATH (nothing outside the repository is changed); the
 # hints `dev up` prints use this path. To type `flotilla`, add the directory to PATH:
 echo "flotilla: $PWD/target/release/flotilla   (export PATH=\"$PWD/target/release:\$PATH\" to type just flotilla)" >&2

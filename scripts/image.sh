@@ -107,7 +107,7 @@ fi
 
 if [ -z "$binary" ]; then
   echo "image.sh: building flotilla (release, --no-default-features)" >&2
-  (cd "$ROOT" && cargo build --release --locked -p flotilla-controllers \
+  (cd "$ROOT" && cargo build --release --locked -p flotilla-cli \
     --no-default-features --bin flotilla)
   binary="$ROOT/target/release/flotilla"
 fi

@@ -2,7 +2,7 @@
 //! `status.clusters[]` with only `name`, `status` and `remoteStatus`, and conditions without
 //! a `message`, so the API server prunes Flotilla's per-cluster messages (the member's own
 //! words behind `CreationFailed`, say) and users see a bare reason; nor do they declare
-//! `status.aggregated` of workload types. Flotilla's CRDs
+//! `status.aggregated` of workload types, nor `status.drift`. Flotilla's CRDs
 //! (`config/crds`, `flotilla enable`) keep them. The controller has no right to change
 //! CRDs, so it says so once per start of the type, in the log and as an Event, and the
 //! sync controller leaves those fields out of the status it compares and writes
@@ -57,6 +57,9 @@ pub fn pruned_status_fields(
             missing.push(field);
         }
     }
+    if !keeps(status, "drift") {
+        missing.push("status.drift");
+    }
     if aggregated && !keeps(status, "aggregated") {
         missing.push("status.aggregated");
     }
@@ -104,6 +107,8 @@ pub struct Pruned {
     pub condition_messages: bool,
     /// `status.aggregated`.
     pub aggregated: bool,
+    /// `status.drift`.
+    pub drift: bool,
 }
 
 impl Pruned {
@@ -113,6 +118,7 @@ impl Pruned {
             cluster_messages: missing.contains(&"status.clusters[].message"),
             condition_messages: missing.contains(&"status.conditions[].message"),
             aggregated: missing.contains(&"status.aggregated"),
+            drift: missing.contains(&"status.drift"),
         }
     }
 
@@ -133,6 +139,9 @@ impl Pruned {
         }
         if self.aggregated {
             status.aggregated = None;
+        }
+        if self.drift {
+            status.drift.clear();
         }
     }
 }
@@ -189,7 +198,11 @@ mod tests {
         }}));
         assert_eq!(
             pruned_status_fields(&kubefed, "v1beta1", false),
-            vec!["status.clusters[].message", "status.conditions[].message"]
+            vec![
+                "status.clusters[].message",
+                "status.conditions[].message",
+                "status.drift"
+            ]
         );
         assert_eq!(
             pruned_status_fields(&kubefed, "v1beta1", true).last(),
@@ -237,5 +250,12 @@ mod tests {
         kubefeds.strip(&mut status);
         assert_eq!(status.clusters[0].message, "");
         assert_eq!(status.clusters[0].status, "CreationFailed");
+        // Without `status.drift` in the schema, the drift entries are not compared either.
+        let mut drifted = FederatedStatus {
+            drift: vec![flotilla_crds::drift::ClusterDrift::default()],
+            ..FederatedStatus::default()
+        };
+        Pruned::from_missing(&["status.drift"]).strip(&mut drifted);
+        assert!(drifted.drift.is_empty());
     }
 }

@@ -1,15 +1,8 @@
-//! Flotilla's control plane: the cluster registry and health checks, the multi-cluster watch
-//! runtime, the federated type config controller, propagation (sync) and scheduling.
+//! Flotilla's control plane: the cluster registry and health checks, type configs, propagation
+//! (sync), RSP and constraint scheduling, MCS, ClusterProfiles, member RBAC, leader election.
 #![forbid(unsafe_code)]
 
-pub mod agent;
-#[cfg(feature = "dev")]
-pub mod bench;
-#[cfg(feature = "dev")]
-pub mod bootstrap;
-pub mod cli;
 pub mod cluster_id;
-pub mod dashboard;
 pub mod decisions;
 /// Events (in the multi-cluster library).
 pub use flotilla_multicluster::events;
@@ -37,6 +30,5 @@ pub mod startup;
 pub mod sync;
 /// The watch loop (in the multi-cluster library).
 pub use flotilla_multicluster::watch;
-pub mod webhook;
 /// The work queue (in the multi-cluster library).
 pub use flotilla_multicluster::workqueue;

@@ -243,6 +243,15 @@ pub struct FailureLabels {
     pub reason: &'static str,
 }
 
+/// Label set of drift: the member cluster and the field manager that changed its object.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct DriftLabels {
+    /// The member cluster.
+    pub cluster: String,
+    /// The field manager owning the drifted fields now (`unknown` when none does).
+    pub manager: String,
+}
+
 /// Label set of member operations.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct OperationLabels {
@@ -289,6 +298,10 @@ families! {
         /// `flotilla_status_writes_total{kind}`: status updates of federated objects.
         status_writes: Family<TypeLabels, Counter> = Family::default(),
             "status_writes", "Status updates written to federated objects";
+        /// `flotilla_drift_total{cluster,manager}`: member objects found changed by another
+        /// writer (each repair, each newly reported drift, each fight declared).
+        drift: Family<DriftLabels, Counter> = Family::default(),
+            "drift", "Member objects found changed by a writer other than Flotilla, by the writer";
     }
 }
 

@@ -18,7 +18,7 @@ use std::cmp::Ordering;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 
 use crate::core::ApiResource;
-use crate::crdgen::{TargetType, federated_api_resource, federated_crd_as};
+use crate::crdgen::federated::{TargetType, federated_api_resource, federated_crd_as};
 use crate::{TYPES_GROUP, V1BETA1};
 
 /// API group of kubefed's alpha Federated&lt;Kind&gt; types.

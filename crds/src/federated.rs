@@ -3,13 +3,12 @@
 //! Federated types are generated per target type, so they are read and written as
 //! `DynamicObject`s; these structs give the `spec` and `status` a typed view.
 
-use std::collections::BTreeMap;
-
 use kube::core::DynamicObject;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+pub use crate::selector::{LabelSelector, LabelSelectorRequirement};
 use crate::taint::Toleration;
 
 /// `spec` of a Federated&lt;Kind&gt;.
@@ -117,30 +116,6 @@ pub struct ClusterReference {
     pub name: String,
 }
 
-/// A Kubernetes label selector (metav1.LabelSelector).
-#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct LabelSelector {
-    /// Labels that must all match exactly.
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub match_labels: BTreeMap<String, String>,
-    /// Expressions that must all hold.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub match_expressions: Vec<LabelSelectorRequirement>,
-}
-
-/// One expression of a label selector.
-#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
-pub struct LabelSelectorRequirement {
-    /// The label key.
-    pub key: String,
-    /// `In`, `NotIn`, `Exists` or `DoesNotExist`.
-    pub operator: String,
-    /// Values for `In` / `NotIn`.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub values: Vec<String>,
-}
-
 /// The overrides of one cluster.
 #[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
@@ -204,6 +179,10 @@ pub struct FederatedStatus {
     /// Flotilla extension: where a progressive rollout stands (`spec.rollout`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rollout: Option<crate::rollout::RolloutStatus>,
+    /// Flotilla extension: the last drift seen per member cluster — fields another writer
+    /// changed, who, and whether Flotilla repaired it (`flotilla.io/drift-policy`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub drift: Vec<crate::drift::ClusterDrift>,
 }
 
 /// The stored scheduling decision: read back as the sticky input of the next decision.

@@ -119,7 +119,7 @@ impl kube::Resource for PlacementDecision {
 
 /// The CRD, from the published v1alpha1 schema (top-level `decisions`, at most 100).
 pub fn crd() -> CustomResourceDefinition {
-    let decision = crate::crdgen::schema_of::<ClusterDecision>();
+    let decision = crate::crdgen::federated::schema_of::<ClusterDecision>();
     let schema = json!({
         "description": "PlacementDecision publishes the clusters a scheduler chose for a \
             workload: a data-only list of ClusterProfile references.",

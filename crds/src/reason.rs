@@ -88,6 +88,12 @@ reasons! {
         DeletionTimedOut => Backoff,
         /// Label removal did not finish in time.
         LabelRemovalTimedOut => Backoff,
+        /// Flotilla: another writer changed the member object and the drift policy is
+        /// `Report`: the change is left in place (see `status.drift`).
+        Drifted => UserAction,
+        /// Flotilla: another writer kept undoing the repairs of a field; Flotilla stopped
+        /// repairing it (see `status.drift`).
+        DriftFight => UserAction,
     }
 }
 

@@ -8,6 +8,9 @@
 //! but **no container runs**. Dropping the environment stops every process and deletes its directory;
 //! children also die with the test process if it is killed.
 //!
+//! [`testkit`] is the test kit for multi-cluster controllers: N clusters behind fault
+//! proxies, faults and waits.
+//!
 //! ```no_run
 //! # async fn demo() -> Result<(), flotilla_localenv::Error> {
 //! use flotilla_localenv::{EnvOptions, LocalEnv};
@@ -35,6 +38,7 @@ mod pki;
 mod ports;
 mod process;
 mod proxy;
+pub mod testkit;
 
 use std::path::PathBuf;
 

@@ -11,6 +11,7 @@ use std::{
 use flotilla_crds::taint::Taint;
 use kube::Client;
 use tokio::sync::{broadcast, watch};
+use tokio_util::sync::CancellationToken;
 use tracing::debug;
 
 /// What the control plane knows about one registered member cluster.
@@ -95,10 +96,38 @@ impl ClusterEvent {
     }
 }
 
+/// What engaging a cluster takes: its client, its labels, and what identifies the
+/// credentials the client was built from (engaging again with the same identity changes
+/// nothing but the labels).
+#[derive(Clone)]
+pub struct Engagement {
+    /// A client for the cluster's API server.
+    pub client: Client,
+    /// Labels of the cluster (placement selectors and providers' filters match on these).
+    pub labels: BTreeMap<String, String>,
+    /// Identifies the client's inputs (e.g. a hash of a kubeconfig, a Secret's resource
+    /// version); a different identity replaces the client and cancels the old engagement.
+    pub identity: String,
+    /// Confines the cluster to one namespace (a namespace-per-cluster provider): member
+    /// watches of every kind are limited to it.
+    pub namespace: Option<String>,
+}
+
+/// Per-cluster bookkeeping beside [`ClusterState`]: the engagement token, the identity of
+/// its client's inputs and its namespace scope.
+#[derive(Clone, Default)]
+struct Engaged {
+    token: CancellationToken,
+    identity: Option<String>,
+    namespace: Option<String>,
+}
+
 /// The set of registered member clusters, shared by every controller.
 #[derive(Clone)]
 pub struct ClusterSet {
     clusters: Arc<RwLock<BTreeMap<String, ClusterState>>>,
+    engaged: Arc<RwLock<BTreeMap<String, Engaged>>>,
+    problems: Arc<RwLock<BTreeMap<String, String>>>,
     events: broadcast::Sender<ClusterEvent>,
     version: Arc<watch::Sender<u64>>,
 }
@@ -116,6 +145,8 @@ impl ClusterSet {
         let (version, _) = watch::channel(0);
         ClusterSet {
             clusters: Arc::default(),
+            engaged: Arc::default(),
+            problems: Arc::default(),
             events,
             version: Arc::new(version),
         }
@@ -157,6 +188,7 @@ impl ClusterSet {
                     }
                 }
                 None => {
+                    self.renew_engagement(name);
                     map.insert(
                         name.to_string(),
                         ClusterState {
@@ -186,6 +218,7 @@ impl ClusterSet {
             if let Some(state) = map.get_mut(name) {
                 state.client = client;
                 state.client_generation += 1;
+                self.renew_engagement(name);
                 if state.ready {
                     if state.client.is_none() {
                         state.ready = false;
@@ -236,12 +269,92 @@ impl ClusterSet {
         self.publish(events);
     }
 
-    /// Removes a cluster from the set.
+    /// Removes a cluster from the set; its engagement is cancelled.
     pub fn remove(&self, name: &str) {
         let removed = self.write().remove(name).is_some();
+        let engaged = self
+            .engaged
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(name);
+        if let Some(engaged) = engaged {
+            engaged.token.cancel();
+        }
         if removed {
             self.publish(vec![ClusterEvent::Removed(name.to_string())]);
         }
+    }
+
+    /// Engages cluster `name`: registers it (unready until its health check says Ready)
+    /// with `engagement`'s client and labels, and returns the engagement's token, cancelled
+    /// when the cluster leaves the set or its client is replaced. Idempotent and
+    /// non-blocking: engaging an engaged cluster with the same identity only updates its
+    /// labels and returns the same token.
+    pub fn engage(&self, name: &str, engagement: Engagement) -> CancellationToken {
+        self.upsert(name, engagement.labels, Vec::new());
+        let same = |e: &Engaged| e.identity.as_deref() == Some(engagement.identity.as_str());
+        if let Some(current) = self.engaged_of(name).filter(same) {
+            return current.token;
+        }
+        self.set_client(name, Some(engagement.client));
+        let mut engaged = self.engaged.write().unwrap_or_else(|e| e.into_inner());
+        let entry = engaged.entry(name.to_owned()).or_default();
+        entry.identity = Some(engagement.identity);
+        entry.namespace = engagement.namespace;
+        entry.token.clone()
+    }
+
+    /// Disengages cluster `name`: cancels its engagement and removes it from the set.
+    pub fn disengage(&self, name: &str) {
+        self.remove(name);
+    }
+
+    /// The token of cluster `name`'s current engagement: cancelled when it leaves the set
+    /// or gets another client.
+    pub fn engagement(&self, name: &str) -> Option<CancellationToken> {
+        self.engaged_of(name).map(|e| e.token)
+    }
+
+    /// The namespace cluster `name` is confined to, if its provider confines it.
+    pub fn namespace_of(&self, name: &str) -> Option<String> {
+        self.engaged_of(name).and_then(|e| e.namespace)
+    }
+
+    fn engaged_of(&self, name: &str) -> Option<Engaged> {
+        let engaged = self.engaged.read().unwrap_or_else(|e| e.into_inner());
+        engaged.get(name).cloned()
+    }
+
+    /// Cancels the current engagement of `name` (if any) and starts a new one.
+    fn renew_engagement(&self, name: &str) {
+        let mut engaged = self.engaged.write().unwrap_or_else(|e| e.into_inner());
+        if let Some(old) = engaged.insert(name.to_owned(), Engaged::default()) {
+            old.token.cancel();
+        }
+    }
+
+    /// Records why cluster `name` cannot be used (its kubeconfig does not parse, its access
+    /// provider fails, ...), or clears it with `None`. The cluster need not be registered:
+    /// a provider reports a cluster it skips. Never put a credential in `reason`.
+    pub fn report(&self, name: &str, reason: Option<String>) {
+        let changed = {
+            let mut problems = self.problems.write().unwrap_or_else(|e| e.into_inner());
+            match reason {
+                Some(reason) => problems.insert(name.to_owned(), reason.clone()) != Some(reason),
+                None => problems.remove(name).is_some(),
+            }
+        };
+        if changed {
+            self.version.send_modify(|v| *v += 1);
+        }
+    }
+
+    /// Clusters that cannot be used, with the reason: see [`ClusterSet::report`].
+    pub fn problems(&self) -> BTreeMap<String, String> {
+        self.problems
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
 
     /// Every registered cluster.
@@ -293,5 +406,66 @@ impl ClusterSet {
                 return std::future::pending().await;
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn engagement(identity: &str) -> Engagement {
+        let config = kube::Config::new(http::Uri::from_static("https://127.0.0.1:1"));
+        Engagement {
+            client: Client::try_from(config).expect("a client (no connection is made)"),
+            labels: BTreeMap::from([("id".to_string(), identity.to_string())]),
+            identity: identity.into(),
+            namespace: Some("ns".into()),
+        }
+    }
+
+    #[tokio::test]
+    async fn engaging_again_with_the_same_identity_keeps_the_engagement() {
+        let set = ClusterSet::new();
+        let first = set.engage("c", engagement("a"));
+        let generation = set.get("c").map(|c| c.client_generation);
+        let again = set.engage("c", engagement("a"));
+        assert!(!first.is_cancelled() && !again.is_cancelled());
+        assert_eq!(set.get("c").map(|c| c.client_generation), generation);
+        assert_eq!(set.namespace_of("c").as_deref(), Some("ns"));
+    }
+
+    #[tokio::test]
+    async fn a_new_identity_or_a_disengagement_cancels_the_engagement() {
+        let set = ClusterSet::new();
+        let first = set.engage("c", engagement("a"));
+        let second = set.engage("c", engagement("b"));
+        assert!(first.is_cancelled() && !second.is_cancelled());
+        assert_eq!(
+            set.get("c").map(|c| c.labels["id"].clone()).as_deref(),
+            Some("b")
+        );
+        set.disengage("c");
+        assert!(second.is_cancelled());
+        assert!(set.get("c").is_none() && set.engagement("c").is_none());
+    }
+
+    #[test]
+    fn problems_are_reported_and_cleared() {
+        let set = ClusterSet::new();
+        let mut changes = set.changes();
+        set.report("bad", Some("does not parse".into()));
+        assert_eq!(
+            set.problems().get("bad").map(String::as_str),
+            Some("does not parse")
+        );
+        assert!(changes.has_changed().unwrap_or(false));
+        changes.mark_unchanged();
+        set.report("bad", Some("does not parse".into()));
+        assert!(
+            !changes.has_changed().unwrap_or(true),
+            "an unchanged report is no change"
+        );
+        set.report("bad", None);
+        assert!(set.problems().is_empty());
     }
 }

@@ -47,6 +47,30 @@ pub async fn publish(
     }
 }
 
+/// [`publish`], with a related object (`related`): Events differing only in their note are
+/// one series to the recorder, so an Event that must be told apart from an earlier one of
+/// the same reason (another member object, another field) names what it is about here.
+pub async fn publish_related(
+    recorder: &Recorder,
+    reference: &ObjectReference,
+    related: ObjectReference,
+    type_: EventType,
+    reason: &str,
+    action: &str,
+    note: String,
+) {
+    let event = Event {
+        type_,
+        reason: reason.to_owned(),
+        note: Some(within_limit(note)),
+        action: action.to_owned(),
+        secondary: Some(related),
+    };
+    if let Err(e) = recorder.publish(&event, reference).await {
+        debug!(error = %e, %reason, "publishing an event failed");
+    }
+}
+
 /// `note` cut at a character boundary to at most [`NOTE_LIMIT`] bytes.
 fn within_limit(mut note: String) -> String {
     if note.len() > NOTE_LIMIT {

@@ -3,9 +3,10 @@
 //! A multi-cluster controller runtime for kube-rs, the one Flotilla's own controllers run
 //! on. See docs/library.md for a tutorial and the guarantees.
 //!
-//! - **Clusters** ([`ClusterSet`]): from kubeconfig contexts or the in-cluster config
-//!   ([`sources::StaticClusters`], health-checked), or from Flotilla's KubeFedCluster
-//!   registry ([`kubefed::KubeFedSource`]; clusters join and leave at run time).
+//! - **Clusters** ([`ClusterSet`]): engaged by [`Provider`]s ([`provider`]: kubeconfig
+//!   files, kubeconfig Secrets, ClusterProfiles with exec credential plugins, Flotilla's
+//!   KubeFedCluster registry, namespace-per-cluster for tests), each engagement with a
+//!   cancellation token; or fixed ([`sources::StaticClusters`], health-checked).
 //! - **Watches** ([`MemberWatch`]): one kube-runtime watcher + reflector per Ready cluster
 //!   (with kube's backoff), started when the cluster turns Ready, stopped when it leaves.
 //! - **Controllers** ([`Controller`]): a primary kind, secondary watches with mappers,
@@ -15,6 +16,11 @@
 //! - **Runners** ([`runner`]): the keyed runner (any key type, N workers behind a gate,
 //!   per-key backoff, metrics, graceful stop) and the pass runner (level-triggered passes,
 //!   debounced, periodic, retried) the controllers of Flotilla run on.
+//! - **Indexes and sync timeouts** ([`index`], [`sync_state`]): indexes by label, field or
+//!   owner kept for every cluster; a cluster whose cache does not sync in time is reported
+//!   with a reason instead of stalling the others.
+//! - **Sharding** ([`shard`], experimental): replicas split the clusters by rendezvous
+//!   hashing over peer Leases, with a fence Lease per cluster.
 //! - **Cross-cluster ownership** ([`ownership`], [`gc`]): owner references between
 //!   clusters, a finalizer-based garbage collector, and a collector of dependents whose
 //!   owner is confirmed gone — never of those whose owner's cluster is only unreachable.
@@ -48,17 +54,23 @@ mod error;
 pub mod events;
 pub mod gate;
 pub mod gc;
+pub mod index;
 pub mod kubefed;
 pub mod member_watch;
 pub mod ownership;
+pub mod provider;
 pub mod runner;
+pub mod shard;
 pub mod sources;
+pub mod sync_state;
 pub mod tasks;
 pub mod watch;
 pub mod workqueue;
 
-pub use cluster_set::{ClusterEvent, ClusterSet, ClusterState, ReadyCluster};
+pub use cluster_set::{ClusterEvent, ClusterSet, ClusterState, Engagement, ReadyCluster};
 pub use controller::{Action, Cache, Context, Controller, ControllerMetrics, ObjectKey};
 pub use error::{Error, error_chain};
 pub use member_watch::{ClusterSelector, MemberEvent, MemberWatch, WatchOptions};
 pub use ownership::{DeletionPolicy, MultiClusterOwner};
+pub use provider::{Provider, ProviderHandle};
+pub use sync_state::SyncState;

@@ -4,23 +4,14 @@
 //! row), so a disconnected cluster stops its watches and a returning one starts them
 //! again. For clusters from Flotilla's registry, see [`crate::kubefed::KubeFedSource`].
 
-use std::time::Duration;
-
+use crate::{ClusterSet, Error, provider::health};
 use kube::{
     Client, Config,
     config::{KubeConfigOptions, Kubeconfig},
 };
 use tokio::task::JoinHandle;
-use tracing::{debug, info};
 
-use crate::{ClusterSet, Error};
-
-/// How often a fixed cluster is probed.
-pub const PROBE_PERIOD: Duration = Duration::from_secs(5);
-/// How long a probe may take.
-const PROBE_TIMEOUT: Duration = Duration::from_secs(3);
-/// Failed probes in a row before a cluster is unready.
-pub const FAILURE_THRESHOLD: u32 = 3;
+pub use crate::provider::health::{FAILURE_THRESHOLD, PROBE_PERIOD, next_ready};
 
 /// Fixed clusters with their health checks; the checks stop when this is dropped (the
 /// clusters stay in the set).
@@ -47,8 +38,14 @@ impl StaticClusters {
     pub fn add(&mut self, set: &ClusterSet, name: &str, client: Client) {
         set.upsert(name, Default::default(), Vec::new());
         set.set_client(name, Some(client.clone()));
-        self.probes
-            .push(tokio::spawn(probe(set.clone(), name.to_owned(), client)));
+        // The check lives as long as this source (dropping it aborts the check).
+        let forever = tokio_util::sync::CancellationToken::new();
+        self.probes.push(tokio::spawn(health::probe(
+            set.clone(),
+            name.to_owned(),
+            client,
+            forever,
+        )));
     }
 
     /// Registers context `context` of `kubeconfig` as a cluster named after the context.
@@ -88,47 +85,4 @@ fn client_from(config: Config, cluster: &str) -> Result<Client, Error> {
         cluster: cluster.to_owned(),
         source,
     })
-}
-
-/// The health verdict after a probe: `Some(ready)` when it changes what the set says.
-pub fn next_ready(ready: bool, failures_in_a_row: u32, probe_ok: bool) -> Option<bool> {
-    match (ready, probe_ok) {
-        (false, true) => Some(true),
-        (true, false) if failures_in_a_row >= FAILURE_THRESHOLD => Some(false),
-        _ => None,
-    }
-}
-
-async fn probe(set: ClusterSet, name: String, client: Client) {
-    let mut failures = 0;
-    let mut ready = false;
-    let mut ticks = tokio::time::interval(PROBE_PERIOD);
-    loop {
-        ticks.tick().await;
-        let ok = matches!(
-            tokio::time::timeout(PROBE_TIMEOUT, client.apiserver_version()).await,
-            Ok(Ok(_))
-        );
-        failures = if ok { 0 } else { failures + 1 };
-        debug!(cluster = %name, ok, failures, "probed");
-        if let Some(now) = next_ready(ready, failures, ok) {
-            info!(cluster = %name, ready = now, "cluster health changed");
-            ready = now;
-            set.set_ready(&name, now);
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_cluster_turns_ready_on_one_success_and_unready_after_three_failures() {
-        assert_eq!(next_ready(false, 0, true), Some(true));
-        assert_eq!(next_ready(true, 1, false), None);
-        assert_eq!(next_ready(true, 3, false), Some(false));
-        assert_eq!(next_ready(false, 5, false), None);
-        assert_eq!(next_ready(true, 0, true), None);
-    }
 }

@@ -101,8 +101,9 @@ impl WatchParams {
 }
 
 /// Feeds `writer` from a watch on `api` and calls `on_change` for every change, after the
-/// store has applied it. Every object is trimmed (`managedFields` and kubectl's last-applied copy dropped) and then passed through
-/// `shrink` (the caller's own cut, e.g. a status nobody reads) before it is stored. Errors
+/// store has applied it. Every object is passed through `shrink` (the caller's own cut, e.g.
+/// a status nobody reads, or a digest of what the trim drops) and then trimmed
+/// (`managedFields` and kubectl's last-applied copy dropped) before it is stored. Errors
 /// are logged as `params` says and retried with backoff. Runs until `on_change` breaks (its
 /// subscriber is gone) or the task is aborted.
 pub async fn watch_into<K>(
@@ -110,7 +111,22 @@ pub async fn watch_into<K>(
     writer: reflector::store::Writer<K>,
     params: WatchParams,
     shrink: fn(&mut K),
+    on_change: impl FnMut(Change<'_, K>) -> ControlFlow<()>,
+) where
+    K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+    K::DynamicType: Eq + Hash + Clone + Send + Sync,
+{
+    watch_into_reporting(api, writer, params, shrink, on_change, |_| {}).await
+}
+
+/// [`watch_into`], also passing every failure to `on_failure` (after logging it).
+pub async fn watch_into_reporting<K>(
+    api: Api<K>,
+    writer: reflector::store::Writer<K>,
+    params: WatchParams,
+    shrink: fn(&mut K),
     mut on_change: impl FnMut(Change<'_, K>) -> ControlFlow<()>,
+    mut on_failure: impl FnMut(&watcher::Error),
 ) where
     K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
     K::DynamicType: Eq + Hash + Clone + Send + Sync,
@@ -118,8 +134,8 @@ pub async fn watch_into<K>(
     let events = watcher(api, params.config())
         .default_backoff()
         .modify(move |o| {
-            trim(o);
             shrink(o);
+            trim(o);
         });
     let stream = reflector::reflector(writer, events);
     futures::pin_mut!(stream);
@@ -139,6 +155,7 @@ pub async fn watch_into<K>(
             Ok(watcher::Event::Init) => ControlFlow::Continue(()),
             Err(error) => {
                 params.log_failure(&error);
+                on_failure(&error);
                 failures = failures.saturating_add(1);
                 tokio::time::sleep(retry_pause(failures)).await;
                 ControlFlow::Continue(())

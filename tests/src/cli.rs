@@ -6,7 +6,7 @@ use std::{net::SocketAddr, time::Duration};
 
 use anyhow::ensure;
 use bytes::Bytes;
-use flotilla_controllers::cli::{self, Context, Exit};
+use flotilla_cli::{self as cli, Context, Exit};
 use http::{Request, header};
 use http_body_util::{BodyExt, Empty};
 use hyper_util::rt::TokioIo;

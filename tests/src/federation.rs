@@ -1,13 +1,14 @@
 //! A complete federation for end-to-end tests: local host + members, set up by the shared
-//! bootstrap of `flotilla_controllers::bootstrap` (CRDs, KubeFedConfig, default type
+//! bootstrap of `flotilla_dev::bootstrap` (CRDs, KubeFedConfig, default type
 //! configs, members joined the way `flotilla join` does) with the tests' quick health
 //! checks, and the control plane running in-process.
 
 use std::time::Duration;
 
 use anyhow::Context as _;
-use flotilla_controllers::{bootstrap::Bootstrap, install, manager::ControlPlane};
+use flotilla_controllers::{install, manager::ControlPlane};
 use flotilla_crds::crdgen;
+use flotilla_dev::bootstrap::Bootstrap;
 use kube::{
     Api, Client,
     api::{DynamicObject, Patch, PatchParams},

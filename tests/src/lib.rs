@@ -1,7 +1,9 @@
 //! Shared helpers for integration tests on real local clusters: starting an environment
 //! with logging set up, and polling until a condition holds. Builders of test objects are in
 //! [`objects`], waits on a federated object in [`host`], waits on member objects in
-//! [`wait`], member reads in [`member`], shared assertions in [`assert`] and the usual
+//! [`wait`], member reads in [`member`], shared assertions in [`assert`], objects as a
+//! previous version wrote them in [`fixture`], a push + pull federation whose binaries the
+//! test starts in [`mixed`] and the usual
 //! starting point in [`setup`]; API servers' request counts in [`requests`].
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
@@ -19,8 +21,10 @@ pub mod assert;
 pub mod browser;
 pub mod cli;
 pub mod federation;
+pub mod fixture;
 pub mod host;
 pub mod member;
+pub mod mixed;
 pub mod objects;
 pub mod pod;
 pub mod requests;
@@ -143,7 +147,7 @@ pub fn flotilla_binary() -> anyhow::Result<PathBuf> {
         .args([
             "build",
             "-p",
-            "flotilla-controllers",
+            "flotilla-cli",
             "--bin",
             "flotilla",
             "--message-format=json",

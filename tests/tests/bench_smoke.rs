@@ -2,7 +2,7 @@
 //! propagates every object, makes no steady-state writes and fills in every figure. Nothing
 //! here asserts a timing: the benchmark measures, the test suite only keeps it from rotting.
 
-use flotilla_controllers::bench::{self, BenchOptions, BenchReport, Phase};
+use flotilla_dev::bench::{self, BenchOptions, BenchReport, Phase};
 
 fn assert_phase_is_sane(what: &str, p: &Phase, member_objects: usize) {
     assert_eq!(p.member_objects, member_objects, "{what}: member objects");

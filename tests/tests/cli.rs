@@ -3,7 +3,7 @@
 //! (in-process, and two processes under leader election), the deployment manifests against
 //! a real API server, and `dev up` as a subprocess that must leave no process behind.
 //!
-//! Commands run in-process through `flotilla_controllers::cli::run` where they can; leader
+//! Commands run in-process through `flotilla_cli::run` where they can; leader
 //! election and `dev up` run the built binary (`cargo build` of `flotilla`, or `$FLOTILLA_BIN`).
 
 use std::{
@@ -13,10 +13,8 @@ use std::{
 };
 
 use anyhow::{Context as _, ensure};
-use flotilla_controllers::{
-    cli::{self, Context},
-    install,
-};
+use flotilla_cli::{self as cli, Context};
+use flotilla_controllers::install;
 use flotilla_crds::{DEFAULT_NAMESPACE, FederatedTypeConfig, KubeFedCluster};
 use flotilla_tests::{
     LocalEnv,

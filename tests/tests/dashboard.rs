@@ -14,7 +14,7 @@
 use std::{path::PathBuf, time::Duration};
 
 use anyhow::{Context as _, ensure};
-use flotilla_controllers::cli::{self, Context};
+use flotilla_cli::{self as cli, Context};
 use flotilla_tests::{
     browser::Browser,
     cli::{get_as, service_account_token, start_dashboard, start_dashboard_on},

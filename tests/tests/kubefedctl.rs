@@ -6,10 +6,8 @@
 use std::time::Duration;
 
 use anyhow::{Context as _, ensure};
-use flotilla_controllers::{
-    cli::{self, Context},
-    install,
-};
+use flotilla_cli::{self as cli, Context};
+use flotilla_controllers::install;
 use flotilla_crds::{DEFAULT_NAMESPACE, FederatedTypeConfig};
 use flotilla_tests::{
     federation::{Federation, apply},

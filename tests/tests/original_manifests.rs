@@ -9,7 +9,6 @@
 use std::time::Duration;
 
 use anyhow::{Context as _, ensure};
-use flotilla_controllers::webhook;
 use flotilla_crds::{
     DEFAULT_NAMESPACE,
     admiralty::{ADMIRALTY_NAMESPACE_LABEL, ADMIRALTY_NAMESPACE_VALUE, AnyImport, ImportGroup},
@@ -25,6 +24,7 @@ use flotilla_tests::{
     wait::wait_absent,
     wait_for,
 };
+use flotilla_webhook as webhook;
 use k8s_openapi::api::{
     core::v1::{ConfigMap, Namespace, Pod, Secret, ServiceAccount},
     rbac::v1::{Role, RoleBinding},

@@ -7,9 +7,9 @@
 use std::time::Duration;
 
 use anyhow::{Context as _, ensure};
+use flotilla_agent::{Agent, AgentOptions};
+use flotilla_cli::{self as cli, Context};
 use flotilla_controllers::{
-    agent::{Agent, AgentOptions},
-    cli::{self, Context},
     install,
     manager::ControlPlane,
     pull_join::{PullJoinOptions, join_pull},
@@ -24,7 +24,7 @@ use flotilla_tests::{
     host::cluster_status,
     member::{config_maps, data_is},
     objects::FederatedObject,
-    requests::writes,
+    requests::{requests, writes},
     wait::{wait_absent, wait_namespace_in, wait_object, wait_present},
     wait_for,
 };
@@ -40,8 +40,11 @@ const T: Duration = Duration::from_secs(40);
 const PULL: &str = "member2";
 const PUSH: &str = "member1";
 const NS: &str = "demo";
-/// Short enough that drift is repaired and an Offline cluster seen within seconds.
-const RESYNC: Duration = Duration::from_secs(1);
+/// Longer than the test: every repair, prune and report here comes from a watch event (the
+/// member caches' and the Work watch's), never from the agent's periodic safety net.
+const RESYNC: Duration = Duration::from_secs(600);
+/// A window with no request of the test's own on member ConfigMaps.
+const QUIET: Duration = Duration::from_secs(3);
 const LEASE: Duration = Duration::from_secs(3);
 
 struct PullFederation {
@@ -281,11 +284,26 @@ async fn status_flows_back(fed: &PullFederation) -> anyhow::Result<()> {
     web.wait_gone(T).await
 }
 
+/// Drift in the Pull member is repaired on the member watch's event (the resync is longer
+/// than the test), with one write, and the agent reads nothing to decide: no GET of the
+/// object, not even when its own status write brings the Work back to its queue.
 async fn a_member_side_edit_is_reverted(fed: &PullFederation) -> anyhow::Result<()> {
     let cms = config_maps(&fed.pull, NS);
+    let written = writes(&fed.pull, &["configmaps"]).await?;
     let edit = json!({"data": {"k": "edited"}});
     cms.patch("cfg", &PatchParams::default(), &Patch::Merge(&edit))
         .await?;
+    wait_object(T, &cms, "cfg", data_is("k", "pulled")).await?;
+    let read = requests(&fed.pull, &["GET"], &["configmaps"]).await?;
+    tokio::time::sleep(QUIET).await;
+    ensure!(
+        requests(&fed.pull, &["GET"], &["configmaps"]).await? == read,
+        "the agent read a ConfigMap live instead of from its cache"
+    );
+    let repairs = writes(&fed.pull, &["configmaps"]).await? - written - 1;
+    ensure!(repairs == 1, "{repairs} writes repaired one edit");
+    // A member object deleted by hand comes back on the delete event.
+    cms.delete("cfg", &Default::default()).await?;
     wait_object(T, &cms, "cfg", data_is("k", "pulled")).await?;
     Ok(())
 }
@@ -424,8 +442,8 @@ async fn a_stopped_agent_turns_the_cluster_offline_and_a_restart_writes_nothing(
     fed.start_agent();
     wait_cluster(fed, true).await?;
     cfg.wait_cluster_reasons(&[(PULL, "")]).await?;
-    // Several resyncs and the host's requeue after the cluster's return.
-    tokio::time::sleep(RESYNC * 4).await;
+    // The agent's relists and the host's requeue after the cluster's return.
+    tokio::time::sleep(QUIET * 2).await;
     ensure!(
         agent_writes(fed).await? == counted,
         "writes after a restart with nothing changed"
@@ -435,7 +453,8 @@ async fn a_stopped_agent_turns_the_cluster_offline_and_a_restart_writes_nothing(
 
 async fn a_stopped_host_leaves_the_member_its_objects(fed: &PullFederation) -> anyhow::Result<()> {
     fed.env.stop_apiserver("host").await?;
-    tokio::time::sleep(RESYNC * 5).await;
+    // The agent's Work watch fails and retries meanwhile; it never prunes from that.
+    tokio::time::sleep(QUIET * 2).await;
     let cm = config_maps(&fed.pull, NS).get("cfg").await?;
     fed.env.start_apiserver("host").await?;
     ensure!(data_is("k", "pulled")(&cm).is_ok(), "{cm:?}");

@@ -9,7 +9,8 @@ use std::{
 };
 
 use anyhow::{Context as _, ensure};
-use flotilla_controllers::{cli, manager::ControlPlane, metrics::Metrics};
+use flotilla_cli as cli;
+use flotilla_controllers::{manager::ControlPlane, metrics::Metrics};
 use flotilla_crds::{DEFAULT_NAMESPACE, KubeFedCluster, federated::FederatedStatus};
 use flotilla_tests::{
     assert::events_about,

@@ -17,7 +17,8 @@ use std::{
 
 use anyhow::{Context as _, ensure};
 use base64::Engine as _;
-use flotilla_controllers::{cli::Context, http_server as http};
+use flotilla_cli::Context;
+use flotilla_controllers::http_server as http;
 use flotilla_tests::{
     cli::{run, start_dashboard},
     federation::Federation,

@@ -73,6 +73,7 @@ mod tests {
         aggregated: None,
         placement: None,
         rollout: None,
+        drift: Vec::new(),
     };
     use flotilla_crds::core::Scope;
     use serde_json::{Value, json};

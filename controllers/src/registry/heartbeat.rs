@@ -17,9 +17,7 @@ use kube::{Api, Client, ResourceExt};
 
 use super::health::Health;
 
-/// Annotation on the agent's Lease: the member's Kubernetes version (`gitVersion`), so the
-/// host can fill in `status.kubernetesVersion` without calling the member.
-pub const VERSION_ANNOTATION: &str = "flotilla.io/kubernetes-version";
+pub use flotilla_crds::member::VERSION_ANNOTATION;
 
 /// Lease duration assumed when the Lease does not say.
 const DEFAULT_LEASE_DURATION: Duration = Duration::from_secs(40);

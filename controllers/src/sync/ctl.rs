@@ -25,7 +25,7 @@ use super::{
     action::Error,
     delete_options::parse_delete_options,
     federated_namespace_ar,
-    observe::{Availability, RecentWrites},
+    memory::{Availability, RecentWrites, WrittenStatus},
     plan::{
         PROTECTED_NAMESPACES,
         pipeline::{self, NamespacePlacement},
@@ -35,6 +35,12 @@ use crate::{
     metrics::TypeLabels,
     multicluster::{ClusterState, MemberWatch},
 };
+
+/// The other API's objects of this type, as this controller sees them.
+pub(super) struct TwinApi {
+    pub ar: ApiResource,
+    pub store: Store<DynamicObject>,
+}
 
 /// One federated type's sync controller, as its workers see it.
 pub(super) struct Ctl {
@@ -47,7 +53,7 @@ pub(super) struct Ctl {
     pub host_store: Store<DynamicObject>,
     /// The same type in the other federated API (kubefed's alpha and v1beta1), when both
     /// are served: see [`super::twins`].
-    pub twin: Option<super::twins::TwinApi>,
+    pub twin: Option<TwinApi>,
     pub fns_store: Store<DynamicObject>,
     /// kubefed's alpha FederatedNamespaces, when the alpha API is served: an alpha
     /// namespace places objects of either API, as a v1beta1 one does.
@@ -65,8 +71,10 @@ pub(super) struct Ctl {
     pub pruned: crate::ftc_schema::Pruned,
     pub recent: RecentWrites,
     /// Our last status write per object, while the host cache has not delivered it.
-    pub written: super::status::WrittenStatus,
+    pub written: WrittenStatus,
     pub availability: Availability,
+    /// Recent repairs (fights) and announced drift-policy errors.
+    pub drift_memory: super::drift::DriftMemory,
 }
 
 impl Ctl {

@@ -139,6 +139,7 @@ impl Ctl {
                 super::scheduled::Scheduling::Off
             },
             rollout: None,
+            drift: None,
         };
         self.write_status(fed, update).await;
     }

@@ -19,6 +19,8 @@ mod ctl;
 mod delete_options;
 mod deletion;
 mod dispatch;
+mod drift;
+mod memory;
 mod observe;
 mod orphans;
 pub mod plan;
@@ -148,8 +150,6 @@ fn drop_status(obj: &mut DynamicObject) {
     }
 }
 
-fn keep_all(_: &mut DynamicObject) {}
-
 /// Which federated API a sync controller reconciles, and the twin API it must not
 /// propagate twice with (kubefed's alpha for v1beta1 and back).
 pub struct Serving {
@@ -217,6 +217,7 @@ impl TypeController {
             recent: Default::default(),
             written: Default::default(),
             availability: Default::default(),
+            drift_memory: Default::default(),
         });
         // Workers start once the caches and the registry are ready (see `ready`); one task
         // awaits that and the gate wakes every worker.
@@ -276,9 +277,9 @@ fn member_watch(
         // `managed=false` objects too: knowing them spares a read before each create.
         Some(format!("{MANAGED_LABEL} in (true,false)")),
         if collect_status {
-            keep_all
+            drift::keep_digest
         } else {
-            drop_status
+            drift::keep_digest_drop_status
         },
         events,
     ))

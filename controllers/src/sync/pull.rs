@@ -161,9 +161,7 @@ pub fn work_body(
     })
 }
 
-/// Label on a Work being deleted whose member object is to be kept, only unlabelled
-/// (`kubefed.io/orphan`, protected namespaces): the agent reads it from the deleted Work.
-pub const ORPHAN_LABEL: &str = "work.flotilla.io/orphan";
+pub use flotilla_crds::member::ORPHAN_LABEL;
 
 impl Ctl {
     fn work_name(&self, key: &Key) -> String {

@@ -23,6 +23,7 @@ use super::{
     ctl::Ctl,
     deletion::{has_finalizer, no_client},
     dispatch::{MemberOp, MemberRef},
+    drift::{self, DriftContext, DriftRound},
     plan::{self, DesiredFor, DesiredSet, Observed, Op, Outcome, pipeline},
     rollout::{Members, RolloutRound},
     scheduled::{self, Scheduling},
@@ -43,17 +44,51 @@ struct Round {
     waiting: BTreeMap<String, bool>,
     /// The earliest time a lagging cache should be looked at again.
     recheck: Option<Duration>,
+    /// Member objects another writer changed, and the clusters looked at.
+    drift: DriftRound,
+    /// `status.drift` after this round.
+    drift_status: Vec<flotilla_crds::drift::ClusterDrift>,
+}
+
+/// What a round's outcomes do not say by themselves: clusters whose cache is still listing
+/// keep their previous status and are reported syncing; clusters the placement names that
+/// are not registered are reported (unless placement itself failed).
+struct Unsettled<'a> {
+    previous: &'a FederatedStatus,
+    registered: &'a BTreeSet<String>,
+    unregistered: Option<Vec<String>>,
+    namespace: &'a str,
+}
+
+impl Unsettled<'_> {
+    fn report(self, round: &mut Round, remote: &mut BTreeMap<String, Value>) {
+        if !round.waiting.is_empty() {
+            plan::status::keep_previous(
+                &mut round.outcomes,
+                remote,
+                self.previous,
+                self.registered,
+            );
+            plan::status::report_syncing(&mut round.outcomes, &round.waiting);
+        }
+        if let Some(unregistered) = self.unregistered {
+            plan::status::report_unregistered(&mut round.outcomes, unregistered, self.namespace);
+        }
+    }
 }
 
 /// Per-reconcile facts every cluster's write needs.
 struct WriteContext<'a> {
     key: &'a Key,
+    fed: &'a DynamicObject,
     desired: &'a DesiredSet,
     retain_replicas: bool,
     adopt: bool,
     recreate: bool,
     /// kubefed's `deleteoption` annotation, also used when a cluster is deselected.
     delete_params: kube::api::DeleteParams,
+    /// The drift policy and what the drift check reads.
+    drift: DriftContext<'a>,
 }
 
 impl Ctl {
@@ -156,24 +191,24 @@ impl Ctl {
                 return Action::Backoff { recheck: None };
             }
         };
-        let cx = self.write_context(key, fed, &spec, &desired);
+        let cx = self
+            .write_context(key, fed, &spec, &desired, &previous)
+            .await;
         let mut round = self
             .propagate(&snapshot, observed, &selected, host_ns_uid.as_deref(), &cx)
             .await;
         let backoff = plan::needs_backoff(round.outcomes.values());
         let registered: BTreeSet<String> = snapshot.iter().map(|c| c.name.clone()).collect();
-        if !round.waiting.is_empty() {
-            plan::status::keep_previous(&mut round.outcomes, &mut remote, &previous, &registered);
-            plan::status::report_syncing(&mut round.outcomes, &round.waiting);
-        }
-        if aggregate.is_none() {
-            let unregistered = plan::unregistered_clusters(&spec.placement, &registered);
-            plan::status::report_unregistered(
-                &mut round.outcomes,
-                unregistered,
-                &self.shared.namespace,
-            );
-        }
+        let unregistered = aggregate
+            .is_none()
+            .then(|| plan::unregistered_clusters(&spec.placement, &registered));
+        let unsettled = Unsettled {
+            previous: &previous,
+            registered: &registered,
+            unregistered,
+            namespace: &self.shared.namespace,
+        };
+        unsettled.report(&mut round, &mut remote);
         let aggregated = self.workload.map(|kind| {
             plan::aggregate::aggregated(kind, &round.outcomes, &member_specs, &desired, &remote)
         });
@@ -190,18 +225,36 @@ impl Ctl {
             aggregated,
             scheduling,
             rollout: rollout.as_ref(),
+            drift: Some(std::mem::take(&mut round.drift_status)),
         };
         self.write_status(fed, update).await;
         self.publish_decision(fed, scheduling).await;
-        if let Some(r) = &rollout {
-            self.announce_rollout(fed, r).await;
-            round.recheck = earliest(round.recheck, r.recheck);
-        }
-        if let Some(d) = &decision {
-            self.announce_decision(fed, &previous, d).await;
-            round.recheck = earliest(round.recheck, scheduled::recheck(d));
-        }
+        let announced = self
+            .announce_steps(fed, &previous, rollout.as_ref(), decision.as_ref())
+            .await;
+        round.recheck = earliest(round.recheck, announced);
         plan::live_action(!round.waiting.is_empty(), backoff, round.recheck)
+    }
+
+    /// The Events of a rollout's step and of a scheduling decision; when either wants to
+    /// be looked at again.
+    async fn announce_steps(
+        &self,
+        fed: &DynamicObject,
+        previous: &FederatedStatus,
+        rollout: Option<&RolloutRound>,
+        decision: Option<&flotilla_crds::schedule::Decision>,
+    ) -> Option<Duration> {
+        let mut recheck = None;
+        if let Some(r) = rollout {
+            self.announce_rollout(fed, r).await;
+            recheck = earliest(recheck, r.recheck);
+        }
+        if let Some(d) = decision {
+            self.announce_decision(fed, previous, d).await;
+            recheck = earliest(recheck, scheduled::recheck(d));
+        }
+        recheck
     }
 
     /// The desired objects and, under a progressive rollout (`spec.rollout`), the
@@ -238,6 +291,7 @@ impl Ctl {
             aggregated: None,
             scheduling: Scheduling::of(None, previous.placement.is_some()),
             rollout: None,
+            drift: None,
         };
         self.write_status(fed, update).await;
     }
@@ -271,9 +325,18 @@ impl Ctl {
                 round.waiting.insert(cluster.name.clone(), is_selected);
                 continue;
             }
+            let op = if cluster.pull {
+                op
+            } else {
+                let (name, desired) = (&cluster.name, cx.desired);
+                self.drift_check(name, op, &observed, desired, &cx.drift, &mut round.drift)
+            };
             jobs.push(self.run_cluster(cluster, is_selected, op, observed, cx));
         }
         round.outcomes = join_all(jobs).await.into_iter().collect();
+        round.drift_status = self
+            .settle_drift(cx.fed, &cx.drift, &round.drift, &round.outcomes, selected)
+            .await;
         round
     }
 
@@ -297,15 +360,18 @@ impl Ctl {
         }
     }
 
-    fn write_context<'a>(
+    async fn write_context<'a>(
         &self,
         key: &'a Key,
-        fed: &DynamicObject,
+        fed: &'a DynamicObject,
         spec: &FederatedSpec,
         desired: &'a DesiredSet,
+        previous: &FederatedStatus,
     ) -> WriteContext<'a> {
+        let policy = self.drift_policy(key, fed).await;
         WriteContext {
             key,
+            fed,
             desired,
             retain_replicas: spec.retain_replicas,
             adopt: self.config().adopt_resources,
@@ -314,6 +380,12 @@ impl Ctl {
                 .get(RECREATE_ON_IMMUTABLE_ANNOTATION)
                 .is_some_and(|v| v == "true"),
             delete_params: self.delete_options(fed),
+            drift: DriftContext {
+                key,
+                policy,
+                retain_replicas: spec.retain_replicas,
+                previous: self.previous_drift(key, fed, previous),
+            },
         }
     }
 
@@ -355,6 +427,7 @@ impl Ctl {
                 } else {
                     object
                 };
+                let object = drift::keep_ignored(object, &observed, &cx.drift.policy);
                 MemberOp::Update {
                     object,
                     recreate: cx.recreate,

@@ -2,10 +2,7 @@
 //! in [`super::plan::status`]; here it is written — only when it changed — and a Warning
 //! is published when [`super::plan::status::warrants_warning`] says so.
 
-use std::{
-    collections::{BTreeMap, HashMap},
-    sync::Mutex,
-};
+use std::collections::BTreeMap;
 
 use flotilla_crds::{AggregateReason, federated::FederatedStatus, workload::AggregatedStatus};
 use kube::{
@@ -18,7 +15,6 @@ use serde_json::{Value, json};
 use tracing::warn;
 
 use super::{
-    Key,
     ctl::Ctl,
     plan::{Outcome, status as plan},
     scheduled::{self, Scheduling},
@@ -38,42 +34,8 @@ pub(super) struct StatusUpdate<'a> {
     pub scheduling: Scheduling<'a>,
     /// A progressive rollout's step (`spec.rollout`).
     pub rollout: Option<&'a super::rollout::RolloutRound>,
-}
-
-/// The last status this process wrote per federated object, with the resourceVersion of
-/// the object it was written over. An entry lives only until the host cache delivers a
-/// newer version (the watch event of the write itself, usually milliseconds later).
-#[derive(Default)]
-pub struct WrittenStatus {
-    written: Mutex<HashMap<Key, (String, FederatedStatus)>>,
-}
-
-impl WrittenStatus {
-    /// The status we wrote, if the cache still holds the version `base` it was written
-    /// over; an entry the cache has moved past is dropped.
-    pub fn lagging(&self, key: &Key, base: &str) -> Option<FederatedStatus> {
-        let mut written = self.written.lock().unwrap_or_else(|e| e.into_inner());
-        match written.get(key) {
-            Some((rv, status)) if rv == base => Some(status.clone()),
-            Some(_) => {
-                written.remove(key);
-                None
-            }
-            None => None,
-        }
-    }
-
-    /// Remembers a status written over version `base`.
-    pub fn remember(&self, key: Key, base: String, status: FederatedStatus) {
-        let mut written = self.written.lock().unwrap_or_else(|e| e.into_inner());
-        written.insert(key, (base, status));
-    }
-
-    /// Forgets the object (a write whose result is unknown, or a new write).
-    pub fn forget(&self, key: &Key) {
-        let mut written = self.written.lock().unwrap_or_else(|e| e.into_inner());
-        written.remove(key);
-    }
+    /// `status.drift` after this round (`None`: kept as it was).
+    pub drift: Option<Vec<flotilla_crds::drift::ClusterDrift>>,
 }
 
 impl Ctl {
@@ -98,6 +60,7 @@ impl Ctl {
         );
         scheduled::apply(&mut status, &update.scheduling, previous, &now);
         super::rollout::apply(&mut status, update.rollout, previous, &now);
+        status.drift = update.drift.unwrap_or_else(|| previous.drift.clone());
         self.pruned.strip(&mut status);
         if &status == previous {
             return;
@@ -111,6 +74,7 @@ impl Ctl {
                 "aggregated",
                 "placement",
                 "rollout",
+                "drift",
             ] {
                 map.entry(k).or_insert(Value::Null);
             }
@@ -180,29 +144,5 @@ impl Ctl {
             note,
         )
         .await;
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn our_status_is_the_hosts_until_the_cache_moves_past_the_version_it_was_written_over() {
-        let key: Key = (Some("ns".into()), "a".into());
-        let ours = FederatedStatus {
-            observed_generation: 2,
-            ..FederatedStatus::default()
-        };
-        let written = WrittenStatus::default();
-        assert_eq!(written.lagging(&key, "10"), None);
-        written.remember(key.clone(), "10".into(), ours.clone());
-        assert_eq!(written.lagging(&key, "10"), Some(ours.clone()));
-        // The watch delivered our write (or anyone's newer one): the cache is the truth.
-        assert_eq!(written.lagging(&key, "11"), None);
-        assert_eq!(written.lagging(&key, "10"), None, "the entry is gone");
-        written.remember(key.clone(), "12".into(), ours);
-        written.forget(&key);
-        assert_eq!(written.lagging(&key, "12"), None);
     }
 }

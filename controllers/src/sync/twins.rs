@@ -27,7 +27,7 @@ use tracing::info;
 use super::{
     Key,
     action::{Action, Error},
-    ctl::Ctl,
+    ctl::{Ctl, TwinApi},
     key_of,
     scheduled::Scheduling,
     status::StatusUpdate,
@@ -90,12 +90,6 @@ impl AlphaWiring {
         }
         tasks
     }
-}
-
-/// The other API's objects of this type, as this controller sees them.
-pub(super) struct TwinApi {
-    pub ar: ApiResource,
-    pub store: Store<DynamicObject>,
 }
 
 /// What a reconcile does about a twin.
@@ -221,6 +215,7 @@ impl Ctl {
             aggregated: None,
             scheduling: Scheduling::of(None, previous.placement.is_some()),
             rollout: None,
+            drift: None,
         };
         self.write_status(fed, update).await;
         Action::AwaitChange

@@ -15,7 +15,7 @@ mod tests;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use crate::federated::LabelSelector;
+use crate::selector::LabelSelector;
 
 /// Annotation on member objects written under a progressive rollout: the revision (hash of
 /// the template and overrides) the object was rendered from, so a cluster the rollout has
@@ -104,7 +104,7 @@ impl RolloutSpec {
             }
         }
         for (i, g) in self.groups.iter().enumerate() {
-            crate::placement::matches_selector(&g.selector, &Default::default())
+            crate::selector::matches_selector(&g.selector, &Default::default())
                 .map_err(|e| format!("spec.rollout.groups[{i}].selector: {e}"))?;
         }
         Ok(())

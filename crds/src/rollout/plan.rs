@@ -168,9 +168,7 @@ fn order<'a, 'b>(
     let group_of = |c: &ClusterInput<'_>| {
         spec.groups
             .iter()
-            .position(|g| {
-                crate::placement::matches_selector(&g.selector, c.labels).unwrap_or(false)
-            })
+            .position(|g| crate::selector::matches_selector(&g.selector, c.labels).unwrap_or(false))
             .unwrap_or(spec.groups.len())
     };
     let mut by_group: Vec<(usize, &ClusterInput<'a>)> =

@@ -10,7 +10,7 @@
 
 mod context;
 pub(crate) mod dependents;
-mod key;
+pub(crate) mod key;
 pub mod metrics;
 mod run;
 
@@ -31,7 +31,7 @@ pub use key::ObjectKey;
 pub use metrics::ControllerMetrics;
 
 use crate::{
-    ClusterSet, MemberWatch,
+    ClusterSet, MemberWatch, Provider,
     member_watch::{OnChange, WatchOptions},
     watch::Change,
     workqueue::WorkQueue,
@@ -88,6 +88,29 @@ where
     /// reconcile; a cluster's completed (re)list requests every object of that cluster.
     pub fn new(name: impl Into<String>, set: ClusterSet, options: WatchOptions<K>) -> Self {
         Self::new_with(name, set, K::DynamicType::default(), options)
+    }
+
+    /// A controller over the clusters `provider` engages (into a set of their own: see
+    /// [`Controller::cluster_set`]); the provider runs as long as the controller, and
+    /// stopping it disengages them.
+    ///
+    /// ```no_run
+    /// # use flotilla_multicluster::{Controller, WatchOptions, provider::kubeconfig::KubeconfigProvider};
+    /// # use k8s_openapi::api::core::v1::ConfigMap;
+    /// # async fn demo() {
+    /// let provider = KubeconfigProvider::file("clusters.kubeconfig").contexts(["east", "west"]);
+    /// let controller = Controller::<ConfigMap>::with_provider("config", provider, WatchOptions::all());
+    /// # }
+    /// ```
+    pub fn with_provider(
+        name: impl Into<String>,
+        provider: impl Provider,
+        options: WatchOptions<K>,
+    ) -> Self {
+        let (set, handle) = ClusterSet::from_provider(provider);
+        let mut controller = Self::new(name, set, options);
+        controller.secondary.push(Arc::new(handle));
+        controller
     }
 }
 
@@ -155,6 +178,11 @@ where
             finalizer: None,
             metrics: None,
         }
+    }
+
+    /// The clusters the controller runs on.
+    pub fn cluster_set(&self) -> &ClusterSet {
+        &self.set
     }
 
     /// The cache of the primary kind.

@@ -15,4 +15,4 @@ mod client_props;
 pub mod source;
 pub mod watch;
 
-pub use source::{KubeFedSource, cluster_ready};
+pub use source::{KubeFedProvider, KubeFedSource, cluster_ready};

@@ -7,16 +7,17 @@
 use std::collections::HashMap;
 
 use flotilla_crds::{KubeFedCluster, core::KubeFedClusterStatus};
-use futures::StreamExt;
+use futures::{StreamExt, future::BoxFuture};
 use kube::{Client, ResourceExt, runtime::reflector::ObjectRef};
 use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
 use super::{
     client::ClientInputs,
     watch::{Affected, RegistryCaches, watch_registry},
 };
-use crate::ClusterSet;
+use crate::{ClusterSet, provider::Provider};
 
 /// Whether a KubeFedCluster's status says Ready.
 pub fn cluster_ready(status: Option<&KubeFedClusterStatus>) -> bool {
@@ -40,26 +41,78 @@ impl KubeFedSource {
     pub fn start(set: ClusterSet, host: Client, namespace: &str) -> Self {
         let namespace = namespace.to_owned();
         let task = tokio::spawn(async move {
-            let (caches, changes) = watch_registry(host, &namespace);
-            futures::pin_mut!(changes);
-            let mut built: HashMap<String, ClientInputs> = HashMap::new();
-            while let Some(affected) = changes.next().await {
-                let names = match affected {
-                    Affected::All => {
-                        // Clusters deleted while the watch was down too; never clusters
-                        // another source put in the set.
-                        let mut names = caches.cluster_names();
-                        names.extend(built.keys().cloned());
-                        names
-                    }
-                    Affected::Clusters(names) => names,
-                };
-                for name in names {
-                    follow(&set, &caches, &namespace, &name, &mut built);
-                }
-            }
+            let mut built = HashMap::new();
+            follow_registry(&set, host, &namespace, &mut built).await;
         });
         KubeFedSource { task }
+    }
+}
+
+/// The KubeFedCluster registry as a [`Provider`]: clusters engaged and disengaged as
+/// KubeFedClusters come and go; stopping it disengages them all.
+pub struct KubeFedProvider {
+    host: Client,
+    namespace: String,
+}
+
+impl KubeFedProvider {
+    /// The KubeFedClusters in `namespace` of the host (Flotilla's default is
+    /// `kube-federation-system`).
+    ///
+    /// ```no_run
+    /// use flotilla_multicluster::{ClusterSet, kubefed::KubeFedProvider};
+    /// # async fn demo(host: kube::Client) {
+    /// let set = ClusterSet::new();
+    /// let running = set.start_provider(KubeFedProvider::new(host, "kube-federation-system"));
+    /// // ... later: every registry cluster is disengaged.
+    /// running.stop().await;
+    /// # }
+    /// ```
+    pub fn new(host: Client, namespace: impl Into<String>) -> Self {
+        KubeFedProvider {
+            host,
+            namespace: namespace.into(),
+        }
+    }
+}
+
+impl Provider for KubeFedProvider {
+    fn run(self: Box<Self>, set: ClusterSet, stop: CancellationToken) -> BoxFuture<'static, ()> {
+        Box::pin(async move {
+            let mut built = HashMap::new();
+            tokio::select! {
+                _ = stop.cancelled() => {}
+                _ = follow_registry(&set, self.host, &self.namespace, &mut built) => {}
+            }
+            for name in built.keys() {
+                set.disengage(name);
+            }
+        })
+    }
+}
+
+async fn follow_registry(
+    set: &ClusterSet,
+    host: Client,
+    namespace: &str,
+    built: &mut HashMap<String, ClientInputs>,
+) {
+    let (caches, changes) = watch_registry(host, namespace);
+    futures::pin_mut!(changes);
+    while let Some(affected) = changes.next().await {
+        let names = match affected {
+            Affected::All => {
+                // Clusters deleted while the watch was down too; never clusters
+                // another source put in the set.
+                let mut names = caches.cluster_names();
+                names.extend(built.keys().cloned());
+                names
+            }
+            Affected::Clusters(names) => names,
+        };
+        for name in names {
+            follow(set, &caches, namespace, &name, built);
+        }
     }
 }
 
@@ -76,6 +129,7 @@ fn follow(
         if built.remove(name).is_some() {
             info!(cluster = %name, "KubeFedCluster deleted; the cluster leaves the set");
             set.remove(name);
+            set.report(name, None);
         }
         return;
     };
@@ -85,9 +139,14 @@ fn follow(
     let inputs = ClientInputs::new(&cluster.spec, namespace, secret.as_deref());
     if built.get(name) != Some(&inputs) {
         let client = match inputs.client() {
-            Ok(client) => Some(client),
+            Ok(client) => {
+                set.report(name, None);
+                Some(client)
+            }
             Err(error) => {
-                warn!(cluster = %name, problem = %crate::error_chain(&error), "no client for the cluster");
+                let problem = crate::error_chain(&error);
+                warn!(cluster = %name, %problem, "no client for the cluster");
+                set.report(name, Some(format!("no client: {problem}")));
                 None
             }
         };

@@ -19,7 +19,7 @@ use std::collections::BTreeMap;
 use kube::{Resource, ResourceExt, api::ObjectMeta};
 use serde::{Deserialize, Serialize};
 
-use crate::controller::ObjectKey;
+use crate::controller::key::ObjectKey;
 
 /// Annotation holding the whole owner reference (JSON).
 pub const OWNER_ANNOTATION: &str = "multicluster.flotilla.io/owner";

@@ -6,6 +6,7 @@
 use std::collections::BTreeSet;
 
 use flotilla_crds::{
+    ClusterReason,
     federated::{FederatedSpec, FederatedStatus},
     schedule::{self, ClusterFacts, Decision, Input},
 };
@@ -56,10 +57,15 @@ pub fn propagated(previous: &FederatedStatus, collect_status: bool) -> BTreeSet<
     previous
         .clusters
         .iter()
-        .filter(|c| c.status.is_empty())
+        .filter(|c| c.status.is_empty() || holds_drifted_copy(&c.status))
         .filter(|c| !collect_status || c.remote_status.as_ref().is_none_or(is_available))
         .map(|c| c.name.clone())
         .collect()
+}
+
+/// A cluster reporting drift (left in place, or a fight) holds the object all the same.
+fn holds_drifted_copy(reason: &str) -> bool {
+    reason == ClusterReason::Drifted.as_str() || reason == ClusterReason::DriftFight.as_str()
 }
 
 /// A member object's status is available unless it has an `Available` condition that is

@@ -79,6 +79,7 @@ pub fn build_status(
         aggregated,
         placement: None,
         rollout: None,
+        drift: Vec::new(),
     }
 }
 

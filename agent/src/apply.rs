@@ -1,0 +1,324 @@
+//! The agent's writes to its own (member) cluster: resolving a manifest's kind through
+//! discovery (cached per kind), reading the member object from the watch caches
+//! ([`super::cache`]; live only before a kind's cache is complete), server-side apply with
+//! field manager `flotilla-agent`, and pruning an object it applied earlier — checked
+//! first, deleted with the recorded UID as a precondition, or only unlabelled for
+//! namespaces that must never be deleted and for orphaned Works.
+
+use std::{
+    collections::HashMap,
+    sync::{Arc, Mutex},
+};
+
+use flotilla_crds::{
+    ClusterReason, MANAGED_LABEL,
+    work::{AGENT_FIELD_MANAGER, AppliedResourceMeta, ResourceIdentifier},
+};
+use kube::{
+    Api, Client,
+    api::{DeleteParams, Patch, PatchParams, Preconditions},
+    core::{ApiResource, DynamicObject, GroupVersionKind},
+    discovery::{Scope, pinned_kind},
+};
+use serde_json::{Value, json};
+use tracing::info;
+
+use super::cache::{Cached, ObjectCache, object_id};
+use super::plan::{
+    ManifestOp, ManifestResult, cacheable, check_manifest, decide, manifest_hash, may_prune,
+};
+use flotilla_crds::member::PROTECTED_NAMESPACES;
+
+/// A kind the member serves: its resource and whether it is namespaced.
+#[derive(Clone)]
+struct Resolved {
+    ar: ApiResource,
+    namespaced: bool,
+}
+
+/// The member side of the agent: a client, the kinds resolved so far and the watch caches.
+#[derive(Clone)]
+pub struct Member {
+    client: Client,
+    kinds: Arc<Mutex<HashMap<(String, String), Resolved>>>,
+    /// Namespaces never deleted (the agent's own, besides the system ones).
+    own_namespace: String,
+    cache: Arc<ObjectCache>,
+}
+
+/// What one manifest came to.
+pub struct Applied {
+    /// The verdict for the Work's status.
+    pub result: ManifestResult,
+    /// What to record for pruning, when the object exists.
+    pub record: Option<AppliedResourceMeta>,
+    /// The cache has not shown the agent's own recent write yet: look again soon.
+    pub lagging: bool,
+}
+
+impl Member {
+    /// The member seen through `client`; `own_namespace` (where the agent runs) is never
+    /// deleted; `cache` holds the member objects.
+    pub fn new(client: Client, own_namespace: &str, cache: Arc<ObjectCache>) -> Self {
+        Member {
+            client,
+            kinds: Arc::default(),
+            own_namespace: own_namespace.to_owned(),
+            cache,
+        }
+    }
+
+    /// The member's client.
+    pub fn client(&self) -> &Client {
+        &self.client
+    }
+
+    async fn resolve(&self, api_version: &str, kind: &str) -> Result<Resolved, String> {
+        let k = (api_version.to_owned(), kind.to_owned());
+        if let Some(r) = self.kinds.lock().unwrap_or_else(|e| e.into_inner()).get(&k) {
+            return Ok(r.clone());
+        }
+        let (group, version) = match api_version.split_once('/') {
+            Some((g, v)) => (g, v),
+            None => ("", api_version),
+        };
+        let gvk = GroupVersionKind::gvk(group, version, kind);
+        let (ar, caps) = pinned_kind(&self.client, &gvk)
+            .await
+            .map_err(|e| format!("the cluster does not serve {kind} in {api_version}: {e}"))?;
+        let resolved = Resolved {
+            ar,
+            namespaced: caps.scope == Scope::Namespaced,
+        };
+        self.kinds
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(k, resolved.clone());
+        Ok(resolved)
+    }
+
+    fn api(&self, r: &Resolved, namespace: &str) -> Api<DynamicObject> {
+        if r.namespaced {
+            Api::namespaced_with(self.client.clone(), namespace, &r.ar)
+        } else {
+            Api::all_with(self.client.clone(), &r.ar)
+        }
+    }
+
+    /// Makes one manifest of the Work `work` true in the member.
+    pub async fn apply_manifest(
+        &self,
+        work: &str,
+        ordinal: usize,
+        manifest: &Value,
+        collect_status: bool,
+    ) -> Applied {
+        let mut identifier = identify(ordinal, manifest);
+        let mut result = ManifestResult {
+            identifier: identifier.clone(),
+            result: Ok(()),
+            hash: manifest_hash(manifest).map(str::to_owned),
+            generation: None,
+            status: None,
+        };
+        let failed = |mut result: ManifestResult, reason, msg| {
+            result.result = Err((reason, msg));
+            Applied {
+                result,
+                record: None,
+                lagging: false,
+            }
+        };
+        if let Err(msg) = check_manifest(manifest) {
+            return failed(result, ClusterReason::CreationFailed, msg);
+        }
+        let api_version = manifest["apiVersion"].as_str().unwrap_or_default();
+        let resolved = match self.resolve(api_version, &identifier.kind).await {
+            Ok(r) => r,
+            Err(msg) => return failed(result, ClusterReason::CreationFailed, msg),
+        };
+        identifier.resource = resolved.ar.plural.clone();
+        result.identifier = identifier.clone();
+        let id = object_id(&resolved.ar, &identifier.namespace, &identifier.name);
+        let (live, lagging) = match self.read(&resolved, &id, manifest).await {
+            Ok(read) => read,
+            Err(msg) => return failed(result, ClusterReason::RetrievalFailed, msg),
+        };
+        let current = match decide(manifest, live.as_ref()) {
+            ManifestOp::Nothing => live,
+            ManifestOp::Refuse(reason, msg) => return failed(result, reason, msg),
+            ManifestOp::Apply => match self.write(&resolved, &id, manifest).await {
+                Ok(obj) => Some(obj),
+                Err(msg) => {
+                    let reason = if live.is_some() {
+                        ClusterReason::UpdateFailed
+                    } else {
+                        ClusterReason::CreationFailed
+                    };
+                    result.result = Err((reason, msg));
+                    live
+                }
+            },
+        };
+        if current.is_some() {
+            self.cache.own(id, work);
+        }
+        let record = current.as_ref().map(|obj| AppliedResourceMeta {
+            identifier: identifier.clone(),
+            uid: obj["metadata"]["uid"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned(),
+        });
+        if let Some(obj) = &current {
+            result.generation = obj.pointer("/metadata/generation").and_then(Value::as_i64);
+            if collect_status {
+                result.status = obj.get("status").filter(|s| !s.is_null()).cloned();
+            }
+        }
+        Applied {
+            result,
+            record,
+            lagging,
+        }
+    }
+
+    /// The member object of a manifest: from the kind's watch cache once it is complete
+    /// (starting the watch on first use), live before that or for an unlabelled manifest.
+    async fn read(
+        &self,
+        resolved: &Resolved,
+        id: &super::cache::ObjectId,
+        manifest: &Value,
+    ) -> Result<(Option<Value>, bool), String> {
+        if cacheable(manifest) {
+            self.cache.ensure(&resolved.ar);
+            if let Cached::Known { object, lagging } =
+                self.cache.lookup(&resolved.ar, id, manifest_hash(manifest))
+            {
+                return Ok((object, lagging));
+            }
+        }
+        let api = self.api(resolved, &id.2);
+        match api.get_opt(&id.3).await {
+            Ok(live) => Ok((
+                live.map(|o| serde_json::to_value(o).unwrap_or(Value::Null)),
+                false,
+            )),
+            Err(e) => Err(message(&e)),
+        }
+    }
+
+    /// Server-side apply of the manifest; the object the member returned.
+    async fn write(
+        &self,
+        resolved: &Resolved,
+        id: &super::cache::ObjectId,
+        manifest: &Value,
+    ) -> Result<Value, String> {
+        let api = self.api(resolved, &id.2);
+        let pp = PatchParams::apply(AGENT_FIELD_MANAGER).force();
+        match api.patch(&id.3, &pp, &Patch::Apply(manifest)).await {
+            Ok(o) => {
+                info!(resource = %id.1, namespace = %id.2, name = %id.3, "applied");
+                let obj = serde_json::to_value(o).unwrap_or(Value::Null);
+                self.cache
+                    .remember_write(id.clone(), manifest_hash(manifest), obj.clone());
+                Ok(obj)
+            }
+            Err(e) => {
+                self.cache.remember_write(id.clone(), None, Value::Null);
+                Err(message(&e))
+            }
+        }
+    }
+
+    /// Removes an object applied earlier that left the inventory: `Ok(())` once it is gone
+    /// (or no longer Flotilla's); `orphan` only unlabels it.
+    pub async fn prune(&self, applied: &AppliedResourceMeta, orphan: bool) -> Result<(), String> {
+        let id = &applied.identifier;
+        let api_version = if id.group.is_empty() {
+            id.version.clone()
+        } else {
+            format!("{}/{}", id.group, id.version)
+        };
+        let resolved = self.resolve(&api_version, &id.kind).await?;
+        let api = self.api(&resolved, &id.namespace);
+        let oid = object_id(&resolved.ar, &id.namespace, &id.name);
+        let live = match self.cache.lookup(&resolved.ar, &oid, None) {
+            Cached::Known { object, .. } => object,
+            Cached::Unknown => api
+                .get_opt(&id.name)
+                .await
+                .map_err(|e| message(&e))?
+                .map(|o| serde_json::to_value(o).unwrap_or(Value::Null)),
+        };
+        self.cache.disown(&oid);
+        let Some(live) = live else {
+            return Ok(());
+        };
+        if !may_prune(&applied.uid, &live) {
+            return Ok(());
+        }
+        let protected = id.group.is_empty()
+            && id.kind == "Namespace"
+            && (PROTECTED_NAMESPACES.contains(&id.name.as_str()) || id.name == self.own_namespace);
+        if orphan || protected {
+            let patch = json!({"metadata": {"labels": {MANAGED_LABEL: null}}});
+            info!(kind = %id.kind, namespace = %id.namespace, name = %id.name, "unlabelling an object that left the inventory");
+            return match api
+                .patch(&id.name, &PatchParams::default(), &Patch::Merge(&patch))
+                .await
+            {
+                Ok(_) => Ok(()),
+                Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
+                Err(e) => Err(message(&e)),
+            };
+        }
+        let dp = DeleteParams {
+            preconditions: Some(Preconditions {
+                uid: live["metadata"]["uid"].as_str().map(str::to_owned),
+                resource_version: None,
+            }),
+            ..DeleteParams::default()
+        };
+        info!(kind = %id.kind, namespace = %id.namespace, name = %id.name, "pruning an object that left the inventory");
+        match api.delete(&id.name, &dp).await {
+            Ok(_) => Ok(()),
+            Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
+            Err(e) => Err(message(&e)),
+        }
+    }
+}
+
+/// The identifier of a manifest (its resource name is filled in by discovery).
+pub fn identify(ordinal: usize, manifest: &Value) -> ResourceIdentifier {
+    let api_version = manifest["apiVersion"].as_str().unwrap_or_default();
+    let (group, version) = match api_version.split_once('/') {
+        Some((g, v)) => (g, v),
+        None => ("", api_version),
+    };
+    let text = |p: &str| {
+        manifest
+            .pointer(p)
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_owned()
+    };
+    ResourceIdentifier {
+        ordinal: i32::try_from(ordinal).unwrap_or(i32::MAX),
+        group: group.to_owned(),
+        version: version.to_owned(),
+        kind: text("/kind"),
+        resource: String::new(),
+        namespace: text("/metadata/namespace"),
+        name: text("/metadata/name"),
+    }
+}
+
+fn message(e: &kube::Error) -> String {
+    match e {
+        kube::Error::Api(s) => s.message.clone(),
+        other => other.to_string(),
+    }
+}

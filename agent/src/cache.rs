@@ -1,0 +1,214 @@
+//! The agent's watch caches of its own member cluster, so that deciding costs no request:
+//! one label-selected watch per kind the agent has applied (objects labelled
+//! `kubefed.io/managed`, as push mode's member caches), an index from each applied object
+//! to the Work that applied it — so an edit in the member requeues that Work at once and
+//! drift is repaired on the watch event, not on the resync — and the agent's own recent
+//! writes, so a cache that has not caught up with a write is not taken for drift.
+
+use std::{
+    collections::HashMap,
+    ops::ControlFlow,
+    sync::{
+        Arc, Mutex,
+        atomic::{AtomicBool, Ordering},
+    },
+    time::Instant,
+};
+
+use flotilla_crds::MANAGED_LABEL;
+use flotilla_multicluster::{
+    tasks::AbortOnDrop,
+    watch::{Change, WatchParams, watch_into},
+    workqueue::WorkQueue,
+};
+use kube::{
+    Api, Client, ResourceExt,
+    core::{ApiResource, DynamicObject},
+    runtime::{
+        reflector::{self, ObjectRef, Store},
+        watcher,
+    },
+};
+use serde_json::Value;
+
+use super::plan::RECENT_WRITE_TTL;
+
+/// One member object: (group, resource, namespace, name).
+pub type ObjectId = (String, String, String, String);
+
+/// The id of `name` in `namespace` of the resource `ar`.
+pub fn object_id(ar: &ApiResource, namespace: &str, name: &str) -> ObjectId {
+    (
+        ar.group.clone(),
+        ar.plural.clone(),
+        namespace.to_owned(),
+        name.to_owned(),
+    )
+}
+
+/// One kind's cache and whether its first list has completed.
+struct KindCache {
+    store: Store<DynamicObject>,
+    synced: Arc<AtomicBool>,
+}
+
+/// What the cache says about one object.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Cached {
+    /// The kind's cache is not complete yet (or the object is not cacheable): read it live.
+    Unknown,
+    /// The object as the cache holds it (`None`: absent); `lagging` when the agent's own
+    /// recent write stands in for a cache that has not shown it yet.
+    Known {
+        /// The object.
+        object: Option<Value>,
+        /// Whether the cache lags behind the agent's own write.
+        lagging: bool,
+    },
+}
+
+/// Watch caches of every kind the agent applied, the owner index and recent writes.
+pub struct ObjectCache {
+    client: Client,
+    kinds: Mutex<HashMap<(String, String, String), KindCache>>,
+    owners: Arc<Mutex<HashMap<ObjectId, String>>>,
+    recent: Mutex<HashMap<ObjectId, (String, Instant, Value)>>,
+    queue: Arc<WorkQueue<String>>,
+    tasks: Mutex<AbortOnDrop>,
+}
+
+impl ObjectCache {
+    /// Caches of the member behind `client`; a change to an applied object queues its Work
+    /// on `queue`.
+    pub fn new(client: Client, queue: Arc<WorkQueue<String>>) -> Self {
+        ObjectCache {
+            client,
+            kinds: Mutex::default(),
+            owners: Arc::default(),
+            recent: Mutex::default(),
+            queue,
+            tasks: Mutex::default(),
+        }
+    }
+
+    /// Starts the watch of a kind unless it runs already.
+    pub fn ensure(&self, ar: &ApiResource) {
+        let key = (ar.group.clone(), ar.version.clone(), ar.plural.clone());
+        let mut kinds = self.kinds.lock().unwrap_or_else(|e| e.into_inner());
+        if kinds.contains_key(&key) {
+            return;
+        }
+        let writer = reflector::store::Writer::<DynamicObject>::new(ar.clone());
+        let synced = Arc::new(AtomicBool::new(false));
+        kinds.insert(
+            key,
+            KindCache {
+                store: writer.as_reader(),
+                synced: synced.clone(),
+            },
+        );
+        let params = WatchParams {
+            what: "applied objects",
+            cluster: None,
+            label_selector: Some(format!("{MANAGED_LABEL} in (true,false)")),
+            config: watcher::Config::default(),
+            failures: flotilla_multicluster::watch::FailureLog::Warn,
+        };
+        let (owners, queue, kind) = (self.owners.clone(), self.queue.clone(), ar.clone());
+        let task = tokio::spawn(watch_into(
+            Api::<DynamicObject>::all_with(self.client.clone(), ar),
+            writer,
+            params,
+            |_| {},
+            move |change| {
+                let owners = owners.lock().unwrap_or_else(|e| e.into_inner());
+                match change {
+                    Change::Object(o) => {
+                        let id =
+                            object_id(&kind, &o.namespace().unwrap_or_default(), &o.name_any());
+                        if let Some(work) = owners.get(&id) {
+                            queue.add(work.clone());
+                        }
+                    }
+                    Change::Synced => {
+                        synced.store(true, Ordering::Release);
+                        // A relist may have dropped objects deleted while the watch was
+                        // down, without an event: their Works look again.
+                        for (id, work) in owners.iter() {
+                            if id.0 == kind.group && id.1 == kind.plural {
+                                queue.add(work.clone());
+                            }
+                        }
+                    }
+                }
+                ControlFlow::Continue(())
+            },
+        ));
+        self.tasks
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(task);
+    }
+
+    /// The object as the cache holds it, corrected by the agent's own recent write of
+    /// `desired_hash` when the cache has not shown it yet.
+    pub fn lookup(&self, ar: &ApiResource, id: &ObjectId, desired_hash: Option<&str>) -> Cached {
+        let kinds = self.kinds.lock().unwrap_or_else(|e| e.into_inner());
+        let key = (ar.group.clone(), ar.version.clone(), ar.plural.clone());
+        let Some(kind) = kinds.get(&key) else {
+            return Cached::Unknown;
+        };
+        if !kind.synced.load(Ordering::Acquire) {
+            return Cached::Unknown;
+        }
+        let mut oref = ObjectRef::new_with(&id.3, ar.clone());
+        if !id.2.is_empty() {
+            oref = oref.within(&id.2);
+        }
+        let cached = kind
+            .store
+            .get(&oref)
+            .map(|o| serde_json::to_value(o.as_ref()).unwrap_or(Value::Null));
+        let recent = self.recent.lock().unwrap_or_else(|e| e.into_inner());
+        let written = recent
+            .get(id)
+            .filter(|(_, at, _)| at.elapsed() < RECENT_WRITE_TTL)
+            .map(|(hash, _, obj)| (hash.as_str(), obj));
+        let (object, lagging) = super::plan::newest_view(cached, written, desired_hash);
+        Cached::Known { object, lagging }
+    }
+
+    /// Remembers the agent's write of `hash` (the object the member returned).
+    pub fn remember_write(&self, id: ObjectId, hash: Option<&str>, obj: Value) {
+        let mut recent = self.recent.lock().unwrap_or_else(|e| e.into_inner());
+        recent.retain(|_, (_, at, _)| at.elapsed() < RECENT_WRITE_TTL);
+        match hash {
+            Some(h) => {
+                recent.insert(id, (h.to_owned(), Instant::now(), obj));
+            }
+            None => {
+                recent.remove(&id);
+            }
+        }
+    }
+
+    /// Records that `work` owns the object (its edits requeue the Work).
+    pub fn own(&self, id: ObjectId, work: &str) {
+        self.owners
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(id, work.to_owned());
+    }
+
+    /// Forgets the object's owner and recent write (pruned or released).
+    pub fn disown(&self, id: &ObjectId) {
+        self.owners
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(id);
+        self.recent
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(id);
+    }
+}

@@ -1,0 +1,396 @@
+//! The agent's pure decisions: what to do with one manifest given the live member object,
+//! which previously applied objects left the inventory (to prune), and the Work status to
+//! report — carried over from the previous report where nothing changed, so an unchanged
+//! cluster means no status write.
+
+use flotilla_crds::{
+    ClusterReason, MANAGED_LABEL,
+    work::{
+        APPLIED, AppliedResourceMeta, Condition, ManifestCondition, ResourceIdentifier, WorkStatus,
+    },
+};
+use std::time::Duration;
+
+use serde_json::Value;
+
+use flotilla_crds::member::{
+    HASH_ANNOTATION, excluded_message, is_terminating, recorded_hash, up_to_date,
+};
+
+/// How long the agent trusts its own write over a member cache that does not show it yet.
+pub const RECENT_WRITE_TTL: Duration = Duration::from_secs(10);
+
+/// Whether the member object of `manifest` is in the agent's watch caches: only objects
+/// labelled `kubefed.io/managed` are watched (as push mode's member caches), so a manifest
+/// without the label is read live each time.
+pub fn cacheable(manifest: &Value) -> bool {
+    manifest
+        .pointer(&format!(
+            "/metadata/labels/{}",
+            MANAGED_LABEL.replace('/', "~1")
+        ))
+        .and_then(Value::as_str)
+        == Some("true")
+}
+
+/// The member object to decide on, and whether the cache lags: the cached object, unless
+/// the agent itself wrote `desired_hash` (any hash when `None`: pruning) within
+/// [`RECENT_WRITE_TTL`] (`written`: that hash and the object the member returned) and the
+/// cache does not show that hash yet — absent, or another hash — then the written object.
+/// An edit that keeps the hash annotation is seen at once (drift); only a lagging cache is
+/// overruled, so an object created a moment ago is pruned, not taken for gone.
+pub fn newest_view(
+    cached: Option<Value>,
+    written: Option<(&str, &Value)>,
+    desired_hash: Option<&str>,
+) -> (Option<Value>, bool) {
+    match written {
+        Some((hash, obj))
+            if desired_hash.is_none_or(|want| want == hash)
+                && cached.as_ref().and_then(recorded_hash) != Some(hash) =>
+        {
+            (Some(obj.clone()), true)
+        }
+        _ => (cached, false),
+    }
+}
+
+/// What to do with one manifest.
+#[derive(Clone, Debug, PartialEq)]
+pub enum ManifestOp {
+    /// The member object already is what the manifest says.
+    Nothing,
+    /// Apply the manifest (create, update, or repair drift).
+    Apply,
+    /// Leave the member object alone and report why.
+    Refuse(ClusterReason, String),
+}
+
+/// Decides what to do with `manifest` given the live member object (`None`: absent).
+pub fn decide(manifest: &Value, live: Option<&Value>) -> ManifestOp {
+    let Some(live) = live else {
+        return ManifestOp::Apply;
+    };
+    let label = live
+        .pointer(&format!(
+            "/metadata/labels/{}",
+            MANAGED_LABEL.replace('/', "~1")
+        ))
+        .and_then(Value::as_str);
+    if label == Some("false") {
+        return ManifestOp::Refuse(ClusterReason::ManagedLabelFalse, excluded_message());
+    }
+    if is_terminating(live) {
+        return ManifestOp::Refuse(
+            ClusterReason::WaitingForRemoval,
+            "the member object is being deleted; it is recreated once gone".into(),
+        );
+    }
+    match manifest_hash(manifest) {
+        Some(hash) if up_to_date(manifest, hash, live) => ManifestOp::Nothing,
+        _ => ManifestOp::Apply,
+    }
+}
+
+/// Why a manifest cannot be applied at all, checked before any request: it must be an
+/// object with an `apiVersion` (`v1` or `group/version`), a `kind` and a `metadata.name`.
+/// Without this a malformed manifest would reach discovery as an empty kind, or a group
+/// would be guessed from an `apiVersion` such as `/v1`, and the reason shown would be a
+/// discovery error instead of what is wrong with the manifest.
+pub fn check_manifest(manifest: &Value) -> Result<(), String> {
+    if !manifest.is_object() {
+        return Err("the manifest is not a JSON object".into());
+    }
+    let text = |p: &str| manifest.pointer(p).and_then(Value::as_str).unwrap_or("");
+    let api_version = text("/apiVersion");
+    let parts: Vec<&str> = api_version.split('/').collect();
+    if parts.len() > 2 || parts.iter().any(|p| p.is_empty()) {
+        return Err(format!(
+            "the manifest's apiVersion {api_version:?} is not of the form version or group/version"
+        ));
+    }
+    if text("/kind").is_empty() {
+        return Err("the manifest has no kind".into());
+    }
+    if text("/metadata/name").is_empty() {
+        return Err("the manifest has no metadata.name".into());
+    }
+    Ok(())
+}
+
+/// The content hash the control plane recorded on a manifest.
+pub fn manifest_hash(manifest: &Value) -> Option<&str> {
+    manifest
+        .pointer(&format!(
+            "/metadata/annotations/{}",
+            HASH_ANNOTATION.replace('/', "~1")
+        ))
+        .and_then(Value::as_str)
+}
+
+/// Previously applied objects that are no longer in the inventory.
+pub fn to_prune<'a>(
+    previous: &'a [AppliedResourceMeta],
+    current: &[ResourceIdentifier],
+) -> Vec<&'a AppliedResourceMeta> {
+    previous
+        .iter()
+        .filter(|p| !current.iter().any(|c| same_object(&p.identifier, c)))
+        .collect()
+}
+
+/// Whether two identifiers name the same member object (the ordinal and the version do
+/// not matter).
+pub fn same_object(a: &ResourceIdentifier, b: &ResourceIdentifier) -> bool {
+    a.group == b.group && a.resource == b.resource && a.namespace == b.namespace && a.name == b.name
+}
+
+/// Whether a live object may be pruned: still Flotilla's, and the very object applied.
+pub fn may_prune(recorded_uid: &str, live: &Value) -> bool {
+    let label = live
+        .pointer(&format!(
+            "/metadata/labels/{}",
+            MANAGED_LABEL.replace('/', "~1")
+        ))
+        .and_then(Value::as_str);
+    let uid = live.pointer("/metadata/uid").and_then(Value::as_str);
+    label == Some("true") && (recorded_uid.is_empty() || uid == Some(recorded_uid))
+}
+
+/// The verdict on one manifest after this round.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ManifestResult {
+    /// Which manifest and object.
+    pub identifier: ResourceIdentifier,
+    /// `Ok(())` applied (or already up to date); `Err((reason, message))` not applied.
+    pub result: Result<(), (ClusterReason, String)>,
+    /// Hash of the manifest applied.
+    pub hash: Option<String>,
+    /// The member object's generation, when known.
+    pub generation: Option<i64>,
+    /// The member object's status, when collected.
+    pub status: Option<Value>,
+}
+
+/// The Work status for this round's results; conditions keep their transition time from
+/// `previous` while their status stays.
+pub fn work_status(
+    previous: Option<&WorkStatus>,
+    results: &[ManifestResult],
+    generation: Option<i64>,
+    now: &str,
+) -> WorkStatus {
+    let old_manifest = |id: &ResourceIdentifier| {
+        previous
+            .and_then(|p| p.manifest_conditions.iter().find(|m| &m.identifier == id))
+            .and_then(|m| m.conditions.iter().find(|c| c.type_ == APPLIED))
+    };
+    let manifest_conditions = results
+        .iter()
+        .map(|r| {
+            let (status, reason, message) = match &r.result {
+                Ok(()) => ("True", "Applied".to_string(), String::new()),
+                Err((reason, message)) => ("False", reason.as_str().to_string(), message.clone()),
+            };
+            ManifestCondition {
+                identifier: r.identifier.clone(),
+                conditions: vec![condition(
+                    old_manifest(&r.identifier),
+                    status,
+                    reason,
+                    message,
+                    generation,
+                    now,
+                )],
+                hash: r.hash.clone(),
+                generation: r.generation,
+                status_feedback: r.status.clone(),
+            }
+        })
+        .collect();
+    let failed = results.iter().filter(|r| r.result.is_err()).count();
+    let (status, reason, message) = if failed == 0 {
+        ("True", "AppliedManifestWorkComplete", String::new())
+    } else {
+        (
+            "False",
+            "AppliedManifestWorkFailed",
+            format!("{failed} of {} manifests failed", results.len()),
+        )
+    };
+    let old_work = previous.and_then(|p| p.conditions.iter().find(|c| c.type_ == APPLIED));
+    WorkStatus {
+        conditions: vec![condition(
+            old_work,
+            status,
+            reason.into(),
+            message,
+            generation,
+            now,
+        )],
+        manifest_conditions,
+    }
+}
+
+fn condition(
+    old: Option<&Condition>,
+    status: &str,
+    reason: String,
+    message: String,
+    generation: Option<i64>,
+    now: &str,
+) -> Condition {
+    let last_transition_time = match old {
+        Some(o) if o.status == status => o.last_transition_time.clone(),
+        _ => now.to_owned(),
+    };
+    Condition {
+        type_: APPLIED.into(),
+        status: status.into(),
+        observed_generation: generation,
+        last_transition_time,
+        reason,
+        message,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn with_hash(hash: &str, data: &str) -> Value {
+        serde_json::json!({
+            "metadata": {"name": "a", "annotations": {HASH_ANNOTATION: hash}},
+            "data": {"k": data},
+        })
+    }
+
+    #[test]
+    fn only_managed_manifests_are_read_from_the_caches() {
+        let labelled = serde_json::json!({"metadata": {"labels": {MANAGED_LABEL: "true"}}});
+        assert!(cacheable(&labelled));
+        assert!(!cacheable(&serde_json::json!({"metadata": {"name": "a"}})));
+        let off = serde_json::json!({"metadata": {"labels": {MANAGED_LABEL: "false"}}});
+        assert!(!cacheable(&off));
+    }
+
+    #[test]
+    fn the_agents_own_write_overrules_a_cache_that_has_not_shown_it() {
+        let ours = with_hash("h2", "new");
+        // Absent from the cache, or cached with the previous hash: the cache lags.
+        assert_eq!(
+            newest_view(None, Some(("h2", &ours)), Some("h2")),
+            (Some(ours.clone()), true)
+        );
+        let old = with_hash("h1", "old");
+        assert_eq!(
+            newest_view(Some(old.clone()), Some(("h2", &ours)), Some("h2")),
+            (Some(ours.clone()), true)
+        );
+        // The cache shows our hash: it is the truth, drifted fields included.
+        let drifted = with_hash("h2", "edited");
+        assert_eq!(
+            newest_view(Some(drifted.clone()), Some(("h2", &ours)), Some("h2")),
+            (Some(drifted), false)
+        );
+        // A write of another hash than the one wanted now, or none: the cache decides.
+        assert_eq!(
+            newest_view(Some(old.clone()), Some(("h2", &ours)), Some("h3")),
+            (Some(old.clone()), false)
+        );
+        assert_eq!(newest_view(None, None, Some("h2")), (None, false));
+        // Pruning asks for any hash: an object written a moment ago is not taken for gone.
+        assert_eq!(
+            newest_view(None, Some(("h2", &ours)), None),
+            (Some(ours.clone()), true)
+        );
+    }
+    use serde_json::json;
+
+    fn manifest() -> Value {
+        json!({"apiVersion": "v1", "kind": "ConfigMap",
+               "metadata": {"name": "a", "labels": {MANAGED_LABEL: "true"}, "annotations": {HASH_ANNOTATION: "h1"}},
+               "data": {"k": "v"}})
+    }
+
+    fn live(data: Value, managed: &str) -> Value {
+        json!({"metadata": {"name": "a", "uid": "u1", "labels": {MANAGED_LABEL: managed}, "annotations": {HASH_ANNOTATION: "h1"}},
+               "data": data})
+    }
+
+    #[test]
+    fn an_absent_object_is_applied_and_an_up_to_date_one_left_alone() {
+        assert_eq!(decide(&manifest(), None), ManifestOp::Apply);
+        assert_eq!(
+            decide(&manifest(), Some(&live(json!({"k": "v"}), "true"))),
+            ManifestOp::Nothing
+        );
+    }
+
+    #[test]
+    fn a_member_side_edit_is_drift_and_is_applied_again() {
+        assert_eq!(
+            decide(&manifest(), Some(&live(json!({"k": "edited"}), "true"))),
+            ManifestOp::Apply
+        );
+    }
+
+    #[test]
+    fn an_object_labelled_managed_false_is_refused() {
+        assert!(matches!(
+            decide(&manifest(), Some(&live(json!({"k": "v"}), "false"))),
+            ManifestOp::Refuse(ClusterReason::ManagedLabelFalse, _)
+        ));
+    }
+
+    #[test]
+    fn only_objects_that_left_the_inventory_are_pruned_and_only_if_still_ours() {
+        let id = |name: &str| ResourceIdentifier {
+            resource: "configmaps".into(),
+            namespace: "demo".into(),
+            name: name.into(),
+            ..Default::default()
+        };
+        let previous = vec![
+            AppliedResourceMeta {
+                identifier: id("a"),
+                uid: "u1".into(),
+            },
+            AppliedResourceMeta {
+                identifier: id("b"),
+                uid: "u2".into(),
+            },
+        ];
+        let pruned = to_prune(&previous, &[id("a")]);
+        assert_eq!(pruned.len(), 1);
+        assert_eq!(pruned[0].identifier.name, "b");
+        assert!(may_prune("u1", &live(json!({}), "true")));
+        assert!(!may_prune("u9", &live(json!({}), "true")));
+        assert!(!may_prune("u1", &live(json!({}), "false")));
+    }
+
+    #[test]
+    fn an_unchanged_round_reports_an_identical_status() {
+        let results = vec![ManifestResult {
+            identifier: ResourceIdentifier::default(),
+            result: Ok(()),
+            hash: Some("h1".into()),
+            generation: Some(1),
+            status: None,
+        }];
+        let first = work_status(None, &results, Some(2), "t0");
+        let second = work_status(Some(&first), &results, Some(2), "t1");
+        assert_eq!(first, second);
+        let failed = vec![ManifestResult {
+            result: Err((ClusterReason::CreationFailed, "denied".into())),
+            ..results[0].clone()
+        }];
+        let third = work_status(Some(&second), &failed, Some(2), "t2");
+        assert_eq!(
+            third.manifest_conditions[0].conditions[0].reason,
+            "CreationFailed"
+        );
+        assert_eq!(third.manifest_conditions[0].conditions[0].message, "denied");
+        assert_eq!(third.conditions[0].last_transition_time, "t2");
+    }
+}

@@ -1,0 +1,223 @@
+//! One Work on the runner: apply its manifests, prune what left it, record what was applied
+//! in its AppliedWork and report in its status — every read from the caches, every write
+//! only when something changed. A Work that left the inventory has its objects pruned (or
+//! only unlabelled when it was orphaned) and its AppliedWork deleted.
+
+use std::time::Duration;
+
+use flotilla_crds::work::{
+    AppliedWork, AppliedWorkSpec, AppliedWorkStatus, WORK_COLLECT_STATUS, Work,
+};
+use flotilla_multicluster::runner::Action;
+use kube::{
+    ResourceExt,
+    api::{Patch, PatchParams, PostParams},
+    runtime::reflector::ObjectRef,
+};
+use serde_json::json;
+use tracing::{debug, info, warn};
+
+use super::{State, plan};
+
+/// How soon a Work whose manifests failed is tried again at first (then backing off).
+const RETRY_FAILED: Duration = Duration::from_secs(2);
+
+/// How a Work's round ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Done {
+    /// Everything is as it should be.
+    Settled,
+    /// Settled as far as the agent knows, but a cache has not shown its own write yet.
+    Lagging,
+    /// Something failed: try again.
+    Failed,
+}
+
+/// One Work on the runner: a failure backs off per Work, but is tried again after
+/// [`RETRY_FAILED`] at the latest while the backoff is longer; a lagging cache is looked
+/// at again once the agent's own write no longer stands in for it.
+pub(super) async fn work(state: &State, name: &str) -> Action {
+    debug!(work = %name, "processing");
+    let done = match process(state, name).await {
+        Ok(done) => done,
+        Err(e) => {
+            warn!(work = %name, error = %e, "processing the Work failed; retrying");
+            Done::Failed
+        }
+    };
+    match done {
+        Done::Settled => Action::AwaitChange,
+        Done::Lagging => Action::Requeue(plan::RECENT_WRITE_TTL),
+        Done::Failed => Action::Backoff {
+            recheck: Some(RETRY_FAILED),
+        },
+    }
+}
+
+async fn process(state: &State, name: &str) -> Result<Done, kube::Error> {
+    let work = state
+        .works
+        .get(&ObjectRef::new(name).within(&state.namespace));
+    match work {
+        Some(w) => sync_work(state, &w).await,
+        None => remove_work(state, name).await,
+    }
+}
+
+/// The Work left the inventory: prune what it applied, then delete its AppliedWork.
+async fn remove_work(state: &State, name: &str) -> Result<Done, kube::Error> {
+    let record = state.records.get(name);
+    if !record.exists {
+        return Ok(Done::Settled);
+    }
+    let orphan = state
+        .orphaned
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .contains(name);
+    let mut ok = true;
+    for r in &record.applied {
+        if let Err(e) = state.member.prune(r, orphan).await {
+            warn!(work = %name, object = %r.identifier.name, error = %e, "pruning failed");
+            ok = false;
+        }
+    }
+    if !ok {
+        return Ok(Done::Failed);
+    }
+    state
+        .applied_api
+        .delete(name, &Default::default())
+        .await
+        .map(|_| ())
+        .or_else(ignore_404)?;
+    state.records.forget(name);
+    state
+        .orphaned
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .remove(name);
+    info!(work = %name, orphan, "the Work left the inventory; its objects are removed");
+    Ok(Done::Settled)
+}
+
+async fn sync_work(state: &State, work: &Work) -> Result<Done, kube::Error> {
+    let name = work.name_any();
+    let record = state.records.get(&name);
+    if !record.exists {
+        create_record(state, &name).await?;
+    }
+    let collect = work
+        .annotations()
+        .get(WORK_COLLECT_STATUS)
+        .is_some_and(|v| v == "true");
+    let mut results = Vec::new();
+    let mut records = Vec::new();
+    let mut lagging = false;
+    for (i, manifest) in work.spec.workload.manifests.iter().enumerate() {
+        let applied = state
+            .member
+            .apply_manifest(&name, i, manifest, collect)
+            .await;
+        lagging |= applied.lagging;
+        results.push(applied.result);
+        records.extend(applied.record);
+    }
+    let previous = record.applied;
+    let current: Vec<_> = results.iter().map(|r| r.identifier.clone()).collect();
+    let mut ok = results.iter().all(|r| r.result.is_ok());
+    for gone in plan::to_prune(&previous, &current) {
+        if let Err(e) = state.member.prune(gone, false).await {
+            warn!(work = %name, object = %gone.identifier.name, error = %e, "pruning failed");
+            records.push(gone.clone());
+            ok = false;
+        }
+    }
+    // An object whose manifest failed this round stays recorded, so it is never lost.
+    for p in &previous {
+        let listed = current.iter().any(|c| plan::same_object(&p.identifier, c));
+        let recorded = records
+            .iter()
+            .any(|r| plan::same_object(&p.identifier, &r.identifier));
+        if listed && !recorded {
+            records.push(p.clone());
+        }
+    }
+    if records != previous {
+        let patch = json!({"status": AppliedWorkStatus { applied_resources: records.clone() }});
+        state
+            .applied_api
+            .patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await?;
+        state.records.remember(&name, records);
+    }
+    report(state, work, &results).await?;
+    Ok(match (ok, lagging) {
+        (false, _) => Done::Failed,
+        (true, true) => Done::Lagging,
+        (true, false) => Done::Settled,
+    })
+}
+
+/// Creates the Work's AppliedWork (nothing applied yet).
+async fn create_record(state: &State, name: &str) -> Result<(), kube::Error> {
+    let record = AppliedWork::new(
+        name,
+        AppliedWorkSpec {
+            work_name: name.to_owned(),
+            work_namespace: state.namespace.clone(),
+        },
+    );
+    match state
+        .applied_api
+        .create(&PostParams::default(), &record)
+        .await
+    {
+        Ok(_) => {}
+        Err(kube::Error::Api(s)) if s.code == 409 => {}
+        Err(e) => return Err(e),
+    }
+    state.records.remember(name, Vec::new());
+    Ok(())
+}
+
+/// The Work's status, written only when it changed.
+async fn report(
+    state: &State,
+    work: &Work,
+    results: &[plan::ManifestResult],
+) -> Result<(), kube::Error> {
+    let status = plan::work_status(
+        work.status.as_ref(),
+        results,
+        work.metadata.generation,
+        &now_rfc3339(),
+    );
+    if work.status.as_ref() != Some(&status) {
+        let patch = json!({"status": status});
+        state
+            .works_api
+            .patch_status(
+                &work.name_any(),
+                &PatchParams::default(),
+                &Patch::Merge(&patch),
+            )
+            .await?;
+    }
+    Ok(())
+}
+
+fn ignore_404(e: kube::Error) -> Result<(), kube::Error> {
+    match e {
+        kube::Error::Api(s) if s.code == 404 => Ok(()),
+        e => Err(e),
+    }
+}
+
+fn now_rfc3339() -> String {
+    use k8s_openapi::jiff::{Timestamp, Unit};
+    Timestamp::now()
+        .round(Unit::Second)
+        .map(|t| t.to_string())
+        .unwrap_or_else(|_| Timestamp::now().to_string())
+}

@@ -1,0 +1,64 @@
+//! The `flotilla` binary: parses the command line, sets up logging and signal handling,
+//! and hands over to [`flotilla_cli`].
+#![forbid(unsafe_code)]
+
+use std::process::ExitCode;
+
+use clap::Parser;
+use flotilla_cli::{self as cli, Cli, Command, Context};
+use tokio::signal::unix::{SignalKind, signal};
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let cli = Cli::parse();
+    // The controller-manager is a service: log what it does. One-shot commands print their
+    // results; their logs are for trouble only.
+    let default_filter = match cli.command {
+        Command::ControllerManager(_) => "info",
+        _ => "warn",
+    };
+    cli::logging::init(cli.global.log_format, default_filter);
+
+    let ctx = Context::stdout();
+    let shutdown = ctx.shutdown.clone();
+    tokio::spawn(async move {
+        let (mut term, mut int) = match (
+            signal(SignalKind::terminate()),
+            signal(SignalKind::interrupt()),
+        ) {
+            (Ok(t), Ok(i)) => (t, i),
+            _ => {
+                tracing::warn!("cannot listen for SIGTERM/SIGINT; stop with SIGKILL");
+                return;
+            }
+        };
+        tokio::select! {
+            _ = term.recv() => {}
+            _ = int.recv() => {}
+        }
+        tracing::info!("stopping (signal received; a second one exits at once)");
+        shutdown.cancel();
+        tokio::select! {
+            _ = term.recv() => {}
+            _ = int.recv() => {}
+        }
+        // Child processes (local clusters) die with us through their parent-death signal.
+        std::process::exit(130);
+    });
+
+    match cli::execute(cli, ctx).await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => match error.downcast_ref::<cli::Exit>() {
+            Some(exit) => {
+                if exit.is_reported() {
+                    eprintln!("error: {exit}");
+                }
+                ExitCode::from(exit.code())
+            }
+            None => {
+                eprintln!("error: {error:#}");
+                ExitCode::FAILURE
+            }
+        },
+    }
+}

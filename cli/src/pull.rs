@@ -1,0 +1,136 @@
+//! Pull mode on the command line: `flotilla join --mode pull NAME` (registration in the
+//! host over [`flotilla_controllers::pull_join`], then the agent's manifests applied to the member through
+//! `--cluster-context`, or printed for `kubectl apply -f -`) and `flotilla agent` (the
+//! agent, run inside the member, see [`flotilla_agent`]).
+
+use std::{path::PathBuf, time::Duration};
+
+use anyhow::Context as _;
+use kube::{
+    Api,
+    api::{DynamicObject, Patch, PatchParams},
+    core::GroupVersionKind,
+    discovery::pinned_kind,
+};
+use serde_json::Value;
+
+use super::{Context, GlobalArgs, access, join::JoinArgs, parse_duration};
+use flotilla_agent::{Agent, AgentOptions};
+use flotilla_controllers::pull_join::{PullJoinOptions, agent_manifests, join_pull};
+
+/// Arguments of `flotilla agent`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct AgentArgs {
+    /// Name of this cluster (its KubeFedCluster in the host).
+    #[arg(long, value_name = "NAME")]
+    pub cluster_name: String,
+    /// Kubeconfig of the agent's host credential (printed by `flotilla join --mode pull`).
+    #[arg(long, value_name = "PATH")]
+    pub host_kubeconfig: PathBuf,
+    /// Context of that kubeconfig (default: its current context).
+    #[arg(long, value_name = "NAME")]
+    pub host_context: Option<String>,
+    /// The member namespace the agent runs in; never deleted by pruning.
+    #[arg(long, default_value = flotilla_crds::DEFAULT_NAMESPACE, value_name = "NS")]
+    pub agent_namespace: String,
+    /// How often every Work is checked against the member again (drift repair, status).
+    #[arg(long, default_value = "30s", value_parser = parse_duration, value_name = "DURATION")]
+    pub resync: Duration,
+    /// Duration of the heartbeat Lease; the host marks the cluster Offline after it lapses.
+    #[arg(long, default_value = "40s", value_parser = parse_duration, value_name = "DURATION")]
+    pub lease_duration: Duration,
+}
+
+/// Runs `flotilla agent` until shutdown. The member is the `--kubeconfig`/`--context`
+/// cluster (in a Pod: in-cluster).
+pub async fn agent(global: &GlobalArgs, args: AgentArgs, ctx: &Context) -> anyhow::Result<()> {
+    let member = access::load(global.kubeconfig.as_deref(), global.context.as_deref())
+        .await
+        .context("member cluster")?
+        .client()?;
+    let host = access::load(Some(&args.host_kubeconfig), args.host_context.as_deref())
+        .await
+        .context("host cluster (--host-kubeconfig)")?
+        .client()?;
+    let mut opts = AgentOptions::new(&args.cluster_name, host, member);
+    opts.own_namespace = args.agent_namespace;
+    opts.resync = args.resync;
+    opts.lease_duration = args.lease_duration;
+    let agent = Agent::start(opts);
+    ctx.shutdown.cancelled().await;
+    agent.stop().await;
+    Ok(())
+}
+
+/// Runs `flotilla join --mode pull`.
+pub async fn join(global: &GlobalArgs, args: JoinArgs, ctx: &Context) -> anyhow::Result<()> {
+    let host = access::load(global.kubeconfig.as_deref(), global.context.as_deref())
+        .await
+        .context("host cluster")?;
+    let mut opts = PullJoinOptions::new(
+        &args.name,
+        &args.host_server.clone().unwrap_or_else(|| host.server()),
+    );
+    opts.namespace = global.kubefed_namespace.clone();
+    opts.host_ca_pem = host.ca_pem();
+    opts.labels = args.labels.iter().cloned().collect();
+    opts.token_timeout = args.token_timeout;
+    if args.dry_run {
+        ctx.out.line(format!(
+            "Dry run: nothing is changed. In the host: Namespace {ns}, ServiceAccount/Role/RoleBinding {ns}/flotilla-agent \
+             (Works of {ns}: read, status: write; Lease {ns}/flotilla-agent), a token Secret, and KubeFedCluster {}/{} with mode Pull. \
+             In the member: the agent's namespace, kubeconfig Secret, ServiceAccount, ClusterRole(Binding), AppliedWork CRD and Deployment.",
+            opts.namespace,
+            args.name,
+            ns = flotilla_crds::work::cluster_namespace(&args.name),
+        ));
+        return Ok(());
+    }
+    let joined = join_pull(&host.client()?, &opts).await?;
+    let manifests = agent_manifests(&args.name, &opts.namespace, &args.image, &joined.kubeconfig);
+    match &args.contexts.cluster_context {
+        Some(member_context) => {
+            let member = access::load(global.kubeconfig.as_deref(), Some(member_context))
+                .await
+                .context("member cluster")?
+                .client()?;
+            apply_list(&member, &manifests).await?;
+            ctx.out.line(format!(
+                "cluster {} joined in pull mode; the agent is deployed in context {member_context}",
+                args.name
+            ));
+        }
+        None => {
+            ctx.out.write(serde_saphyr::to_string(&manifests)?);
+            eprintln!(
+                "cluster {} registered in pull mode; apply the manifests above in the member (they hold the agent's host credential)",
+                args.name
+            );
+        }
+    }
+    Ok(())
+}
+
+/// Applies every item of a `List` (server-side apply, kinds found through discovery).
+async fn apply_list(client: &kube::Client, list: &Value) -> anyhow::Result<()> {
+    for item in list["items"].as_array().into_iter().flatten() {
+        let api_version = item["apiVersion"].as_str().unwrap_or_default();
+        let kind = item["kind"].as_str().unwrap_or_default();
+        let name = item["metadata"]["name"].as_str().unwrap_or_default();
+        let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
+        let (ar, caps) = pinned_kind(client, &GroupVersionKind::gvk(group, version, kind))
+            .await
+            .with_context(|| format!("the member does not serve {kind}"))?;
+        let api: Api<DynamicObject> = match item["metadata"]["namespace"].as_str() {
+            Some(ns) if caps.scope == kube::discovery::Scope::Namespaced => {
+                Api::namespaced_with(client.clone(), ns, &ar)
+            }
+            _ => Api::all_with(client.clone(), &ar),
+        };
+        let pp = PatchParams::apply(flotilla_crds::FIELD_MANAGER).force();
+        api.patch(name, &pp, &Patch::Apply(item))
+            .await
+            .with_context(|| format!("applying {kind} {name} in the member"))?;
+    }
+    Ok(())
+}

@@ -1,0 +1,171 @@
+//! What one type's sync controller remembers between reconciles, beyond its caches:
+//! Flotilla's own recent member writes (so a lagging cache does not cause the same write
+//! twice), since when each cluster has been unavailable (so deletion gives up on a cluster
+//! only after waiting for it, as far as this process knows, for the whole timeout), and the
+//! last status written per object (so a lagging host cache does not cause a second write).
+
+use std::{
+    collections::HashMap,
+    sync::Mutex,
+    time::{Duration, Instant},
+};
+
+use flotilla_crds::federated::FederatedStatus;
+
+use super::{Key, plan::RECENT_WRITE_TTL};
+
+/// Entries kept before expired ones are swept.
+const RECENT_SWEEP_AT: usize = 4096;
+
+/// Flotilla's own recent writes: (cluster, key) → (hash written, when).
+#[derive(Default)]
+pub struct RecentWrites {
+    writes: Mutex<HashMap<(String, Key), (String, Instant)>>,
+}
+
+impl RecentWrites {
+    /// The hash written to this member object within [`RECENT_WRITE_TTL`], and how long ago.
+    pub fn get(&self, cluster: &str, key: &Key) -> Option<(String, Duration)> {
+        // Plain maps stay valid after a panic in a holder.
+        let writes = self.writes.lock().unwrap_or_else(|e| e.into_inner());
+        let (hash, at) = writes.get(&(cluster.to_string(), key.clone()))?;
+        let age = at.elapsed();
+        (age < RECENT_WRITE_TTL).then(|| (hash.clone(), age))
+    }
+
+    /// Remembers a write of `hash`, or forgets the object (`None`: deleted, or a write
+    /// whose result is unknown).
+    pub fn remember(&self, cluster: &str, key: &Key, hash: Option<&str>) {
+        let mut writes = self.writes.lock().unwrap_or_else(|e| e.into_inner());
+        if writes.len() > RECENT_SWEEP_AT {
+            writes.retain(|_, (_, at)| at.elapsed() < RECENT_WRITE_TTL);
+        }
+        let k = (cluster.to_string(), key.clone());
+        match hash {
+            Some(h) => {
+                writes.insert(k, (h.to_string(), Instant::now()));
+            }
+            None => {
+                writes.remove(&k);
+            }
+        }
+    }
+}
+
+/// Since when each cluster has been seen unready or unsynced, continuously.
+#[derive(Default)]
+pub struct Availability {
+    unavailable_since: Mutex<HashMap<String, Instant>>,
+}
+
+impl Availability {
+    /// Records whether a cluster is usable now.
+    pub fn record(&self, cluster: &str, usable: bool) {
+        let mut since = self
+            .unavailable_since
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        if usable {
+            since.remove(cluster);
+        } else {
+            since
+                .entry(cluster.to_string())
+                .or_insert_with(Instant::now);
+        }
+    }
+
+    /// How long the cluster has been unavailable, if it is.
+    pub fn unavailable_for(&self, cluster: &str) -> Option<Duration> {
+        self.unavailable_since
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(cluster)
+            .map(Instant::elapsed)
+    }
+}
+
+/// The last status this process wrote per federated object, with the resourceVersion of
+/// the object it was written over. An entry lives only until the host cache delivers a
+/// newer version (the watch event of the write itself, usually milliseconds later).
+#[derive(Default)]
+pub struct WrittenStatus {
+    written: Mutex<HashMap<Key, (String, FederatedStatus)>>,
+}
+
+impl WrittenStatus {
+    /// The status we wrote, if the cache still holds the version `base` it was written
+    /// over; an entry the cache has moved past is dropped.
+    pub fn lagging(&self, key: &Key, base: &str) -> Option<FederatedStatus> {
+        let mut written = self.written.lock().unwrap_or_else(|e| e.into_inner());
+        match written.get(key) {
+            Some((rv, status)) if rv == base => Some(status.clone()),
+            Some(_) => {
+                written.remove(key);
+                None
+            }
+            None => None,
+        }
+    }
+
+    /// Remembers a status written over version `base`.
+    pub fn remember(&self, key: Key, base: String, status: FederatedStatus) {
+        let mut written = self.written.lock().unwrap_or_else(|e| e.into_inner());
+        written.insert(key, (base, status));
+    }
+
+    /// Forgets the object (a write whose result is unknown, or a new write).
+    pub fn forget(&self, key: &Key) {
+        let mut written = self.written.lock().unwrap_or_else(|e| e.into_inner());
+        written.remove(key);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key() -> Key {
+        (Some("demo".into()), "a".into())
+    }
+
+    #[test]
+    fn a_remembered_write_is_returned_until_forgotten() {
+        let recent = RecentWrites::default();
+        recent.remember("m1", &key(), Some("h1"));
+        assert_eq!(recent.get("m1", &key()).map(|(h, _)| h), Some("h1".into()));
+        assert_eq!(recent.get("m2", &key()), None);
+        recent.remember("m1", &key(), None);
+        assert_eq!(recent.get("m1", &key()), None);
+    }
+
+    #[test]
+    fn a_cluster_is_unavailable_from_the_first_sighting_until_usable() {
+        let a = Availability::default();
+        assert_eq!(a.unavailable_for("m1"), None);
+        a.record("m1", false);
+        let first = a.unavailable_for("m1").expect("unavailable");
+        a.record("m1", false);
+        assert!(a.unavailable_for("m1").expect("still") >= first);
+        a.record("m1", true);
+        assert_eq!(a.unavailable_for("m1"), None);
+    }
+
+    #[test]
+    fn our_status_is_the_hosts_until_the_cache_moves_past_the_version_it_was_written_over() {
+        let key: Key = (Some("ns".into()), "a".into());
+        let ours = FederatedStatus {
+            observed_generation: 2,
+            ..FederatedStatus::default()
+        };
+        let written = WrittenStatus::default();
+        assert_eq!(written.lagging(&key, "10"), None);
+        written.remember(key.clone(), "10".into(), ours.clone());
+        assert_eq!(written.lagging(&key, "10"), Some(ours.clone()));
+        // The watch delivered our write (or anyone's newer one): the cache is the truth.
+        assert_eq!(written.lagging(&key, "11"), None);
+        assert_eq!(written.lagging(&key, "10"), None, "the entry is gone");
+        written.remember(key.clone(), "12".into(), ours);
+        written.forget(&key);
+        assert_eq!(written.lagging(&key, "12"), None);
+    }
+}

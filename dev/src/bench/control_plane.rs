@@ -1,0 +1,209 @@
+//! The control plane under test: in this process on its own Tokio runtime (threads named
+//! [`CP_THREAD`], so that its CPU time can be read per thread), or as a child
+//! `flotilla controller-manager`. It starts, waits for readiness and stops it; measuring is
+//! left to the phases.
+
+use std::{
+    path::{Path, PathBuf},
+    sync::Arc,
+    time::{Duration, Instant},
+};
+
+use anyhow::{Context as _, bail};
+use flotilla_crds::{DEFAULT_NAMESPACE, KubeFedCluster};
+use flotilla_localenv::{Cluster, LocalEnv};
+use kube::{Api, Client, api::ListParams};
+use tracing::warn;
+
+use super::{CP_THREAD, run::Run};
+use flotilla_controllers::{manager::ControlPlane, metrics::Metrics};
+
+/// How long stopping the in-process control plane waits for its threads.
+const STOP_WAIT: Duration = Duration::from_secs(5);
+
+/// The control plane under test.
+pub(super) enum RunningControlPlane {
+    /// On its own runtime in this process.
+    InProcess(InProcessControlPlane),
+    /// A child process.
+    Child {
+        child: tokio::process::Child,
+        pid: u32,
+        log: PathBuf,
+    },
+}
+
+impl RunningControlPlane {
+    /// Starts the control plane: in-process without `binary`, else that binary's
+    /// `controller-manager` (leader election off) against the host.
+    pub(super) fn start(env: &LocalEnv, binary: Option<&Path>) -> anyhow::Result<Self> {
+        let Some(binary) = binary else {
+            return Ok(RunningControlPlane::InProcess(
+                InProcessControlPlane::start(env.host())?,
+            ));
+        };
+        let log = env.dir().join("controller-manager.log");
+        let file = std::fs::File::create(&log)?;
+        let child = tokio::process::Command::new(binary)
+            .arg("--kubeconfig")
+            .arg(env.kubeconfig_path())
+            .args(["--context", "host", "controller-manager"])
+            .args(["--leader-elect=false", "--metrics-addr", "127.0.0.1:0"])
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(file)
+            .kill_on_drop(true)
+            .spawn()
+            .with_context(|| format!("starting {} controller-manager", binary.display()))?;
+        let pid = child
+            .id()
+            .context("the controller-manager exited at once")?;
+        Ok(RunningControlPlane::Child { child, pid, log })
+    }
+
+    /// Where it runs and how its cost is attributed, for the report.
+    pub(super) fn describe(&self) -> String {
+        match self {
+            RunningControlPlane::InProcess(_) => format!(
+                "in-process on its own runtime (threads {CP_THREAD}*: CPU per thread; RSS = the process's peak growth, an upper bound)"
+            ),
+            RunningControlPlane::Child { .. } => {
+                "child process `flotilla controller-manager` (CPU and peak RSS of that process)"
+                    .into()
+            }
+        }
+    }
+
+    /// Waits until the control plane sees every member Ready.
+    pub(super) async fn wait_ready(&mut self, run: &Run) -> anyhow::Result<()> {
+        let started = Instant::now();
+        let api: Api<KubeFedCluster> = Api::namespaced(run.host.clone(), DEFAULT_NAMESPACE);
+        loop {
+            let ready = match self {
+                RunningControlPlane::InProcess(cp) => cp.ready(),
+                RunningControlPlane::Child { child, log, .. } => {
+                    if let Some(status) = child.try_wait()? {
+                        bail!(
+                            "the controller-manager exited ({status}):\n{}",
+                            log_tail(log, 20)
+                        );
+                    }
+                    ready_in_host(&api).await?
+                }
+            };
+            if ready >= run.members.len() {
+                return Ok(());
+            }
+            if started.elapsed() > Duration::from_secs(120) {
+                bail!("only {ready} of {} members turned Ready", run.members.len());
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// Peak RSS of the control plane's own process, when it has one.
+    pub(super) fn own_peak_rss_mib(&self) -> Option<f64> {
+        match self {
+            RunningControlPlane::InProcess(_) => None,
+            RunningControlPlane::Child { pid, .. } => {
+                let s = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+                let kib: f64 = s
+                    .lines()
+                    .find(|l| l.starts_with("VmHWM:"))?
+                    .split_whitespace()
+                    .nth(1)?
+                    .parse()
+                    .ok()?;
+                Some(kib / 1024.0)
+            }
+        }
+    }
+
+    /// Stops it.
+    pub(super) async fn stop(self) {
+        match self {
+            RunningControlPlane::InProcess(cp) => cp.stop().await,
+            RunningControlPlane::Child { mut child, .. } => {
+                if let Err(e) = child.kill().await {
+                    warn!(error = %e, "stopping the controller-manager failed");
+                }
+            }
+        }
+    }
+}
+
+/// The control plane on its own runtime, so that its threads (and CPU time) are its own.
+pub(super) struct InProcessControlPlane {
+    cp: Option<ControlPlane>,
+    rt: Option<tokio::runtime::Runtime>,
+}
+
+impl InProcessControlPlane {
+    fn start(host: &Cluster) -> anyhow::Result<Self> {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .thread_name(CP_THREAD)
+            // Threads that exit take their CPU time with them; keep them for the run.
+            .thread_keep_alive(Duration::from_secs(24 * 3600))
+            .enable_all()
+            .build()?;
+        let cp = {
+            // The client's connection tasks and every controller task are spawned on the
+            // runtime entered here.
+            let _guard = rt.enter();
+            let client = Client::try_from(host.kube_config())?;
+            ControlPlane::start(client, DEFAULT_NAMESPACE, Arc::new(Metrics::new()))
+        };
+        Ok(InProcessControlPlane {
+            cp: Some(cp),
+            rt: Some(rt),
+        })
+    }
+
+    fn ready(&self) -> usize {
+        // Pull clusters are Ready without a client, so not in `ready()`.
+        self.cp.as_ref().map_or(0, |cp| {
+            cp.clusters.snapshot().iter().filter(|c| c.ready).count()
+        })
+    }
+
+    async fn stop(mut self) {
+        if let Some(cp) = self.cp.take() {
+            cp.shutdown().await;
+        }
+        if let Some(rt) = self.rt.take() {
+            // Wait for its threads to end, so that a control plane started next is not
+            // charged for their CPU time (threads are found by name).
+            let ended = tokio::task::spawn_blocking(move || rt.shutdown_timeout(STOP_WAIT)).await;
+            if let Err(e) = ended {
+                warn!(error = %e, "stopping the in-process control plane's runtime failed");
+            }
+        }
+    }
+}
+
+impl Drop for InProcessControlPlane {
+    fn drop(&mut self) {
+        self.cp.take();
+        if let Some(rt) = self.rt.take() {
+            rt.shutdown_background();
+        }
+    }
+}
+
+/// The last `lines` lines of a log file (empty when it cannot be read).
+fn log_tail(log: &Path, lines: usize) -> String {
+    let text = std::fs::read_to_string(log).unwrap_or_default();
+    let tail: Vec<&str> = text.lines().rev().take(lines).collect();
+    tail.into_iter().rev().collect::<Vec<_>>().join("\n")
+}
+
+/// KubeFedClusters whose Ready condition is True, as the control plane wrote them.
+async fn ready_in_host(api: &Api<KubeFedCluster>) -> anyhow::Result<usize> {
+    Ok(api
+        .list(&ListParams::default())
+        .await?
+        .items
+        .iter()
+        .filter(|c| c.status.as_ref().is_some_and(|s| s.is_ready()))
+        .count())
+}

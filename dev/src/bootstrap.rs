@@ -1,0 +1,313 @@
+//! One federation bootstrap on local clusters, for `flotilla dev up`, `flotilla bench` and
+//! the end-to-end tests: install the CRDs ([`flotilla_controllers::install`]), the control-plane
+//! namespace and the KubeFedConfig, apply the default FederatedTypeConfigs, join every
+//! member the way `flotilla join` does (labelled `name=<member>`), and optionally run the
+//! control plane in-process until every member is Ready.
+//!
+//! It owns the order of those steps and their options; it does not start or stop the
+//! clusters (the caller owns its [`LocalEnv`] and shuts it down) and prints nothing
+//! (progress goes to the caller's callback).
+
+use std::{sync::Arc, time::Duration};
+
+use flotilla_crds::{
+    DEFAULT_NAMESPACE, FederatedTypeConfig, KUBEFED_CONFIG_NAME, KubeFedConfig, KubeFedConfigSpec,
+    core::StatusCollectionMode, crdgen, workload::WorkloadKind,
+};
+use flotilla_localenv::{Cluster, LocalEnv};
+use k8s_openapi::api::core::v1::Namespace;
+use kube::{
+    Api, Client, ResourceExt,
+    api::{Patch, PatchParams},
+};
+use serde_json::json;
+
+use flotilla_controllers::{
+    install::{self, InstallError},
+    join::{JoinError, JoinOptions, join},
+    manager::ControlPlane,
+    metrics::Metrics,
+};
+
+/// How often [`wait_ready`] looks at the control plane's view of the members.
+const READY_POLL: Duration = Duration::from_millis(100);
+
+/// Setting up the federation failed.
+#[derive(Debug, thiserror::Error)]
+pub enum BootstrapError {
+    /// No client could be built for a local cluster.
+    #[error("connecting to {cluster}: {source}")]
+    Connect {
+        /// The cluster.
+        cluster: String,
+        /// The error.
+        #[source]
+        source: flotilla_localenv::Error,
+    },
+    /// The CRDs could not be installed.
+    #[error(transparent)]
+    Install(#[from] InstallError),
+    /// A write to the host failed.
+    #[error("{action}: {source}")]
+    Api {
+        /// What was being done.
+        action: String,
+        /// The error.
+        #[source]
+        source: kube::Error,
+    },
+    /// A member could not be joined.
+    #[error("joining {cluster}: {source}")]
+    Join {
+        /// The member.
+        cluster: String,
+        /// The error.
+        #[source]
+        source: JoinError,
+    },
+    /// The control plane did not see every member Ready in time.
+    #[error("only {ready} of {members} members became Ready within {timeout:?}")]
+    NotReady {
+        /// Members Ready at the deadline.
+        ready: usize,
+        /// Members joined.
+        members: usize,
+        /// How long was waited.
+        timeout: Duration,
+    },
+}
+
+/// A step of [`Bootstrap::federate`] that is done, for callers that report progress.
+#[derive(Debug, Clone, Copy)]
+pub enum Progress<'a> {
+    /// CRDs, namespace, KubeFedConfig and type configs are in the host.
+    Installed {
+        /// CRDs installed.
+        crds: usize,
+        /// FederatedTypeConfigs applied.
+        type_configs: usize,
+    },
+    /// A member is joined.
+    Joined {
+        /// Its name (also its KubeFedCluster's and its `name` label's value).
+        name: &'a str,
+        /// Its API endpoint.
+        server: &'a str,
+    },
+}
+
+/// How to set up the federation; each caller's differences are these fields.
+#[derive(Debug, Clone)]
+pub struct Bootstrap {
+    /// The control-plane namespace in the host (and in the members, by joining).
+    pub namespace: String,
+    /// Field manager of every server-side apply.
+    pub field_manager: String,
+    /// How long each CRD may take to become Established.
+    pub crd_timeout: Duration,
+    /// The KubeFedConfig's spec (health checks, sync workers, ...).
+    pub config: KubeFedConfigSpec,
+    /// How long the in-process control plane may take to see every member Ready.
+    pub ready_timeout: Duration,
+    /// Give the workload types' FederatedTypeConfigs (Deployment, ReplicaSet, Job)
+    /// `statusCollection: Enabled`, so their federated objects carry the members' status
+    /// and `status.aggregated` (default `false`, kubefed's default; `dev up` turns it on).
+    pub collect_workload_status: bool,
+    /// Also install kubefed's alpha `types.kubefed.k8s.io/v1alpha1` CRDs of the default
+    /// types, so alpha manifests are served and reconciled (default `false`: each served
+    /// alpha type runs a second sync controller; `config/` installs them).
+    pub kubefed_alpha: bool,
+}
+
+/// The federation set up on a [`LocalEnv`]: clients and the KubeFedCluster names.
+#[derive(Clone)]
+pub struct LocalFederation {
+    /// Admin client of the host.
+    pub host: Client,
+    /// Admin clients of the members, in the environment's order.
+    pub members: Vec<Client>,
+    /// KubeFedCluster names, in the same order.
+    pub cluster_names: Vec<String>,
+}
+
+impl Bootstrap {
+    /// kubefed's defaults: namespace `kube-federation-system`, the default KubeFedConfig,
+    /// 60 s for CRDs and for readiness; writes as `field_manager`.
+    pub fn new(field_manager: &str) -> Self {
+        Bootstrap {
+            namespace: DEFAULT_NAMESPACE.to_owned(),
+            field_manager: field_manager.to_owned(),
+            crd_timeout: Duration::from_secs(60),
+            config: KubeFedConfigSpec::with_defaults(),
+            ready_timeout: Duration::from_secs(60),
+            collect_workload_status: false,
+            kubefed_alpha: false,
+        }
+    }
+
+    /// The CRDs installed: every generated one, kubefed's alpha ones only when asked for.
+    pub fn crds(&self) -> Vec<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition>{
+        crdgen::all_crds()
+            .into_iter()
+            .filter(|c| {
+                self.kubefed_alpha || c.spec.group != flotilla_crds::alpha::ALPHA_TYPES_GROUP
+            })
+            .collect()
+    }
+
+    /// Installs the host side, then joins every member of `env`, reporting each step.
+    pub async fn federate(
+        &self,
+        env: &LocalEnv,
+        mut progress: impl FnMut(Progress<'_>),
+    ) -> Result<LocalFederation, BootstrapError> {
+        let host = connect(env.host()).await?;
+        self.install(&host).await?;
+        progress(Progress::Installed {
+            crds: self.crds().len(),
+            type_configs: crdgen::default_target_types().len(),
+        });
+        let mut members = Vec::new();
+        let mut cluster_names = Vec::new();
+        for member in env.members() {
+            members.push(self.join(&host, member).await?);
+            cluster_names.push(member.name().to_owned());
+            progress(Progress::Joined {
+                name: member.name(),
+                server: member.server(),
+            });
+        }
+        Ok(LocalFederation {
+            host,
+            members,
+            cluster_names,
+        })
+    }
+
+    /// The host side: every CRD (Established), the control-plane namespace, the
+    /// KubeFedConfig and a FederatedTypeConfig per default type.
+    pub async fn install(&self, host: &Client) -> Result<(), BootstrapError> {
+        let crds = self.crds();
+        install::install_crds(host, &crds, &self.field_manager, self.crd_timeout).await?;
+        let pp = PatchParams::apply(&self.field_manager).force();
+        let ns = &self.namespace;
+        let namespaces: Api<Namespace> = Api::all(host.clone());
+        let namespace = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}});
+        namespaces
+            .patch(ns, &pp, &Patch::Apply(&namespace))
+            .await
+            .map_err(api("creating the control-plane namespace"))?;
+        let config = json!({
+            "apiVersion": format!("{}/{}", flotilla_crds::CORE_GROUP, flotilla_crds::V1BETA1),
+            "kind": "KubeFedConfig",
+            "metadata": {"name": KUBEFED_CONFIG_NAME, "namespace": ns},
+            "spec": self.config,
+        });
+        let configs: Api<KubeFedConfig> = Api::namespaced(host.clone(), ns);
+        configs
+            .patch(KUBEFED_CONFIG_NAME, &pp, &Patch::Apply(&config))
+            .await
+            .map_err(api("writing the KubeFedConfig"))?;
+        let ftcs: Api<FederatedTypeConfig> = Api::namespaced(host.clone(), ns);
+        for t in crdgen::default_target_types() {
+            let mut ftc = crdgen::federated_type_config(&t, ns);
+            if self.collect_workload_status && WorkloadKind::of(&t.api).is_some() {
+                ftc.spec.status_collection = Some(StatusCollectionMode::Enabled);
+            }
+            let name = ftc.name_any();
+            ftcs.patch(&name, &pp, &Patch::Apply(&ftc))
+                .await
+                .map_err(|source| BootstrapError::Api {
+                    action: format!("applying FederatedTypeConfig {name}"),
+                    source,
+                })?;
+        }
+        Ok(())
+    }
+
+    /// Joins `member` like `flotilla join`, with its CA and the label `name=<member>`;
+    /// returns its admin client.
+    pub async fn join(&self, host: &Client, member: &Cluster) -> Result<Client, BootstrapError> {
+        self.join_as(host, member, member.name()).await
+    }
+
+    /// Like [`Bootstrap::join`], registering the member as `name` (a KubeFedCluster named
+    /// other than the local cluster, e.g. kubefed's samples' `cluster1`).
+    pub async fn join_as(
+        &self,
+        host: &Client,
+        member: &Cluster,
+        name: &str,
+    ) -> Result<Client, BootstrapError> {
+        let client = connect(member).await?;
+        let mut opts = JoinOptions::new(name, member.server());
+        opts.namespace = self.namespace.clone();
+        opts.ca_pem = Some(member.ca_pem().to_owned());
+        opts.labels.insert("name".into(), name.into());
+        join(host, &client, &opts)
+            .await
+            .map_err(|source| BootstrapError::Join {
+                cluster: name.to_owned(),
+                source,
+            })?;
+        Ok(client)
+    }
+
+    /// Starts the control plane in this process (on the current runtime) and waits until
+    /// it sees all `members` Ready; on timeout it is stopped again.
+    pub async fn start_control_plane(
+        &self,
+        host: &Client,
+        members: usize,
+    ) -> Result<ControlPlane, BootstrapError> {
+        let cp = ControlPlane::start(host.clone(), &self.namespace, Arc::new(Metrics::new()));
+        match wait_ready(&cp, members, self.ready_timeout).await {
+            Ok(()) => Ok(cp),
+            Err(e) => {
+                cp.shutdown().await;
+                Err(e)
+            }
+        }
+    }
+}
+
+/// Waits until `cp` sees `members` members Ready.
+pub async fn wait_ready(
+    cp: &ControlPlane,
+    members: usize,
+    timeout: Duration,
+) -> Result<(), BootstrapError> {
+    let deadline = tokio::time::Instant::now() + timeout;
+    loop {
+        // Pull clusters are Ready without a client.
+        let ready = cp.clusters.snapshot().iter().filter(|c| c.ready).count();
+        if ready >= members {
+            return Ok(());
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return Err(BootstrapError::NotReady {
+                ready,
+                members,
+                timeout,
+            });
+        }
+        tokio::time::sleep(READY_POLL).await;
+    }
+}
+
+async fn connect(cluster: &Cluster) -> Result<Client, BootstrapError> {
+    cluster
+        .client()
+        .await
+        .map_err(|source| BootstrapError::Connect {
+            cluster: cluster.name().to_owned(),
+            source,
+        })
+}
+
+fn api(action: &str) -> impl FnOnce(kube::Error) -> BootstrapError + '_ {
+    move |source| BootstrapError::Api {
+        action: action.to_owned(),
+        source,
+    }
+}

@@ -1,0 +1,321 @@
+//! Drift you can see, end to end on real clusters: another writer changes a propagated
+//! Deployment in a member (`kubectl scale`- and `kubectl edit`-like writes with their field
+//! managers) and the federated object's `status.drift`, its Events and
+//! `flotilla_drift_total` name the cluster, the fields and the writer — repaired by
+//! default, left in place under `Report`, left alone under `drift-ignore`, and no longer
+//! fought over once the writer keeps undoing the repair.
+
+use std::time::Duration;
+
+use anyhow::{Context as _, ensure};
+use flotilla_crds::{
+    drift::{ClusterDrift, IGNORE_ANNOTATION, POLICY_ANNOTATION},
+    federated::FederatedStatus,
+};
+use flotilla_tests::{
+    assert::events_about,
+    federation::Federation,
+    host::FederatedRef,
+    member::{deployments, first_image, replicas},
+    objects::FederatedObject,
+    setup::federation_with_namespace,
+    wait_for,
+};
+use kube::{
+    Api, Client,
+    api::{Patch, PatchParams},
+};
+use serde_json::json;
+
+const T: Duration = Duration::from_secs(60);
+const NS: &str = "drift";
+
+/// `web` (2 replicas of nginx:1) in member1 only, with the given annotations.
+async fn web(fed: &Federation, annotations: &[(&str, &str)]) -> anyhow::Result<FederatedRef> {
+    let mut obj = FederatedObject::deployment(NS, "web", 2, "nginx:1").on_clusters(&["member1"]);
+    for (k, v) in annotations {
+        obj = obj.annotate(k, v);
+    }
+    let r = obj.apply(&fed.host).await?;
+    r.wait_propagated().await?;
+    Ok(r)
+}
+
+/// A member write as `kubectl` sends it: a merge patch under `manager`'s name.
+async fn write_as(member: &Client, manager: &str, patch: serde_json::Value) -> anyhow::Result<()> {
+    let params = PatchParams {
+        field_manager: Some(manager.to_string()),
+        ..PatchParams::default()
+    };
+    deployments(member, NS)
+        .patch("web", &params, &Patch::Merge(&patch))
+        .await?;
+    Ok(())
+}
+
+fn scale_to(n: i32) -> serde_json::Value {
+    json!({"spec": {"replicas": n}})
+}
+
+fn image(image: &str) -> serde_json::Value {
+    json!({"spec": {"template": {"spec": {"containers": [{"name": "web", "image": image}]}}}})
+}
+
+/// member1's `status.drift` entry once `check` accepts it.
+async fn wait_drift(
+    r: &FederatedRef,
+    what: &str,
+    check: impl Fn(&ClusterDrift) -> anyhow::Result<()>,
+) -> anyhow::Result<ClusterDrift> {
+    wait_for(T, what, || async {
+        let status: FederatedStatus = r.status().await?;
+        let d = status
+            .drift
+            .iter()
+            .find(|d| d.cluster == "member1")
+            .cloned()
+            .context("no drift entry for member1")?;
+        check(&d)?;
+        Ok(d)
+    })
+    .await
+}
+
+/// The notes of Events with `reason` about `web`, once one contains every word.
+async fn wait_event(fed: &Federation, reason: &str, words: &[&str]) -> anyhow::Result<String> {
+    wait_for(T, reason, || async {
+        let events = events_about(&fed.host, NS, "web", reason).await?;
+        events
+            .iter()
+            .filter_map(|e| e.note.clone())
+            .find(|n| words.iter().all(|w| n.contains(w)))
+            .with_context(|| format!("no {reason} event naming {words:?} among {events:?}"))
+    })
+    .await
+}
+
+fn paths(d: &ClusterDrift) -> Vec<&str> {
+    d.fields.iter().map(|f| f.path.as_str()).collect()
+}
+
+fn managers(d: &ClusterDrift) -> Vec<&str> {
+    d.managers.iter().map(|m| m.manager.as_str()).collect()
+}
+
+#[tokio::test]
+async fn a_scale_and_an_edit_in_a_member_are_repaired_and_named_in_status_events_and_metrics()
+-> anyhow::Result<()> {
+    let fed = federation_with_namespace(1, NS).await?;
+    let r = web(&fed, &[]).await?;
+    let m1 = &fed.members[0];
+
+    write_as(m1, "kubectl-scale", scale_to(5)).await?;
+    let d = wait_drift(&r, "the scale reported", |d| {
+        ensure!(
+            d.state == "Repaired" && paths(d) == ["spec.replicas"],
+            "{d:?}"
+        );
+        Ok(())
+    })
+    .await?;
+    assert_eq!(managers(&d), ["kubectl-scale"]);
+    assert_eq!(
+        (d.fields[0].desired.as_str(), d.fields[0].live.as_str()),
+        ("2", "5")
+    );
+    assert!(d.repaired_at.is_some());
+    wait_for(T, "replicas repaired", || async {
+        let dep = deployments(m1, NS).get("web").await?;
+        ensure!(replicas(&dep) == Some(2), "replicas {:?}", replicas(&dep));
+        Ok(())
+    })
+    .await?;
+    wait_event(
+        &fed,
+        "DriftRepaired",
+        &["member1", "spec.replicas", "kubectl-scale"],
+    )
+    .await?;
+
+    write_as(m1, "kubectl-edit", image("nginx:2")).await?;
+    let d = wait_drift(&r, "the edit reported", |d| {
+        ensure!(
+            paths(d) == ["spec.template.spec.containers[0].image"],
+            "{d:?}"
+        );
+        Ok(())
+    })
+    .await?;
+    assert_eq!(managers(&d), ["kubectl-edit"]);
+    assert_eq!(d.fields[0].live, "nginx:2");
+    wait_for(T, "image repaired", || async {
+        let dep = deployments(m1, NS).get("web").await?;
+        ensure!(
+            first_image(&dep) == Some("nginx:1"),
+            "{:?}",
+            first_image(&dep)
+        );
+        Ok(())
+    })
+    .await?;
+    let note = wait_event(
+        &fed,
+        "DriftRepaired",
+        &["member1", "containers[0].image", "kubectl-edit"],
+    )
+    .await?;
+    assert!(note.contains("repaired"), "{note}");
+
+    // The repaired Propagation stays True; the counter names both writers.
+    r.wait_propagated().await?;
+    let metrics = fed
+        .control_plane
+        .as_ref()
+        .map(|cp| cp.metrics.encode())
+        .unwrap_or_default();
+    for manager in ["kubectl-scale", "kubectl-edit"] {
+        let series = format!("flotilla_drift_total{{cluster=\"member1\",manager=\"{manager}\"}} 1");
+        assert!(metrics.contains(&series), "{series} missing:\n{metrics}");
+    }
+    Ok(())
+}
+
+#[tokio::test]
+async fn report_leaves_the_change_in_place_and_says_the_cluster_differs() -> anyhow::Result<()> {
+    let fed = federation_with_namespace(1, NS).await?;
+    let r = web(&fed, &[(POLICY_ANNOTATION, "Report")]).await?;
+    let m1 = &fed.members[0];
+
+    write_as(m1, "kubectl-scale", scale_to(4)).await?;
+    let d = wait_drift(&r, "the scale reported", |d| {
+        ensure!(
+            d.state == "Detected" && paths(d) == ["spec.replicas"],
+            "{d:?}"
+        );
+        Ok(())
+    })
+    .await?;
+    assert_eq!(managers(&d), ["kubectl-scale"]);
+    assert_eq!(d.repaired_at, None);
+    r.wait_cluster_reasons(&[("member1", "Drifted")]).await?;
+    r.wait_not_propagated("CheckClusters").await?;
+    wait_event(
+        &fed,
+        "DriftDetected",
+        &["member1", "spec.replicas", "kubectl-scale"],
+    )
+    .await?;
+    // The status says Detected only after the decision not to write: the change is there.
+    let dep = deployments(m1, NS).get("web").await?;
+    assert_eq!(replicas(&dep), Some(4));
+
+    // Back to the desired value: the report is resolved and Propagation True again.
+    write_as(m1, "kubectl-scale", scale_to(2)).await?;
+    wait_for(T, "the report resolved", || async {
+        let status = r.status().await?;
+        ensure!(status.drift.is_empty(), "{:?}", status.drift);
+        Ok(())
+    })
+    .await?;
+    r.wait_propagated().await?;
+    Ok(())
+}
+
+#[tokio::test]
+async fn an_ignored_field_written_by_another_controller_is_neither_repaired_nor_reported()
+-> anyhow::Result<()> {
+    let fed = federation_with_namespace(1, NS).await?;
+    let r = web(
+        &fed,
+        &[
+            (POLICY_ANNOTATION, "Ignore"),
+            (IGNORE_ANNOTATION, "spec.replicas"),
+        ],
+    )
+    .await?;
+    let m1 = &fed.members[0];
+
+    write_as(m1, "autoscaler", scale_to(6)).await?;
+    // A second change, to a field Flotilla owns, is repaired — and that repair keeps the
+    // autoscaler's replicas: they were seen and left alone.
+    write_as(m1, "kubectl-edit", image("nginx:3")).await?;
+    let d = wait_drift(&r, "the edit repaired", |d| {
+        ensure!(d.state == "Repaired", "{d:?}");
+        Ok(())
+    })
+    .await?;
+    assert_eq!(paths(&d), ["spec.template.spec.containers[0].image"]);
+    assert_eq!(managers(&d), ["kubectl-edit"]);
+    wait_for(T, "image repaired", || async {
+        let dep = deployments(m1, NS).get("web").await?;
+        ensure!(
+            first_image(&dep) == Some("nginx:1"),
+            "{:?}",
+            first_image(&dep)
+        );
+        Ok(())
+    })
+    .await?;
+    let dep = deployments(m1, NS).get("web").await?;
+    assert_eq!(
+        replicas(&dep),
+        Some(6),
+        "the ignored field keeps the autoscaler's value"
+    );
+    let events = events_about(&fed.host, NS, "web", "DriftRepaired").await?;
+    assert!(
+        events
+            .iter()
+            .filter_map(|e| e.note.as_deref())
+            .all(|n| !n.contains("replicas") && !n.contains("autoscaler")),
+        "{events:?}"
+    );
+    r.wait_propagated().await?;
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_writer_that_keeps_undoing_the_repair_gets_a_drift_fight_and_the_repairs_stop()
+-> anyhow::Result<()> {
+    let fed = federation_with_namespace(1, NS).await?;
+    let r = web(&fed, &[]).await?;
+    let m1 = fed.members[0].clone();
+
+    let writer = tokio::spawn(async move {
+        loop {
+            let _ = write_as(&m1, "autoscaler", scale_to(7)).await;
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
+    });
+    let fight = wait_drift(&r, "a fight", |d| {
+        ensure!(d.state == "Fight", "{d:?}");
+        Ok(())
+    })
+    .await;
+    writer.abort();
+    let d = fight?;
+    assert_eq!(paths(&d), ["spec.replicas"]);
+    assert_eq!(managers(&d), ["autoscaler"]);
+    r.wait_cluster_reasons(&[("member1", "DriftFight")]).await?;
+    wait_event(
+        &fed,
+        "DriftFight",
+        &["member1", "spec.replicas", "autoscaler", "flotilla"],
+    )
+    .await?;
+
+    // Repairs stopped: the writer's value stays, and writing it again changes nothing (a
+    // repair in between would make each write a spec change, a new generation).
+    let m1 = &fed.members[0];
+    let api: Api<k8s_openapi::api::apps::v1::Deployment> = deployments(m1, NS);
+    let before = api.get("web").await?;
+    assert_eq!(replicas(&before), Some(7));
+    for _ in 0..3 {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        write_as(m1, "autoscaler", scale_to(7)).await?;
+    }
+    let after = api.get("web").await?;
+    assert_eq!(after.metadata.generation, before.metadata.generation);
+    assert_eq!(replicas(&after), Some(7));
+    Ok(())
+}

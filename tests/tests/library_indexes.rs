@@ -1,0 +1,172 @@
+//! Indexes and the per-cluster cache-sync timeout end to end, with the test kit: a
+//! controller over three clusters, one of them black-holed (its health check said Ready
+//! just before the partition). Its cache misses the sync timeout and is reported with a
+//! reason; waiting for the caches does not stall on it; the other clusters are reconciled
+//! and their indexes (by label, by owner) answer. Healed, the cluster syncs, and the
+//! indexes — kept for every cluster, including those that come later — cover it too.
+
+mod library_support;
+
+use std::time::Duration;
+
+use anyhow::ensure;
+use flotilla_localenv::testkit::{TestClusters, wait_until};
+use flotilla_multicluster::{
+    Cache, ClusterSet, Controller, Engagement, SyncState, WatchOptions,
+    index::{Indexer, OWNER_INDEX},
+    provider::kubeconfig::KubeconfigProvider,
+};
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::{Client, runtime::watcher};
+use library_support::*;
+
+const SYNC_TIMEOUT: Duration = Duration::from_secs(3);
+
+#[tokio::test]
+async fn a_black_holed_cluster_misses_its_sync_timeout_and_the_others_run() -> anyhow::Result<()> {
+    flotilla_tests::init_tracing();
+    let kit = TestClusters::start(3).await?;
+    let set = ClusterSet::new();
+    let _provider = set.start_provider(
+        KubeconfigProvider::file(kit.kubeconfig_path()).contexts(["host", "member1"]),
+    );
+    // member2 was Ready a moment ago; now nothing answers.
+    kit.black_hole("member2");
+    let client = Client::try_from(kit.proxied_config("member2")?)?;
+    let engagement = Engagement {
+        client,
+        labels: Default::default(),
+        identity: "partitioned".into(),
+        namespace: None,
+    };
+    set.engage("member2", engagement);
+    set.set_ready("member2", true);
+    let options = WatchOptions::all()
+        .with_config(watcher::Config::default().labels(TEST_LABEL))
+        .index(Indexer::label("app"))
+        .index(Indexer::owner())
+        .sync_timeout(SYNC_TIMEOUT);
+    let controller = Controller::<ConfigMap>::new("indexed", set.clone(), options);
+    let cache = controller.cache();
+    let (seen, _task) = run_recording(controller);
+    wait_ready(&set, "member1").await?;
+    wait_ready(&set, "host").await?;
+    let member1 = kit.client("member1").await?;
+    let owner = apply_configmap(&member1, "default", "owner", &[("app", "db")]).await?;
+    let owner_uid = owner.metadata.uid.clone().unwrap_or_default();
+    apply_configmap(&member1, "default", "web", &[("app", "web")]).await?;
+    apply_owned(&member1, "owned", &owner).await?;
+
+    // Waiting for the caches ends with member2 reported, not stalled on it.
+    let waiting = std::time::Instant::now();
+    let problems = wait_until(TIMEOUT, "every cache synced or timed out", || async {
+        let problems = cache.wait_for_sync().await;
+        if ["host", "member1", "member2"]
+            .iter()
+            .all(|c| cache.clusters().contains(&c.to_string()))
+        {
+            Ok(problems)
+        } else {
+            Err(format!("watched: {:?}", cache.clusters()))
+        }
+    })
+    .await?;
+    // Measured, not asserted: how long waiting for the caches took, against the timeout.
+    let waited = waiting.elapsed();
+    println!(
+        "waited {waited:.1?} for the caches ({:.1}x the {SYNC_TIMEOUT:?} sync timeout)",
+        waited.as_secs_f64() / SYNC_TIMEOUT.as_secs_f64()
+    );
+    let reason = problems.get("member2").cloned().unwrap_or_default();
+    ensure!(
+        reason.contains("not synced within"),
+        "problems: {problems:?}"
+    );
+    ensure!(problems.len() == 1, "only member2 misses: {problems:?}");
+    ensure!(
+        cache.sync_state("member1") == Some(SyncState::Synced),
+        "member1 not synced"
+    );
+
+    wait_seen(&seen, "member1", "default", "web").await?;
+    let web = cache.by_index("member1", "app", "web");
+    ensure!(names(&web) == ["web"], "app=web: {:?}", names(&web));
+    let owned = cache.by_index("member1", OWNER_INDEX, &owner_uid);
+    ensure!(names(&owned) == ["owned"], "owned: {:?}", names(&owned));
+
+    healed_and_reindexed(&kit, &cache, &seen).await?;
+    kit.shutdown().await?;
+    Ok(())
+}
+
+fn names(list: &[std::sync::Arc<ConfigMap>]) -> Vec<String> {
+    let mut names: Vec<String> = list
+        .iter()
+        .map(|c| c.metadata.name.clone().unwrap_or_default())
+        .collect();
+    names.sort();
+    names
+}
+
+/// A ConfigMap with an owner reference to `owner`.
+async fn apply_owned(client: &Client, name: &str, owner: &ConfigMap) -> anyhow::Result<()> {
+    use kube::api::{Api, Patch, PatchParams};
+    let cm = serde_json::json!({
+        "apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": name, "namespace": "default", "labels": {"library-test": "yes"},
+            "ownerReferences": [{"apiVersion": "v1", "kind": "ConfigMap",
+                "name": owner.metadata.name, "uid": owner.metadata.uid}]},
+    });
+    Api::<ConfigMap>::namespaced(client.clone(), "default")
+        .patch(
+            name,
+            &PatchParams::apply("library-test").force(),
+            &Patch::Apply(cm),
+        )
+        .await?;
+    Ok(())
+}
+
+/// Healed, member2 syncs and its objects are indexed like everyone else's; a change moves
+/// an object between values.
+async fn healed_and_reindexed(
+    kit: &TestClusters,
+    cache: &Cache<ConfigMap>,
+    seen: &Seen,
+) -> anyhow::Result<()> {
+    let member1 = kit.client("member1").await?;
+    let member2 = kit.client("member2").await?;
+    apply_configmap(&member2, "default", "web", &[("app", "web")]).await?;
+    kit.heal("member2");
+    wait_seen(seen, "member2", "default", "web").await?;
+    wait_until(TIMEOUT, "app=web indexed in both members", || async {
+        let mut found: Vec<String> = cache
+            .by_index_all("app", "web")
+            .into_iter()
+            .map(|(c, _)| c)
+            .collect();
+        found.sort();
+        if found == ["member1", "member2"] {
+            Ok(())
+        } else {
+            Err(format!("{found:?}"))
+        }
+    })
+    .await?;
+    ensure!(
+        cache.sync_problems().is_empty(),
+        "{:?}",
+        cache.sync_problems()
+    );
+    apply_configmap(&member1, "default", "web", &[("app", "db")]).await?;
+    wait_until(TIMEOUT, "web re-indexed under app=db", || async {
+        let db = names(&cache.by_index("member1", "app", "db"));
+        if db == ["owner", "web"] {
+            Ok(())
+        } else {
+            Err(format!("{db:?}"))
+        }
+    })
+    .await?;
+    Ok(())
+}
