@@ -93,16 +93,28 @@ fi
 
 # Tools: umoci packs the image, jq reads its index, ca-certificates is what the image
 # trusts, binutils strips debug sections. apt-get update only when something is missing.
-missing=()
-command -v umoci >/dev/null || missing+=(umoci)
-command -v jq >/dev/null || missing+=(jq)
-command -v strip >/dev/null || missing+=(binutils)
-[ -f /etc/ssl/certs/ca-certificates.crt ] || missing+=(ca-certificates)
-if [ ${#missing[@]} -gt 0 ]; then
+missing_tools() {
+  missing=()
+  command -v umoci >/dev/null || missing+=(umoci)
+  command -v jq >/dev/null || missing+=(jq)
+  command -v strip >/dev/null || missing+=(binutils)
+  [ -f /etc/ssl/certs/ca-certificates.crt ] || missing+=(ca-certificates)
+}
+install_tools() {
+  missing_tools # again: another run may have installed them while this one waited
+  [ ${#missing[@]} -gt 0 ] || return 0
   echo "image.sh: installing ${missing[*]} with apt" >&2
   export DEBIAN_FRONTEND=noninteractive
-  apt-get update -qq
-  apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  apt-get -o DPkg::Lock::Timeout=300 update -qq
+  apt-get -o DPkg::Lock::Timeout=300 install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+}
+missing_tools
+if [ ${#missing[@]} -gt 0 ]; then
+  # Runs started together (the tests) install one at a time.
+  exec 9>/tmp/flotilla-image-apt.lock
+  flock 9
+  install_tools
+  flock -u 9
 fi
 
 if [ -z "$binary" ]; then
