@@ -157,10 +157,11 @@ impl fmt::Display for Permission {
     }
 }
 
-/// A sample of `config/rbac/` that every part of the control plane needs at start: the
-/// registry, the type configs and Secrets in the control-plane namespace, the CRDs,
-/// namespaces and federated objects cluster-wide, Events, and the leader Lease `lease`
-/// when electing.
+/// A sample of `config/rbac/` that the control plane needs at start under either
+/// federation scope: the registry, the type configs and Secrets in the control-plane
+/// namespace, the CRDs, and the leader Lease `lease` when electing. (What a `Cluster`
+/// scope adds — federated objects, namespaces and Events everywhere — is left out, so a
+/// `Namespaced` federation with narrower roles still starts.)
 pub fn required_permissions(namespace: &str, lease: Option<&str>) -> Vec<Permission> {
     let ns = |verb, group, resource| Permission {
         verb,
@@ -184,9 +185,6 @@ pub fn required_permissions(namespace: &str, lease: Option<&str>) -> Vec<Permiss
         ns("get", "core.kubefed.io", "kubefedconfigs"),
         ns("list", "", "secrets"),
         cluster("list", "apiextensions.k8s.io", "customresourcedefinitions"),
-        cluster("list", "", "namespaces"),
-        cluster("update", "types.kubefed.io", "federatednamespaces"),
-        cluster("create", "", "events"),
     ];
     if let Some(lease) = lease {
         wanted.push(ns("create", "coordination.k8s.io", "leases"));
