@@ -43,7 +43,7 @@ impl Problem {
     fn hint(&self) -> &'static str {
         match self {
             Problem::Credentials(_) => {
-                "mount the ServiceAccount token (automountServiceAccountToken) or pass --kubeconfig"
+                "mount the ServiceAccount token, readable by the container's user (automountServiceAccountToken, fsGroup), or pass --kubeconfig"
             }
             Problem::Certificate(_) => {
                 "the CA (ca.crt or the kubeconfig's certificate-authority) must be the one that signed the API server's certificate"
