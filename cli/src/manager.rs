@@ -9,21 +9,22 @@
 //! and releases the Lease, so a standby takes over at once.
 
 use std::net::SocketAddr;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use anyhow::Context as _;
 use flotilla_crds::{KUBEFED_CONFIG_NAME, KubeFedConfig};
 use kube::{Api, Client};
 use prometheus_client::metrics::gauge::Gauge;
-use tracing::{info, warn};
+use tracing::{error, info, warn};
 
 use super::{Context, GlobalArgs, access, parse_duration};
 use flotilla_controllers::http_auth::{self, Exposure};
-use flotilla_controllers::http_server::{self as http, Health};
+use flotilla_controllers::http_server::{self as http, Health, MetricsAccess};
 use flotilla_controllers::leader::{self, LeaderElectionConfig, LeaderElector, LeadershipEnd};
 use flotilla_controllers::manager::{ControlPlane, Options};
 use flotilla_controllers::metrics::Metrics;
+use flotilla_controllers::startup::{self, Problem};
 use flotilla_webhook as webhook;
 
 /// Examples of `flotilla controller-manager --help`.
@@ -141,19 +142,19 @@ async fn election_config(
     config
 }
 
-/// Who checks `/metrics` requests: nobody on loopback or when turned off explicitly, else
-/// the host API server.
-fn metrics_auth(
+/// Who may read `/metrics`: anyone on loopback or when turned off explicitly, else whom
+/// the host's authenticator allows once `slot` holds it (the host reached).
+fn metrics_access(
     args: &ControllerManagerArgs,
-    host: &Client,
-) -> Option<Arc<http_auth::Authenticator>> {
+    slot: &Arc<OnceLock<Arc<http_auth::Authenticator>>>,
+) -> MetricsAccess {
     match http_auth::exposure(&args.metrics_addr, args.metrics_insecure_no_auth) {
-        Exposure::Authenticated => Some(http_auth::Authenticator::new(host.clone())),
+        Exposure::Authenticated => MetricsAccess::Authenticated(slot.clone()),
         Exposure::InsecureOpen => {
             warn!(addr = %args.metrics_addr, "/metrics is served without authentication (--metrics-insecure-no-auth)");
-            None
+            MetricsAccess::Open
         }
-        Exposure::Loopback => None,
+        Exposure::Loopback => MetricsAccess::Open,
     }
 }
 
@@ -169,7 +170,6 @@ pub async fn run(
         namespace: namespace.clone(),
         profile_namespace: args.cluster_profile_namespace.clone(),
     };
-    let host = access::host(global).await?.client()?;
     let metrics = Arc::new(Metrics::new());
     let leading = Gauge::<i64>::default();
     metrics.register(
@@ -182,20 +182,25 @@ pub async fn run(
         gauge: leading,
         health: health.clone(),
     };
+    let authenticator = Arc::new(OnceLock::new());
     let addr = http::serve(
         args.metrics_addr,
         metrics.clone(),
         health.clone(),
-        metrics_auth(&args, &host),
+        metrics_access(&args, &authenticator),
         ctx.shutdown.clone(),
     )
     .await
     .with_context(|| format!("listening on {}", args.metrics_addr))?;
     info!(%addr, "serving /metrics, /healthz and /readyz");
 
-    let Some(version) = wait_for_host(&host, ctx).await else {
+    let lease = args
+        .leader_elect
+        .then_some(args.leader_election_id.as_str());
+    let Some((host, version)) = connect(global, &namespace, lease, &health, ctx).await else {
         return Ok(());
     };
+    let _ = authenticator.set(http_auth::Authenticator::new(host.clone()));
     info!(host_version = %version.git_version, %namespace, "connected to the host cluster");
     let _webhook = start_webhook(&host, &namespace, &args).await?;
     if let Some(bind) = args.dashboard_addr {
@@ -287,27 +292,56 @@ impl Leading {
     }
 }
 
-/// How long to wait between attempts to reach the host at start-up.
-const HOST_RETRY: Duration = Duration::from_secs(2);
+/// The first wait between attempts to start (doubling up to [`START_RETRY_MAX`]).
+const START_RETRY: Duration = Duration::from_secs(2);
+/// The longest wait between attempts to start.
+const START_RETRY_MAX: Duration = Duration::from_secs(30);
 
-/// Waits until the host API server answers (an outage at start-up is waited out, not an
-/// exit); `None` when shut down first.
-async fn wait_for_host(
-    host: &Client,
+/// Loads the host's configuration and checks the host with it (reachable, TLS verified,
+/// credential accepted, the RBAC of `config/rbac/`) until all holds; each failure is
+/// logged and shown on `/readyz` with its reason, then tried again — with the files read
+/// anew, so a token or CA mounted late is picked up. `None` when shut down first.
+async fn connect(
+    global: &GlobalArgs,
+    namespace: &str,
+    lease: Option<&str>,
+    health: &Health,
     ctx: &Context,
-) -> Option<k8s_openapi::apimachinery::pkg::version::Info> {
+) -> Option<(Client, k8s_openapi::apimachinery::pkg::version::Info)> {
+    let mut delay = START_RETRY;
     loop {
-        tokio::select! {
-            v = host.apiserver_version() => match v {
-                Ok(v) => return Some(v),
-                Err(e) => warn!(error = %e, "the host cluster does not answer yet; retrying"),
+        let attempt = async {
+            let config = |e: anyhow::Error| Problem::Credentials(startup::messages(e.chain()));
+            let host = access::host(global)
+                .await
+                .map_err(config)?
+                .client()
+                .map_err(config)?;
+            let wanted = startup::required_permissions(namespace, lease);
+            let version = startup::check_host(&host, wanted).await?;
+            Ok::<_, Problem>((host, version))
+        };
+        let problem = tokio::select! {
+            result = attempt => match result {
+                Ok(connected) => {
+                    health.set_problem(None);
+                    return Some(connected);
+                }
+                Err(problem) => problem,
             },
             _ = ctx.shutdown.cancelled() => return None,
+        };
+        if matches!(problem, Problem::Unreachable(_)) {
+            warn!(reason = problem.reason(), retry_in = ?delay, "the host cluster does not answer yet: {problem}");
+        } else {
+            error!(reason = problem.reason(), retry_in = ?delay, "cannot start the controllers: {problem}");
         }
+        health.set_problem(Some(problem.to_string()));
         tokio::select! {
-            _ = tokio::time::sleep(HOST_RETRY) => {}
+            _ = tokio::time::sleep(delay) => {}
             _ = ctx.shutdown.cancelled() => return None,
         }
+        delay = (delay * 2).min(START_RETRY_MAX);
     }
 }
 

@@ -8,8 +8,8 @@
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -36,6 +36,7 @@ const TEXT: &str = "text/plain; charset=utf-8";
 pub struct Health {
     ready: AtomicBool,
     leading: AtomicBool,
+    problem: Mutex<Option<String>>,
 }
 
 impl Health {
@@ -59,6 +60,29 @@ impl Health {
     pub fn is_ready(&self) -> bool {
         self.ready.load(Ordering::Acquire)
     }
+
+    /// Records why the process is not ready (`None`: no known reason); `/readyz` shows it.
+    pub fn set_problem(&self, problem: Option<String>) {
+        *self.problem.lock().unwrap_or_else(|e| e.into_inner()) = problem;
+    }
+
+    /// Why the process is not ready, when known.
+    pub fn problem(&self) -> Option<String> {
+        self.problem
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+}
+
+/// Who may read `/metrics`.
+#[derive(Clone)]
+pub enum MetricsAccess {
+    /// Anyone (loopback, or authentication turned off).
+    Open,
+    /// Callers the host's authenticator allows; until it is set (the host not reached yet)
+    /// `/metrics` answers 503.
+    Authenticated(Arc<OnceLock<Arc<Authenticator>>>),
 }
 
 /// A response: status code, content type, body.
@@ -98,7 +122,13 @@ pub fn respond(method: &Method, path: &str, metrics: &Metrics, health: &Health) 
             text(StatusCode::OK, "ok: leader\n")
         }
         "/readyz" if health.is_ready() => text(StatusCode::OK, "ok: standby\n"),
-        "/readyz" => text(StatusCode::SERVICE_UNAVAILABLE, "not ready\n"),
+        "/readyz" => match health.problem() {
+            Some(problem) => text(
+                StatusCode::SERVICE_UNAVAILABLE,
+                &format!("not ready: {problem}\n"),
+            ),
+            None => text(StatusCode::SERVICE_UNAVAILABLE, "not ready\n"),
+        },
         _ => text(StatusCode::NOT_FOUND, "not found\n"),
     }
 }
@@ -137,16 +167,27 @@ async fn handle(
     stream: TcpStream,
     metrics: Arc<Metrics>,
     health: Arc<Health>,
-    auth: Option<Arc<Authenticator>>,
+    access: MetricsAccess,
 ) {
     let service = service_fn(move |request: Request<hyper::body::Incoming>| {
-        let (metrics, health, auth) = (metrics.clone(), health.clone(), auth.clone());
+        let (metrics, health, access) = (metrics.clone(), health.clone(), access.clone());
         async move {
-            if let Some(auth) = auth.filter(|_| request.uri().path() == "/metrics")
-                && let Err(denial) = metrics_allowed(&auth, &request).await
+            if let MetricsAccess::Authenticated(slot) = access
+                && request.uri().path() == "/metrics"
             {
-                let refused = text(denial.status(), &denial.message());
-                return Ok::<_, Infallible>(refused.into_http());
+                let refused = match slot.get() {
+                    None => Some(text(
+                        StatusCode::SERVICE_UNAVAILABLE,
+                        "not ready: /metrics is authenticated by the host, which is not reached yet\n",
+                    )),
+                    Some(auth) => metrics_allowed(auth, &request)
+                        .await
+                        .err()
+                        .map(|denial| text(denial.status(), &denial.message())),
+                };
+                if let Some(refused) = refused {
+                    return Ok::<_, Infallible>(refused.into_http());
+                }
             }
             let response = respond(request.method(), request.uri().path(), &metrics, &health);
             Ok::<_, Infallible>(response.into_http())
@@ -163,17 +204,17 @@ async fn handle(
     }
 }
 
-/// Binds `addr` and serves until `cancel` fires; `/metrics` is authenticated with `auth`
-/// when given. Returns the bound address (useful with port 0) once listening.
+/// Binds `addr` and serves until `cancel` fires; `/metrics` is open to whom `access`
+/// says. Returns the bound address (useful with port 0) once listening.
 pub async fn serve(
     addr: SocketAddr,
     metrics: Arc<Metrics>,
     health: Arc<Health>,
-    auth: Option<Arc<Authenticator>>,
+    access: MetricsAccess,
     cancel: CancellationToken,
 ) -> std::io::Result<SocketAddr> {
     listen(addr, "metrics/health", cancel, move |stream, _| {
-        handle(stream, metrics.clone(), health.clone(), auth.clone())
+        handle(stream, metrics.clone(), health.clone(), access.clone())
     })
     .await
 }
@@ -277,7 +318,7 @@ mod tests {
             "127.0.0.1:0".parse().expect("an address"),
             Arc::new(Metrics::new()),
             health,
-            None,
+            MetricsAccess::Open,
             cancel.clone(),
         )
         .await
@@ -318,6 +359,42 @@ mod tests {
         assert_eq!(body(&health), "ok: standby\n");
         health.set_leading(true);
         assert_eq!(body(&health), "ok: leader\n");
+    }
+
+    #[test]
+    fn readyz_says_why_the_instance_is_not_ready() {
+        let metrics = Metrics::new();
+        let health = Health::default();
+        health.set_problem(Some("CertificateNotTrusted: UnknownIssuer".into()));
+        let answer = respond(&Method::GET, "/readyz", &metrics, &health);
+        assert_eq!(answer.status, StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(
+            answer.body,
+            "not ready: CertificateNotTrusted: UnknownIssuer\n"
+        );
+    }
+
+    #[tokio::test]
+    async fn authenticated_metrics_wait_for_the_host() {
+        let cancel = CancellationToken::new();
+        let access = MetricsAccess::Authenticated(Arc::default());
+        let addr = serve(
+            "127.0.0.1:0".parse().expect("an address"),
+            Arc::new(Metrics::new()),
+            Arc::new(Health::default()),
+            access,
+            cancel.clone(),
+        )
+        .await
+        .expect("binds");
+        let (status, _, body) = request(addr, Method::GET, "/metrics")
+            .await
+            .expect("answers");
+        assert_eq!(status, 503, "{body}");
+        let (status, _, _) = request(addr, Method::GET, "/healthz")
+            .await
+            .expect("answers");
+        assert_eq!(status, 200);
     }
 
     #[tokio::test]

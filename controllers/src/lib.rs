@@ -26,6 +26,7 @@ pub mod pull_join;
 pub mod registry;
 pub mod sa_import;
 pub mod scheduling;
+pub mod startup;
 pub mod sync;
 /// The watch loop (in the multi-cluster library).
 pub use flotilla_multicluster::watch;

@@ -4,7 +4,8 @@
 //! [`wait`], member reads in [`member`], shared assertions in [`assert`], objects as a
 //! previous version wrote them in [`fixture`], a push + pull federation whose binaries the
 //! test starts in [`mixed`] and the usual
-//! starting point in [`setup`]; API servers' request counts in [`requests`].
+//! starting point in [`setup`]; API servers' request counts in [`requests`]; Flotilla's image
+//! run as a Pod would run it in [`pod`].
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
@@ -26,6 +27,7 @@ pub mod host;
 pub mod member;
 pub mod mixed;
 pub mod objects;
+pub mod pod;
 pub mod requests;
 pub mod setup;
 pub mod wait;
