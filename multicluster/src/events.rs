@@ -35,16 +35,7 @@ pub async fn publish(
     action: &str,
     note: String,
 ) {
-    let event = Event {
-        type_,
-        reason: reason.to_owned(),
-        note: Some(within_limit(note)),
-        action: action.to_owned(),
-        secondary: None,
-    };
-    if let Err(e) = recorder.publish(&event, reference).await {
-        debug!(error = %e, %reason, "publishing an event failed");
-    }
+    emit(recorder, reference, None, type_, reason, action, note).await;
 }
 
 /// [`publish`], with a related object (`related`): Events differing only in their note are
@@ -59,12 +50,33 @@ pub async fn publish_related(
     action: &str,
     note: String,
 ) {
+    emit(
+        recorder,
+        reference,
+        Some(related),
+        type_,
+        reason,
+        action,
+        note,
+    )
+    .await;
+}
+
+async fn emit(
+    recorder: &Recorder,
+    reference: &ObjectReference,
+    secondary: Option<ObjectReference>,
+    type_: EventType,
+    reason: &str,
+    action: &str,
+    note: String,
+) {
     let event = Event {
         type_,
         reason: reason.to_owned(),
         note: Some(within_limit(note)),
         action: action.to_owned(),
-        secondary: Some(related),
+        secondary,
     };
     if let Err(e) = recorder.publish(&event, reference).await {
         debug!(error = %e, %reason, "publishing an event failed");
