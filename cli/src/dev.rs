@@ -1,7 +1,8 @@
 //! `flotilla dev up`: a whole federation on this machine, for trying Flotilla. It starts a
 //! local host and N members (the test environment of `flotilla-localenv`), installs the
 //! CRDs and the default type configs and joins the members (labelled `name=<member>`)
-//! through the shared [`flotilla_dev::bootstrap`], runs the control plane in-process, applies the
+//! through the shared [`flotilla_dev::bootstrap`], runs the control plane in-process (and
+//! `flotilla dns` for each member, on loopback), applies the
 //! samples of `config/samples/`, waits until they are propagated and prints the status and
 //! how to look with kubectl. Ctrl-C (or SIGTERM) stops the control plane and every cluster
 //! process and deletes their files.
@@ -161,7 +162,9 @@ async fn federate_and_wait(env: &LocalEnv, args: &DevUpArgs, ctx: &Context) -> a
     let dashboard = ctx.shutdown.child_token();
     let url = start_dashboard(&fed.host, &boot.namespace, &dashboard).await?;
     out.line(format!("  dashboard (live, read-only): {url}"));
+    let dns = start_dns(env, &fed.members, ctx).await?;
     let result = run_demo(env, &fed.host, &boot, &cp, args, ctx).await;
+    drop(dns);
     dashboard.cancel();
     webhook.abort();
     cp.shutdown().await;
@@ -193,6 +196,33 @@ async fn start_dashboard(
             .context("serving the dashboard")?,
         };
     Ok(flotilla_dashboard::url(addr))
+}
+
+/// `flotilla dns` for each member, on a free loopback port each (no cluster DNS forwards to
+/// them here: ask them directly, as the printed `dig` line shows).
+async fn start_dns(
+    env: &LocalEnv,
+    members: &[Client],
+    ctx: &Context,
+) -> anyhow::Result<Vec<flotilla_dns::Dns>> {
+    let mut servers = Vec::new();
+    for (cluster, member) in env.members().iter().zip(members) {
+        let dns = cancellable(&ctx.shutdown, async {
+            flotilla_dns::Dns::start(member.clone(), ([127, 0, 0, 1], 0).into(), 5)
+                .await
+                .with_context(|| format!("starting clusterset.local DNS for {}", cluster.name()))
+        })
+        .await?;
+        ctx.out.line(format!(
+            "  {}: clusterset.local DNS on {} (dig @{} -p {} <svc>.<ns>.svc.clusterset.local)",
+            cluster.name(),
+            dns.addr,
+            dns.addr.ip(),
+            dns.addr.port()
+        ));
+        servers.push(dns);
+    }
+    Ok(servers)
 }
 
 /// The demo's federation: written as `flotilla`, with quicker health checks than the

@@ -166,6 +166,9 @@ pub enum Command {
     Uninstall(uninstall::UninstallArgs),
     /// Answer `clusterset.local` DNS queries for a member's multi-cluster services.
     Dns(flotilla_dns::Args),
+    /// Route a member's ClusterSet IPs to the merged endpoints (selector-less Services
+    /// `<svc>-clusterset` for kube-proxy).
+    ClustersetRoutes(flotilla_dns::routes::Args),
     /// Print the version.
     Version,
 }
@@ -265,6 +268,7 @@ pub async fn execute(cli: Cli, ctx: Context) -> anyhow::Result<()> {
         Command::Agent(args) => pull::agent(&global, args, &ctx).await,
         Command::Uninstall(args) => uninstall::run(&global, args, &ctx).await,
         Command::Dns(args) => flotilla_dns::run(args).await,
+        Command::ClustersetRoutes(args) => flotilla_dns::routes::run(args).await,
         #[cfg(feature = "dev")]
         Command::Dev(cmd) => dev::run(&global, cmd, &ctx).await,
         #[cfg(feature = "dev")]

@@ -111,7 +111,7 @@ fn notify<K>(changed: &Arc<Notify>) -> impl FnMut(Change<'_, K>) -> ControlFlow<
 }
 
 /// The EndpointSlice resource at the version the cluster prefers.
-async fn slice_resource(client: &Client) -> anyhow::Result<ApiResource> {
+pub(crate) async fn slice_resource(client: &Client) -> anyhow::Result<ApiResource> {
     let group = kube::discovery::group(client, "discovery.k8s.io").await?;
     let (ar, _) = group
         .recommended_kind("EndpointSlice")

@@ -1,12 +1,16 @@
-//! `flotilla dns`: an authoritative DNS server for `clusterset.local`, following the
-//! Multi-Cluster Services DNS specification, run in each member cluster. It answers from a
-//! watch cache of the member's ServiceImports and imported EndpointSlices (which Flotilla's
-//! control plane writes); cluster ids in endpoint names are the source clusters' About API
-//! `cluster.clusterset.k8s.io` property, carried on each imported slice. CoreDNS forwards
-//! `clusterset.local` to it (docs/multicluster-services.md).
+//! The member side of Multi-Cluster Services, run in each member cluster from its
+//! ServiceImports and imported EndpointSlices (which Flotilla's control plane writes).
+//!
+//! `flotilla dns` is an authoritative DNS server for `clusterset.local`, following the
+//! Multi-Cluster Services DNS specification, answering from a watch cache; cluster ids in
+//! endpoint names are the source clusters' About API `cluster.clusterset.k8s.io` property,
+//! carried on each imported slice. CoreDNS forwards `clusterset.local` to it
+//! (docs/multicluster-services.md). `flotilla clusterset-routes` ([`routes`]) keeps
+//! selector-less Services on the ClusterSet IPs so kube-proxy routes them.
 
 pub mod cache;
 pub mod client;
+pub mod routes;
 pub mod server;
 pub mod zone;
 

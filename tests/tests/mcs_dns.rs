@@ -19,8 +19,10 @@ use flotilla_crds::{
 use flotilla_dns::{
     Dns,
     client::{Transport, query},
+    routes::RouteHelper,
 };
 use flotilla_tests::{
+    assert::events_about,
     federation::{Federation, federation_with_pods},
     init_tracing,
     objects::create_namespace,
@@ -318,6 +320,87 @@ async fn check_type_conflict(fed: &Federation, dns: &Dns, web_ip: &str) -> anyho
     Ok(())
 }
 
+/// The slices of the route Service `svc`-clusterset in `client`'s cluster: their ready addresses.
+async fn routed_addresses(client: &Client, svc: &str) -> anyhow::Result<Vec<String>> {
+    // The version the cluster serves (discovery.k8s.io/v1beta1 on 1.20, v1 later).
+    let group = kube::discovery::group(client, "discovery.k8s.io").await?;
+    let (ar, _) = group
+        .recommended_kind("EndpointSlice")
+        .context("no EndpointSlice")?;
+    let slices = Api::<DynamicObject>::namespaced_with(client.clone(), NS, &ar);
+    let selector = format!("kubernetes.io/service-name={svc}-clusterset");
+    let mut addresses: Vec<String> = slices
+        .list(&ListParams::default().labels(&selector))
+        .await?
+        .items
+        .iter()
+        .flat_map(|s| s.data["endpoints"].as_array().cloned().unwrap_or_default())
+        .filter(|e| e["conditions"]["ready"].as_bool() != Some(false))
+        .flat_map(|e| e["addresses"].as_array().cloned().unwrap_or_default())
+        .filter_map(|a| a.as_str().map(str::to_owned))
+        .collect();
+    addresses.sort();
+    Ok(addresses)
+}
+
+/// A user's own Service named `web-clusterset` in member1, before any route exists there.
+async fn user_service_in_the_way(m1: &Client) -> anyhow::Result<()> {
+    apply(
+        &Api::<Service>::namespaced(m1.clone(), NS),
+        "web-clusterset",
+        json!({"apiVersion": "v1", "kind": "Service",
+               "metadata": {"name": "web-clusterset", "namespace": NS},
+               "spec": {"selector": {"app": "mine"}, "ports": [{"port": 81, "protocol": "TCP"}]}}),
+    )
+    .await
+}
+
+/// `flotilla clusterset-routes` in both members: member2 gets `web-clusterset` on the
+/// ClusterSet IP with both members' endpoints; in member1 the user's Service of that name
+/// is left alone and the import says why with a RouteConflict Event.
+async fn check_routes(fed: &Federation, web_ip: &str) -> anyhow::Result<()> {
+    let (m1, m2) = (&fed.members[0], &fed.members[1]);
+    let mut want = vec![pod_ip(m1, "web").await?, pod_ip(m2, "web").await?];
+    want.sort();
+    let services = Api::<Service>::namespaced(m2.clone(), NS);
+    wait_for(T, "web's route in member2", || async {
+        let svc = services.get("web-clusterset").await?;
+        let spec = svc.spec.context("no spec")?;
+        ensure!(spec.selector.is_none(), "{:?}", spec.selector);
+        ensure!(
+            spec.external_ips == Some(vec![web_ip.to_string()]),
+            "{:?}",
+            spec.external_ips
+        );
+        let ports: Vec<_> = spec
+            .ports
+            .unwrap_or_default()
+            .iter()
+            .map(|p| (p.name.clone(), p.port))
+            .collect();
+        ensure!(ports == [(Some("http".into()), 80)], "{ports:?}");
+        let got = routed_addresses(m2, "web").await?;
+        ensure!(got == want, "routed {got:?}, want {want:?}");
+        Ok(())
+    })
+    .await?;
+    wait_for(T, "RouteConflict on web's import in member1", || async {
+        let events = events_about(m1, NS, "web", "RouteConflict").await?;
+        ensure!(!events.is_empty(), "no RouteConflict Event");
+        Ok(())
+    })
+    .await?;
+    let mine = Api::<Service>::namespaced(m1.clone(), NS)
+        .get("web-clusterset")
+        .await?;
+    let spec = mine.spec.context("no spec")?;
+    ensure!(
+        spec.external_ips.is_none() && spec.selector.is_some(),
+        "the user's Service was changed: {spec:?}"
+    );
+    Ok(())
+}
+
 #[tokio::test]
 async fn clusterset_local_resolves_from_the_imports_of_a_member() -> anyhow::Result<()> {
     init_tracing();
@@ -329,6 +412,11 @@ async fn clusterset_local_resolves_from_the_imports_of_a_member() -> anyhow::Res
     set_range(&fed, RANGE).await?;
     let (m1, m2) = (&fed.members[0], &fed.members[1]);
     let dns = Dns::start(m2.clone(), "127.0.0.1:0".parse()?, 5).await?;
+    user_service_in_the_way(m1).await?;
+    let _routes = (
+        RouteHelper::start(m1.clone()).await?,
+        RouteHelper::start(m2.clone()).await?,
+    );
     let svc = |n: &str| format!("{n}.{NS}.svc.clusterset.local");
 
     // A ClusterSetIP service exported by both members: A and SRV, over UDP and TCP.
@@ -343,6 +431,7 @@ async fn clusterset_local_resolves_from_the_imports_of_a_member() -> anyhow::Res
     let target = format!("0 100 80 {}.", svc("web"));
     expect(&dns, &srv, RecordType::SRV, ok(&[&target])).await?;
     expect(&dns, &svc("web"), RecordType::AAAA, ok(&[])).await?;
+    check_routes(&fed, &web_ip).await?;
 
     // A headless service: every ready endpoint, and each hostname under its cluster id.
     deploy(m1, "db", true).await?;
@@ -401,5 +490,19 @@ async fn clusterset_local_resolves_from_the_imports_of_a_member() -> anyhow::Res
     expect(&dns, &svc("web"), RecordType::A, nx.clone()).await?;
     expect(&dns, &srv, RecordType::SRV, nx).await?;
     expect(&dns, &svc("db"), RecordType::A, ok(&[&ip1, &ip2])).await?;
+    // Un-exported: the route goes with it; the user's Service in member1 stays.
+    let services = Api::<Service>::namespaced(m2.clone(), NS);
+    wait_for(T, "web's route removed from member2", || async {
+        ensure!(
+            services.get_opt("web-clusterset").await?.is_none(),
+            "still there"
+        );
+        ensure!(routed_addresses(m2, "web").await?.is_empty(), "slices left");
+        Ok(())
+    })
+    .await?;
+    Api::<Service>::namespaced(m1.clone(), NS)
+        .get("web-clusterset")
+        .await?;
     Ok(())
 }

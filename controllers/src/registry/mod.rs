@@ -43,6 +43,9 @@ use flotilla_multicluster::kubefed::{
     client::ClientError,
     watch::{Affected, watch_registry},
 };
+use flotilla_multicluster::provider::{Provider, ProviderHandle};
+use futures::future::BoxFuture;
+use tokio_util::sync::CancellationToken;
 
 /// Name the registry reports Events under.
 pub const REPORTING_CONTROLLER: &str = "flotilla-cluster-registry";
@@ -80,7 +83,18 @@ impl Drop for TaskGuard {
 /// the [`ClusterSet`] keeps its last contents.
 pub struct RegistryHandle {
     config: watch::Receiver<EffectiveConfig>,
+    provider: Option<ProviderHandle>,
     tasks: Vec<TaskGuard>,
+}
+
+impl Drop for RegistryHandle {
+    fn drop(&mut self) {
+        // Ended, not stopped: the set keeps its last contents (a stopping control plane
+        // must not see its members leave and act on it).
+        if let Some(provider) = self.provider.take() {
+            provider.abort();
+        }
+    }
 }
 
 impl RegistryHandle {
@@ -92,6 +106,9 @@ impl RegistryHandle {
 
     /// Stops every task and waits until they have ended.
     pub async fn shutdown(mut self) {
+        if let Some(provider) = self.provider.take() {
+            provider.abort();
+        }
         let tasks = std::mem::take(&mut self.tasks);
         for t in &tasks {
             t.0.abort();
@@ -108,6 +125,9 @@ impl RegistryHandle {
 /// a Tokio runtime. The host client needs: get/list/watch Secrets; get/list/watch/patch
 /// KubeFedClusters and their status; get/list/watch/create KubeFedConfigs; create/patch
 /// events.k8s.io Events — all in `namespace`.
+///
+/// The clusters come into `set` from a [`RegistryProvider`], the library's provider
+/// contract ([`flotilla_multicluster::provider`]), like any library user's clusters.
 pub fn start(
     host: Client,
     namespace: impl Into<String>,
@@ -121,22 +141,17 @@ pub fn start(
         namespace.clone(),
         config_tx,
     ));
-    let shared = Arc::new(Shared {
-        api: Api::namespaced(host.clone(), &namespace),
-        set: set.clone(),
+    let provider = set.start_provider(RegistryProvider {
+        host,
+        namespace,
         config: config_rx.clone(),
         metrics: metrics.clone(),
-        recorder: crate::events::recorder(host.clone(), REPORTING_CONTROLLER),
     });
-    let cluster_task = tokio::spawn(run_clusters(host, namespace, shared));
     let gauge_task = tokio::spawn(run_gauges(set, metrics));
     RegistryHandle {
         config: config_rx,
-        tasks: vec![
-            TaskGuard(config_task),
-            TaskGuard(cluster_task),
-            TaskGuard(gauge_task),
-        ],
+        provider: Some(provider),
+        tasks: vec![TaskGuard(config_task), TaskGuard(gauge_task)],
     }
 }
 
@@ -170,6 +185,45 @@ struct Registry {
     shared: Arc<Shared>,
 }
 
+/// The registry as a cluster provider: KubeFedClusters and their Secrets in, clusters
+/// (with their clients, labels, taints and mode) engaged into the set, one health worker
+/// per cluster. Stopped, it disengages every cluster it registered.
+pub struct RegistryProvider {
+    host: Client,
+    namespace: String,
+    config: watch::Receiver<EffectiveConfig>,
+    metrics: Arc<Metrics>,
+}
+
+impl Provider for RegistryProvider {
+    fn run(self: Box<Self>, set: ClusterSet, stop: CancellationToken) -> BoxFuture<'static, ()> {
+        let RegistryProvider {
+            host,
+            namespace,
+            config,
+            metrics,
+        } = *self;
+        let shared = Arc::new(Shared {
+            api: Api::namespaced(host.clone(), &namespace),
+            set: set.clone(),
+            config,
+            metrics,
+            recorder: crate::events::recorder(host.clone(), REPORTING_CONTROLLER),
+        });
+        Box::pin(async move {
+            tokio::select! {
+                _ = run_clusters(host, namespace, shared) => {}
+                _ = stop.cancelled() => {}
+            }
+            // The control plane's set holds the registry's clusters only.
+            for cluster in set.snapshot() {
+                set.disengage(&cluster.name);
+            }
+        })
+    }
+}
+
+/// Follows the registry until its watch ends.
 async fn run_clusters(host: Client, namespace: String, shared: Arc<Shared>) {
     let (caches, changes) = watch_registry(host, &namespace);
     futures::pin_mut!(changes);
