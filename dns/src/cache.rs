@@ -102,7 +102,9 @@ impl Drop for Cache {
 }
 
 /// A watch callback that wakes `changed` on every change.
-fn notify<K>(changed: &Arc<Notify>) -> impl FnMut(Change<'_, K>) -> ControlFlow<()> + use<K> {
+pub(crate) fn notify<K>(
+    changed: &Arc<Notify>,
+) -> impl FnMut(Change<'_, K>) -> ControlFlow<()> + use<K> {
     let changed = changed.clone();
     move |_| {
         changed.notify_one();

@@ -9,13 +9,16 @@
 
 pub mod plan;
 
-use std::{collections::BTreeSet, ops::ControlFlow, sync::Arc, time::Duration};
+use std::{collections::BTreeSet, sync::Arc, time::Duration};
+
+use crate::cache::notify;
 
 use flotilla_crds::mcs::{IMPORT_MANAGED_BY_LABEL, SERVICE_NAME_LABEL, ServiceImport};
 use flotilla_multicluster::{
     events::{publish, recorder},
     runner::{Action, PassRunner},
-    watch::{Change, WatchParams, watch_into},
+    tasks::AbortOnDrop,
+    watch::{WatchParams, watch_into},
 };
 use k8s_openapi::api::core::v1::ObjectReference;
 use kube::{
@@ -50,23 +53,15 @@ struct Caches {
 
 /// The running helper. Stops when dropped.
 pub struct RouteHelper {
-    tasks: Vec<JoinHandle<()>>,
+    _task: AbortOnDrop,
 }
 
-impl Drop for RouteHelper {
-    fn drop(&mut self) {
-        for t in &self.tasks {
-            t.abort();
-        }
-    }
-}
-
-fn notify<K>(changed: &Arc<Notify>) -> impl FnMut(Change<'_, K>) -> ControlFlow<()> + use<K> {
-    let changed = changed.clone();
-    move |_| {
-        changed.notify_one();
-        ControlFlow::Continue(())
-    }
+/// The caches, filled, and what keeps them and wakes the passes.
+struct Prepared {
+    client: Client,
+    caches: Caches,
+    changed: Arc<Notify>,
+    _watches: AbortOnDrop,
 }
 
 /// A store of `ar` objects selected by `selector`, fed by a task pushed onto `tasks`.
@@ -93,68 +88,89 @@ fn watched(
     store
 }
 
+/// Starts the watches and returns once every cache is complete.
+async fn prepare(client: Client) -> anyhow::Result<Prepared> {
+    let slice_ar = crate::cache::slice_resource(&client).await?;
+    let service_ar = ApiResource::erase::<k8s_openapi::api::core::v1::Service>(&());
+    let changed = Arc::new(Notify::new());
+    let mut tasks = Vec::new();
+    let import_writer = reflector::store::Writer::<ServiceImport>::default();
+    let imports = import_writer.as_reader();
+    tasks.push(tokio::spawn(watch_into(
+        Api::<ServiceImport>::all(client.clone()),
+        import_writer,
+        WatchParams::host("service import"),
+        |_| {},
+        notify(&changed),
+    )));
+    let ours = format!("{IMPORT_MANAGED_BY_LABEL}={MANAGER}");
+    let caches = Caches {
+        imports,
+        imported: watched(
+            &client,
+            &slice_ar,
+            SERVICE_NAME_LABEL,
+            "imported slice",
+            &changed,
+            &mut tasks,
+        ),
+        services: watched(
+            &client,
+            &service_ar,
+            &ours,
+            "route service",
+            &changed,
+            &mut tasks,
+        ),
+        slices: watched(
+            &client,
+            &slice_ar,
+            &ours,
+            "route slice",
+            &changed,
+            &mut tasks,
+        ),
+        slice_ar,
+    };
+    caches.imports.wait_until_ready().await?;
+    for store in [&caches.imported, &caches.services, &caches.slices] {
+        store.wait_until_ready().await?;
+    }
+    Ok(Prepared {
+        client,
+        caches,
+        changed,
+        _watches: AbortOnDrop::from(tasks),
+    })
+}
+
+/// Keeps the routes: a pass on every change and every [`PERIOD`]. Runs until dropped.
+async fn keep(prepared: Prepared) {
+    let recorder = recorder(prepared.client.clone(), FIELD_MANAGER);
+    let mut runner = PassRunner::new("clusterset-routes", prepared.changed.clone())
+        .debounce(DEBOUNCE)
+        .period(PERIOD);
+    prepared.changed.notify_one();
+    let mut announced = BTreeSet::new();
+    while runner.next().await.is_some() {
+        let action = pass(
+            &prepared.client,
+            &prepared.caches,
+            &recorder,
+            &mut announced,
+        )
+        .await;
+        runner.finish(action);
+    }
+}
+
 impl RouteHelper {
     /// Fills the caches from `client`'s cluster and starts keeping the routes.
     pub async fn start(client: Client) -> anyhow::Result<RouteHelper> {
-        let slice_ar = crate::cache::slice_resource(&client).await?;
-        let service_ar = ApiResource::erase::<k8s_openapi::api::core::v1::Service>(&());
-        let changed = Arc::new(Notify::new());
-        let mut tasks = Vec::new();
-        let import_writer = reflector::store::Writer::<ServiceImport>::default();
-        let imports = import_writer.as_reader();
-        tasks.push(tokio::spawn(watch_into(
-            Api::<ServiceImport>::all(client.clone()),
-            import_writer,
-            WatchParams::host("service import"),
-            |_| {},
-            notify(&changed),
-        )));
-        let ours = format!("{IMPORT_MANAGED_BY_LABEL}={MANAGER}");
-        let caches = Caches {
-            imports,
-            imported: watched(
-                &client,
-                &slice_ar,
-                SERVICE_NAME_LABEL,
-                "imported slice",
-                &changed,
-                &mut tasks,
-            ),
-            services: watched(
-                &client,
-                &service_ar,
-                &ours,
-                "route service",
-                &changed,
-                &mut tasks,
-            ),
-            slices: watched(
-                &client,
-                &slice_ar,
-                &ours,
-                "route slice",
-                &changed,
-                &mut tasks,
-            ),
-            slice_ar,
-        };
-        caches.imports.wait_until_ready().await?;
-        for store in [&caches.imported, &caches.services, &caches.slices] {
-            store.wait_until_ready().await?;
-        }
-        let recorder = recorder(client.clone(), FIELD_MANAGER);
-        let mut runner = PassRunner::new("clusterset-routes", changed.clone())
-            .debounce(DEBOUNCE)
-            .period(PERIOD);
-        changed.notify_one();
-        tasks.push(tokio::spawn(async move {
-            let mut announced = BTreeSet::new();
-            while runner.next().await.is_some() {
-                let action = pass(&client, &caches, &recorder, &mut announced).await;
-                runner.finish(action);
-            }
-        }));
-        Ok(RouteHelper { tasks })
+        let prepared = prepare(client).await?;
+        Ok(RouteHelper {
+            _task: AbortOnDrop::from([tokio::spawn(keep(prepared))]),
+        })
     }
 }
 
@@ -350,15 +366,8 @@ pub struct Args {}
 
 /// Runs `flotilla clusterset-routes` with the in-cluster (or kubeconfig) client.
 pub async fn run(_args: Args) -> anyhow::Result<()> {
-    let client = Client::try_default().await?;
-    let mut helper = RouteHelper::start(client).await?;
+    let prepared = prepare(Client::try_default().await?).await?;
     info!("keeping ClusterSet IP routes (Services <svc>-clusterset)");
-    // Every task runs until it fails: the first that ends ends the helper.
-    let tasks = std::mem::take(&mut helper.tasks);
-    let (ended, _, rest) = futures::future::select_all(tasks).await;
-    for t in rest {
-        t.abort();
-    }
-    ended?;
-    anyhow::bail!("a ClusterSet IP route task ended")
+    keep(prepared).await;
+    anyhow::bail!("the ClusterSet IP route helper stopped")
 }
