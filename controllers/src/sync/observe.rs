@@ -24,7 +24,7 @@ impl Ctl {
         if !synced {
             return Observed::NotSynced;
         }
-        let (ns, name) = self.member_name(key);
+        let (ns, name) = self.ty.member_name(key);
         match self.members.get(&cluster.name, ns, name) {
             Some(obj) if !is_managed(&obj) => Observed::Excluded,
             Some(obj) => Observed::Present(serde_json::to_value(&*obj).unwrap_or(Value::Null)),
@@ -35,7 +35,7 @@ impl Ctl {
     /// Whether `cluster`'s cache holds a managed object for `key` (not one labelled
     /// `managed=false`).
     pub(super) fn holds_managed(&self, cluster: &str, key: &Key) -> bool {
-        let (ns, name) = self.member_name(key);
+        let (ns, name) = self.ty.member_name(key);
         self.members
             .get(cluster, ns, name)
             .is_some_and(|o| is_managed(&o))
@@ -46,11 +46,7 @@ impl Ctl {
         let mut keys = Vec::new();
         for cluster in self.members.clusters() {
             for m in self.members.list(&cluster).iter().filter(|m| is_managed(m)) {
-                keys.push(if self.is_namespace_type {
-                    (Some(m.name_any()), m.name_any())
-                } else {
-                    (m.namespace(), m.name_any())
-                });
+                keys.push(self.ty.key_of_member(m.namespace(), m.name_any()));
             }
         }
         keys
