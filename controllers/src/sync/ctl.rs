@@ -1,7 +1,7 @@
 //! One type's sync controller as its workers see it ([`Ctl`]): the concerns it is made of
 //! (the type's description, the host caches, the member caches, what it remembers) and the
-//! few lookups that need several of them — every key to recheck, the placement pipeline's
-//! input. Decisions are in [`super::plan`].
+//! lookups that need several of them — the placement pipeline's input, the host's own
+//! namespace. Decisions are in [`super::plan`].
 
 use std::{collections::BTreeSet, sync::Arc};
 
@@ -44,15 +44,6 @@ pub(super) struct Ctl {
 impl Ctl {
     pub fn config(&self) -> EffectiveConfig {
         self.shared.config.borrow().clone()
-    }
-
-    /// Every federated object and every managed member object (a stray whose federated
-    /// object is gone) as keys.
-    pub fn all_keys(&self) -> Vec<Key> {
-        let mut keys: Vec<Key> = self.host.federated_keys().collect();
-        keys.extend(self.member_keys());
-        keys.extend(self.host.work_keys());
-        keys
     }
 
     /// The namespace placement of an object of `key`, from the FederatedNamespace cache.

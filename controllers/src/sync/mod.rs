@@ -369,8 +369,14 @@ async fn follow_clusters(ctl: Arc<Ctl>, queue: Arc<WorkQueue<Key>>) {
     }
 }
 
+/// Every federated object and every managed member object (a stray whose federated
+/// object is gone) as keys.
 fn requeue_all(ctl: &Ctl, queue: &WorkQueue<Key>) {
-    for key in ctl.all_keys() {
+    let members = observe::managed_keys(&ctl.members, &ctl.ty);
+    let keys = (ctl.host.federated_keys())
+        .chain(members)
+        .chain(ctl.host.work_keys());
+    for key in keys {
         queue.add(key);
     }
 }

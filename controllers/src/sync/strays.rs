@@ -11,6 +11,7 @@ use super::{
     action::{Action, Error},
     ctl::Ctl,
     dispatch::{MemberOp, MemberRef, run_on_member},
+    observe,
     orphans::{StrayOp, stray_op},
     plan::Outcome,
 };
@@ -24,7 +25,7 @@ impl Ctl {
             .clusters
             .ready()
             .into_iter()
-            .filter(|c| self.holds_managed(&c.name, key))
+            .filter(|c| observe::holds_managed(&self.members, &self.ty, &c.name, key))
             .collect();
         let keep = self.ty.is_protected(key, &self.shared.namespace);
         let works_ok = self.clean_stray_works(key, keep).await;
