@@ -1,182 +1,56 @@
-//! The state one type's sync controller shares between its workers ([`Ctl`]) and the
-//! host-side lookups every stage needs: names and APIs of the member object, placement,
-//! delete options, protected namespaces. Decisions are in [`super::plan`]; member writes in
-//! [`super::dispatch`].
+//! One type's sync controller as its workers see it ([`Ctl`]): the concerns it is made of
+//! (the type's description, the host caches, the member caches, what it remembers) and the
+//! lookups that need several of them — the placement pipeline's input, the host's own
+//! namespace. Decisions are in [`super::plan`].
 
 use std::{collections::BTreeSet, sync::Arc};
 
 use flotilla_crds::{
-    DEFAULT_NAMESPACE, DELETE_OPTIONS_ANNOTATION,
-    core::{EffectiveConfig, Scope},
+    core::EffectiveConfig,
     federated::{FederatedSpec, FederatedStatus},
-    workload::WorkloadKind,
 };
 use k8s_openapi::api::core::v1::Namespace;
-use kube::{
-    Api, Client, ResourceExt,
-    api::DeleteParams,
-    core::{ApiResource, DynamicObject},
-    runtime::reflector::{ObjectRef, Store},
-};
-use tracing::warn;
+use kube::{Api, core::DynamicObject};
 
 use super::{
     Key, SyncShared,
     action::Error,
-    delete_options::parse_delete_options,
-    federated_namespace_ar,
-    memory::{Availability, RecentWrites, WrittenStatus},
-    plan::{
-        PROTECTED_NAMESPACES,
-        pipeline::{self, NamespacePlacement},
-    },
+    host::HostCaches,
+    memory::{Availability, DriftMemory, RecentWrites, WrittenStatus},
+    plan::pipeline::{self, NamespacePlacement},
+    type_info::TypeInfo,
 };
-use crate::{
-    metrics::TypeLabels,
-    multicluster::{ClusterState, MemberWatch},
-};
+use crate::multicluster::{ClusterState, MemberWatch};
 
-/// The other API's objects of this type, as this controller sees them.
-pub(super) struct TwinApi {
-    pub ar: ApiResource,
-    pub store: Store<DynamicObject>,
-}
-
-/// One federated type's sync controller, as its workers see it.
+/// One federated type's sync controller, as its workers see it: the concerns it composes.
 pub(super) struct Ctl {
     pub shared: Arc<SyncShared>,
-    pub fed_ar: ApiResource,
-    pub target_ar: ApiResource,
-    pub target_namespaced: bool,
-    pub is_namespace_type: bool,
-    pub needs_ns_placement: bool,
-    pub host_store: Store<DynamicObject>,
-    /// The same type in the other federated API (kubefed's alpha and v1beta1), when both
-    /// are served: see [`super::twins`].
-    pub twin: Option<TwinApi>,
-    pub fns_store: Store<DynamicObject>,
-    /// kubefed's alpha FederatedNamespaces, when the alpha API is served: an alpha
-    /// namespace places objects of either API, as a v1beta1 one does.
-    pub fns_alpha_store: Option<Store<DynamicObject>>,
-    /// This type's Works in the host (Pull clusters' inventory).
-    pub works: Store<flotilla_crds::work::Work>,
+    /// What is propagated: the APIs, scope and status handling of the type.
+    pub ty: TypeInfo,
+    /// The host-side caches read (federated objects, twin, FederatedNamespaces, Works).
+    pub host: HostCaches,
+    /// The target kind's managed objects in every Ready member.
     pub members: Arc<MemberWatch<DynamicObject>>,
-    /// Copy each member object's `status` into `status.clusters[].remoteStatus`
-    /// (the FTC's `statusCollection: Enabled`).
-    pub collect_status: bool,
-    /// The workload kind whose status is summed into `status.aggregated`: set for
-    /// Deployments, ReplicaSets, StatefulSets, DaemonSets and Jobs when status is collected.
-    pub workload: Option<WorkloadKind>,
-    /// What the federated CRD's schema drops from status.
-    pub pruned: crate::ftc_schema::Pruned,
+    /// Flotilla's own recent member writes.
     pub recent: RecentWrites,
     /// Our last status write per object, while the host cache has not delivered it.
     pub written: WrittenStatus,
+    /// Since when each cluster has been unavailable.
     pub availability: Availability,
     /// Recent repairs (fights) and announced drift-policy errors.
-    pub drift_memory: super::drift::DriftMemory,
+    pub drift_memory: DriftMemory,
 }
 
 impl Ctl {
-    pub fn kind_labels(&self) -> TypeLabels {
-        TypeLabels {
-            kind: self.fed_ar.kind.clone(),
-        }
-    }
-
     pub fn config(&self) -> EffectiveConfig {
         self.shared.config.borrow().clone()
     }
 
-    /// The federated object of a key in the host cache.
-    pub fn federated(&self, key: &Key) -> Option<Arc<DynamicObject>> {
-        let mut obj_ref = ObjectRef::<DynamicObject>::new_with(&key.1, self.fed_ar.clone());
-        if let Some(ns) = &key.0 {
-            obj_ref = obj_ref.within(ns);
-        }
-        self.host_store.get(&obj_ref)
-    }
-
-    /// Name and namespace of the member object for a federated key.
-    pub fn member_name<'a>(&self, key: &'a Key) -> (Option<&'a str>, &'a str) {
-        if self.target_namespaced && !self.is_namespace_type {
-            (key.0.as_deref(), key.1.as_str())
-        } else {
-            (None, key.1.as_str())
-        }
-    }
-
-    pub fn member_api(&self, client: Client, namespace: Option<&str>) -> Api<DynamicObject> {
-        match namespace {
-            Some(ns) => Api::namespaced_with(client, ns, &self.target_ar),
-            None => Api::all_with(client, &self.target_ar),
-        }
-    }
-
-    pub fn host_api(&self, namespace: Option<&str>) -> Api<DynamicObject> {
-        match namespace {
-            Some(ns) => Api::namespaced_with(self.shared.host.clone(), ns, &self.fed_ar),
-            None => Api::all_with(self.shared.host.clone(), &self.fed_ar),
-        }
-    }
-
-    pub fn target_type_api(&self) -> flotilla_crds::core::ApiResource {
-        flotilla_crds::core::ApiResource {
-            group: self.target_ar.group.clone(),
-            version: self.target_ar.version.clone(),
-            kind: self.target_ar.kind.clone(),
-            plural_name: self.target_ar.plural.clone(),
-            scope: if self.target_namespaced {
-                Scope::Namespaced
-            } else {
-                Scope::Cluster
-            },
-        }
-    }
-
-    /// Namespaces that are only ever unlabelled in members, never deleted.
-    pub fn is_protected(&self, key: &Key) -> bool {
-        self.is_namespace_type
-            && (PROTECTED_NAMESPACES.contains(&key.1.as_str())
-                || key.1 == self.shared.namespace
-                || key.1 == DEFAULT_NAMESPACE)
-    }
-
-    /// Every federated object and every managed member object (a stray whose federated
-    /// object is gone) as keys.
-    pub fn all_keys(&self) -> Vec<Key> {
-        let mut keys: Vec<Key> = self
-            .host_store
-            .state()
-            .iter()
-            .map(|o| super::key_of(o))
-            .collect();
-        keys.extend(self.member_keys());
-        keys.extend(self.work_keys());
-        keys
-    }
-
-    /// The namespace placement of an object of `key` ([`NamespacePlacement::of`]), from
-    /// the FederatedNamespace cache.
+    /// The namespace placement of an object of `key`, from the FederatedNamespace cache.
     pub fn namespace_placement(&self, key: &Key) -> NamespacePlacement {
-        // kubefed's alpha FederatedNamespace places objects too, as a v1beta1 one does.
-        let fns = key.0.as_ref().and_then(|ns| {
-            let fns_ref =
-                ObjectRef::<DynamicObject>::new_with(ns, federated_namespace_ar()).within(ns);
-            let alpha_fns = || {
-                let store = self.fns_alpha_store.as_ref()?;
-                let ar = super::federated_namespace_alpha_ar()?;
-                store.get(&ObjectRef::<DynamicObject>::new_with(ns, ar).within(ns))
-            };
-            self.fns_store.get(&fns_ref).or_else(alpha_fns)
-        });
-        let fns = fns.map(|o| FederatedSpec::from_dynamic(&o).map_err(|e| e.to_string()));
-        NamespacePlacement::of(
-            self.needs_ns_placement,
-            &self.config().scope,
-            key.0.as_deref(),
-            fns,
-        )
+        let scope = self.config().scope;
+        self.host
+            .namespace_placement(key, self.ty.needs_ns_placement, &scope)
     }
 
     /// Runs the placement → scheduling → desired-objects pipeline for one object, with
@@ -213,7 +87,7 @@ impl Ctl {
         clusters: &[ClusterState],
         f: impl FnOnce(&pipeline::Input<'_>) -> R,
     ) -> R {
-        let target = self.target_type_api();
+        let target = self.ty.target_type_api();
         let namespace_placement = self.namespace_placement(key);
         f(&pipeline::Input {
             target: &target,
@@ -223,30 +97,16 @@ impl Ctl {
             previous,
             clusters,
             namespace_placement: &namespace_placement,
-            collect_status: self.collect_status,
+            collect_status: self.ty.collect_status,
             default_unreachable_seconds: self.config().default_unreachable_toleration_seconds,
         })
-    }
-
-    /// The member delete options of kubefed's `kubefed.io/deleteoption` annotation.
-    pub fn delete_options(&self, fed: &DynamicObject) -> DeleteParams {
-        let Some(raw) = fed.annotations().get(DELETE_OPTIONS_ANNOTATION) else {
-            return DeleteParams::default();
-        };
-        match parse_delete_options(raw) {
-            Ok(dp) => dp,
-            Err(e) => {
-                warn!(error = %e, "ignoring malformed {DELETE_OPTIONS_ANNOTATION} annotation");
-                DeleteParams::default()
-            }
-        }
     }
 
     /// UID of the host namespace of a FederatedNamespace (for other types, `None`): when
     /// the host is also joined as a member, that namespace in the "member" is the host's
     /// own, which holds the federated objects, and must never be deleted.
     pub async fn host_namespace_uid(&self, key: &Key) -> Result<Option<String>, Error> {
-        if !self.is_namespace_type {
+        if !self.ty.is_namespace_type {
             return Ok(None);
         }
         let api: Api<Namespace> = Api::all(self.shared.host.clone());

@@ -1,7 +1,28 @@
 //! kubefed's `kubefed.io/deleteoption` annotation: JSON `DeleteOptions` a federated object
 //! carries for the deletion of its member objects.
 
-use kube::api::{DeleteParams, PropagationPolicy};
+use flotilla_crds::DELETE_OPTIONS_ANNOTATION;
+use kube::{
+    ResourceExt,
+    api::{DeleteParams, PropagationPolicy},
+    core::DynamicObject,
+};
+use tracing::warn;
+
+/// The member delete options of kubefed's `kubefed.io/deleteoption` annotation on `fed`
+/// (a malformed one is logged and ignored).
+pub(super) fn of_object(fed: &DynamicObject) -> DeleteParams {
+    let Some(raw) = fed.annotations().get(DELETE_OPTIONS_ANNOTATION) else {
+        return DeleteParams::default();
+    };
+    match parse_delete_options(raw) {
+        Ok(dp) => dp,
+        Err(e) => {
+            warn!(error = %e, "ignoring malformed {DELETE_OPTIONS_ANNOTATION} annotation");
+            DeleteParams::default()
+        }
+    }
+}
 
 /// Parses kubefed's `kubefed.io/deleteoption` annotation (JSON DeleteOptions).
 pub fn parse_delete_options(raw: &str) -> Result<DeleteParams, serde_json::Error> {

@@ -1,5 +1,5 @@
-//! Deleting a federated object: the sync finalizer is added before anything is propagated;
-//! on deletion each member object is deleted (or only unlabelled: `kubefed.io/orphan`,
+//! Deleting a federated object ([`super::finalizer`] holds it until then): each member
+//! object is deleted (or only unlabelled: `kubefed.io/orphan`,
 //! protected namespaces, the host's own namespace), unready clusters are waited for up to
 //! the unready-cluster deletion timeout, and then the finalizer goes. What happens per
 //! cluster is decided by [`super::plan::deletion`].
@@ -10,24 +10,19 @@ use std::{
 };
 
 use flotilla_crds::{
-    ORPHAN_ANNOTATION, SYNC_FINALIZER,
+    ORPHAN_ANNOTATION,
     federated::{FederatedSpec, FederatedStatus},
 };
 use futures::future::join_all;
-use kube::{
-    ResourceExt,
-    api::{DeleteParams, Patch, PatchParams},
-    core::DynamicObject,
-    runtime::events::EventType,
-};
-use serde_json::json;
+use kube::{ResourceExt, api::DeleteParams, core::DynamicObject, runtime::events::EventType};
 use tracing::{info, warn};
 
 use super::{
     Key,
     action::{Action, Error},
     ctl::Ctl,
-    dispatch::{MemberOp, MemberRef},
+    dispatch::{MemberOp, MemberRef, run_on_member},
+    finalizer::{self, has_finalizer},
     plan::{
         Outcome,
         deletion::{self as plan, DeletionOp},
@@ -63,7 +58,7 @@ impl Ctl {
         // Unknown whether a member is the host itself: delete nothing yet.
         let host_ns_uid = self.host_namespace_uid(key).await?;
         let cx = self.deletion_context(key, fed, &previous, host_ns_uid);
-        let (m_ns, m_name) = self.member_name(key);
+        let (m_ns, m_name) = self.ty.member_name(key);
         let mut pending = false;
         let mut held = false;
         let mut abandoned = Vec::new();
@@ -162,11 +157,10 @@ impl Ctl {
             Some(client) => {
                 let target = MemberRef {
                     cluster: &cluster.name,
-                    client,
-                    namespace,
+                    api: self.ty.member_api(client, namespace),
                     name,
                 };
-                self.run_on_member(target, op).await
+                run_on_member(&self.shared, target, op).await
             }
         };
         (cluster.name, outcome)
@@ -202,13 +196,13 @@ impl Ctl {
             may_hold.extend(self.selected(key, &spec, previous, &clusters));
         }
         DeletionContext {
-            keep: orphan || self.is_protected(key),
+            keep: orphan || self.ty.is_protected(key, &self.shared.namespace),
             deleted_for,
             timeout: config.unready_cluster_deletion_timeout,
             timeout_text: flotilla_crds::duration::format(config.unready_cluster_deletion_timeout),
             may_hold,
             host_ns_uid,
-            params: self.delete_options(fed),
+            params: super::delete_options::of_object(fed),
         }
     }
 
@@ -223,7 +217,7 @@ impl Ctl {
         // Before the finalizer goes: once it has, the member copies look like strays.
         self.shared
             .orphans
-            .deleted(&self.fed_ar.kind, key, abandoned, cx.keep);
+            .deleted(&self.ty.fed_ar.kind, key, abandoned, cx.keep);
         if !abandoned.is_empty() {
             let object = key
                 .0
@@ -233,71 +227,18 @@ impl Ctl {
             let msg = plan::abandoned_message(
                 abandoned,
                 &cx.timeout_text,
-                &self.target_ar.kind,
+                &self.ty.target_ar.kind,
                 &object,
                 cx.keep,
             );
-            warn!(clusters = ?abandoned, object = %object, kind = %self.target_ar.kind, "deletion incomplete: {msg}");
+            warn!(clusters = ?abandoned, object = %object, kind = %self.ty.target_ar.kind, "deletion incomplete: {msg}");
             self.event(fed, EventType::Warning, "DeletionIncomplete", msg)
                 .await;
         }
-        self.remove_finalizer(fed).await?;
+        finalizer::remove(&self.shared.host, &self.ty, fed).await?;
         info!(object = ?key, orphan = cx.keep, "member objects removed; finalizer dropped");
         Ok(())
     }
-
-    /// Adds the sync finalizer, guarded by a test of the current list so a concurrent
-    /// change of the finalizers is never overwritten.
-    pub(super) async fn add_finalizer(&self, fed: &DynamicObject) -> Result<(), Error> {
-        let patch = match &fed.metadata.finalizers {
-            None => {
-                json!([{"op": "add", "path": "/metadata/finalizers", "value": [SYNC_FINALIZER]}])
-            }
-            Some(list) => json!([
-                {"op": "test", "path": "/metadata/finalizers", "value": list},
-                {"op": "add", "path": "/metadata/finalizers/-", "value": SYNC_FINALIZER}
-            ]),
-        };
-        self.patch_finalizers(fed, patch).await
-    }
-
-    /// Removes the sync finalizer (guarded like [`Ctl::add_finalizer`]); an object already
-    /// gone is fine.
-    pub(super) async fn remove_finalizer(&self, fed: &DynamicObject) -> Result<(), Error> {
-        let list = fed.metadata.finalizers.clone().unwrap_or_default();
-        let kept: Vec<&String> = list.iter().filter(|f| *f != SYNC_FINALIZER).collect();
-        let patch = json!([
-            {"op": "test", "path": "/metadata/finalizers", "value": list},
-            {"op": "replace", "path": "/metadata/finalizers", "value": kept}
-        ]);
-        match self.patch_finalizers(fed, patch).await {
-            Err(Error::Finalizer(kube::Error::Api(s))) if s.code == 404 => Ok(()),
-            other => other,
-        }
-    }
-
-    async fn patch_finalizers(
-        &self,
-        fed: &DynamicObject,
-        patch: serde_json::Value,
-    ) -> Result<(), Error> {
-        let patch: json_patch::Patch = serde_json::from_value(patch)
-            .map_err(|e| Error::Finalizer(kube::Error::SerdeError(e)))?;
-        let api = self.host_api(fed.metadata.namespace.as_deref());
-        api.patch(
-            &fed.name_any(),
-            &PatchParams::default(),
-            &Patch::<()>::Json(patch),
-        )
-        .await
-        .map_err(Error::Finalizer)?;
-        Ok(())
-    }
-}
-
-/// Whether the object carries the sync finalizer.
-pub(super) fn has_finalizer(fed: &DynamicObject) -> bool {
-    fed.finalizers().iter().any(|f| f == SYNC_FINALIZER)
 }
 
 /// The outcome for a cluster without a client.
@@ -306,20 +247,4 @@ pub(super) fn no_client() -> Outcome {
         flotilla_crds::ClusterReason::ClientRetrievalFailed,
         "no client for the cluster".into(),
     )
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn only_an_object_carrying_the_sync_finalizer_has_it() {
-        let mut o = DynamicObject::new(
-            "a",
-            &kube::core::ApiResource::erase::<k8s_openapi::api::core::v1::ConfigMap>(&()),
-        );
-        assert!(!has_finalizer(&o));
-        o.metadata.finalizers = Some(vec!["other".into(), SYNC_FINALIZER.into()]);
-        assert!(has_finalizer(&o));
-    }
 }

@@ -1,4 +1,4 @@
-//! Writes to member clusters. [`Ctl::run_on_member`] is the one way a write reaches a
+//! Writes to member clusters. [`run_on_member`] is the one way a write reaches a
 //! member: it owns the cluster's concurrency permit, the operation timeout, the handling of
 //! "already gone" answers and the operation metrics; [`MemberOp`] says what to write.
 //! Which operation to send is decided in [`super::plan`], not here.
@@ -9,7 +9,7 @@ use flotilla_crds::{
     ClusterReason, FIELD_MANAGER, MANAGED_LABEL, RECREATE_ON_IMMUTABLE_ANNOTATION,
 };
 use kube::{
-    Api, Client, ResourceExt,
+    Api, ResourceExt,
     api::{DeleteParams, GetParams, Patch, PatchParams, Preconditions, PropagationPolicy},
     core::DynamicObject,
 };
@@ -17,8 +17,7 @@ use serde_json::{Value, json};
 use tracing::info;
 
 use super::{
-    breaker,
-    ctl::Ctl,
+    SyncShared, breaker,
     plan::{Outcome, excluded_message},
 };
 use crate::metrics::{ClusterLabels, OperationLabels};
@@ -65,86 +64,95 @@ impl MemberOp<'_> {
     }
 }
 
-/// A member object to write: where it is.
+/// A member object to write: where it is (`api`: the target type in its cluster and
+/// namespace).
 pub(super) struct MemberRef<'a> {
     pub cluster: &'a str,
-    pub client: Client,
-    pub namespace: Option<&'a str>,
+    pub api: Api<DynamicObject>,
     pub name: &'a str,
 }
 
-impl Ctl {
-    /// Sends one write to one member, bounded by the cluster's permit and the timeout.
-    pub(super) async fn run_on_member(&self, target: MemberRef<'_>, op: MemberOp<'_>) -> Outcome {
-        if let Err(next) = self.shared.breakers.admit(target.cluster) {
-            return Outcome::Status(
-                op.timed_out(),
-                format!(
-                    "the cluster did not answer a recent operation within {OPERATION_TIMEOUT:?}; next attempt in {}s",
-                    next.as_secs().max(1)
-                ),
-            );
-        }
-        let started = Instant::now();
-        let api = self.member_api(target.client, target.namespace);
-        let work = async {
-            let permit = self.shared.limit(target.cluster);
-            // A closed semaphore would mean no permit at all; the semaphore is never closed.
-            let _permit = permit.acquire().await;
-            match tokio::time::timeout(OPERATION_TIMEOUT, execute(&api, target.name, &op)).await {
-                Ok(o) => (o, breaker::Result::Answered),
-                Err(_) => (
-                    Outcome::Status(
-                        op.timed_out(),
-                        format!("no answer from the cluster within {OPERATION_TIMEOUT:?}"),
-                    ),
-                    breaker::Result::NoAnswer,
-                ),
-            }
-        };
-        // A cluster that health checks declare unready meanwhile releases the worker at
-        // once: its operations would only end at the timeout, holding up every other
-        // cluster's objects behind this reconcile.
-        let outcome = tokio::select! {
-            (outcome, answered) = work => {
-                self.shared.breakers.record(target.cluster, answered);
-                outcome
-            }
-            _ = self.shared.clusters.until_unready(target.cluster) => Outcome::Status(
-                ClusterReason::ClusterNotReady,
-                "the cluster turned unready during the operation; it is retried when the cluster returns".into(),
+/// Sends one write to one member, bounded by the cluster's permit and the timeout.
+pub(super) async fn run_on_member(
+    shared: &SyncShared,
+    target: MemberRef<'_>,
+    op: MemberOp<'_>,
+) -> Outcome {
+    if let Err(next) = shared.breakers.admit(target.cluster) {
+        return Outcome::Status(
+            op.timed_out(),
+            format!(
+                "the cluster did not answer a recent operation within {OPERATION_TIMEOUT:?}; next attempt in {}s",
+                next.as_secs().max(1)
             ),
-        };
-        self.record_operation(target.cluster, op.label(), &outcome, started.elapsed());
-        outcome
+        );
     }
+    let started = Instant::now();
+    let api = target.api;
+    let work = async {
+        let permit = shared.limit(target.cluster);
+        // A closed semaphore would mean no permit at all; the semaphore is never closed.
+        let _permit = permit.acquire().await;
+        match tokio::time::timeout(OPERATION_TIMEOUT, execute(&api, target.name, &op)).await {
+            Ok(o) => (o, breaker::Result::Answered),
+            Err(_) => (
+                Outcome::Status(
+                    op.timed_out(),
+                    format!("no answer from the cluster within {OPERATION_TIMEOUT:?}"),
+                ),
+                breaker::Result::NoAnswer,
+            ),
+        }
+    };
+    // A cluster that health checks declare unready meanwhile releases the worker at
+    // once: its operations would only end at the timeout, holding up every other
+    // cluster's objects behind this reconcile.
+    let outcome = tokio::select! {
+        (outcome, answered) = work => {
+            shared.breakers.record(target.cluster, answered);
+            outcome
+        }
+        _ = shared.clusters.until_unready(target.cluster) => Outcome::Status(
+            ClusterReason::ClusterNotReady,
+            "the cluster turned unready during the operation; it is retried when the cluster returns".into(),
+        ),
+    };
+    record_operation(
+        shared,
+        target.cluster,
+        op.label(),
+        &outcome,
+        started.elapsed(),
+    );
+    outcome
+}
 
-    pub(super) fn record_operation(
-        &self,
-        cluster: &str,
-        operation: &'static str,
-        outcome: &Outcome,
-        took: Duration,
-    ) {
-        let result = if matches!(outcome, Outcome::Status(..)) {
-            "error"
-        } else {
-            "ok"
-        };
-        let m = &self.shared.metrics.sync;
-        m.operations
-            .get_or_create(&OperationLabels {
-                cluster: cluster.to_string(),
-                operation,
-                result,
-            })
-            .inc();
-        m.operation_duration
-            .get_or_create(&ClusterLabels {
-                cluster: cluster.to_string(),
-            })
-            .observe(took.as_secs_f64());
-    }
+/// Counts one member operation (or Work write) and its duration.
+pub(super) fn record_operation(
+    shared: &SyncShared,
+    cluster: &str,
+    operation: &'static str,
+    outcome: &Outcome,
+    took: Duration,
+) {
+    let result = if matches!(outcome, Outcome::Status(..)) {
+        "error"
+    } else {
+        "ok"
+    };
+    let m = &shared.metrics.sync;
+    m.operations
+        .get_or_create(&OperationLabels {
+            cluster: cluster.to_string(),
+            operation,
+            result,
+        })
+        .inc();
+    m.operation_duration
+        .get_or_create(&ClusterLabels {
+            cluster: cluster.to_string(),
+        })
+        .observe(took.as_secs_f64());
 }
 
 async fn execute(api: &Api<DynamicObject>, name: &str, op: &MemberOp<'_>) -> Outcome {

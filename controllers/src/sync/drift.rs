@@ -5,10 +5,7 @@
 //! decision is [`flotilla_crds::drift`]'s; this module only gathers inputs and records.
 //! It never reads a member: the cache already holds what the decision needs.
 
-use std::{
-    collections::{BTreeMap, BTreeSet, HashMap},
-    sync::Mutex,
-};
+use std::collections::{BTreeMap, BTreeSet};
 
 use flotilla_crds::{
     ClusterReason, FIELD_MANAGER,
@@ -16,25 +13,28 @@ use flotilla_crds::{
         ClusterDrift, DIGEST_ANNOTATION, DriftState, Policy,
         decide::{self, Finding, Input, Verdict},
         digest,
-        fight::{History, Repair},
+        fight::Repair,
     },
     federated::FederatedStatus,
     work::AGENT_FIELD_MANAGER,
 };
 use k8s_openapi::api::core::v1::ObjectReference;
-use kube::{Resource, ResourceExt, core::DynamicObject, runtime::events::EventType};
+use kube::{
+    ResourceExt,
+    core::{ApiResource, DynamicObject},
+    runtime::events::EventType,
+};
 use serde_json::Value;
 use tracing::info;
 
 use super::{
-    Key,
+    Key, SyncShared,
     ctl::Ctl,
+    memory::{DriftMemory, WrittenStatus},
     plan::{DesiredFor, DesiredSet, HASH_ANNOTATION, Observed, Op, Outcome},
+    type_info::TypeInfo,
 };
 use crate::metrics::DriftLabels;
-
-/// Member objects whose repair history is kept before expired ones are swept.
-const SWEEP_AT: usize = 4096;
 
 /// The cache's cut for a member object: the digest of its `managedFields` as the
 /// [`DIGEST_ANNOTATION`] (the full list is dropped by the watch right after).
@@ -67,74 +67,6 @@ pub(super) fn keep_digest_drop_status(obj: &mut DynamicObject) {
     super::drop_status(obj);
 }
 
-/// What the sync controller remembers about drift between reconciles: each member
-/// object's recent repairs (for fights) and the last policy error announced per object.
-#[derive(Default)]
-pub struct DriftMemory {
-    repairs: Mutex<HashMap<(String, Key), History>>,
-    announced: Mutex<HashMap<Key, String>>,
-    /// The resourceVersion each repair was written over, until the cache moves past it.
-    repaired_over: Mutex<HashMap<(String, Key), String>>,
-}
-
-impl DriftMemory {
-    fn history(&self, cluster: &str, key: &Key) -> History {
-        let repairs = self.repairs.lock().unwrap_or_else(|e| e.into_inner());
-        repairs
-            .get(&(cluster.to_string(), key.clone()))
-            .cloned()
-            .unwrap_or_default()
-    }
-
-    fn record(&self, cluster: &str, key: &Key, repair: Repair) {
-        let mut repairs = self.repairs.lock().unwrap_or_else(|e| e.into_inner());
-        if repairs.len() > SWEEP_AT {
-            let now = repair.at;
-            repairs.retain(|_, h| !h.expired(now));
-        }
-        repairs
-            .entry((cluster.to_string(), key.clone()))
-            .or_default()
-            .record(repair);
-    }
-
-    /// Whether the cache still holds the version a repair was written over (then the
-    /// repair is on its way, not to be sent again); a version it moved past is forgotten.
-    fn awaits_repair(&self, cluster: &str, key: &Key, version: Option<&str>) -> bool {
-        let mut over = self.repaired_over.lock().unwrap_or_else(|e| e.into_inner());
-        let k = (cluster.to_string(), key.clone());
-        match (over.get(&k), version) {
-            (Some(v), Some(live)) if v == live => true,
-            (Some(_), _) => {
-                over.remove(&k);
-                false
-            }
-            (None, _) => false,
-        }
-    }
-
-    fn repaired(&self, cluster: &str, key: &Key, version: String) {
-        let mut over = self.repaired_over.lock().unwrap_or_else(|e| e.into_inner());
-        over.insert((cluster.to_string(), key.clone()), version);
-    }
-
-    /// Whether `error` is news for `key` (announced once until it changes or goes away).
-    fn is_new_error(&self, key: &Key, error: Option<&str>) -> bool {
-        let mut announced = self.announced.lock().unwrap_or_else(|e| e.into_inner());
-        match error {
-            None => {
-                announced.remove(key);
-                false
-            }
-            Some(e) if announced.get(key).is_some_and(|a| a == e) => false,
-            Some(e) => {
-                announced.insert(key.clone(), e.to_string());
-                true
-            }
-        }
-    }
-}
-
 /// This round's drift: findings per cluster and the clusters whose member object was
 /// looked at.
 #[derive(Default)]
@@ -147,33 +79,36 @@ pub(super) struct DriftRound {
     pub versions: BTreeMap<String, String>,
 }
 
-/// What the per-cluster check needs of the federated object.
+/// What the per-cluster check needs: the federated object's drift facts, the type, and
+/// what the controller remembers of earlier repairs.
 pub(super) struct DriftContext<'a> {
+    pub ty: &'a TypeInfo,
+    pub memory: &'a DriftMemory,
     pub key: &'a Key,
     pub policy: Policy,
     pub retain_replicas: bool,
     /// The previous `status.drift`: ours when the host cache has not caught up with our
-    /// last status write (as [`super::status::WrittenStatus`] knows), so a repair just
+    /// last status write (as [`super::memory::WrittenStatus`] knows), so a repair just
     /// reported is not dropped again by a reconcile that overtook the host watch.
     pub previous: Vec<ClusterDrift>,
 }
 
-impl Ctl {
-    /// The previous `status.drift` the status writer will compare with (see
-    /// [`DriftContext::previous`]).
-    pub(super) fn previous_drift(
-        &self,
-        key: &Key,
-        fed: &DynamicObject,
-        cached: &FederatedStatus,
-    ) -> Vec<ClusterDrift> {
-        let base = fed.resource_version().unwrap_or_default();
-        match self.written.lagging(key, &base) {
-            Some(ours) => ours.drift,
-            None => cached.drift.clone(),
-        }
+/// The previous `status.drift` the status writer will compare with (see
+/// [`DriftContext::previous`]).
+pub(super) fn previous_drift(
+    written: &WrittenStatus,
+    key: &Key,
+    fed: &DynamicObject,
+    cached: &FederatedStatus,
+) -> Vec<ClusterDrift> {
+    let base = fed.resource_version().unwrap_or_default();
+    match written.lagging(key, &base) {
+        Some(ours) => ours.drift,
+        None => cached.drift.clone(),
     }
+}
 
+impl Ctl {
     /// The federated object's drift policy; a policy that cannot be read is announced once
     /// (Warning `InvalidDriftPolicy`) and the default, `Repair` of every field, applies.
     pub(super) async fn drift_policy(&self, key: &Key, fed: &DynamicObject) -> Policy {
@@ -188,195 +123,192 @@ impl Ctl {
         }
         parsed.unwrap_or_default()
     }
+}
 
-    /// Turns an `Update` that only repairs another writer's change into what the drift
-    /// policy says: the repair itself, nothing (ignored fields), a report, or a fight.
-    pub(super) fn drift_check(
-        &self,
-        cluster: &str,
-        op: Op,
-        observed: &Observed,
-        desired: &DesiredSet,
-        cx: &DriftContext<'_>,
-        round: &mut DriftRound,
-    ) -> Op {
-        let Observed::Present(live) = observed else {
-            return op;
-        };
-        round.checked.insert(cluster.to_string());
-        let Some(DesiredFor::Object { object, hash }) = desired.by_cluster.get(cluster) else {
-            return op;
-        };
-        // Another hash: the template changed (or was never applied): an update, not drift.
-        if op != Op::Update || recorded_hash(live) != Some(hash.as_str()) {
-            return op;
-        }
-        let version = live
-            .pointer("/metadata/resourceVersion")
-            .and_then(Value::as_str);
-        if self.drift_memory.awaits_repair(cluster, cx.key, version) {
-            // The host watch (our status write) overtook the member watch (our repair).
-            return Op::Nothing;
-        }
-        let digest = digest::decode(
-            live.pointer(&annotation_pointer(DIGEST_ANNOTATION))
-                .and_then(Value::as_str),
+/// Turns an `Update` that only repairs another writer's change into what the drift
+/// policy says: the repair itself, nothing (ignored fields), a report, or a fight.
+pub(super) fn check(
+    cluster: &str,
+    op: Op,
+    observed: &Observed,
+    desired: &DesiredSet,
+    cx: &DriftContext<'_>,
+    round: &mut DriftRound,
+) -> Op {
+    let Observed::Present(live) = observed else {
+        return op;
+    };
+    round.checked.insert(cluster.to_string());
+    let Some(DesiredFor::Object { object, hash }) = desired.by_cluster.get(cluster) else {
+        return op;
+    };
+    // Another hash: the template changed (or was never applied): an update, not drift.
+    if op != Op::Update || recorded_hash(live) != Some(hash.as_str()) {
+        return op;
+    }
+    let version = live
+        .pointer("/metadata/resourceVersion")
+        .and_then(Value::as_str);
+    if cx.memory.awaits_repair(cluster, cx.key, version) {
+        // The host watch (our status write) overtook the member watch (our repair).
+        return Op::Nothing;
+    }
+    let digest = digest::decode(
+        live.pointer(&annotation_pointer(DIGEST_ANNOTATION))
+            .and_then(Value::as_str),
+    );
+    let retained: &[&str] = if cx.retain_replicas {
+        &["/spec/replicas"]
+    } else {
+        &[]
+    };
+    let history = cx.memory.history(cluster, cx.key);
+    let verdict = decide::decide(&Input {
+        desired: object,
+        live,
+        digest: &digest,
+        policy: &cx.policy,
+        retained,
+        history: &history,
+        previous: cx.previous.iter().find(|d| d.cluster == cluster),
+        now: super::plan::decision::now(),
+    });
+    let finding = match verdict {
+        Verdict::None => return op,
+        Verdict::Ignored => return Op::Nothing,
+        Verdict::Drift(f) => f,
+    };
+    let op = match finding.state {
+        DriftState::Repaired => Op::Update,
+        DriftState::Detected => Op::Report(ClusterReason::Drifted, message(cx.ty, &finding)),
+        DriftState::Fight => Op::Report(
+            ClusterReason::DriftFight,
+            format!(
+                "{}; {FIELD_MANAGER} stopped repairing after {} rewrites by {} within {} s",
+                message(cx.ty, &finding),
+                flotilla_crds::drift::fight::FIGHT_REWRITES,
+                finding.writer(),
+                flotilla_crds::drift::fight::FIGHT_WINDOW_SECONDS,
+            ),
+        ),
+    };
+    round.members.insert(
+        cluster.to_string(),
+        member_ref(&cx.ty.target_ar, live, &finding),
+    );
+    if let Some(v) = version {
+        round.versions.insert(cluster.to_string(), v.to_string());
+    }
+    round.findings.insert(cluster.to_string(), finding);
+    op
+}
+
+/// The drifted member object (its UID tells clusters apart) and fields, as an Event's
+/// related object.
+fn member_ref(target: &ApiResource, live: &Value, finding: &Finding) -> ObjectReference {
+    let text = |p: &str| live.pointer(p).and_then(Value::as_str).map(String::from);
+    let paths: Vec<String> = finding.differences.iter().map(|d| d.path()).collect();
+    ObjectReference {
+        api_version: Some(target.api_version.clone()),
+        kind: Some(target.kind.clone()),
+        namespace: text("/metadata/namespace"),
+        name: text("/metadata/name"),
+        uid: text("/metadata/uid"),
+        field_path: Some(paths.join(",")),
+        ..ObjectReference::default()
+    }
+}
+
+/// The drift in words, without times (a status message must not change by itself).
+fn message(ty: &TypeInfo, finding: &Finding) -> String {
+    decide::entry("", finding, false, ty.is_secret(), None, "").summary()
+}
+
+/// After the writes: the new `status.drift`, and for every new entry an Event, the
+/// metric, a log line and (for a repair) the fight history.
+pub(super) async fn settle(
+    shared: &SyncShared,
+    fed: &DynamicObject,
+    cx: &DriftContext<'_>,
+    round: &DriftRound,
+    outcomes: &BTreeMap<String, Outcome>,
+    selected: &BTreeSet<String>,
+) -> Vec<ClusterDrift> {
+    let now_text = k8s_openapi::jiff::Timestamp::now().to_string();
+    let now = super::plan::decision::now();
+    let mut found = BTreeMap::new();
+    for (cluster, finding) in &round.findings {
+        let repaired = outcomes.get(cluster) == Some(&Outcome::Ok);
+        let previous = cx.previous.iter().find(|d| &d.cluster == cluster);
+        let entry = decide::entry(
+            cluster,
+            finding,
+            repaired,
+            cx.ty.is_secret(),
+            previous,
+            &now_text,
         );
-        let retained: &[&str] = if cx.retain_replicas {
-            &["/spec/replicas"]
-        } else {
-            &[]
-        };
-        let history = self.drift_memory.history(cluster, cx.key);
-        let verdict = decide::decide(&Input {
-            desired: object,
-            live,
-            digest: &digest,
-            policy: &cx.policy,
-            retained,
-            history: &history,
-            previous: cx.previous.iter().find(|d| d.cluster == cluster),
-            now: super::plan::decision::now(),
-        });
-        let finding = match verdict {
-            Verdict::None => return op,
-            Verdict::Ignored => return Op::Nothing,
-            Verdict::Drift(f) => f,
-        };
-        let op = match finding.state {
-            DriftState::Repaired => Op::Update,
-            DriftState::Detected => Op::Report(ClusterReason::Drifted, self.message(&finding)),
-            DriftState::Fight => Op::Report(
-                ClusterReason::DriftFight,
-                format!(
-                    "{}; {FIELD_MANAGER} stopped repairing after {} rewrites by {} within {} s",
-                    self.message(&finding),
-                    flotilla_crds::drift::fight::FIGHT_REWRITES,
-                    finding.writer(),
-                    flotilla_crds::drift::fight::FIGHT_WINDOW_SECONDS,
-                ),
-            ),
-        };
-        round
-            .members
-            .insert(cluster.to_string(), self.member_ref(live, &finding));
-        if let Some(v) = version {
-            round.versions.insert(cluster.to_string(), v.to_string());
-        }
-        round.findings.insert(cluster.to_string(), finding);
-        op
-    }
-
-    /// The drifted member object (its UID tells clusters apart) and fields, as an Event's
-    /// related object.
-    fn member_ref(&self, live: &Value, finding: &Finding) -> ObjectReference {
-        let text = |p: &str| live.pointer(p).and_then(Value::as_str).map(String::from);
-        let paths: Vec<String> = finding.differences.iter().map(|d| d.path()).collect();
-        ObjectReference {
-            api_version: Some(self.target_ar.api_version.clone()),
-            kind: Some(self.target_ar.kind.clone()),
-            namespace: text("/metadata/namespace"),
-            name: text("/metadata/name"),
-            uid: text("/metadata/uid"),
-            field_path: Some(paths.join(",")),
-            ..ObjectReference::default()
-        }
-    }
-
-    /// The drift in words, without times (a status message must not change by itself).
-    fn message(&self, finding: &Finding) -> String {
-        decide::entry("", finding, false, self.is_secret(), None, "").summary()
-    }
-
-    fn is_secret(&self) -> bool {
-        flotilla_crds::redact::is_secret_type(&self.target_ar.group, &self.target_ar.kind)
-    }
-
-    /// After the writes: the new `status.drift`, and for every new entry an Event, the
-    /// metric, a log line and (for a repair) the fight history.
-    pub(super) async fn settle_drift(
-        &self,
-        fed: &DynamicObject,
-        cx: &DriftContext<'_>,
-        round: &DriftRound,
-        outcomes: &BTreeMap<String, Outcome>,
-        selected: &BTreeSet<String>,
-    ) -> Vec<ClusterDrift> {
-        let now_text = k8s_openapi::jiff::Timestamp::now().to_string();
-        let now = super::plan::decision::now();
-        let mut found = BTreeMap::new();
-        for (cluster, finding) in &round.findings {
-            let repaired = outcomes.get(cluster) == Some(&Outcome::Ok);
-            let previous = cx.previous.iter().find(|d| &d.cluster == cluster);
-            let entry = decide::entry(
-                cluster,
-                finding,
-                repaired,
-                self.is_secret(),
-                previous,
-                &now_text,
-            );
-            if finding.state == DriftState::Repaired && repaired {
-                if let Some(v) = round.versions.get(cluster) {
-                    self.drift_memory.repaired(cluster, cx.key, v.clone());
-                }
-                let pointers = finding.pointers().into_iter().map(String::from).collect();
-                let repair = Repair {
-                    at: now,
-                    manager: finding.writer().to_string(),
-                    pointers,
-                };
-                self.drift_memory.record(cluster, cx.key, repair);
+        if finding.state == DriftState::Repaired && repaired {
+            if let Some(v) = round.versions.get(cluster) {
+                cx.memory.repaired(cluster, cx.key, v.clone());
             }
-            if previous != Some(&entry) {
-                let related = round.members.get(cluster).cloned().unwrap_or_default();
-                self.announce_drift(fed, &entry, related).await;
-            }
-            found.insert(cluster.clone(), entry);
+            let pointers = finding.pointers().into_iter().map(String::from).collect();
+            let repair = Repair {
+                at: now,
+                manager: finding.writer().to_string(),
+                pointers,
+            };
+            cx.memory.record(cluster, cx.key, repair);
         }
-        flotilla_crds::drift::merge(&cx.previous, &found, &round.checked, selected)
+        if previous != Some(&entry) {
+            let related = round.members.get(cluster).cloned().unwrap_or_default();
+            announce(shared, cx.ty, fed, &entry, related).await;
+        }
+        found.insert(cluster.clone(), entry);
     }
+    flotilla_crds::drift::merge(&cx.previous, &found, &round.checked, selected)
+}
 
-    async fn announce_drift(
-        &self,
-        fed: &DynamicObject,
-        entry: &ClusterDrift,
-        related: ObjectReference,
-    ) {
-        let state = DriftState::parse(&entry.state).unwrap_or(DriftState::Detected);
-        let note = match state {
-            DriftState::Repaired => format!("{}: {}; repaired", entry.cluster, entry.summary()),
-            DriftState::Detected => {
-                format!("{}: {}; left in place", entry.cluster, entry.summary())
-            }
-            DriftState::Fight => format!(
-                "{}: {}; {FIELD_MANAGER} and {} keep rewriting it, repairs stopped",
-                entry.cluster,
-                entry.summary(),
-                entry.first_manager()
-            ),
-        };
-        info!(cluster = %entry.cluster, manager = %entry.first_manager(), state = state.as_str(), "member object drifted");
-        self.shared
-            .metrics
-            .sync
-            .drift
-            .get_or_create(&DriftLabels {
-                cluster: entry.cluster.clone(),
-                manager: entry.first_manager().to_string(),
-            })
-            .inc();
-        crate::events::publish_related(
-            &self.shared.recorder,
-            &fed.object_ref(&self.fed_ar),
-            related,
-            EventType::Warning,
-            state.event_reason(),
-            "Propagate",
-            note,
-        )
-        .await;
-    }
+async fn announce(
+    shared: &SyncShared,
+    ty: &TypeInfo,
+    fed: &DynamicObject,
+    entry: &ClusterDrift,
+    related: ObjectReference,
+) {
+    let state = DriftState::parse(&entry.state).unwrap_or(DriftState::Detected);
+    let note = match state {
+        DriftState::Repaired => format!("{}: {}; repaired", entry.cluster, entry.summary()),
+        DriftState::Detected => {
+            format!("{}: {}; left in place", entry.cluster, entry.summary())
+        }
+        DriftState::Fight => format!(
+            "{}: {}; {FIELD_MANAGER} and {} keep rewriting it, repairs stopped",
+            entry.cluster,
+            entry.summary(),
+            entry.first_manager()
+        ),
+    };
+    info!(cluster = %entry.cluster, manager = %entry.first_manager(), state = state.as_str(), "member object drifted");
+    shared
+        .metrics
+        .sync
+        .drift
+        .get_or_create(&DriftLabels {
+            cluster: entry.cluster.clone(),
+            manager: entry.first_manager().to_string(),
+        })
+        .inc();
+    crate::events::publish_related(
+        &shared.recorder,
+        &ty.object_ref(fed),
+        related,
+        EventType::Warning,
+        state.event_reason(),
+        "Propagate",
+        note,
+    )
+    .await;
 }
 
 /// The desired object with the ignored fields at the member's values

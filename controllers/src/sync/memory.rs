@@ -1,8 +1,9 @@
 //! What one type's sync controller remembers between reconciles, beyond its caches:
 //! Flotilla's own recent member writes (so a lagging cache does not cause the same write
 //! twice), since when each cluster has been unavailable (so deletion gives up on a cluster
-//! only after waiting for it, as far as this process knows, for the whole timeout), and the
-//! last status written per object (so a lagging host cache does not cause a second write).
+//! only after waiting for it, as far as this process knows, for the whole timeout), the
+//! last status written per object (so a lagging host cache does not cause a second write),
+//! and each member object's recent drift repairs (so a fight is recognised).
 
 use std::{
     collections::HashMap,
@@ -10,12 +11,17 @@ use std::{
     time::{Duration, Instant},
 };
 
-use flotilla_crds::federated::FederatedStatus;
+use flotilla_crds::{
+    drift::fight::{History, Repair},
+    federated::FederatedStatus,
+};
 
 use super::{Key, plan::RECENT_WRITE_TTL};
 
 /// Entries kept before expired ones are swept.
 const RECENT_SWEEP_AT: usize = 4096;
+/// Member objects whose repair history is kept before expired ones are swept.
+const SWEEP_AT: usize = 4096;
 
 /// Flotilla's own recent writes: (cluster, key) → (hash written, when).
 #[derive(Default)]
@@ -117,6 +123,74 @@ impl WrittenStatus {
     pub fn forget(&self, key: &Key) {
         let mut written = self.written.lock().unwrap_or_else(|e| e.into_inner());
         written.remove(key);
+    }
+}
+
+/// What the sync controller remembers about drift between reconciles: each member
+/// object's recent repairs (for fights) and the last policy error announced per object.
+#[derive(Default)]
+pub struct DriftMemory {
+    repairs: Mutex<HashMap<(String, Key), History>>,
+    announced: Mutex<HashMap<Key, String>>,
+    /// The resourceVersion each repair was written over, until the cache moves past it.
+    repaired_over: Mutex<HashMap<(String, Key), String>>,
+}
+
+impl DriftMemory {
+    pub fn history(&self, cluster: &str, key: &Key) -> History {
+        let repairs = self.repairs.lock().unwrap_or_else(|e| e.into_inner());
+        repairs
+            .get(&(cluster.to_string(), key.clone()))
+            .cloned()
+            .unwrap_or_default()
+    }
+
+    pub fn record(&self, cluster: &str, key: &Key, repair: Repair) {
+        let mut repairs = self.repairs.lock().unwrap_or_else(|e| e.into_inner());
+        if repairs.len() > SWEEP_AT {
+            let now = repair.at;
+            repairs.retain(|_, h| !h.expired(now));
+        }
+        repairs
+            .entry((cluster.to_string(), key.clone()))
+            .or_default()
+            .record(repair);
+    }
+
+    /// Whether the cache still holds the version a repair was written over (then the
+    /// repair is on its way, not to be sent again); a version it moved past is forgotten.
+    pub fn awaits_repair(&self, cluster: &str, key: &Key, version: Option<&str>) -> bool {
+        let mut over = self.repaired_over.lock().unwrap_or_else(|e| e.into_inner());
+        let k = (cluster.to_string(), key.clone());
+        match (over.get(&k), version) {
+            (Some(v), Some(live)) if v == live => true,
+            (Some(_), _) => {
+                over.remove(&k);
+                false
+            }
+            (None, _) => false,
+        }
+    }
+
+    pub fn repaired(&self, cluster: &str, key: &Key, version: String) {
+        let mut over = self.repaired_over.lock().unwrap_or_else(|e| e.into_inner());
+        over.insert((cluster.to_string(), key.clone()), version);
+    }
+
+    /// Whether `error` is news for `key` (announced once until it changes or goes away).
+    pub fn is_new_error(&self, key: &Key, error: Option<&str>) -> bool {
+        let mut announced = self.announced.lock().unwrap_or_else(|e| e.into_inner());
+        match error {
+            None => {
+                announced.remove(key);
+                false
+            }
+            Some(e) if announced.get(key).is_some_and(|a| a == e) => false,
+            Some(e) => {
+                announced.insert(key.clone(), e.to_string());
+                true
+            }
+        }
     }
 }
 

@@ -20,6 +20,8 @@ mod delete_options;
 mod deletion;
 mod dispatch;
 mod drift;
+mod finalizer;
+mod host;
 mod memory;
 mod observe;
 mod orphans;
@@ -32,6 +34,7 @@ pub(crate) mod scheduled;
 mod status;
 mod strays;
 mod twins;
+mod type_info;
 
 use std::{
     collections::HashMap,
@@ -42,11 +45,10 @@ use std::{
 
 use flotilla_crds::{
     MANAGED_LABEL,
-    core::{EffectiveConfig, FederatedTypeConfigSpec, StatusCollectionMode},
-    workload::WorkloadKind,
+    core::{EffectiveConfig, FederatedTypeConfigSpec},
 };
 use flotilla_multicluster::{
-    gate::{Gate, store_ready},
+    gate::Gate,
     runner::{KeyedRunner, Report, RunMetrics},
 };
 use kube::{
@@ -183,37 +185,31 @@ impl TypeController {
         pruned: Pruned,
         serving: Serving,
     ) -> TypeController {
-        let fed_ar = serving.federated.clone();
-        let target_ar = ftc.target_type.to_kube();
-        let target_namespaced = ftc.target_type.namespaced();
-        let is_namespace_type =
-            ftc.target_type.group.is_empty() && ftc.target_type.kind == "Namespace";
-        let needs_ns_placement = target_namespaced && !is_namespace_type;
-        let collect_status = ftc.status_collection == Some(StatusCollectionMode::Enabled);
+        let ty = type_info::TypeInfo::of(ftc, serving.federated.clone(), pruned);
+        let needs_ns_placement = ty.needs_ns_placement;
         let cancel = CancellationToken::new();
         let queue: Arc<WorkQueue<Key>> = WorkQueue::new();
-        let host_writer = reflector::store::Writer::<DynamicObject>::new(fed_ar.clone());
+        let host_writer = reflector::store::Writer::<DynamicObject>::new(ty.fed_ar.clone());
         let fns_writer = reflector::store::Writer::<DynamicObject>::new(federated_namespace_ar());
         let work_writer = reflector::store::Writer::<flotilla_crds::work::Work>::default();
         let alpha = twins::AlphaWiring::new(&serving, needs_ns_placement);
         let (member_tx, member_rx) = mpsc::unbounded_channel();
-        let members = member_watch(&shared, &target_ar, collect_status, member_tx);
+        let members = member_watch(&shared, &ty.target_ar, ty.collect_status, member_tx);
+        let host = host::HostCaches {
+            federated: host::ApiStore {
+                ar: ty.fed_ar.clone(),
+                store: host_writer.as_reader(),
+            },
+            twin: alpha.twin_api(),
+            fns: fns_writer.as_reader(),
+            fns_alpha: alpha.fns_alpha_store(),
+            works: work_writer.as_reader(),
+        };
         let ctl = Arc::new(Ctl {
             shared: shared.clone(),
-            fed_ar: fed_ar.clone(),
-            target_ar,
-            target_namespaced,
-            is_namespace_type,
-            needs_ns_placement,
-            host_store: host_writer.as_reader(),
-            twin: alpha.twin_api(),
-            fns_store: fns_writer.as_reader(),
-            fns_alpha_store: alpha.fns_alpha_store(),
-            works: work_writer.as_reader(),
+            ty,
+            host,
             members,
-            collect_status,
-            workload: WorkloadKind::of(&ftc.target_type).filter(|_| collect_status),
-            pruned,
             recent: Default::default(),
             written: Default::default(),
             availability: Default::default(),
@@ -240,7 +236,7 @@ impl TypeController {
         tasks.extend(alpha.spawn(&ctl, &queue));
         let workers = ctl.shared.config.borrow().max_concurrent_reconciles.max(1);
         tasks.push(spawn_workers(&ctl, &queue, workers, gate, &cancel));
-        info!(federated = %fed_ar.kind, target = %ctl.target_ar.kind, workers, "sync controller started");
+        info!(federated = %ctl.ty.fed_ar.kind, target = %ctl.ty.target_ar.kind, workers, "sync controller started");
         TypeController {
             cancel,
             queue,
@@ -292,8 +288,8 @@ async fn watch_federated(
     writer: reflector::store::Writer<DynamicObject>,
     queue: Arc<WorkQueue<Key>>,
 ) {
-    let api: Api<DynamicObject> = Api::all_with(ctl.shared.host.clone(), &ctl.fed_ar);
-    let store = ctl.host_store.clone();
+    let api: Api<DynamicObject> = Api::all_with(ctl.shared.host.clone(), &ctl.ty.fed_ar);
+    let store = ctl.host.federated.store.clone();
     reflect(api, writer, "federated object", move |c| match c {
         Change::Object(o) => queue.add(key_of(o)),
         Change::Synced => {
@@ -314,7 +310,7 @@ async fn watch_federated_namespaces(
     queue: Arc<WorkQueue<Key>>,
 ) {
     let api: Api<DynamicObject> = Api::all_with(ctl.shared.host.clone(), &ar);
-    let store: Store<DynamicObject> = ctl.host_store.clone();
+    let store: Store<DynamicObject> = ctl.host.federated.store.clone();
     reflect(api, writer, "federated namespace", move |c| match c {
         Change::Object(o) => {
             let ns = o.namespace();
@@ -340,12 +336,7 @@ async fn follow_members(
             MemberEvent::Object {
                 namespace, name, ..
             } => {
-                let key = if ctl.is_namespace_type {
-                    (Some(name.clone()), name)
-                } else {
-                    (namespace, name)
-                };
-                queue.add(key);
+                queue.add(ctl.ty.key_of_member(namespace, name));
             }
             MemberEvent::Synced { cluster } => {
                 debug!(%cluster, "member cache synced; rechecking every object");
@@ -378,8 +369,14 @@ async fn follow_clusters(ctl: Arc<Ctl>, queue: Arc<WorkQueue<Key>>) {
     }
 }
 
+/// Every federated object and every managed member object (a stray whose federated
+/// object is gone) as keys.
 fn requeue_all(ctl: &Ctl, queue: &WorkQueue<Key>) {
-    for key in ctl.all_keys() {
+    let members = observe::managed_keys(&ctl.members, &ctl.ty);
+    let keys = (ctl.host.federated_keys())
+        .chain(members)
+        .chain(ctl.host.work_keys());
+    for key in keys {
         queue.add(key);
     }
 }
@@ -391,16 +388,7 @@ fn requeue_all(ctl: &Ctl, queue: &WorkQueue<Key>) {
 /// its last waiter (see [`Gate`]).
 async fn ready(ctl: Arc<Ctl>) -> bool {
     registry_wait::wait_for_registry(ctl.shared.clone()).await;
-    store_ready(&ctl.host_store).await
-        && match &ctl.twin {
-            Some(t) => store_ready(&t.store).await,
-            None => true,
-        }
-        && (!ctl.needs_ns_placement || store_ready(&ctl.fns_store).await)
-        && match &ctl.fns_alpha_store {
-            Some(store) => store_ready(store).await,
-            None => true,
-        }
+    ctl.host.ready(ctl.ty.needs_ns_placement).await
 }
 
 /// The workers on the library's keyed runner: `workers` at once, none before the gate
@@ -412,7 +400,7 @@ fn spawn_workers(
     gate: Gate,
     cancel: &CancellationToken,
 ) -> tokio::task::JoinHandle<()> {
-    let runner = KeyedRunner::new(format!("sync-{}", ctl.fed_ar.kind), queue.clone())
+    let runner = KeyedRunner::new(format!("sync-{}", ctl.ty.fed_ar.kind), queue.clone())
         .concurrency(workers)
         .gate(gate)
         .metrics(Arc::new(SyncMetrics(ctl.clone())))
@@ -444,16 +432,16 @@ impl RunMetrics for SyncMetrics {
         let ctl = &self.0;
         let m = &ctl.shared.metrics.sync;
         m.reconcile_duration
-            .get_or_create(&ctl.kind_labels())
+            .get_or_create(&ctl.ty.kind_labels())
             .observe(report.took.as_secs_f64());
         m.reconciles
             .get_or_create(&ReconcileLabels {
-                kind: ctl.fed_ar.kind.clone(),
+                kind: ctl.ty.fed_ar.kind.clone(),
                 result: ReconcileResult::of(report.action).as_str(),
             })
             .inc();
         m.queue_depth
-            .get_or_create(&ctl.kind_labels())
+            .get_or_create(&ctl.ty.kind_labels())
             .set(report.queue_depth as i64);
     }
 
@@ -473,7 +461,7 @@ impl SyncMetrics {
             .metrics
             .sync
             .workers_ready
-            .get_or_create(&ctl.kind_labels())
+            .get_or_create(&ctl.ty.kind_labels())
             .clone()
     }
 }

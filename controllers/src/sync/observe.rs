@@ -6,8 +6,8 @@ use flotilla_crds::MANAGED_LABEL;
 use kube::{ResourceExt, core::DynamicObject};
 use serde_json::Value;
 
-use super::{Key, ctl::Ctl, plan::Observed};
-use crate::multicluster::ClusterState;
+use super::{Key, ctl::Ctl, plan::Observed, type_info::TypeInfo};
+use crate::multicluster::{ClusterState, MemberWatch};
 
 impl Ctl {
     /// What `cluster` holds for `key`, from the member cache.
@@ -24,37 +24,38 @@ impl Ctl {
         if !synced {
             return Observed::NotSynced;
         }
-        let (ns, name) = self.member_name(key);
+        let (ns, name) = self.ty.member_name(key);
         match self.members.get(&cluster.name, ns, name) {
             Some(obj) if !is_managed(&obj) => Observed::Excluded,
             Some(obj) => Observed::Present(serde_json::to_value(&*obj).unwrap_or(Value::Null)),
             None => Observed::Absent,
         }
     }
+}
 
-    /// Whether `cluster`'s cache holds a managed object for `key` (not one labelled
-    /// `managed=false`).
-    pub(super) fn holds_managed(&self, cluster: &str, key: &Key) -> bool {
-        let (ns, name) = self.member_name(key);
-        self.members
-            .get(cluster, ns, name)
-            .is_some_and(|o| is_managed(&o))
-    }
+/// Whether `cluster`'s cache holds a managed object for `key` (not one labelled
+/// `managed=false`).
+pub(super) fn holds_managed(
+    members: &MemberWatch<DynamicObject>,
+    ty: &TypeInfo,
+    cluster: &str,
+    key: &Key,
+) -> bool {
+    let (ns, name) = ty.member_name(key);
+    members
+        .get(cluster, ns, name)
+        .is_some_and(|o| is_managed(&o))
+}
 
-    /// Every managed member object's key, for stray detection.
-    pub(super) fn member_keys(&self) -> Vec<Key> {
-        let mut keys = Vec::new();
-        for cluster in self.members.clusters() {
-            for m in self.members.list(&cluster).iter().filter(|m| is_managed(m)) {
-                keys.push(if self.is_namespace_type {
-                    (Some(m.name_any()), m.name_any())
-                } else {
-                    (m.namespace(), m.name_any())
-                });
-            }
+/// Every managed member object's key, for stray detection.
+pub(super) fn managed_keys(members: &MemberWatch<DynamicObject>, ty: &TypeInfo) -> Vec<Key> {
+    let mut keys = Vec::new();
+    for cluster in members.clusters() {
+        for m in members.list(&cluster).iter().filter(|m| is_managed(m)) {
+            keys.push(ty.key_of_member(m.namespace(), m.name_any()));
         }
-        keys
     }
+    keys
 }
 
 /// The member cache holds objects labelled `managed=true` and `managed=false` (so that an

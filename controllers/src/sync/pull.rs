@@ -19,11 +19,10 @@ use flotilla_crds::{
         Work, cluster_namespace, type_label, work_name,
     },
 };
-use futures::FutureExt;
 use kube::{
-    Api, ResourceExt,
+    Api,
     api::{DeleteParams, Patch, PatchParams},
-    runtime::reflector::{self, ObjectRef},
+    runtime::reflector,
 };
 use serde_json::{Value, json};
 use tracing::info;
@@ -31,7 +30,8 @@ use tracing::info;
 use super::{
     Key,
     ctl::Ctl,
-    dispatch::OPERATION_TIMEOUT,
+    dispatch::{OPERATION_TIMEOUT, record_operation},
+    host::source_key,
     plan::{Observed, Op, Outcome},
 };
 use crate::{
@@ -57,7 +57,7 @@ pub(super) async fn watch_works(
 ) {
     let api: Api<Work> = Api::all(ctl.shared.host.clone());
     let mut params = WatchParams::host("work");
-    params.label_selector = Some(selector(&ctl.target_ar));
+    params.label_selector = Some(selector(&ctl.ty.target_ar));
     let all = ctl.clone();
     watch_into(api, writer, params, keep, move |c| {
         match c {
@@ -74,13 +74,6 @@ pub(super) async fn watch_works(
 }
 
 fn keep(_: &mut Work) {}
-
-/// The federated object a Work renders, from its annotations.
-pub(super) fn source_key(work: &Work) -> Option<Key> {
-    let ann = work.annotations();
-    let name = ann.get(WORK_SOURCE_NAME)?.clone();
-    Some((ann.get(WORK_SOURCE_NAMESPACE).cloned(), name))
-}
 
 /// The member object a Work stands for, as the plan reads it: the manifest (it carries the
 /// hash annotation of what was written), with the member object's status and generation
@@ -164,28 +157,9 @@ pub fn work_body(
 pub use flotilla_crds::member::ORPHAN_LABEL;
 
 impl Ctl {
-    fn work_name(&self, key: &Key) -> String {
-        work_name(
-            &self.target_ar.plural,
-            &self.target_ar.group,
-            key.0.as_deref(),
-            &key.1,
-        )
-    }
-
-    /// The cached Work of `key` in a Pull cluster.
-    pub(super) fn work(&self, cluster: &str, key: &Key) -> Option<Arc<Work>> {
-        let r = ObjectRef::<Work>::new(&self.work_name(key)).within(&cluster_namespace(cluster));
-        self.works.get(&r)
-    }
-
-    fn works_synced(&self) -> bool {
-        matches!(self.works.wait_until_ready().now_or_never(), Some(Ok(())))
-    }
-
     /// What a Pull cluster holds for `key`: its Work, from the host's cache.
     pub(super) fn observe_pull(&self, cluster: &ClusterState, key: &Key) -> Observed {
-        let synced = cluster.ready && self.works_synced();
+        let synced = cluster.ready && self.host.works_synced();
         self.availability.record(&cluster.name, synced);
         if !cluster.ready {
             return Observed::NotReady;
@@ -193,19 +167,10 @@ impl Ctl {
         if !synced {
             return Observed::NotSynced;
         }
-        match self.work(&cluster.name, key) {
+        match self.host.work(&cluster.name, &self.ty.work_name(key)) {
             Some(w) => Observed::Present(observed_of(&w)),
             None => Observed::Absent,
         }
-    }
-
-    /// Every federated key some Work of this type renders (stray detection).
-    pub(super) fn work_keys(&self) -> Vec<Key> {
-        self.works
-            .state()
-            .iter()
-            .filter_map(|w| source_key(w))
-            .collect()
     }
 
     /// Carries out the operation decided for one Pull cluster.
@@ -219,7 +184,8 @@ impl Ctl {
     ) -> Outcome {
         match (op, object) {
             (Op::Nothing, _) if selected => self
-                .work(cluster, key)
+                .host
+                .work(cluster, &self.ty.work_name(key))
                 .map(|w| applied_outcome(&w))
                 .unwrap_or(Outcome::Ok),
             (Op::Nothing | Op::Wait, _) | (Op::Create | Op::Update, None) => Outcome::Gone,
@@ -246,10 +212,16 @@ impl Ctl {
         failed: ClusterReason,
     ) -> Outcome {
         let started = Instant::now();
-        let body = work_body(&self.target_ar, cluster, key, object, self.collect_status);
+        let body = work_body(
+            &self.ty.target_ar,
+            cluster,
+            key,
+            object,
+            self.ty.collect_status,
+        );
         let api: Api<Work> = Api::namespaced(self.shared.host.clone(), &cluster_namespace(cluster));
         let pp = PatchParams::apply(FIELD_MANAGER).force();
-        let name = self.work_name(key);
+        let name = self.ty.work_name(key);
         let patch = Patch::Apply(&body);
         let write = api.patch(&name, &pp, &patch);
         let outcome = match tokio::time::timeout(OPERATION_TIMEOUT, write).await {
@@ -257,7 +229,13 @@ impl Ctl {
             Ok(Err(e)) => Outcome::Status(failed, format!("writing Work {name}: {}", message(&e))),
             Err(_) => Outcome::Status(failed, format!("writing Work {name} timed out")),
         };
-        self.record_operation(cluster, "work-apply", &outcome, started.elapsed());
+        record_operation(
+            &self.shared,
+            cluster,
+            "work-apply",
+            &outcome,
+            started.elapsed(),
+        );
         outcome
     }
 
@@ -266,7 +244,7 @@ impl Ctl {
     pub(super) async fn delete_work(&self, cluster: &str, key: &Key, orphan: bool) -> Outcome {
         let started = Instant::now();
         let api: Api<Work> = Api::namespaced(self.shared.host.clone(), &cluster_namespace(cluster));
-        let name = self.work_name(key);
+        let name = self.ty.work_name(key);
         let result = async {
             if orphan {
                 let patch = json!({"metadata": {"labels": {ORPHAN_LABEL: "true"}}});
@@ -287,7 +265,13 @@ impl Ctl {
                 format!("deleting Work {name} timed out"),
             ),
         };
-        self.record_operation(cluster, "work-delete", &outcome, started.elapsed());
+        record_operation(
+            &self.shared,
+            cluster,
+            "work-delete",
+            &outcome,
+            started.elapsed(),
+        );
         outcome
     }
 
@@ -299,7 +283,7 @@ impl Ctl {
             .clusters
             .snapshot()
             .into_iter()
-            .filter(|c| c.pull && self.work(&c.name, key).is_some())
+            .filter(|c| c.pull && self.host.work(&c.name, &self.ty.work_name(key)).is_some())
             .map(|c| c.name)
             .collect();
         let mut ok = true;

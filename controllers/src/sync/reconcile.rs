@@ -21,14 +21,15 @@ use super::{
     Key,
     action::{Action, Error},
     ctl::Ctl,
-    deletion::{has_finalizer, no_client},
-    dispatch::{MemberOp, MemberRef},
+    deletion::no_client,
+    dispatch::{MemberOp, MemberRef, run_on_member},
     drift::{self, DriftContext, DriftRound},
+    finalizer::{self, has_finalizer},
     plan::{self, DesiredFor, DesiredSet, Observed, Op, Outcome, pipeline},
     rollout::{Members, RolloutRound},
     scheduled::{self, Scheduling},
     status::StatusUpdate,
-    twins::TwinCheck,
+    twins::{self, TwinCheck},
 };
 use crate::multicluster::ClusterState;
 
@@ -55,19 +56,37 @@ struct Round {
 /// are not registered are reported (unless placement itself failed).
 struct Unsettled<'a> {
     previous: &'a FederatedStatus,
-    registered: &'a BTreeSet<String>,
+    registered: BTreeSet<String>,
     unregistered: Option<Vec<String>>,
     namespace: &'a str,
 }
 
-impl Unsettled<'_> {
+impl<'a> Unsettled<'a> {
+    /// `placement`: the placement whose unregistered clusters are reported (`None` when
+    /// placement itself failed).
+    fn new(
+        previous: &'a FederatedStatus,
+        snapshot: &[ClusterState],
+        placement: Option<&flotilla_crds::federated::Placement>,
+        namespace: &'a str,
+    ) -> Self {
+        let registered: BTreeSet<String> = snapshot.iter().map(|c| c.name.clone()).collect();
+        let unregistered = placement.map(|p| plan::unregistered_clusters(p, &registered));
+        Unsettled {
+            previous,
+            registered,
+            unregistered,
+            namespace,
+        }
+    }
+
     fn report(self, round: &mut Round, remote: &mut BTreeMap<String, Value>) {
         if !round.waiting.is_empty() {
             plan::status::keep_previous(
                 &mut round.outcomes,
                 remote,
                 self.previous,
-                self.registered,
+                &self.registered,
             );
             plan::status::report_syncing(&mut round.outcomes, &round.waiting);
         }
@@ -93,32 +112,32 @@ struct WriteContext<'a> {
 
 impl Ctl {
     /// Reconciles one key.
-    #[instrument(skip(self), fields(kind = %self.fed_ar.kind))]
+    #[instrument(skip(self), fields(kind = %self.ty.fed_ar.kind))]
     pub(super) async fn reconcile(&self, key: &Key) -> Result<Action, Error> {
-        let Some(fed) = self.federated(key) else {
-            if self.twin(key).is_some() {
+        let Some(fed) = self.host.federated(key) else {
+            if self.host.twin(key).is_some() {
                 // The member objects are the twin's (kubefed's alpha or v1beta1), not strays.
                 return Ok(Action::AwaitChange);
             }
             return self.clean_strays(key).await;
         };
-        if self.is_namespace_type && key.0.as_deref() != Some(key.1.as_str()) {
+        if self.ty.is_namespace_type && key.0.as_deref() != Some(key.1.as_str()) {
             return self.invalid_namespace_name(&fed).await;
         }
         if fed.metadata.deletion_timestamp.is_some() {
-            if self.releases_on_delete(key, &fed) {
+            if twins::releases_on_delete(&self.ty, &fed, self.host.twin(key).as_deref()) {
                 return self.release(&fed).await;
             }
             return self.ensure_deletion(key, &fed).await;
         }
         // A live object of this name again: an older orphaning deletion no longer decides.
-        self.shared.orphans.forget(&self.fed_ar.kind, key);
+        self.shared.orphans.forget(&self.ty.fed_ar.kind, key);
         if !has_finalizer(&fed) {
-            self.add_finalizer(&fed).await?;
+            finalizer::add(&self.shared.host, &self.ty, &fed).await?;
             // Propagation continues on the watch event of the patched object.
             return Ok(Action::AwaitChange);
         }
-        let conflict = match self.check_twin(key, &fed) {
+        let conflict = match twins::check(&self.ty, key, &fed, self.host.twin(key).as_deref()) {
             TwinCheck::Alone => None,
             TwinCheck::Yields(message) => return Ok(self.report_yielding(&fed, message).await),
             TwinCheck::Propagates(message) => Some(message),
@@ -132,7 +151,7 @@ impl Ctl {
     async fn invalid_namespace_name(&self, fed: &DynamicObject) -> Result<Action, Error> {
         if fed.metadata.deletion_timestamp.is_some() {
             if has_finalizer(fed)
-                && let Err(e) = self.remove_finalizer(fed).await
+                && let Err(e) = finalizer::remove(&self.shared.host, &self.ty, fed).await
             {
                 warn!(error = %e, "removing the sync finalizer failed");
                 return Ok(Action::Requeue(INVALID_NAME_RECHECK));
@@ -175,12 +194,15 @@ impl Ctl {
             snapshot: &snapshot,
             observed: &observed,
         };
-        let (desired, rollout) = self.desired(key, fed, &spec, desired, members).await;
+        let mut desired = desired;
+        let rollout = self
+            .progressive(key, fed, &spec, members, &mut desired)
+            .await;
         if generation != previous.observed_generation {
             self.announce_dropped_metadata(fed, &desired).await;
         }
-        let mut remote = self.remote_statuses(&snapshot, &observed);
-        let member_specs = self.member_specs(&snapshot, &observed);
+        let mut remote = remote_statuses(self.ty.collect_status, &snapshot, &observed);
+        let member_specs = member_specs(self.ty.workload.is_some(), &snapshot, &observed);
         let host_ns_uid = match self
             .host_uid_if_removing(key, &snapshot, &observed, &selected)
             .await
@@ -198,18 +220,10 @@ impl Ctl {
             .propagate(&snapshot, observed, &selected, host_ns_uid.as_deref(), &cx)
             .await;
         let backoff = plan::needs_backoff(round.outcomes.values());
-        let registered: BTreeSet<String> = snapshot.iter().map(|c| c.name.clone()).collect();
-        let unregistered = aggregate
-            .is_none()
-            .then(|| plan::unregistered_clusters(&spec.placement, &registered));
-        let unsettled = Unsettled {
-            previous: &previous,
-            registered: &registered,
-            unregistered,
-            namespace: &self.shared.namespace,
-        };
-        unsettled.report(&mut round, &mut remote);
-        let aggregated = self.workload.map(|kind| {
+        let placement = aggregate.is_none().then_some(&spec.placement);
+        Unsettled::new(&previous, &snapshot, placement, &self.shared.namespace)
+            .report(&mut round, &mut remote);
+        let aggregated = self.ty.workload.map(|kind| {
             plan::aggregate::aggregated(kind, &round.outcomes, &member_specs, &desired, &remote)
         });
         let scheduling = Scheduling::of(decision.as_ref(), spec.placement.is_scheduled());
@@ -228,7 +242,7 @@ impl Ctl {
             drift: Some(std::mem::take(&mut round.drift_status)),
         };
         self.write_status(fed, update).await;
-        self.publish_decision(fed, scheduling).await;
+        scheduled::publish(&self.shared.decisions, &self.ty.fed_ar, fed, scheduling).await;
         let announced = self
             .announce_steps(fed, &previous, rollout.as_ref(), decision.as_ref())
             .await;
@@ -255,23 +269,6 @@ impl Ctl {
             recheck = earliest(recheck, scheduled::recheck(d));
         }
         recheck
-    }
-
-    /// The desired objects and, under a progressive rollout (`spec.rollout`), the
-    /// rollout's step: then only the clusters the rollout has reached get the current
-    /// template, the others keep the revision they hold.
-    async fn desired(
-        &self,
-        key: &Key,
-        fed: &DynamicObject,
-        spec: &FederatedSpec,
-        mut desired: DesiredSet,
-        members: Members<'_>,
-    ) -> (DesiredSet, Option<RolloutRound>) {
-        let rollout = self
-            .progressive(key, fed, spec, members, &mut desired)
-            .await;
-        (desired, rollout)
     }
 
     /// A spec that cannot be read: nothing is propagated, the status says why.
@@ -310,8 +307,8 @@ impl Ctl {
         for (cluster, observed) in snapshot.iter().zip(observed) {
             let is_selected = selected.contains(&cluster.name);
             let recent = self.recent.get(&cluster.name, cx.key);
-            let protected =
-                self.is_protected(cx.key) || plan::is_host_namespace(&observed, host_ns_uid);
+            let protected = self.ty.is_protected(cx.key, &self.shared.namespace)
+                || plan::is_host_namespace(&observed, host_ns_uid);
             let (op, recheck) = plan::cluster_op(
                 is_selected,
                 &observed,
@@ -329,14 +326,14 @@ impl Ctl {
                 op
             } else {
                 let (name, desired) = (&cluster.name, cx.desired);
-                self.drift_check(name, op, &observed, desired, &cx.drift, &mut round.drift)
+                drift::check(name, op, &observed, desired, &cx.drift, &mut round.drift)
             };
             jobs.push(self.run_cluster(cluster, is_selected, op, observed, cx));
         }
         round.outcomes = join_all(jobs).await.into_iter().collect();
-        round.drift_status = self
-            .settle_drift(cx.fed, &cx.drift, &round.drift, &round.outcomes, selected)
-            .await;
+        let (found, outcomes) = (&round.drift, &round.outcomes);
+        round.drift_status =
+            drift::settle(&self.shared, cx.fed, &cx.drift, found, outcomes, selected).await;
         round
     }
 
@@ -361,7 +358,7 @@ impl Ctl {
     }
 
     async fn write_context<'a>(
-        &self,
+        &'a self,
         key: &'a Key,
         fed: &'a DynamicObject,
         spec: &FederatedSpec,
@@ -379,12 +376,14 @@ impl Ctl {
                 .annotations()
                 .get(RECREATE_ON_IMMUTABLE_ANNOTATION)
                 .is_some_and(|v| v == "true"),
-            delete_params: self.delete_options(fed),
+            delete_params: super::delete_options::of_object(fed),
             drift: DriftContext {
+                ty: &self.ty,
+                memory: &self.drift_memory,
                 key,
                 policy,
                 retain_replicas: spec.retain_replicas,
-                previous: self.previous_drift(key, fed, previous),
+                previous: drift::previous_drift(&self.written, key, fed, previous),
             },
         }
     }
@@ -439,16 +438,15 @@ impl Ctl {
         let Some(client) = cluster.client.clone() else {
             return (name, no_client());
         };
-        let (m_ns, m_name) = self.member_name(cx.key);
+        let (m_ns, m_name) = self.ty.member_name(cx.key);
         let writes = matches!(member_op, MemberOp::Create { .. } | MemberOp::Update { .. });
         let deletes = matches!(member_op, MemberOp::Delete(_) | MemberOp::Update { .. });
         let target = MemberRef {
             cluster: &name,
-            client,
-            namespace: m_ns,
+            api: self.ty.member_api(client, m_ns),
             name: m_name,
         };
-        let outcome = self.run_on_member(target, member_op).await;
+        let outcome = run_on_member(&self.shared, target, member_op).await;
         if writes && outcome == Outcome::Ok {
             self.recent.remember(&name, cx.key, cx.desired.hash(&name));
         } else if deletes {
@@ -480,42 +478,43 @@ impl Ctl {
             .await;
         }
     }
+}
 
-    /// Each member object's `status`, when status collection is enabled.
-    fn remote_statuses(
-        &self,
-        snapshot: &[ClusterState],
-        observed: &[Observed],
-    ) -> BTreeMap<String, Value> {
-        let mut remote = BTreeMap::new();
-        if !self.collect_status {
-            return remote;
-        }
-        for (c, o) in snapshot.iter().zip(observed) {
-            if let Observed::Present(obj) = o
-                && let Some(st) = obj.get("status").filter(|v| !v.is_null())
-            {
-                remote.insert(c.name.clone(), st.clone());
-            }
-        }
-        remote
+/// Each member object's `status`, when status collection is enabled.
+fn remote_statuses(
+    collect_status: bool,
+    snapshot: &[ClusterState],
+    observed: &[Observed],
+) -> BTreeMap<String, Value> {
+    let mut remote = BTreeMap::new();
+    if !collect_status {
+        return remote;
     }
+    for (c, o) in snapshot.iter().zip(observed) {
+        if let Observed::Present(obj) = o
+            && let Some(st) = obj.get("status").filter(|v| !v.is_null())
+        {
+            remote.insert(c.name.clone(), st.clone());
+        }
+    }
+    remote
+}
 
-    /// Each member object's spec and generation, for workloads whose status is summed.
-    fn member_specs(
-        &self,
-        snapshot: &[ClusterState],
-        observed: &[Observed],
-    ) -> plan::aggregate::MemberSpecs {
-        if self.workload.is_none() {
-            return Default::default();
-        }
-        let present = snapshot.iter().zip(observed).filter_map(|(c, o)| match o {
-            Observed::Present(obj) => Some((c.name.as_str(), obj)),
-            _ => None,
-        });
-        plan::aggregate::member_specs(present)
+/// Each member object's spec and generation, for workloads whose status is summed
+/// (`summed`).
+fn member_specs(
+    summed: bool,
+    snapshot: &[ClusterState],
+    observed: &[Observed],
+) -> plan::aggregate::MemberSpecs {
+    if !summed {
+        return Default::default();
     }
+    let present = snapshot.iter().zip(observed).filter_map(|(c, o)| match o {
+        Observed::Present(obj) => Some((c.name.as_str(), obj)),
+        _ => None,
+    });
+    plan::aggregate::member_specs(present)
 }
 
 fn earliest(a: Option<Duration>, b: Option<Duration>) -> Option<Duration> {

@@ -11,11 +11,14 @@ use flotilla_crds::{
     federated::{FederatedCondition, FederatedStatus},
     schedule::{Decision, ScheduleReason, moves::MoveReason},
 };
-use kube::{core::DynamicObject, runtime::events::EventType};
+use kube::{
+    core::{ApiResource, DynamicObject},
+    runtime::events::EventType,
+};
 
-use crate::decisions::Published;
+use crate::decisions::{Published, Publisher};
 
-use super::{ctl::Ctl, plan::decision::now};
+use super::plan::decision::now;
 
 /// The `Scheduled` condition's type.
 pub const SCHEDULED: &str = "Scheduled";
@@ -76,20 +79,20 @@ impl SchedulingEvent {
     }
 }
 
-impl Ctl {
-    /// Publishes the decision as PlacementDecisions (none when the object is not scheduled;
-    /// unchanged when no decision could be made this time).
-    pub(super) async fn publish_decision(&self, fed: &DynamicObject, scheduling: Scheduling<'_>) {
-        let published = match scheduling {
-            Scheduling::Off => Published::None,
-            Scheduling::Decided(d) => Published::Decided(&d.status),
-            Scheduling::Keep => Published::Keep,
-        };
-        self.shared
-            .decisions
-            .publish(&self.fed_ar, fed, published)
-            .await;
-    }
+/// Publishes the decision as PlacementDecisions (none when the object is not scheduled;
+/// unchanged when no decision could be made this time); `fed_ar`: `fed`'s API.
+pub(super) async fn publish(
+    decisions: &Publisher,
+    fed_ar: &ApiResource,
+    fed: &DynamicObject,
+    scheduling: Scheduling<'_>,
+) {
+    let published = match scheduling {
+        Scheduling::Off => Published::None,
+        Scheduling::Decided(d) => Published::Decided(&d.status),
+        Scheduling::Keep => Published::Keep,
+    };
+    decisions.publish(fed_ar, fed, published).await;
 }
 
 /// How long until the decision must be made again, if ever.

@@ -61,7 +61,7 @@ impl Ctl {
         scheduled::apply(&mut status, &update.scheduling, previous, &now);
         super::rollout::apply(&mut status, update.rollout, previous, &now);
         status.drift = update.drift.unwrap_or_else(|| previous.drift.clone());
-        self.pruned.strip(&mut status);
+        self.ty.pruned.strip(&mut status);
         if &status == previous {
             return;
         }
@@ -79,7 +79,9 @@ impl Ctl {
                 map.entry(k).or_insert(Value::Null);
             }
         }
-        let api = self.host_api(fed.metadata.namespace.as_deref());
+        let api = self
+            .ty
+            .host_api(self.shared.host.clone(), fed.metadata.namespace.as_deref());
         let patch = json!({ "status": value });
         self.written.forget(&key);
         if let Err(e) = api
@@ -97,11 +99,11 @@ impl Ctl {
         }
         self.written.remember(key, base, status.clone());
         let m = &self.shared.metrics.sync;
-        m.status_writes.get_or_create(&self.kind_labels()).inc();
+        m.status_writes.get_or_create(&self.ty.kind_labels()).inc();
         for reason in plan::new_failures(previous, &status) {
             m.failures
                 .get_or_create(&FailureLabels {
-                    kind: self.fed_ar.kind.clone(),
+                    kind: self.ty.fed_ar.kind.clone(),
                     reason: reason.as_str(),
                 })
                 .inc();
@@ -137,7 +139,7 @@ impl Ctl {
     ) {
         crate::events::publish(
             &self.shared.recorder,
-            &fed.object_ref(&self.fed_ar),
+            &fed.object_ref(&self.ty.fed_ar),
             type_,
             reason,
             "Propagate",

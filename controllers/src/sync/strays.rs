@@ -10,7 +10,8 @@ use super::{
     Key,
     action::{Action, Error},
     ctl::Ctl,
-    dispatch::{MemberOp, MemberRef},
+    dispatch::{MemberOp, MemberRef, run_on_member},
+    observe,
     orphans::{StrayOp, stray_op},
     plan::Outcome,
 };
@@ -18,15 +19,15 @@ use super::{
 impl Ctl {
     /// No federated object for the key: clean up any managed member object of that name.
     pub(super) async fn clean_strays(&self, key: &Key) -> Result<Action, Error> {
-        let (m_ns, m_name) = self.member_name(key);
+        let (m_ns, m_name) = self.ty.member_name(key);
         let clusters: Vec<_> = self
             .shared
             .clusters
             .ready()
             .into_iter()
-            .filter(|c| self.holds_managed(&c.name, key))
+            .filter(|c| observe::holds_managed(&self.members, &self.ty, &c.name, key))
             .collect();
-        let keep = self.is_protected(key);
+        let keep = self.ty.is_protected(key, &self.shared.namespace);
         let works_ok = self.clean_stray_works(key, keep).await;
         if clusters.is_empty() {
             return Ok(if works_ok {
@@ -36,7 +37,7 @@ impl Ctl {
             });
         }
         let host_ns_uid = self.host_namespace_uid(key).await?;
-        let kind = &self.fed_ar.kind;
+        let kind = &self.ty.fed_ar.kind;
         let jobs = clusters.into_iter().map(|c| {
             let host_uid = host_ns_uid.as_deref();
             let orphaned = self.shared.orphans.is_orphaned(kind, key, &c.name);
@@ -44,11 +45,11 @@ impl Ctl {
             async move {
                 let target = MemberRef {
                     cluster: &c.name,
-                    client: c.client.clone(),
-                    namespace: m_ns,
+                    api: self.ty.member_api(c.client.clone(), m_ns),
                     name: m_name,
                 };
-                let outcome = self.run_on_member(target, MemberOp::CleanStray { keep, host_uid }).await;
+                let op = MemberOp::CleanStray { keep, host_uid };
+                let outcome = run_on_member(&self.shared, target, op).await;
                 if let Outcome::Status(reason, msg) = &outcome {
                     warn!(cluster = %c.name, object = ?key, %reason, msg, "cleaning up a stray member object failed");
                     return false;

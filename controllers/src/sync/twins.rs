@@ -19,7 +19,7 @@ use kube::{
     core::{ApiResource, DynamicObject},
     runtime::{
         events::EventType,
-        reflector::{self, ObjectRef, Store},
+        reflector::{self, Store},
     },
 };
 use tracing::info;
@@ -27,10 +27,13 @@ use tracing::info;
 use super::{
     Key,
     action::{Action, Error},
-    ctl::{Ctl, TwinApi},
+    ctl::Ctl,
+    finalizer,
+    host::ApiStore,
     key_of,
     scheduled::Scheduling,
     status::StatusUpdate,
+    type_info::TypeInfo,
 };
 use crate::{
     watch::{Change, reflect},
@@ -58,8 +61,8 @@ impl AlphaWiring {
         }
     }
 
-    pub fn twin_api(&self) -> Option<TwinApi> {
-        self.twin.as_ref().map(|(ar, w)| TwinApi {
+    pub fn twin_api(&self) -> Option<ApiStore> {
+        self.twin.as_ref().map(|(ar, w)| ApiStore {
             ar: ar.clone(),
             store: w.as_reader(),
         })
@@ -119,83 +122,63 @@ fn created(obj: &DynamicObject) -> Option<String> {
         .and_then(|v| v.as_str().map(str::to_string))
 }
 
+/// Whether `fed` (of `ty`'s API) and its twin `other` conflict, and which propagates.
+pub(super) fn check(
+    ty: &TypeInfo,
+    key: &Key,
+    fed: &DynamicObject,
+    other: Option<&DynamicObject>,
+) -> TwinCheck {
+    let Some(other) = other else {
+        return TwinCheck::Alone;
+    };
+    let (own_created, other_created) = (created(fed), created(other));
+    let own = Twin {
+        created: own_created.as_deref(),
+        ..twin_of(ty.api(), fed)
+    };
+    let other = Twin {
+        created: other_created.as_deref(),
+        ..twin_of(ty.other_api(), other)
+    };
+    let name = match &key.0 {
+        Some(ns) => format!("{ns}/{}", key.1),
+        None => key.1.clone(),
+    };
+    let message = alpha::conflict_message(&own, &other, &ty.fed_ar.kind, &name);
+    match alpha::role(&own, &other) {
+        Role::Propagates => TwinCheck::Propagates(message),
+        Role::Yields => TwinCheck::Yields(message),
+    }
+}
+
+/// Deleting `fed` beside its twin `other`: whether the member objects stay for it.
+pub(super) fn releases_on_delete(
+    ty: &TypeInfo,
+    fed: &DynamicObject,
+    other: Option<&DynamicObject>,
+) -> bool {
+    let (own_created, other_created) = (created(fed), other.and_then(created));
+    let own = Twin {
+        created: own_created.as_deref(),
+        ..twin_of(ty.api(), fed)
+    };
+    let other = other.map(|o| Twin {
+        created: other_created.as_deref(),
+        ..twin_of(ty.other_api(), o)
+    });
+    alpha::on_delete(&own, other.as_ref()) == OnDelete::Release
+}
+
 impl Ctl {
-    /// The API this controller serves.
-    pub(super) fn api(&self) -> FederatedApi {
-        FederatedApi::of(&flotilla_crds::core::ApiResource {
-            group: self.fed_ar.group.clone(),
-            version: self.fed_ar.version.clone(),
-            kind: self.fed_ar.kind.clone(),
-            plural_name: self.fed_ar.plural.clone(),
-            scope: flotilla_crds::core::Scope::Namespaced,
-        })
-    }
-
-    /// The other API's object of the same key, if that API is served and it exists.
-    pub(super) fn twin(&self, key: &Key) -> Option<Arc<DynamicObject>> {
-        let twin = self.twin.as_ref()?;
-        let mut obj_ref = ObjectRef::<DynamicObject>::new_with(&key.1, twin.ar.clone());
-        if let Some(ns) = &key.0 {
-            obj_ref = obj_ref.within(ns);
-        }
-        twin.store.get(&obj_ref)
-    }
-
-    fn other_api(&self) -> FederatedApi {
-        match self.api() {
-            FederatedApi::V1beta1 => FederatedApi::V1alpha1,
-            FederatedApi::V1alpha1 => FederatedApi::V1beta1,
-        }
-    }
-
-    /// Whether this object and its twin conflict, and which propagates.
-    pub(super) fn check_twin(&self, key: &Key, fed: &DynamicObject) -> TwinCheck {
-        let Some(other) = self.twin(key) else {
-            return TwinCheck::Alone;
-        };
-        let (own_created, other_created) = (created(fed), created(&other));
-        let own = Twin {
-            created: own_created.as_deref(),
-            ..twin_of(self.api(), fed)
-        };
-        let other = Twin {
-            created: other_created.as_deref(),
-            ..twin_of(self.other_api(), &other)
-        };
-        let name = match &key.0 {
-            Some(ns) => format!("{ns}/{}", key.1),
-            None => key.1.clone(),
-        };
-        let message = alpha::conflict_message(&own, &other, &self.fed_ar.kind, &name);
-        match alpha::role(&own, &other) {
-            Role::Propagates => TwinCheck::Propagates(message),
-            Role::Yields => TwinCheck::Yields(message),
-        }
-    }
-
-    /// Deleting with a twin: whether the member objects stay for it.
-    pub(super) fn releases_on_delete(&self, key: &Key, fed: &DynamicObject) -> bool {
-        let other = self.twin(key);
-        let (own_created, other_created) = (created(fed), other.as_deref().and_then(created));
-        let own = Twin {
-            created: own_created.as_deref(),
-            ..twin_of(self.api(), fed)
-        };
-        let other = other.as_deref().map(|o| Twin {
-            created: other_created.as_deref(),
-            ..twin_of(self.other_api(), o)
-        });
-        alpha::on_delete(&own, other.as_ref()) == OnDelete::Release
-    }
-
     /// Deleting while the twin stays (or yielded): only the finalizer goes.
     pub(super) async fn release(&self, fed: &DynamicObject) -> Result<Action, Error> {
-        if super::deletion::has_finalizer(fed) {
-            self.remove_finalizer(fed).await?;
-            info!(name = %fed.name_any(), api = self.api().as_str(), "deleted beside its twin; member objects left to the twin");
+        if finalizer::has_finalizer(fed) {
+            finalizer::remove(&self.shared.host, &self.ty, fed).await?;
+            info!(name = %fed.name_any(), api = self.ty.api().as_str(), "deleted beside its twin; member objects left to the twin");
             let note = format!(
                 "deleted while its {} twin exists: the member objects are left to it",
-                self.other_api().as_str()
+                self.ty.other_api().as_str()
             );
             self.event(fed, EventType::Normal, "HandedOver", note).await;
         }
@@ -253,4 +236,52 @@ async fn watch_twin(
         Change::Synced => {}
     })
     .await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use flotilla_crds::core::Scope;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+
+    fn object(created: &str) -> DynamicObject {
+        let mut o = DynamicObject::new(
+            "web",
+            &ApiResource::erase::<k8s_openapi::api::core::v1::ConfigMap>(&()),
+        )
+        .within("demo");
+        let at: k8s_openapi::jiff::Timestamp = created.parse().expect("a time");
+        o.metadata.creation_timestamp = Some(Time(at));
+        o
+    }
+
+    #[test]
+    fn the_older_twin_propagates_and_the_younger_yields() {
+        let ty = super::super::type_info::info("apps", "Deployment", Scope::Namespaced);
+        let key = (Some("demo".to_string()), "web".to_string());
+        let (old, new) = (
+            object("2026-01-01T00:00:00Z"),
+            object("2026-01-02T00:00:00Z"),
+        );
+        assert!(matches!(check(&ty, &key, &old, None), TwinCheck::Alone));
+        assert!(matches!(
+            check(&ty, &key, &old, Some(&new)),
+            TwinCheck::Propagates(_)
+        ));
+        assert!(matches!(
+            check(&ty, &key, &new, Some(&old)),
+            TwinCheck::Yields(_)
+        ));
+    }
+
+    #[test]
+    fn deleting_beside_a_live_twin_releases_and_deleting_alone_cascades() {
+        let ty = super::super::type_info::info("apps", "Deployment", Scope::Namespaced);
+        let (own, other) = (
+            object("2026-01-01T00:00:00Z"),
+            object("2026-01-02T00:00:00Z"),
+        );
+        assert!(!releases_on_delete(&ty, &own, None));
+        assert!(releases_on_delete(&ty, &own, Some(&other)));
+    }
 }

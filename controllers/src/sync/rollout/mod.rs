@@ -102,7 +102,7 @@ impl Ctl {
             // arrives; the rollout itself goes on.
             warn!(error = %e, "storing the rollout revision failed");
         }
-        let inputs = cluster_inputs(self.workload, &members, desired);
+        let inputs = cluster_inputs(self.ty.workload, &members, desired);
         let clusters: Vec<ClusterInput<'_>> = inputs.iter().map(|i| i.as_input()).collect();
         let plan = plan(&Input {
             spec: rollout,
@@ -210,7 +210,7 @@ impl Ctl {
             ..spec.clone()
         };
         let set = sync_plan::desired_objects(
-            &self.target_type_api(),
+            &self.ty.target_type_api(),
             &key.1,
             key.0.as_deref(),
             &old,

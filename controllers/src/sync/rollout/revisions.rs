@@ -6,12 +6,9 @@
 
 use std::{collections::HashMap, sync::Mutex};
 
-use k8s_openapi::{
-    api::apps::v1::ControllerRevision,
-    apimachinery::pkg::{apis::meta::v1::OwnerReference, runtime::RawExtension},
-};
+use k8s_openapi::{api::apps::v1::ControllerRevision, apimachinery::pkg::runtime::RawExtension};
 use kube::{
-    Api, Resource, ResourceExt,
+    Api, ResourceExt,
     api::{DeleteParams, ObjectMeta, PostParams, Preconditions},
     core::DynamicObject,
 };
@@ -70,7 +67,7 @@ impl Ctl {
             .0
             .clone()
             .unwrap_or_else(|| self.shared.namespace.clone());
-        let kind = self.fed_ar.kind.to_lowercase();
+        let kind = self.ty.fed_ar.kind.to_lowercase();
         // A DNS subdomain of at most 253 characters.
         let room = 253usize.saturating_sub(kind.len() + hash.len() + 2);
         let name: String = key.1.chars().take(room).collect();
@@ -123,12 +120,12 @@ impl Ctl {
                     namespace: Some(at.0.clone()),
                     labels: Some(
                         [
-                            (KIND_LABEL.to_string(), self.fed_ar.kind.to_lowercase()),
+                            (KIND_LABEL.to_string(), self.ty.fed_ar.kind.to_lowercase()),
                             (NAME_LABEL.to_string(), key.1.clone()),
                         ]
                         .into(),
                     ),
-                    owner_references: Some(vec![self.owner(fed)]),
+                    owner_references: Some(vec![self.ty.owner(fed)]),
                     ..ObjectMeta::default()
                 },
                 data: Some(RawExtension(content.clone())),
@@ -166,22 +163,12 @@ impl Ctl {
             .put(at, content.clone(), String::new());
         Ok(Some(content))
     }
-
-    fn owner(&self, fed: &DynamicObject) -> OwnerReference {
-        OwnerReference {
-            api_version: DynamicObject::api_version(&self.fed_ar).to_string(),
-            kind: self.fed_ar.kind.clone(),
-            name: fed.name_any(),
-            uid: fed.uid().unwrap_or_default(),
-            controller: Some(true),
-            block_owner_deletion: None,
-        }
-    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 
     fn revision(owners: &[&str]) -> ControllerRevision {
         ControllerRevision {

@@ -1,0 +1,133 @@
+//! The host-side caches one sync controller reads: its federated objects, the twin API's
+//! (kubefed's alpha or v1beta1, when both are served), the FederatedNamespaces that place
+//! namespaced objects, and this type's Works (Pull clusters' inventory). Lookups only:
+//! the reflectors feeding these stores are wired in [`super`], writes happen elsewhere.
+
+use std::sync::Arc;
+
+use flotilla_crds::{
+    federated::FederatedSpec,
+    work::{WORK_SOURCE_NAME, WORK_SOURCE_NAMESPACE, Work, cluster_namespace},
+};
+use flotilla_multicluster::gate::store_ready;
+use futures::FutureExt;
+use kube::{
+    ResourceExt,
+    core::{ApiResource, DynamicObject},
+    runtime::reflector::{ObjectRef, Store},
+};
+
+use super::{
+    Key, federated_namespace_alpha_ar, federated_namespace_ar, key_of,
+    plan::pipeline::NamespacePlacement,
+};
+
+/// The objects of one federated API in the host.
+pub(super) struct ApiStore {
+    pub ar: ApiResource,
+    pub store: Store<DynamicObject>,
+}
+
+impl ApiStore {
+    /// The object of a key, if cached.
+    pub fn get(&self, key: &Key) -> Option<Arc<DynamicObject>> {
+        let mut obj_ref = ObjectRef::<DynamicObject>::new_with(&key.1, self.ar.clone());
+        if let Some(ns) = &key.0 {
+            obj_ref = obj_ref.within(ns);
+        }
+        self.store.get(&obj_ref)
+    }
+}
+
+/// What one sync controller reads in the host.
+pub(super) struct HostCaches {
+    /// The federated objects reconciled.
+    pub federated: ApiStore,
+    /// The same type in the other federated API (kubefed's alpha and v1beta1), when both
+    /// are served (see the `twins` module).
+    pub twin: Option<ApiStore>,
+    /// FederatedNamespaces (v1beta1).
+    pub fns: Store<DynamicObject>,
+    /// kubefed's alpha FederatedNamespaces, when the alpha API is served: an alpha
+    /// namespace places objects of either API, as a v1beta1 one does.
+    pub fns_alpha: Option<Store<DynamicObject>>,
+    /// This type's Works in the host (Pull clusters' inventory).
+    pub works: Store<Work>,
+}
+
+impl HostCaches {
+    /// The federated object of a key in the host cache.
+    pub fn federated(&self, key: &Key) -> Option<Arc<DynamicObject>> {
+        self.federated.get(key)
+    }
+
+    /// The other API's object of the same key, if that API is served and it exists.
+    pub fn twin(&self, key: &Key) -> Option<Arc<DynamicObject>> {
+        self.twin.as_ref()?.get(key)
+    }
+
+    /// Every cached federated object's key.
+    pub fn federated_keys(&self) -> impl Iterator<Item = Key> {
+        self.federated.store.state().into_iter().map(|o| key_of(&o))
+    }
+
+    /// The namespace placement of an object of `key` ([`NamespacePlacement::of`]), from
+    /// the FederatedNamespace cache; `needed`: whether the type is placed by namespace.
+    pub fn namespace_placement(&self, key: &Key, needed: bool, scope: &str) -> NamespacePlacement {
+        // kubefed's alpha FederatedNamespace places objects too, as a v1beta1 one does.
+        let fns = key.0.as_ref().and_then(|ns| {
+            let fns_ref =
+                ObjectRef::<DynamicObject>::new_with(ns, federated_namespace_ar()).within(ns);
+            let alpha_fns = || {
+                let store = self.fns_alpha.as_ref()?;
+                let ar = federated_namespace_alpha_ar()?;
+                store.get(&ObjectRef::<DynamicObject>::new_with(ns, ar).within(ns))
+            };
+            self.fns.get(&fns_ref).or_else(alpha_fns)
+        });
+        let fns = fns.map(|o| FederatedSpec::from_dynamic(&o).map_err(|e| e.to_string()));
+        NamespacePlacement::of(needed, scope, key.0.as_deref(), fns)
+    }
+
+    /// The cached Work named `name` in a Pull cluster's namespace.
+    pub fn work(&self, cluster: &str, name: &str) -> Option<Arc<Work>> {
+        let r = ObjectRef::<Work>::new(name).within(&cluster_namespace(cluster));
+        self.works.get(&r)
+    }
+
+    /// Whether the Work cache has listed once.
+    pub fn works_synced(&self) -> bool {
+        matches!(self.works.wait_until_ready().now_or_never(), Some(Ok(())))
+    }
+
+    /// Every federated key some Work of this type renders (stray detection).
+    pub fn work_keys(&self) -> Vec<Key> {
+        self.works
+            .state()
+            .iter()
+            .filter_map(|w| source_key(w))
+            .collect()
+    }
+
+    /// Whether every cache placement and deletion read is complete (see
+    /// [`super::ready`]); `fns_needed`: whether the FederatedNamespace cache is read.
+    pub async fn ready(&self, fns_needed: bool) -> bool {
+        store_ready(&self.federated.store).await
+            && match &self.twin {
+                Some(t) => store_ready(&t.store).await,
+                None => true,
+            }
+            && (!fns_needed || store_ready(&self.fns).await)
+            && match &self.fns_alpha {
+                Some(store) => store_ready(store).await,
+                None => true,
+            }
+    }
+}
+
+/// The federated object a Work renders, from its annotations.
+pub(super) fn source_key(work: &Work) -> Option<Key> {
+    let ann = work.annotations();
+    let name = ann.get(WORK_SOURCE_NAME)?.clone();
+    Some((ann.get(WORK_SOURCE_NAMESPACE).cloned(), name))
+}
