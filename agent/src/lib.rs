@@ -12,6 +12,7 @@
 
 pub mod apply;
 pub mod cache;
+pub mod drift;
 pub mod lease;
 pub mod plan;
 pub mod records;
@@ -79,6 +80,8 @@ impl AgentOptions {
 }
 
 struct State {
+    /// The member cluster's name.
+    cluster: String,
     namespace: String,
     works: Store<Work>,
     works_api: Api<Work>,
@@ -122,6 +125,7 @@ impl Agent {
             orphaned: Mutex::default(),
             queue: queue.clone(),
             namespace: namespace.clone(),
+            cluster: opts.cluster.clone(),
         });
         info!(cluster = %opts.cluster, %namespace, "agent started");
         let identity = format!("{}-agent", opts.cluster);

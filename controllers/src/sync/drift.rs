@@ -145,6 +145,8 @@ pub(super) struct DriftRound {
     pub members: BTreeMap<String, ObjectReference>,
     /// Their resourceVersions, per cluster.
     pub versions: BTreeMap<String, String>,
+    /// Entries Pull clusters' agents reported, with the member object they are about.
+    pub reported: BTreeMap<String, (ClusterDrift, ObjectReference)>,
 }
 
 /// What the per-cluster check needs of the federated object.
@@ -334,10 +336,11 @@ impl Ctl {
             }
             found.insert(cluster.clone(), entry);
         }
+        self.settle_reported(fed, cx, round, &mut found).await;
         flotilla_crds::drift::merge(&cx.previous, &found, &round.checked, selected)
     }
 
-    async fn announce_drift(
+    pub(super) async fn announce_drift(
         &self,
         fed: &DynamicObject,
         entry: &ClusterDrift,

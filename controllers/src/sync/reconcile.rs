@@ -326,6 +326,7 @@ impl Ctl {
                 continue;
             }
             let op = if cluster.pull {
+                self.pull_drift(&cluster.name, cx.key, &mut round.drift);
                 op
             } else {
                 let (name, desired) = (&cluster.name, cx.desired);
@@ -405,7 +406,10 @@ impl Ctl {
         };
         if cluster.pull {
             let writes = matches!(op, Op::Create | Op::Update);
-            let outcome = self.run_pull(&name, selected, op, cx.key, object).await;
+            let policy = &cx.drift.policy;
+            let outcome = self
+                .run_pull(&name, selected, op, cx.key, object, policy)
+                .await;
             if writes && outcome == Outcome::Ok {
                 self.recent.remember(&name, cx.key, cx.desired.hash(&name));
             }
