@@ -13,7 +13,7 @@ use flotilla_agent::{Agent, AgentOptions};
 use flotilla_controllers::manager::ControlPlane;
 use flotilla_crds::{
     DEFAULT_NAMESPACE, KubeFedCluster, crdgen,
-    drift::{ClusterDrift, POLICY_ANNOTATION},
+    drift::{ClusterDrift, IGNORE_ANNOTATION, POLICY_ANNOTATION},
     federated::FederatedStatus,
 };
 use flotilla_tests::{
@@ -302,6 +302,101 @@ async fn drift_in_a_pull_member_is_repaired_or_reported_and_named_as_in_a_push_m
     })
     .await?;
     r.wait_propagated().await?;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn in_a_pull_member_an_ignored_field_is_left_alone_and_a_fight_stops_the_repairs()
+-> anyhow::Result<()> {
+    const NS: &str = "pull-fight";
+    let p = parity(NS, false).await?;
+    let (host, pull) = (&p.fed.host, &p.fed.pull);
+    let ignoring = FederatedObject::deployment(NS, "hpa", 2, "nginx:1")
+        .on_clusters(&[PULL])
+        .annotate(POLICY_ANNOTATION, "Ignore")
+        .annotate(IGNORE_ANNOTATION, "spec.replicas");
+    let ignored = ignoring.apply(host).await?;
+    let fought = FederatedObject::deployment(NS, "web", 2, "nginx:1").on_clusters(&[PULL]);
+    let web = fought.apply(host).await?;
+    ignored.wait_propagated().await?;
+    web.wait_propagated().await?;
+
+    // Another controller owns replicas of `hpa`; an edit of its image is still repaired,
+    // and that repair keeps the other controller's replicas.
+    write_as(pull, NS, "hpa", "autoscaler", scale_to(6)).await?;
+    let image = json!({"spec": {"template": {"spec": {"containers": [
+        {"name": "hpa", "image": "nginx:3"}]}}}});
+    write_as(pull, NS, "hpa", "kubectl-edit", image).await?;
+    let d = wait_drift(&ignored, "the edit repaired", |d| {
+        ensure!(d.state == "Repaired", "{d:?}");
+        Ok(())
+    })
+    .await?;
+    assert_eq!(paths(&d), ["spec.template.spec.containers[0].image"]);
+    assert_eq!(managers(&d), ["kubectl-edit"]);
+    wait_for(T, "image repaired", || async {
+        let dep = deployments(pull, NS).get("hpa").await?;
+        ensure!(
+            first_image(&dep) == Some("nginx:1"),
+            "{:?}",
+            first_image(&dep)
+        );
+        Ok(())
+    })
+    .await?;
+    let dep = deployments(pull, NS).get("hpa").await?;
+    assert_eq!(
+        replicas(&dep),
+        Some(6),
+        "the ignored field keeps its writer's value"
+    );
+    let events = events_about(host, NS, "hpa", "DriftRepaired").await?;
+    assert!(
+        events
+            .iter()
+            .filter_map(|e| e.note.as_deref())
+            .all(|n| !n.contains("replicas") && !n.contains("autoscaler")),
+        "{events:?}"
+    );
+
+    // A writer that undoes every repair of `web`: a fight, then the repairs stop.
+    let writer_client = pull.clone();
+    let writer = tokio::spawn(async move {
+        loop {
+            let _ = write_as(&writer_client, NS, "web", "autoscaler", scale_to(7)).await;
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
+    });
+    let fight = wait_drift(&web, "a fight", |d| {
+        ensure!(d.state == "Fight", "{d:?}");
+        Ok(())
+    })
+    .await;
+    writer.abort();
+    let d = fight?;
+    assert_eq!(paths(&d), ["spec.replicas"]);
+    assert_eq!(managers(&d), ["autoscaler"]);
+    web.wait_cluster_reasons(&[(PULL, "DriftFight")]).await?;
+    wait_event(
+        host,
+        NS,
+        "web",
+        "DriftFight",
+        &[PULL, "spec.replicas", "autoscaler"],
+    )
+    .await?;
+    let api = deployments(pull, NS);
+    let before = api.get("web").await?;
+    assert_eq!(replicas(&before), Some(7));
+    for _ in 0..3 {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        write_as(pull, NS, "web", "autoscaler", scale_to(7)).await?;
+    }
+    let after = api.get("web").await?;
+    assert_eq!(
+        after.metadata.generation, before.metadata.generation,
+        "no repair in between"
+    );
     Ok(())
 }
 
