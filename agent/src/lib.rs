@@ -1,7 +1,8 @@
 //! `flotilla agent`: runs inside a Pull member cluster. It watches the Works in its
 //! cluster's namespace of the host (`flotilla-cluster-<name>`, the only namespace its host
 //! credential can read), makes the member match them — server-side apply with field
-//! manager `flotilla-agent`, drift repaired on every resync — prunes what it applied
+//! manager `flotilla-agent`, drift handled on the watch event as the federated object's
+//! policy says and reported with its writers ([`drift`]) — prunes what it applied
 //! earlier and no longer should (recorded in an AppliedWork per Work in the member, so a
 //! restart forgets nothing and nothing it did not create is ever touched), reports per
 //! manifest in the Work's status, and renews a heartbeat Lease.
