@@ -24,9 +24,11 @@ use serde_json::{Value, json};
 use tracing::info;
 
 use super::cache::{Cached, ObjectCache, object_id};
+use super::drift;
 use super::plan::{
     ManifestOp, ManifestResult, cacheable, check_manifest, decide, manifest_hash, may_prune,
 };
+use flotilla_crds::drift::DriftState;
 use flotilla_crds::member::PROTECTED_NAMESPACES;
 
 /// A kind the member serves: its resource and whether it is namespaced.
@@ -44,6 +46,7 @@ pub struct Member {
     /// Namespaces never deleted (the agent's own, besides the system ones).
     own_namespace: String,
     cache: Arc<ObjectCache>,
+    drift: Arc<drift::Memory>,
 }
 
 /// What one manifest came to.
@@ -65,6 +68,7 @@ impl Member {
             kinds: Arc::default(),
             own_namespace: own_namespace.to_owned(),
             cache,
+            drift: Arc::default(),
         }
     }
 
@@ -112,6 +116,7 @@ impl Member {
         ordinal: usize,
         manifest: &Value,
         collect_status: bool,
+        cx: &drift::Context<'_>,
     ) -> Applied {
         let mut identifier = identify(ordinal, manifest);
         let mut result = ManifestResult {
@@ -120,6 +125,7 @@ impl Member {
             hash: manifest_hash(manifest).map(str::to_owned),
             generation: None,
             status: None,
+            drift: cx.previous.cloned(),
         };
         let failed = |mut result: ManifestResult, reason, msg| {
             result.result = Err((reason, msg));
@@ -144,21 +150,12 @@ impl Member {
             Ok(read) => read,
             Err(msg) => return failed(result, ClusterReason::RetrievalFailed, msg),
         };
-        let current = match decide(manifest, live.as_ref()) {
-            ManifestOp::Nothing => live,
-            ManifestOp::Refuse(reason, msg) => return failed(result, reason, msg),
-            ManifestOp::Apply => match self.write(&resolved, &id, manifest).await {
-                Ok(obj) => Some(obj),
-                Err(msg) => {
-                    let reason = if live.is_some() {
-                        ClusterReason::UpdateFailed
-                    } else {
-                        ClusterReason::CreationFailed
-                    };
-                    result.result = Err((reason, msg));
-                    live
-                }
-            },
+        let current = match self
+            .make_true(&resolved, &id, manifest, live, cx, &mut result)
+            .await
+        {
+            Ok(current) => current,
+            Err((reason, msg)) => return failed(result, reason, msg),
         };
         if current.is_some() {
             self.cache.own(id, work);
@@ -183,6 +180,68 @@ impl Member {
         }
     }
 
+    /// Decides on one manifest given the live member object (drift included) and writes
+    /// it when needed: the member object afterwards, or why it is left alone. A failed
+    /// write is reported in `result` and the live object kept; the drift entry is set.
+    async fn make_true(
+        &self,
+        resolved: &Resolved,
+        id: &super::cache::ObjectId,
+        manifest: &Value,
+        live: Option<Value>,
+        cx: &drift::Context<'_>,
+        result: &mut ManifestResult,
+    ) -> Result<Option<Value>, (ClusterReason, String)> {
+        let version = live
+            .as_ref()
+            .and_then(|l| l.pointer("/metadata/resourceVersion"))
+            .and_then(Value::as_str)
+            .map(str::to_owned);
+        let now = k8s_openapi::jiff::Timestamp::now();
+        let judged = drift::judge(
+            decide(manifest, live.as_ref()),
+            manifest,
+            live.as_ref(),
+            self.drift.awaits_repair(id, version.as_deref()),
+            &self.drift.history(id),
+            cx,
+            now.as_second(),
+        );
+        let current = match judged.op {
+            ManifestOp::Nothing => live,
+            ManifestOp::Refuse(reason, msg) => return Err((reason, msg)),
+            ManifestOp::Apply => {
+                // Fields the policy leaves to another writer keep the member's values.
+                let body = match &live {
+                    Some(l) => cx.policy.keep_ignored(manifest.clone(), l),
+                    None => manifest.clone(),
+                };
+                match self.write(resolved, id, &body).await {
+                    Ok(obj) => Some(obj),
+                    Err(msg) => {
+                        let reason = if live.is_some() {
+                            ClusterReason::UpdateFailed
+                        } else {
+                            ClusterReason::CreationFailed
+                        };
+                        result.result = Err((reason, msg));
+                        live
+                    }
+                }
+            }
+        };
+        let repaired = judged.op == ManifestOp::Apply && result.result.is_ok();
+        if let Some(f) = &judged.finding
+            && f.state == DriftState::Repaired
+            && repaired
+        {
+            self.drift
+                .repaired(id, f, version.as_deref(), now.as_second());
+        }
+        result.drift = drift::entry(judged.finding.as_ref(), repaired, cx, &now.to_string());
+        Ok(current)
+    }
+
     /// The member object of a manifest: from the kind's watch cache once it is complete
     /// (starting the watch on first use), live before that or for an unlabelled manifest.
     async fn read(
@@ -202,7 +261,12 @@ impl Member {
         let api = self.api(resolved, &id.2);
         match api.get_opt(&id.3).await {
             Ok(live) => Ok((
-                live.map(|o| serde_json::to_value(o).unwrap_or(Value::Null)),
+                live.map(|mut o| {
+                    // As the watch caches keep it: the digest, not the whole list.
+                    drift::keep_digest(&mut o);
+                    o.metadata.managed_fields = None;
+                    serde_json::to_value(o).unwrap_or(Value::Null)
+                }),
                 false,
             )),
             Err(e) => Err(message(&e)),
@@ -254,6 +318,7 @@ impl Member {
                 .map(|o| serde_json::to_value(o).unwrap_or(Value::Null)),
         };
         self.cache.disown(&oid);
+        self.drift.forget(&oid);
         let Some(live) = live else {
             return Ok(());
         };

@@ -3,7 +3,9 @@
 //! `kubefed.io/managed`, as push mode's member caches), an index from each applied object
 //! to the Work that applied it — so an edit in the member requeues that Work at once and
 //! drift is repaired on the watch event, not on the resync — and the agent's own recent
-//! writes, so a cache that has not caught up with a write is not taken for drift.
+//! writes, so a cache that has not caught up with a write is not taken for drift. Each
+//! cached object keeps a digest of its `managedFields` ([`super::drift::keep_digest`]) so a
+//! drift names its writer; the full list is dropped.
 
 use std::{
     collections::HashMap,
@@ -119,7 +121,7 @@ impl ObjectCache {
             Api::<DynamicObject>::all_with(self.client.clone(), ar),
             writer,
             params,
-            |_| {},
+            super::drift::keep_digest,
             move |change| {
                 let owners = owners.lock().unwrap_or_else(|e| e.into_inner());
                 match change {

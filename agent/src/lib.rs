@@ -1,7 +1,8 @@
 //! `flotilla agent`: runs inside a Pull member cluster. It watches the Works in its
 //! cluster's namespace of the host (`flotilla-cluster-<name>`, the only namespace its host
 //! credential can read), makes the member match them — server-side apply with field
-//! manager `flotilla-agent`, drift repaired on every resync — prunes what it applied
+//! manager `flotilla-agent`, drift handled on the watch event as the federated object's
+//! policy says and reported with its writers ([`drift`]) — prunes what it applied
 //! earlier and no longer should (recorded in an AppliedWork per Work in the member, so a
 //! restart forgets nothing and nothing it did not create is ever touched), reports per
 //! manifest in the Work's status, and renews a heartbeat Lease.
@@ -12,6 +13,7 @@
 
 pub mod apply;
 pub mod cache;
+pub mod drift;
 pub mod lease;
 pub mod plan;
 pub mod records;
@@ -79,6 +81,8 @@ impl AgentOptions {
 }
 
 struct State {
+    /// The member cluster's name.
+    cluster: String,
     namespace: String,
     works: Store<Work>,
     works_api: Api<Work>,
@@ -122,6 +126,7 @@ impl Agent {
             orphaned: Mutex::default(),
             queue: queue.clone(),
             namespace: namespace.clone(),
+            cluster: opts.cluster.clone(),
         });
         info!(cluster = %opts.cluster, %namespace, "agent started");
         let identity = format!("{}-agent", opts.cluster);

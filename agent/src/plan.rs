@@ -5,6 +5,7 @@
 
 use flotilla_crds::{
     ClusterReason, MANAGED_LABEL,
+    drift::ClusterDrift,
     work::{
         APPLIED, AppliedResourceMeta, Condition, ManifestCondition, ResourceIdentifier, WorkStatus,
     },
@@ -170,6 +171,8 @@ pub struct ManifestResult {
     pub generation: Option<i64>,
     /// The member object's status, when collected.
     pub status: Option<Value>,
+    /// The last drift seen in the member object.
+    pub drift: Option<ClusterDrift>,
 }
 
 /// The Work status for this round's results; conditions keep their transition time from
@@ -205,6 +208,7 @@ pub fn work_status(
                 hash: r.hash.clone(),
                 generation: r.generation,
                 status_feedback: r.status.clone(),
+                drift: r.drift.clone(),
             }
         })
         .collect();
@@ -377,6 +381,7 @@ mod tests {
             hash: Some("h1".into()),
             generation: Some(1),
             status: None,
+            drift: None,
         }];
         let first = work_status(None, &results, Some(2), "t0");
         let second = work_status(Some(&first), &results, Some(2), "t1");

@@ -17,7 +17,8 @@ use kube::{
 use serde_json::json;
 use tracing::{debug, info, warn};
 
-use super::{State, plan};
+use super::{State, drift, plan};
+use flotilla_crds::drift::ClusterDrift;
 
 /// How soon a Work whose manifests failed is tried again at first (then backing off).
 const RETRY_FAILED: Duration = Duration::from_secs(2);
@@ -114,10 +115,17 @@ async fn sync_work(state: &State, work: &Work) -> Result<Done, kube::Error> {
     let mut results = Vec::new();
     let mut records = Vec::new();
     let mut lagging = false;
+    let policy = drift::work_policy(work.annotations());
     for (i, manifest) in work.spec.workload.manifests.iter().enumerate() {
+        let cx = drift::Context {
+            cluster: &state.cluster,
+            policy: &policy,
+            previous: previous_drift(work, i),
+            secret: flotilla_crds::redact::is_secret_object(manifest),
+        };
         let applied = state
             .member
-            .apply_manifest(&name, i, manifest, collect)
+            .apply_manifest(&name, i, manifest, collect, &cx)
             .await;
         lagging |= applied.lagging;
         results.push(applied.result);
@@ -157,6 +165,17 @@ async fn sync_work(state: &State, work: &Work) -> Result<Done, kube::Error> {
         (true, true) => Done::Lagging,
         (true, false) => Done::Settled,
     })
+}
+
+/// The `drift` entry the agent last reported for the Work's manifest `ordinal`.
+fn previous_drift(work: &Work, ordinal: usize) -> Option<&ClusterDrift> {
+    work.status
+        .as_ref()?
+        .manifest_conditions
+        .iter()
+        .find(|m| usize::try_from(m.identifier.ordinal).ok() == Some(ordinal))?
+        .drift
+        .as_ref()
 }
 
 /// Creates the Work's AppliedWork (nothing applied yet).

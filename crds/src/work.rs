@@ -9,8 +9,11 @@
 //!
 //! Flotilla's additions to the standard shape, all optional, on a manifest condition:
 //! `statusFeedback` (the member object's `.status`, when the FederatedTypeConfig collects
-//! status), `generation` (the member object's `metadata.generation`) and `hash` (the content
-//! hash the agent applied). Types,
+//! status), `generation` (the member object's `metadata.generation`), `hash` (the content
+//! hash the agent applied) and `drift` (the last drift the agent saw in the member object,
+//! in the shape of a federated object's `status.drift` entry). The federated object's drift
+//! policy reaches the agent as the same annotations on the Work
+//! ([`crate::drift::POLICY_ANNOTATION`], [`crate::drift::IGNORE_ANNOTATION`]). Types,
 //! names and pure helpers only; no I/O.
 
 use kube::CustomResource;
@@ -175,6 +178,10 @@ pub struct ManifestCondition {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(schema_with = "crate::federated::preserve_any")]
     pub status_feedback: Option<Value>,
+    /// Flotilla: the last drift the agent saw in the member object (fields, writers, whether
+    /// it repaired it), bounded and redacted as a federated object's `status.drift` entry.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub drift: Option<crate::drift::ClusterDrift>,
 }
 
 /// Identifies one manifest of a Work and the member object it became.

@@ -77,6 +77,8 @@ pub(super) struct DriftRound {
     pub members: BTreeMap<String, ObjectReference>,
     /// Their resourceVersions, per cluster.
     pub versions: BTreeMap<String, String>,
+    /// Entries Pull clusters' agents reported, with the member object they are about.
+    pub reported: BTreeMap<String, (ClusterDrift, ObjectReference)>,
 }
 
 /// What the per-cluster check needs: the federated object's drift facts, the type, and
@@ -266,10 +268,11 @@ pub(super) async fn settle(
         }
         found.insert(cluster.clone(), entry);
     }
+    super::pull_drift::settle_reported(shared, fed, cx, round, &mut found).await;
     flotilla_crds::drift::merge(&cx.previous, &found, &round.checked, selected)
 }
 
-async fn announce(
+pub(super) async fn announce(
     shared: &SyncShared,
     ty: &TypeInfo,
     fed: &DynamicObject,

@@ -27,6 +27,7 @@ mod observe;
 mod orphans;
 pub mod plan;
 pub mod pull;
+mod pull_drift;
 mod reconcile;
 mod registry_wait;
 mod rollout;

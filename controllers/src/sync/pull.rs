@@ -14,6 +14,7 @@ use std::{ops::ControlFlow, sync::Arc, time::Instant};
 
 use flotilla_crds::{
     ClusterReason, FIELD_MANAGER,
+    drift::Policy,
     work::{
         APPLIED, WORK_COLLECT_STATUS, WORK_SOURCE_NAME, WORK_SOURCE_NAMESPACE, WORK_TYPE_LABEL,
         Work, cluster_namespace, type_label, work_name,
@@ -86,10 +87,14 @@ pub fn observed_of(work: &Work) -> Value {
         .first()
         .cloned()
         .unwrap_or_else(|| json!({}));
+    // A report on an earlier manifest describes the member object before this one was
+    // applied: its status must not pass for the new template's (a rollout's health gate).
+    let hash = flotilla_crds::member::recorded_hash(&obj).map(str::to_owned);
     let report = work
         .status
         .as_ref()
-        .and_then(|s| s.manifest_conditions.first());
+        .and_then(|s| s.manifest_conditions.first())
+        .filter(|r| r.hash == hash);
     if let Some(report) = report
         && let Some(map) = obj.as_object_mut()
     {
@@ -122,7 +127,10 @@ pub fn applied_outcome(work: &Work) -> Outcome {
             c.reason.parse().unwrap_or(ClusterReason::CreationFailed),
             c.message.clone(),
         ),
-        _ => Outcome::Ok,
+        _ => super::pull_drift::reported_drift(work)
+            .flatten()
+            .and_then(super::pull_drift::drift_outcome)
+            .unwrap_or(Outcome::Ok),
     }
 }
 
@@ -133,11 +141,15 @@ pub fn work_body(
     key: &Key,
     object: &Value,
     collect_status: bool,
+    policy: &Policy,
 ) -> Value {
     let mut annotations = json!({
         WORK_SOURCE_NAME: key.1,
         WORK_COLLECT_STATUS: collect_status.to_string(),
     });
+    for (k, v) in super::pull_drift::work_policy_annotations(policy) {
+        annotations[k] = json!(v);
+    }
     if let Some(ns) = &key.0 {
         annotations[WORK_SOURCE_NAMESPACE] = json!(ns);
     }
@@ -181,8 +193,20 @@ impl Ctl {
         op: Op,
         key: &Key,
         object: Option<Value>,
+        policy: &Policy,
     ) -> Outcome {
         match (op, object) {
+            (Op::Nothing, Some(object))
+                if selected
+                    && self
+                        .host
+                        .work(cluster, &self.ty.work_name(key))
+                        .is_some_and(|w| !super::pull_drift::work_has_policy(&w, policy)) =>
+            {
+                // The drift policy changed: the agent reads it from the Work.
+                let failed = ClusterReason::UpdateFailed;
+                self.write_work(cluster, key, &object, failed, policy).await
+            }
             (Op::Nothing, _) if selected => self
                 .host
                 .work(cluster, &self.ty.work_name(key))
@@ -196,7 +220,7 @@ impl Ctl {
                 } else {
                     ClusterReason::UpdateFailed
                 };
-                self.write_work(cluster, key, &object, failed).await
+                self.write_work(cluster, key, &object, failed, policy).await
             }
             (Op::Delete, _) => self.delete_work(cluster, key, false).await,
             (Op::Unlabel, _) => self.delete_work(cluster, key, true).await,
@@ -210,14 +234,17 @@ impl Ctl {
         key: &Key,
         object: &Value,
         failed: ClusterReason,
+        policy: &Policy,
     ) -> Outcome {
         let started = Instant::now();
+        let ty = &self.ty;
         let body = work_body(
-            &self.ty.target_ar,
+            &ty.target_ar,
             cluster,
             key,
             object,
-            self.ty.collect_status,
+            ty.collect_status,
+            policy,
         );
         let api: Api<Work> = Api::namespaced(self.shared.host.clone(), &cluster_namespace(cluster));
         let pp = PatchParams::apply(FIELD_MANAGER).force();
@@ -370,13 +397,25 @@ mod tests {
         assert_eq!(o["status"]["readyReplicas"], 2);
         assert_eq!(o["metadata"]["generation"], 7);
         assert_eq!(observed_of(&work(3, None)).get("status"), None);
+        // The report of an earlier manifest is not this one's status.
+        let mut w = work(3, Some(("True", "Applied", 3)));
+        w.spec.workload.manifests[0]["metadata"]["annotations"] =
+            json!({flotilla_crds::member::HASH_ANNOTATION: "new"});
+        let o = observed_of(&w);
+        assert_eq!(o.get("status"), None);
+        assert_eq!(o["metadata"].get("generation"), None);
+        if let Some(s) = w.status.as_mut() {
+            s.manifest_conditions[0].hash = Some("new".into());
+        }
+        assert_eq!(observed_of(&w)["status"]["readyReplicas"], 2);
     }
 
     #[test]
     fn a_work_body_names_its_source_and_type() {
         let ar = kube::core::ApiResource::erase::<k8s_openapi::api::apps::v1::Deployment>(&());
         let key = (Some("demo".to_string()), "web".to_string());
-        let body = work_body(&ar, "m1", &key, &json!({"kind": "Deployment"}), true);
+        let object = json!({"kind": "Deployment"});
+        let body = work_body(&ar, "m1", &key, &object, true, &Policy::default());
         assert_eq!(body["metadata"]["namespace"], "flotilla-cluster-m1");
         assert_eq!(
             body["metadata"]["labels"][WORK_TYPE_LABEL],

@@ -323,6 +323,8 @@ impl Ctl {
                 continue;
             }
             let op = if cluster.pull {
+                let (host, ty) = (&self.host, &self.ty);
+                super::pull_drift::pull_drift(host, ty, &cluster.name, cx.key, &mut round.drift);
                 op
             } else {
                 let (name, desired) = (&cluster.name, cx.desired);
@@ -404,7 +406,10 @@ impl Ctl {
         };
         if cluster.pull {
             let writes = matches!(op, Op::Create | Op::Update);
-            let outcome = self.run_pull(&name, selected, op, cx.key, object).await;
+            let policy = &cx.drift.policy;
+            let outcome = self
+                .run_pull(&name, selected, op, cx.key, object, policy)
+                .await;
             if writes && outcome == Outcome::Ok {
                 self.recent.remember(&name, cx.key, cx.desired.hash(&name));
             }

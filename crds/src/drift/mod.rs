@@ -120,6 +120,21 @@ impl Policy {
     pub fn ignores(&self, pointer: &str) -> bool {
         self.ignore.iter().any(|p| is_within(pointer, p))
     }
+
+    /// The policy as the annotations [`Policy::from_annotations`] reads back, in one
+    /// spelling (mode `Repair` or `Report`, ignored paths as JSON pointers): what the sync
+    /// controller writes on a Pull cluster's Work so that its agent applies the same policy.
+    pub fn to_annotations(&self) -> BTreeMap<String, String> {
+        let mode = match self.mode {
+            Mode::Repair => "Repair",
+            Mode::Report => "Report",
+        };
+        let mut out = BTreeMap::from([(POLICY_ANNOTATION.to_string(), mode.to_string())]);
+        if !self.ignore.is_empty() {
+            out.insert(IGNORE_ANNOTATION.to_string(), self.ignore.join(","));
+        }
+        out
+    }
 }
 
 fn parse_paths(list: &str) -> Result<Vec<String>, PolicyError> {
@@ -405,6 +420,28 @@ mod tests {
         assert!(p.ignores("/spec/replicas"));
         assert!(!p.ignores("/spec/replicasX"));
         assert!(!p.ignores("/spec"));
+    }
+
+    #[test]
+    fn a_policy_written_as_annotations_reads_back_the_same() {
+        let p = Policy::from_annotations(&annotations(&[
+            (POLICY_ANNOTATION, "Ignore"),
+            (IGNORE_ANNOTATION, "spec.replicas,metadata.labels.team"),
+        ]))
+        .expect("policy");
+        assert_eq!(Policy::from_annotations(&p.to_annotations()), Ok(p));
+        let report = Policy {
+            mode: Mode::Report,
+            ignore: vec![],
+        };
+        assert_eq!(
+            Policy::from_annotations(&report.to_annotations()),
+            Ok(report)
+        );
+        assert_eq!(
+            Policy::default().to_annotations().get(POLICY_ANNOTATION),
+            Some(&"Repair".to_string())
+        );
     }
 
     #[test]

@@ -1,0 +1,570 @@
+//! Pull mode on par with push, end to end on a mixed federation (member1 joined in push
+//! mode, member2 in pull mode, its agent in this process with the scoped host token
+//! `join_pull` issued): drift in the Pull member is repaired or reported and named in the
+//! federated object's `status.drift`, Events and `flotilla_drift_total` as for a Push
+//! member, and a progressive rollout goes through both kinds of member, stops on a failing
+//! wave and is fixed, paused and resumed. The agent's resync is longer than any test:
+//! everything it does here starts from a watch event.
+
+use std::time::Duration;
+
+use anyhow::{Context as _, ensure};
+use flotilla_agent::{Agent, AgentOptions};
+use flotilla_controllers::manager::ControlPlane;
+use flotilla_crds::{
+    DEFAULT_NAMESPACE, KubeFedCluster, crdgen,
+    drift::{ClusterDrift, IGNORE_ANNOTATION, POLICY_ANNOTATION},
+    federated::FederatedStatus,
+};
+use flotilla_tests::{
+    EnvOptions,
+    assert::events_about,
+    env_with,
+    federation::{apply, bootstrap},
+    host::FederatedRef,
+    member::{deployments, first_image, replicas},
+    mixed::{Mixed, PULL, join_mixed},
+    objects::{FederatedObject, create_namespace},
+    wait::wait_namespace_in,
+    wait_for,
+};
+use k8s_openapi::api::apps::v1::ControllerRevision;
+use kube::{
+    Api, Client,
+    api::{ListParams, Patch, PatchParams},
+};
+use serde_json::json;
+
+const T: Duration = Duration::from_secs(60);
+const PUSH: &str = "member1";
+/// Longer than any test: repairs and reports come from the agent's watch events.
+const RESYNC: Duration = Duration::from_secs(600);
+
+/// The mixed federation, its agent and control plane (stopped before the clusters).
+struct Parity {
+    control_plane: Option<ControlPlane>,
+    agent: Option<Agent>,
+    fed: Mixed,
+}
+
+impl Drop for Parity {
+    fn drop(&mut self) {
+        self.agent.take();
+        self.control_plane.take();
+    }
+}
+
+/// A mixed federation with namespace `ns` in both members; with `pods`, pods get ready in
+/// appearance and the workload types' status is collected (the agent reports it).
+async fn parity(ns: &str, pods: bool) -> anyhow::Result<Parity> {
+    let mut options = EnvOptions::with_members(2);
+    if pods {
+        options = options.with_pods();
+    }
+    let env = env_with(options).await;
+    let host = env.host().client().await?;
+    let mut boot = bootstrap();
+    boot.collect_workload_status = pods;
+    boot.install(&host).await?;
+    let fed = join_mixed(env, host, &boot, crdgen::applied_work_crd()).await?;
+    let mut opts = AgentOptions::new(PULL, fed.agent_host.clone(), fed.pull.clone());
+    opts.resync = RESYNC;
+    opts.lease_duration = Duration::from_secs(3);
+    let agent = Agent::start(opts);
+    let control_plane = boot.start_control_plane(&fed.host, 2).await?;
+    create_namespace(&fed.host, ns).await?;
+    FederatedObject::namespace(ns).apply(&fed.host).await?;
+    wait_namespace_in(&fed.members(), ns).await?;
+    Ok(Parity {
+        control_plane: Some(control_plane),
+        agent: Some(agent),
+        fed,
+    })
+}
+
+/// A member write as `kubectl` sends it: a merge patch under `manager`'s name.
+async fn write_as(
+    member: &Client,
+    ns: &str,
+    name: &str,
+    manager: &str,
+    patch: serde_json::Value,
+) -> anyhow::Result<()> {
+    let params = PatchParams {
+        field_manager: Some(manager.to_string()),
+        ..PatchParams::default()
+    };
+    deployments(member, ns)
+        .patch(name, &params, &Patch::Merge(&patch))
+        .await?;
+    Ok(())
+}
+
+fn scale_to(n: i32) -> serde_json::Value {
+    json!({"spec": {"replicas": n}})
+}
+
+/// The Pull member's `status.drift` entry once `check` accepts it.
+async fn wait_drift(
+    r: &FederatedRef,
+    what: &str,
+    check: impl Fn(&ClusterDrift) -> anyhow::Result<()>,
+) -> anyhow::Result<ClusterDrift> {
+    wait_for(T, what, || async {
+        let status: FederatedStatus = r.status().await?;
+        let d = status
+            .drift
+            .iter()
+            .find(|d| d.cluster == PULL)
+            .cloned()
+            .with_context(|| format!("no drift entry for {PULL}: {:?}", status.drift))?;
+        check(&d)?;
+        Ok(d)
+    })
+    .await
+}
+
+/// The note of an Event with `reason` about `name` that contains every word.
+async fn wait_event(
+    host: &Client,
+    ns: &str,
+    name: &str,
+    reason: &str,
+    words: &[&str],
+) -> anyhow::Result<String> {
+    wait_for(T, reason, || async {
+        let events = events_about(host, ns, name, reason).await?;
+        events
+            .iter()
+            .filter_map(|e| e.note.clone())
+            .find(|n| words.iter().all(|w| n.contains(w)))
+            .with_context(|| format!("no {reason} event naming {words:?} among {events:?}"))
+    })
+    .await
+}
+
+fn paths(d: &ClusterDrift) -> Vec<&str> {
+    d.fields.iter().map(|f| f.path.as_str()).collect()
+}
+
+fn managers(d: &ClusterDrift) -> Vec<&str> {
+    d.managers.iter().map(|m| m.manager.as_str()).collect()
+}
+
+async fn wait_replicas(member: &Client, ns: &str, name: &str, want: i32) -> anyhow::Result<()> {
+    wait_for(T, "replicas", || async {
+        let dep = deployments(member, ns).get(name).await?;
+        ensure!(
+            replicas(&dep) == Some(want),
+            "replicas {:?}",
+            replicas(&dep)
+        );
+        Ok(())
+    })
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn drift_in_a_pull_member_is_repaired_or_reported_and_named_as_in_a_push_member()
+-> anyhow::Result<()> {
+    const NS: &str = "pull-drift";
+    let p = parity(NS, false).await?;
+    let (host, pull) = (&p.fed.host, &p.fed.pull);
+    let object = FederatedObject::deployment(NS, "web", 2, "nginx:1").on_clusters(&[PULL]);
+    let r = object.apply(host).await?;
+    r.wait_propagated().await?;
+    wait_replicas(pull, NS, "web", 2).await?;
+
+    // A scale in the Pull member: repaired on the watch event, named in status and Event.
+    write_as(pull, NS, "web", "kubectl-scale", scale_to(5)).await?;
+    let d = wait_drift(&r, "the scale reported", |d| {
+        ensure!(
+            d.state == "Repaired" && paths(d) == ["spec.replicas"],
+            "{d:?}"
+        );
+        Ok(())
+    })
+    .await?;
+    assert_eq!(managers(&d), ["kubectl-scale"]);
+    assert_eq!(
+        (d.fields[0].desired.as_str(), d.fields[0].live.as_str()),
+        ("2", "5")
+    );
+    assert!(d.repaired_at.is_some());
+    wait_replicas(pull, NS, "web", 2).await?;
+    wait_event(
+        host,
+        NS,
+        "web",
+        "DriftRepaired",
+        &[PULL, "spec.replicas", "kubectl-scale"],
+    )
+    .await?;
+
+    // An edit of the image by another manager: the same.
+    let image = json!({"spec": {"template": {"spec": {"containers": [
+        {"name": "web", "image": "nginx:2"}]}}}});
+    write_as(pull, NS, "web", "kubectl-edit", image).await?;
+    let d = wait_drift(&r, "the edit reported", |d| {
+        ensure!(
+            paths(d) == ["spec.template.spec.containers[0].image"],
+            "{d:?}"
+        );
+        Ok(())
+    })
+    .await?;
+    assert_eq!(managers(&d), ["kubectl-edit"]);
+    wait_for(T, "image repaired", || async {
+        let dep = deployments(pull, NS).get("web").await?;
+        ensure!(
+            first_image(&dep) == Some("nginx:1"),
+            "{:?}",
+            first_image(&dep)
+        );
+        Ok(())
+    })
+    .await?;
+    wait_event(
+        host,
+        NS,
+        "web",
+        "DriftRepaired",
+        &[PULL, "containers[0].image", "kubectl-edit"],
+    )
+    .await?;
+    r.wait_propagated().await?;
+    let metrics = p
+        .control_plane
+        .as_ref()
+        .map(|cp| cp.metrics.encode())
+        .unwrap_or_default();
+    for manager in ["kubectl-scale", "kubectl-edit"] {
+        let series = format!("flotilla_drift_total{{cluster=\"{PULL}\",manager=\"{manager}\"}} 1");
+        assert!(metrics.contains(&series), "{series} missing:\n{metrics}");
+    }
+
+    // The policy turns to Report: it reaches the agent through the Work; a scale stays.
+    object
+        .annotate(POLICY_ANNOTATION, "Report")
+        .apply(host)
+        .await?;
+    wait_for(T, "the policy on the Work", || async {
+        let works: Api<flotilla_crds::work::Work> =
+            Api::namespaced(host.clone(), &flotilla_crds::work::cluster_namespace(PULL));
+        let list = works.list(&Default::default()).await?;
+        ensure!(
+            list.items.iter().any(|w| {
+                w.metadata
+                    .annotations
+                    .as_ref()
+                    .and_then(|a| a.get(POLICY_ANNOTATION))
+                    .is_some_and(|v| v == "Report")
+            }),
+            "no Work carries the policy"
+        );
+        Ok(())
+    })
+    .await?;
+    write_as(pull, NS, "web", "kubectl-scale", scale_to(4)).await?;
+    let d = wait_drift(&r, "the scale reported, not repaired", |d| {
+        ensure!(
+            d.state == "Detected" && paths(d) == ["spec.replicas"],
+            "{d:?}"
+        );
+        Ok(())
+    })
+    .await?;
+    assert_eq!(managers(&d), ["kubectl-scale"]);
+    assert_eq!(d.repaired_at, None);
+    r.wait_cluster_reasons(&[(PULL, "Drifted")]).await?;
+    r.wait_not_propagated("CheckClusters").await?;
+    wait_event(
+        host,
+        NS,
+        "web",
+        "DriftDetected",
+        &[PULL, "spec.replicas", "kubectl-scale"],
+    )
+    .await?;
+    let dep = deployments(pull, NS).get("web").await?;
+    assert_eq!(replicas(&dep), Some(4), "Report leaves the change in place");
+
+    // Back to the desired value: the report is resolved, Propagation True again.
+    write_as(pull, NS, "web", "kubectl-scale", scale_to(2)).await?;
+    wait_for(T, "the report resolved", || async {
+        let status = r.status().await?;
+        ensure!(
+            status.drift.iter().all(|d| d.state != "Detected"),
+            "{:?}",
+            status.drift
+        );
+        Ok(())
+    })
+    .await?;
+    r.wait_propagated().await?;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn in_a_pull_member_an_ignored_field_is_left_alone_and_a_fight_stops_the_repairs()
+-> anyhow::Result<()> {
+    const NS: &str = "pull-fight";
+    let p = parity(NS, false).await?;
+    let (host, pull) = (&p.fed.host, &p.fed.pull);
+    let ignoring = FederatedObject::deployment(NS, "hpa", 2, "nginx:1")
+        .on_clusters(&[PULL])
+        .annotate(POLICY_ANNOTATION, "Ignore")
+        .annotate(IGNORE_ANNOTATION, "spec.replicas");
+    let ignored = ignoring.apply(host).await?;
+    let fought = FederatedObject::deployment(NS, "web", 2, "nginx:1").on_clusters(&[PULL]);
+    let web = fought.apply(host).await?;
+    ignored.wait_propagated().await?;
+    web.wait_propagated().await?;
+
+    // Another controller owns replicas of `hpa`; an edit of its image is still repaired,
+    // and that repair keeps the other controller's replicas.
+    write_as(pull, NS, "hpa", "autoscaler", scale_to(6)).await?;
+    let image = json!({"spec": {"template": {"spec": {"containers": [
+        {"name": "hpa", "image": "nginx:3"}]}}}});
+    write_as(pull, NS, "hpa", "kubectl-edit", image).await?;
+    let d = wait_drift(&ignored, "the edit repaired", |d| {
+        ensure!(d.state == "Repaired", "{d:?}");
+        Ok(())
+    })
+    .await?;
+    assert_eq!(paths(&d), ["spec.template.spec.containers[0].image"]);
+    assert_eq!(managers(&d), ["kubectl-edit"]);
+    wait_for(T, "image repaired", || async {
+        let dep = deployments(pull, NS).get("hpa").await?;
+        ensure!(
+            first_image(&dep) == Some("nginx:1"),
+            "{:?}",
+            first_image(&dep)
+        );
+        Ok(())
+    })
+    .await?;
+    let dep = deployments(pull, NS).get("hpa").await?;
+    assert_eq!(
+        replicas(&dep),
+        Some(6),
+        "the ignored field keeps its writer's value"
+    );
+    let events = events_about(host, NS, "hpa", "DriftRepaired").await?;
+    assert!(
+        events
+            .iter()
+            .filter_map(|e| e.note.as_deref())
+            .all(|n| !n.contains("replicas") && !n.contains("autoscaler")),
+        "{events:?}"
+    );
+
+    // A writer that undoes every repair of `web`: a fight, then the repairs stop.
+    let writer_client = pull.clone();
+    let writer = tokio::spawn(async move {
+        loop {
+            let _ = write_as(&writer_client, NS, "web", "autoscaler", scale_to(7)).await;
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
+    });
+    let fight = wait_drift(&web, "a fight", |d| {
+        ensure!(d.state == "Fight", "{d:?}");
+        Ok(())
+    })
+    .await;
+    writer.abort();
+    let d = fight?;
+    assert_eq!(paths(&d), ["spec.replicas"]);
+    assert_eq!(managers(&d), ["autoscaler"]);
+    web.wait_cluster_reasons(&[(PULL, "DriftFight")]).await?;
+    wait_event(
+        host,
+        NS,
+        "web",
+        "DriftFight",
+        &[PULL, "spec.replicas", "autoscaler"],
+    )
+    .await?;
+    let api = deployments(pull, NS);
+    let before = api.get("web").await?;
+    assert_eq!(replicas(&before), Some(7));
+    for _ in 0..3 {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        write_as(pull, NS, "web", "autoscaler", scale_to(7)).await?;
+    }
+    let after = api.get("web").await?;
+    assert_eq!(
+        after.metadata.generation, before.metadata.generation,
+        "no repair in between"
+    );
+    Ok(())
+}
+
+/// Rollout across both kinds of member: see the rollout module of the tests for the
+/// same scenario on push members only.
+mod rollout {
+    use super::*;
+
+    pub const NS: &str = "pull-rollout";
+    pub const NAME: &str = "web";
+    /// Pods scheduled, made ready and counted available on a loaded machine.
+    pub const STEP: Duration = Duration::from_secs(180);
+
+    /// Applies the FederatedDeployment with `image` and a progressive rollout, one
+    /// cluster at a time, the canary group first.
+    pub async fn deploy(host: &Client, image: &str) -> anyhow::Result<FederatedRef> {
+        let object = FederatedObject::deployment(NS, NAME, 1, image);
+        let mut manifest = object.to_json();
+        manifest["spec"]["rollout"] = json!({
+            "strategy": "Progressive",
+            "maxConcurrency": 1,
+            "groups": [{"selector": {"matchLabels": {"stage": "canary"}}}],
+            "minSuccessSeconds": 2,
+            "progressDeadlineSeconds": 25,
+            "maxFailures": 0,
+        });
+        apply(host, &object.api_resource(), Some(NS), &manifest).await?;
+        Ok(object.in_host(host))
+    }
+
+    /// The image in each member: the Pull canary first, then the Push member.
+    pub async fn images(p: &Parity) -> anyhow::Result<Vec<Option<String>>> {
+        let mut out = Vec::new();
+        for member in [&p.fed.pull, &p.fed.push] {
+            let d = deployments(member, NS).get_opt(NAME).await?;
+            out.push(d.as_ref().and_then(first_image).map(str::to_string));
+        }
+        Ok(out)
+    }
+
+    /// Waits until the `Rollout` condition has `reason` for the current generation.
+    pub async fn wait_reason(web: &FederatedRef, reason: &str) -> anyhow::Result<FederatedStatus> {
+        wait_for(STEP, reason, || async {
+            let obj = web.get().await?;
+            let status = FederatedStatus::from_dynamic(&obj);
+            let c = status.rollout_condition().context("no Rollout condition")?;
+            ensure!(
+                status.observed_generation == obj.metadata.generation.unwrap_or(0)
+                    && c.reason == reason,
+                "Rollout {}: {}",
+                c.reason,
+                c.message
+            );
+            Ok(status)
+        })
+        .await
+    }
+
+    /// Applies `image` and watches the members: it reaches them in order — the Push
+    /// member only once the Pull canary has it (and its agent reported it healthy) — and
+    /// the rollout completes.
+    pub async fn in_order(p: &Parity, web: &FederatedRef, image: &str) -> anyhow::Result<()> {
+        let before = images(p).await?;
+        deploy(&p.fed.host, image).await?;
+        wait_for(STEP, "every member reached in order", || async {
+            let now = images(p).await?;
+            let has_new: Vec<bool> = now.iter().map(|m| m.as_deref() == Some(image)).collect();
+            if has_new[1] {
+                ensure!(has_new[0], "{PUSH} got {image} before {PULL}: {now:?}");
+            } else {
+                ensure!(
+                    now[1] == before[1],
+                    "{PUSH} changed before its turn: {now:?}"
+                );
+            }
+            ensure!(has_new.iter().all(|n| *n), "{now:?}");
+            Ok(())
+        })
+        .await?;
+        let status = wait_reason(web, "Complete").await?;
+        let rollout = status.rollout.context("no status.rollout")?;
+        assert_eq!(rollout.progress, "2/2");
+        Ok(())
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_rollout_goes_through_a_pull_and_a_push_member_stops_on_failure_and_pauses()
+-> anyhow::Result<()> {
+    use rollout::*;
+    let p = parity(NS, true).await?;
+    let host = &p.fed.host;
+    let clusters: Api<KubeFedCluster> = Api::namespaced(host.clone(), DEFAULT_NAMESPACE);
+    let label = json!({"metadata": {"labels": {"stage": "canary"}}});
+    clusters
+        .patch(PULL, &PatchParams::default(), &Patch::Merge(&label))
+        .await?;
+    let web = deploy(host, "nginx:1").await?;
+    wait_reason(&web, "Complete").await?;
+    assert_eq!(images(&p).await?, vec![Some("nginx:1".to_string()); 2]);
+
+    in_order(&p, &web, "nginx:2").await?;
+
+    // A template whose pods never get ready stops on the Pull canary, with its reason from
+    // the agent's report; the Push member keeps the previous image.
+    deploy(host, "fail:never-ready").await?;
+    let status = wait_reason(&web, "Failed").await?;
+    let c = status.rollout_condition().context("condition")?;
+    assert!(
+        c.message.contains(&format!("cluster {PULL} failed")),
+        "{}",
+        c.message
+    );
+    assert!(
+        c.message.contains("ready"),
+        "the member's reason: {}",
+        c.message
+    );
+    let now = images(&p).await?;
+    assert_eq!(now[0].as_deref(), Some("fail:never-ready"));
+    assert_eq!(now[1].as_deref(), Some("nginx:2"), "{PUSH} untouched");
+    let failed = events_about(host, NS, NAME, "RolloutFailed").await?;
+    assert_eq!(failed.len(), 1, "one RolloutFailed Event");
+
+    // The fix rolls out in order again.
+    in_order(&p, &web, "nginx:3").await?;
+
+    // Paused once the Pull canary has the next image: the Push member waits; resumed, done.
+    deploy(host, "nginx:4").await?;
+    wait_for(STEP, "the canary on nginx:4", || async {
+        let now = images(&p).await?;
+        ensure!(now[0].as_deref() == Some("nginx:4"), "{now:?}");
+        Ok(())
+    })
+    .await?;
+    let paused = json!({"spec": {"rollout": {"paused": true}}});
+    web_patch(&web, host, paused).await?;
+    wait_reason(&web, "Paused").await?;
+    let held = images(&p).await?;
+    assert_eq!(held[1].as_deref(), Some("nginx:3"), "{PUSH} comes last");
+    let resumed = json!({"spec": {"rollout": {"paused": false}}});
+    web_patch(&web, host, resumed).await?;
+    let status = wait_reason(&web, "Complete").await?;
+    assert_eq!(images(&p).await?, vec![Some("nginx:4".to_string()); 2]);
+    assert_eq!(status.rollout.context("status.rollout")?.progress, "2/2");
+    // Every template rolled out is recorded as a revision in the host.
+    let revisions: Api<ControllerRevision> = Api::namespaced(host.clone(), NS);
+    let listed = revisions
+        .list(&ListParams::default().labels(&format!("flotilla.io/federated-name={NAME}")))
+        .await?;
+    ensure!(listed.items.len() >= 4, "{} revisions", listed.items.len());
+    Ok(())
+}
+
+/// A merge patch of the federated object.
+async fn web_patch(
+    web: &FederatedRef,
+    host: &Client,
+    patch: serde_json::Value,
+) -> anyhow::Result<()> {
+    let obj = web.get().await?;
+    let ar = FederatedObject::deployment(rollout::NS, rollout::NAME, 1, "x").api_resource();
+    let api: Api<kube::core::DynamicObject> = Api::namespaced_with(host.clone(), rollout::NS, &ar);
+    api.patch(
+        &kube::ResourceExt::name_any(&obj),
+        &PatchParams::default(),
+        &Patch::Merge(&patch),
+    )
+    .await?;
+    Ok(())
+}
