@@ -54,6 +54,8 @@ pub struct Applied {
     pub record: Option<AppliedResourceMeta>,
     /// The cache has not shown the agent's own recent write yet: look again soon.
     pub lagging: bool,
+    /// The member accepted a server-side apply this round.
+    pub wrote: bool,
 }
 
 impl Member {
@@ -120,6 +122,7 @@ impl Member {
             hash: manifest_hash(manifest).map(str::to_owned),
             generation: None,
             status: None,
+            member_reason: None,
         };
         let failed = |mut result: ManifestResult, reason, msg| {
             result.result = Err((reason, msg));
@@ -127,6 +130,7 @@ impl Member {
                 result,
                 record: None,
                 lagging: false,
+                wrote: false,
             }
         };
         if let Err(msg) = check_manifest(manifest) {
@@ -142,14 +146,22 @@ impl Member {
         let id = object_id(&resolved.ar, &identifier.namespace, &identifier.name);
         let (live, lagging) = match self.read(&resolved, &id, manifest).await {
             Ok(read) => read,
-            Err(msg) => return failed(result, ClusterReason::RetrievalFailed, msg),
+            Err((member_reason, msg)) => {
+                result.member_reason = member_reason;
+                return failed(result, ClusterReason::RetrievalFailed, msg);
+            }
         };
+        let mut wrote = false;
         let current = match decide(manifest, live.as_ref()) {
             ManifestOp::Nothing => live,
             ManifestOp::Refuse(reason, msg) => return failed(result, reason, msg),
             ManifestOp::Apply => match self.write(&resolved, &id, manifest).await {
-                Ok(obj) => Some(obj),
-                Err(msg) => {
+                Ok(obj) => {
+                    wrote = true;
+                    Some(obj)
+                }
+                Err((member_reason, msg)) => {
+                    result.member_reason = member_reason;
                     let reason = if live.is_some() {
                         ClusterReason::UpdateFailed
                     } else {
@@ -180,6 +192,7 @@ impl Member {
             result,
             record,
             lagging,
+            wrote,
         }
     }
 
@@ -190,7 +203,7 @@ impl Member {
         resolved: &Resolved,
         id: &super::cache::ObjectId,
         manifest: &Value,
-    ) -> Result<(Option<Value>, bool), String> {
+    ) -> Result<(Option<Value>, bool), Refusal> {
         if cacheable(manifest) {
             self.cache.ensure(&resolved.ar);
             if let Cached::Known { object, lagging } =
@@ -205,7 +218,7 @@ impl Member {
                 live.map(|o| serde_json::to_value(o).unwrap_or(Value::Null)),
                 false,
             )),
-            Err(e) => Err(message(&e)),
+            Err(e) => Err(refusal(&e)),
         }
     }
 
@@ -215,7 +228,7 @@ impl Member {
         resolved: &Resolved,
         id: &super::cache::ObjectId,
         manifest: &Value,
-    ) -> Result<Value, String> {
+    ) -> Result<Value, Refusal> {
         let api = self.api(resolved, &id.2);
         let pp = PatchParams::apply(AGENT_FIELD_MANAGER).force();
         match api.patch(&id.3, &pp, &Patch::Apply(manifest)).await {
@@ -228,7 +241,7 @@ impl Member {
             }
             Err(e) => {
                 self.cache.remember_write(id.clone(), None, Value::Null);
-                Err(message(&e))
+                Err(refusal(&e))
             }
         }
     }
@@ -314,6 +327,13 @@ pub fn identify(ordinal: usize, manifest: &Value) -> ResourceIdentifier {
         namespace: text("/metadata/namespace"),
         name: text("/metadata/name"),
     }
+}
+
+/// Why the member refused: its Status reason (when it answered) and message.
+type Refusal = (Option<String>, String);
+
+fn refusal(e: &kube::Error) -> Refusal {
+    (super::rejection::member_reason(e), message(e))
 }
 
 fn message(e: &kube::Error) -> String {

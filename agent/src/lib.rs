@@ -8,21 +8,27 @@
 //!
 //! Writes happen only when something changed: an up-to-date member object is not applied
 //! again, and an unchanged report or record is not written (restarts included).
-//! Decisions are in [`plan`]; member I/O in [`apply`]; the heartbeat in [`lease`].
+//! Decisions are in [`plan`]; member I/O in [`apply`]; the heartbeat in [`lease`]; metrics,
+//! probes and Events in [`observe`], the member's reasons for refusing in [`rejection`]; the
+//! credential check of `flotilla agent --check` in [`check`].
 
 pub mod apply;
 pub mod cache;
+pub mod check;
 pub mod lease;
+pub mod metrics;
+pub mod observe;
 pub mod plan;
 pub mod records;
+pub mod rejection;
 mod work;
 
 #[cfg(test)]
 mod parser_props;
 
 use std::{
-    collections::HashSet, convert::Infallible, ops::ControlFlow, sync::Arc, sync::Mutex,
-    time::Duration,
+    collections::HashSet, convert::Infallible, net::SocketAddr, ops::ControlFlow, sync::Arc,
+    sync::Mutex, time::Duration,
 };
 
 use flotilla_crds::work::{AppliedWork, Work, cluster_namespace};
@@ -35,10 +41,12 @@ use kube::{
     runtime::reflector::{self, Store},
 };
 use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
 use tracing::info;
 
-use self::{apply::Member, cache::ObjectCache, records::Records};
+use self::{apply::Member, cache::ObjectCache, observe::Observer, records::Records};
 use flotilla_crds::member::ORPHAN_LABEL;
+use flotilla_multicluster::http::MetricsAccess;
 use flotilla_multicluster::{
     watch::{Change, WatchParams, watch_into},
     workqueue::WorkQueue,
@@ -88,16 +96,21 @@ struct State {
     /// Works seen labelled for orphaning: their objects are unlabelled, not deleted.
     orphaned: Mutex<HashSet<String>>,
     queue: Arc<WorkQueue<String>>,
+    observer: Arc<Observer>,
 }
 
 /// A running agent; dropping it stops every task.
 pub struct Agent {
     tasks: Vec<JoinHandle<()>>,
     queue: Arc<WorkQueue<String>>,
+    observer: Arc<Observer>,
+    /// Stops the metrics and probe server.
+    cancel: CancellationToken,
 }
 
 impl Drop for Agent {
     fn drop(&mut self) {
+        self.cancel.cancel();
         self.queue.shutdown();
         for t in &self.tasks {
             t.abort();
@@ -113,6 +126,8 @@ impl Agent {
         let applied_writer = reflector::store::Writer::<AppliedWork>::default();
         let queue: Arc<WorkQueue<String>> = WorkQueue::new();
         let objects = Arc::new(ObjectCache::new(opts.member.clone(), queue.clone()));
+        let observer = Observer::new(opts.host.clone());
+        observer.metrics.watch_queue(queue.clone());
         let state = Arc::new(State {
             works: writer.as_reader(),
             works_api: Api::namespaced(opts.host.clone(), &namespace),
@@ -122,6 +137,7 @@ impl Agent {
             orphaned: Mutex::default(),
             queue: queue.clone(),
             namespace: namespace.clone(),
+            observer: observer.clone(),
         });
         info!(cluster = %opts.cluster, %namespace, "agent started");
         let identity = format!("{}-agent", opts.cluster);
@@ -145,8 +161,10 @@ impl Agent {
                 opts.member.clone(),
                 identity,
                 opts.lease_duration,
+                observer.clone(),
             )),
             tokio::spawn(resync(state.clone(), opts.resync, gate.clone())),
+            tokio::spawn(observe::keep_ready(observer.clone(), gate.clone())),
         ];
         let runner = KeyedRunner::new("agent", queue.clone())
             .concurrency(opts.workers)
@@ -156,11 +174,32 @@ impl Agent {
             let state = worker.clone();
             async move { Ok::<_, Infallible>(work::work(&state, &name).await) }
         })));
-        Agent { tasks, queue }
+        Agent {
+            tasks,
+            queue,
+            observer,
+            cancel: CancellationToken::new(),
+        }
+    }
+
+    /// Serves `/metrics`, `/healthz` and `/readyz` on `addr` until the agent stops;
+    /// `/metrics` is open to whom `access` says. Returns the bound address.
+    pub async fn serve(
+        &self,
+        addr: SocketAddr,
+        access: MetricsAccess,
+    ) -> std::io::Result<SocketAddr> {
+        observe::serve(&self.observer, addr, access, self.cancel.clone()).await
+    }
+
+    /// The agent's metrics, probes and Events.
+    pub fn observer(&self) -> &Arc<Observer> {
+        &self.observer
     }
 
     /// Stops the agent and waits until its tasks have ended.
     pub async fn stop(mut self) {
+        self.cancel.cancel();
         self.queue.shutdown();
         let tasks = std::mem::take(&mut self.tasks);
         for t in &tasks {

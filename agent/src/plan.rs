@@ -170,6 +170,8 @@ pub struct ManifestResult {
     pub generation: Option<i64>,
     /// The member object's status, when collected.
     pub status: Option<Value>,
+    /// The member API server's reason when it refused (`Forbidden`, `Invalid`...).
+    pub member_reason: Option<String>,
 }
 
 /// The Work status for this round's results; conditions keep their transition time from
@@ -232,7 +234,7 @@ pub fn work_status(
     }
 }
 
-fn condition(
+pub(crate) fn condition(
     old: Option<&Condition>,
     status: &str,
     reason: String,
@@ -377,6 +379,7 @@ mod tests {
             hash: Some("h1".into()),
             generation: Some(1),
             status: None,
+            member_reason: None,
         }];
         let first = work_status(None, &results, Some(2), "t0");
         let second = work_status(Some(&first), &results, Some(2), "t1");

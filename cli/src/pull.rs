@@ -3,7 +3,7 @@
 //! `--cluster-context`, or printed for `kubectl apply -f -`) and `flotilla agent` (the
 //! agent, run inside the member, see [`flotilla_agent`]).
 
-use std::{path::PathBuf, time::Duration};
+use std::{net::SocketAddr, path::PathBuf, sync::Arc, sync::OnceLock, time::Duration};
 
 use anyhow::Context as _;
 use kube::{
@@ -15,8 +15,13 @@ use kube::{
 use serde_json::Value;
 
 use super::{Context, GlobalArgs, access, join::JoinArgs, parse_duration};
-use flotilla_agent::{Agent, AgentOptions};
+use flotilla_agent::{Agent, AgentOptions, check};
 use flotilla_controllers::pull_join::{PullJoinOptions, agent_manifests, join_pull};
+use flotilla_multicluster::http::{
+    MetricsAccess,
+    auth::{Authenticator, Exposure, exposure},
+};
+use tracing::{info, warn};
 
 /// Arguments of `flotilla agent`.
 #[derive(Debug, Clone, clap::Args)]
@@ -39,6 +44,17 @@ pub struct AgentArgs {
     /// Duration of the heartbeat Lease; the host marks the cluster Offline after it lapses.
     #[arg(long, default_value = "40s", value_parser = parse_duration, value_name = "DURATION")]
     pub lease_duration: Duration,
+    /// Address of `/metrics`, `/healthz` and `/readyz`. On a non-loopback address `/metrics`
+    /// needs a bearer token the member allows `get` on the URL `/metrics`.
+    #[arg(long, default_value = "0.0.0.0:8080", value_name = "ADDR")]
+    pub metrics_addr: SocketAddr,
+    /// Serve `/metrics` on a non-loopback `--metrics-addr` without authentication.
+    #[arg(long)]
+    pub metrics_insecure_no_auth: bool,
+    /// Do not run: check what both credentials may do, print one screen, exit non-zero when
+    /// something the agent needs is missing.
+    #[arg(long)]
+    pub check: bool,
 }
 
 /// Runs `flotilla agent` until shutdown. The member is the `--kubeconfig`/`--context`
@@ -52,11 +68,36 @@ pub async fn agent(global: &GlobalArgs, args: AgentArgs, ctx: &Context) -> anyho
         .await
         .context("host cluster (--host-kubeconfig)")?
         .client()?;
+    if args.check {
+        let findings = check::run(&args.cluster_name, &host, &member).await;
+        ctx.out.write(check::render(&findings));
+        let problems = findings.iter().filter(|f| f.is_problem()).count();
+        anyhow::ensure!(
+            problems == 0,
+            "the agent's credentials miss {problems} thing(s)"
+        );
+        return Ok(());
+    }
+    let access = match exposure(&args.metrics_addr, args.metrics_insecure_no_auth) {
+        Exposure::Authenticated => MetricsAccess::Authenticated(Arc::new(OnceLock::from(
+            Authenticator::new(member.clone()),
+        ))),
+        Exposure::InsecureOpen => {
+            warn!(addr = %args.metrics_addr, "/metrics is served without authentication (--metrics-insecure-no-auth)");
+            MetricsAccess::Open
+        }
+        Exposure::Loopback => MetricsAccess::Open,
+    };
     let mut opts = AgentOptions::new(&args.cluster_name, host, member);
     opts.own_namespace = args.agent_namespace;
     opts.resync = args.resync;
     opts.lease_duration = args.lease_duration;
     let agent = Agent::start(opts);
+    let addr = agent
+        .serve(args.metrics_addr, access)
+        .await
+        .with_context(|| format!("listening on {}", args.metrics_addr))?;
+    info!(%addr, "serving /metrics, /healthz and /readyz");
     ctx.shutdown.cancelled().await;
     agent.stop().await;
     Ok(())

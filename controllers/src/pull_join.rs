@@ -96,15 +96,16 @@ where
         .map_err(err(format!("writing {name}")))
 }
 
-/// The agent's Role in its cluster's namespace: its Works (read) and their status, and its
-/// own Lease. `create` cannot be limited to one name, so it is granted on Leases in this
-/// namespace only.
+/// The agent's Role in its cluster's namespace: its Works (read) and their status, its
+/// own Lease, and Events about its Works (a manifest the member refused). `create` cannot be
+/// limited to one name, so it is granted on Leases and Events in this namespace only.
 pub fn agent_role_rules() -> Value {
     json!([
         {"apiGroups": ["multicluster.x-k8s.io"], "resources": ["works"], "verbs": ["get", "list", "watch"]},
         {"apiGroups": ["multicluster.x-k8s.io"], "resources": ["works/status"], "verbs": ["get", "patch", "update"]},
         {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["create"]},
         {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "resourceNames": [AGENT_LEASE], "verbs": ["get", "patch", "update"]},
+        {"apiGroups": ["events.k8s.io"], "resources": ["events"], "verbs": ["create", "patch"]},
     ])
 }
 
@@ -240,7 +241,11 @@ pub fn agent_manifests(cluster: &str, namespace: &str, image: &str, kubeconfig: 
            "spec": {"serviceAccountName": AGENT_ACCOUNT,
             "securityContext": {"runAsNonRoot": true},
             "containers": [{"name": "agent", "image": image,
-              "args": ["agent", "--cluster-name", cluster, "--host-kubeconfig", "/etc/flotilla/host/kubeconfig", "--agent-namespace", namespace],
+              "args": ["agent", "--cluster-name", cluster, "--host-kubeconfig", "/etc/flotilla/host/kubeconfig", "--agent-namespace", namespace, "--metrics-addr", "0.0.0.0:8080"],
+              "env": [{"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}],
+              "ports": [{"name": "metrics", "containerPort": 8080}],
+              "livenessProbe": {"httpGet": {"path": "/healthz", "port": "metrics"}, "periodSeconds": 10},
+              "readinessProbe": {"httpGet": {"path": "/readyz", "port": "metrics"}, "periodSeconds": 5},
               "securityContext": {"allowPrivilegeEscalation": false, "readOnlyRootFilesystem": true, "capabilities": {"drop": ["ALL"]}},
               "volumeMounts": [{"name": "host", "mountPath": "/etc/flotilla/host", "readOnly": true}]}],
             "volumes": [{"name": "host", "secret": {"secretName": KUBECONFIG_SECRET}}]}}}},
@@ -298,5 +303,6 @@ mod tests {
         assert_eq!(verbs("works"), ["get", "list", "watch"]);
         assert!(!verbs("works/status").contains(&"delete".to_string()));
         assert!(verbs("secrets").is_empty());
+        assert_eq!(verbs("events"), ["create", "patch"]);
     }
 }
