@@ -19,6 +19,7 @@ pub mod lease;
 pub mod metrics;
 pub mod observe;
 pub mod plan;
+pub mod rbac;
 pub mod records;
 pub mod rejection;
 mod work;
@@ -69,10 +70,13 @@ pub struct AgentOptions {
     pub lease_duration: Duration,
     /// Works applied concurrently.
     pub workers: usize,
+    /// The agent's member ClusterRole, kept in step with the enabled types when it is
+    /// annotated so ([`rbac`]); `None`: not looked at.
+    pub member_role: Option<String>,
 }
 
 impl AgentOptions {
-    /// Defaults: resync every 30 s, a 40 s Lease, 4 workers.
+    /// Defaults: resync every 30 s, a 40 s Lease, 4 workers, member role `flotilla-agent`.
     pub fn new(cluster: &str, host: Client, member: Client) -> Self {
         AgentOptions {
             cluster: cluster.to_owned(),
@@ -82,6 +86,7 @@ impl AgentOptions {
             resync: Duration::from_secs(30),
             lease_duration: Duration::from_secs(40),
             workers: 4,
+            member_role: Some(flotilla_crds::agent_role::AGENT_ROLE.to_owned()),
         }
     }
 }
@@ -166,6 +171,14 @@ impl Agent {
             tokio::spawn(resync(state.clone(), opts.resync, gate.clone())),
             tokio::spawn(observe::keep_ready(observer.clone(), gate.clone())),
         ];
+        if let Some(role) = opts.member_role.clone() {
+            let published = Api::namespaced(opts.host.clone(), &namespace);
+            tasks.push(tokio::spawn(rbac::keep_role(
+                published,
+                opts.member.clone(),
+                role,
+            )));
+        }
         let runner = KeyedRunner::new("agent", queue.clone())
             .concurrency(opts.workers)
             .gate(gate);

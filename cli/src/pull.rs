@@ -14,9 +14,13 @@ use kube::{
 };
 use serde_json::Value;
 
-use super::{Context, GlobalArgs, access, join::JoinArgs, parse_duration};
+use super::{
+    Context, GlobalArgs, access,
+    join::{JoinArgs, MemberRoleArg},
+    parse_duration,
+};
 use flotilla_agent::{Agent, AgentOptions, check};
-use flotilla_controllers::pull_join::{PullJoinOptions, agent_manifests, join_pull};
+use flotilla_controllers::pull_join::{MemberRole, PullJoinOptions, agent_manifests, join_pull};
 use flotilla_multicluster::http::{
     MetricsAccess,
     auth::{Authenticator, Exposure, exposure},
@@ -119,8 +123,8 @@ pub async fn join(global: &GlobalArgs, args: JoinArgs, ctx: &Context) -> anyhow:
     if args.dry_run {
         ctx.out.line(format!(
             "Dry run: nothing is changed. In the host: Namespace {ns}, ServiceAccount/Role/RoleBinding {ns}/flotilla-agent \
-             (Works of {ns}: read, status: write; Lease {ns}/flotilla-agent), a token Secret, and KubeFedCluster {}/{} with mode Pull. \
-             In the member: the agent's namespace, kubeconfig Secret, ServiceAccount, ClusterRole(Binding), AppliedWork CRD and Deployment.",
+             (Works of {ns}: read, status: write; Lease {ns}/flotilla-agent; Events; ConfigMaps of {ns}: read), ConfigMap {ns}/flotilla-agent-types (the enabled types), a token Secret, and KubeFedCluster {}/{} with mode Pull. \
+             In the member: the agent's namespace, kubeconfig Secret, ServiceAccount, ClusterRole(Binding) (the enabled types, or every resource with --member-role all), AppliedWork CRD and Deployment.",
             opts.namespace,
             args.name,
             ns = flotilla_crds::work::cluster_namespace(&args.name),
@@ -128,7 +132,17 @@ pub async fn join(global: &GlobalArgs, args: JoinArgs, ctx: &Context) -> anyhow:
         return Ok(());
     }
     let joined = join_pull(&host.client()?, &opts).await?;
-    let manifests = agent_manifests(&args.name, &opts.namespace, &args.image, &joined.kubeconfig);
+    let role = match args.member_role {
+        MemberRoleArg::Types => MemberRole::Types(joined.type_rules.clone()),
+        MemberRoleArg::All => MemberRole::All,
+    };
+    let manifests = agent_manifests(
+        &args.name,
+        &opts.namespace,
+        &args.image,
+        &joined.kubeconfig,
+        &role,
+    );
     match &args.contexts.cluster_context {
         Some(member_context) => {
             let member = access::load(global.kubeconfig.as_deref(), Some(member_context))

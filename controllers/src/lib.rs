@@ -25,6 +25,7 @@ mod parser_props;
 pub mod preview;
 pub mod profiles;
 pub mod pull_join;
+pub mod pull_rbac;
 pub mod registry;
 pub mod sa_import;
 pub mod scheduling;
