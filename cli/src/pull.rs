@@ -167,7 +167,7 @@ pub async fn join(global: &GlobalArgs, args: JoinArgs, ctx: &Context) -> anyhow:
 }
 
 /// Applies every item of a `List` (server-side apply, kinds found through discovery).
-async fn apply_list(client: &kube::Client, list: &Value) -> anyhow::Result<()> {
+pub async fn apply_list(client: &kube::Client, list: &Value) -> anyhow::Result<()> {
     for item in list["items"].as_array().into_iter().flatten() {
         let api_version = item["apiVersion"].as_str().unwrap_or_default();
         let kind = item["kind"].as_str().unwrap_or_default();

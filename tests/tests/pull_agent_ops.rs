@@ -39,8 +39,6 @@ use kube::{
     Api, Client,
     api::{ApiResource, DynamicObject, ListParams, Patch, PatchParams},
     config::{KubeConfigOptions, Kubeconfig},
-    core::GroupVersionKind,
-    discovery::{Scope, pinned_kind},
 };
 use serde_json::json;
 
@@ -271,32 +269,22 @@ async fn set_propagation(host: &Client, ftc: &str, mode: &str) -> anyhow::Result
 }
 
 /// Applies the member manifests `join --mode pull` generates, but the Deployment and its
-/// Secret (the agent runs in this process).
+/// Secret (the agent runs in this process) and the CRD (installed already).
 async fn apply_member_side(admin: &Client, manifests: &serde_json::Value) -> anyhow::Result<()> {
-    for item in manifests["items"].as_array().into_iter().flatten() {
-        let kind = item["kind"].as_str().unwrap_or_default();
-        if matches!(kind, "Deployment" | "Secret" | "CustomResourceDefinition") {
-            continue;
-        }
-        let api_version = item["apiVersion"].as_str().unwrap_or_default();
-        let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
-        let (ar, caps) = pinned_kind(admin, &GroupVersionKind::gvk(group, version, kind)).await?;
-        let name = item["metadata"]["name"].as_str().unwrap_or_default();
-        let api: Api<DynamicObject> = match item["metadata"]["namespace"].as_str() {
-            Some(ns) if caps.scope == Scope::Namespaced => {
-                Api::namespaced_with(admin.clone(), ns, &ar)
-            }
-            _ => Api::all_with(admin.clone(), &ar),
-        };
-        api.patch(
-            name,
-            &PatchParams::apply("flotilla-tests").force(),
-            &Patch::Apply(item),
-        )
-        .await
-        .with_context(|| format!("applying {kind} {name}"))?;
-    }
-    Ok(())
+    let items: Vec<_> = manifests["items"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|i| {
+            !matches!(
+                i["kind"].as_str(),
+                Some("Deployment" | "Secret" | "CustomResourceDefinition")
+            )
+        })
+        .cloned()
+        .collect();
+    let list = json!({"apiVersion": "v1", "kind": "List", "items": items});
+    cli::pull::apply_list(admin, &list).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
