@@ -122,7 +122,7 @@ pub fn new_failures<'a>(
                 .and_then(|p| old_manifest(p, &r.identifier))
                 .and_then(|m| m.conditions.iter().find(|c| c.type_ == APPLIED));
             let same = before.is_some_and(|c| {
-                c.status == "False" && &c.reason == applied_reason.as_str() && &c.message == message
+                c.status == "False" && c.reason == applied_reason.as_str() && &c.message == message
             });
             (!same).then_some((r, reason))
         })
