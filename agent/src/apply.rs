@@ -57,6 +57,8 @@ pub struct Applied {
     pub record: Option<AppliedResourceMeta>,
     /// The cache has not shown the agent's own recent write yet: look again soon.
     pub lagging: bool,
+    /// The member accepted a server-side apply this round.
+    pub wrote: bool,
 }
 
 impl Member {
@@ -126,6 +128,7 @@ impl Member {
             generation: None,
             status: None,
             drift: cx.previous.cloned(),
+            member_reason: None,
         };
         let failed = |mut result: ManifestResult, reason, msg| {
             result.result = Err((reason, msg));
@@ -133,6 +136,7 @@ impl Member {
                 result,
                 record: None,
                 lagging: false,
+                wrote: false,
             }
         };
         if let Err(msg) = check_manifest(manifest) {
@@ -148,13 +152,16 @@ impl Member {
         let id = object_id(&resolved.ar, &identifier.namespace, &identifier.name);
         let (live, lagging) = match self.read(&resolved, &id, manifest).await {
             Ok(read) => read,
-            Err(msg) => return failed(result, ClusterReason::RetrievalFailed, msg),
+            Err((member_reason, msg)) => {
+                result.member_reason = member_reason;
+                return failed(result, ClusterReason::RetrievalFailed, msg);
+            }
         };
-        let current = match self
+        let (current, wrote) = match self
             .make_true(&resolved, &id, manifest, live, cx, &mut result)
             .await
         {
-            Ok(current) => current,
+            Ok(done) => done,
             Err((reason, msg)) => return failed(result, reason, msg),
         };
         if current.is_some() {
@@ -177,6 +184,7 @@ impl Member {
             result,
             record,
             lagging,
+            wrote,
         }
     }
 
@@ -191,7 +199,7 @@ impl Member {
         live: Option<Value>,
         cx: &drift::Context<'_>,
         result: &mut ManifestResult,
-    ) -> Result<Option<Value>, (ClusterReason, String)> {
+    ) -> Result<(Option<Value>, bool), (ClusterReason, String)> {
         let version = live
             .as_ref()
             .and_then(|l| l.pointer("/metadata/resourceVersion"))
@@ -207,6 +215,7 @@ impl Member {
             cx,
             now.as_second(),
         );
+        let mut wrote = false;
         let current = match judged.op {
             ManifestOp::Nothing => live,
             ManifestOp::Refuse(reason, msg) => return Err((reason, msg)),
@@ -217,8 +226,12 @@ impl Member {
                     None => manifest.clone(),
                 };
                 match self.write(resolved, id, &body).await {
-                    Ok(obj) => Some(obj),
-                    Err(msg) => {
+                    Ok(obj) => {
+                        wrote = true;
+                        Some(obj)
+                    }
+                    Err((member_reason, msg)) => {
+                        result.member_reason = member_reason;
                         let reason = if live.is_some() {
                             ClusterReason::UpdateFailed
                         } else {
@@ -239,7 +252,7 @@ impl Member {
                 .repaired(id, f, version.as_deref(), now.as_second());
         }
         result.drift = drift::entry(judged.finding.as_ref(), repaired, cx, &now.to_string());
-        Ok(current)
+        Ok((current, wrote))
     }
 
     /// The member object of a manifest: from the kind's watch cache once it is complete
@@ -249,7 +262,7 @@ impl Member {
         resolved: &Resolved,
         id: &super::cache::ObjectId,
         manifest: &Value,
-    ) -> Result<(Option<Value>, bool), String> {
+    ) -> Result<(Option<Value>, bool), Refusal> {
         if cacheable(manifest) {
             self.cache.ensure(&resolved.ar);
             if let Cached::Known { object, lagging } =
@@ -269,7 +282,7 @@ impl Member {
                 }),
                 false,
             )),
-            Err(e) => Err(message(&e)),
+            Err(e) => Err(refusal(&e)),
         }
     }
 
@@ -279,7 +292,7 @@ impl Member {
         resolved: &Resolved,
         id: &super::cache::ObjectId,
         manifest: &Value,
-    ) -> Result<Value, String> {
+    ) -> Result<Value, Refusal> {
         let api = self.api(resolved, &id.2);
         let pp = PatchParams::apply(AGENT_FIELD_MANAGER).force();
         match api.patch(&id.3, &pp, &Patch::Apply(manifest)).await {
@@ -292,7 +305,7 @@ impl Member {
             }
             Err(e) => {
                 self.cache.remember_write(id.clone(), None, Value::Null);
-                Err(message(&e))
+                Err(refusal(&e))
             }
         }
     }
@@ -379,6 +392,13 @@ pub fn identify(ordinal: usize, manifest: &Value) -> ResourceIdentifier {
         namespace: text("/metadata/namespace"),
         name: text("/metadata/name"),
     }
+}
+
+/// Why the member refused: its Status reason (when it answered) and message.
+type Refusal = (Option<String>, String);
+
+fn refusal(e: &kube::Error) -> Refusal {
+    (super::rejection::member_reason(e), message(e))
 }
 
 fn message(e: &kube::Error) -> String {

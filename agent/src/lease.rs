@@ -3,7 +3,7 @@
 //! Ready while the Lease is fresh and Offline once it lapses. The member's Kubernetes
 //! version rides along as an annotation (the host cannot ask the member).
 
-use std::time::Duration;
+use std::{sync::Arc, time::Duration};
 
 use flotilla_crds::work::{AGENT_FIELD_MANAGER, AGENT_LEASE};
 use k8s_openapi::{
@@ -18,15 +18,25 @@ use tracing::{debug, warn};
 
 use flotilla_crds::member::VERSION_ANNOTATION;
 
+use super::observe::Observer;
+
 /// Renews the Lease until the task is aborted.
-pub async fn heartbeat(leases: Api<Lease>, member: Client, identity: String, duration: Duration) {
+pub async fn heartbeat(
+    leases: Api<Lease>,
+    member: Client,
+    identity: String,
+    duration: Duration,
+    observer: Arc<Observer>,
+) {
     let period = (duration / 3).max(Duration::from_millis(200));
     let mut version: Option<String> = None;
     loop {
         if version.is_none() {
             version = member.apiserver_version().await.ok().map(|i| i.git_version);
         }
-        match renew(&leases, &identity, duration, version.as_deref()).await {
+        let renewed = renew(&leases, &identity, duration, version.as_deref()).await;
+        observer.lease_renewal(renewed.as_ref().map(|_| ()));
+        match renewed {
             Ok(()) => debug!("lease renewed"),
             Err(e) => warn!(error = %e, "renewing the heartbeat Lease failed; retrying"),
         }

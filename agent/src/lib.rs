@@ -9,22 +9,29 @@
 //!
 //! Writes happen only when something changed: an up-to-date member object is not applied
 //! again, and an unchanged report or record is not written (restarts included).
-//! Decisions are in [`plan`]; member I/O in [`apply`]; the heartbeat in [`lease`].
+//! Decisions are in [`plan`]; member I/O in [`apply`]; the heartbeat in [`lease`]; metrics,
+//! probes and Events in [`observe`], the member's reasons for refusing in [`rejection`]; the
+//! credential check of `flotilla agent --check` in [`check`].
 
 pub mod apply;
 pub mod cache;
+pub mod check;
 pub mod drift;
 pub mod lease;
+pub mod metrics;
+pub mod observe;
 pub mod plan;
+pub mod rbac;
 pub mod records;
+pub mod rejection;
 mod work;
 
 #[cfg(test)]
 mod parser_props;
 
 use std::{
-    collections::HashSet, convert::Infallible, ops::ControlFlow, sync::Arc, sync::Mutex,
-    time::Duration,
+    collections::HashSet, convert::Infallible, net::SocketAddr, ops::ControlFlow, sync::Arc,
+    sync::Mutex, time::Duration,
 };
 
 use flotilla_crds::work::{AppliedWork, Work, cluster_namespace};
@@ -37,10 +44,12 @@ use kube::{
     runtime::reflector::{self, Store},
 };
 use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
 use tracing::info;
 
-use self::{apply::Member, cache::ObjectCache, records::Records};
+use self::{apply::Member, cache::ObjectCache, observe::Observer, records::Records};
 use flotilla_crds::member::ORPHAN_LABEL;
+use flotilla_multicluster::http::MetricsAccess;
 use flotilla_multicluster::{
     watch::{Change, WatchParams, watch_into},
     workqueue::WorkQueue,
@@ -63,10 +72,13 @@ pub struct AgentOptions {
     pub lease_duration: Duration,
     /// Works applied concurrently.
     pub workers: usize,
+    /// The agent's member ClusterRole, kept in step with the enabled types when it is
+    /// annotated so ([`rbac`]); `None`: not looked at.
+    pub member_role: Option<String>,
 }
 
 impl AgentOptions {
-    /// Defaults: resync every 30 s, a 40 s Lease, 4 workers.
+    /// Defaults: resync every 30 s, a 40 s Lease, 4 workers, member role `flotilla-agent`.
     pub fn new(cluster: &str, host: Client, member: Client) -> Self {
         AgentOptions {
             cluster: cluster.to_owned(),
@@ -76,6 +88,7 @@ impl AgentOptions {
             resync: Duration::from_secs(30),
             lease_duration: Duration::from_secs(40),
             workers: 4,
+            member_role: Some(flotilla_crds::agent_role::AGENT_ROLE.to_owned()),
         }
     }
 }
@@ -92,16 +105,21 @@ struct State {
     /// Works seen labelled for orphaning: their objects are unlabelled, not deleted.
     orphaned: Mutex<HashSet<String>>,
     queue: Arc<WorkQueue<String>>,
+    observer: Arc<Observer>,
 }
 
 /// A running agent; dropping it stops every task.
 pub struct Agent {
     tasks: Vec<JoinHandle<()>>,
     queue: Arc<WorkQueue<String>>,
+    observer: Arc<Observer>,
+    /// Stops the metrics and probe server.
+    cancel: CancellationToken,
 }
 
 impl Drop for Agent {
     fn drop(&mut self) {
+        self.cancel.cancel();
         self.queue.shutdown();
         for t in &self.tasks {
             t.abort();
@@ -117,6 +135,8 @@ impl Agent {
         let applied_writer = reflector::store::Writer::<AppliedWork>::default();
         let queue: Arc<WorkQueue<String>> = WorkQueue::new();
         let objects = Arc::new(ObjectCache::new(opts.member.clone(), queue.clone()));
+        let observer = Observer::new(opts.host.clone());
+        observer.metrics.watch_queue(queue.clone());
         let state = Arc::new(State {
             works: writer.as_reader(),
             works_api: Api::namespaced(opts.host.clone(), &namespace),
@@ -127,6 +147,7 @@ impl Agent {
             queue: queue.clone(),
             namespace: namespace.clone(),
             cluster: opts.cluster.clone(),
+            observer: observer.clone(),
         });
         info!(cluster = %opts.cluster, %namespace, "agent started");
         let identity = format!("{}-agent", opts.cluster);
@@ -150,9 +171,19 @@ impl Agent {
                 opts.member.clone(),
                 identity,
                 opts.lease_duration,
+                observer.clone(),
             )),
             tokio::spawn(resync(state.clone(), opts.resync, gate.clone())),
+            tokio::spawn(observe::keep_ready(observer.clone(), gate.clone())),
         ];
+        if let Some(role) = opts.member_role.clone() {
+            let published = Api::namespaced(opts.host.clone(), &namespace);
+            tasks.push(tokio::spawn(rbac::keep_role(
+                published,
+                opts.member.clone(),
+                role,
+            )));
+        }
         let runner = KeyedRunner::new("agent", queue.clone())
             .concurrency(opts.workers)
             .gate(gate);
@@ -161,11 +192,32 @@ impl Agent {
             let state = worker.clone();
             async move { Ok::<_, Infallible>(work::work(&state, &name).await) }
         })));
-        Agent { tasks, queue }
+        Agent {
+            tasks,
+            queue,
+            observer,
+            cancel: CancellationToken::new(),
+        }
+    }
+
+    /// Serves `/metrics`, `/healthz` and `/readyz` on `addr` until the agent stops;
+    /// `/metrics` is open to whom `access` says. Returns the bound address.
+    pub async fn serve(
+        &self,
+        addr: SocketAddr,
+        access: MetricsAccess,
+    ) -> std::io::Result<SocketAddr> {
+        observe::serve(&self.observer, addr, access, self.cancel.clone()).await
+    }
+
+    /// The agent's metrics, probes and Events.
+    pub fn observer(&self) -> &Arc<Observer> {
+        &self.observer
     }
 
     /// Stops the agent and waits until its tasks have ended.
     pub async fn stop(mut self) {
+        self.cancel.cancel();
         self.queue.shutdown();
         let tasks = std::mem::take(&mut self.tasks);
         for t in &tasks {

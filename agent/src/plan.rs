@@ -173,6 +173,8 @@ pub struct ManifestResult {
     pub status: Option<Value>,
     /// The last drift seen in the member object.
     pub drift: Option<ClusterDrift>,
+    /// The member API server's reason when it refused (`Forbidden`, `Invalid`...).
+    pub member_reason: Option<String>,
 }
 
 /// The Work status for this round's results; conditions keep their transition time from
@@ -236,7 +238,7 @@ pub fn work_status(
     }
 }
 
-fn condition(
+pub(crate) fn condition(
     old: Option<&Condition>,
     status: &str,
     reason: String,
@@ -382,6 +384,7 @@ mod tests {
             generation: Some(1),
             status: None,
             drift: None,
+            member_reason: None,
         }];
         let first = work_status(None, &results, Some(2), "t0");
         let second = work_status(Some(&first), &results, Some(2), "t1");

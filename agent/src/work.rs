@@ -17,7 +17,7 @@ use kube::{
 use serde_json::json;
 use tracing::{debug, info, warn};
 
-use super::{State, drift, plan};
+use super::{State, drift, plan, rejection};
 use flotilla_crds::drift::ClusterDrift;
 
 /// How soon a Work whose manifests failed is tried again at first (then backing off).
@@ -93,6 +93,7 @@ async fn remove_work(state: &State, name: &str) -> Result<Done, kube::Error> {
         .map(|_| ())
         .or_else(ignore_404)?;
     state.records.forget(name);
+    state.observer.metrics.forget(name);
     state
         .orphaned
         .lock()
@@ -128,6 +129,9 @@ async fn sync_work(state: &State, work: &Work) -> Result<Done, kube::Error> {
             .apply_manifest(&name, i, manifest, collect, &cx)
             .await;
         lagging |= applied.lagging;
+        if applied.wrote {
+            state.observer.metrics.applies.inc();
+        }
         results.push(applied.result);
         records.extend(applied.record);
     }
@@ -160,6 +164,9 @@ async fn sync_work(state: &State, work: &Work) -> Result<Done, kube::Error> {
         state.records.remember(&name, records);
     }
     report(state, work, &results).await?;
+    if ok && !lagging {
+        state.observer.metrics.settled(&name);
+    }
     Ok(match (ok, lagging) {
         (false, _) => Done::Failed,
         (true, true) => Done::Lagging,
@@ -206,12 +213,17 @@ async fn report(
     work: &Work,
     results: &[plan::ManifestResult],
 ) -> Result<(), kube::Error> {
-    let status = plan::work_status(
+    let (previous, generation, now) = (
         work.status.as_ref(),
-        results,
         work.metadata.generation,
-        &now_rfc3339(),
+        now_rfc3339(),
     );
+    let status = plan::work_status(previous, results, generation, &now);
+    let status = rejection::with_rejections(status, previous, results, generation, &now);
+    state
+        .observer
+        .report_failures(work, previous, results)
+        .await;
     if work.status.as_ref() != Some(&status) {
         let patch = json!({"status": status});
         state

@@ -78,6 +78,19 @@ pub struct JoinArgs {
     /// Pull mode: the agent's container image.
     #[arg(long, default_value = "flotilla:latest", value_name = "IMAGE")]
     pub image: String,
+    /// Pull mode: the agent's member ClusterRole — `types`: the enabled federated types,
+    /// kept in step as types are enabled or disabled; `all`: every resource.
+    #[arg(long, value_enum, default_value_t = MemberRoleArg::Types)]
+    pub member_role: MemberRoleArg,
+}
+
+/// `--member-role`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum MemberRoleArg {
+    /// The enabled federated types only.
+    Types,
+    /// Every resource.
+    All,
 }
 
 /// Arguments of `flotilla unjoin`.

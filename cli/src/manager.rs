@@ -19,12 +19,12 @@ use prometheus_client::metrics::gauge::Gauge;
 use tracing::{error, info, warn};
 
 use super::{Context, GlobalArgs, access, parse_duration};
-use flotilla_controllers::http_auth::{self, Exposure};
-use flotilla_controllers::http_server::{self as http, Health, MetricsAccess};
 use flotilla_controllers::leader::{self, LeaderElectionConfig, LeaderElector, LeadershipEnd};
 use flotilla_controllers::manager::{ControlPlane, Options};
 use flotilla_controllers::metrics::Metrics;
 use flotilla_controllers::startup::{self, Problem};
+use flotilla_multicluster::http::auth::{self as http_auth, Exposure};
+use flotilla_multicluster::http::{self as http, Health, MetricsAccess};
 use flotilla_webhook as webhook;
 
 /// Examples of `flotilla controller-manager --help`.

@@ -3,7 +3,7 @@
 //! `--cluster-context`, or printed for `kubectl apply -f -`) and `flotilla agent` (the
 //! agent, run inside the member, see [`flotilla_agent`]).
 
-use std::{path::PathBuf, time::Duration};
+use std::{net::SocketAddr, path::PathBuf, sync::Arc, sync::OnceLock, time::Duration};
 
 use anyhow::Context as _;
 use kube::{
@@ -14,9 +14,18 @@ use kube::{
 };
 use serde_json::Value;
 
-use super::{Context, GlobalArgs, access, join::JoinArgs, parse_duration};
-use flotilla_agent::{Agent, AgentOptions};
-use flotilla_controllers::pull_join::{PullJoinOptions, agent_manifests, join_pull};
+use super::{
+    Context, GlobalArgs, access,
+    join::{JoinArgs, MemberRoleArg},
+    parse_duration,
+};
+use flotilla_agent::{Agent, AgentOptions, check};
+use flotilla_controllers::pull_join::{MemberRole, PullJoinOptions, agent_manifests, join_pull};
+use flotilla_multicluster::http::{
+    MetricsAccess,
+    auth::{Authenticator, Exposure, exposure},
+};
+use tracing::{info, warn};
 
 /// Arguments of `flotilla agent`.
 #[derive(Debug, Clone, clap::Args)]
@@ -39,6 +48,17 @@ pub struct AgentArgs {
     /// Duration of the heartbeat Lease; the host marks the cluster Offline after it lapses.
     #[arg(long, default_value = "40s", value_parser = parse_duration, value_name = "DURATION")]
     pub lease_duration: Duration,
+    /// Address of `/metrics`, `/healthz` and `/readyz`. On a non-loopback address `/metrics`
+    /// needs a bearer token the member allows `get` on the URL `/metrics`.
+    #[arg(long, default_value = "0.0.0.0:8080", value_name = "ADDR")]
+    pub metrics_addr: SocketAddr,
+    /// Serve `/metrics` on a non-loopback `--metrics-addr` without authentication.
+    #[arg(long)]
+    pub metrics_insecure_no_auth: bool,
+    /// Do not run: check what both credentials may do, print one screen, exit non-zero when
+    /// something the agent needs is missing.
+    #[arg(long)]
+    pub check: bool,
 }
 
 /// Runs `flotilla agent` until shutdown. The member is the `--kubeconfig`/`--context`
@@ -52,11 +72,36 @@ pub async fn agent(global: &GlobalArgs, args: AgentArgs, ctx: &Context) -> anyho
         .await
         .context("host cluster (--host-kubeconfig)")?
         .client()?;
+    if args.check {
+        let findings = check::run(&args.cluster_name, &host, &member).await;
+        ctx.out.write(check::render(&findings));
+        let problems = findings.iter().filter(|f| f.is_problem()).count();
+        anyhow::ensure!(
+            problems == 0,
+            "the agent's credentials miss {problems} thing(s)"
+        );
+        return Ok(());
+    }
+    let access = match exposure(&args.metrics_addr, args.metrics_insecure_no_auth) {
+        Exposure::Authenticated => MetricsAccess::Authenticated(Arc::new(OnceLock::from(
+            Authenticator::new(member.clone()),
+        ))),
+        Exposure::InsecureOpen => {
+            warn!(addr = %args.metrics_addr, "/metrics is served without authentication (--metrics-insecure-no-auth)");
+            MetricsAccess::Open
+        }
+        Exposure::Loopback => MetricsAccess::Open,
+    };
     let mut opts = AgentOptions::new(&args.cluster_name, host, member);
     opts.own_namespace = args.agent_namespace;
     opts.resync = args.resync;
     opts.lease_duration = args.lease_duration;
     let agent = Agent::start(opts);
+    let addr = agent
+        .serve(args.metrics_addr, access)
+        .await
+        .with_context(|| format!("listening on {}", args.metrics_addr))?;
+    info!(%addr, "serving /metrics, /healthz and /readyz");
     ctx.shutdown.cancelled().await;
     agent.stop().await;
     Ok(())
@@ -78,8 +123,8 @@ pub async fn join(global: &GlobalArgs, args: JoinArgs, ctx: &Context) -> anyhow:
     if args.dry_run {
         ctx.out.line(format!(
             "Dry run: nothing is changed. In the host: Namespace {ns}, ServiceAccount/Role/RoleBinding {ns}/flotilla-agent \
-             (Works of {ns}: read, status: write; Lease {ns}/flotilla-agent), a token Secret, and KubeFedCluster {}/{} with mode Pull. \
-             In the member: the agent's namespace, kubeconfig Secret, ServiceAccount, ClusterRole(Binding), AppliedWork CRD and Deployment.",
+             (Works of {ns}: read, status: write; Lease {ns}/flotilla-agent; Events; ConfigMaps of {ns}: read), ConfigMap {ns}/flotilla-agent-types (the enabled types), a token Secret, and KubeFedCluster {}/{} with mode Pull. \
+             In the member: the agent's namespace, kubeconfig Secret, ServiceAccount, ClusterRole(Binding) (the enabled types, or every resource with --member-role all), AppliedWork CRD and Deployment.",
             opts.namespace,
             args.name,
             ns = flotilla_crds::work::cluster_namespace(&args.name),
@@ -87,7 +132,17 @@ pub async fn join(global: &GlobalArgs, args: JoinArgs, ctx: &Context) -> anyhow:
         return Ok(());
     }
     let joined = join_pull(&host.client()?, &opts).await?;
-    let manifests = agent_manifests(&args.name, &opts.namespace, &args.image, &joined.kubeconfig);
+    let role = match args.member_role {
+        MemberRoleArg::Types => MemberRole::Types(joined.type_rules.clone()),
+        MemberRoleArg::All => MemberRole::All,
+    };
+    let manifests = agent_manifests(
+        &args.name,
+        &opts.namespace,
+        &args.image,
+        &joined.kubeconfig,
+        &role,
+    );
     match &args.contexts.cluster_context {
         Some(member_context) => {
             let member = access::load(global.kubeconfig.as_deref(), Some(member_context))
@@ -112,7 +167,7 @@ pub async fn join(global: &GlobalArgs, args: JoinArgs, ctx: &Context) -> anyhow:
 }
 
 /// Applies every item of a `List` (server-side apply, kinds found through discovery).
-async fn apply_list(client: &kube::Client, list: &Value) -> anyhow::Result<()> {
+pub async fn apply_list(client: &kube::Client, list: &Value) -> anyhow::Result<()> {
     for item in list["items"].as_array().into_iter().flatten() {
         let api_version = item["apiVersion"].as_str().unwrap_or_default();
         let kind = item["kind"].as_str().unwrap_or_default();

@@ -8,8 +8,10 @@ pub mod decisions;
 pub use flotilla_multicluster::events;
 pub mod ftc;
 pub mod ftc_schema;
-pub mod http_auth;
-pub mod http_server;
+/// The `/metrics` and probe server (moved to the multi-cluster library; kept at this path).
+pub use flotilla_multicluster::http as http_server;
+/// Authentication of HTTP endpoints (moved to the multi-cluster library; kept at this path).
+pub use flotilla_multicluster::http::auth as http_auth;
 pub mod install;
 pub mod join;
 pub mod leader;
@@ -23,6 +25,7 @@ mod parser_props;
 pub mod preview;
 pub mod profiles;
 pub mod pull_join;
+pub mod pull_rbac;
 pub mod registry;
 pub mod sa_import;
 pub mod scheduling;

@@ -132,6 +132,12 @@ impl Metrics {
     }
 }
 
+impl flotilla_multicluster::http::MetricsText for Metrics {
+    fn encode(&self) -> String {
+        Metrics::encode(self)
+    }
+}
+
 /// Label set naming one member cluster.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ClusterLabels {

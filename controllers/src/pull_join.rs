@@ -11,11 +11,12 @@ use std::{collections::BTreeMap, time::Duration};
 use base64::Engine;
 use flotilla_crds::{
     KubeFedCluster,
+    agent_role::{AGENT_ROLE, AGENT_ROLE_ANNOTATION, agent_all_rules, agent_member_rules},
     work::{AGENT_LEASE, cluster_namespace},
 };
 use k8s_openapi::api::{
     core::v1::{Namespace, Secret, ServiceAccount},
-    rbac::v1::{Role, RoleBinding},
+    rbac::v1::{PolicyRule, Role, RoleBinding},
 };
 use kube::{
     Api, Client,
@@ -75,6 +76,31 @@ pub struct PullJoin {
     pub token: String,
     /// The host CA the kubeconfig trusts.
     pub host_ca_pem: Option<String>,
+    /// The rules of the types enabled at the join (also published to the agent, see
+    /// [`crate::pull_rbac`]).
+    pub type_rules: Vec<PolicyRule>,
+}
+
+/// The agent's member ClusterRole, as `join --mode pull --member-role` chose it.
+#[derive(Clone, Debug, PartialEq)]
+pub enum MemberRole {
+    /// The enabled types' rules (kept in step by the agent), and the agent's own.
+    Types(Vec<PolicyRule>),
+    /// Every resource (never narrowed), and the agent's own rules.
+    All,
+}
+
+impl MemberRole {
+    /// The ClusterRole object.
+    pub fn cluster_role(&self) -> Value {
+        let (rules, kind) = match self {
+            MemberRole::Types(types) => (agent_member_rules(types, AGENT_ROLE), "types"),
+            MemberRole::All => (agent_all_rules(AGENT_ROLE), "all"),
+        };
+        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+               "metadata": {"name": AGENT_ROLE, "annotations": {AGENT_ROLE_ANNOTATION: kind}},
+               "rules": rules})
+    }
 }
 
 fn err(action: impl Into<String>) -> impl FnOnce(kube::Error) -> JoinError {
@@ -96,15 +122,18 @@ where
         .map_err(err(format!("writing {name}")))
 }
 
-/// The agent's Role in its cluster's namespace: its Works (read) and their status, and its
-/// own Lease. `create` cannot be limited to one name, so it is granted on Leases in this
-/// namespace only.
+/// The agent's Role in its cluster's namespace: its Works (read) and their status, its
+/// own Lease, Events about its Works (a manifest the member refused), and the ConfigMaps
+/// there (the enabled types' rules, [`crate::pull_rbac`]). `create` cannot be limited to
+/// one name, so it is granted on Leases and Events in this namespace only.
 pub fn agent_role_rules() -> Value {
     json!([
         {"apiGroups": ["multicluster.x-k8s.io"], "resources": ["works"], "verbs": ["get", "list", "watch"]},
         {"apiGroups": ["multicluster.x-k8s.io"], "resources": ["works/status"], "verbs": ["get", "patch", "update"]},
         {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["create"]},
         {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "resourceNames": [AGENT_LEASE], "verbs": ["get", "patch", "update"]},
+        {"apiGroups": ["events.k8s.io"], "resources": ["events"], "verbs": ["create", "patch"]},
+        {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "list", "watch"]},
     ])
 }
 
@@ -137,6 +166,12 @@ pub async fn join_pull(host: &Client, opts: &PullJoinOptions) -> Result<PullJoin
         "subjects": [{"kind": "ServiceAccount", "name": AGENT_ACCOUNT, "namespace": ns}],
     });
     apply(&bindings, AGENT_ACCOUNT, &body).await?;
+    let type_rules = crate::pull_rbac::enabled_type_rules(host, &opts.namespace)
+        .await
+        .map_err(err("reading the enabled types"))?;
+    crate::pull_rbac::publish(host, &opts.cluster_name, &type_rules)
+        .await
+        .map_err(err("publishing the enabled types"))?;
     let (token, ca) = agent_token(host, &ns, opts.token_timeout).await?;
     let kfcs: Api<KubeFedCluster> = Api::namespaced(host.clone(), &opts.namespace);
     let body = json!({
@@ -154,6 +189,7 @@ pub async fn join_pull(host: &Client, opts: &PullJoinOptions) -> Result<PullJoin
         kubeconfig,
         token,
         host_ca_pem,
+        type_rules,
     })
 }
 
@@ -213,9 +249,15 @@ pub fn kubeconfig(server: &str, ca_pem: Option<&str>, token: &str, namespace: &s
 }
 
 /// The member side: the agent's namespace, the Secret with its host kubeconfig, its
-/// ServiceAccount with the rights to apply objects in the member, the AppliedWork CRD and
-/// the Deployment — as one list, for `kubectl apply -f -` in the member.
-pub fn agent_manifests(cluster: &str, namespace: &str, image: &str, kubeconfig: &str) -> Value {
+/// ServiceAccount with the rights to apply objects in the member (`role`), the AppliedWork
+/// CRD and the Deployment — as one list, for `kubectl apply -f -` in the member.
+pub fn agent_manifests(
+    cluster: &str,
+    namespace: &str,
+    image: &str,
+    kubeconfig: &str,
+    role: &MemberRole,
+) -> Value {
     let crd = serde_json::to_value(flotilla_crds::crdgen::applied_work_crd()).unwrap_or_default();
     json!({"apiVersion": "v1", "kind": "List", "items": [
         {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}},
@@ -224,14 +266,10 @@ pub fn agent_manifests(cluster: &str, namespace: &str, image: &str, kubeconfig: 
          "metadata": {"name": KUBECONFIG_SECRET, "namespace": namespace},
          "stringData": {KUBECONFIG_KEY: kubeconfig}},
         {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": AGENT_ACCOUNT, "namespace": namespace}},
-        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
-         "metadata": {"name": AGENT_ACCOUNT},
-         // The agent applies whatever the host's inventory holds; narrow this to the
-         // federated types when they are known.
-         "rules": [{"apiGroups": ["*"], "resources": ["*"], "verbs": ["get", "list", "watch", "create", "update", "patch", "delete"]}]},
+        role.cluster_role(),
         {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
          "metadata": {"name": AGENT_ACCOUNT},
-         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": AGENT_ACCOUNT},
+         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": AGENT_ROLE},
          "subjects": [{"kind": "ServiceAccount", "name": AGENT_ACCOUNT, "namespace": namespace}]},
         {"apiVersion": "apps/v1", "kind": "Deployment",
          "metadata": {"name": AGENT_ACCOUNT, "namespace": namespace, "labels": {"app.kubernetes.io/name": AGENT_ACCOUNT}},
@@ -240,7 +278,11 @@ pub fn agent_manifests(cluster: &str, namespace: &str, image: &str, kubeconfig: 
            "spec": {"serviceAccountName": AGENT_ACCOUNT,
             "securityContext": {"runAsNonRoot": true},
             "containers": [{"name": "agent", "image": image,
-              "args": ["agent", "--cluster-name", cluster, "--host-kubeconfig", "/etc/flotilla/host/kubeconfig", "--agent-namespace", namespace],
+              "args": ["agent", "--cluster-name", cluster, "--host-kubeconfig", "/etc/flotilla/host/kubeconfig", "--agent-namespace", namespace, "--metrics-addr", "0.0.0.0:8080"],
+              "env": [{"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}],
+              "ports": [{"name": "metrics", "containerPort": 8080}],
+              "livenessProbe": {"httpGet": {"path": "/healthz", "port": "metrics"}, "periodSeconds": 10},
+              "readinessProbe": {"httpGet": {"path": "/readyz", "port": "metrics"}, "periodSeconds": 5},
               "securityContext": {"allowPrivilegeEscalation": false, "readOnlyRootFilesystem": true, "capabilities": {"drop": ["ALL"]}},
               "volumeMounts": [{"name": "host", "mountPath": "/etc/flotilla/host", "readOnly": true}]}],
             "volumes": [{"name": "host", "secret": {"secretName": KUBECONFIG_SECRET}}]}}}},
@@ -298,5 +340,31 @@ mod tests {
         assert_eq!(verbs("works"), ["get", "list", "watch"]);
         assert!(!verbs("works/status").contains(&"delete".to_string()));
         assert!(verbs("secrets").is_empty());
+        assert_eq!(verbs("events"), ["create", "patch"]);
+    }
+
+    #[test]
+    fn the_member_role_is_the_enabled_types_unless_all_is_asked() {
+        let types = vec![PolicyRule {
+            api_groups: Some(vec![String::new()]),
+            resources: Some(vec!["configmaps".into()]),
+            verbs: vec!["get".into()],
+            ..PolicyRule::default()
+        }];
+        let narrow = MemberRole::Types(types).cluster_role();
+        assert_eq!(
+            narrow["metadata"]["annotations"][AGENT_ROLE_ANNOTATION],
+            "types"
+        );
+        let text = narrow["rules"].to_string();
+        assert!(
+            text.contains("configmaps") && !text.contains("\"*\""),
+            "{text}"
+        );
+        let all = MemberRole::All.cluster_role();
+        assert_eq!(all["metadata"]["annotations"][AGENT_ROLE_ANNOTATION], "all");
+        assert_eq!(all["rules"][0]["resources"][0], "*");
+        let list = agent_manifests("c", "ns", "img", "kc", &MemberRole::All);
+        assert!(list["items"].as_array().expect("items").contains(&all));
     }
 }

@@ -5,6 +5,7 @@
 
 pub mod about;
 pub mod admiralty;
+pub mod agent_role;
 pub mod alpha;
 pub mod compat;
 pub mod core;

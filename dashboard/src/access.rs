@@ -9,7 +9,7 @@ use std::collections::BTreeSet;
 use flotilla_crds::{CORE_GROUP, TYPES_GROUP};
 
 use super::state::{ObjectKey, State};
-use flotilla_controllers::http_auth::Check;
+use flotilla_multicluster::http::auth::Check;
 
 /// The read of objects of the type `type_name` (an FTC name) in `namespace`; `None` when the
 /// type is not enabled (nothing of it is shown then).

@@ -22,7 +22,7 @@ use kube::Client;
 use tokio_util::sync::CancellationToken;
 use tracing::warn;
 
-use flotilla_controllers::http_auth::{self, Exposure};
+use flotilla_multicluster::http::auth::{self as http_auth, Exposure};
 
 /// The default address of `flotilla dashboard`: loopback only.
 pub const DEFAULT_ADDRESS: &str = "127.0.0.1:8090";
@@ -30,7 +30,7 @@ pub const DEFAULT_ADDRESS: &str = "127.0.0.1:8090";
 /// Starts the watches on `host` (KubeFedClusters and types in `kubefed_ns`) and the
 /// server on `addr`; both stop when `cancel` fires. Returns the address served. On a
 /// non-loopback address every request is authenticated against `host` unless
-/// `insecure_no_auth` (see [`flotilla_controllers::http_auth`]).
+/// `insecure_no_auth` (see [`flotilla_multicluster::http::auth`]).
 pub async fn start(
     host: Client,
     kubefed_ns: &str,

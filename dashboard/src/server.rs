@@ -25,7 +25,7 @@ use super::{
     state::{ObjectKey, Shared, State},
     view::{object::object_view, overview},
 };
-use flotilla_controllers::http_auth::{Authenticator, Denial};
+use flotilla_multicluster::http::auth::{Authenticator, Denial};
 
 /// The authentication of a dashboard reachable from elsewhere.
 #[derive(Clone)]
@@ -351,7 +351,7 @@ pub async fn serve(
     guard: Option<Guard>,
 ) -> std::io::Result<SocketAddr> {
     let stop = cancel.clone();
-    flotilla_controllers::http_server::listen(addr, "dashboard", cancel, move |stream, local| {
+    flotilla_multicluster::http::listen(addr, "dashboard", cancel, move |stream, local| {
         handle(stream, local, shared.clone(), stop.clone(), guard.clone())
     })
     .await

@@ -54,6 +54,7 @@ mod error;
 pub mod events;
 pub mod gate;
 pub mod gc;
+pub mod http;
 pub mod index;
 pub mod kubefed;
 pub mod member_watch;

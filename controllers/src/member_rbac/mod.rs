@@ -56,7 +56,7 @@ pub async fn run(host: Client, namespace: String, clusters: ClusterSet) {
         Gate::after(async move { store_ready(&ftcs).await && store_ready(&kfcs).await })
     };
     let _abort = AbortOnDrop::from([ftc_watch, kfc_watch, gate_task]);
-    let recorder = crate::events::recorder(host, "flotilla-member-rbac");
+    let recorder = crate::events::recorder(host.clone(), "flotilla-member-rbac");
     // The first pass waits for the stores' first lists, which wake it.
     let mut runner = PassRunner::new("member-rbac", changed)
         .period(RECHECK)
@@ -67,7 +67,7 @@ pub async fn run(host: Client, namespace: String, clusters: ClusterSet) {
         if wake == Wake::Timer {
             applied.clear();
         }
-        reconcile_all(&recorder, &ftcs, &kfcs, &clusters, &mut applied).await;
+        reconcile_all(&host, &recorder, &ftcs, &kfcs, &clusters, &mut applied).await;
         // Failures are said as Events and retried on the next change or recheck, as
         // before the pass runner.
         runner.finish(Action::AwaitChange);
@@ -75,6 +75,7 @@ pub async fn run(host: Client, namespace: String, clusters: ClusterSet) {
 }
 
 async fn reconcile_all(
+    host: &Client,
     recorder: &Recorder,
     ftcs: &Store<FederatedTypeConfig>,
     kfcs: &Store<KubeFedCluster>,
@@ -84,6 +85,11 @@ async fn reconcile_all(
     let types = rules::enabled_types(ftcs.state().iter().map(|f| &**f));
     for kfc in kfcs.state() {
         let name = kfc.name_any();
+        // A Pull cluster's agent sets its own role from what the host publishes.
+        if kfc.spec.is_pull() {
+            crate::pull_rbac::reconcile(host, &name, &types, applied).await;
+            continue;
+        }
         // Clusters joined without the annotation (kubefedctl) keep the role they were given.
         let Some(role) = kfc.annotations().get(MEMBER_ROLE_ANNOTATION) else {
             continue;

@@ -59,6 +59,24 @@ pub fn mcs_rules() -> Vec<PolicyRule> {
     ]
 }
 
+/// [`TYPE_VERBS`] on the given target types, one rule per API group (also what a Pull
+/// cluster's agent is given, see [`crate::pull_rbac`]).
+pub fn type_rules(types: &BTreeSet<(String, String)>) -> Vec<PolicyRule> {
+    let mut by_group: BTreeMap<&str, Vec<String>> = BTreeMap::new();
+    for (group, plural) in types {
+        by_group.entry(group).or_default().push(plural.clone());
+    }
+    by_group
+        .into_iter()
+        .map(|(group, resources)| PolicyRule {
+            api_groups: Some(vec![group.to_string()]),
+            resources: Some(resources),
+            verbs: TYPE_VERBS.iter().map(|s| s.to_string()).collect(),
+            ..PolicyRule::default()
+        })
+        .collect()
+}
+
 /// The rules of the member ClusterRole named `role`, for the given target types.
 ///
 /// The last rule lets the credential update this one ClusterRole — with `escalate`, so it
@@ -66,20 +84,8 @@ pub fn mcs_rules() -> Vec<PolicyRule> {
 /// enabled after the join working; the cost is that whoever holds the token could widen
 /// its own role (an auditable change to one named object). See docs/operations.md.
 pub fn member_rules(types: &BTreeSet<(String, String)>, role: &str) -> Vec<PolicyRule> {
-    let mut by_group: BTreeMap<&str, Vec<String>> = BTreeMap::new();
-    for (group, plural) in types {
-        by_group.entry(group).or_default().push(plural.clone());
-    }
     let strings = |items: &[&str]| items.iter().map(|s| s.to_string()).collect::<Vec<_>>();
-    let mut rules: Vec<PolicyRule> = by_group
-        .into_iter()
-        .map(|(group, resources)| PolicyRule {
-            api_groups: Some(vec![group.to_string()]),
-            resources: Some(resources),
-            verbs: strings(&TYPE_VERBS),
-            ..PolicyRule::default()
-        })
-        .collect();
+    let mut rules = type_rules(types);
     // The About API: the properties a member declares reach its ClusterProfile.
     rules.push(PolicyRule {
         api_groups: Some(vec![flotilla_crds::about::ABOUT_GROUP.into()]),

@@ -1,8 +1,8 @@
 //! Authentication and authorisation of HTTP endpoints that are reachable from elsewhere (the
-//! dashboard, `/metrics`), delegated to the host API server as kube-rbac-proxy and the
-//! Kubernetes components do: the caller's bearer token is checked with a `TokenReview`, and
-//! each read with a `SubjectAccessReview`, so who may see what is decided by the host's
-//! RBAC. Answers are cached briefly ([`decide::REVIEW_TTL`]), keyed by a hash of the token,
+//! dashboard, `/metrics`), delegated to an API server as kube-rbac-proxy and the Kubernetes
+//! components do — the host's for the controller-manager and the dashboard, the member's for
+//! the pull agent: the caller's bearer token is checked with a `TokenReview`, and each read
+//! with a `SubjectAccessReview`, so who may see what is decided by that cluster's RBAC. Answers are cached briefly ([`decide::REVIEW_TTL`]), keyed by a hash of the token,
 //! never the token itself; no token is ever logged.
 //!
 //! [`decide`] holds the pure decisions; this module only asks the API server.

@@ -1,7 +1,8 @@
 //! `/metrics`, `/healthz` (and `/livez`) and `/readyz` over HTTP/1.1 on hyper: GET or HEAD,
 //! one request per connection (`Connection: close`). Enough for Prometheus and kubelet
-//! probes without a web framework. What each path answers is decided by [`respond`]; this
-//! module owns no metric and no readiness decision of its own. On a non-loopback address
+//! probes without a web framework; shared by the controller-manager, the dashboard and the
+//! pull agent. What each path answers is decided by [`respond`]; this module owns no
+//! metric (the caller's [`MetricsText`] renders them) and no readiness decision of its own. On a non-loopback address
 //! `/metrics` needs a bearer token allowed `get` on the non-resource URL `/metrics` (as
 //! Kubernetes' own components and kube-rbac-proxy ask); the probes stay open, since the
 //! kubelet sends no token.
@@ -21,8 +22,9 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, warn};
 
-use crate::http_auth::{Authenticator, Check, Denial};
-use crate::metrics::Metrics;
+pub mod auth;
+
+use self::auth::{Authenticator, Check, Denial};
 
 /// How long a client may take to send its request head.
 const READ_TIMEOUT: Duration = Duration::from_secs(5);
@@ -31,15 +33,31 @@ const OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; charset=
 /// Content type of every other answer.
 const TEXT: &str = "text/plain; charset=utf-8";
 
+/// Renders the metrics page (OpenMetrics text, ending in `# EOF`).
+pub trait MetricsText: Send + Sync {
+    /// The page served at `/metrics`.
+    fn encode(&self) -> String;
+}
+
 /// What the probes report.
 #[derive(Debug, Default)]
 pub struct Health {
     ready: AtomicBool,
     leading: AtomicBool,
+    /// No leader election: `/readyz` names no role.
+    solo: bool,
     problem: Mutex<Option<String>>,
 }
 
 impl Health {
+    /// Health of a process that runs without leader election (`/readyz` answers `ok`).
+    pub fn solo() -> Self {
+        Health {
+            solo: true,
+            ..Health::default()
+        }
+    }
+
     /// Records whether this instance runs the controllers (holds the Lease) or stands by;
     /// `/readyz` says which.
     pub fn set_leading(&self, leading: bool) {
@@ -105,7 +123,12 @@ fn text(status: StatusCode, body: &str) -> Response {
 }
 
 /// Answers a request for `path` (without its query).
-pub fn respond(method: &Method, path: &str, metrics: &Metrics, health: &Health) -> Response {
+pub fn respond(
+    method: &Method,
+    path: &str,
+    metrics: &dyn MetricsText,
+    health: &Health,
+) -> Response {
     if method != Method::GET && method != Method::HEAD {
         return text(StatusCode::METHOD_NOT_ALLOWED, "method not allowed\n");
     }
@@ -116,6 +139,7 @@ pub fn respond(method: &Method, path: &str, metrics: &Metrics, health: &Health) 
             body: metrics.encode(),
         },
         "/healthz" | "/livez" => text(StatusCode::OK, "ok\n"),
+        "/readyz" if health.is_ready() && health.solo => text(StatusCode::OK, "ok\n"),
         // Both roles are ready (a standby must stay in the Service to take over); the body
         // says which one this instance plays.
         "/readyz" if health.is_ready() && health.is_leading() => {
@@ -165,7 +189,7 @@ async fn metrics_allowed(
 
 async fn handle(
     stream: TcpStream,
-    metrics: Arc<Metrics>,
+    metrics: Arc<dyn MetricsText>,
     health: Arc<Health>,
     access: MetricsAccess,
 ) {
@@ -189,7 +213,12 @@ async fn handle(
                     return Ok::<_, Infallible>(refused.into_http());
                 }
             }
-            let response = respond(request.method(), request.uri().path(), &metrics, &health);
+            let response = respond(
+                request.method(),
+                request.uri().path(),
+                metrics.as_ref(),
+                &health,
+            );
             Ok::<_, Infallible>(response.into_http())
         }
     });
@@ -208,7 +237,7 @@ async fn handle(
 /// says. Returns the bound address (useful with port 0) once listening.
 pub async fn serve(
     addr: SocketAddr,
-    metrics: Arc<Metrics>,
+    metrics: Arc<dyn MetricsText>,
     health: Arc<Health>,
     access: MetricsAccess,
     cancel: CancellationToken,
@@ -310,13 +339,22 @@ mod tests {
 
     use super::*;
 
+    /// A fixed page.
+    struct Page;
+
+    impl MetricsText for Page {
+        fn encode(&self) -> String {
+            "# TYPE flotilla_clusters gauge\nflotilla_clusters 1\n# EOF\n".to_owned()
+        }
+    }
+
     async fn start(ready: bool) -> (SocketAddr, CancellationToken) {
         let health = Arc::new(Health::default());
         health.set_ready(ready);
         let cancel = CancellationToken::new();
         let addr = serve(
             "127.0.0.1:0".parse().expect("an address"),
-            Arc::new(Metrics::new()),
+            Arc::new(Page),
             health,
             MetricsAccess::Open,
             cancel.clone(),
@@ -352,18 +390,21 @@ mod tests {
 
     #[test]
     fn readyz_says_whether_the_instance_leads_or_stands_by() {
-        let metrics = Metrics::new();
+        let metrics = Page;
         let health = Health::default();
         health.set_ready(true);
         let body = |h: &Health| respond(&Method::GET, "/readyz", &metrics, h).body;
         assert_eq!(body(&health), "ok: standby\n");
         health.set_leading(true);
         assert_eq!(body(&health), "ok: leader\n");
+        let solo = Health::solo();
+        solo.set_ready(true);
+        assert_eq!(body(&solo), "ok\n");
     }
 
     #[test]
     fn readyz_says_why_the_instance_is_not_ready() {
-        let metrics = Metrics::new();
+        let metrics = Page;
         let health = Health::default();
         health.set_problem(Some("CertificateNotTrusted: UnknownIssuer".into()));
         let answer = respond(&Method::GET, "/readyz", &metrics, &health);
@@ -380,7 +421,7 @@ mod tests {
         let access = MetricsAccess::Authenticated(Arc::default());
         let addr = serve(
             "127.0.0.1:0".parse().expect("an address"),
-            Arc::new(Metrics::new()),
+            Arc::new(Page),
             Arc::new(Health::default()),
             access,
             cancel.clone(),

@@ -1,0 +1,365 @@
+//! Operating the pull agent, end to end on real clusters: one member joined in pull mode,
+//! its agent run in this process with the scoped host token `join_pull` issued and a
+//! member ServiceAccount allowed Namespaces, ConfigMaps and AppliedWorks only (no
+//! Secrets). Its `/readyz` turns ready, `/metrics` counts what it applies; a Work the member
+//! finds invalid and one it forbids get a `Rejected` condition and an Event named after
+//! the member's reason while the other Works keep flowing; `flotilla agent --check` names
+//! the missing Secret permissions and exits non-zero. And least privilege by default: with
+//! the member ClusterRole `join --mode pull` generates, a type enabled after the join is
+//! applied once the agent has followed, a type not enabled is forbidden.
+
+use std::{net::SocketAddr, time::Duration};
+
+use anyhow::{Context as _, ensure};
+use flotilla_agent::{Agent, AgentOptions, rejection::REJECTED};
+use flotilla_cli::{self as cli, Context};
+use flotilla_controllers::{
+    install,
+    pull_join::{MemberRole, PullJoinOptions, agent_manifests, join_pull, kubeconfig},
+};
+use flotilla_crds::{
+    DEFAULT_NAMESPACE, FederatedTypeConfig,
+    work::{Work, cluster_namespace},
+};
+use flotilla_multicluster::http::{self, MetricsAccess};
+use flotilla_tests::{
+    cli::service_account_token,
+    env,
+    federation::bootstrap,
+    member::config_maps,
+    objects::{FederatedObject, create_namespace},
+    wait::{wait_namespace_in, wait_present},
+    wait_for,
+};
+use k8s_openapi::api::{
+    core::v1::{ConfigMap, PersistentVolume, Secret},
+    events::v1::Event,
+};
+use kube::{
+    Api, Client,
+    api::{ApiResource, DynamicObject, ListParams, Patch, PatchParams},
+    config::{KubeConfigOptions, Kubeconfig},
+};
+use serde_json::json;
+
+const T: Duration = Duration::from_secs(40);
+const PULL: &str = "member1";
+const NS: &str = "demo";
+const AGENT_NS: &str = "agent-ops";
+
+/// A member credential for the agent: Namespaces, ConfigMaps and its AppliedWorks.
+async fn restricted_member(
+    admin: &Client,
+    mut config: kube::Config,
+) -> anyhow::Result<(Client, String)> {
+    create_namespace(admin, AGENT_NS).await?;
+    let pp = PatchParams::apply("flotilla-tests");
+    let all = [
+        "get", "list", "watch", "create", "update", "patch", "delete",
+    ];
+    let role = json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+        "metadata": {"name": "agent-ops"},
+        "rules": [
+            {"apiGroups": [""], "resources": ["namespaces", "configmaps"], "verbs": all},
+            {"apiGroups": ["multicluster.x-k8s.io"], "resources": ["appliedworks", "appliedworks/status"], "verbs": all},
+        ],
+    });
+    let binding = json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+        "metadata": {"name": "agent-ops"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "agent-ops"},
+        "subjects": [{"kind": "ServiceAccount", "name": "agent", "namespace": AGENT_NS}],
+    });
+    let roles: Api<k8s_openapi::api::rbac::v1::ClusterRole> = Api::all(admin.clone());
+    roles.patch("agent-ops", &pp, &Patch::Apply(role)).await?;
+    let bindings: Api<k8s_openapi::api::rbac::v1::ClusterRoleBinding> = Api::all(admin.clone());
+    bindings
+        .patch("agent-ops", &pp, &Patch::Apply(binding))
+        .await?;
+    let token = service_account_token(admin, AGENT_NS, "agent").await?;
+    config.auth_info.token = Some(token.clone().into());
+    Ok((Client::try_from(config)?, token))
+}
+
+async fn scrape(addr: SocketAddr) -> anyhow::Result<String> {
+    let (status, body) = http::get(addr, "/metrics").await?;
+    ensure!(status == 200, "{status}: {body}");
+    Ok(body)
+}
+
+/// The value of the sample `line_start` (name and labels) on the metrics page.
+fn sample(page: &str, line_start: &str) -> Option<f64> {
+    page.lines()
+        .find_map(|l| l.strip_prefix(line_start)?.trim().parse().ok())
+}
+
+/// Waits for a Work whose `Rejected` condition names `reason` and an Event of that reason
+/// about it that names `what`.
+async fn wait_rejected(host: &Client, reason: &str, what: &str) -> anyhow::Result<()> {
+    let ns = cluster_namespace(PULL);
+    let works: Api<Work> = Api::namespaced(host.clone(), &ns);
+    let events: Api<Event> = Api::namespaced(host.clone(), &ns);
+    wait_for(T, &format!("a {reason} Work with its Event"), || async {
+        let rejected: Vec<String> = works
+            .list(&ListParams::default())
+            .await?
+            .items
+            .into_iter()
+            .filter(|w| {
+                w.status
+                    .iter()
+                    .flat_map(|s| &s.conditions)
+                    .any(|c| c.type_ == REJECTED && c.reason == reason && c.message.contains(what))
+            })
+            .filter_map(|w| w.metadata.name)
+            .collect();
+        ensure!(!rejected.is_empty(), "no Work rejected as {reason}");
+        let announced = events
+            .list(&ListParams::default())
+            .await?
+            .items
+            .into_iter()
+            .any(|e| {
+                e.reason.as_deref() == Some(reason)
+                    && e.regarding.as_ref().and_then(|r| r.name.as_ref()) == rejected.first()
+                    && e.note.as_deref().is_some_and(|n| n.contains(what))
+            });
+        ensure!(announced, "no {reason} Event about {rejected:?}");
+        Ok(())
+    })
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_agent_reports_metrics_readiness_and_the_members_reasons() -> anyhow::Result<()> {
+    let env = env(1).await;
+    let cluster = &env.members()[0];
+    ensure!(cluster.name() == PULL);
+    let boot = bootstrap();
+    let host = env.host().client().await?;
+    boot.install(&host).await?;
+    let mut opts = PullJoinOptions::new(PULL, env.host().server());
+    opts.namespace = boot.namespace.clone();
+    opts.host_ca_pem = Some(env.host().ca_pem().to_owned());
+    let joined = join_pull(&host, &opts).await?;
+    let admin = cluster.client().await?;
+    let crd = flotilla_crds::crdgen::applied_work_crd();
+    install::install_crds(&admin, &[crd], "flotilla-tests", T).await?;
+    let (member, token) = restricted_member(&admin, cluster.kube_config()).await?;
+    let host_config = Kubeconfig::from_yaml(&joined.kubeconfig)?;
+    let host_config =
+        kube::Config::from_custom_kubeconfig(host_config, &KubeConfigOptions::default()).await?;
+    let agent_host = Client::try_from(host_config)?;
+    let mut agent_opts = AgentOptions::new(PULL, agent_host, member);
+    agent_opts.own_namespace = AGENT_NS.into();
+    let agent = Agent::start(agent_opts);
+    let addr = agent
+        .serve("127.0.0.1:0".parse()?, MetricsAccess::Open)
+        .await?;
+    wait_for(T, "/readyz ready", || async {
+        let (status, body) = http::get(addr, "/readyz").await?;
+        ensure!(status == 200, "{status}: {body}");
+        Ok(())
+    })
+    .await?;
+    let _control_plane = boot.start_control_plane(&host, 1).await?;
+
+    create_namespace(&host, NS).await?;
+    FederatedObject::namespace(NS).apply(&host).await?;
+    wait_namespace_in(std::slice::from_ref(&admin), NS).await?;
+    FederatedObject::config_map(NS, "good", json!({"k": "v"}))
+        .apply(&host)
+        .await?;
+    wait_present(T, &config_maps(&admin, NS), "good").await?;
+    wait_for(T, "/metrics counting the applies", || async {
+        let page = scrape(addr).await?;
+        let applies = sample(&page, "flotilla_agent_applies_total ").unwrap_or(0.0);
+        ensure!(applies >= 2.0, "{page}");
+        ensure!(
+            page.contains("flotilla_agent_work_last_sync_timestamp_seconds{work=")
+                && sample(
+                    &page,
+                    "flotilla_agent_lease_last_renewal_timestamp_seconds "
+                )
+                .is_some_and(|t| t > 0.0)
+                && page.contains("flotilla_agent_work_queue_depth "),
+            "{page}"
+        );
+        Ok(())
+    })
+    .await?;
+
+    FederatedObject::config_map(NS, "bad", json!({"not a valid key!": "x"}))
+        .apply(&host)
+        .await?;
+    FederatedObject::new("Secret", "secrets", NS, "hidden")
+        .template(json!({"data": {"k": "dg=="}}))
+        .apply(&host)
+        .await?;
+    wait_rejected(&host, "Invalid", "ConfigMap demo/bad").await?;
+    wait_rejected(&host, "Forbidden", "Secret demo/hidden").await?;
+    // Every other Work keeps flowing.
+    FederatedObject::config_map(NS, "after", json!({"k": "v"}))
+        .apply(&host)
+        .await?;
+    wait_present(T, &config_maps(&admin, NS), "after").await?;
+    let page = scrape(addr).await?;
+    for reason in ["Invalid", "Forbidden"] {
+        let line = format!("flotilla_agent_apply_failures_total{{reason=\"{reason}\"}} ");
+        ensure!(sample(&page, &line).is_some_and(|n| n >= 1.0), "{page}");
+    }
+
+    // `flotilla agent --check` with the same two credentials.
+    let dir = cluster.dir();
+    let host_kc = dir.join("agent-ops-host.kubeconfig");
+    std::fs::write(&host_kc, &joined.kubeconfig)?;
+    let member_kc = dir.join("agent-ops-member.kubeconfig");
+    let member_config = kubeconfig(cluster.server(), Some(cluster.ca_pem()), &token, AGENT_NS);
+    std::fs::write(&member_kc, member_config)?;
+    let ctx = Context::captured();
+    let args = [
+        "flotilla".to_owned(),
+        "--kubeconfig".into(),
+        member_kc.to_string_lossy().into_owned(),
+        "agent".into(),
+        "--cluster-name".into(),
+        PULL.into(),
+        "--host-kubeconfig".into(),
+        host_kc.to_string_lossy().into_owned(),
+        "--check".into(),
+    ];
+    let outcome = cli::run(args, ctx.clone()).await;
+    let screen = ctx.out.text();
+    ensure!(
+        outcome.is_err(),
+        "--check passed with a missing permission:\n{screen}"
+    );
+    ensure!(
+        screen.contains("MISSING create secrets in namespace demo")
+            && screen.contains("ok      create configmaps in namespace demo")
+            && screen.contains("ok      patch works/status.multicluster.x-k8s.io in namespace flotilla-cluster-member1")
+            && screen.contains("ok      create events.events.k8s.io in namespace flotilla-cluster-member1"),
+        "{screen}"
+    );
+    ensure!(
+        !screen.contains(&token) && !screen.contains(&joined.token),
+        "no token on the screen"
+    );
+    agent.stop().await;
+    std::fs::remove_file(host_kc).context("removing the test's host kubeconfig")?;
+    std::fs::remove_file(member_kc).context("removing the test's member kubeconfig")?;
+    Ok(())
+}
+
+async fn can_list(client: &Client, ar: &ApiResource) -> anyhow::Result<bool> {
+    let api: Api<DynamicObject> = Api::all_with(client.clone(), ar);
+    match api.list(&ListParams::default().limit(1)).await {
+        Ok(_) => Ok(true),
+        Err(kube::Error::Api(s)) if s.code == 403 => Ok(false),
+        Err(e) => Err(e.into()),
+    }
+}
+
+async fn set_propagation(host: &Client, ftc: &str, mode: &str) -> anyhow::Result<()> {
+    let ftcs: Api<FederatedTypeConfig> = Api::namespaced(host.clone(), DEFAULT_NAMESPACE);
+    let patch = Patch::Merge(json!({"spec": {"propagation": mode}}));
+    ftcs.patch(ftc, &PatchParams::default(), &patch).await?;
+    Ok(())
+}
+
+/// Applies the member manifests `join --mode pull` generates, but the Deployment and its
+/// Secret (the agent runs in this process) and the CRD (installed already).
+async fn apply_member_side(admin: &Client, manifests: &serde_json::Value) -> anyhow::Result<()> {
+    let items: Vec<_> = manifests["items"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|i| {
+            !matches!(
+                i["kind"].as_str(),
+                Some("Deployment" | "Secret" | "CustomResourceDefinition")
+            )
+        })
+        .cloned()
+        .collect();
+    let list = json!({"apiVersion": "v1", "kind": "List", "items": items});
+    cli::pull::apply_list(admin, &list).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_generated_member_role_follows_the_enabled_types() -> anyhow::Result<()> {
+    let env = env(1).await;
+    let cluster = &env.members()[0];
+    let boot = bootstrap();
+    let host = env.host().client().await?;
+    boot.install(&host).await?;
+    // Secrets are not federated at the join.
+    set_propagation(&host, "secrets", "Disabled").await?;
+    let mut opts = PullJoinOptions::new(PULL, env.host().server());
+    opts.namespace = boot.namespace.clone();
+    opts.host_ca_pem = Some(env.host().ca_pem().to_owned());
+    let joined = join_pull(&host, &opts).await?;
+    let admin = cluster.client().await?;
+    let crd = flotilla_crds::crdgen::applied_work_crd();
+    install::install_crds(&admin, &[crd], "flotilla-tests", T).await?;
+    let role = MemberRole::Types(joined.type_rules.clone());
+    let manifests = agent_manifests(PULL, DEFAULT_NAMESPACE, "unused", &joined.kubeconfig, &role);
+    apply_member_side(&admin, &manifests).await?;
+    let token = service_account_token(&admin, DEFAULT_NAMESPACE, "flotilla-agent").await?;
+    let mut config = cluster.kube_config();
+    config.auth_info.token = Some(token.into());
+    let member = Client::try_from(config)?;
+    let secrets = ApiResource::erase::<Secret>(&());
+    let pvs = ApiResource::erase::<PersistentVolume>(&());
+    ensure!(
+        !can_list(&member, &secrets).await?,
+        "Secrets allowed before they are enabled"
+    );
+    ensure!(
+        can_list(&member, &ApiResource::erase::<ConfigMap>(&())).await?,
+        "ConfigMaps"
+    );
+
+    let host_config = Kubeconfig::from_yaml(&joined.kubeconfig)?;
+    let host_config =
+        kube::Config::from_custom_kubeconfig(host_config, &KubeConfigOptions::default()).await?;
+    let agent = Agent::start(AgentOptions::new(
+        PULL,
+        Client::try_from(host_config)?,
+        member.clone(),
+    ));
+    let _control_plane = boot.start_control_plane(&host, 1).await?;
+    create_namespace(&host, NS).await?;
+    FederatedObject::namespace(NS).apply(&host).await?;
+    wait_namespace_in(std::slice::from_ref(&admin), NS).await?;
+    FederatedObject::config_map(NS, "cfg", json!({"k": "v"}))
+        .apply(&host)
+        .await?;
+    wait_present(T, &config_maps(&admin, NS), "cfg").await?;
+
+    set_propagation(&host, "secrets", "Enabled").await?;
+    FederatedObject::new("Secret", "secrets", NS, "s1")
+        .template(json!({"data": {"k": "dg=="}}))
+        .apply(&host)
+        .await?;
+    let member_secrets: Api<Secret> = Api::namespaced(admin.clone(), NS);
+    wait_present(T, &member_secrets, "s1").await?;
+    ensure!(
+        can_list(&member, &secrets).await?,
+        "Secrets forbidden once enabled"
+    );
+    ensure!(
+        !can_list(&member, &pvs).await?,
+        "a type no config names is allowed"
+    );
+
+    set_propagation(&host, "secrets", "Disabled").await?;
+    wait_for(T, "Secrets forbidden again once disabled", || async {
+        ensure!(!can_list(&member, &secrets).await?, "still allowed");
+        Ok(())
+    })
+    .await?;
+    agent.stop().await;
+    Ok(())
+}
