@@ -3,7 +3,7 @@
 //! configs, members joined the way `flotilla join` does) with the tests' quick health
 //! checks, and the control plane running in-process.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
 use flotilla_controllers::{install, manager::ControlPlane};
@@ -118,14 +118,27 @@ pub async fn federation_with_pods(members: usize) -> anyhow::Result<Federation> 
     federate(env, boot).await
 }
 
+/// Installs the host side, joins the members (all at once: each join writes to its own
+/// member and its own objects in the host) and starts the control plane.
 async fn federate(env: LocalEnv, boot: Bootstrap) -> anyhow::Result<Federation> {
-    let members = env.members().len();
-    let fed = boot.federate(&env, |_| {}).await?;
-    let cp = boot.start_control_plane(&fed.host, members).await?;
+    let started = Instant::now();
+    let host = env.host().client().await?;
+    boot.install(&host).await?;
+    let installed = started.elapsed();
+    let members =
+        futures::future::try_join_all(env.members().iter().map(|m| boot.join(&host, m))).await?;
+    let joined = started.elapsed();
+    let cp = boot.start_control_plane(&host, members.len()).await?;
+    tracing::info!(
+        installed_ms = installed.as_millis() as u64,
+        joined_ms = joined.as_millis() as u64,
+        ready_ms = started.elapsed().as_millis() as u64,
+        "federation ready"
+    );
     Ok(Federation {
         control_plane: Some(cp),
-        host: fed.host,
-        members: fed.members,
+        host,
+        members,
         env,
     })
 }

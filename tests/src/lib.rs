@@ -5,7 +5,7 @@
 //! previous version wrote them in [`fixture`], a push + pull federation whose binaries the
 //! test starts in [`mixed`] and the usual
 //! starting point in [`setup`]; API servers' request counts in [`requests`]; Flotilla's image
-//! run as a Pod would run it in [`pod`].
+//! run as a Pod would run it in [`pod`]; scenarios sharing one federation in [`scenarios`].
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
@@ -29,6 +29,7 @@ pub mod mixed;
 pub mod objects;
 pub mod pod;
 pub mod requests;
+pub mod scenarios;
 pub mod setup;
 pub mod wait;
 

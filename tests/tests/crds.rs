@@ -2,7 +2,8 @@
 //! Established, the committed YAML and every sample pass `kubectl apply --dry-run=server`,
 //! short names and the `federated` category work, and a federated object with a bad
 //! override `op` or without `spec.template` is rejected with a message naming the field.
-//! Each test has its own host cluster (no members, no controller-manager).
+//! The three scenarios share one host cluster (no members, no controller-manager): they
+//! only read and dry-run.
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -11,7 +12,10 @@ use std::time::Duration;
 use anyhow::{Context as _, bail, ensure};
 use flotilla_crds::DEFAULT_NAMESPACE;
 use flotilla_crds::crdgen::{CRDS_DIR, DEFAULT_TYPES_DIR, all_crds};
-use flotilla_tests::{EnvOptions, LocalEnv, env_with, objects::create_namespace, wait_for};
+use flotilla_tests::{
+    EnvOptions, LocalEnv, env_with, objects::create_namespace, scenario,
+    scenarios::run_concurrently, wait_for,
+};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Patch, PatchParams};
 use kube::{Api, Client};
@@ -180,10 +184,29 @@ fn yaml_files(dir: &Path) -> anyhow::Result<Vec<PathBuf>> {
     Ok(files)
 }
 
+/// Every scenario on one host with the CRDs installed.
 #[tokio::test]
-async fn every_generated_crd_installs_and_becomes_established() -> anyhow::Result<()> {
+async fn crds_samples_and_rejections_on_one_host() -> anyhow::Result<()> {
     let (env, client) = host_with_crds().await?;
-    let api: Api<CustomResourceDefinition> = Api::all(client);
+    run_concurrently(vec![
+        scenario!(every_generated_crd_installs_and_becomes_established(
+            &env, &client
+        )),
+        scenario!(every_sample_and_default_type_config_passes_a_server_side_dry_run(&env)),
+        scenario!(a_bad_op_or_a_missing_template_is_rejected_naming_the_field(
+            &env
+        )),
+    ])
+    .await;
+    env.shutdown().await?;
+    Ok(())
+}
+
+async fn every_generated_crd_installs_and_becomes_established(
+    env: &LocalEnv,
+    client: &Client,
+) -> anyhow::Result<()> {
+    let api: Api<CustomResourceDefinition> = Api::all(client.clone());
     for crd in all_crds() {
         let name = crd.metadata.name.clone().unwrap_or_default();
         let live = api.get(&name).await?;
@@ -193,33 +216,32 @@ async fn every_generated_crd_installs_and_becomes_established() -> anyhow::Resul
     // The committed YAML is what kubectl users apply; it must say the same.
     let crds_dir = repo_root().join(CRDS_DIR);
     let crds_dir = crds_dir.to_string_lossy();
-    kubectl_ok(&env, &["apply", "--dry-run=server", "-f", &crds_dir]).await?;
+    kubectl_ok(env, &["apply", "--dry-run=server", "-f", &crds_dir]).await?;
 
     // Short names and the `federated` category resolve.
-    let out = kubectl_ok(&env, &["get", "fdeploy,fcm,fns,kfc,ftc,rsp", "-n", "demo"]).await?;
+    let out = kubectl_ok(env, &["get", "fdeploy,fcm,fns,kfc,ftc,rsp", "-n", "demo"]).await?;
     assert!(!out.contains("error"), "{out}");
-    kubectl_ok(&env, &["get", "federated", "-A"]).await?;
-    kubectl_ok(&env, &["get", "kubefed", "-A"]).await?;
+    kubectl_ok(env, &["get", "federated", "-A"]).await?;
+    kubectl_ok(env, &["get", "kubefed", "-A"]).await?;
 
-    env.shutdown().await?;
     Ok(())
 }
 
-#[tokio::test]
-async fn every_sample_and_default_type_config_passes_a_server_side_dry_run() -> anyhow::Result<()> {
-    let (env, _client) = host_with_crds().await?;
+async fn every_sample_and_default_type_config_passes_a_server_side_dry_run(
+    env: &LocalEnv,
+) -> anyhow::Result<()> {
     let samples = yaml_files(&repo_root().join("config/samples"))?;
     assert!(samples.len() >= 5, "samples: {samples:?}");
     for sample in samples {
         let path = sample.to_string_lossy();
-        let out = kubectl_ok(&env, &["apply", "--dry-run=server", "-f", &path])
+        let out = kubectl_ok(env, &["apply", "--dry-run=server", "-f", &path])
             .await
             .with_context(|| format!("sample {path}"))?;
         assert!(out.contains("(server dry run)"), "{path}: {out}");
     }
     let types = repo_root().join(DEFAULT_TYPES_DIR);
     let out = kubectl_ok(
-        &env,
+        env,
         &["apply", "--dry-run=server", "-f", &types.to_string_lossy()],
     )
     .await?;
@@ -228,15 +250,14 @@ async fn every_sample_and_default_type_config_passes_a_server_side_dry_run() -> 
         "{out}"
     );
 
-    env.shutdown().await?;
     Ok(())
 }
 
-#[tokio::test]
-async fn a_bad_op_or_a_missing_template_is_rejected_naming_the_field() -> anyhow::Result<()> {
-    let (env, _client) = host_with_crds().await?;
+async fn a_bad_op_or_a_missing_template_is_rejected_naming_the_field(
+    env: &LocalEnv,
+) -> anyhow::Result<()> {
     // Make sure kubectl maps the kind before judging rejections.
-    kubectl_ok(&env, &["get", "federatedconfigmaps", "-n", "demo"]).await?;
+    kubectl_ok(env, &["get", "federatedconfigmaps", "-n", "demo"]).await?;
 
     let bad_op = r#"
 apiVersion: types.kubefed.io/v1beta1
@@ -250,7 +271,7 @@ spec:
     clusterOverrides:
     - {op: frobnicate, path: /data/a, value: c}
 "#;
-    let stderr = rejected(&env, bad_op).await?;
+    let stderr = rejected(env, bad_op).await?;
     // v1.20 prints `spec.overrides.clusterOverrides.op`; newer servers add indices.
     assert!(
         names_field(&stderr, "clusterOverrides", "op")
@@ -268,7 +289,7 @@ spec:
     // Depending on whether kubectl has fetched the CRD's OpenAPI yet, the rejection comes
     // from kubectl's client-side validation ("missing required field") or from the API
     // server ("Required value"); both name the field.
-    let stderr = rejected(&env, no_template).await?;
+    let stderr = rejected(env, no_template).await?;
     assert!(
         (stderr.contains("spec.template") && stderr.contains("Required value"))
             || stderr.contains("missing required field \"template\""),
@@ -286,7 +307,7 @@ spec:
     clusterOverrides:
     - {value: c}
 "#;
-    let stderr = rejected(&env, no_path).await?;
+    let stderr = rejected(env, no_path).await?;
     assert!(
         (names_field(&stderr, "clusterOverrides", "path") && stderr.contains("Required value"))
             || stderr.contains("missing required field \"path\""),
@@ -295,9 +316,8 @@ spec:
 
     // The same object with a valid op is accepted, so the rejections above are about the fields.
     let good = bad_op.replace("frobnicate", "replace");
-    let out = kubectl(&env, &["apply", "--dry-run=server", "-f", "-"], Some(&good)).await?;
+    let out = kubectl(env, &["apply", "--dry-run=server", "-f", "-"], Some(&good)).await?;
     assert!(out.success, "{}", out.stderr);
 
-    env.shutdown().await?;
     Ok(())
 }

@@ -4,6 +4,10 @@
 //! `flotilla_drift_total` name the cluster, the fields and the writer — repaired by
 //! default, left in place under `Report`, left alone under `drift-ignore`, and no longer
 //! fought over once the writer keeps undoing the repair.
+//!
+//! The first scenario counts `flotilla_drift_total`, which every drift in the federation
+//! moves, so it has a federation of its own; the other three share one, each in its own
+//! namespace (`report_ignore_and_fight_on_one_federation`).
 
 use std::time::Duration;
 
@@ -14,10 +18,12 @@ use flotilla_crds::{
 };
 use flotilla_tests::{
     assert::events_about,
-    federation::Federation,
+    federation::{Federation, federation},
     host::FederatedRef,
     member::{deployments, first_image, replicas},
     objects::FederatedObject,
+    scenario,
+    scenarios::run_all,
     setup::federation_with_namespace,
     wait_for,
 };
@@ -30,9 +36,13 @@ use serde_json::json;
 const T: Duration = Duration::from_secs(60);
 const NS: &str = "drift";
 
-/// `web` (2 replicas of nginx:1) in member1 only, with the given annotations.
-async fn web(fed: &Federation, annotations: &[(&str, &str)]) -> anyhow::Result<FederatedRef> {
-    let mut obj = FederatedObject::deployment(NS, "web", 2, "nginx:1").on_clusters(&["member1"]);
+/// `web` (2 replicas of nginx:1) in member1 only, in `ns`, with the given annotations.
+async fn web(
+    fed: &Federation,
+    ns: &str,
+    annotations: &[(&str, &str)],
+) -> anyhow::Result<FederatedRef> {
+    let mut obj = FederatedObject::deployment(ns, "web", 2, "nginx:1").on_clusters(&["member1"]);
     for (k, v) in annotations {
         obj = obj.annotate(k, v);
     }
@@ -41,13 +51,19 @@ async fn web(fed: &Federation, annotations: &[(&str, &str)]) -> anyhow::Result<F
     Ok(r)
 }
 
-/// A member write as `kubectl` sends it: a merge patch under `manager`'s name.
-async fn write_as(member: &Client, manager: &str, patch: serde_json::Value) -> anyhow::Result<()> {
+/// A member write to `web` in `ns` as `kubectl` sends it: a merge patch under `manager`'s
+/// name.
+async fn write_as(
+    member: &Client,
+    ns: &str,
+    manager: &str,
+    patch: serde_json::Value,
+) -> anyhow::Result<()> {
     let params = PatchParams {
         field_manager: Some(manager.to_string()),
         ..PatchParams::default()
     };
-    deployments(member, NS)
+    deployments(member, ns)
         .patch("web", &params, &Patch::Merge(&patch))
         .await?;
     Ok(())
@@ -81,10 +97,15 @@ async fn wait_drift(
     .await
 }
 
-/// The notes of Events with `reason` about `web`, once one contains every word.
-async fn wait_event(fed: &Federation, reason: &str, words: &[&str]) -> anyhow::Result<String> {
+/// The notes of Events with `reason` about `web` in `ns`, once one contains every word.
+async fn wait_event(
+    fed: &Federation,
+    ns: &str,
+    reason: &str,
+    words: &[&str],
+) -> anyhow::Result<String> {
     wait_for(T, reason, || async {
-        let events = events_about(&fed.host, NS, "web", reason).await?;
+        let events = events_about(&fed.host, ns, "web", reason).await?;
         events
             .iter()
             .filter_map(|e| e.note.clone())
@@ -106,10 +127,10 @@ fn managers(d: &ClusterDrift) -> Vec<&str> {
 async fn a_scale_and_an_edit_in_a_member_are_repaired_and_named_in_status_events_and_metrics()
 -> anyhow::Result<()> {
     let fed = federation_with_namespace(1, NS).await?;
-    let r = web(&fed, &[]).await?;
+    let r = web(&fed, NS, &[]).await?;
     let m1 = &fed.members[0];
 
-    write_as(m1, "kubectl-scale", scale_to(5)).await?;
+    write_as(m1, NS, "kubectl-scale", scale_to(5)).await?;
     let d = wait_drift(&r, "the scale reported", |d| {
         ensure!(
             d.state == "Repaired" && paths(d) == ["spec.replicas"],
@@ -132,12 +153,13 @@ async fn a_scale_and_an_edit_in_a_member_are_repaired_and_named_in_status_events
     .await?;
     wait_event(
         &fed,
+        NS,
         "DriftRepaired",
         &["member1", "spec.replicas", "kubectl-scale"],
     )
     .await?;
 
-    write_as(m1, "kubectl-edit", image("nginx:2")).await?;
+    write_as(m1, NS, "kubectl-edit", image("nginx:2")).await?;
     let d = wait_drift(&r, "the edit reported", |d| {
         ensure!(
             paths(d) == ["spec.template.spec.containers[0].image"],
@@ -160,6 +182,7 @@ async fn a_scale_and_an_edit_in_a_member_are_repaired_and_named_in_status_events
     .await?;
     let note = wait_event(
         &fed,
+        NS,
         "DriftRepaired",
         &["member1", "containers[0].image", "kubectl-edit"],
     )
@@ -180,13 +203,43 @@ async fn a_scale_and_an_edit_in_a_member_are_repaired_and_named_in_status_events
     Ok(())
 }
 
+/// The scenarios that share one federation, each in its own namespace.
 #[tokio::test]
-async fn report_leaves_the_change_in_place_and_says_the_cluster_differs() -> anyhow::Result<()> {
-    let fed = federation_with_namespace(1, NS).await?;
-    let r = web(&fed, &[(POLICY_ANNOTATION, "Report")]).await?;
+async fn report_ignore_and_fight_on_one_federation() -> anyhow::Result<()> {
+    let fed = federation(1).await?;
+    let fed = &fed;
+    run_all(
+        fed,
+        vec![
+            scenario!(
+                fed,
+                "drift-report",
+                report_leaves_the_change_in_place_and_says_the_cluster_differs
+            ),
+            scenario!(
+                fed,
+                "drift-ignore",
+                an_ignored_field_written_by_another_controller_is_neither_repaired_nor_reported
+            ),
+            scenario!(
+                fed,
+                "drift-fight",
+                a_writer_that_keeps_undoing_the_repair_gets_a_drift_fight_and_the_repairs_stop
+            ),
+        ],
+    )
+    .await;
+    Ok(())
+}
+
+async fn report_leaves_the_change_in_place_and_says_the_cluster_differs(
+    fed: &Federation,
+    ns: &str,
+) -> anyhow::Result<()> {
+    let r = web(fed, ns, &[(POLICY_ANNOTATION, "Report")]).await?;
     let m1 = &fed.members[0];
 
-    write_as(m1, "kubectl-scale", scale_to(4)).await?;
+    write_as(m1, ns, "kubectl-scale", scale_to(4)).await?;
     let d = wait_drift(&r, "the scale reported", |d| {
         ensure!(
             d.state == "Detected" && paths(d) == ["spec.replicas"],
@@ -200,17 +253,18 @@ async fn report_leaves_the_change_in_place_and_says_the_cluster_differs() -> any
     r.wait_cluster_reasons(&[("member1", "Drifted")]).await?;
     r.wait_not_propagated("CheckClusters").await?;
     wait_event(
-        &fed,
+        fed,
+        ns,
         "DriftDetected",
         &["member1", "spec.replicas", "kubectl-scale"],
     )
     .await?;
     // The status says Detected only after the decision not to write: the change is there.
-    let dep = deployments(m1, NS).get("web").await?;
+    let dep = deployments(m1, ns).get("web").await?;
     assert_eq!(replicas(&dep), Some(4));
 
     // Back to the desired value: the report is resolved and Propagation True again.
-    write_as(m1, "kubectl-scale", scale_to(2)).await?;
+    write_as(m1, ns, "kubectl-scale", scale_to(2)).await?;
     wait_for(T, "the report resolved", || async {
         let status = r.status().await?;
         ensure!(status.drift.is_empty(), "{:?}", status.drift);
@@ -221,12 +275,13 @@ async fn report_leaves_the_change_in_place_and_says_the_cluster_differs() -> any
     Ok(())
 }
 
-#[tokio::test]
-async fn an_ignored_field_written_by_another_controller_is_neither_repaired_nor_reported()
--> anyhow::Result<()> {
-    let fed = federation_with_namespace(1, NS).await?;
+async fn an_ignored_field_written_by_another_controller_is_neither_repaired_nor_reported(
+    fed: &Federation,
+    ns: &str,
+) -> anyhow::Result<()> {
     let r = web(
-        &fed,
+        fed,
+        ns,
         &[
             (POLICY_ANNOTATION, "Ignore"),
             (IGNORE_ANNOTATION, "spec.replicas"),
@@ -235,10 +290,10 @@ async fn an_ignored_field_written_by_another_controller_is_neither_repaired_nor_
     .await?;
     let m1 = &fed.members[0];
 
-    write_as(m1, "autoscaler", scale_to(6)).await?;
+    write_as(m1, ns, "autoscaler", scale_to(6)).await?;
     // A second change, to a field Flotilla owns, is repaired — and that repair keeps the
     // autoscaler's replicas: they were seen and left alone.
-    write_as(m1, "kubectl-edit", image("nginx:3")).await?;
+    write_as(m1, ns, "kubectl-edit", image("nginx:3")).await?;
     let d = wait_drift(&r, "the edit repaired", |d| {
         ensure!(d.state == "Repaired", "{d:?}");
         Ok(())
@@ -247,7 +302,7 @@ async fn an_ignored_field_written_by_another_controller_is_neither_repaired_nor_
     assert_eq!(paths(&d), ["spec.template.spec.containers[0].image"]);
     assert_eq!(managers(&d), ["kubectl-edit"]);
     wait_for(T, "image repaired", || async {
-        let dep = deployments(m1, NS).get("web").await?;
+        let dep = deployments(m1, ns).get("web").await?;
         ensure!(
             first_image(&dep) == Some("nginx:1"),
             "{:?}",
@@ -256,13 +311,13 @@ async fn an_ignored_field_written_by_another_controller_is_neither_repaired_nor_
         Ok(())
     })
     .await?;
-    let dep = deployments(m1, NS).get("web").await?;
+    let dep = deployments(m1, ns).get("web").await?;
     assert_eq!(
         replicas(&dep),
         Some(6),
         "the ignored field keeps the autoscaler's value"
     );
-    let events = events_about(&fed.host, NS, "web", "DriftRepaired").await?;
+    let events = events_about(&fed.host, ns, "web", "DriftRepaired").await?;
     assert!(
         events
             .iter()
@@ -274,16 +329,17 @@ async fn an_ignored_field_written_by_another_controller_is_neither_repaired_nor_
     Ok(())
 }
 
-#[tokio::test]
-async fn a_writer_that_keeps_undoing_the_repair_gets_a_drift_fight_and_the_repairs_stop()
--> anyhow::Result<()> {
-    let fed = federation_with_namespace(1, NS).await?;
-    let r = web(&fed, &[]).await?;
+async fn a_writer_that_keeps_undoing_the_repair_gets_a_drift_fight_and_the_repairs_stop(
+    fed: &Federation,
+    ns: &str,
+) -> anyhow::Result<()> {
+    let r = web(fed, ns, &[]).await?;
     let m1 = fed.members[0].clone();
+    let writer_ns = ns.to_owned();
 
     let writer = tokio::spawn(async move {
         loop {
-            let _ = write_as(&m1, "autoscaler", scale_to(7)).await;
+            let _ = write_as(&m1, &writer_ns, "autoscaler", scale_to(7)).await;
             tokio::time::sleep(Duration::from_secs(1)).await;
         }
     });
@@ -298,7 +354,8 @@ async fn a_writer_that_keeps_undoing_the_repair_gets_a_drift_fight_and_the_repai
     assert_eq!(managers(&d), ["autoscaler"]);
     r.wait_cluster_reasons(&[("member1", "DriftFight")]).await?;
     wait_event(
-        &fed,
+        fed,
+        ns,
         "DriftFight",
         &["member1", "spec.replicas", "autoscaler", "flotilla"],
     )
@@ -307,12 +364,12 @@ async fn a_writer_that_keeps_undoing_the_repair_gets_a_drift_fight_and_the_repai
     // Repairs stopped: the writer's value stays, and writing it again changes nothing (a
     // repair in between would make each write a spec change, a new generation).
     let m1 = &fed.members[0];
-    let api: Api<k8s_openapi::api::apps::v1::Deployment> = deployments(m1, NS);
+    let api: Api<k8s_openapi::api::apps::v1::Deployment> = deployments(m1, ns);
     let before = api.get("web").await?;
     assert_eq!(replicas(&before), Some(7));
     for _ in 0..3 {
         tokio::time::sleep(Duration::from_secs(1)).await;
-        write_as(m1, "autoscaler", scale_to(7)).await?;
+        write_as(m1, ns, "autoscaler", scale_to(7)).await?;
     }
     let after = api.get("web").await?;
     assert_eq!(after.metadata.generation, before.metadata.generation);

@@ -18,10 +18,12 @@ use flotilla_controllers::{
 use flotilla_crds::DEFAULT_NAMESPACE;
 use flotilla_tests::{
     assert::{MANAGED, assert_unchanged, assert_unmanaged, events_about},
-    federation::Federation,
+    federation::{Federation, federation},
     host::{FederatedRef, cluster_names, cluster_status},
     member::{config_maps, data_is, data_value, deployments},
     objects::{FederatedObject, config_map, create_namespace},
+    scenario,
+    scenarios::run_all,
     setup::federation_with_namespace,
     wait::{wait_absent, wait_object},
     wait_for,
@@ -199,18 +201,40 @@ async fn a_held_member_object_delays_deletion(
     held.wait_gone(T).await
 }
 
+/// Deletion and immutable fields share one federation, each in its own namespace; the
+/// other scenarios stop a member or the control plane, change the KubeFedConfig or join
+/// the host, and keep a federation of their own.
 #[tokio::test]
-async fn deleting_federated_objects_removes_member_objects_first_and_honours_delete_options_and_orphaning()
--> anyhow::Result<()> {
-    let fed = ready_federation().await?;
-    let cases = propagate_deletion_cases(&fed).await?;
+async fn deletion_and_immutable_fields_on_one_federation() -> anyhow::Result<()> {
+    let fed = federation(2).await?;
+    let fed = &fed;
+    run_all(
+        fed,
+        vec![
+            scenario!(fed, "demo" => deleting_federated_objects_removes_member_objects_first_and_honours_delete_options_and_orphaning),
+            scenario!(
+                fed,
+                "immutable",
+                an_immutable_field_change_fails_with_the_servers_message_or_recreates_when_annotated
+            ),
+        ],
+    )
+    .await;
+    Ok(())
+}
+
+/// In namespace `demo`, as every helper of this file.
+async fn deleting_federated_objects_removes_member_objects_first_and_honours_delete_options_and_orphaning(
+    fed: &Federation,
+) -> anyhow::Result<()> {
+    let cases = propagate_deletion_cases(fed).await?;
     // member1 holds its copy of `held` back with a finalizer of its own.
     set_finalizers(&fed.members[0], "held", json!(["example.com/hold"])).await?;
     for f in cases.all() {
         f.delete().await?;
     }
 
-    orphaned_copies_are_kept(&fed, &cases.orphaned).await?;
+    orphaned_copies_are_kept(fed, &cases.orphaned).await?;
 
     // Plain deletion: when the federated object is gone, so are the member objects.
     cases.doomed.wait_gone(T).await?;
@@ -220,8 +244,8 @@ async fn deleting_federated_objects_removes_member_objects_first_and_honours_del
         assert!(deployments(m, "demo").get_opt("web").await?.is_none());
     }
 
-    replica_sets_outlive_their_deployment(&fed, &cases.keep_rs).await?;
-    a_held_member_object_delays_deletion(&fed, &cases.held).await?;
+    replica_sets_outlive_their_deployment(fed, &cases.keep_rs).await?;
+    a_held_member_object_delays_deletion(fed, &cases.held).await?;
     Ok(())
 }
 
@@ -685,26 +709,24 @@ async fn namespace_placement_bounds_namespaced_objects_and_deleting_a_federated_
     Ok(())
 }
 
-/// FederatedJob `demo/once`, one container running `image`.
-fn once(image: &str) -> FederatedObject {
-    FederatedObject::new("Job", "jobs", "demo", "once").template(
-        json!({"spec": {"template": {"spec": {
-            "restartPolicy": "Never",
-            "containers": [{"name": "c", "image": image, "command": ["true"]}]
-        }}}}),
-    )
+/// FederatedJob `once` in `ns`, one container running `image`.
+fn once(ns: &str, image: &str) -> FederatedObject {
+    FederatedObject::new("Job", "jobs", ns, "once").template(json!({"spec": {"template": {"spec": {
+        "restartPolicy": "Never",
+        "containers": [{"name": "c", "image": image, "command": ["true"]}]
+    }}}}))
 }
 
-#[tokio::test]
-async fn an_immutable_field_change_fails_with_the_servers_message_or_recreates_when_annotated()
--> anyhow::Result<()> {
-    let fed = federation_with_namespace(1, "demo").await?;
-    let fonce = once("busybox:1.36").apply(&fed.host).await?;
+async fn an_immutable_field_change_fails_with_the_servers_message_or_recreates_when_annotated(
+    fed: &Federation,
+    ns: &str,
+) -> anyhow::Result<()> {
+    let fonce = once(ns, "busybox:1.36").apply(&fed.host).await?;
     fonce.wait_propagated().await?;
-    let jobs: Api<Job> = Api::namespaced(fed.members[0].clone(), "demo");
+    let jobs: Api<Job> = Api::namespaced(fed.members[0].clone(), ns);
     let first = jobs.get("once").await?;
 
-    once("busybox:1.37").apply(&fed.host).await?;
+    once(ns, "busybox:1.37").apply(&fed.host).await?;
     let status = fonce
         .wait_cluster_reasons(&[("member1", "UpdateFailed")])
         .await?;
@@ -714,7 +736,7 @@ async fn an_immutable_field_change_fails_with_the_servers_message_or_recreates_w
     assert!(message.contains("field is immutable"), "message: {message}");
     assert_eq!(jobs.get("once").await?.uid(), first.uid());
 
-    once("busybox:1.37")
+    once(ns, "busybox:1.37")
         .annotate("flotilla.io/recreate-on-immutable", "true")
         .apply(&fed.host)
         .await?;

@@ -4,7 +4,8 @@
 //! override path) and Admiralty's ServiceAccountImport. Each step checks what the user
 //! sees — member objects, per-cluster status, `flotilla status` / `diff`, Events — and
 //! that bad input is reported on its own object only; an object in both kubefed API
-//! versions is propagated once and handed over when one is deleted.
+//! versions is propagated once and handed over when one is deleted. The two share one
+//! federation, each in namespaces of its own.
 
 use std::time::Duration;
 
@@ -21,6 +22,8 @@ use flotilla_tests::{
     host::{FederatedRef, cluster_status},
     init_tracing,
     member::{deployments, replicas},
+    scenario,
+    scenarios::run_concurrently,
     wait::wait_absent,
     wait_for,
 };
@@ -146,12 +149,28 @@ async fn setup(fed: &Federation) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// kubefed's alpha sample and Admiralty's import share one federation: each sets up and
+/// works in namespaces of its own (`test-namespace`, `foo`).
 #[tokio::test]
-async fn kubefeds_alpha_sample_propagates_reports_conflicts_and_bad_paths_and_deletes()
--> anyhow::Result<()> {
+async fn kubefeds_alpha_sample_and_admiraltys_import_on_one_federation() -> anyhow::Result<()> {
     init_tracing();
     let fed = federation().await?;
-    setup(&fed).await?;
+    run_concurrently(vec![
+        scenario!(
+            kubefeds_alpha_sample_propagates_reports_conflicts_and_bad_paths_and_deletes(&fed)
+        ),
+        scenario!(
+            admiraltys_service_account_import_works_with_its_label_annotation_and_secret(&fed)
+        ),
+    ])
+    .await;
+    Ok(())
+}
+
+async fn kubefeds_alpha_sample_propagates_reports_conflicts_and_bad_paths_and_deletes(
+    fed: &Federation,
+) -> anyhow::Result<()> {
+    setup(fed).await?;
     let fdeploy = alpha("Deployment", "deployments");
     apply(&fed.host, &fdeploy, Some(NS), &yaml(ALPHA_DEPLOYMENT)?).await?;
     let sample = FederatedRef::new(&fed.host, &fdeploy, NS, "test-deployment");
@@ -161,7 +180,7 @@ async fn kubefeds_alpha_sample_propagates_reports_conflicts_and_bad_paths_and_de
         ensure!(s.status.is_empty(), "{cluster}: {s:?}");
     }
     wait_for(T, "3 replicas in cluster1, 5 in cluster2", || async {
-        let got = member_replicas(&fed, "test-deployment").await?;
+        let got = member_replicas(fed, "test-deployment").await?;
         ensure!(got == [Some(3), Some(5)], "{got:?}");
         Ok(())
     })
@@ -169,7 +188,7 @@ async fn kubefeds_alpha_sample_propagates_reports_conflicts_and_bad_paths_and_de
 
     // `flotilla status` and `flotilla diff` see the alpha object.
     let (code, out) = flotilla(
-        &fed,
+        fed,
         &["status", "federateddeployment/test-deployment", "-n", NS],
     )
     .await;
@@ -180,7 +199,7 @@ async fn kubefeds_alpha_sample_propagates_reports_conflicts_and_bad_paths_and_de
     );
     ensure!(out.to_lowercase().contains(ALPHA_TYPES_GROUP), "{out}");
     let (code, out) = flotilla(
-        &fed,
+        fed,
         &["diff", "federateddeployment/test-deployment", "-n", NS],
     )
     .await;
@@ -192,13 +211,13 @@ async fn kubefeds_alpha_sample_propagates_reports_conflicts_and_bad_paths_and_de
     changed["spec"]["overrides"][0]["clusterOverrides"][0]["value"] = json!(6);
     let file = fed.env.dir().join("changed-alpha.yaml");
     std::fs::write(&file, serde_json::to_string(&changed)?)?;
-    let (code, out) = flotilla(&fed, &["diff", "-f", &file.display().to_string()]).await;
+    let (code, out) = flotilla(fed, &["diff", "-f", &file.display().to_string()]).await;
     ensure!(code == 1, "a changed override is a change: {code} {out}");
     ensure!(out.contains("cluster2") && out.contains('6'), "{out}");
 
-    bad_paths_are_reported_on_their_object_only(&fed, &fdeploy).await?;
-    twins_propagate_once_and_report_the_conflict_on_both(&fed, &sample).await?;
-    deleting_the_alpha_twin_hands_the_members_to_v1beta1(&fed, &fdeploy).await?;
+    bad_paths_are_reported_on_their_object_only(fed, &fdeploy).await?;
+    twins_propagate_once_and_report_the_conflict_on_both(fed, &sample).await?;
+    deleting_the_alpha_twin_hands_the_members_to_v1beta1(fed, &fdeploy).await?;
 
     sample.delete().await?;
     sample.wait_gone(T).await?;
@@ -494,13 +513,11 @@ async fn client_from(secret: &Secret) -> anyhow::Result<kube::Client> {
     Ok(kube::Client::try_from(config)?)
 }
 
-#[tokio::test]
-async fn admiraltys_service_account_import_works_with_its_label_annotation_and_secret()
--> anyhow::Result<()> {
-    init_tracing();
-    let fed = federation().await?;
-    admiralty_setup(&fed).await?;
-    let imports = admiralty_imports(&fed);
+async fn admiraltys_service_account_import_works_with_its_label_annotation_and_secret(
+    fed: &Federation,
+) -> anyhow::Result<()> {
+    admiralty_setup(fed).await?;
+    let imports = admiralty_imports(fed);
     let verbatim: AnyImport = serde_json::from_value(yaml(ADMIRALTY_IMPORT)?)?;
     imports.create(&PostParams::default(), &verbatim).await?;
     let mut second = yaml(ADMIRALTY_IMPORT)?;
@@ -520,7 +537,7 @@ async fn admiraltys_service_account_import_works_with_its_label_annotation_and_s
     .into_iter()
     .enumerate()
     {
-        let ready = wait_import_reason(&fed, name, "TokenIssued").await?;
+        let ready = wait_import_reason(fed, name, "TokenIssued").await?;
         let secret_name = ready
             .status
             .and_then(|s| s.secret_name)
@@ -552,7 +569,7 @@ async fn admiraltys_service_account_import_works_with_its_label_annotation_and_s
         );
     }
     // An unknown cluster is that import's reason, and only its.
-    wait_import_reason(&fed, "foo-controller-remote-cluster9", "ClusterNotFound").await?;
+    wait_import_reason(fed, "foo-controller-remote-cluster9", "ClusterNotFound").await?;
     ensure!(
         secrets
             .get_opt("foo-controller-remote-cluster9-kubeconfig")
@@ -569,7 +586,7 @@ async fn admiraltys_service_account_import_works_with_its_label_annotation_and_s
     .await?;
     ensure!(!events.is_empty(), "a Warning Event on the import");
 
-    admiralty_pods_get_both_kubeconfigs(&fed).await
+    admiralty_pods_get_both_kubeconfigs(fed).await
 }
 
 /// The webhook, as `flotilla dev up` configures it: a Pod annotated the Admiralty way in

@@ -1,6 +1,10 @@
 //! Propagation end to end on real clusters: create, update, placement changes, overrides,
 //! steady state, drift repair, bad overrides and an unready member — for ConfigMaps,
 //! Deployments and a custom resource type.
+//!
+//! The scenarios that do not disturb each other share one federation, each in its own
+//! namespace (`scenarios_on_one_federation`); stopping a member and counting the sync
+//! workers' failures need a federation of their own.
 
 use std::time::Duration;
 
@@ -18,6 +22,8 @@ use flotilla_tests::{
         config_map_data, config_maps, data_is, data_value, deployments, first_image, replicas,
     },
     objects::{FederatedObject, widget_crd, widget_resource},
+    scenario,
+    scenarios::run_all,
     setup::federation_with_namespace,
     wait::wait_object,
     wait_for,
@@ -39,23 +45,64 @@ async fn ready_federation() -> anyhow::Result<Federation> {
 }
 
 /// `settings` in both members, with member2's `region` override.
-fn settings(data: serde_json::Value) -> FederatedObject {
-    FederatedObject::config_map("demo", "settings", data)
+fn settings(ns: &str, data: serde_json::Value) -> FederatedObject {
+    FederatedObject::config_map(ns, "settings", data)
         .on_clusters(&["member1", "member2"])
         .override_op("member2", "add", "/data/region", json!("eu"))
 }
 
+/// The scenarios that share one federation, each in its own namespace.
 #[tokio::test]
-async fn configmaps_are_created_updated_and_moved_with_placement_and_overrides()
--> anyhow::Result<()> {
-    let fed = ready_federation().await?;
+async fn scenarios_on_one_federation() -> anyhow::Result<()> {
+    let fed = flotilla_tests::federation::federation(2).await?;
+    let fed = &fed;
+    run_all(
+        fed,
+        vec![
+            scenario!(
+                fed,
+                "configmaps",
+                configmaps_are_created_updated_and_moved_with_placement_and_overrides
+            ),
+            scenario!(
+                fed,
+                "deployments",
+                deployments_get_per_cluster_replicas_report_member_status_and_roll_out_a_new_image
+            ),
+            scenario!(
+                fed,
+                "widgets",
+                a_custom_resource_type_enabled_by_its_own_type_config_propagates_with_overrides
+            ),
+            scenario!(
+                fed,
+                "steady",
+                steady_state_makes_no_writes_drift_is_repaired_and_member_fields_are_kept
+            ),
+            scenario!(
+                fed,
+                "overrides",
+                a_bad_override_fails_only_its_cluster_and_an_unregistered_cluster_is_reported
+            ),
+        ],
+    )
+    .await;
+    Ok(())
+}
+
+async fn configmaps_are_created_updated_and_moved_with_placement_and_overrides(
+    fed: &Federation,
+    ns: &str,
+) -> anyhow::Result<()> {
     let (m1, m2) = (&fed.members[0], &fed.members[1]);
-    let fcm = settings(json!({"color": "blue"})).apply(&fed.host).await?;
+    let fcm = settings(ns, json!({"color": "blue"}))
+        .apply(&fed.host)
+        .await?;
     wait_for(T, "configmap in both members", || async {
-        let d1 = config_map_data(m1, "demo", "settings")
+        let d1 = config_map_data(m1, ns, "settings")
             .await?
             .context("absent in member1")?;
-        let d2 = config_map_data(m2, "demo", "settings")
+        let d2 = config_map_data(m2, ns, "settings")
             .await?
             .context("absent in member2")?;
         ensure!(
@@ -73,13 +120,15 @@ async fn configmaps_are_created_updated_and_moved_with_placement_and_overrides()
     assert_eq!(status.clusters.len(), 2);
 
     // The managed label is on every member object.
-    let live = config_maps(m1, "demo").get("settings").await?;
+    let live = config_maps(m1, ns).get("settings").await?;
     assert_eq!(live.labels().get(MANAGED).map(String::as_str), Some("true"));
 
     // Template update reaches both members; a removed key is removed.
-    settings(json!({"shape": "round"})).apply(&fed.host).await?;
+    settings(ns, json!({"shape": "round"}))
+        .apply(&fed.host)
+        .await?;
     for m in &fed.members {
-        wait_object(T, &config_maps(m, "demo"), "settings", |cm| {
+        wait_object(T, &config_maps(m, ns), "settings", |cm| {
             ensure!(
                 data_value(cm, "shape") == Some("round") && data_value(cm, "color").is_none(),
                 "{:?}",
@@ -91,18 +140,18 @@ async fn configmaps_are_created_updated_and_moved_with_placement_and_overrides()
     }
 
     // Placement change: removed from the deselected member only.
-    FederatedObject::config_map("demo", "settings", json!({"shape": "round"}))
+    FederatedObject::config_map(ns, "settings", json!({"shape": "round"}))
         .on_clusters(&["member2"])
         .without_overrides()
         .apply(&fed.host)
         .await?;
     wait_for(T, "removed from member1 only", || async {
         ensure!(
-            config_map_data(m1, "demo", "settings").await?.is_none(),
+            config_map_data(m1, ns, "settings").await?.is_none(),
             "still in member1"
         );
         ensure!(
-            config_map_data(m2, "demo", "settings").await?.is_some(),
+            config_map_data(m2, ns, "settings").await?.is_some(),
             "gone from member2"
         );
         Ok(())
@@ -113,22 +162,22 @@ async fn configmaps_are_created_updated_and_moved_with_placement_and_overrides()
     Ok(())
 }
 
-fn web(image: &str) -> FederatedObject {
-    FederatedObject::deployment("demo", "web", 2, image).override_path(
+fn web(ns: &str, image: &str) -> FederatedObject {
+    FederatedObject::deployment(ns, "web", 2, image).override_path(
         "member2",
         "/spec/replicas",
         json!(5),
     )
 }
 
-#[tokio::test]
-async fn deployments_get_per_cluster_replicas_report_member_status_and_roll_out_a_new_image()
--> anyhow::Result<()> {
-    let fed = ready_federation().await?;
-    let fweb = web("nginx:1.25").apply(&fed.host).await?;
+async fn deployments_get_per_cluster_replicas_report_member_status_and_roll_out_a_new_image(
+    fed: &Federation,
+    ns: &str,
+) -> anyhow::Result<()> {
+    let fweb = web(ns, "nginx:1.25").apply(&fed.host).await?;
     wait_for(T, "deployments with per-cluster replicas", || async {
-        let d1 = deployments(&fed.members[0], "demo").get_opt("web").await?;
-        let d2 = deployments(&fed.members[1], "demo").get_opt("web").await?;
+        let d1 = deployments(&fed.members[0], ns).get_opt("web").await?;
+        let d2 = deployments(&fed.members[1], ns).get_opt("web").await?;
         let r1 = replicas(&d1.context("absent in member1")?);
         let r2 = replicas(&d2.context("absent in member2")?);
         ensure!(r1 == Some(2) && r2 == Some(5), "replicas {r1:?} {r2:?}");
@@ -158,9 +207,9 @@ async fn deployments_get_per_cluster_replicas_report_member_status_and_roll_out_
     })
     .await?;
 
-    web("nginx:1.26").apply(&fed.host).await?;
+    web(ns, "nginx:1.26").apply(&fed.host).await?;
     for m in &fed.members {
-        wait_object(T, &deployments(m, "demo"), "web", |d| {
+        wait_object(T, &deployments(m, ns), "web", |d| {
             let image = first_image(d);
             ensure!(image == Some("nginx:1.26"), "image {image:?}");
             Ok(())
@@ -207,21 +256,21 @@ async fn enable_widgets(fed: &Federation) -> anyhow::Result<()> {
     Ok(())
 }
 
-#[tokio::test]
-async fn a_custom_resource_type_enabled_by_its_own_type_config_propagates_with_overrides()
--> anyhow::Result<()> {
-    let fed = ready_federation().await?;
-    enable_widgets(&fed).await?;
-    let gear = FederatedObject::new("Widget", "widgets", "demo", "gear")
+async fn a_custom_resource_type_enabled_by_its_own_type_config_propagates_with_overrides(
+    fed: &Federation,
+    ns: &str,
+) -> anyhow::Result<()> {
+    enable_widgets(fed).await?;
+    let gear = FederatedObject::new("Widget", "widgets", ns, "gear")
         .template(json!({"spec": {"size": 3, "color": "red"}}))
         .on_clusters(&["member1"])
         .override_path("member1", "/spec/size", json!(7));
     let fgear = wait_for(T, "federated widget accepted", || gear.apply(&fed.host)).await?;
     wait_for(T, "widget only in member1 with the override", || async {
         let w1: Api<DynamicObject> =
-            Api::namespaced_with(fed.members[0].clone(), "demo", &widget_resource());
+            Api::namespaced_with(fed.members[0].clone(), ns, &widget_resource());
         let w2: Api<DynamicObject> =
-            Api::namespaced_with(fed.members[1].clone(), "demo", &widget_resource());
+            Api::namespaced_with(fed.members[1].clone(), ns, &widget_resource());
         let w = w1.get_opt("gear").await?.context("absent in member1")?;
         ensure!(
             w.data["spec"]["size"] == json!(7),
@@ -240,38 +289,37 @@ async fn a_custom_resource_type_enabled_by_its_own_type_config_propagates_with_o
 }
 
 /// Records the member copies' resourceVersions of ConfigMap `steady`.
-async fn steady_versions(fed: &Federation) -> anyhow::Result<Vec<Option<String>>> {
+async fn steady_versions(fed: &Federation, ns: &str) -> anyhow::Result<Vec<Option<String>>> {
     let mut versions = Vec::new();
     for m in &fed.members {
-        versions.push(
-            config_maps(m, "demo")
-                .get("steady")
-                .await?
-                .resource_version(),
-        );
+        versions.push(config_maps(m, ns).get("steady").await?.resource_version());
     }
     Ok(versions)
 }
 
-fn front(port: i64) -> FederatedObject {
-    FederatedObject::new("Service", "services", "demo", "front").template(json!({"spec": {
+fn front(ns: &str, port: i64) -> FederatedObject {
+    FederatedObject::new("Service", "services", ns, "front").template(json!({"spec": {
         "selector": {"app": "web"},
         "ports": [{"name": "http", "port": port, "protocol": "TCP"}]
     }}))
 }
 
-#[tokio::test]
-async fn steady_state_makes_no_writes_drift_is_repaired_and_member_fields_are_kept()
--> anyhow::Result<()> {
-    let fed = ready_federation().await?;
-    let fsteady = FederatedObject::config_map("demo", "steady", json!({"k": "v"}))
+async fn steady_state_makes_no_writes_drift_is_repaired_and_member_fields_are_kept(
+    fed: &Federation,
+    ns: &str,
+) -> anyhow::Result<()> {
+    let fsteady = FederatedObject::config_map(ns, "steady", json!({"k": "v"}))
         .apply(&fed.host)
         .await?;
     fsteady.wait_propagated().await?;
-    front(80).apply(&fed.host).await?.wait_propagated().await?;
+    front(ns, 80)
+        .apply(&fed.host)
+        .await?
+        .wait_propagated()
+        .await?;
     tokio::time::sleep(Duration::from_secs(1)).await;
 
-    let before = steady_versions(&fed).await?;
+    let before = steady_versions(fed, ns).await?;
     let host_rv = fsteady.get().await?.resource_version();
     // Force a full resync: a cluster label change requeues every federated object.
     let kfcs: Api<flotilla_crds::KubeFedCluster> =
@@ -285,7 +333,7 @@ async fn steady_state_makes_no_writes_drift_is_repaired_and_member_fields_are_ke
     tokio::time::sleep(Duration::from_secs(5)).await;
     assert_eq!(
         before,
-        steady_versions(&fed).await?,
+        steady_versions(fed, ns).await?,
         "a resync of converged objects must not write to members"
     );
     assert_eq!(
@@ -295,7 +343,7 @@ async fn steady_state_makes_no_writes_drift_is_repaired_and_member_fields_are_ke
     );
 
     // Drift: a member-side edit of an owned field is reverted.
-    let m1 = config_maps(&fed.members[0], "demo");
+    let m1 = config_maps(&fed.members[0], ns);
     m1.patch(
         "steady",
         &PatchParams::default(),
@@ -309,10 +357,10 @@ async fn steady_state_makes_no_writes_drift_is_repaired_and_member_fields_are_ke
     wait_object(T, &m1, "steady", data_is("k", "v")).await?;
 
     // The member-assigned clusterIP survives a template update.
-    let svcs: Api<Service> = Api::namespaced(fed.members[1].clone(), "demo");
+    let svcs: Api<Service> = Api::namespaced(fed.members[1].clone(), ns);
     let ip_before = svcs.get("front").await?.spec.and_then(|s| s.cluster_ip);
     assert!(ip_before.is_some());
-    front(8080).apply(&fed.host).await?;
+    front(ns, 8080).apply(&fed.host).await?;
     wait_object(T, &svcs, "front", |svc| {
         let s = svc.spec.as_ref().context("no spec")?;
         let port = s.ports.as_ref().and_then(|p| p.first()).map(|p| p.port);
@@ -329,11 +377,11 @@ async fn steady_state_makes_no_writes_drift_is_repaired_and_member_fields_are_ke
     Ok(())
 }
 
-#[tokio::test]
-async fn a_bad_override_fails_only_its_cluster_and_an_unregistered_cluster_is_reported()
--> anyhow::Result<()> {
-    let fed = ready_federation().await?;
-    let partial = FederatedObject::config_map("demo", "partial", json!({"k": "v"}))
+async fn a_bad_override_fails_only_its_cluster_and_an_unregistered_cluster_is_reported(
+    fed: &Federation,
+    ns: &str,
+) -> anyhow::Result<()> {
+    let partial = FederatedObject::config_map(ns, "partial", json!({"k": "v"}))
         .override_op("member2", "replace", "/data/missing/deeper", json!("x"))
         .apply(&fed.host)
         .await?;
@@ -351,19 +399,19 @@ async fn a_bad_override_fails_only_its_cluster_and_an_unregistered_cluster_is_re
         Some("CheckClusters")
     );
     assert!(
-        config_map_data(&fed.members[0], "demo", "partial")
+        config_map_data(&fed.members[0], ns, "partial")
             .await?
             .is_some(),
         "member1 propagated normally"
     );
     assert!(
-        config_map_data(&fed.members[1], "demo", "partial")
+        config_map_data(&fed.members[1], ns, "partial")
             .await?
             .is_none()
     );
 
     // A placement naming a cluster that is not registered says so in status.
-    let typo = FederatedObject::config_map("demo", "typo", json!({"k": "v"}))
+    let typo = FederatedObject::config_map(ns, "typo", json!({"k": "v"}))
         .on_clusters(&["member1", "membr2"])
         .apply(&fed.host)
         .await?;
@@ -375,7 +423,7 @@ async fn a_bad_override_fails_only_its_cluster_and_an_unregistered_cluster_is_re
             "{ghost:?}"
         );
         ensure!(
-            config_map_data(&fed.members[0], "demo", "typo")
+            config_map_data(&fed.members[0], ns, "typo")
                 .await?
                 .is_some(),
             "member1 still propagated"

@@ -7,11 +7,11 @@
 use anyhow::{Context as _, ensure};
 use flotilla_tests::{
     cli::Run, federation::Federation, member::config_maps, objects::FederatedObject,
-    setup::federation_with_namespace,
 };
 use serde_json::{Value, json};
 
-const NS: &str = "diff";
+/// The namespace the scenario works in.
+pub const NS: &str = "diff";
 
 /// `flotilla diff ARGS` in-process against the host.
 async fn diff(fed: &Federation, args: &[&str]) -> Run {
@@ -229,14 +229,14 @@ async fn an_rsp_in_the_manifest_sets_the_replicas_per_cluster(
     Ok(())
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn diff_shows_per_cluster_changes_and_exits_like_kubectl_diff() -> anyhow::Result<()> {
-    flotilla_tests::init_tracing();
-    let fed = federation_with_namespace(2, NS).await?;
-    a_new_object_is_created_in_every_placed_cluster(&fed).await?;
-    an_unchanged_object_exits_zero_with_only_a_summary(&fed).await?;
-    a_changed_override_shows_only_that_field_on_that_cluster(&fed).await?;
-    a_placement_change_lists_the_cluster_losing_the_object(&fed).await?;
-    an_rsp_in_the_manifest_sets_the_replicas_per_cluster(&fed).await?;
+/// The scenario, in namespace [`NS`] of the shared federation.
+pub async fn diff_shows_per_cluster_changes_and_exits_like_kubectl_diff(
+    fed: &Federation,
+) -> anyhow::Result<()> {
+    a_new_object_is_created_in_every_placed_cluster(fed).await?;
+    an_unchanged_object_exits_zero_with_only_a_summary(fed).await?;
+    a_changed_override_shows_only_that_field_on_that_cluster(fed).await?;
+    a_placement_change_lists_the_cluster_losing_the_object(fed).await?;
+    an_rsp_in_the_manifest_sets_the_replicas_per_cluster(fed).await?;
     Ok(())
 }

@@ -13,7 +13,6 @@ use flotilla_tests::{
     federation::{Federation, apply},
     member::config_maps,
     objects::{widget_crd, widget_resource},
-    setup::federation_with_namespace,
     wait::wait_object,
     wait_for,
 };
@@ -27,7 +26,8 @@ use kube::{
 };
 use serde_json::json;
 
-const NS: &str = "kfd";
+/// The namespace the scenario works in.
+pub const NS: &str = "kfd";
 const T: Duration = Duration::from_secs(30);
 
 /// Runs `flotilla --kubeconfig <env> ARGS…` in-process (the host context is given by each
@@ -249,13 +249,13 @@ async fn enable_in_another_federated_api(fed: &Federation) -> anyhow::Result<()>
     Ok(())
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn kubefedctl_style_invocations_work_on_real_clusters() -> anyhow::Result<()> {
-    flotilla_tests::init_tracing();
-    let fed = federation_with_namespace(2, NS).await?;
-    federate_with_the_host_cluster_context(&fed).await?;
-    federate_a_file(&fed).await?;
-    federate_enables_the_type_first(&fed).await?;
-    enable_in_another_federated_api(&fed).await?;
+/// The scenario, in namespace [`NS`] of the shared federation.
+pub async fn kubefedctl_style_invocations_work_on_real_clusters(
+    fed: &Federation,
+) -> anyhow::Result<()> {
+    federate_with_the_host_cluster_context(fed).await?;
+    federate_a_file(fed).await?;
+    federate_enables_the_type_first(fed).await?;
+    enable_in_another_federated_api(fed).await?;
     Ok(())
 }
