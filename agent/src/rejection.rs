@@ -152,6 +152,7 @@ mod tests {
             hash: None,
             generation: None,
             status: None,
+            drift: None,
             member_reason: failure.map(|(reason, _)| reason.to_owned()),
         }
     }
