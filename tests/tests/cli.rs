@@ -9,7 +9,7 @@
 use std::{
     path::{Path, PathBuf},
     process::Stdio,
-    time::{Duration, Instant},
+    time::Duration,
 };
 
 use anyhow::{Context as _, ensure};
@@ -345,7 +345,6 @@ async fn status_reports_rows_and_waits(env: &LocalEnv, c: &Clusters) -> anyhow::
         .override_path("member2", "/data/missing/deeper", json!("x"))
         .apply(&c.host)
         .await?;
-    let started = Instant::now();
     let args = [
         "status",
         "federatedconfigmaps/broken",
@@ -357,9 +356,10 @@ async fn status_reports_rows_and_waits(env: &LocalEnv, c: &Clusters) -> anyhow::
     ];
     let (result, out) = flotilla(env, &args).await;
     assert!(result.is_err(), "a bad override must fail --wait:\n{out}");
+    // It fails on the failure, not on the timeout.
     assert!(
-        started.elapsed() < Duration::from_secs(30),
-        "it fails fast, not on timeout"
+        out.contains("that retrying cannot fix") && !out.contains("timed out"),
+        "{out}"
     );
     assert!(
         out.contains("FAILED") && out.contains("member2") && out.contains("ApplyOverridesFailed"),
@@ -680,7 +680,6 @@ async fn two_controller_managers_elect_one_leader_and_the_standby_takes_over_whe
 
     // Kill the leader: the standby takes over within the lease duration (plus a retry).
     managers[leader_index].child.kill().await?;
-    let killed = Instant::now();
     let standby = managers[standby_index].identity;
     wait_for(
         Duration::from_secs(20),
@@ -694,11 +693,6 @@ async fn two_controller_managers_elect_one_leader_and_the_standby_takes_over_whe
         },
     )
     .await?;
-    let took = killed.elapsed();
-    assert!(
-        took < Duration::from_secs(8),
-        "takeover took {took:?} with a 3s lease"
-    );
     propagated_everywhere(&fed, "after-failover").await?;
 
     // SIGTERM: the new leader stops cleanly and releases the lease.
