@@ -2,8 +2,9 @@
 //! in progress, on the soak's federation (member1 push, member2 push behind a proxy,
 //! member3 pull; pods ready in appearance): nginx:1 rolled out, a new image started
 //! (`fail:3`, whose pods never get ready, holds member1's wave), then nginx:1 again — from
-//! a held wave, while paused, mid-wave, and across a control-plane restart. Every time
-//! the rollout must complete with every member on nginx:1 annotated with its revision (the
+//! a held wave, while paused, mid-wave, and across a control-plane restart; and once
+//! member1's nodes were marked `Unknown` (a heartbeat gap). Every time the rollout must
+//! complete with every member on the template's image, annotated with its revision (the
 //! soak's rollout invariant, `soak::checks::rollouts`).
 
 mod fault_harness;
@@ -19,7 +20,11 @@ use flotilla_tests::{
     objects::FederatedObject,
     wait_for,
 };
-use kube::Client;
+use k8s_openapi::api::core::v1::Node;
+use kube::{
+    Api, Client, ResourceExt,
+    api::{ListParams, Patch, PatchParams},
+};
 use serde_json::json;
 
 use fault_harness::start_control_plane;
@@ -72,6 +77,42 @@ async fn a_template_back_at_an_earlier_revision_mid_rollout_completes_on_push_an
     deploy(&soak, "nginx:1", false).await?;
     soak.fed.control_plane = Some(start_control_plane(&soak.fed.host));
     converged(&soak, "back to nginx:1 across a restart").await?;
+
+    // member1's nodes marked Unknown, as the node lifecycle controller does after a
+    // heartbeat gap: the simulated kubelet reports them Ready again, so pods are scheduled
+    // there and the next rollout completes.
+    mark_nodes_unknown(&soak.fed.members[0]).await?;
+    deploy(&soak, "nginx:2", false).await?;
+    converged(
+        &soak,
+        "nginx:2 everywhere after member1's nodes were marked Unknown",
+    )
+    .await?;
+    Ok(())
+}
+
+/// Sets every node's conditions of `member` to `Unknown`, as the node lifecycle controller
+/// does when a node's heartbeat is late.
+async fn mark_nodes_unknown(member: &Client) -> anyhow::Result<()> {
+    let api: Api<Node> = Api::all(member.clone());
+    for node in api.list(&ListParams::default()).await? {
+        let conditions: Vec<_> = node
+            .status
+            .iter()
+            .flat_map(|s| s.conditions.iter().flatten())
+            .map(|c| {
+                json!({"type": c.type_, "status": "Unknown", "reason": "NodeStatusUnknown",
+                "message": "Kubelet stopped posting node status."})
+            })
+            .collect();
+        let patch = json!({"status": {"conditions": conditions}});
+        api.patch_status(
+            &node.name_any(),
+            &PatchParams::default(),
+            &Patch::Merge(&patch),
+        )
+        .await?;
+    }
     Ok(())
 }
 

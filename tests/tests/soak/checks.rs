@@ -16,7 +16,7 @@ use flotilla_crds::{
 };
 use k8s_openapi::api::{
     apps::v1::{ControllerRevision, Deployment},
-    core::v1::{ConfigMap, Secret},
+    core::v1::{ConfigMap, Node, Secret},
 };
 use kube::{
     Api, Client, ResourceExt,
@@ -192,6 +192,29 @@ fn deployment_summary(d: &Deployment) -> String {
         s.ready_replicas,
         s.available_replicas,
     )
+}
+
+/// Every member's nodes `Ready` (the simulated kubelet's): a node that is not has its pods
+/// unscheduled or evicted, and any rollout there waits for its deadline.
+pub async fn nodes(members: &[(String, Client)]) -> anyhow::Result<Vec<String>> {
+    let mut found = Vec::new();
+    for (cluster, client) in members {
+        for node in Api::<Node>::all(client.clone())
+            .list(&ListParams::default())
+            .await?
+        {
+            let ready = node
+                .status
+                .iter()
+                .flat_map(|s| s.conditions.iter().flatten())
+                .find(|c| c.type_ == "Ready");
+            if ready.is_none_or(|c| c.status != "True") {
+                let state = ready.map(|c| (&c.status, &c.reason));
+                found.push(format!("{cluster}/{}: Ready {state:?}", node.name_any()));
+            }
+        }
+    }
+    Ok(found)
 }
 
 /// Each member's managed Deployments: exactly those `expected` (name → image, revision),

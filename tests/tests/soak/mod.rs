@@ -56,6 +56,8 @@ impl Checker {
         found.extend(mcs.into_iter().map(|v| format!("mcs {v}")));
         let imports = checks::imports(&self.host).await?;
         found.extend(imports.into_iter().map(|v| format!("sa-import {v}")));
+        let nodes = checks::nodes(&self.members).await?;
+        found.extend(nodes.into_iter().map(|v| format!("node {v}")));
         Ok(found)
     }
 
