@@ -8,9 +8,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use flotilla_crds::rollout::plan::{ClusterInput, Input, Plan, plan};
-use flotilla_crds::rollout::{
-    ClusterRolloutState as S, RolloutReason, RolloutSpec, RolloutStatus,
-};
+use flotilla_crds::rollout::{ClusterRolloutState as S, RolloutReason, RolloutSpec, RolloutStatus};
 use serde_json::json;
 
 const T0: i64 = 1_800_000_000;
@@ -63,8 +61,7 @@ fn updated(p: &Plan) -> Vec<&str> {
 }
 
 #[test]
-fn back_at_the_earlier_revision_the_clusters_still_on_it_are_done_and_the_moved_one_goes_back()
-{
+fn back_at_the_earlier_revision_the_clusters_still_on_it_are_done_and_the_moved_one_goes_back() {
     let spec = soak_spec(false);
     let a = step(&spec, "A", ["A"; 3], None, T0);
     let a = step(&spec, "A", ["A"; 3], Some(&a.status), T0 + 2);
@@ -212,7 +209,7 @@ impl World {
 
 #[test]
 fn after_any_history_of_reverted_templates_and_faults_the_rollout_completes() {
-    for seed in 1..2000u64 {
+    for seed in 0..2000u64 {
         let mut rng = Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
         let mut w = World::new();
         let mut templates = Vec::new();
