@@ -1,9 +1,10 @@
 //! A simulated kubelet for one local cluster: it registers a few Ready Nodes, renews their
 //! heartbeat Leases (and reports a node Ready again once the node lifecycle controller has
-//! marked it otherwise, after a heartbeat gap), reports every pod the scheduler binds to them as Running (and Ready,
-//! unless an image is meant to stay unready) with a pod IP, and finishes the deletion of
-//! pods being deleted. **No container runs**: pods only look like running pods, so
-//! Deployments, ReplicaSets, StatefulSets, DaemonSets and Jobs report real status.
+//! marked it otherwise, after a heartbeat gap), reports every pod the scheduler binds to
+//! them as Running (and Ready, unless an image is meant to stay unready) with a pod IP, and
+//! finishes the deletion of pods being deleted. **No container runs**: pods only look like
+//! running pods, so Deployments, ReplicaSets, StatefulSets, DaemonSets and Jobs report real
+//! status.
 //!
 //! This module is the I/O: watches (kube-runtime's watcher + reflector) and writes. What
 //! to do with a pod is decided in [`pods`], node objects are built in [`nodes`], pod IPs
