@@ -1,8 +1,10 @@
 //! A simulated kubelet for one local cluster: it registers a few Ready Nodes, renews their
-//! heartbeat Leases, reports every pod the scheduler binds to them as Running (and Ready,
-//! unless an image is meant to stay unready) with a pod IP, and finishes the deletion of
-//! pods being deleted. **No container runs**: pods only look like running pods, so
-//! Deployments, ReplicaSets, StatefulSets, DaemonSets and Jobs report real status.
+//! heartbeat Leases (and reports a node Ready again once the node lifecycle controller has
+//! marked it otherwise, after a heartbeat gap), reports every pod the scheduler binds to
+//! them as Running (and Ready, unless an image is meant to stay unready) with a pod IP, and
+//! finishes the deletion of pods being deleted. **No container runs**: pods only look like
+//! running pods, so Deployments, ReplicaSets, StatefulSets, DaemonSets and Jobs report real
+//! status.
 //!
 //! This module is the I/O: watches (kube-runtime's watcher + reflector) and writes. What
 //! to do with a pod is decided in [`pods`], node objects are built in [`nodes`], pod IPs
@@ -15,7 +17,7 @@ use futures::StreamExt as _;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{Api, DeleteParams, Patch, PatchParams};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
 use kube::runtime::WatchStreamExt as _;
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::watcher::{self, Event};
@@ -115,11 +117,14 @@ impl Kubelet {
         }
     }
 
-    /// Registers the nodes if that has not worked yet, renews their Leases and looks at
-    /// every known pod again.
+    /// Registers the nodes if that has not worked yet (else reports Ready again those the
+    /// node lifecycle controller marked otherwise), renews their Leases and looks at every
+    /// known pod again.
     async fn heartbeat(&mut self, pods: &Store<Pod>, node_set: &BTreeSet<String>) {
         if !self.registered {
             self.registered = self.register().await;
+        } else {
+            self.report_ready_again().await;
         }
         let leases: Api<Lease> = Api::namespaced(self.client.clone(), nodes::LEASE_NAMESPACE);
         let pp = PatchParams::apply(MANAGER).force();
@@ -155,6 +160,35 @@ impl Kubelet {
         }
         info!(cluster = %self.cluster, nodes = self.nodes.len(), "simulated nodes registered");
         true
+    }
+
+    /// Reports Ready again every node that is not (see [`nodes::needs_ready_report`]).
+    async fn report_ready_again(&self) {
+        let api: Api<Node> = Api::all(self.client.clone());
+        let ours = ListParams::default().labels(&format!("{}=true", nodes::SIMULATED_LABEL));
+        let listed = match api.list(&ours).await {
+            Ok(l) => l,
+            Err(e) => {
+                debug!(cluster = %self.cluster, error = %e, "listing the nodes failed");
+                return;
+            }
+        };
+        for node in listed.items.iter().filter(|n| nodes::needs_ready_report(n)) {
+            let name = node.name_any();
+            if !self.nodes.contains(&name) {
+                continue;
+            }
+            let status = json!({"status": nodes::ready_status(&name, Timestamp::now())});
+            match api
+                .patch_status(&name, &PatchParams::default(), &Patch::Merge(&status))
+                .await
+            {
+                Ok(_) => info!(cluster = %self.cluster, node = %name, "node reported Ready again"),
+                Err(e) => {
+                    debug!(cluster = %self.cluster, node = %name, error = %e, "reporting the node Ready failed")
+                }
+            }
+        }
     }
 
     async fn handle(&mut self, pod: &Pod, node_set: &BTreeSet<String>) {

@@ -90,6 +90,20 @@ pub(crate) fn ready_status(name: &str, now: Timestamp) -> NodeStatus {
     }
 }
 
+/// Whether a node must be reported Ready again: its `Ready` condition is not `True`. The
+/// node lifecycle controller sets it `Unknown` after a heartbeat gap longer than the Lease
+/// (the apiserver or etcd down, a loaded machine), and only a kubelet sets it back — as a
+/// real kubelet does on its next status update. Until then the node is tainted unreachable:
+/// no pod is scheduled there and its pods are evicted.
+pub(crate) fn needs_ready_report(node: &Node) -> bool {
+    let ready = node
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .and_then(|cs| cs.iter().find(|c| c.type_ == "Ready"));
+    ready.is_none_or(|c| c.status != "True")
+}
+
 /// The node's heartbeat Lease, renewed at `now`.
 pub(crate) fn lease(name: &str, now: Timestamp) -> Lease {
     Lease {
@@ -131,6 +145,23 @@ mod tests {
         assert_eq!(ready.status, "True");
         let pods = status.allocatable.as_ref().and_then(|a| a.get("pods"));
         assert_eq!(pods, Some(&Quantity("110".to_owned())));
+    }
+
+    #[test]
+    fn a_node_marked_unknown_or_without_a_ready_condition_is_reported_ready_again() {
+        let mut n = node("member1-node1");
+        assert!(needs_ready_report(&n), "no status");
+        n.status = Some(ready_status("member1-node1", Timestamp::UNIX_EPOCH));
+        assert!(!needs_ready_report(&n), "Ready");
+        let conditions = n.status.as_mut().and_then(|s| s.conditions.as_mut());
+        for c in conditions.into_iter().flatten() {
+            c.status = "Unknown".to_owned();
+            c.reason = Some("NodeStatusUnknown".to_owned());
+        }
+        assert!(
+            needs_ready_report(&n),
+            "marked Unknown by the node lifecycle controller"
+        );
     }
 
     #[test]

@@ -16,7 +16,7 @@ use flotilla_crds::{
 };
 use k8s_openapi::api::{
     apps::v1::{ControllerRevision, Deployment},
-    core::v1::{ConfigMap, Secret},
+    core::v1::{ConfigMap, Node, Secret},
 };
 use kube::{
     Api, Client, ResourceExt,
@@ -55,10 +55,11 @@ pub async fn rollouts(host: &Client, members: &[(String, Client)]) -> anyhow::Re
         let propagated = status.propagation().is_some_and(|c| c.status == "True");
         if status.observed_generation != generation || !complete || !propagated {
             found.push(format!(
-                "{name}: generation {generation}, observed {}, rollout {:?}, propagation {:?}",
+                "{name}: generation {generation}, observed {}, rollout {:?}, propagation {:?}; {}",
                 status.observed_generation,
                 status.rollout_condition().map(|c| (&c.status, &c.reason)),
                 status.propagation().map(|c| (&c.status, &c.reason)),
+                rollout_detail(host, &status, &name, members).await,
             ));
         }
         let Some(target) = status.rollout.as_ref().map(|r| r.target_revision.clone()) else {
@@ -94,6 +95,125 @@ pub async fn rollouts(host: &Client, members: &[(String, Client)]) -> anyhow::Re
         }
     }
     found.extend(member_deployments(members, &expected).await?);
+    Ok(found)
+}
+
+/// Where a rollout that is not complete stands, for a diagnosis: the `Rollout` condition's
+/// message, each cluster's state in `status.rollout`, and each member Deployment's
+/// generations and replica counts (what the health check reads).
+async fn rollout_detail(
+    host: &Client,
+    status: &FederatedStatus,
+    name: &str,
+    members: &[(String, Client)],
+) -> String {
+    let message = status
+        .rollout_condition()
+        .map(|c| c.message.clone())
+        .unwrap_or_default();
+    let states: Vec<String> = status
+        .rollout
+        .iter()
+        .flat_map(|r| &r.clusters)
+        .map(|c| format!("{} {} since {}", c.name, c.state.as_str(), c.since))
+        .collect();
+    let mut deployments = Vec::new();
+    for (cluster, client) in members {
+        let api: Api<Deployment> = Api::namespaced(client.clone(), NS);
+        let shown = match api.get_opt(name).await {
+            Ok(Some(d)) => deployment_summary(&d),
+            Ok(None) => "absent".to_owned(),
+            Err(e) => format!("unreadable: {e}"),
+        };
+        deployments.push(format!("{cluster} {shown}"));
+    }
+    format!(
+        "{message:?}; clusters [{}]; Deployments [{}]; {PULL} Work {}",
+        states.join(", "),
+        deployments.join(", "),
+        pull_report(host, name).await
+    )
+}
+
+/// What the pull member's agent last reported on the Work of Deployment `name` (the
+/// rollout's health of that member is read from it): the hash of the manifest it applied
+/// against the manifest's, the member object's generation and its status.
+async fn pull_report(host: &Client, name: &str) -> String {
+    let works: Api<Work> = Api::namespaced(host.clone(), &cluster_namespace(PULL));
+    let list = match works.list(&ListParams::default()).await {
+        Ok(l) => l,
+        Err(e) => return format!("unreadable: {e}"),
+    };
+    let deployments = type_label("deployments", "apps");
+    let Some(w) = list.into_iter().find(|w| {
+        w.labels().get(WORK_TYPE_LABEL) == Some(&deployments)
+            && w.annotations().get(WORK_SOURCE_NAME).map(String::as_str) == Some(name)
+    }) else {
+        return "absent".to_owned();
+    };
+    let manifest_hash = w
+        .spec
+        .workload
+        .manifests
+        .first()
+        .and_then(|m| m.pointer("/metadata/annotations"))
+        .and_then(|a| a.get(flotilla_crds::member::HASH_ANNOTATION))
+        .and_then(|h| h.as_str())
+        .unwrap_or_default()
+        .to_owned();
+    let report = w
+        .status
+        .as_ref()
+        .and_then(|s| s.manifest_conditions.first());
+    let feedback = report.and_then(|r| r.status_feedback.as_ref());
+    let field = |f: &str| feedback.and_then(|s| s.get(f)).cloned();
+    format!(
+        "generation {:?} manifest hash {manifest_hash} reported hash {:?} member generation {:?} observed {:?} replicas {:?} updated {:?} available {:?}",
+        w.metadata.generation,
+        report.and_then(|r| r.hash.clone()),
+        report.and_then(|r| r.generation),
+        field("observedGeneration"),
+        field("replicas"),
+        field("updatedReplicas"),
+        field("availableReplicas"),
+    )
+}
+
+/// A member Deployment's image, generations and replica counts in one line.
+fn deployment_summary(d: &Deployment) -> String {
+    let s = d.status.clone().unwrap_or_default();
+    format!(
+        "{} generation {:?} observed {:?} replicas {:?} updated {:?} ready {:?} available {:?}",
+        flotilla_tests::member::first_image(d).unwrap_or_default(),
+        d.metadata.generation,
+        s.observed_generation,
+        s.replicas,
+        s.updated_replicas,
+        s.ready_replicas,
+        s.available_replicas,
+    )
+}
+
+/// Every member's nodes `Ready` (the simulated kubelet's): a node that is not has its pods
+/// unscheduled or evicted, and any rollout there waits for its deadline.
+pub async fn nodes(members: &[(String, Client)]) -> anyhow::Result<Vec<String>> {
+    let mut found = Vec::new();
+    for (cluster, client) in members {
+        for node in Api::<Node>::all(client.clone())
+            .list(&ListParams::default())
+            .await?
+        {
+            let ready = node
+                .status
+                .iter()
+                .flat_map(|s| s.conditions.iter().flatten())
+                .find(|c| c.type_ == "Ready");
+            if ready.is_none_or(|c| c.status != "True") {
+                let state = ready.map(|c| (&c.status, &c.reason));
+                found.push(format!("{cluster}/{}: Ready {state:?}", node.name_any()));
+            }
+        }
+    }
     Ok(found)
 }
 

@@ -1,6 +1,11 @@
 //! The chaos soak's parts (`chaos.rs` drives them): the federation ([`setup`]), the
 //! workload ([`workload`]), the faults ([`faults`]) and the invariants ([`checks`],
 //! [`mcs`], and `fault_harness::violations` for the federated ConfigMaps).
+//!
+//! Not a test target of its own (it lives in a directory); `chaos.rs` and
+//! `rollout_revert.rs` include it.
+
+#![allow(dead_code)] // each including test file uses a different part of it
 
 pub mod checks;
 pub mod faults;
@@ -51,6 +56,8 @@ impl Checker {
         found.extend(mcs.into_iter().map(|v| format!("mcs {v}")));
         let imports = checks::imports(&self.host).await?;
         found.extend(imports.into_iter().map(|v| format!("sa-import {v}")));
+        let nodes = checks::nodes(&self.members).await?;
+        found.extend(nodes.into_iter().map(|v| format!("node {v}")));
         Ok(found)
     }
 
