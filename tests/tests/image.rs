@@ -102,6 +102,12 @@ impl Pod {
     /// The container's process (the child of `unshare`, PID 1 of its namespace): its
     /// `/proc/PID/status` and its root directory as the machine sees it.
     fn process(&self) -> anyhow::Result<(String, PathBuf)> {
+        let (_, status, root) = self.container()?;
+        Ok((status, root))
+    }
+
+    /// The container's PID as the machine sees it, its status and its root directory.
+    fn container(&self) -> anyhow::Result<(String, String, PathBuf)> {
         let parent = self
             .child
             .lock()
@@ -113,7 +119,8 @@ impl Pod {
                 continue;
             };
             if status.lines().any(|l| l == format!("PPid:\t{parent}")) {
-                return Ok((status, std::fs::read_link(entry.path().join("root"))?));
+                let pid = entry.file_name().to_string_lossy().into_owned();
+                return Ok((pid, status, std::fs::read_link(entry.path().join("root"))?));
             }
         }
         anyhow::bail!("no process under {parent}")
@@ -130,6 +137,18 @@ impl Pod {
             anyhow::bail!("the container exited ({status}):\n{}", self.log());
         }
         Ok(())
+    }
+}
+
+impl Drop for Pod {
+    fn drop(&mut self) {
+        // The container's PID 1 runs under another user, which clears the parent-death
+        // signal `unshare` gave it: kill it (that ends its PID namespace), not only `unshare`.
+        if let Ok((pid, _, _)) = self.container() {
+            let _ = std::process::Command::new("kill")
+                .args(["-KILL", &pid])
+                .status();
+        }
     }
 }
 
@@ -212,14 +231,14 @@ async fn the_image_runs_the_controller_manager_and_the_pull_agent_as_pods() -> a
     let host_dir = env.dir().join("agent-host");
     std::fs::create_dir_all(&host_dir)?;
     std::fs::write(host_dir.join("kubeconfig"), &joined.kubeconfig)?;
+    // The probes on a free port of this machine (the Pod's own network would have 8080 free).
+    let agent_metrics = format!("127.0.0.1:{}", free_port()?);
     let agent_args: Vec<String> = deployment_args("agent/deployment.yaml")?
         .into_iter()
-        .map(|a| {
-            if a == "CLUSTER_NAME" {
-                pull.name().to_owned()
-            } else {
-                a
-            }
+        .map(|a| match a.as_str() {
+            "CLUSTER_NAME" => pull.name().to_owned(),
+            "0.0.0.0:8080" => agent_metrics.clone(),
+            _ => a,
         })
         .collect();
     let agent_sa = service_account(&pull_client, pull, AGENT_SA, env.dir()).await?;
