@@ -36,10 +36,10 @@ cargo run -q -p flotilla-crds --bin crdcompat
 # A test that fails is run once more (nextest reports it as FLAKY if the retry passes), so a
 # timing hiccup on a loaded 2-core machine does not sink a run; FLOTILLA_TEST_RETRIES=0 disables it.
 if cargo nextest --version >/dev/null 2>&1; then
-  cargo nextest run --workspace --no-fail-fast --test-threads "${FLOTILLA_TEST_THREADS:-3}" \
+  cargo nextest run --workspace --no-fail-fast --test-threads "${FLOTILLA_TEST_THREADS:-4}" \
     --retries "${FLOTILLA_TEST_RETRIES:-1}"
   # nextest skips doctests
   cargo test --workspace --doc
 else
-  cargo test --workspace --no-fail-fast -- --test-threads "${FLOTILLA_TEST_THREADS:-3}"
+  cargo test --workspace --no-fail-fast -- --test-threads "${FLOTILLA_TEST_THREADS:-4}"
 fi
