@@ -14,7 +14,6 @@ use std::{
 };
 
 use flotilla_crds::{
-    FIELD_MANAGER,
     drift::{
         ClusterDrift, DIGEST_ANNOTATION, DriftState, Policy,
         decide::{self, Finding, Input, Verdict},
@@ -22,9 +21,8 @@ use flotilla_crds::{
         fight::{History, Repair},
     },
     member::recorded_hash,
-    work::AGENT_FIELD_MANAGER,
 };
-use kube::{ResourceExt, core::DynamicObject};
+use kube::core::DynamicObject;
 use serde_json::Value;
 
 use super::{cache::ObjectId, plan::ManifestOp, plan::manifest_hash};
@@ -32,29 +30,9 @@ use super::{cache::ObjectId, plan::ManifestOp, plan::manifest_hash};
 /// Member objects whose repair history is kept before expired ones are swept.
 const SWEEP_AT: usize = 4096;
 
-/// The cache's cut for a member object: the digest of its `managedFields` as the
-/// [`DIGEST_ANNOTATION`] (the watch drops the full list right after). A digest annotation
-/// the member object carries itself is never believed: it is replaced or removed.
+/// The cache's cut for a member object: see [`digest::keep_in_annotation`].
 pub fn keep_digest(obj: &mut DynamicObject) {
-    let entries: Vec<Value> = obj
-        .metadata
-        .managed_fields
-        .iter()
-        .flatten()
-        .filter_map(|e| serde_json::to_value(e).ok())
-        .collect();
-    let own = [FIELD_MANAGER, AGENT_FIELD_MANAGER];
-    match digest::encode(&digest::digest(&entries, &obj.data, &own)) {
-        Some(d) => {
-            obj.annotations_mut()
-                .insert(DIGEST_ANNOTATION.to_string(), d);
-        }
-        None => {
-            if let Some(annotations) = obj.metadata.annotations.as_mut() {
-                annotations.remove(DIGEST_ANNOTATION);
-            }
-        }
-    }
+    digest::keep_in_annotation(obj);
 }
 
 /// The drift policy a Work carries; one that cannot be read is the default (`Repair` of
@@ -233,11 +211,13 @@ fn annotation_pointer(key: &str) -> String {
 
 #[cfg(test)]
 mod tests {
+    use flotilla_crds::work::AGENT_FIELD_MANAGER;
     use flotilla_crds::{
         MANAGED_LABEL,
         drift::{IGNORE_ANNOTATION, Mode, POLICY_ANNOTATION},
         member::HASH_ANNOTATION,
     };
+    use kube::ResourceExt;
     use serde_json::json;
 
     use super::*;

@@ -16,7 +16,6 @@ use flotilla_crds::{
         fight::Repair,
     },
     federated::FederatedStatus,
-    work::AGENT_FIELD_MANAGER,
 };
 use k8s_openapi::api::core::v1::ObjectReference;
 use kube::{
@@ -36,29 +35,9 @@ use super::{
 };
 use crate::metrics::DriftLabels;
 
-/// The cache's cut for a member object: the digest of its `managedFields` as the
-/// [`DIGEST_ANNOTATION`] (the full list is dropped by the watch right after).
+/// The cache's cut for a member object: see [`digest::keep_in_annotation`].
 pub(super) fn keep_digest(obj: &mut DynamicObject) {
-    let entries: Vec<Value> = obj
-        .metadata
-        .managed_fields
-        .iter()
-        .flatten()
-        .filter_map(|e| serde_json::to_value(e).ok())
-        .collect();
-    let own = [FIELD_MANAGER, AGENT_FIELD_MANAGER];
-    let encoded = digest::encode(&digest::digest(&entries, &obj.data, &own));
-    match encoded {
-        Some(d) => {
-            obj.annotations_mut()
-                .insert(DIGEST_ANNOTATION.to_string(), d);
-        }
-        None => {
-            if let Some(annotations) = obj.metadata.annotations.as_mut() {
-                annotations.remove(DIGEST_ANNOTATION);
-            }
-        }
-    }
+    digest::keep_in_annotation(obj);
 }
 
 /// [`keep_digest`], and the member's `status` dropped (no status collection).

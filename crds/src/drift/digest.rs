@@ -177,6 +177,33 @@ pub fn owners(digest: &[ManagerDigest], pointers: &[&str]) -> Vec<DriftManager> 
     found
 }
 
+/// The cut a member cache makes of a member object: the digest of its `managedFields` (the
+/// writers other than Flotilla's controller and agent) as [`super::DIGEST_ANNOTATION`]; the
+/// watch drops the full list right after. A digest annotation the member object carries
+/// itself is never believed: it is replaced or removed.
+pub fn keep_in_annotation(obj: &mut kube::api::DynamicObject) {
+    use kube::ResourceExt;
+    let entries: Vec<Value> = obj
+        .metadata
+        .managed_fields
+        .iter()
+        .flatten()
+        .filter_map(|e| serde_json::to_value(e).ok())
+        .collect();
+    let own = [crate::FIELD_MANAGER, crate::work::AGENT_FIELD_MANAGER];
+    match encode(&digest(&entries, &obj.data, &own)) {
+        Some(d) => {
+            obj.annotations_mut()
+                .insert(super::DIGEST_ANNOTATION.to_string(), d);
+        }
+        None => {
+            if let Some(annotations) = obj.metadata.annotations.as_mut() {
+                annotations.remove(super::DIGEST_ANNOTATION);
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use serde_json::json;
