@@ -21,6 +21,7 @@ pub use flotilla_localenv::{ApiSurface, Cluster, EnvOptions, LocalEnv};
 pub mod assert;
 pub mod browser;
 pub mod cli;
+pub mod drift;
 pub mod federation;
 pub mod fixture;
 pub mod host;

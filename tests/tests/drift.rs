@@ -11,13 +11,11 @@
 
 use std::time::Duration;
 
-use anyhow::{Context as _, ensure};
-use flotilla_crds::{
-    drift::{ClusterDrift, IGNORE_ANNOTATION, POLICY_ANNOTATION},
-    federated::FederatedStatus,
-};
+use anyhow::ensure;
+use flotilla_crds::drift::{IGNORE_ANNOTATION, POLICY_ANNOTATION};
 use flotilla_tests::{
     assert::events_about,
+    drift::{managers, paths, scale_to, wait_drift, wait_event, write_as},
     federation::{Federation, federation},
     host::FederatedRef,
     member::{deployments, first_image, replicas},
@@ -27,10 +25,7 @@ use flotilla_tests::{
     setup::federation_with_namespace,
     wait_for,
 };
-use kube::{
-    Api, Client,
-    api::{Patch, PatchParams},
-};
+use kube::Api;
 use serde_json::json;
 
 const T: Duration = Duration::from_secs(60);
@@ -53,74 +48,8 @@ async fn web(
 
 /// A member write to `web` in `ns` as `kubectl` sends it: a merge patch under `manager`'s
 /// name.
-async fn write_as(
-    member: &Client,
-    ns: &str,
-    manager: &str,
-    patch: serde_json::Value,
-) -> anyhow::Result<()> {
-    let params = PatchParams {
-        field_manager: Some(manager.to_string()),
-        ..PatchParams::default()
-    };
-    deployments(member, ns)
-        .patch("web", &params, &Patch::Merge(&patch))
-        .await?;
-    Ok(())
-}
-
-fn scale_to(n: i32) -> serde_json::Value {
-    json!({"spec": {"replicas": n}})
-}
-
 fn image(image: &str) -> serde_json::Value {
     json!({"spec": {"template": {"spec": {"containers": [{"name": "web", "image": image}]}}}})
-}
-
-/// member1's `status.drift` entry once `check` accepts it.
-async fn wait_drift(
-    r: &FederatedRef,
-    what: &str,
-    check: impl Fn(&ClusterDrift) -> anyhow::Result<()>,
-) -> anyhow::Result<ClusterDrift> {
-    wait_for(T, what, || async {
-        let status: FederatedStatus = r.status().await?;
-        let d = status
-            .drift
-            .iter()
-            .find(|d| d.cluster == "member1")
-            .cloned()
-            .context("no drift entry for member1")?;
-        check(&d)?;
-        Ok(d)
-    })
-    .await
-}
-
-/// The notes of Events with `reason` about `web` in `ns`, once one contains every word.
-async fn wait_event(
-    fed: &Federation,
-    ns: &str,
-    reason: &str,
-    words: &[&str],
-) -> anyhow::Result<String> {
-    wait_for(T, reason, || async {
-        let events = events_about(&fed.host, ns, "web", reason).await?;
-        events
-            .iter()
-            .filter_map(|e| e.note.clone())
-            .find(|n| words.iter().all(|w| n.contains(w)))
-            .with_context(|| format!("no {reason} event naming {words:?} among {events:?}"))
-    })
-    .await
-}
-
-fn paths(d: &ClusterDrift) -> Vec<&str> {
-    d.fields.iter().map(|f| f.path.as_str()).collect()
-}
-
-fn managers(d: &ClusterDrift) -> Vec<&str> {
-    d.managers.iter().map(|m| m.manager.as_str()).collect()
 }
 
 #[tokio::test]
@@ -130,8 +59,8 @@ async fn a_scale_and_an_edit_in_a_member_are_repaired_and_named_in_status_events
     let r = web(&fed, NS, &[]).await?;
     let m1 = &fed.members[0];
 
-    write_as(m1, NS, "kubectl-scale", scale_to(5)).await?;
-    let d = wait_drift(&r, "the scale reported", |d| {
+    write_as(m1, NS, "web", "kubectl-scale", scale_to(5)).await?;
+    let d = wait_drift(&r, "member1", "the scale reported", |d| {
         ensure!(
             d.state == "Repaired" && paths(d) == ["spec.replicas"],
             "{d:?}"
@@ -152,15 +81,16 @@ async fn a_scale_and_an_edit_in_a_member_are_repaired_and_named_in_status_events
     })
     .await?;
     wait_event(
-        &fed,
+        &fed.host,
         NS,
+        "web",
         "DriftRepaired",
         &["member1", "spec.replicas", "kubectl-scale"],
     )
     .await?;
 
-    write_as(m1, NS, "kubectl-edit", image("nginx:2")).await?;
-    let d = wait_drift(&r, "the edit reported", |d| {
+    write_as(m1, NS, "web", "kubectl-edit", image("nginx:2")).await?;
+    let d = wait_drift(&r, "member1", "the edit reported", |d| {
         ensure!(
             paths(d) == ["spec.template.spec.containers[0].image"],
             "{d:?}"
@@ -181,8 +111,9 @@ async fn a_scale_and_an_edit_in_a_member_are_repaired_and_named_in_status_events
     })
     .await?;
     let note = wait_event(
-        &fed,
+        &fed.host,
         NS,
+        "web",
         "DriftRepaired",
         &["member1", "containers[0].image", "kubectl-edit"],
     )
@@ -239,8 +170,8 @@ async fn report_leaves_the_change_in_place_and_says_the_cluster_differs(
     let r = web(fed, ns, &[(POLICY_ANNOTATION, "Report")]).await?;
     let m1 = &fed.members[0];
 
-    write_as(m1, ns, "kubectl-scale", scale_to(4)).await?;
-    let d = wait_drift(&r, "the scale reported", |d| {
+    write_as(m1, ns, "web", "kubectl-scale", scale_to(4)).await?;
+    let d = wait_drift(&r, "member1", "the scale reported", |d| {
         ensure!(
             d.state == "Detected" && paths(d) == ["spec.replicas"],
             "{d:?}"
@@ -253,8 +184,9 @@ async fn report_leaves_the_change_in_place_and_says_the_cluster_differs(
     r.wait_cluster_reasons(&[("member1", "Drifted")]).await?;
     r.wait_not_propagated("CheckClusters").await?;
     wait_event(
-        fed,
+        &fed.host,
         ns,
+        "web",
         "DriftDetected",
         &["member1", "spec.replicas", "kubectl-scale"],
     )
@@ -264,7 +196,7 @@ async fn report_leaves_the_change_in_place_and_says_the_cluster_differs(
     assert_eq!(replicas(&dep), Some(4));
 
     // Back to the desired value: the report is resolved and Propagation True again.
-    write_as(m1, ns, "kubectl-scale", scale_to(2)).await?;
+    write_as(m1, ns, "web", "kubectl-scale", scale_to(2)).await?;
     wait_for(T, "the report resolved", || async {
         let status = r.status().await?;
         ensure!(status.drift.is_empty(), "{:?}", status.drift);
@@ -290,11 +222,11 @@ async fn an_ignored_field_written_by_another_controller_is_neither_repaired_nor_
     .await?;
     let m1 = &fed.members[0];
 
-    write_as(m1, ns, "autoscaler", scale_to(6)).await?;
+    write_as(m1, ns, "web", "autoscaler", scale_to(6)).await?;
     // A second change, to a field Flotilla owns, is repaired — and that repair keeps the
     // autoscaler's replicas: they were seen and left alone.
-    write_as(m1, ns, "kubectl-edit", image("nginx:3")).await?;
-    let d = wait_drift(&r, "the edit repaired", |d| {
+    write_as(m1, ns, "web", "kubectl-edit", image("nginx:3")).await?;
+    let d = wait_drift(&r, "member1", "the edit repaired", |d| {
         ensure!(d.state == "Repaired", "{d:?}");
         Ok(())
     })
@@ -339,11 +271,11 @@ async fn a_writer_that_keeps_undoing_the_repair_gets_a_drift_fight_and_the_repai
 
     let writer = tokio::spawn(async move {
         loop {
-            let _ = write_as(&m1, &writer_ns, "autoscaler", scale_to(7)).await;
+            let _ = write_as(&m1, &writer_ns, "web", "autoscaler", scale_to(7)).await;
             tokio::time::sleep(Duration::from_secs(1)).await;
         }
     });
-    let fight = wait_drift(&r, "a fight", |d| {
+    let fight = wait_drift(&r, "member1", "a fight", |d| {
         ensure!(d.state == "Fight", "{d:?}");
         Ok(())
     })
@@ -354,8 +286,9 @@ async fn a_writer_that_keeps_undoing_the_repair_gets_a_drift_fight_and_the_repai
     assert_eq!(managers(&d), ["autoscaler"]);
     r.wait_cluster_reasons(&[("member1", "DriftFight")]).await?;
     wait_event(
-        fed,
+        &fed.host,
         ns,
+        "web",
         "DriftFight",
         &["member1", "spec.replicas", "autoscaler", "flotilla"],
     )
@@ -369,7 +302,7 @@ async fn a_writer_that_keeps_undoing_the_repair_gets_a_drift_fight_and_the_repai
     assert_eq!(replicas(&before), Some(7));
     for _ in 0..3 {
         tokio::time::sleep(Duration::from_secs(1)).await;
-        write_as(m1, ns, "autoscaler", scale_to(7)).await?;
+        write_as(m1, ns, "web", "autoscaler", scale_to(7)).await?;
     }
     let after = api.get("web").await?;
     assert_eq!(after.metadata.generation, before.metadata.generation);

@@ -13,12 +13,13 @@ use flotilla_agent::{Agent, AgentOptions};
 use flotilla_controllers::manager::ControlPlane;
 use flotilla_crds::{
     DEFAULT_NAMESPACE, KubeFedCluster, crdgen,
-    drift::{ClusterDrift, IGNORE_ANNOTATION, POLICY_ANNOTATION},
+    drift::{IGNORE_ANNOTATION, POLICY_ANNOTATION},
     federated::FederatedStatus,
 };
 use flotilla_tests::{
     EnvOptions,
     assert::events_about,
+    drift::{managers, paths, scale_to, wait_drift, wait_event, write_as},
     env_with,
     federation::{apply, bootstrap},
     host::FederatedRef,
@@ -82,75 +83,7 @@ async fn parity(ns: &str, pods: bool) -> anyhow::Result<Parity> {
     })
 }
 
-/// A member write as `kubectl` sends it: a merge patch under `manager`'s name.
-async fn write_as(
-    member: &Client,
-    ns: &str,
-    name: &str,
-    manager: &str,
-    patch: serde_json::Value,
-) -> anyhow::Result<()> {
-    let params = PatchParams {
-        field_manager: Some(manager.to_string()),
-        ..PatchParams::default()
-    };
-    deployments(member, ns)
-        .patch(name, &params, &Patch::Merge(&patch))
-        .await?;
-    Ok(())
-}
-
-fn scale_to(n: i32) -> serde_json::Value {
-    json!({"spec": {"replicas": n}})
-}
-
-/// The Pull member's `status.drift` entry once `check` accepts it.
-async fn wait_drift(
-    r: &FederatedRef,
-    what: &str,
-    check: impl Fn(&ClusterDrift) -> anyhow::Result<()>,
-) -> anyhow::Result<ClusterDrift> {
-    wait_for(T, what, || async {
-        let status: FederatedStatus = r.status().await?;
-        let d = status
-            .drift
-            .iter()
-            .find(|d| d.cluster == PULL)
-            .cloned()
-            .with_context(|| format!("no drift entry for {PULL}: {:?}", status.drift))?;
-        check(&d)?;
-        Ok(d)
-    })
-    .await
-}
-
-/// The note of an Event with `reason` about `name` that contains every word.
-async fn wait_event(
-    host: &Client,
-    ns: &str,
-    name: &str,
-    reason: &str,
-    words: &[&str],
-) -> anyhow::Result<String> {
-    wait_for(T, reason, || async {
-        let events = events_about(host, ns, name, reason).await?;
-        events
-            .iter()
-            .filter_map(|e| e.note.clone())
-            .find(|n| words.iter().all(|w| n.contains(w)))
-            .with_context(|| format!("no {reason} event naming {words:?} among {events:?}"))
-    })
-    .await
-}
-
-fn paths(d: &ClusterDrift) -> Vec<&str> {
-    d.fields.iter().map(|f| f.path.as_str()).collect()
-}
-
-fn managers(d: &ClusterDrift) -> Vec<&str> {
-    d.managers.iter().map(|m| m.manager.as_str()).collect()
-}
-
+/// Waits until Deployment `name` in `member` has `want` replicas.
 async fn wait_replicas(member: &Client, ns: &str, name: &str, want: i32) -> anyhow::Result<()> {
     wait_for(T, "replicas", || async {
         let dep = deployments(member, ns).get(name).await?;
@@ -177,7 +110,7 @@ async fn drift_in_a_pull_member_is_repaired_or_reported_and_named_as_in_a_push_m
 
     // A scale in the Pull member: repaired on the watch event, named in status and Event.
     write_as(pull, NS, "web", "kubectl-scale", scale_to(5)).await?;
-    let d = wait_drift(&r, "the scale reported", |d| {
+    let d = wait_drift(&r, PULL, "the scale reported", |d| {
         ensure!(
             d.state == "Repaired" && paths(d) == ["spec.replicas"],
             "{d:?}"
@@ -205,7 +138,7 @@ async fn drift_in_a_pull_member_is_repaired_or_reported_and_named_as_in_a_push_m
     let image = json!({"spec": {"template": {"spec": {"containers": [
         {"name": "web", "image": "nginx:2"}]}}}});
     write_as(pull, NS, "web", "kubectl-edit", image).await?;
-    let d = wait_drift(&r, "the edit reported", |d| {
+    let d = wait_drift(&r, PULL, "the edit reported", |d| {
         ensure!(
             paths(d) == ["spec.template.spec.containers[0].image"],
             "{d:?}"
@@ -266,7 +199,7 @@ async fn drift_in_a_pull_member_is_repaired_or_reported_and_named_as_in_a_push_m
     })
     .await?;
     write_as(pull, NS, "web", "kubectl-scale", scale_to(4)).await?;
-    let d = wait_drift(&r, "the scale reported, not repaired", |d| {
+    let d = wait_drift(&r, PULL, "the scale reported, not repaired", |d| {
         ensure!(
             d.state == "Detected" && paths(d) == ["spec.replicas"],
             "{d:?}"
@@ -327,7 +260,7 @@ async fn in_a_pull_member_an_ignored_field_is_left_alone_and_a_fight_stops_the_r
     let image = json!({"spec": {"template": {"spec": {"containers": [
         {"name": "hpa", "image": "nginx:3"}]}}}});
     write_as(pull, NS, "hpa", "kubectl-edit", image).await?;
-    let d = wait_drift(&ignored, "the edit repaired", |d| {
+    let d = wait_drift(&ignored, PULL, "the edit repaired", |d| {
         ensure!(d.state == "Repaired", "{d:?}");
         Ok(())
     })
@@ -367,7 +300,7 @@ async fn in_a_pull_member_an_ignored_field_is_left_alone_and_a_fight_stops_the_r
             tokio::time::sleep(Duration::from_secs(1)).await;
         }
     });
-    let fight = wait_drift(&web, "a fight", |d| {
+    let fight = wait_drift(&web, PULL, "a fight", |d| {
         ensure!(d.state == "Fight", "{d:?}");
         Ok(())
     })
