@@ -121,6 +121,45 @@ pub(crate) async fn slice_resource(client: &Client) -> anyhow::Result<ApiResourc
     Ok(ar)
 }
 
+/// The imported view of a member: its ServiceImports and its imported EndpointSlices
+/// (labelled `multicluster.kubernetes.io/service-name`).
+pub(crate) struct ImportedView {
+    pub imports: Store<ServiceImport>,
+    pub slices: Store<DynamicObject>,
+}
+
+/// Starts the watches of the imported view (EndpointSlices at `slice_ar`), waking
+/// `changed` on every change; the watch tasks are pushed onto `tasks`.
+pub(crate) fn watch_imported(
+    client: &Client,
+    slice_ar: &ApiResource,
+    changed: &Arc<Notify>,
+    tasks: &mut Vec<JoinHandle<()>>,
+) -> ImportedView {
+    let import_writer = reflector::store::Writer::<ServiceImport>::default();
+    let imports = import_writer.as_reader();
+    let slice_writer = reflector::store::Writer::<DynamicObject>::new(slice_ar.clone());
+    let slices = slice_writer.as_reader();
+    tasks.push(tokio::spawn(watch_into(
+        Api::<ServiceImport>::all(client.clone()),
+        import_writer,
+        WatchParams::host("service import"),
+        |_| {},
+        notify(changed),
+    )));
+    tasks.push(tokio::spawn(watch_into(
+        Api::<DynamicObject>::all_with(client.clone(), slice_ar),
+        slice_writer,
+        WatchParams {
+            label_selector: Some(SERVICE_NAME_LABEL.into()),
+            ..WatchParams::host("imported endpoint slice")
+        },
+        |_| {},
+        notify(changed),
+    )));
+    ImportedView { imports, slices }
+}
+
 impl Cache {
     /// Starts the watches; returns once both caches are complete and the first zone is
     /// built, so that nothing is answered from a partial view.
@@ -128,29 +167,8 @@ impl Cache {
         let ar = slice_resource(&client).await?;
         info!(version = %ar.api_version, "watching imported EndpointSlices");
         let changed = Arc::new(Notify::new());
-        let import_writer = reflector::store::Writer::<ServiceImport>::default();
-        let imports = import_writer.as_reader();
-        let slice_writer = reflector::store::Writer::<DynamicObject>::new(ar.clone());
-        let slices = slice_writer.as_reader();
-        let mut tasks = vec![
-            tokio::spawn(watch_into(
-                Api::<ServiceImport>::all(client.clone()),
-                import_writer,
-                WatchParams::host("service import"),
-                |_| {},
-                notify(&changed),
-            )),
-            tokio::spawn(watch_into(
-                Api::<DynamicObject>::all_with(client, &ar),
-                slice_writer,
-                WatchParams {
-                    label_selector: Some(SERVICE_NAME_LABEL.into()),
-                    ..WatchParams::host("imported endpoint slice")
-                },
-                |_| {},
-                notify(&changed),
-            )),
-        ];
+        let mut tasks = Vec::new();
+        let ImportedView { imports, slices } = watch_imported(&client, &ar, &changed, &mut tasks);
         imports.wait_until_ready().await?;
         slices.wait_until_ready().await?;
         let serial = Arc::new(AtomicU32::new(1));

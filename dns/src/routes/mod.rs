@@ -11,9 +11,9 @@ pub mod plan;
 
 use std::{collections::BTreeSet, sync::Arc, time::Duration};
 
-use crate::cache::notify;
+use crate::cache::{ImportedView, notify, watch_imported};
 
-use flotilla_crds::mcs::{IMPORT_MANAGED_BY_LABEL, SERVICE_NAME_LABEL, ServiceImport};
+use flotilla_crds::mcs::{IMPORT_MANAGED_BY_LABEL, ServiceImport};
 use flotilla_multicluster::{
     events::{publish, recorder},
     runner::{Action, PassRunner},
@@ -49,6 +49,7 @@ struct Caches {
     services: Store<DynamicObject>,
     slices: Store<DynamicObject>,
     slice_ar: ApiResource,
+    service_ar: ApiResource,
 }
 
 /// The running helper. Stops when dropped.
@@ -94,26 +95,11 @@ async fn prepare(client: Client) -> anyhow::Result<Prepared> {
     let service_ar = ApiResource::erase::<k8s_openapi::api::core::v1::Service>(&());
     let changed = Arc::new(Notify::new());
     let mut tasks = Vec::new();
-    let import_writer = reflector::store::Writer::<ServiceImport>::default();
-    let imports = import_writer.as_reader();
-    tasks.push(tokio::spawn(watch_into(
-        Api::<ServiceImport>::all(client.clone()),
-        import_writer,
-        WatchParams::host("service import"),
-        |_| {},
-        notify(&changed),
-    )));
+    let ImportedView { imports, slices } = watch_imported(&client, &slice_ar, &changed, &mut tasks);
     let ours = format!("{IMPORT_MANAGED_BY_LABEL}={MANAGER}");
     let caches = Caches {
         imports,
-        imported: watched(
-            &client,
-            &slice_ar,
-            SERVICE_NAME_LABEL,
-            "imported slice",
-            &changed,
-            &mut tasks,
-        ),
+        imported: slices,
         services: watched(
             &client,
             &service_ar,
@@ -131,6 +117,7 @@ async fn prepare(client: Client) -> anyhow::Result<Prepared> {
             &mut tasks,
         ),
         slice_ar,
+        service_ar,
     };
     caches.imports.wait_until_ready().await?;
     for store in [&caches.imported, &caches.services, &caches.slices] {
@@ -181,24 +168,18 @@ async fn pass(
     recorder: &Recorder,
     announced: &mut BTreeSet<(Key, String)>,
 ) -> Action {
-    let imports: Vec<ServiceImport> = caches
-        .imports
-        .state()
-        .iter()
-        .map(|i| (**i).clone())
-        .collect();
-    let imported: Vec<DynamicObject> = caches
-        .imported
-        .state()
-        .iter()
-        .map(|s| (**s).clone())
-        .collect();
-    let routes = plan::plan(&imports, &imported, &caches.slice_ar.api_version);
-    let mut problems = routes.problems.clone();
+    let imports = caches.imports.state();
+    let imported = caches.imported.state();
+    let mut routes = plan::plan(&imports, &imported, &caches.slice_ar.api_version);
+    let mut problems = std::mem::take(&mut routes.problems);
     let mut failed = false;
-    let service_ar = ApiResource::erase::<k8s_openapi::api::core::v1::Service>(&());
     for (kind, desired, store, ar) in [
-        ("Service", &routes.services, &caches.services, &service_ar),
+        (
+            "Service",
+            &routes.services,
+            &caches.services,
+            &caches.service_ar,
+        ),
         (
             "EndpointSlice",
             &routes.slices,
@@ -325,7 +306,7 @@ fn conflict(kind: &str, key: &Key, object: &Value) -> Problem {
 /// that went away may be announced again when they come back).
 async fn announce(
     recorder: &Recorder,
-    imports: &[ServiceImport],
+    imports: &[Arc<ServiceImport>],
     problems: Vec<Problem>,
     announced: &mut BTreeSet<(Key, String)>,
 ) {

@@ -7,7 +7,7 @@
 //! exporting cluster. Each object carries the hash of its own content, so an unchanged
 //! object is never written again.
 
-use std::collections::BTreeMap;
+use std::{borrow::Borrow, collections::BTreeMap};
 
 use flotilla_crds::{
     hash::content_hash,
@@ -72,12 +72,12 @@ pub fn service_name(import: &str) -> String {
 /// The routes for `imports` and the imported `slices` (those labelled
 /// `multicluster.kubernetes.io/service-name`), slices written at `slice_api_version`.
 pub fn plan(
-    imports: &[ServiceImport],
-    slices: &[DynamicObject],
+    imports: &[impl Borrow<ServiceImport>],
+    slices: &[impl Borrow<DynamicObject>],
     slice_api_version: &str,
 ) -> Routes {
     let mut routes = Routes::default();
-    for import in imports {
+    for import in imports.iter().map(Borrow::borrow) {
         let key = Key {
             namespace: import.namespace().unwrap_or_default(),
             name: import.name_any(),
@@ -105,7 +105,11 @@ pub fn plan(
             },
             service,
         );
-        for slice in slices.iter().filter(|s| imported_for(s, &key)) {
+        for slice in slices
+            .iter()
+            .map(Borrow::borrow)
+            .filter(|s| imported_for(s, &key))
+        {
             let slice_name = format!("{}{SUFFIX}", slice.name_any());
             if slice_name.len() > SLICE_NAME_LIMIT {
                 continue;
@@ -228,6 +232,9 @@ pub fn desired_hash(object: &Value) -> Option<&str> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// No imported slices.
+    const NONE: [DynamicObject; 0] = [];
     use flotilla_crds::mcs::{ServiceImportSpec, ServicePort};
 
     fn import(name: &str, type_: ServiceImportType, ips: &[&str]) -> ServiceImport {
@@ -323,7 +330,7 @@ mod tests {
                 ServiceImportType::ClusterSetIP,
                 &["241.0.0.7"],
             )],
-            &[],
+            &NONE,
             "discovery.k8s.io/v1",
         );
         assert!(routes.services.is_empty());
@@ -338,14 +345,14 @@ mod tests {
             ServiceImportType::ClusterSetIP,
             &["241.0.0.7"],
         )];
-        let a = plan(&imports, &[], "discovery.k8s.io/v1");
-        let b = plan(&imports, &[], "discovery.k8s.io/v1");
+        let a = plan(&imports, &NONE, "discovery.k8s.io/v1");
+        let b = plan(&imports, &NONE, "discovery.k8s.io/v1");
         let moved = [import(
             "web",
             ServiceImportType::ClusterSetIP,
             &["241.0.0.8"],
         )];
-        let c = plan(&moved, &[], "discovery.k8s.io/v1");
+        let c = plan(&moved, &NONE, "discovery.k8s.io/v1");
         let hash =
             |r: &Routes| desired_hash(&r.services[&key("web-clusterset")]).map(str::to_owned);
         assert_eq!(hash(&a), hash(&b));
