@@ -49,7 +49,9 @@ use flotilla_crds::{
     core::{EffectiveConfig, FederatedTypeConfigSpec},
 };
 use flotilla_multicluster::{
+    WatchOptions,
     gate::Gate,
+    index::Indexer,
     runner::{KeyedRunner, Report, RunMetrics},
 };
 use kube::{
@@ -58,6 +60,7 @@ use kube::{
     runtime::{
         events::Recorder,
         reflector::{self, Store},
+        watcher,
     },
 };
 use tokio::sync::{Semaphore, broadcast::error::RecvError, mpsc, watch};
@@ -268,16 +271,22 @@ fn member_watch(
     collect_status: bool,
     events: mpsc::UnboundedSender<MemberEvent>,
 ) -> Arc<MemberWatch<DynamicObject>> {
-    Arc::new(MemberWatch::<DynamicObject>::start(
-        shared.clusters.clone(),
-        target_ar.clone(),
-        // `managed=false` objects too: knowing them spares a read before each create.
-        Some(format!("{MANAGED_LABEL} in (true,false)")),
-        if collect_status {
+    // `managed=false` objects too: knowing them spares a read before each create.
+    let config = watcher::Config::default().labels(&format!("{MANAGED_LABEL} in (true,false)"));
+    let options = WatchOptions {
+        shrink: if collect_status {
             drift::keep_digest
         } else {
             drift::keep_digest_drop_status
         },
+        ..WatchOptions::all().with_config(config)
+    }
+    // Stray detection looks up the managed objects of a cluster by this index.
+    .index(Indexer::label(MANAGED_LABEL));
+    Arc::new(MemberWatch::<DynamicObject>::start_with_events(
+        shared.clusters.clone(),
+        target_ar.clone(),
+        options,
         events,
     ))
 }

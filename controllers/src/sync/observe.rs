@@ -51,7 +51,7 @@ pub(super) fn holds_managed(
 pub(super) fn managed_keys(members: &MemberWatch<DynamicObject>, ty: &TypeInfo) -> Vec<Key> {
     let mut keys = Vec::new();
     for cluster in members.clusters() {
-        for m in members.list(&cluster).iter().filter(|m| is_managed(m)) {
+        for m in members.by_index(&cluster, MANAGED_LABEL, "true") {
             keys.push(ty.key_of_member(m.namespace(), m.name_any()));
         }
     }

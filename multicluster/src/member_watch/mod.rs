@@ -123,6 +123,18 @@ where
             shrink,
             ..WatchOptions::all().with_config(config)
         };
+        Self::start_with_events(set, dyntype, options, events)
+    }
+
+    /// Like [`MemberWatch::start_with`], sending every change as a [`MemberEvent`] to
+    /// `events` (as [`MemberWatch::start`] does) — for options such as indexes or a sync
+    /// timeout with the channel-driven controllers.
+    pub fn start_with_events(
+        set: ClusterSet,
+        dyntype: K::DynamicType,
+        options: WatchOptions<K>,
+        events: mpsc::UnboundedSender<MemberEvent>,
+    ) -> Self {
         Self::start_with(set, dyntype, options, forward_to(events))
     }
 
