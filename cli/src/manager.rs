@@ -158,6 +158,29 @@ fn metrics_access(
     }
 }
 
+/// Serves the dashboard when `--dashboard-addr` is given.
+async fn start_dashboard(
+    host: &Client,
+    namespace: &str,
+    args: &ControllerManagerArgs,
+    ctx: &Context,
+) -> anyhow::Result<()> {
+    let Some(bind) = args.dashboard_addr else {
+        return Ok(());
+    };
+    let addr = flotilla_dashboard::start(
+        host.clone(),
+        namespace,
+        bind,
+        args.dashboard_insecure_no_auth,
+        ctx.shutdown.clone(),
+    )
+    .await
+    .with_context(|| format!("serving the dashboard on {bind}"))?;
+    info!(url = %flotilla_dashboard::url(addr), "serving the dashboard");
+    Ok(())
+}
+
 /// Runs `flotilla controller-manager` until `ctx.shutdown` fires. Losing leadership is
 /// not an end: the controllers stop and the instance campaigns again.
 pub async fn run(
@@ -203,18 +226,7 @@ pub async fn run(
     let _ = authenticator.set(http_auth::Authenticator::new(host.clone()));
     info!(host_version = %version.git_version, %namespace, "connected to the host cluster");
     let _webhook = start_webhook(&host, &namespace, &args).await?;
-    if let Some(bind) = args.dashboard_addr {
-        let addr = flotilla_dashboard::start(
-            host.clone(),
-            &namespace,
-            bind,
-            args.dashboard_insecure_no_auth,
-            ctx.shutdown.clone(),
-        )
-        .await
-        .with_context(|| format!("serving the dashboard on {bind}"))?;
-        info!(url = %flotilla_dashboard::url(addr), "serving the dashboard");
-    }
+    start_dashboard(&host, &namespace, &args, ctx).await?;
     // Ready means "can serve as leader or standby": the host answered.
     health.set_ready(true);
 

@@ -31,7 +31,7 @@ mod options;
 use crate::index::{Indexes, name_of};
 use crate::sync_state::{SyncState, lock, sync_state, timed_out_reason};
 use crate::watch::{Change, WatchParams, watch_into_reporting};
-use crate::{ClusterSet, Provider, ProviderHandle};
+use crate::{ClusterSet, Provider, ProviderHandle, ReadyCluster};
 
 pub use options::{ClusterSelector, WatchOptions};
 
@@ -398,23 +398,7 @@ async fn supervise<K>(
             .collect();
         {
             let mut running = watched.watches.write().unwrap_or_else(|e| e.into_inner());
-            // Stop watches of clusters that left, turned unready or got a new client.
-            let stale: Vec<String> = running
-                .iter()
-                .filter(|(name, w)| {
-                    !ready
-                        .iter()
-                        .any(|c| &c.name == *name && c.client_generation == w.generation)
-                })
-                .map(|(name, _)| name.clone())
-                .collect();
-            for name in stale {
-                if let Some(w) = running.remove(&name) {
-                    w.task.abort();
-                    watched.indexes.drop_cluster(&name);
-                    info!(cluster = %name, kind = ?dyntype, "stopped member watch");
-                }
-            }
+            stop_stale(&mut running, &ready, &watched.indexes, &dyntype);
             for c in ready {
                 if running.contains_key(&c.name) {
                     continue;
@@ -458,6 +442,34 @@ async fn supervise<K>(
         }
         if changes.changed().await.is_err() {
             return;
+        }
+    }
+}
+
+/// Stops the watches of clusters that left, turned unready or got a new client.
+fn stop_stale<K>(
+    running: &mut HashMap<String, RunningWatch<K>>,
+    ready: &[ReadyCluster],
+    indexes: &Indexes<K>,
+    dyntype: &K::DynamicType,
+) where
+    K: Resource + Clone,
+    K::DynamicType: Eq + Hash + Clone + Debug,
+{
+    let stale: Vec<String> = running
+        .iter()
+        .filter(|(name, w)| {
+            !ready
+                .iter()
+                .any(|c| &c.name == *name && c.client_generation == w.generation)
+        })
+        .map(|(name, _)| name.clone())
+        .collect();
+    for name in stale {
+        if let Some(w) = running.remove(&name) {
+            w.task.abort();
+            indexes.drop_cluster(&name);
+            info!(cluster = %name, kind = ?dyntype, "stopped member watch");
         }
     }
 }
