@@ -70,6 +70,17 @@ impl Process {
         args: &[String],
         log: &Path,
     ) -> Result<Self, Error> {
+        Self::spawn_with_env(label, program, args, &[], log)
+    }
+
+    /// [`Process::spawn`] with extra environment variables for the program.
+    pub(crate) fn spawn_with_env(
+        label: impl Into<String>,
+        program: &Path,
+        args: &[String],
+        env: &[(&str, &str)],
+        log: &Path,
+    ) -> Result<Self, Error> {
         let label = label.into();
         let stdout = OpenOptions::new()
             .create(true)
@@ -84,6 +95,7 @@ impl Process {
             .args(["--pdeathsig", "KILL", "--"])
             .arg(program)
             .args(args)
+            .envs(env.iter().copied())
             .stdin(Stdio::null())
             .stdout(stdout)
             .stderr(stderr);

@@ -352,3 +352,70 @@ async fn the_apiservers_serve_todays_api_surface_without_the_removed_betas() -> 
     env.shutdown().await?;
     Ok(())
 }
+
+/// The program name and environment of a running process.
+fn process_of(pid: u32) -> (String, String) {
+    let read = |f: &str| {
+        std::fs::read(format!("/proc/{pid}/{f}"))
+            .map(|b| String::from_utf8_lossy(&b).replace('\0', " "))
+            .unwrap_or_default()
+    };
+    (read("cmdline"), read("environ"))
+}
+
+#[tokio::test]
+async fn lean_members_started_in_batches_serve_and_issue_tokens_with_fewer_controllers()
+-> anyhow::Result<()> {
+    init_tracing();
+    let options = EnvOptions {
+        members: 3,
+        lean_members: true,
+        start_batch: Some(2),
+        ..EnvOptions::default()
+    };
+    let env = LocalEnv::start(options).await?;
+    let processes: Vec<(String, String)> = env.pids().into_iter().map(process_of).collect();
+    let limit = |v: &str| format!("GOMEMLIMIT={v}");
+    let mut lean_seen = 0;
+    for (cmd, environ) in &processes {
+        let host = cmd.contains("--etcd-prefix=/host ") || cmd.contains("/host/");
+        if cmd.contains("kube-apiserver") {
+            assert_eq!(
+                environ.contains(&limit(flotilla_localenv::LEAN_MEMORY_LIMIT)),
+                !host,
+                "{cmd}"
+            );
+            assert_eq!(
+                cmd.contains("--enable-priority-and-fairness=false"),
+                !host,
+                "{cmd}"
+            );
+            lean_seen += usize::from(!host);
+        } else if cmd.contains("kube-controller-manager") {
+            // The host runs every controller; a lean member only the service-account ones.
+            assert_eq!(cmd.contains("--controllers=* "), host, "{cmd}");
+        }
+    }
+    assert_eq!(lean_seen, 3, "{processes:?}");
+    // Every member serves, stores objects of its own and issues service-account tokens
+    // (what `flotilla join` waits for) — the environment's start waited for them.
+    for member in env.members() {
+        let client = member.client().await?;
+        let api: Api<ConfigMap> = Api::namespaced(client, "default");
+        api.create(
+            &PostParams::default(),
+            &config_map("lean", "default", member.name()),
+        )
+        .await?;
+        let got = api.get("lean").await?;
+        assert_eq!(
+            got.data
+                .unwrap_or_default()
+                .get("value")
+                .map(String::as_str),
+            Some(member.name())
+        );
+    }
+    env.shutdown().await?;
+    Ok(())
+}

@@ -14,7 +14,7 @@ use crate::{kubeconfig, ports};
 use tracing::instrument::WithSubscriber as _;
 
 impl LocalEnv {
-    pub(super) fn apiserver_args(&self, cluster: &Cluster) -> Vec<String> {
+    pub(super) fn apiserver_args(&self, cluster: &Cluster, lean: bool) -> Vec<String> {
         let dir = cluster.dir();
         let file = |name: &str| dir.join(name).display().to_string();
         let mut args = vec![
@@ -41,6 +41,9 @@ impl LocalEnv {
             "--max-mutating-requests-inflight=100".to_owned(),
             "--profiling=false".to_owned(),
         ];
+        if lean {
+            args.push("--enable-priority-and-fairness=false".to_owned());
+        }
         args.extend(self.options.api_surface.apiserver_args());
         args.extend(self.options.extra_apiserver_args.iter().cloned());
         args
@@ -48,10 +51,17 @@ impl LocalEnv {
 
     pub(super) fn spawn_apiserver(&self, index: usize) -> Result<(), Error> {
         let cluster = &self.clusters[index];
-        let apiserver = Process::spawn(
+        let lean = self.is_lean(index);
+        let env: &[(&str, &str)] = if lean {
+            &[("GOMEMLIMIT", super::LEAN_MEMORY_LIMIT)]
+        } else {
+            &[]
+        };
+        let apiserver = Process::spawn_with_env(
             format!("apiserver {}", cluster.name()),
             &self.bin_dir.join("kube-apiserver"),
-            &self.apiserver_args(cluster),
+            &self.apiserver_args(cluster, lean),
+            env,
             &cluster.dir().join("apiserver.log"),
         )?;
         tracing::debug!(cluster = %cluster.name(), port = cluster.port(), "apiserver spawned");
@@ -127,6 +137,7 @@ impl LocalEnv {
 
     pub(super) fn spawn_controller_manager(&self, index: usize) -> Result<(), Error> {
         let cluster = &self.clusters[index];
+        let lean = self.is_lean(index);
         let dir = cluster.dir();
         let config = dir.join("controller-manager.kubeconfig");
         write(&config, &kubeconfig::render(std::slice::from_ref(cluster))?)?;
@@ -142,14 +153,23 @@ impl LocalEnv {
             // would collide between clusters.
             "--port=0".to_owned(),
             "--secure-port=0".to_owned(),
-            "--controllers=*".to_owned(),
+            format!(
+                "--controllers={}",
+                if lean { super::LEAN_CONTROLLERS } else { "*" }
+            ),
             "--kube-api-qps=100".to_owned(),
             "--kube-api-burst=200".to_owned(),
         ];
-        let controller_manager = Process::spawn(
+        let env: &[(&str, &str)] = if lean {
+            &[("GOMEMLIMIT", super::LEAN_CONTROLLER_MEMORY_LIMIT)]
+        } else {
+            &[]
+        };
+        let controller_manager = Process::spawn_with_env(
             format!("controller-manager {}", cluster.name()),
             &self.bin_dir.join("kube-controller-manager"),
             &args,
+            env,
             &dir.join("controller-manager.log"),
         )?;
         self.lock().controller_managers[index] = Some(controller_manager);
