@@ -9,6 +9,7 @@
 
 pub mod health;
 pub mod plan;
+pub mod rollback;
 #[cfg(test)]
 mod tests;
 
@@ -56,6 +57,22 @@ pub struct RolloutSpec {
     /// Set by a user to stop the rollout where it is: no further cluster is updated.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub paused: bool,
+    /// What a stopped rollout does with the clusters that failed: `Halt` (the default:
+    /// they keep the new revision) or `Rollback` (they go back to the last revision that
+    /// reached every cluster).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub on_failure: OnFailure,
+}
+
+/// What a rollout stopped on failures does with the failed clusters.
+#[derive(Deserialize, Serialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub enum OnFailure {
+    /// They keep the new revision; nothing else moves until the template changes.
+    #[default]
+    Halt,
+    /// They go back to the last revision that reached every cluster
+    /// (`status.rollout.stableRevision`, rendered from its ControllerRevision).
+    Rollback,
 }
 
 impl RolloutSpec {
@@ -175,6 +192,10 @@ pub struct RolloutStatus {
     /// Per placed cluster, in rollout order.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub clusters: Vec<ClusterRollout>,
+    /// With `onFailure: Rollback`, once the rollout stopped: the revision the failed
+    /// clusters went back to.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rolled_back_to: Option<String>,
 }
 
 fn is_zero<T: Default + PartialEq>(n: &T) -> bool {
@@ -245,6 +266,9 @@ pub enum RolloutReason {
     Paused,
     /// More clusters failed than `maxFailures` allows: stopped.
     Failed,
+    /// Stopped on failures, and the failed clusters went back to the stable revision
+    /// (`onFailure: Rollback`).
+    RolledBack,
     /// `spec.rollout` is invalid: nothing moves.
     InvalidSpec,
 }
@@ -257,6 +281,7 @@ impl RolloutReason {
             RolloutReason::Progressing => "Progressing",
             RolloutReason::Paused => "Paused",
             RolloutReason::Failed => "Failed",
+            RolloutReason::RolledBack => "RolledBack",
             RolloutReason::InvalidSpec => "InvalidSpec",
         }
     }
