@@ -4,9 +4,12 @@
 //! the tolerated count pauses the rollout and leaves the remaining clusters untouched.
 //!
 //! This module holds the API types (`spec.rollout`, `status.rollout`), the pure planner
-//! ([`plan`]: which clusters may move now) and the pure member health check ([`health`]).
+//! ([`plan`]: which clusters may move now), the pure member health check ([`health`]), the
+//! rollback decisions ([`rollback`]: `onFailure: Rollback`, `flotilla rollout undo`) and the
+//! canary-by-replica-share planner ([`canary`], not called by the controller yet).
 //! Nothing here does I/O: the sync controller gathers the inputs and carries out the plan.
 
+pub mod canary;
 pub mod health;
 pub mod plan;
 pub mod rollback;
