@@ -26,6 +26,7 @@ pub mod progress;
 pub mod pull;
 pub mod resolve;
 pub mod rollout;
+pub mod rollout_history;
 pub mod status;
 pub mod uninstall;
 
@@ -149,7 +150,7 @@ pub enum Command {
     /// Serve the live web dashboard (clusters, federated objects, per-cluster state).
     #[command(after_help = dashboard::EXAMPLES)]
     Dashboard(dashboard::DashboardArgs),
-    /// Follow, pause and resume a progressive rollout (spec.rollout).
+    /// Follow, pause, resume and undo a progressive rollout (spec.rollout).
     #[command(subcommand, after_help = rollout::EXAMPLES)]
     Rollout(rollout::RolloutCommand),
     /// A local federation for trying Flotilla: host + members, samples, propagation.

@@ -1,6 +1,7 @@
 //! `flotilla rollout status|pause|resume TYPE/NAME`: where a progressive rollout
 //! (`spec.rollout.strategy: Progressive`) stands, optionally waiting for it to complete;
-//! and stopping or continuing it through `spec.rollout.paused`. Reading and patching is
+//! and stopping or continuing it through `spec.rollout.paused` (`history` and `undo`:
+//! [`super::rollout_history`]). Reading and patching is
 //! thin I/O; what the status means ([`verdict`]) and how it reads ([`render`]) are pure.
 
 use std::time::Duration;
@@ -29,7 +30,11 @@ Examples:
 
   # Stop it where it is, and continue later
   flotilla rollout pause deployment/web -n demo
-  flotilla rollout resume deployment/web -n demo";
+  flotilla rollout resume deployment/web -n demo
+
+  # The recorded revisions, and back to the last one that reached every cluster (or to N)
+  flotilla rollout history deployment/web -n demo
+  flotilla rollout undo deployment/web -n demo [--to-revision 3]";
 
 /// How often `--wait` looks again.
 const POLL: Duration = Duration::from_secs(1);
@@ -43,6 +48,11 @@ pub enum RolloutCommand {
     Pause(TargetArgs),
     /// Continue a paused rollout (clears spec.rollout.paused).
     Resume(TargetArgs),
+    /// List the revisions a progressive rollout recorded.
+    History(TargetArgs),
+    /// Write an earlier revision back into the template (default: the last one that
+    /// reached every cluster); the rollout follows.
+    Undo(super::rollout_history::UndoArgs),
 }
 
 /// The object a rollout command works on.
@@ -89,7 +99,10 @@ pub fn verdict(generation: i64, status: &FederatedStatus) -> Verdict {
     }
     match c.reason.as_str() {
         r if r == RolloutReason::Complete.as_str() => Verdict::Complete,
-        r if r == RolloutReason::Failed.as_str() || r == RolloutReason::InvalidSpec.as_str() => {
+        r if r == RolloutReason::Failed.as_str()
+            || r == RolloutReason::RolledBack.as_str()
+            || r == RolloutReason::InvalidSpec.as_str() =>
+        {
             Verdict::Failed(c.message.clone())
         }
         _ => Verdict::Pending(c.message.clone()),
@@ -168,16 +181,23 @@ pub async fn run(global: &GlobalArgs, cmd: RolloutCommand, ctx: &Context) -> any
         RolloutCommand::Status(args) => status(global, &host, &ns, args, ctx).await,
         RolloutCommand::Pause(t) => set_paused(global, &host, &ns, &t, true, ctx).await,
         RolloutCommand::Resume(t) => set_paused(global, &host, &ns, &t, false, ctx).await,
+        RolloutCommand::History(t) => {
+            super::rollout_history::history(global, &host, &ns, &t, ctx).await
+        }
+        RolloutCommand::Undo(args) => {
+            super::rollout_history::undo(global, &host, &ns, &args, ctx).await
+        }
     }
 }
 
-/// The federated object's API and name for `TYPE/NAME`, and how to call it in messages.
-async fn object_api(
+/// The federated object's API and name for `TYPE/NAME`, how to call it in messages, and
+/// its kind.
+pub(crate) async fn object_api(
     global: &GlobalArgs,
     host: &Client,
     ns: &str,
     target: &TargetArgs,
-) -> anyhow::Result<(Api<DynamicObject>, String, String)> {
+) -> anyhow::Result<(Api<DynamicObject>, String, String, String)> {
     let (type_name, name) = target
         .target
         .split_once('/')
@@ -191,7 +211,7 @@ async fn object_api(
         Api::all_with(host.clone(), &fed.to_kube())
     };
     let what = format!("{}/{name}", fed.kind.to_lowercase());
-    Ok((api, name.to_string(), what))
+    Ok((api, name.to_string(), what, fed.kind.clone()))
 }
 
 async fn status(
@@ -201,7 +221,7 @@ async fn status(
     args: StatusArgs,
     ctx: &Context,
 ) -> anyhow::Result<()> {
-    let (api, name, what) = object_api(global, host, ns, &args.object).await?;
+    let (api, name, what, _) = object_api(global, host, ns, &args.object).await?;
     let deadline = tokio::time::Instant::now() + args.timeout;
     loop {
         let obj = api
@@ -247,7 +267,7 @@ async fn set_paused(
     paused: bool,
     ctx: &Context,
 ) -> anyhow::Result<()> {
-    let (api, name, what) = object_api(global, host, ns, target).await?;
+    let (api, name, what, _) = object_api(global, host, ns, target).await?;
     let obj = api
         .get(&name)
         .await
@@ -304,6 +324,10 @@ mod tests {
         assert_eq!(
             verdict(2, &with_condition(2, "Failed", "cluster m1 failed: x")),
             Verdict::Failed("cluster m1 failed: x".into())
+        );
+        assert_eq!(
+            verdict(2, &with_condition(2, "RolledBack", "went back")),
+            Verdict::Failed("went back".into())
         );
         assert!(matches!(
             verdict(3, &with_condition(2, "Complete", "")),

@@ -235,3 +235,77 @@ fn after_any_history_of_reverted_templates_and_faults_the_rollout_completes() {
         );
     }
 }
+
+/// `soak_spec` rolling back on failure, with a 30 s deadline.
+fn rollback_spec() -> RolloutSpec {
+    let mut spec = soak_spec(false);
+    spec.on_failure = flotilla_crds::rollout::OnFailure::Rollback;
+    spec.progress_deadline_seconds = Some(30);
+    spec
+}
+
+/// One step where the members holding the target are unhealthy on it (`B` never gets
+/// ready); every other member is healthy.
+fn step_broken(
+    spec: &RolloutSpec,
+    target: &str,
+    held: [&str; 3],
+    previous: Option<&RolloutStatus>,
+    now: i64,
+) -> Plan {
+    let labels = BTreeMap::new();
+    let clusters: Vec<ClusterInput<'_>> = CLUSTERS
+        .iter()
+        .zip(held)
+        .map(|(name, revision)| ClusterInput {
+            name,
+            labels: &labels,
+            at_target: revision == target,
+            healthy: revision == target && revision != "B",
+            problem: (revision == "B").then(|| "0/1 pods ready".to_string()),
+        })
+        .collect();
+    plan(&Input {
+        spec,
+        target,
+        generation: 1,
+        previous,
+        clusters: &clusters,
+        now,
+    })
+}
+
+#[test]
+fn a_broken_revision_goes_back_on_the_failed_cluster_and_the_next_one_rolls_out_everywhere() {
+    let spec = rollback_spec();
+    let a = step_broken(&spec, "A", ["A"; 3], None, T0);
+    let a = step_broken(&spec, "A", ["A"; 3], Some(&a.status), T0 + 2);
+    assert_eq!(a.reason, RolloutReason::Complete);
+    // B reaches member1, which never gets ready: at the deadline it goes back to A.
+    let b = step_broken(&spec, "B", ["A"; 3], Some(&a.status), T0 + 10);
+    assert_eq!(updated(&b), ["member1"]);
+    let b = step_broken(&spec, "B", ["B", "A", "A"], Some(&b.status), T0 + 20);
+    let b = step_broken(&spec, "B", ["B", "A", "A"], Some(&b.status), T0 + 40);
+    assert_eq!(b.reason, RolloutReason::RolledBack, "{}", b.message);
+    let back = b.rollback.clone().expect("a rollback");
+    assert_eq!((back.to.as_str(), back.clusters.len()), ("A", 1));
+    assert!(updated(&b).is_empty());
+    // Carried out (member1 on A again): nothing else moves, the reason stays.
+    let held = step_broken(&spec, "B", ["A"; 3], Some(&b.status), T0 + 41);
+    assert_eq!(states(&held), [S::Failed, S::Pending, S::Pending]);
+    assert!(held.message.contains("0/1 pods ready"), "{}", held.message);
+    assert_eq!(held.rollback, b.rollback);
+    // A new revision C rolls out from the first cluster, with A still the stable one.
+    let mut c = step_broken(&spec, "C", ["A"; 3], Some(&held.status), T0 + 50);
+    assert_eq!(c.status.stable_revision.as_deref(), Some("A"));
+    let mut members = ["A"; 3];
+    for now in T0 + 51..T0 + 70 {
+        for name in &c.updated {
+            let i = CLUSTERS.iter().position(|n| n == name).expect("a cluster");
+            members[i] = "C";
+        }
+        c = step_broken(&spec, "C", members, Some(&c.status), now);
+    }
+    assert_eq!(c.reason, RolloutReason::Complete, "{}", c.message);
+    assert_eq!(members, ["C"; 3]);
+}

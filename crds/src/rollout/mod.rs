@@ -4,11 +4,15 @@
 //! the tolerated count pauses the rollout and leaves the remaining clusters untouched.
 //!
 //! This module holds the API types (`spec.rollout`, `status.rollout`), the pure planner
-//! ([`plan`]: which clusters may move now) and the pure member health check ([`health`]).
+//! ([`plan`]: which clusters may move now), the pure member health check ([`health`]), the
+//! rollback decisions ([`rollback`]: `onFailure: Rollback`, `flotilla rollout undo`) and the
+//! canary-by-replica-share planner ([`canary`], not called by the controller yet).
 //! Nothing here does I/O: the sync controller gathers the inputs and carries out the plan.
 
+pub mod canary;
 pub mod health;
 pub mod plan;
+pub mod rollback;
 #[cfg(test)]
 mod tests;
 
@@ -56,6 +60,22 @@ pub struct RolloutSpec {
     /// Set by a user to stop the rollout where it is: no further cluster is updated.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub paused: bool,
+    /// What a stopped rollout does with the clusters that failed: `Halt` (the default:
+    /// they keep the new revision) or `Rollback` (they go back to the last revision that
+    /// reached every cluster).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub on_failure: OnFailure,
+}
+
+/// What a rollout stopped on failures does with the failed clusters.
+#[derive(Deserialize, Serialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub enum OnFailure {
+    /// They keep the new revision; nothing else moves until the template changes.
+    #[default]
+    Halt,
+    /// They go back to the last revision that reached every cluster
+    /// (`status.rollout.stableRevision`, rendered from its ControllerRevision).
+    Rollback,
 }
 
 impl RolloutSpec {
@@ -175,6 +195,10 @@ pub struct RolloutStatus {
     /// Per placed cluster, in rollout order.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub clusters: Vec<ClusterRollout>,
+    /// With `onFailure: Rollback`, once the rollout stopped: the revision the failed
+    /// clusters went back to.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rolled_back_to: Option<String>,
 }
 
 fn is_zero<T: Default + PartialEq>(n: &T) -> bool {
@@ -245,6 +269,9 @@ pub enum RolloutReason {
     Paused,
     /// More clusters failed than `maxFailures` allows: stopped.
     Failed,
+    /// Stopped on failures, and the failed clusters went back to the stable revision
+    /// (`onFailure: Rollback`).
+    RolledBack,
     /// `spec.rollout` is invalid: nothing moves.
     InvalidSpec,
 }
@@ -257,6 +284,7 @@ impl RolloutReason {
             RolloutReason::Progressing => "Progressing",
             RolloutReason::Paused => "Paused",
             RolloutReason::Failed => "Failed",
+            RolloutReason::RolledBack => "RolledBack",
             RolloutReason::InvalidSpec => "InvalidSpec",
         }
     }

@@ -7,8 +7,9 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::{
-    ClusterRollout, ClusterRolloutState as State, DEFAULT_PROGRESS_DEADLINE_SECONDS, RolloutReason,
-    RolloutSpec, RolloutStatus,
+    ClusterRollout, ClusterRolloutState as State, DEFAULT_PROGRESS_DEADLINE_SECONDS, OnFailure,
+    RolloutReason, RolloutSpec, RolloutStatus,
+    rollback::{self, Rollback},
 };
 
 /// One placed cluster as the planner sees it.
@@ -56,6 +57,8 @@ pub enum RolloutEvent {
     RolloutComplete,
     /// `spec.rollout` is invalid: nothing moves.
     RolloutInvalid,
+    /// The rollout stopped and its failed clusters went back to the stable revision.
+    RolloutRolledBack,
 }
 
 impl RolloutEvent {
@@ -67,6 +70,7 @@ impl RolloutEvent {
             RolloutEvent::RolloutFailed => "RolloutFailed",
             RolloutEvent::RolloutComplete => "RolloutComplete",
             RolloutEvent::RolloutInvalid => "RolloutInvalid",
+            RolloutEvent::RolloutRolledBack => "RolloutRolledBack",
         }
     }
 
@@ -74,7 +78,9 @@ impl RolloutEvent {
     pub fn is_warning(self) -> bool {
         matches!(
             self,
-            RolloutEvent::RolloutFailed | RolloutEvent::RolloutInvalid
+            RolloutEvent::RolloutFailed
+                | RolloutEvent::RolloutInvalid
+                | RolloutEvent::RolloutRolledBack
         )
     }
 }
@@ -89,8 +95,11 @@ pub struct Plan {
     /// The `Rollout` condition's message.
     pub message: String,
     /// Clusters that get (or keep) the target revision; every other placed cluster keeps
-    /// what it has.
+    /// what it has, but those of `rollback`.
     pub updated: BTreeSet<String>,
+    /// With `onFailure: Rollback` once the rollout stopped: the failed clusters, which get
+    /// the stable revision.
+    pub rollback: Option<Rollback>,
     /// Seconds until a cluster's success or deadline comes due, if one is pending.
     pub recheck_after: Option<i64>,
     /// Events to publish.
@@ -131,22 +140,41 @@ pub fn plan(input: &Input<'_>) -> Plan {
         .min()
         .unwrap_or(0);
     let succeeded = count(&entries, State::Succeeded);
+    let stable_revision = stable(input.previous, input.target);
+    let rollback = rollback::decide(
+        input.spec,
+        blocked,
+        input.target,
+        stable_revision.as_deref(),
+        &entries,
+    );
     let status = RolloutStatus {
         target_revision: input.target.to_string(),
         target_generation: carried.map_or(input.generation, |p| p.target_generation),
-        stable_revision: stable(input.previous, input.target),
+        stable_revision,
         start_time: carried.map_or_else(|| timestamp(input.now), |p| p.start_time.clone()),
         current_wave,
         waves,
         progress: format!("{succeeded}/{}", entries.len()),
         clusters: entries,
+        rolled_back_to: rollback
+            .as_ref()
+            .ok()
+            .and_then(Option::as_ref)
+            .map(|r| r.to.clone()),
     };
-    let (reason, message) = condition(input.spec, &status, blocked);
+    let (reason, message) = condition(input.spec, &status, blocked, &rollback);
     let events = events(carried, &status, reason, &message, max_failures);
+    let rollback = rollback.ok().flatten();
     let updated = status
         .clusters
         .iter()
         .filter(|e| e.state.is_started())
+        .filter(|e| {
+            !rollback
+                .as_ref()
+                .is_some_and(|r| r.clusters.contains(&e.name))
+        })
         .map(|e| e.name.clone())
         .collect();
     Plan {
@@ -154,6 +182,7 @@ pub fn plan(input: &Input<'_>) -> Plan {
         reason,
         message,
         updated,
+        rollback,
         recheck_after: recheck.map(|r: i64| r.max(1)),
         events,
     }
@@ -248,9 +277,13 @@ fn advance(
         .progress_deadline_seconds
         .unwrap_or(DEFAULT_PROGRESS_DEADLINE_SECONDS);
     if prev_state == State::Failed || now - started_at >= deadline {
-        let message = c
-            .problem
-            .clone()
+        // Rolled back, the cluster no longer holds the target: its failure keeps its reason.
+        let rolled_back = input.spec.on_failure == OnFailure::Rollback && !c.at_target;
+        let kept = prev
+            .filter(|p| rolled_back && p.state == State::Failed && !p.message.is_empty())
+            .map(|p| p.message.clone());
+        let message = kept
+            .or_else(|| c.problem.clone())
             .unwrap_or_else(|| format!("not healthy within progressDeadlineSeconds ({deadline}s)"));
         let entry = ClusterRollout {
             state: State::Failed,
@@ -308,7 +341,8 @@ fn start_next(input: &Input<'_>, entries: &mut [ClusterRollout]) -> Option<i64> 
 /// The last revision that reached every cluster, as of the stored status.
 fn stable(previous: Option<&RolloutStatus>, target: &str) -> Option<String> {
     let p = previous?;
-    if p.target_revision == target {
+    // A rolled-back revision never becomes the stable one.
+    if p.target_revision == target || p.rolled_back_to.is_some() {
         return p.stable_revision.clone();
     }
     let finished = !p.clusters.is_empty()
@@ -323,7 +357,12 @@ fn stable(previous: Option<&RolloutStatus>, target: &str) -> Option<String> {
 }
 
 /// The `Rollout` condition: (reason, message).
-fn condition(spec: &RolloutSpec, status: &RolloutStatus, blocked: bool) -> (RolloutReason, String) {
+fn condition(
+    spec: &RolloutSpec,
+    status: &RolloutStatus,
+    blocked: bool,
+    rollback: &Result<Option<Rollback>, String>,
+) -> (RolloutReason, String) {
     let total = status.clusters.len();
     let names = |state: State| {
         status
@@ -347,7 +386,20 @@ fn condition(spec: &RolloutSpec, status: &RolloutStatus, blocked: bool) -> (Roll
             failed.join("; "),
             spec.max_failures.unwrap_or(0)
         );
-        return (RolloutReason::Failed, note);
+        return match rollback {
+            Ok(Some(r)) => (
+                RolloutReason::RolledBack,
+                format!(
+                    "{note}; the failed clusters went back to revision {}",
+                    rollback::short(&r.to)
+                ),
+            ),
+            Ok(None) => (RolloutReason::Failed, note),
+            Err(why) => (
+                RolloutReason::Failed,
+                format!("{note}; onFailure Rollback: {why}"),
+            ),
+        };
     }
     if status.current_wave == 0 {
         let failed = names(State::Failed);
@@ -400,7 +452,7 @@ fn events(
     let prev_wave = carried.map(|p| p.current_wave);
     if status.current_wave != 0
         && prev_wave != Some(status.current_wave)
-        && reason != RolloutReason::Failed
+        && !matches!(reason, RolloutReason::Failed | RolloutReason::RolledBack)
     {
         let members: Vec<&str> = status
             .clusters
@@ -419,8 +471,14 @@ fn events(
         ));
     }
     let prev_failures = carried.map_or(0, |p| count(&p.clusters, State::Failed));
-    if reason == RolloutReason::Failed && prev_failures <= max_failures {
-        out.push((RolloutEvent::RolloutFailed, message.to_string()));
+    if prev_failures <= max_failures {
+        match reason {
+            RolloutReason::Failed => out.push((RolloutEvent::RolloutFailed, message.to_string())),
+            RolloutReason::RolledBack => {
+                out.push((RolloutEvent::RolloutRolledBack, message.to_string()));
+            }
+            _ => {}
+        }
     }
     let was_open = carried.is_none_or(|p| {
         p.clusters

@@ -279,3 +279,93 @@ fn invalid_rollout_fields_are_named() {
     assert_eq!(canary_first().concurrency(4), 1);
     assert_eq!(spec(json!({"maxConcurrency": "25%"})).concurrency(2), 1);
 }
+
+/// `canary_first` with `onFailure: Rollback`, and the status of a rollout of r1 complete on
+/// every cluster.
+fn rollback_from_r1() -> (RolloutSpec, RolloutStatus) {
+    let mut s = canary_first();
+    s.on_failure = super::OnFailure::Rollback;
+    let done = RolloutStatus {
+        target_revision: "r1".into(),
+        clusters: FOUR
+            .iter()
+            .map(|(name, _, _, _)| super::ClusterRollout {
+                name: name.to_string(),
+                state: S::Succeeded,
+                ..Default::default()
+            })
+            .collect(),
+        ..Default::default()
+    };
+    (s, done)
+}
+
+#[test]
+fn with_rollback_a_failed_canary_goes_back_to_the_stable_revision_and_the_rest_stay() {
+    let (s, done) = rollback_from_r1();
+    let first = run(&s, &FOUR, Some(&done), "r2", T0);
+    let mut rows = FOUR;
+    rows[2] = ("m3", "canary", true, false);
+    let failed = run(&s, &rows, Some(&first.status), "r2", T0 + 31);
+    assert_eq!(failed.reason, RolloutReason::RolledBack);
+    assert!(
+        failed
+            .message
+            .contains("cluster m3 failed: m3 pods not ready")
+            && failed.message.contains("went back to revision r1"),
+        "{}",
+        failed.message
+    );
+    let rollback = failed.rollback.clone().expect("a rollback");
+    assert_eq!(rollback.to, "r1");
+    assert_eq!(rollback.clusters.iter().collect::<Vec<_>>(), ["m3"]);
+    assert!(failed.updated.is_empty(), "no cluster keeps r2");
+    assert_eq!(failed.status.rolled_back_to.as_deref(), Some("r1"));
+    assert_eq!(failed.status.clusters[1].state, S::Pending);
+    let kinds: Vec<_> = failed.events.iter().map(|(e, _)| *e).collect();
+    assert_eq!(kinds, [RolloutEvent::RolloutRolledBack]);
+    // Back on r1, m3 no longer holds the target: it stays failed with its reason, and
+    // later steps change nothing.
+    rows[2] = ("m3", "canary", false, false);
+    let later = run(&s, &rows, Some(&failed.status), "r2", T0 + 100);
+    assert_eq!(later.status, failed.status);
+    assert_eq!(later.rollback, failed.rollback);
+    assert!(later.events.is_empty());
+}
+
+#[test]
+fn after_a_rollback_a_new_revision_starts_a_new_rollout_from_the_stable_one() {
+    let (s, done) = rollback_from_r1();
+    let first = run(&s, &FOUR, Some(&done), "r2", T0);
+    let mut rows = FOUR;
+    rows[2] = ("m3", "canary", true, false);
+    let failed = run(&s, &rows, Some(&first.status), "r2", T0 + 31);
+    let next = run(&s, &FOUR, Some(&failed.status), "r3", T0 + 40);
+    assert_eq!(next.reason, RolloutReason::Progressing);
+    assert_eq!(
+        next.status.stable_revision.as_deref(),
+        Some("r1"),
+        "the rolled-back r2 never becomes stable"
+    );
+    assert_eq!(next.status.rolled_back_to, None);
+    assert_eq!(next.rollback, None);
+    assert_eq!(next.updated.iter().collect::<Vec<_>>(), ["m3"]);
+}
+
+#[test]
+fn with_rollback_but_no_stable_revision_the_rollout_stops_as_with_halt() {
+    let (s, _) = rollback_from_r1();
+    let first = run(&s, &FOUR, None, "r2", T0);
+    let mut rows = FOUR;
+    rows[2] = ("m3", "canary", true, false);
+    let failed = run(&s, &rows, Some(&first.status), "r2", T0 + 31);
+    assert_eq!(failed.reason, RolloutReason::Failed);
+    assert!(
+        failed.message.contains("nothing to roll back to"),
+        "{}",
+        failed.message
+    );
+    assert_eq!(failed.rollback, None);
+    assert_eq!(failed.updated.iter().collect::<Vec<_>>(), ["m3"]);
+    assert_eq!(failed.events[0].0, RolloutEvent::RolloutFailed);
+}

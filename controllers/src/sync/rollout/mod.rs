@@ -18,13 +18,14 @@ use flotilla_crds::{
         ClusterRolloutState, REVISION_ANNOTATION, ROLLOUT_CONDITION, RolloutReason, RolloutStatus,
         health::member_health,
         plan::{ClusterInput, Input, RolloutEvent, plan},
+        rollback::Rollback,
     },
 };
 use kube::{ResourceExt, core::DynamicObject, runtime::events::EventType};
 use serde_json::{Value, json};
 use tracing::warn;
 
-pub use revisions::Revisions;
+pub use revisions::{KIND_LABEL, NAME_LABEL, Revisions};
 
 use super::{
     Key,
@@ -126,6 +127,7 @@ impl Ctl {
             target: &target,
             fallback,
             updated: &plan.updated,
+            rollback: plan.rollback.as_ref(),
         };
         self.render_held(key, &members, desired, &held).await;
         Some(RolloutRound {
@@ -239,12 +241,18 @@ struct Held<'a> {
     /// The revision a cluster without the object gets (else the target).
     fallback: Option<&'a str>,
     updated: &'a BTreeSet<String>,
+    /// Failed clusters going back to the stable revision (`onFailure: Rollback`).
+    rollback: Option<&'a Rollback>,
 }
 
-/// The revision a placed cluster gets: the target when the plan moves it; else the one its
-/// member object holds (`None`: an object written before the rollout was progressive,
-/// kept as it is); a cluster without the object gets the version the rollout has reached.
+/// The revision a placed cluster gets: the stable one when it failed and goes back; the
+/// target when the plan moves it; else the one its member object holds (`None`: an object
+/// written before the rollout was progressive, kept as it is); a cluster without the
+/// object gets the version the rollout has reached.
 fn revision_for(held: &Held<'_>, cluster: &str, observed: &Observed) -> Option<String> {
+    if let Some(r) = held.rollback.filter(|r| r.clusters.contains(cluster)) {
+        return Some(r.to.clone());
+    }
     if held.updated.contains(cluster) {
         return Some(held.target.to_string());
     }
@@ -386,6 +394,7 @@ mod tests {
             target: "r2",
             fallback,
             updated: &updated,
+            rollback: None,
         };
         let old = member(Some("r1"), "h1");
         let table: [(&str, &Observed, Option<&str>, Option<&str>); 6] = [
@@ -403,6 +412,35 @@ mod tests {
                 "{cluster} with fallback {fallback:?}"
             );
         }
+    }
+
+    #[test]
+    fn a_failed_cluster_going_back_gets_the_stable_revision_whatever_it_holds() {
+        let spec = FederatedSpec::default();
+        let updated = BTreeSet::from(["ok".to_string()]);
+        let rollback = Rollback {
+            to: "r1".into(),
+            clusters: BTreeSet::from(["bad".to_string()]),
+        };
+        let held = Held {
+            spec: &spec,
+            target: "r2",
+            fallback: None,
+            updated: &updated,
+            rollback: Some(&rollback),
+        };
+        let on_target = member(Some("r2"), "h2");
+        for (cluster, want) in [("bad", "r1"), ("ok", "r2")] {
+            assert_eq!(
+                revision_for(&held, cluster, &on_target).as_deref(),
+                Some(want),
+                "{cluster}"
+            );
+        }
+        assert_eq!(
+            revision_for(&held, "bad", &Observed::Absent).as_deref(),
+            Some("r1")
+        );
     }
 
     #[test]

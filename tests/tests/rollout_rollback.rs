@@ -1,0 +1,263 @@
+//! `spec.rollout.onFailure: Rollback` and `flotilla rollout undo` on real clusters, with
+//! pods that get ready in appearance (the simulated kubelet; images `fail:*` never get
+//! ready). Three members, one at a time by name. A template whose pods never get ready
+//! fails on member1, which goes back to the previous revision while the federated template
+//! stays as written and member2 and member3 are never touched; a new template rolls out
+//! normally; `rollout undo` writes an earlier revision back into the template and every
+//! cluster follows; an unknown revision is refused with nothing changed.
+
+use anyhow::{Context as _, ensure};
+use flotilla_cli as cli;
+use flotilla_crds::{federated::FederatedStatus, rollout::REVISION_ANNOTATION};
+use flotilla_tests::{
+    assert::events_about,
+    federation::{Federation, apply, federated_namespace, federation_with_pods},
+    host::FederatedRef,
+    member::{deployments, first_image},
+    objects::FederatedObject,
+    wait::wait_namespace_in,
+    wait_for,
+};
+use k8s_openapi::api::apps::v1::ControllerRevision;
+use kube::{Api, api::ListParams};
+use serde_json::json;
+use std::time::Duration;
+
+const NS: &str = "rollback";
+const NAME: &str = "web";
+const DEADLINE_SECONDS: u64 = 30;
+/// Pods scheduled, made ready and counted available on a loaded machine.
+const STEP_TIMEOUT: Duration = Duration::from_secs(180);
+
+#[tokio::test]
+async fn a_failed_wave_goes_back_to_the_stable_revision_and_undo_returns_every_cluster()
+-> anyhow::Result<()> {
+    let fed = federation_with_pods(3).await?;
+    federated_namespace(&fed, NS).await?;
+    wait_namespace_in(&fed.members, NS).await?;
+    let web = deploy(&fed, "nginx:1").await?;
+    wait_reason(&web, "Complete", "nginx:1 everywhere").await?;
+
+    the_failed_cluster_goes_back_and_the_others_stay(&fed, &web).await?;
+    deploy(&fed, "nginx:2").await?;
+    wait_reason(&web, "Complete", "a new template after the rollback").await?;
+    assert_eq!(images(&fed).await?, vec![Some("nginx:2".to_string()); 3]);
+
+    an_unknown_revision_is_refused_and_nothing_changes(&fed, &web).await?;
+    undo_returns_every_cluster(&fed, &web).await?;
+    Ok(())
+}
+
+/// `fail:never-ready` with `onFailure: Rollback`: member1 fails at the deadline and goes
+/// back to nginx:1; `RolledBack` names it with the member's reason; the template stays.
+async fn the_failed_cluster_goes_back_and_the_others_stay(
+    fed: &Federation,
+    web: &FederatedRef,
+) -> anyhow::Result<()> {
+    deploy(fed, "fail:never-ready").await?;
+    let status = wait_reason(web, "RolledBack", "the failed wave rolled back").await?;
+    let c = status.rollout_condition().context("condition")?;
+    assert_eq!(c.status, "False");
+    assert!(
+        c.message.contains("cluster member1 failed") && c.message.contains("ready"),
+        "the failed cluster and the member's reason: {}",
+        c.message
+    );
+    let rollout = status.rollout.context("status.rollout")?;
+    assert!(rollout.rolled_back_to.is_some());
+    assert_eq!(rollout.rolled_back_to, rollout.stable_revision);
+    let states: Vec<(&str, &str)> = rollout
+        .clusters
+        .iter()
+        .map(|c| (c.name.as_str(), c.state.as_str()))
+        .collect();
+    assert_eq!(
+        states,
+        [
+            ("member1", "Failed"),
+            ("member2", "Pending"),
+            ("member3", "Pending")
+        ]
+    );
+    let stable = rollout.stable_revision.clone().unwrap_or_default();
+    wait_for(STEP_TIMEOUT, "member1 back on nginx:1", || async {
+        let d = deployments(&fed.members[0], NS).get(NAME).await?;
+        let revision = d
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(REVISION_ANNOTATION));
+        ensure!(
+            first_image(&d) == Some("nginx:1") && revision == Some(&stable),
+            "{:?} at {revision:?}",
+            first_image(&d)
+        );
+        Ok(())
+    })
+    .await?;
+    assert_eq!(images(fed).await?, vec![Some("nginx:1".to_string()); 3]);
+    assert_eq!(
+        template_image(web).await?.as_deref(),
+        Some("fail:never-ready"),
+        "the federated template is not rewritten"
+    );
+    let warned = events_about(&fed.host, NS, NAME, "RolloutRolledBack").await?;
+    assert_eq!(warned.len(), 1, "one RolloutRolledBack Event");
+    let err = flotilla(
+        fed,
+        &[
+            "rollout",
+            "status",
+            "deployment/web",
+            "--wait",
+            "--timeout",
+            "30s",
+        ],
+    )
+    .await
+    .expect_err("--wait fails on a rolled-back rollout");
+    assert!(format!("{err:#}").contains("member1"), "{err:#}");
+    Ok(())
+}
+
+async fn an_unknown_revision_is_refused_and_nothing_changes(
+    fed: &Federation,
+    web: &FederatedRef,
+) -> anyhow::Result<()> {
+    let before = web.get().await?.metadata.generation;
+    let err = flotilla(
+        fed,
+        &["rollout", "undo", "deployment/web", "--to-revision", "999"],
+    )
+    .await
+    .expect_err("an unknown revision");
+    let text = format!("{err:#}");
+    assert!(
+        text.contains("revision 999 is not recorded") && text.contains("nothing changed"),
+        "{text}"
+    );
+    assert_eq!(web.get().await?.metadata.generation, before);
+    Ok(())
+}
+
+/// `rollout undo` goes back to nginx:1 (the last revision that reached every cluster
+/// before nginx:2); `--to-revision` to nginx:2's number goes forward again.
+async fn undo_returns_every_cluster(fed: &Federation, web: &FederatedRef) -> anyhow::Result<()> {
+    let text = flotilla(fed, &["rollout", "undo", "deployment/web"]).await?;
+    assert!(text.contains("rolled back to revision"), "{text}");
+    assert_eq!(template_image(web).await?.as_deref(), Some("nginx:1"));
+    wait_reason(web, "Complete", "undo: nginx:1 everywhere").await?;
+    assert_eq!(images(fed).await?, vec![Some("nginx:1".to_string()); 3]);
+
+    let history = flotilla(fed, &["rollout", "history", "deployment/web"]).await?;
+    let number = revision_number(fed, "nginx:2").await?;
+    assert!(
+        history.lines().any(|l| l.starts_with(&number.to_string())),
+        "{history}"
+    );
+    let n = number.to_string();
+    flotilla(
+        fed,
+        &["rollout", "undo", "deployment/web", "--to-revision", &n],
+    )
+    .await?;
+    assert_eq!(template_image(web).await?.as_deref(), Some("nginx:2"));
+    wait_reason(web, "Complete", "undo --to-revision: nginx:2 everywhere").await?;
+    assert_eq!(images(fed).await?, vec![Some("nginx:2".to_string()); 3]);
+    Ok(())
+}
+
+/// Applies the FederatedDeployment with `image`, one cluster at a time, rolling back.
+async fn deploy(fed: &Federation, image: &str) -> anyhow::Result<FederatedRef> {
+    let object = FederatedObject::deployment(NS, NAME, 1, image);
+    let mut manifest = object.to_json();
+    manifest["spec"]["rollout"] = json!({
+        "strategy": "Progressive",
+        "maxConcurrency": 1,
+        "progressDeadlineSeconds": DEADLINE_SECONDS,
+        "onFailure": "Rollback",
+    });
+    apply(&fed.host, &object.api_resource(), Some(NS), &manifest).await?;
+    Ok(object.in_host(&fed.host))
+}
+
+/// The image of the member Deployment in each member (None: no Deployment).
+async fn images(fed: &Federation) -> anyhow::Result<Vec<Option<String>>> {
+    let mut out = Vec::new();
+    for m in &fed.members {
+        let d = deployments(m, NS).get_opt(NAME).await?;
+        out.push(d.as_ref().and_then(first_image).map(str::to_string));
+    }
+    Ok(out)
+}
+
+/// The image in the federated object's template.
+async fn template_image(web: &FederatedRef) -> anyhow::Result<Option<String>> {
+    let obj = web.get().await?;
+    let image = obj
+        .data
+        .pointer("/spec/template/spec/template/spec/containers/0/image");
+    Ok(image.and_then(|v| v.as_str()).map(str::to_string))
+}
+
+/// The number (`ControllerRevision.revision`) of the recorded revision with `image`.
+async fn revision_number(fed: &Federation, image: &str) -> anyhow::Result<i64> {
+    let api: Api<ControllerRevision> = Api::namespaced(fed.host.clone(), NS);
+    let selector = format!("flotilla.io/federated-name={NAME}");
+    let list = api.list(&ListParams::default().labels(&selector)).await?;
+    list.items
+        .iter()
+        .find(|r| {
+            r.data
+                .as_ref()
+                .and_then(|d| {
+                    d.0.pointer("/template/spec/template/spec/containers/0/image")
+                })
+                .and_then(|v| v.as_str())
+                == Some(image)
+        })
+        .map(|r| r.revision)
+        .with_context(|| format!("no recorded revision with {image}"))
+}
+
+/// Waits until the `Rollout` condition has `reason` for the current generation.
+async fn wait_reason(
+    web: &FederatedRef,
+    reason: &str,
+    what: &str,
+) -> anyhow::Result<FederatedStatus> {
+    wait_for(STEP_TIMEOUT, what, || async {
+        let obj = web.get().await?;
+        let status = FederatedStatus::from_dynamic(&obj);
+        let c = status.rollout_condition().context("no Rollout condition")?;
+        ensure!(
+            status.observed_generation == obj.metadata.generation.unwrap_or(0)
+                && c.reason == reason,
+            "Rollout {}: {}",
+            c.reason,
+            c.message
+        );
+        Ok(status)
+    })
+    .await
+}
+
+/// `flotilla ... ARGS` against the host, in-process; its output.
+async fn flotilla(fed: &Federation, args: &[&str]) -> anyhow::Result<String> {
+    let kubeconfig = fed.env.kubeconfig_path();
+    let mut argv = vec![
+        "flotilla".to_string(),
+        "--kubeconfig".into(),
+        kubeconfig.display().to_string(),
+        "--context".into(),
+        "host".into(),
+        "-n".into(),
+        NS.into(),
+    ];
+    argv.extend(args.iter().map(|a| a.to_string()));
+    let ctx = cli::Context::captured();
+    let result = cli::run(argv, ctx.clone()).await;
+    let text = ctx.out.text();
+    result.with_context(|| format!("flotilla {args:?} printed:\n{text}"))?;
+    Ok(text)
+}
