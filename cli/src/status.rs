@@ -594,7 +594,11 @@ mod tests {
 
     #[test]
     fn a_cluster_its_health_rules_call_failed_shows_the_rules_message() {
-        let mut w = object("widget", ("True", ""), &[("member1", "", ""), ("member2", "", "")]);
+        let mut w = object(
+            "widget",
+            ("True", ""),
+            &[("member1", "", ""), ("member2", "", "")],
+        );
         w.status.aggregated = Some(flotilla_crds::workload::AggregatedStatus {
             clusters: "1/2".into(),
             health: vec![flotilla_crds::workload::ClusterHealth {
@@ -605,8 +609,16 @@ mod tests {
             ..Default::default()
         });
         let t = table(&[w]);
-        let row = |c: &str| t.lines().find(|l| l.contains(c)).unwrap_or_default().to_owned();
-        assert!(row("member2").contains("OK, Failed: phase Failed: disk full"), "{t}");
+        let row = |c: &str| {
+            t.lines()
+                .find(|l| l.contains(c))
+                .unwrap_or_default()
+                .to_owned()
+        };
+        assert!(
+            row("member2").contains("OK, Failed: phase Failed: disk full"),
+            "{t}"
+        );
         assert!(!row("member1").contains("Failed"), "{t}");
     }
 

@@ -280,9 +280,7 @@ pub fn aggregate(health: &TypeHealth, clusters: &[ClusterWorkload<'_>]) -> Aggre
             });
         }
     }
-    let pods = health
-        .has_replicas()
-        .then(|| format!("{ready}/{desired}"));
+    let pods = health.has_replicas().then(|| format!("{ready}/{desired}"));
     let (ready, completions) = match health.workload {
         Some(WorkloadKind::Job) => (None, pods),
         _ => (pods, None),
@@ -349,7 +347,8 @@ mod tests {
         let spec = json!({"replicas": 3});
         let status = json!({"observedGeneration": 1, "replicas": 3, "readyReplicas": 3,
                             "availableReplicas": 3, "updatedReplicas": 3});
-        let a = aggregate(&rules(WorkloadKind::Deployment),
+        let a = aggregate(
+            &rules(WorkloadKind::Deployment),
             &[
                 deployment(&spec, Some(&status)),
                 deployment(&spec, Some(&status)),
@@ -366,13 +365,14 @@ mod tests {
     fn a_cluster_without_status_counts_its_desired_pods_as_not_ready() {
         let spec = json!({"replicas": 3});
         let status = json!({"observedGeneration": 1, "replicas": 3, "readyReplicas": 3,
-                            "updatedReplicas": 3});
+                            "availableReplicas": 3, "updatedReplicas": 3});
         let down = ClusterWorkload {
             propagated: false,
             spec: Some(&spec),
             ..ClusterWorkload::default()
         };
-        let a = aggregate(&rules(WorkloadKind::Deployment),
+        let a = aggregate(
+            &rules(WorkloadKind::Deployment),
             &[deployment(&spec, Some(&status)), down],
         );
         assert_eq!(a.clusters, "1/2");
@@ -384,7 +384,8 @@ mod tests {
         let spec = json!({"replicas": 3});
         let status = json!({"observedGeneration": 1, "replicas": 3, "readyReplicas": 1,
                             "updatedReplicas": 3});
-        let a = aggregate(&rules(WorkloadKind::Deployment),
+        let a = aggregate(
+            &rules(WorkloadKind::Deployment),
             &[deployment(&spec, Some(&status))],
         );
         assert_eq!(a.clusters, "0/1");
@@ -399,7 +400,10 @@ mod tests {
             generation: Some(2),
             ..deployment(&spec, Some(&status))
         };
-        assert_eq!(aggregate(&rules(WorkloadKind::Deployment), &[c]).clusters, "0/1");
+        assert_eq!(
+            aggregate(&rules(WorkloadKind::Deployment), &[c]).clusters,
+            "0/1"
+        );
     }
 
     #[test]
@@ -464,7 +468,8 @@ mod tests {
     fn the_aggregated_status_serializes_with_kubernetes_field_names() {
         let spec = json!({"replicas": 1});
         let status = json!({"readyReplicas": 1, "updatedReplicas": 1});
-        let a = aggregate(&rules(WorkloadKind::ReplicaSet),
+        let a = aggregate(
+            &rules(WorkloadKind::ReplicaSet),
             &[deployment(&spec, Some(&status))],
         );
         let v = serde_json::to_value(&a).expect("serializes");

@@ -10,10 +10,7 @@ use anyhow::{Context as _, ensure};
 use flotilla_cli as cli;
 use flotilla_controllers::install;
 use flotilla_crds::{
-    DEFAULT_NAMESPACE,
-    core::FederatedTypeConfig,
-    federated::FederatedStatus,
-    work::Condition,
+    DEFAULT_NAMESPACE, core::FederatedTypeConfig, federated::FederatedStatus, work::Condition,
 };
 use flotilla_tests::{
     federation::{Federation, apply, federated_namespace, federation},
@@ -69,7 +66,10 @@ async fn a_healthy_first_wave_lets_the_second_start(fed: &Federation) -> anyhow:
     wait_size(m1.clone(), 2).await?;
     let m2 = fed_gadgets(fed, 1);
     let held = m2.get("g").await?;
-    assert_eq!(held.data["spec"]["size"], 1, "member2 waits for member1's wave");
+    assert_eq!(
+        held.data["spec"]["size"], 1,
+        "member2 waits for member1's wave"
+    );
     write_status(&m1, ready(2)).await?;
     wait_size(m2, 2).await?;
     Ok(())
@@ -103,14 +103,18 @@ async fn a_failed_member_halts_the_rollout_with_its_message(
     })
     .await?;
     let a = status.aggregated.context("aggregated")?;
-    assert_eq!(a.ready.as_deref(), Some("2/4"), "readyMembers of spec.size summed");
+    assert_eq!(
+        a.ready.as_deref(),
+        Some("2/4"),
+        "readyMembers of spec.size summed"
+    );
     assert_eq!(a.health.len(), 1, "{:?}", a.health);
     assert_eq!(
         (a.health[0].cluster.as_str(), a.health[0].state.as_str()),
         ("member2", "Failed")
     );
     assert_eq!(a.health[0].message, "phase Failed: disk full");
-    let out = flotilla(fed, &["status", "federatedgadget/g", "-n", NS]).await?;
+    let out = flotilla(fed, &["status", "-n", NS]).await?;
     assert!(out.contains("Failed: phase Failed: disk full"), "{out}");
     Ok(())
 }
@@ -149,7 +153,12 @@ async fn an_invalid_rule_is_reported_and_disturbs_nothing(
     );
     for i in 0..2 {
         let g = fed_gadgets(fed, i).get("g").await?;
-        assert_eq!(g.data["spec"]["size"], 3, "member{} has the new revision", i + 1);
+        assert_eq!(
+            g.data["spec"]["size"],
+            3,
+            "member{} has the new revision",
+            i + 1
+        );
     }
     let cm = FederatedObject::config_map(NS, "after", json!({"k": "v"}));
     cm.apply(&fed.host).await?.wait_propagated().await?;

@@ -135,4 +135,3 @@ fn false_condition(status: &Value) -> Option<String> {
         })
     })
 }
-

@@ -58,7 +58,8 @@ mod tests {
             "conditions": [
                 {"type": "Available", "status": "False", "reason": "MinimumReplicasUnavailable",
                  "message": "Deployment does not have minimum availability."}]}));
-        let err = member_health(rules(WorkloadKind::Deployment).as_deref(), &member).expect_err("unhealthy");
+        let err = member_health(rules(WorkloadKind::Deployment).as_deref(), &member)
+            .expect_err("unhealthy");
         assert_eq!(
             err,
             "Available MinimumReplicasUnavailable: Deployment does not have minimum availability. (2 updated, 0 ready, 0 available of 2 replicas; 2 in total)"
@@ -71,7 +72,8 @@ mod tests {
         let member = json!({"metadata": {"generation": 2}, "spec": {"replicas": 1},
             "status": {"observedGeneration": 2, "replicas": 2, "updatedReplicas": 1,
                 "readyReplicas": 1, "availableReplicas": 1, "unavailableReplicas": 1}});
-        let err = member_health(rules(WorkloadKind::Deployment).as_deref(), &member).expect_err("unhealthy");
+        let err = member_health(rules(WorkloadKind::Deployment).as_deref(), &member)
+            .expect_err("unhealthy");
         assert_eq!(
             err,
             "not rolled out: 1 updated, 1 ready, 1 available of 1 replicas; 2 in total"

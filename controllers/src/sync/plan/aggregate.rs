@@ -108,13 +108,7 @@ mod tests {
             &json!({"metadata": {"generation": 1}, "spec": {"replicas": 3}}),
         )]);
         let remote = BTreeMap::from([("m1".to_string(), ready(3))]);
-        let a = aggregated(
-            &deployment(),
-            &outcomes,
-            &members,
-            &desired(3),
-            &remote,
-        );
+        let a = aggregated(&deployment(), &outcomes, &members, &desired(3), &remote);
         assert_eq!(a.clusters, "1/2");
         assert_eq!(a.ready.as_deref(), Some("3/6"));
     }
