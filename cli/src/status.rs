@@ -249,6 +249,24 @@ fn ready_cell(o: &ObjectState) -> String {
     }
 }
 
+/// A propagated cluster's health under its type's rules when it is not plainly healthy
+/// (`Failed: phase Failed`), from `status.aggregated.health`.
+fn health_note(o: &ObjectState, cluster: &str) -> Option<String> {
+    let cluster_ok = o
+        .status
+        .clusters
+        .iter()
+        .any(|c| c.name == cluster && c.status.is_empty());
+    let h = o
+        .status
+        .aggregated
+        .as_ref()?
+        .health
+        .iter()
+        .find(|h| h.cluster == cluster)?;
+    cluster_ok.then(|| format!("{}: {}", h.state, h.message))
+}
+
 fn shorten(text: &str, width: usize) -> String {
     if text.chars().count() <= width {
         return text.to_owned();
@@ -280,7 +298,9 @@ pub fn table(objects: &[ObjectState]) -> String {
             .clusters
             .iter()
             .map(|c| {
-                let state = if c.status.is_empty() {
+                let state = if let Some(note) = health_note(o, &c.name) {
+                    shorten(&format!("OK, {note}"), MESSAGE_WIDTH)
+                } else if c.status.is_empty() {
                     match c.remote_status.as_ref().and_then(remote_summary) {
                         Some(summary) => format!("OK ({summary})"),
                         None => "OK".to_owned(),
@@ -570,6 +590,36 @@ mod tests {
         assert!(t.contains("3/6 (1/2 clusters)"), "{t}");
         let config_row = t.lines().find(|l| l.contains("config")).unwrap_or_default();
         assert!(config_row.contains(" - "), "{t}");
+    }
+
+    #[test]
+    fn a_cluster_its_health_rules_call_failed_shows_the_rules_message() {
+        let mut w = object(
+            "widget",
+            ("True", ""),
+            &[("member1", "", ""), ("member2", "", "")],
+        );
+        w.status.aggregated = Some(flotilla_crds::workload::AggregatedStatus {
+            clusters: "1/2".into(),
+            health: vec![flotilla_crds::workload::ClusterHealth {
+                cluster: "member2".into(),
+                state: "Failed".into(),
+                message: "phase Failed: disk full".into(),
+            }],
+            ..Default::default()
+        });
+        let t = table(&[w]);
+        let row = |c: &str| {
+            t.lines()
+                .find(|l| l.contains(c))
+                .unwrap_or_default()
+                .to_owned()
+        };
+        assert!(
+            row("member2").contains("OK, Failed: phase Failed: disk full"),
+            "{t}"
+        );
+        assert!(!row("member1").contains("Failed"), "{t}");
     }
 
     #[test]

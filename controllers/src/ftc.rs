@@ -191,6 +191,12 @@ async fn handle(
             .status
             .as_ref()
             .and_then(|s| s.status_controller.clone()),
+        conditions: flotilla_crds::health::ftc_conditions(
+            &ftc.spec,
+            ftc.status.as_ref().map_or(&[], |s| s.conditions.as_slice()),
+            ftc.metadata.generation.unwrap_or(0),
+            &flotilla_crds::taint::rfc3339(crate::sync::plan::decision::now()),
+        ),
     };
     if ftc.status.as_ref() != Some(&want) {
         let patch = json!({ "status": want });

@@ -238,6 +238,13 @@ pub struct FederatedTypeConfigSpec {
     /// `Enabled` or `Disabled`: whether member status is collected.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub status_collection: Option<StatusCollectionMode>,
+    /// Flotilla extension: CEL rules saying when a member object of the target type is
+    /// healthy, progressing or failed, why, and its ready of desired replicas; they gate
+    /// rollouts and fill `status.aggregated` (read with `statusCollection: Enabled`).
+    /// Absent: the workload kinds use their built-in rules, other types are healthy once
+    /// propagated.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub health: Option<crate::health::HealthRules>,
 }
 
 /// Identifies a Kubernetes API type (kubefed's APIResource).
@@ -338,6 +345,10 @@ pub struct FederatedTypeConfigStatus {
     /// `Running` or `NotRunning`, when status collection is configured.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub status_controller: Option<String>,
+    /// Flotilla extension: the `HealthRules` condition, when `spec.health` is set
+    /// (`InvalidHealthRule` names the rule that does not compile).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<crate::work::Condition>,
 }
 
 /// Schema of a `[]byte` field (base64 string in JSON), as kubefed's CRDs have it.

@@ -16,6 +16,7 @@ pub mod drift;
 pub mod duration;
 pub mod federated;
 pub mod hash;
+pub mod health;
 pub mod inventory;
 pub mod kubefed_config;
 pub mod mcs;

@@ -3,13 +3,18 @@
 //! object says how many clusters run the workload ready (`clusters: "2/2"`) and how many
 //! of the desired pods are ready (`ready: "9/9"`; Jobs: `completions: "1/2"`), with the
 //! member counters summed. The printer columns of those federated types read these
-//! strings. Pure: the sync controller gathers the per-cluster inputs.
+//! strings. Which clusters are ready and the pod figures come from the type's health
+//! rules ([`crate::health`]); any type with rules is summed the same way. Pure: the sync
+//! controller gathers the per-cluster inputs.
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
+use serde_json::{Value, json};
 
-use crate::core::ApiResource;
+use crate::{
+    core::ApiResource,
+    health::{TypeHealth, evaluate},
+};
 
 /// A workload kind whose status Flotilla sums over clusters.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -61,9 +66,25 @@ pub struct AggregatedStatus {
     /// Succeeded pods of the desired completions over all clusters (Jobs only), e.g. `1/2`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub completions: Option<String>,
+    /// Clusters whose object is not healthy under its type's health rules, and why (or
+    /// whose rules could not be used).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub health: Vec<ClusterHealth>,
     /// The members' status counters, summed.
     #[serde(flatten)]
     pub counts: Counts,
+}
+
+/// One cluster's health, when it is not plainly healthy.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ClusterHealth {
+    /// The cluster.
+    pub cluster: String,
+    /// `Healthy`, `Progressing` or `Failed`.
+    pub state: String,
+    /// Why, in the words of the type's health rules.
+    pub message: String,
 }
 
 /// Status counters of a workload, named as in the members' own status; each kind has its
@@ -120,7 +141,7 @@ impl AggregatedStatus {
 
 impl Counts {
     /// The counters of `kind` read from a member status (absent counters read as 0).
-    fn read(kind: WorkloadKind, status: Option<&Value>) -> Counts {
+    pub(crate) fn read(kind: WorkloadKind, status: Option<&Value>) -> Counts {
         let n = |field: &str| {
             Some(
                 status
@@ -201,6 +222,8 @@ impl Counts {
 /// What is known of the workload in one cluster it is placed on.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct ClusterWorkload<'a> {
+    /// The cluster's name.
+    pub cluster: &'a str,
     /// The object is propagated there (no failure, not waiting).
     pub propagated: bool,
     /// The member object's `spec` (when unknown, the spec Flotilla applies there).
@@ -211,75 +234,62 @@ pub struct ClusterWorkload<'a> {
     pub status: Option<&'a Value>,
 }
 
-/// One cluster's pod figure: (ready, desired), and whether that cluster counts as ready.
-fn figure(kind: WorkloadKind, c: &ClusterWorkload<'_>, counts: &Counts) -> (i64, i64, bool) {
-    let spec_n = |field: &str, default: i64| {
-        c.spec
-            .and_then(|s| s.get(field))
-            .and_then(Value::as_i64)
-            .unwrap_or(default)
-    };
-    let (ready, desired, rolled_out) = match kind {
-        WorkloadKind::Deployment | WorkloadKind::StatefulSet | WorkloadKind::ReplicaSet => {
-            let desired = spec_n("replicas", 1);
-            let updated = counts.updated_replicas.unwrap_or(desired);
-            let ready = counts.ready_replicas.unwrap_or(0);
-            (ready, desired, updated >= desired)
+impl ClusterWorkload<'_> {
+    /// The member object as far as it is known: its generation, spec and status.
+    fn object(&self) -> Value {
+        let mut obj = serde_json::Map::new();
+        if let Some(generation) = self.generation {
+            obj.insert("metadata".into(), json!({ "generation": generation }));
         }
-        WorkloadKind::DaemonSet => {
-            let desired = counts.desired_number_scheduled.unwrap_or(0);
-            let updated = counts.updated_number_scheduled.unwrap_or(0);
-            (
-                counts.number_ready.unwrap_or(0),
-                desired,
-                updated >= desired,
-            )
+        if let Some(spec) = self.spec {
+            obj.insert("spec".into(), spec.clone());
         }
-        WorkloadKind::Job => (
-            counts.succeeded.unwrap_or(0),
-            spec_n("completions", 1),
-            true,
-        ),
-    };
-    let observed = c
-        .status
-        .and_then(|s| s.get("observedGeneration"))
-        .and_then(Value::as_i64);
-    let current = match (c.generation, observed) {
-        (Some(generation), Some(observed)) => observed >= generation,
-        // Jobs have no observedGeneration; an unknown generation is not held against it.
-        _ => true,
-    };
-    let cluster_ready =
-        c.propagated && c.status.is_some() && current && rolled_out && ready >= desired;
-    (ready, desired, cluster_ready)
+        if let Some(status) = self.status {
+            obj.insert("status".into(), status.clone());
+        }
+        Value::Object(obj)
+    }
 }
 
-/// Sums a workload's status over the clusters it is placed on. A cluster that is not
-/// propagated or not ready counts its desired pods with none ready, so a member that went
-/// down shows as `clusters: 1/2` and fewer ready pods than desired.
-pub fn aggregate(kind: WorkloadKind, clusters: &[ClusterWorkload<'_>]) -> AggregatedStatus {
+/// Sums a workload's status over the clusters it is placed on, judging each cluster's
+/// object by its type's health rules ([`crate::health`]). A cluster that is not
+/// propagated or not healthy counts its desired replicas with none ready, so a member that
+/// went down shows as `clusters: 1/2` and fewer ready pods than desired.
+pub fn aggregate(health: &TypeHealth, clusters: &[ClusterWorkload<'_>]) -> AggregatedStatus {
     let mut counts = Counts::default();
     let (mut ready, mut desired, mut ready_clusters) = (0, 0, 0);
+    let mut notes = Vec::new();
     for c in clusters {
-        let mine = Counts::read(kind, c.status);
-        let (r, d, cluster_ready) = figure(kind, c, &mine);
-        if c.status.is_some() {
-            counts.add(&mine);
-            ready += r;
+        let h = evaluate(health, &c.object());
+        if let (Some(kind), Some(status)) = (health.workload, c.status) {
+            counts.add(&Counts::read(kind, Some(status)));
         }
-        desired += d;
-        ready_clusters += i64::from(cluster_ready);
+        if let Some(r) = h.replicas {
+            ready += if c.status.is_some() { r.ready } else { 0 };
+            desired += r.desired;
+        }
+        let observed = c.status.is_some() || !health.has_rules();
+        ready_clusters += i64::from(c.propagated && observed && h.is_healthy());
+        if c.status.is_some()
+            && let Some(message) = h.message
+        {
+            notes.push(ClusterHealth {
+                cluster: c.cluster.to_string(),
+                state: h.state.as_str().into(),
+                message,
+            });
+        }
     }
-    let pods = format!("{ready}/{desired}");
-    let (ready, completions) = match kind {
-        WorkloadKind::Job => (None, Some(pods)),
-        _ => (Some(pods), None),
+    let pods = health.has_replicas().then(|| format!("{ready}/{desired}"));
+    let (ready, completions) = match health.workload {
+        Some(WorkloadKind::Job) => (None, pods),
+        _ => (pods, None),
     };
     AggregatedStatus {
         clusters: format!("{ready_clusters}/{}", clusters.len()),
         ready,
         completions,
+        health: notes,
         counts,
     }
 }
@@ -288,9 +298,24 @@ pub fn aggregate(kind: WorkloadKind, clusters: &[ClusterWorkload<'_>]) -> Aggreg
 mod tests {
     use super::*;
     use serde_json::json;
+    use std::sync::Arc;
+
+    fn rules(kind: WorkloadKind) -> Arc<TypeHealth> {
+        let (group, kind) = match kind {
+            WorkloadKind::Job => ("batch", format!("{kind:?}")),
+            _ => ("apps", format!("{kind:?}")),
+        };
+        let target = ApiResource {
+            group: group.into(),
+            kind,
+            ..ApiResource::default()
+        };
+        TypeHealth::of(&target, None)
+    }
 
     fn deployment<'a>(spec: &'a Value, status: Option<&'a Value>) -> ClusterWorkload<'a> {
         ClusterWorkload {
+            cluster: "m1",
             propagated: true,
             spec: Some(spec),
             generation: Some(1),
@@ -323,7 +348,7 @@ mod tests {
         let status = json!({"observedGeneration": 1, "replicas": 3, "readyReplicas": 3,
                             "availableReplicas": 3, "updatedReplicas": 3});
         let a = aggregate(
-            WorkloadKind::Deployment,
+            &rules(WorkloadKind::Deployment),
             &[
                 deployment(&spec, Some(&status)),
                 deployment(&spec, Some(&status)),
@@ -340,14 +365,14 @@ mod tests {
     fn a_cluster_without_status_counts_its_desired_pods_as_not_ready() {
         let spec = json!({"replicas": 3});
         let status = json!({"observedGeneration": 1, "replicas": 3, "readyReplicas": 3,
-                            "updatedReplicas": 3});
+                            "availableReplicas": 3, "updatedReplicas": 3});
         let down = ClusterWorkload {
             propagated: false,
             spec: Some(&spec),
             ..ClusterWorkload::default()
         };
         let a = aggregate(
-            WorkloadKind::Deployment,
+            &rules(WorkloadKind::Deployment),
             &[deployment(&spec, Some(&status)), down],
         );
         assert_eq!(a.clusters, "1/2");
@@ -360,7 +385,7 @@ mod tests {
         let status = json!({"observedGeneration": 1, "replicas": 3, "readyReplicas": 1,
                             "updatedReplicas": 3});
         let a = aggregate(
-            WorkloadKind::Deployment,
+            &rules(WorkloadKind::Deployment),
             &[deployment(&spec, Some(&status))],
         );
         assert_eq!(a.clusters, "0/1");
@@ -375,14 +400,17 @@ mod tests {
             generation: Some(2),
             ..deployment(&spec, Some(&status))
         };
-        assert_eq!(aggregate(WorkloadKind::Deployment, &[c]).clusters, "0/1");
+        assert_eq!(
+            aggregate(&rules(WorkloadKind::Deployment), &[c]).clusters,
+            "0/1"
+        );
     }
 
     #[test]
     fn a_deployment_without_replicas_wants_one() {
         let spec = json!({});
         assert_eq!(
-            aggregate(WorkloadKind::Deployment, &[deployment(&spec, None)])
+            aggregate(&rules(WorkloadKind::Deployment), &[deployment(&spec, None)])
                 .ready
                 .as_deref(),
             Some("0/1")
@@ -411,7 +439,7 @@ mod tests {
             status: Some(&status),
             ..ClusterWorkload::default()
         };
-        let a = aggregate(WorkloadKind::DaemonSet, &[c]);
+        let a = aggregate(&rules(WorkloadKind::DaemonSet), &[c]);
         assert_eq!(a.ready.as_deref(), Some("2/3"));
         assert_eq!(a.counts.number_ready, Some(2));
         assert_eq!(a.counts.desired_number_scheduled, Some(3));
@@ -429,7 +457,7 @@ mod tests {
             status: Some(status),
             ..ClusterWorkload::default()
         };
-        let a = aggregate(WorkloadKind::Job, &[c(&done), c(&running)]);
+        let a = aggregate(&rules(WorkloadKind::Job), &[c(&done), c(&running)]);
         assert_eq!(a.completions.as_deref(), Some("3/4"));
         assert_eq!(a.ready, None);
         assert_eq!(a.clusters, "1/2");
@@ -441,7 +469,7 @@ mod tests {
         let spec = json!({"replicas": 1});
         let status = json!({"readyReplicas": 1, "updatedReplicas": 1});
         let a = aggregate(
-            WorkloadKind::ReplicaSet,
+            &rules(WorkloadKind::ReplicaSet),
             &[deployment(&spec, Some(&status))],
         );
         let v = serde_json::to_value(&a).expect("serializes");

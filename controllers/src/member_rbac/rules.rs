@@ -136,6 +136,7 @@ mod tests {
                 federated_type: target,
                 status_type: None,
                 status_collection: None,
+                health: None,
             },
         )
     }

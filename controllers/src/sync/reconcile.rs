@@ -202,7 +202,7 @@ impl Ctl {
             self.announce_dropped_metadata(fed, &desired).await;
         }
         let mut remote = remote_statuses(self.ty.collect_status, &snapshot, &observed);
-        let member_specs = member_specs(self.ty.workload.is_some(), &snapshot, &observed);
+        let member_specs = member_specs(self.ty.health.is_some(), &snapshot, &observed);
         let host_ns_uid = match self
             .host_uid_if_removing(key, &snapshot, &observed, &selected)
             .await
@@ -223,8 +223,8 @@ impl Ctl {
         let placement = aggregate.is_none().then_some(&spec.placement);
         Unsettled::new(&previous, &snapshot, placement, &self.shared.namespace)
             .report(&mut round, &mut remote);
-        let aggregated = self.ty.workload.map(|kind| {
-            plan::aggregate::aggregated(kind, &round.outcomes, &member_specs, &desired, &remote)
+        let aggregated = self.ty.health.as_deref().map(|health| {
+            plan::aggregate::aggregated(health, &round.outcomes, &member_specs, &desired, &remote)
         });
         let scheduling = Scheduling::of(decision.as_ref(), spec.placement.is_scheduled());
         if let Some(message) = &conflict {

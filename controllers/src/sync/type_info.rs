@@ -6,8 +6,8 @@ use flotilla_crds::{
     DEFAULT_NAMESPACE,
     alpha::FederatedApi,
     core::{FederatedTypeConfigSpec, Scope, StatusCollectionMode},
+    health::TypeHealth,
     work::work_name,
-    workload::WorkloadKind,
 };
 use k8s_openapi::{
     api::core::v1::ObjectReference, apimachinery::pkg::apis::meta::v1::OwnerReference,
@@ -34,9 +34,10 @@ pub(super) struct TypeInfo {
     /// Copy each member object's `status` into `status.clusters[].remoteStatus`
     /// (the FTC's `statusCollection: Enabled`).
     pub collect_status: bool,
-    /// The workload kind whose status is summed into `status.aggregated`: set for
-    /// Deployments, ReplicaSets, StatefulSets, DaemonSets and Jobs when status is collected.
-    pub workload: Option<WorkloadKind>,
+    /// The health rules that gate rollouts and sum `status.aggregated`: set when status is
+    /// collected and the type has rules (its FTC's `spec.health`, or a workload kind's
+    /// built-in ones).
+    pub health: Option<std::sync::Arc<TypeHealth>>,
     /// What the federated CRD's schema drops from status.
     pub pruned: Pruned,
 }
@@ -55,7 +56,8 @@ impl TypeInfo {
             is_namespace_type,
             needs_ns_placement: target_namespaced && !is_namespace_type,
             collect_status,
-            workload: WorkloadKind::of(&ftc.target_type).filter(|_| collect_status),
+            health: Some(TypeHealth::of(&ftc.target_type, ftc.health.as_ref()))
+                .filter(|h| collect_status && (h.has_rules() || h.invalid().is_some())),
             pruned,
         }
     }
@@ -190,6 +192,7 @@ pub(super) fn info(group: &str, kind: &str, scope: Scope) -> TypeInfo {
         federated_type: fed_type.clone(),
         status_type: None,
         status_collection: None,
+        health: None,
     };
     TypeInfo::of(&ftc, fed_type.to_kube(), Pruned::default())
 }

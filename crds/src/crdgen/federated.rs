@@ -115,6 +115,7 @@ pub fn federated_type_config(target: &TargetType, namespace: &str) -> FederatedT
             federated_type: federated_api_resource(&target.api),
             status_type: None,
             status_collection: None,
+            health: None,
         },
     );
     ftc.metadata.namespace = Some(namespace.into());

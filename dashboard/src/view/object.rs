@@ -198,12 +198,17 @@ fn decision(p: &PlacementStatus) -> (Vec<String>, Vec<String>) {
     (chosen, moves)
 }
 
-/// `6/6 ready in 2/2 clusters`.
+/// `6/6 ready in 2/2 clusters`, then each cluster that is not plainly healthy under its
+/// type's health rules (`; m2 Failed: phase Failed`).
 fn aggregated(a: &AggregatedStatus) -> String {
-    match a.ready.as_ref().or(a.completions.as_ref()) {
+    let mut text = match a.ready.as_ref().or(a.completions.as_ref()) {
         Some(p) => format!("{p} ready in {} clusters", a.clusters),
         None => format!("{} clusters", a.clusters),
+    };
+    for h in &a.health {
+        text.push_str(&format!("; {} {}: {}", h.cluster, h.state, h.message));
     }
+    text
 }
 
 fn yaml(value: &Value) -> String {
@@ -458,7 +463,9 @@ mod tests {
                 json!({"observedGeneration": 1,
                        "conditions": [{"type": "Propagation", "status": "True"}],
                        "clusters": [{"name": "m1"}],
-                       "aggregated": {"clusters": "1/1", "ready": "3/3"},
+                       "aggregated": {"clusters": "1/1", "ready": "3/3",
+                                      "health": [{"cluster": "m2", "state": "Failed",
+                                                  "message": "phase Failed"}]},
                        "placement": {"clusters": [{"name": "m1"}],
                                      "moves": [{"cluster": "m2", "reason": "Replaced",
                                                 "since": "2026-01-01T00:00:00Z", "message": "not ready"}]}}),
@@ -471,7 +478,7 @@ mod tests {
         assert_eq!(moves, ["m2 Replaced since 2026-01-01T00:00:00Z: not ready"]);
         assert_eq!(
             view.aggregated.as_deref(),
-            Some("3/3 ready in 1/1 clusters")
+            Some("3/3 ready in 1/1 clusters; m2 Failed: phase Failed")
         );
         assert_eq!(view.clusters[1].cell, Cell::NotPlaced);
         assert!(

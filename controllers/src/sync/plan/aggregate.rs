@@ -6,7 +6,10 @@
 
 use std::collections::BTreeMap;
 
-use flotilla_crds::workload::{AggregatedStatus, ClusterWorkload, WorkloadKind, aggregate};
+use flotilla_crds::{
+    health::TypeHealth,
+    workload::{AggregatedStatus, ClusterWorkload, aggregate},
+};
 use serde_json::Value;
 
 use super::{DesiredFor, DesiredSet, Outcome};
@@ -27,9 +30,10 @@ pub fn member_specs<'a>(objects: impl IntoIterator<Item = (&'a str, &'a Value)>)
         .collect()
 }
 
-/// The aggregated status of a `kind` workload from the per-cluster outcomes.
+/// The aggregated status of an object of a type with `health` rules from the per-cluster
+/// outcomes.
 pub fn aggregated(
-    kind: WorkloadKind,
+    health: &TypeHealth,
     outcomes: &BTreeMap<String, Outcome>,
     members: &MemberSpecs,
     desired: &DesiredSet,
@@ -45,6 +49,7 @@ pub fn aggregated(
                 _ => None,
             };
             ClusterWorkload {
+                cluster: name,
                 propagated: matches!(o, Outcome::Ok),
                 spec: member.map(|(spec, _)| spec).or(desired_spec),
                 generation: member.and_then(|(_, generation)| *generation),
@@ -52,7 +57,7 @@ pub fn aggregated(
             }
         })
         .collect();
-    aggregate(kind, &clusters)
+    aggregate(health, &clusters)
 }
 
 #[cfg(test)]
@@ -60,6 +65,15 @@ mod tests {
     use super::*;
     use flotilla_crds::ClusterReason;
     use serde_json::json;
+
+    fn deployment() -> std::sync::Arc<TypeHealth> {
+        let target = flotilla_crds::core::ApiResource {
+            group: "apps".into(),
+            kind: "Deployment".into(),
+            ..Default::default()
+        };
+        TypeHealth::of(&target, None)
+    }
 
     fn desired(replicas: i64) -> DesiredSet {
         let mut set = DesiredSet::default();
@@ -94,13 +108,7 @@ mod tests {
             &json!({"metadata": {"generation": 1}, "spec": {"replicas": 3}}),
         )]);
         let remote = BTreeMap::from([("m1".to_string(), ready(3))]);
-        let a = aggregated(
-            WorkloadKind::Deployment,
-            &outcomes,
-            &members,
-            &desired(3),
-            &remote,
-        );
+        let a = aggregated(&deployment(), &outcomes, &members, &desired(3), &remote);
         assert_eq!(a.clusters, "1/2");
         assert_eq!(a.ready.as_deref(), Some("3/6"));
     }
@@ -114,7 +122,7 @@ mod tests {
         ]);
         let remote = BTreeMap::from([("m1".to_string(), ready(2))]);
         let a = aggregated(
-            WorkloadKind::Deployment,
+            &deployment(),
             &outcomes,
             &MemberSpecs::new(),
             &desired(2),
@@ -130,7 +138,7 @@ mod tests {
         let outcomes = BTreeMap::from([("m1".to_string(), Outcome::Ok)]);
         let members = member_specs([("m1", &json!({"spec": {"replicas": 5}}))]);
         let a = aggregated(
-            WorkloadKind::Deployment,
+            &deployment(),
             &outcomes,
             &members,
             &desired(2),

@@ -103,7 +103,7 @@ impl Ctl {
             // arrives; the rollout itself goes on.
             warn!(error = %e, "storing the rollout revision failed");
         }
-        let inputs = cluster_inputs(self.ty.workload, &members, desired);
+        let inputs = cluster_inputs(self.ty.health.as_deref(), &members, desired);
         let clusters: Vec<ClusterInput<'_>> = inputs.iter().map(|i| i.as_input()).collect();
         let plan = plan(&Input {
             spec: rollout,
@@ -285,7 +285,7 @@ impl ClusterFacts {
 
 /// Where each placed cluster (a cluster with a desired entry) stands on the target.
 fn cluster_inputs(
-    workload: Option<flotilla_crds::workload::WorkloadKind>,
+    health: Option<&flotilla_crds::health::TypeHealth>,
     members: &Members<'_>,
     desired: &DesiredSet,
 ) -> Vec<ClusterFacts> {
@@ -300,7 +300,7 @@ fn cluster_inputs(
                 (DesiredFor::Object { hash, .. }, Observed::Present(obj)) => {
                     let at = annotation(obj, HASH_ANNOTATION).as_deref() == Some(hash.as_str());
                     let health = if at {
-                        member_health(workload, obj)
+                        member_health(health, obj)
                     } else {
                         Err("the member object does not hold the target yet".into())
                     };
@@ -370,7 +370,6 @@ pub(super) fn apply(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use flotilla_crds::workload::WorkloadKind;
 
     fn member(revision: Option<&str>, hash: &str) -> Observed {
         let mut annotations = json!({ HASH_ANNOTATION: hash });
@@ -476,7 +475,13 @@ mod tests {
             snapshot: &snapshot,
             observed: &observed,
         };
-        let facts = cluster_inputs(Some(WorkloadKind::Deployment), &members, &desired);
+        let deployment = flotilla_crds::core::ApiResource {
+            group: "apps".into(),
+            kind: "Deployment".into(),
+            ..Default::default()
+        };
+        let health = flotilla_crds::health::TypeHealth::of(&deployment, None);
+        let facts = cluster_inputs(Some(&health), &members, &desired);
         let got: Vec<(&str, bool, bool, Option<&str>)> = facts
             .iter()
             .map(|f| {
