@@ -150,8 +150,15 @@ pub fn references(pod_spec: &Value) -> BTreeSet<Dependency> {
     for v in items(pod_spec, "volumes") {
         add(ConfigMap, v.pointer("/configMap/name"));
         add(Secret, v.pointer("/secret/secretName"));
-        add(PersistentVolumeClaim, v.pointer("/persistentVolumeClaim/claimName"));
-        for s in v.pointer("/projected/sources").map(list).unwrap_or_default() {
+        add(
+            PersistentVolumeClaim,
+            v.pointer("/persistentVolumeClaim/claimName"),
+        );
+        for s in v
+            .pointer("/projected/sources")
+            .map(list)
+            .unwrap_or_default()
+        {
             add(ConfigMap, s.pointer("/configMap/name"));
             add(Secret, s.pointer("/secret/name"));
         }
@@ -274,7 +281,10 @@ pub fn ensure_op(
     let mut owners = owners(existing);
     let had_owner = !owners.insert(owner.to_string());
     let current = existing
-        .pointer(&format!("/metadata/annotations/{}", escape(DEPENDENCY_HASH_ANNOTATION)))
+        .pointer(&format!(
+            "/metadata/annotations/{}",
+            escape(DEPENDENCY_HASH_ANNOTATION)
+        ))
         .and_then(Value::as_str);
     if had_owner && current == Some(hash.as_str()) {
         return EnsureOp::Nothing;
@@ -296,7 +306,13 @@ fn copy(
     let Some(obj) = base.as_object_mut() else {
         return base;
     };
-    for k in ["data", "binaryData", "immutable", "imagePullSecrets", "automountServiceAccountToken"] {
+    for k in [
+        "data",
+        "binaryData",
+        "immutable",
+        "imagePullSecrets",
+        "automountServiceAccountToken",
+    ] {
         obj.remove(k);
     }
     for (k, v) in content {
@@ -309,7 +325,10 @@ fn copy(
         }
         obj.insert(k, v);
     }
-    let mut labels = host.pointer("/metadata/labels").cloned().unwrap_or(json!({}));
+    let mut labels = host
+        .pointer("/metadata/labels")
+        .cloned()
+        .unwrap_or(json!({}));
     labels[DEPENDENCY_LABEL] = json!("true");
     let meta = obj.entry("metadata").or_insert(json!({}));
     meta["labels"] = labels;

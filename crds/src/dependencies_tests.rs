@@ -6,7 +6,9 @@ fn deployment(pod: Value) -> Value {
 }
 
 fn names(refs: &BTreeSet<Dependency>) -> Vec<(&'static str, &str)> {
-    refs.iter().map(|d| (d.kind.as_str(), d.name.as_str())).collect()
+    refs.iter()
+        .map(|d| (d.kind.as_str(), d.name.as_str()))
+        .collect()
 }
 
 #[test]
@@ -60,13 +62,19 @@ fn the_default_service_account_and_empty_names_are_not_dependencies() {
     let pod = json!({"serviceAccountName": "default", "volumes": [{"configMap": {"name": ""}}]});
     assert!(references(&pod).is_empty());
     let old_field = json!({"serviceAccount": "legacy"});
-    assert_eq!(names(&references(&old_field)), vec![("ServiceAccount", "legacy")]);
+    assert_eq!(
+        names(&references(&old_field)),
+        vec![("ServiceAccount", "legacy")]
+    );
 }
 
 #[test]
 fn pods_cron_jobs_and_other_workloads_have_their_pod_spec_in_different_places() {
     let pod = json!({"spec": {"serviceAccountName": "a"}});
-    assert_eq!(pod_spec("Pod", &pod), Some(&json!({"serviceAccountName": "a"})));
+    assert_eq!(
+        pod_spec("Pod", &pod),
+        Some(&json!({"serviceAccountName": "a"}))
+    );
     let cron = json!({"spec": {"jobTemplate": {"spec": {"template": {"spec": {"serviceAccountName": "b"}}}}}});
     assert!(pod_spec("CronJob", &cron).is_some());
     assert_eq!(pod_spec("ConfigMap", &json!({"data": {"a": "b"}})), None);
@@ -77,7 +85,10 @@ fn the_spec_field_or_the_annotation_turns_propagation_on() {
     let none = BTreeMap::new();
     assert!(enabled(&json!({"propagateDependencies": true}), &none));
     assert!(!enabled(&json!({"propagateDependencies": false}), &none));
-    let on = BTreeMap::from([(PROPAGATE_DEPENDENCIES_ANNOTATION.to_string(), "true".to_string())]);
+    let on = BTreeMap::from([(
+        PROPAGATE_DEPENDENCIES_ANNOTATION.to_string(),
+        "true".to_string(),
+    )]);
     assert!(enabled(&json!({}), &on));
 }
 
@@ -92,7 +103,12 @@ fn host_secret() -> Value {
 
 #[test]
 fn a_missing_copy_is_created_with_the_label_the_owner_and_the_content_only() {
-    let EnsureOp::Create(obj) = ensure_op(DependencyKind::Secret, &host_secret(), None, "FederatedDeployment/web") else {
+    let EnsureOp::Create(obj) = ensure_op(
+        DependencyKind::Secret,
+        &host_secret(),
+        None,
+        "FederatedDeployment/web",
+    ) else {
         panic!("expected a create");
     };
     assert_eq!(obj["metadata"]["name"], "tls");
@@ -101,7 +117,10 @@ fn a_missing_copy_is_created_with_the_label_the_owner_and_the_content_only() {
     assert_eq!(obj["metadata"]["resourceVersion"], Value::Null);
     assert_eq!(obj["metadata"]["labels"]["team"], "a");
     assert_eq!(obj["metadata"]["labels"][DEPENDENCY_LABEL], "true");
-    assert_eq!(obj["metadata"]["annotations"][OWNERS_ANNOTATION], "FederatedDeployment/web");
+    assert_eq!(
+        obj["metadata"]["annotations"][OWNERS_ANNOTATION],
+        "FederatedDeployment/web"
+    );
     assert_eq!(obj["data"]["key"], "c2VjcmV0");
     assert_eq!(obj["type"], "Opaque");
 }
@@ -109,19 +128,48 @@ fn a_missing_copy_is_created_with_the_label_the_owner_and_the_content_only() {
 #[test]
 fn a_current_copy_needs_nothing_and_a_second_owner_is_added() {
     let host = host_secret();
-    let EnsureOp::Create(mut member) = ensure_op(DependencyKind::Secret, &host, None, "FederatedDeployment/web") else {
+    let EnsureOp::Create(mut member) = ensure_op(
+        DependencyKind::Secret,
+        &host,
+        None,
+        "FederatedDeployment/web",
+    ) else {
         panic!("expected a create");
     };
     member["metadata"]["resourceVersion"] = json!("3");
-    assert_eq!(ensure_op(DependencyKind::Secret, &host, Some(&member), "FederatedDeployment/web"), EnsureOp::Nothing);
-    let EnsureOp::Replace(next) = ensure_op(DependencyKind::Secret, &host, Some(&member), "FederatedJob/migrate") else {
+    assert_eq!(
+        ensure_op(
+            DependencyKind::Secret,
+            &host,
+            Some(&member),
+            "FederatedDeployment/web"
+        ),
+        EnsureOp::Nothing
+    );
+    let EnsureOp::Replace(next) = ensure_op(
+        DependencyKind::Secret,
+        &host,
+        Some(&member),
+        "FederatedJob/migrate",
+    ) else {
         panic!("expected a replace");
     };
-    assert_eq!(next["metadata"]["annotations"][OWNERS_ANNOTATION], "FederatedDeployment/web,FederatedJob/migrate");
-    assert_eq!(next["metadata"]["resourceVersion"], "3", "the replace is conditional");
+    assert_eq!(
+        next["metadata"]["annotations"][OWNERS_ANNOTATION],
+        "FederatedDeployment/web,FederatedJob/migrate"
+    );
+    assert_eq!(
+        next["metadata"]["resourceVersion"], "3",
+        "the replace is conditional"
+    );
     let mut edited = host.clone();
     edited["data"]["key"] = json!("bmV3");
-    let EnsureOp::Replace(next) = ensure_op(DependencyKind::Secret, &edited, Some(&member), "FederatedDeployment/web") else {
+    let EnsureOp::Replace(next) = ensure_op(
+        DependencyKind::Secret,
+        &edited,
+        Some(&member),
+        "FederatedDeployment/web",
+    ) else {
         panic!("expected a replace");
     };
     assert_eq!(next["data"]["key"], "bmV3");
@@ -131,9 +179,15 @@ fn a_current_copy_needs_nothing_and_a_second_owner_is_added() {
 fn objects_flotilla_did_not_copy_are_never_taken() {
     let host = host_secret();
     let users = json!({"metadata": {"name": "tls", "labels": {}}});
-    assert_eq!(ensure_op(DependencyKind::Secret, &host, Some(&users), "o"), EnsureOp::Refuse(Holder::Foreign));
+    assert_eq!(
+        ensure_op(DependencyKind::Secret, &host, Some(&users), "o"),
+        EnsureOp::Refuse(Holder::Foreign)
+    );
     let federated = json!({"metadata": {"name": "tls", "labels": {MANAGED_LABEL: "true", DEPENDENCY_LABEL: "true"}}});
-    assert_eq!(ensure_op(DependencyKind::Secret, &host, Some(&federated), "o"), EnsureOp::Refuse(Holder::Federated));
+    assert_eq!(
+        ensure_op(DependencyKind::Secret, &host, Some(&federated), "o"),
+        EnsureOp::Refuse(Holder::Federated)
+    );
     assert_eq!(release_op(Some(&users), "o"), ReleaseOp::Nothing);
     assert_eq!(release_op(Some(&federated), "o"), ReleaseOp::Nothing);
 }
@@ -146,13 +200,25 @@ fn the_last_owner_deletes_the_copy_and_others_only_leave_the_annotation() {
     let ReleaseOp::Replace(next) = release_op(Some(&copy), "FederatedJob/migrate") else {
         panic!("expected a replace");
     };
-    assert_eq!(next["metadata"]["annotations"][OWNERS_ANNOTATION], "FederatedDeployment/web");
-    assert_eq!(release_op(Some(&next), "FederatedJob/migrate"), ReleaseOp::Nothing);
+    assert_eq!(
+        next["metadata"]["annotations"][OWNERS_ANNOTATION],
+        "FederatedDeployment/web"
+    );
+    assert_eq!(
+        release_op(Some(&next), "FederatedJob/migrate"),
+        ReleaseOp::Nothing
+    );
     assert_eq!(
         release_op(Some(&next), "FederatedDeployment/web"),
-        ReleaseOp::Delete { uid: Some("u1".into()), resource_version: Some("9".into()) }
+        ReleaseOp::Delete {
+            uid: Some("u1".into()),
+            resource_version: Some("9".into())
+        }
     );
-    assert_eq!(release_op(None, "FederatedDeployment/web"), ReleaseOp::Nothing);
+    assert_eq!(
+        release_op(None, "FederatedDeployment/web"),
+        ReleaseOp::Nothing
+    );
 }
 
 #[test]
@@ -160,7 +226,9 @@ fn an_existing_claim_only_takes_new_requests_and_keeps_its_bound_volume() {
     let host = json!({"metadata": {"name": "data", "namespace": "demo"},
         "spec": {"accessModes": ["ReadWriteOnce"], "volumeName": "pv-host",
             "resources": {"requests": {"storage": "2Gi"}}}});
-    let EnsureOp::Create(created) = ensure_op(DependencyKind::PersistentVolumeClaim, &host, None, "o") else {
+    let EnsureOp::Create(created) =
+        ensure_op(DependencyKind::PersistentVolumeClaim, &host, None, "o")
+    else {
         panic!("expected a create");
     };
     assert_eq!(created["spec"].get("volumeName"), None);
@@ -168,7 +236,12 @@ fn an_existing_claim_only_takes_new_requests_and_keeps_its_bound_volume() {
     member["spec"]["volumeName"] = json!("pv-member");
     let mut bigger = host.clone();
     bigger["spec"]["resources"]["requests"]["storage"] = json!("5Gi");
-    let EnsureOp::Replace(next) = ensure_op(DependencyKind::PersistentVolumeClaim, &bigger, Some(&member), "o") else {
+    let EnsureOp::Replace(next) = ensure_op(
+        DependencyKind::PersistentVolumeClaim,
+        &bigger,
+        Some(&member),
+        "o",
+    ) else {
         panic!("expected a replace");
     };
     assert_eq!(next["spec"]["volumeName"], "pv-member");

@@ -189,11 +189,14 @@ pub fn report(
     let mut out = Vec::new();
     for (dep, lookup) in wanted {
         let entry = match lookup {
-            Lookup::Explicit => entry(dep, DependencyState::Explicit, vec![])
-                .because(
-                    DependencyReason::FederatedExplicitly,
-                    format!("Federated{} {} propagates it; its placement decides", dep.kind.as_str(), dep.name),
+            Lookup::Explicit => entry(dep, DependencyState::Explicit, vec![]).because(
+                DependencyReason::FederatedExplicitly,
+                format!(
+                    "Federated{} {} propagates it; its placement decides",
+                    dep.kind.as_str(),
+                    dep.name
                 ),
+            ),
             Lookup::NotFound => {
                 let release_failed = |d: &Dependency, c: &String| {
                     let pair = (d.clone(), c.clone());
@@ -205,7 +208,11 @@ pub fn report(
                     .collect();
                 entry(dep, DependencyState::NotFound, kept).because(
                     DependencyReason::DependencyNotFound,
-                    format!("{} {} does not exist in namespace {namespace}", dep.kind.as_str(), dep.name),
+                    format!(
+                        "{} {} does not exist in namespace {namespace}",
+                        dep.kind.as_str(),
+                        dep.name
+                    ),
                 )
             }
             Lookup::Found => found_entry(dep, &before, outcomes),
@@ -237,8 +244,14 @@ fn found_entry(
             }
             PairOutcome::Refused(h) => {
                 let (reason, who) = match h {
-                    Holder::Federated => (DependencyReason::FederatedExplicitly, "a federated object manages"),
-                    _ => (DependencyReason::ExistsInMember, "an object not made by Flotilla holds"),
+                    Holder::Federated => (
+                        DependencyReason::FederatedExplicitly,
+                        "a federated object manages",
+                    ),
+                    _ => (
+                        DependencyReason::ExistsInMember,
+                        "an object not made by Flotilla holds",
+                    ),
                 };
                 problems.push((reason, format!("{cluster}: {who} this name; left alone")));
             }

@@ -1,7 +1,10 @@
 use super::*;
 
 fn dep(kind: DependencyKind, name: &str) -> Dependency {
-    Dependency { kind, name: name.into() }
+    Dependency {
+        kind,
+        name: name.into(),
+    }
 }
 
 fn set(names: &[&str]) -> BTreeSet<String> {
@@ -19,7 +22,9 @@ fn held(kind: &str, name: &str, clusters: &[&str]) -> DependencyStatus {
 }
 
 fn pairs(list: &[Pair]) -> Vec<(&str, &str)> {
-    list.iter().map(|(d, c)| (d.name.as_str(), c.as_str())).collect()
+    list.iter()
+        .map(|(d, c)| (d.name.as_str(), c.as_str()))
+        .collect()
 }
 
 #[test]
@@ -37,7 +42,10 @@ fn a_dependency_the_template_dropped_is_let_go_of_everywhere() {
     let previous = vec![held("Secret", "old", &["member1", "member2"])];
     let p = plan(&previous, &BTreeMap::new(), &set(&["member1", "member2"]));
     assert!(p.ensure.is_empty());
-    assert_eq!(pairs(&p.release), vec![("old", "member1"), ("old", "member2")]);
+    assert_eq!(
+        pairs(&p.release),
+        vec![("old", "member1"), ("old", "member2")]
+    );
 }
 
 #[test]
@@ -54,7 +62,10 @@ fn copies_of_a_dependency_gone_from_the_host_stay_where_the_workload_is() {
     assert_eq!(status[0].state, "NotFound");
     assert_eq!(status[0].reason, "DependencyNotFound");
     assert_eq!(status[0].clusters, vec!["member1".to_string()]);
-    assert_eq!(status[0].message, "ConfigMap settings does not exist in namespace demo");
+    assert_eq!(
+        status[0].message,
+        "ConfigMap settings does not exist in namespace demo"
+    );
 }
 
 #[test]
@@ -64,8 +75,17 @@ fn an_explicitly_federated_dependency_is_never_written_nor_removed() {
     let previous = vec![held("ConfigMap", "shared", &["member1"])];
     let p = plan(&previous, &wanted, &set(&["member2"]));
     assert_eq!(p, Plan::default());
-    let status = report("demo", &previous, &wanted, &set(&["member2"]), &BTreeMap::new());
-    assert_eq!((status[0].state.as_str(), status[0].reason.as_str()), ("Explicit", "FederatedExplicitly"));
+    let status = report(
+        "demo",
+        &previous,
+        &wanted,
+        &set(&["member2"]),
+        &BTreeMap::new(),
+    );
+    assert_eq!(
+        (status[0].state.as_str(), status[0].reason.as_str()),
+        ("Explicit", "FederatedExplicitly")
+    );
     assert!(status[0].clusters.is_empty());
 }
 
@@ -77,26 +97,45 @@ fn the_report_lists_held_clusters_and_every_failure() {
     let previous = vec![held("ServiceAccount", "runner", &["member2"])];
     let outcomes = BTreeMap::from([
         ((sa.clone(), "member1".to_string()), PairOutcome::Placed),
-        ((sa.clone(), "member2".to_string()), PairOutcome::Failed("denied".into())),
-        ((sa.clone(), "member3".to_string()), PairOutcome::Refused(Holder::Foreign)),
+        (
+            (sa.clone(), "member2".to_string()),
+            PairOutcome::Failed("denied".into()),
+        ),
+        (
+            (sa.clone(), "member3".to_string()),
+            PairOutcome::Refused(Holder::Foreign),
+        ),
     ]);
     let status = report("demo", &previous, &wanted, &clusters, &outcomes);
     assert_eq!(status.len(), 1);
     assert_eq!(status[0].state, "Failed");
     assert_eq!(status[0].reason, "WriteFailed");
-    assert_eq!(status[0].clusters, vec!["member1".to_string(), "member2".to_string()]);
+    assert_eq!(
+        status[0].clusters,
+        vec!["member1".to_string(), "member2".to_string()]
+    );
     assert!(status[0].message.contains("member2: denied"));
-    assert!(status[0].message.contains("member3: an object not made by Flotilla"));
+    assert!(
+        status[0]
+            .message
+            .contains("member3: an object not made by Flotilla")
+    );
     let placed = BTreeMap::from([((sa.clone(), "member1".to_string()), PairOutcome::Placed)]);
     let ok = report("demo", &[], &wanted, &set(&["member1"]), &placed);
-    assert_eq!((ok[0].state.as_str(), ok[0].reason.as_str()), ("Propagated", ""));
+    assert_eq!(
+        (ok[0].state.as_str(), ok[0].reason.as_str()),
+        ("Propagated", "")
+    );
 }
 
 #[test]
 fn a_failed_removal_is_reported_and_tried_again() {
     let old = dep(DependencyKind::Secret, "old");
     let previous = vec![held("Secret", "old", &["member1"])];
-    let outcomes = BTreeMap::from([((old.clone(), "member1".to_string()), PairOutcome::ReleaseFailed("timeout".into()))]);
+    let outcomes = BTreeMap::from([(
+        (old.clone(), "member1".to_string()),
+        PairOutcome::ReleaseFailed("timeout".into()),
+    )]);
     let status = report("demo", &previous, &BTreeMap::new(), &set(&[]), &outcomes);
     assert_eq!(status[0].state, "Removing");
     assert_eq!(status[0].reason, "RemovalFailed");
