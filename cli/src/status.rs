@@ -608,6 +608,7 @@ mod tests {
                 placement: None,
                 rollout: None,
                 drift: Vec::new(),
+                dependencies: Vec::new(),
             },
         }
     }

@@ -60,8 +60,11 @@ async fn set_taints(host: &Client, name: &str, taints: Value) -> anyhow::Result<
 async fn host_objects(fed: &Federation) -> anyhow::Result<()> {
     let pp = PostParams::default();
     let cms = config_maps(&fed.host, NS);
-    cms.create(&pp, &config_map("settings", &[("team", "a")], &[("mode", "blue")]))
-        .await?;
+    cms.create(
+        &pp,
+        &config_map("settings", &[("team", "a")], &[("mode", "blue")]),
+    )
+    .await?;
     cms.create(&pp, &config_map("shared", &[], &[("from", "host")]))
         .await?;
     let secret = Secret {
@@ -120,24 +123,30 @@ fn entry<'a>(deps: &'a [DependencyStatus], name: &str) -> anyhow::Result<&'a Dep
 /// Waits until `status.dependencies` reports the three followers on `cluster`, `shared`
 /// as explicit and `missing` as not found.
 async fn wait_reported_on(web: &FederatedRef, cluster: &str) -> anyhow::Result<()> {
-    wait_for(TIMEOUT, &format!("dependencies reported on {cluster}"), || async {
-        let deps = web.status().await?.dependencies;
-        for name in ["settings", "creds", "runner"] {
-            let d = entry(&deps, name)?;
-            ensure!(d.state == "Propagated" && d.clusters == [cluster], "{d:?}");
-        }
-        let shared = entry(&deps, "shared")?;
-        ensure!(
-            (shared.state.as_str(), shared.reason.as_str()) == ("Explicit", "FederatedExplicitly"),
-            "{shared:?}"
-        );
-        let missing = entry(&deps, "missing")?;
-        ensure!(
-            (missing.state.as_str(), missing.reason.as_str()) == ("NotFound", "DependencyNotFound"),
-            "{missing:?}"
-        );
-        Ok(())
-    })
+    wait_for(
+        TIMEOUT,
+        &format!("dependencies reported on {cluster}"),
+        || async {
+            let deps = web.status().await?.dependencies;
+            for name in ["settings", "creds", "runner"] {
+                let d = entry(&deps, name)?;
+                ensure!(d.state == "Propagated" && d.clusters == [cluster], "{d:?}");
+            }
+            let shared = entry(&deps, "shared")?;
+            ensure!(
+                (shared.state.as_str(), shared.reason.as_str())
+                    == ("Explicit", "FederatedExplicitly"),
+                "{shared:?}"
+            );
+            let missing = entry(&deps, "missing")?;
+            ensure!(
+                (missing.state.as_str(), missing.reason.as_str())
+                    == ("NotFound", "DependencyNotFound"),
+                "{missing:?}"
+            );
+            Ok(())
+        },
+    )
     .await
 }
 
@@ -157,7 +166,10 @@ async fn wait_copies(member: &Client) -> anyhow::Result<()> {
 fn owned<K: ResourceExt>(o: &K) -> anyhow::Result<()> {
     ensure!(o.labels().get(DEPENDENCY_LABEL).map(String::as_str) == Some("true"));
     let owners = o.annotations().get(OWNERS_ANNOTATION).cloned();
-    ensure!(owners.as_deref() == Some("FederatedDeployment/web"), "owners {owners:?}");
+    ensure!(
+        owners.as_deref() == Some("FederatedDeployment/web"),
+        "owners {owners:?}"
+    );
     Ok(())
 }
 
@@ -190,14 +202,18 @@ async fn check_explicit_untouched(fed: &Federation) -> anyhow::Result<()> {
         shared.annotations()
     );
     ensure!(
-        config_maps(&fed.members[0], NS).get_opt("shared").await?.is_none(),
+        config_maps(&fed.members[0], NS)
+            .get_opt("shared")
+            .await?
+            .is_none(),
         "member1 got the explicitly federated ConfigMap"
     );
     Ok(())
 }
 
 #[tokio::test]
-async fn dependencies_follow_a_workload_through_a_failover_and_leave_with_it() -> anyhow::Result<()> {
+async fn dependencies_follow_a_workload_through_a_failover_and_leave_with_it() -> anyhow::Result<()>
+{
     let fed = federation_with_namespace(2, NS).await?;
     let (m1, m2) = (&fed.members[0], &fed.members[1]);
     host_objects(&fed).await?;
@@ -207,28 +223,51 @@ async fn dependencies_follow_a_workload_through_a_failover_and_leave_with_it() -
     wait_present(TIMEOUT, &deployments(m1, NS), "web").await?;
     wait_copies(m1).await?;
     wait_reported_on(&web, "member1").await?;
-    ensure!(!holds_any(m2).await?, "member2 got a dependency of a workload it does not run");
+    ensure!(
+        !holds_any(m2).await?,
+        "member2 got a dependency of a workload it does not run"
+    );
     ensure!(
         deployments(m2, NS).get_opt("web").await?.is_none(),
         "member2 runs web"
     );
     check_explicit_untouched(&fed).await?;
     let status = serde_json::to_string(&web.get().await?.data["status"])?;
-    ensure!(!status.contains(SECRET_VALUE), "the Secret's value is in the status");
+    ensure!(
+        !status.contains(SECRET_VALUE),
+        "the Secret's value is in the status"
+    );
 
     // A host edit reaches the copy.
     let patch = json!({"data": {"mode": "green"}});
     config_maps(&fed.host, NS)
         .patch("settings", &PatchParams::default(), &Patch::Merge(&patch))
         .await?;
-    wait_object(TIMEOUT, &config_maps(m1, NS), "settings", data_is("mode", "green")).await?;
+    wait_object(
+        TIMEOUT,
+        &config_maps(m1, NS),
+        "settings",
+        data_is("mode", "green"),
+    )
+    .await?;
 
     // A NoExecute taint moves the workload to member2; its dependencies follow and leave
     // member1.
-    set_taints(&fed.host, "member1", json!([{"key": "drain", "effect": "NoExecute"}])).await?;
+    set_taints(
+        &fed.host,
+        "member1",
+        json!([{"key": "drain", "effect": "NoExecute"}]),
+    )
+    .await?;
     wait_present(TIMEOUT, &deployments(m2, NS), "web").await?;
     wait_copies(m2).await?;
-    wait_object(TIMEOUT, &config_maps(m2, NS), "settings", data_is("mode", "green")).await?;
+    wait_object(
+        TIMEOUT,
+        &config_maps(m2, NS),
+        "settings",
+        data_is("mode", "green"),
+    )
+    .await?;
     wait_copies_gone(m1).await?;
     wait_reported_on(&web, "member2").await?;
     check_explicit_untouched(&fed).await?;

@@ -93,9 +93,11 @@ impl Ctl {
         let plan = dplan::plan(&previous.dependencies, &wanted, lands);
         let owner = deps::owner_id(&self.ty.fed_ar.kind, &key.1);
         let outcomes = self.carry_out(ns, &owner, plan, &found, snapshot).await;
-        let failed = outcomes
-            .values()
-            .any(|o| matches!(o, PairOutcome::Failed(_) | PairOutcome::ReleaseFailed(_)));
+        // A Pull cluster never gets a client: reported, not retried on a timer.
+        let pull = |c: &str| snapshot.iter().any(|s| s.name == c && s.pull);
+        let failed = outcomes.iter().any(|((_, c), o)| {
+            matches!(o, PairOutcome::Failed(_) | PairOutcome::ReleaseFailed(_)) && !pull(c)
+        });
         let status = dplan::report(ns, &previous.dependencies, &wanted, lands, &outcomes);
         DependencyRound {
             status: Some(status),
@@ -177,7 +179,7 @@ impl Ctl {
     ) -> BTreeMap<Pair, PairOutcome> {
         let client = |cluster: &str| {
             (snapshot.iter())
-                .find(|c| c.name == cluster && !c.pull)
+                .find(|c| c.name == cluster && c.ready && !c.pull)
                 .and_then(|c| c.client.clone())
         };
         let ensure = plan.ensure.into_iter().map(|(dep, cluster)| {
