@@ -38,7 +38,7 @@ fn every_kind_of_reference_in_a_pod_template_is_found() {
             "envFrom": [{"secretRef": {"name": "all-secret"}}]
         }]
     });
-    let refs = references(pod_spec("Deployment", &deployment(pod)).unwrap());
+    let refs = references(pod_spec("Deployment", &deployment(pod)).expect("a pod spec"));
     assert_eq!(
         names(&refs),
         vec![

@@ -141,9 +141,12 @@ impl Ctl {
         let mut wanted = BTreeMap::new();
         let mut found = BTreeMap::new();
         for dep in refs {
+            if self.federated_explicitly(ns, dep).await {
+                wanted.insert(dep.clone(), Lookup::Explicit);
+                continue;
+            }
             let lookup = match self.shared.dependency_hosts.get(ns, dep).await.ok()? {
                 None => Lookup::NotFound,
-                Some(_) if self.federated_explicitly(ns, dep).await => Lookup::Explicit,
                 Some(obj) => {
                     found.insert(dep.clone(), serde_json::to_value(&*obj).ok()?);
                     Lookup::Found
