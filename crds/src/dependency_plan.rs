@@ -296,6 +296,21 @@ fn removing_entries(
         .collect()
 }
 
+/// Entries that became a problem since `previous` (a reason they did not have): each
+/// warrants one Warning Event. An explicitly federated dependency is no problem.
+pub fn new_problems<'a>(
+    previous: &[DependencyStatus],
+    next: &'a [DependencyStatus],
+) -> Vec<&'a DependencyStatus> {
+    let explicit = DependencyState::Explicit.as_str();
+    (next.iter())
+        .filter(|n| !n.reason.is_empty() && n.state != explicit)
+        .filter(|n| {
+            !(previous.iter()).any(|p| p.kind == n.kind && p.name == n.name && p.reason == n.reason)
+        })
+        .collect()
+}
+
 fn entry(dep: &Dependency, state: DependencyState, clusters: Vec<String>) -> DependencyStatus {
     DependencyStatus {
         kind: dep.kind.as_str().into(),

@@ -143,3 +143,17 @@ fn a_failed_removal_is_reported_and_tried_again() {
     let again = plan(&status, &BTreeMap::new(), &set(&[]));
     assert_eq!(pairs(&again.release), vec![("old", "member1")]);
 }
+
+#[test]
+fn a_problem_is_announced_once_and_an_explicit_dependency_never() {
+    let cm = dep(DependencyKind::ConfigMap, "settings");
+    let shared = dep(DependencyKind::ConfigMap, "shared");
+    let wanted = BTreeMap::from([(cm, Lookup::NotFound), (shared, Lookup::Explicit)]);
+    let first = report("demo", &[], &wanted, &set(&["member1"]), &BTreeMap::new());
+    let announced: Vec<&str> = new_problems(&[], &first)
+        .iter()
+        .map(|d| d.name.as_str())
+        .collect();
+    assert_eq!(announced, vec!["settings"]);
+    assert!(new_problems(&first, &first).is_empty());
+}

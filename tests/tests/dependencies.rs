@@ -15,6 +15,7 @@ use flotilla_crds::{
     dependency_plan::DependencyStatus,
 };
 use flotilla_tests::{
+    assert::events_about,
     federation::{Federation, apply},
     host::FederatedRef,
     member::{config_maps, data_is, deployments},
@@ -237,6 +238,13 @@ async fn dependencies_follow_a_workload_through_a_failover_and_leave_with_it() -
         !status.contains(SECRET_VALUE),
         "the Secret's value is in the status"
     );
+
+    wait_for(TIMEOUT, "a DependencyNotFound Event on web", || async {
+        let found = events_about(&fed.host, NS, "web", "DependencyNotFound").await?;
+        ensure!(!found.is_empty(), "none yet");
+        Ok(())
+    })
+    .await?;
 
     // A host edit reaches the copy.
     let patch = json!({"data": {"mode": "green"}});

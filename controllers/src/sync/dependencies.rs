@@ -22,6 +22,7 @@ use kube::{
     Api, Client, ResourceExt,
     api::{DeleteParams, PostParams, Preconditions},
     core::DynamicObject,
+    runtime::events::EventType,
 };
 use serde_json::Value;
 use tokio::sync::broadcast::error::RecvError;
@@ -99,6 +100,10 @@ impl Ctl {
             matches!(o, PairOutcome::Failed(_) | PairOutcome::ReleaseFailed(_)) && !pull(c)
         });
         let status = dplan::report(ns, &previous.dependencies, &wanted, lands, &outcomes);
+        for p in dplan::new_problems(&previous.dependencies, &status) {
+            let note = format!("{} {}: {}", p.kind, p.name, p.message);
+            (self.event(fed, EventType::Warning, &p.reason, note)).await;
+        }
         DependencyRound {
             status: Some(status),
             recheck: failed.then_some(RETRY),
