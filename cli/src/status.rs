@@ -658,6 +658,7 @@ mod tests {
                 placement: None,
                 rollout: None,
                 drift: Vec::new(),
+                dependencies: Vec::new(),
             },
         }
     }

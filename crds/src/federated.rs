@@ -33,6 +33,11 @@ pub struct FederatedSpec {
     /// cluster at once).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rollout: Option<crate::rollout::RolloutSpec>,
+    /// Flotilla extension: the ConfigMaps, Secrets, ServiceAccounts and
+    /// PersistentVolumeClaims the pod template references follow the workload to its
+    /// clusters (see `crate::dependencies`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub propagate_dependencies: bool,
 }
 
 /// Which clusters get an object. A non-nil `clusters` wins (an empty list selects none);
@@ -183,6 +188,10 @@ pub struct FederatedStatus {
     /// changed, who, and whether Flotilla repaired it (`flotilla.io/drift-policy`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub drift: Vec<crate::drift::ClusterDrift>,
+    /// Flotilla extension: the dependencies that follow the workload
+    /// (`spec.propagateDependencies`), where they are and why one is not propagated.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub dependencies: Vec<crate::dependency_plan::DependencyStatus>,
 }
 
 /// The stored scheduling decision: read back as the sticky input of the next decision.

@@ -11,6 +11,8 @@ pub mod compat;
 pub mod core;
 pub mod crdgen;
 pub mod defaults;
+pub mod dependencies;
+pub mod dependency_plan;
 pub mod desired;
 pub mod drift;
 pub mod duration;

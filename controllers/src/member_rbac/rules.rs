@@ -3,7 +3,8 @@
 //! endpoints, request tokens of ServiceAccounts for ServiceAccountImports
 //! (`serviceaccounts/token` create — no read of ServiceAccounts or their Secrets), and keep
 //! its own ClusterRole in step with the enabled types, and what Multi-Cluster Services need
-//! ([`mcs_rules`]) — nothing else.
+//! ([`mcs_rules`]), and with a workload type enabled, the copies of the dependencies that
+//! follow workloads ([`dependency_rules`]) — nothing else.
 //! (kubefedctl gave the host `*` on every resource of every group in every member.)
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -59,6 +60,42 @@ pub fn mcs_rules() -> Vec<PolicyRule> {
     ]
 }
 
+/// Workload types (group, plural) whose pod templates may name dependencies that follow
+/// them (`spec.propagateDependencies`).
+const WORKLOAD_TYPES: [(&str, &str); 7] = [
+    ("apps", "deployments"),
+    ("apps", "replicasets"),
+    ("apps", "statefulsets"),
+    ("apps", "daemonsets"),
+    ("batch", "jobs"),
+    ("batch", "cronjobs"),
+    ("", "pods"),
+];
+
+/// When a workload type is enabled: the copies of its dependencies are read, created,
+/// replaced and deleted in members (ConfigMaps, Secrets, ServiceAccounts, PVCs).
+pub fn dependency_rules(types: &BTreeSet<(String, String)>) -> Vec<PolicyRule> {
+    let workloads = (types.iter()).any(|(g, p)| WORKLOAD_TYPES.contains(&(g.as_str(), p.as_str())));
+    if !workloads {
+        return Vec::new();
+    }
+    let resources = [
+        "configmaps",
+        "secrets",
+        "serviceaccounts",
+        "persistentvolumeclaims",
+    ];
+    vec![PolicyRule {
+        api_groups: Some(vec![String::new()]),
+        resources: Some(resources.iter().map(|s| s.to_string()).collect()),
+        verbs: ["get", "create", "update", "delete"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect(),
+        ..PolicyRule::default()
+    }]
+}
+
 /// [`TYPE_VERBS`] on the given target types, one rule per API group (also what a Pull
 /// cluster's agent is given, see [`crate::pull_rbac`]).
 pub fn type_rules(types: &BTreeSet<(String, String)>) -> Vec<PolicyRule> {
@@ -94,6 +131,7 @@ pub fn member_rules(types: &BTreeSet<(String, String)>, role: &str) -> Vec<Polic
         ..PolicyRule::default()
     });
     rules.extend(mcs_rules());
+    rules.extend(dependency_rules(types));
     rules.push(PolicyRule {
         non_resource_urls: Some(strings(&HEALTH_URLS)),
         verbs: vec!["get".into()],
@@ -203,6 +241,23 @@ mod tests {
         );
         assert_eq!(token[0].verbs, vec!["create".to_string()]);
         assert_eq!(token[0].api_groups, Some(vec![String::new()]));
+    }
+
+    #[test]
+    fn dependency_copies_are_granted_only_with_a_workload_type() {
+        let config_maps = BTreeSet::from([(String::new(), "configmaps".to_string())]);
+        assert!(dependency_rules(&config_maps).is_empty());
+        let deployments = BTreeSet::from([("apps".to_string(), "deployments".to_string())]);
+        let rules = dependency_rules(&deployments);
+        assert_eq!(rules.len(), 1);
+        assert!(
+            rules[0]
+                .resources
+                .iter()
+                .flatten()
+                .any(|r| r == "persistentvolumeclaims")
+        );
+        assert!(!rules[0].verbs.iter().any(|v| v == "list" || v == "watch"));
     }
 
     #[test]

@@ -74,6 +74,7 @@ mod tests {
         placement: None,
         rollout: None,
         drift: Vec::new(),
+        dependencies: Vec::new(),
     };
     use flotilla_crds::core::Scope;
     use serde_json::{Value, json};

@@ -135,6 +135,7 @@ impl Ctl {
             },
             rollout: None,
             drift: None,
+            dependencies: None,
         };
         self.write_status(fed, update).await;
     }
@@ -234,6 +235,9 @@ impl Ctl {
             warn!(clusters = ?abandoned, object = %object, kind = %self.ty.target_ar.kind, "deletion incomplete: {msg}");
             self.event(fed, EventType::Warning, "DeletionIncomplete", msg)
                 .await;
+        }
+        if !cx.keep {
+            self.release_dependencies(key, fed).await;
         }
         finalizer::remove(&self.shared.host, &self.ty, fed).await?;
         info!(object = ?key, orphan = cx.keep, "member objects removed; finalizer dropped");

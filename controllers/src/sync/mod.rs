@@ -18,6 +18,8 @@ mod breaker;
 mod ctl;
 mod delete_options;
 mod deletion;
+mod dependencies;
+mod dependency_hosts;
 mod dispatch;
 mod drift;
 mod finalizer;
@@ -110,6 +112,8 @@ pub struct SyncShared {
     revisions: rollout::Revisions,
     /// Member objects orphaning deletions gave up on, kept when their cluster returns.
     orphans: orphans::Orphans,
+    /// Host caches of the kinds workloads depend on, and who references what.
+    dependency_hosts: dependency_hosts::DependencyHosts,
 }
 
 impl SyncShared {
@@ -126,7 +130,7 @@ impl SyncShared {
         let decisions =
             crate::decisions::Publisher::start(host.clone(), &namespace, profile_namespace);
         Arc::new(SyncShared {
-            host,
+            host: host.clone(),
             clusters,
             config,
             namespace,
@@ -137,6 +141,7 @@ impl SyncShared {
             breakers: breaker::Breakers::default(),
             revisions: rollout::Revisions::default(),
             orphans: orphans::Orphans::default(),
+            dependency_hosts: dependency_hosts::DependencyHosts::new(host),
         })
     }
 
@@ -229,6 +234,10 @@ impl TypeController {
             tokio::spawn(follow_members(ctl.clone(), member_rx, queue.clone())),
             tokio::spawn(follow_clusters(ctl.clone(), queue.clone())),
             tokio::spawn(pull::watch_works(ctl.clone(), work_writer, queue.clone())),
+            tokio::spawn(dependencies::follow_host_changes(
+                ctl.clone(),
+                queue.clone(),
+            )),
             gate_task,
         ];
         if needs_ns_placement {

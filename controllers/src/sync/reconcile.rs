@@ -22,6 +22,7 @@ use super::{
     action::{Action, Error},
     ctl::Ctl,
     deletion::no_client,
+    dependencies,
     dispatch::{MemberOp, MemberRef, run_on_member},
     drift::{self, DriftContext, DriftRound},
     finalizer::{self, has_finalizer},
@@ -216,6 +217,8 @@ impl Ctl {
         let cx = self
             .write_context(key, fed, &spec, &desired, &previous)
             .await;
+        let lands = dependencies::lands_on(&selected, &desired);
+        let deps = (self.follow_dependencies(key, fed, &spec, &previous, &snapshot, &lands)).await;
         let mut round = self
             .propagate(&snapshot, observed, &selected, host_ns_uid.as_deref(), &cx)
             .await;
@@ -240,13 +243,14 @@ impl Ctl {
             scheduling,
             rollout: rollout.as_ref(),
             drift: Some(std::mem::take(&mut round.drift_status)),
+            dependencies: deps.status,
         };
         self.write_status(fed, update).await;
         scheduled::publish(&self.shared.decisions, &self.ty.fed_ar, fed, scheduling).await;
         let announced = self
             .announce_steps(fed, &previous, rollout.as_ref(), decision.as_ref())
             .await;
-        round.recheck = earliest(round.recheck, announced);
+        round.recheck = earliest(earliest(round.recheck, announced), deps.recheck);
         plan::live_action(!round.waiting.is_empty(), backoff, round.recheck)
     }
 
@@ -289,6 +293,7 @@ impl Ctl {
             scheduling: Scheduling::of(None, previous.placement.is_some()),
             rollout: None,
             drift: None,
+            dependencies: None,
         };
         self.write_status(fed, update).await;
     }

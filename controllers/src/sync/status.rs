@@ -36,6 +36,8 @@ pub(super) struct StatusUpdate<'a> {
     pub rollout: Option<&'a super::rollout::RolloutRound>,
     /// `status.drift` after this round (`None`: kept as it was).
     pub drift: Option<Vec<flotilla_crds::drift::ClusterDrift>>,
+    /// `status.dependencies` after this round (`None`: kept as it was).
+    pub dependencies: Option<Vec<flotilla_crds::dependency_plan::DependencyStatus>>,
 }
 
 impl Ctl {
@@ -61,6 +63,8 @@ impl Ctl {
         scheduled::apply(&mut status, &update.scheduling, previous, &now);
         super::rollout::apply(&mut status, update.rollout, previous, &now);
         status.drift = update.drift.unwrap_or_else(|| previous.drift.clone());
+        status.dependencies =
+            (update.dependencies).unwrap_or_else(|| previous.dependencies.clone());
         self.ty.pruned.strip(&mut status);
         if &status == previous {
             return;
@@ -75,6 +79,7 @@ impl Ctl {
                 "placement",
                 "rollout",
                 "drift",
+                "dependencies",
             ] {
                 map.entry(k).or_insert(Value::Null);
             }

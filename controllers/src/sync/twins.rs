@@ -199,6 +199,7 @@ impl Ctl {
             scheduling: Scheduling::of(None, previous.placement.is_some()),
             rollout: None,
             drift: None,
+            dependencies: None,
         };
         self.write_status(fed, update).await;
         Action::AwaitChange

@@ -80,6 +80,7 @@ pub fn build_status(
         placement: None,
         rollout: None,
         drift: Vec::new(),
+        dependencies: Vec::new(),
     }
 }
 

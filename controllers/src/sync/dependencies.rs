@@ -1,0 +1,377 @@
+//! Dependencies that follow a workload (`spec.propagateDependencies`): in each reconcile,
+//! the ConfigMaps, Secrets, ServiceAccounts and PersistentVolumeClaims its pod template
+//! references are looked up in the host, copied to exactly the clusters the workload lands
+//! on, let go of where it left, and reported in `status.dependencies`. The decisions are
+//! [`flotilla_crds::dependencies`] and [`flotilla_crds::dependency_plan`]; this module
+//! reads and writes. It never logs nor reports an object's content (Secrets).
+
+use std::{
+    collections::{BTreeMap, BTreeSet},
+    sync::Arc,
+    time::Duration,
+};
+
+use flotilla_crds::{
+    FIELD_MANAGER,
+    dependencies::{self as deps, Dependency, DependencyKind, EnsureOp, ReleaseOp},
+    dependency_plan::{self as dplan, DependencyStatus, Lookup, Pair, PairOutcome},
+    federated::{FederatedSpec, FederatedStatus},
+};
+use futures::future::join_all;
+use kube::{
+    Api, Client, ResourceExt,
+    api::{DeleteParams, PostParams, Preconditions},
+    core::DynamicObject,
+    runtime::events::EventType,
+};
+use serde_json::Value;
+use tokio::sync::broadcast::error::RecvError;
+use tracing::{debug, warn};
+
+use super::{
+    Key,
+    ctl::Ctl,
+    dependency_hosts::api_resource,
+    plan::{DesiredFor, DesiredSet},
+    requeue_all,
+};
+use crate::{multicluster::ClusterState, workqueue::WorkQueue};
+
+/// The clusters a workload lands on this round: selected by placement and scheduling,
+/// with a member object computed for them.
+pub(super) fn lands_on(selected: &BTreeSet<String>, desired: &DesiredSet) -> BTreeSet<String> {
+    (selected.iter())
+        .filter(|c| matches!(desired.by_cluster.get(*c), Some(DesiredFor::Object { .. })))
+        .cloned()
+        .collect()
+}
+
+/// How long one member read or write may take.
+const MEMBER_TIMEOUT: Duration = Duration::from_secs(10);
+/// How soon a round with a failure is tried again.
+const RETRY: Duration = Duration::from_secs(10);
+
+/// What a round decided for `status.dependencies`, and when to look again.
+#[derive(Default)]
+pub(super) struct DependencyRound {
+    /// The new `status.dependencies` (`None`: keep the previous).
+    pub status: Option<Vec<DependencyStatus>>,
+    /// Look again after this long (a failure, or caches still listing).
+    pub recheck: Option<Duration>,
+}
+
+impl Ctl {
+    /// Brings the copies of the workload's dependencies in line with `lands` (the clusters
+    /// the workload is propagated to this round).
+    pub(super) async fn follow_dependencies(
+        &self,
+        key: &Key,
+        fed: &DynamicObject,
+        spec: &FederatedSpec,
+        previous: &FederatedStatus,
+        snapshot: &[ClusterState],
+        lands: &BTreeSet<String>,
+    ) -> DependencyRound {
+        let Some(ns) = key.0.as_deref() else {
+            return DependencyRound::default();
+        };
+        let enabled = spec.propagate_dependencies || deps::enabled(&Value::Null, fed.annotations());
+        let refs = match deps::pod_spec(&self.ty.target_ar.kind, &spec.template) {
+            Some(pod) if enabled => deps::references(pod),
+            _ => BTreeSet::new(),
+        };
+        let hosts = &self.shared.dependency_hosts;
+        hosts.record(self.referrer(key), ns, &refs);
+        if refs.is_empty() && previous.dependencies.is_empty() {
+            return DependencyRound::default();
+        }
+        let Some((wanted, found)) = self.look_up(ns, &refs).await else {
+            return DependencyRound {
+                status: None,
+                recheck: Some(RETRY),
+            };
+        };
+        let plan = dplan::plan(&previous.dependencies, &wanted, lands);
+        let owner = deps::owner_id(&self.ty.fed_ar.kind, &key.1);
+        let outcomes = self.carry_out(ns, &owner, plan, &found, snapshot).await;
+        // A Pull cluster never gets a client: reported, not retried on a timer.
+        let pull = |c: &str| snapshot.iter().any(|s| s.name == c && s.pull);
+        let failed = outcomes.iter().any(|((_, c), o)| {
+            matches!(o, PairOutcome::Failed(_) | PairOutcome::ReleaseFailed(_)) && !pull(c)
+        });
+        let status = dplan::report(ns, &previous.dependencies, &wanted, lands, &outcomes);
+        for p in dplan::new_problems(&previous.dependencies, &status) {
+            let note = format!("{} {}: {}", p.kind, p.name, p.message);
+            (self.event(fed, EventType::Warning, &p.reason, note)).await;
+        }
+        DependencyRound {
+            status: Some(status),
+            recheck: failed.then_some(RETRY),
+        }
+    }
+
+    /// The workload is deleted (and not orphaned): every copy it holds is let go of. Best
+    /// effort: a copy that cannot be removed now is left, and said so in the log.
+    pub(super) async fn release_dependencies(&self, key: &Key, fed: &DynamicObject) {
+        self.shared
+            .dependency_hosts
+            .record(self.referrer(key), "", &BTreeSet::new());
+        let Some(ns) = key.0.as_deref() else { return };
+        let previous = FederatedStatus::from_dynamic(fed);
+        let plan = dplan::plan(&previous.dependencies, &BTreeMap::new(), &BTreeSet::new());
+        if plan.release.is_empty() {
+            return;
+        }
+        let owner = deps::owner_id(&self.ty.fed_ar.kind, &key.1);
+        let snapshot = self.shared.clusters.snapshot();
+        let outcomes = (self.carry_out(ns, &owner, plan, &BTreeMap::new(), &snapshot)).await;
+        for ((dep, cluster), outcome) in outcomes {
+            if let PairOutcome::ReleaseFailed(message) = outcome {
+                warn!(%cluster, kind = dep.kind.as_str(), name = %dep.name, %message, "a dependency copy of a deleted workload was not removed");
+            }
+        }
+    }
+
+    fn referrer(&self, key: &Key) -> (String, Key) {
+        (self.ty.fed_ar.kind.clone(), key.clone())
+    }
+
+    /// What the host says of each dependency, and the host objects found (`None` while
+    /// the host caches are still listing).
+    async fn look_up(
+        &self,
+        ns: &str,
+        refs: &BTreeSet<Dependency>,
+    ) -> Option<(BTreeMap<Dependency, Lookup>, BTreeMap<Dependency, Value>)> {
+        let mut wanted = BTreeMap::new();
+        let mut found = BTreeMap::new();
+        for dep in refs {
+            if self.federated_explicitly(ns, dep).await {
+                wanted.insert(dep.clone(), Lookup::Explicit);
+                continue;
+            }
+            let lookup = match self.shared.dependency_hosts.get(ns, dep).await.ok()? {
+                None => Lookup::NotFound,
+                Some(obj) => {
+                    found.insert(dep.clone(), serde_json::to_value(&*obj).ok()?);
+                    Lookup::Found
+                }
+            };
+            wanted.insert(dep.clone(), lookup);
+        }
+        Some((wanted, found))
+    }
+
+    /// Whether a Federated&lt;Kind&gt; of the dependency's name exists. A failed read counts
+    /// as no: a member object it manages is refused anyway (see [`deps::holder`]).
+    async fn federated_explicitly(&self, ns: &str, dep: &Dependency) -> bool {
+        let api: Api<DynamicObject> =
+            Api::namespaced_with(self.shared.host.clone(), ns, &federated_resource(dep.kind));
+        match api.get_metadata_opt(&dep.name).await {
+            Ok(found) => found.is_some(),
+            Err(e) => {
+                debug!(kind = dep.kind.as_str(), error = %e, "reading the federated type failed");
+                false
+            }
+        }
+    }
+
+    /// Runs every pair of the plan, all at once.
+    async fn carry_out(
+        &self,
+        ns: &str,
+        owner: &str,
+        plan: dplan::Plan,
+        found: &BTreeMap<Dependency, Value>,
+        snapshot: &[ClusterState],
+    ) -> BTreeMap<Pair, PairOutcome> {
+        let client = |cluster: &str| {
+            (snapshot.iter())
+                .find(|c| c.name == cluster && c.ready && !c.pull)
+                .and_then(|c| c.client.clone())
+        };
+        let ensure = plan.ensure.into_iter().map(|(dep, cluster)| {
+            let (client, host) = (client(&cluster), found.get(&dep));
+            async move {
+                let outcome = match (client, host) {
+                    (Some(c), Some(h)) => ensure(c, ns, &dep, h, owner).await,
+                    _ => PairOutcome::Failed(NO_CLIENT.into()),
+                };
+                ((dep, cluster), outcome)
+            }
+        });
+        let release = plan.release.into_iter().map(|(dep, cluster)| {
+            let client = client(&cluster);
+            async move {
+                let outcome = match client {
+                    Some(c) => release(c, ns, &dep, owner).await,
+                    None => PairOutcome::ReleaseFailed(NO_CLIENT.into()),
+                };
+                ((dep, cluster), outcome)
+            }
+        });
+        let (a, b) = futures::join!(join_all(ensure), join_all(release));
+        a.into_iter().chain(b).collect()
+    }
+}
+
+const NO_CLIENT: &str = "no client for the cluster (unready, or a Pull cluster: dependencies follow only Push clusters)";
+
+/// Host changes of referenced objects requeue their workloads of this controller's type.
+pub(super) async fn follow_host_changes(ctl: Arc<Ctl>, queue: Arc<WorkQueue<Key>>) {
+    let mut changes = ctl.shared.dependency_hosts.subscribe();
+    loop {
+        match changes.recv().await {
+            Ok((kind, key)) if kind == ctl.ty.fed_ar.kind => queue.add(key),
+            Ok(_) => {}
+            Err(RecvError::Lagged(_)) => requeue_all(&ctl, &queue),
+            Err(RecvError::Closed) => return,
+        }
+    }
+}
+
+/// The Federated&lt;Kind&gt; API of a dependency kind.
+fn federated_resource(kind: DependencyKind) -> kube::core::ApiResource {
+    let target = flotilla_crds::core::ApiResource {
+        group: String::new(),
+        version: "v1".into(),
+        kind: kind.as_str().into(),
+        plural_name: kind.plural().into(),
+        scope: flotilla_crds::core::Scope::Namespaced,
+    };
+    flotilla_crds::crdgen::federated_api_resource(&target).to_kube()
+}
+
+fn member_api(client: Client, ns: &str, kind: DependencyKind) -> Api<DynamicObject> {
+    Api::namespaced_with(client, ns, &api_resource(kind))
+}
+
+/// The member object of a dependency, as JSON.
+async fn read(api: &Api<DynamicObject>, name: &str) -> Result<Option<Value>, String> {
+    let got = tokio::time::timeout(MEMBER_TIMEOUT, api.get_opt(name))
+        .await
+        .map_err(|_| timed_out())?
+        .map_err(|e| message(&e))?;
+    Ok(got.and_then(|o| serde_json::to_value(o).ok()))
+}
+
+async fn ensure(
+    client: Client,
+    ns: &str,
+    dep: &Dependency,
+    host: &Value,
+    owner: &str,
+) -> PairOutcome {
+    let api = member_api(client, ns, dep.kind);
+    let existing = match read(&api, &dep.name).await {
+        Ok(e) => e,
+        Err(m) => return PairOutcome::Failed(m),
+    };
+    let pp = PostParams {
+        field_manager: Some(FIELD_MANAGER.into()),
+        ..PostParams::default()
+    };
+    let write = match deps::ensure_op(dep.kind, host, existing.as_ref(), owner) {
+        EnsureOp::Nothing => return PairOutcome::Placed,
+        EnsureOp::Refuse(holder) => return PairOutcome::Refused(holder),
+        EnsureOp::Create(v) => match serde_json::from_value::<DynamicObject>(v) {
+            Ok(obj) => tokio::time::timeout(MEMBER_TIMEOUT, api.create(&pp, &obj)).await,
+            Err(e) => return PairOutcome::Failed(e.to_string()),
+        },
+        EnsureOp::Replace(v) => match serde_json::from_value::<DynamicObject>(v) {
+            Ok(obj) => {
+                tokio::time::timeout(MEMBER_TIMEOUT, api.replace(&dep.name, &pp, &obj)).await
+            }
+            Err(e) => return PairOutcome::Failed(e.to_string()),
+        },
+    };
+    match write {
+        Ok(Ok(_)) => PairOutcome::Placed,
+        Ok(Err(e)) => PairOutcome::Failed(message(&e)),
+        Err(_) => PairOutcome::Failed(timed_out()),
+    }
+}
+
+async fn release(client: Client, ns: &str, dep: &Dependency, owner: &str) -> PairOutcome {
+    let api = member_api(client, ns, dep.kind);
+    let existing = match read(&api, &dep.name).await {
+        Ok(e) => e,
+        Err(m) => return PairOutcome::ReleaseFailed(m),
+    };
+    let result = match deps::release_op(existing.as_ref(), owner) {
+        ReleaseOp::Nothing => return PairOutcome::Released,
+        ReleaseOp::Delete {
+            uid,
+            resource_version,
+        } => {
+            let dp = DeleteParams {
+                preconditions: Some(Preconditions {
+                    uid,
+                    resource_version,
+                }),
+                ..DeleteParams::default()
+            };
+            let deleted = tokio::time::timeout(MEMBER_TIMEOUT, api.delete(&dep.name, &dp)).await;
+            deleted.map(|r| r.map(|_| ()))
+        }
+        ReleaseOp::Replace(v) => match serde_json::from_value::<DynamicObject>(v) {
+            Ok(obj) => {
+                let pp = PostParams::default();
+                let replaced = api.replace(&dep.name, &pp, &obj);
+                (tokio::time::timeout(MEMBER_TIMEOUT, replaced).await).map(|r| r.map(|_| ()))
+            }
+            Err(e) => return PairOutcome::ReleaseFailed(e.to_string()),
+        },
+    };
+    match result {
+        Ok(Ok(())) => PairOutcome::Released,
+        Ok(Err(kube::Error::Api(s))) if s.code == 404 => PairOutcome::Released,
+        Ok(Err(e)) => PairOutcome::ReleaseFailed(message(&e)),
+        Err(_) => PairOutcome::ReleaseFailed(timed_out()),
+    }
+}
+
+fn timed_out() -> String {
+    format!("no answer from the cluster within {MEMBER_TIMEOUT:?}")
+}
+
+/// The API server's message for an API error, else the error's text (never an object's
+/// content: requests carry it, errors do not echo it).
+fn message(e: &kube::Error) -> String {
+    match e {
+        kube::Error::Api(s) => s.message.clone(),
+        other => other.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use flotilla_crds::ClusterReason;
+    use serde_json::json;
+
+    #[test]
+    fn a_workload_lands_on_selected_clusters_that_have_a_member_object() {
+        let object = || DesiredFor::Object {
+            object: json!({}),
+            hash: "h".into(),
+        };
+        let desired = DesiredSet {
+            by_cluster: BTreeMap::from([
+                ("member1".to_string(), object()),
+                (
+                    "member2".to_string(),
+                    DesiredFor::Failed(ClusterReason::ApplyOverridesFailed, "bad".into()),
+                ),
+                ("member3".to_string(), object()),
+            ]),
+            dropped_annotations: false,
+            dropped_finalizers: false,
+        };
+        let selected: BTreeSet<String> = ["member1", "member2"].map(String::from).into();
+        assert_eq!(
+            lands_on(&selected, &desired),
+            BTreeSet::from(["member1".to_string()])
+        );
+    }
+}
