@@ -40,6 +40,7 @@ fn step(
             at_target: revision == target,
             healthy: revision == target,
             problem: None,
+            failed: false,
         })
         .collect();
     plan(&Input {
@@ -160,6 +161,7 @@ impl World {
                 at_target: m.cached.0 == Some(self.template),
                 healthy: m.cached.0 == Some(self.template) && m.cached.1,
                 problem: None,
+                failed: false,
             })
             .collect();
         // A stale read: one of our earlier status writes.
@@ -263,6 +265,7 @@ fn step_broken(
             at_target: revision == target,
             healthy: revision == target && revision != "B",
             problem: (revision == "B").then(|| "0/1 pods ready".to_string()),
+            failed: false,
         })
         .collect();
     plan(&Input {

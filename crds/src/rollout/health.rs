@@ -5,7 +5,7 @@
 
 use serde_json::Value;
 
-use crate::health::{TypeHealth, evaluate};
+use crate::health::{HealthState, TypeHealth, evaluate};
 
 /// `Ok` when the member object is healthy; otherwise why not. `health`: the type's rules
 /// when its status is collected (`None`: propagated is healthy).
@@ -13,6 +13,19 @@ pub fn member_health(health: Option<&TypeHealth>, member: &Value) -> Result<(), 
     match health {
         Some(rules) => evaluate(rules, member).into_result(),
         None => Ok(()),
+    }
+}
+
+/// [`member_health`], and whether the rules call the member object failed (their `failed`
+/// expression held): a rollout stops there at once instead of at its progress deadline.
+pub fn member_verdict(health: Option<&TypeHealth>, member: &Value) -> (Result<(), String>, bool) {
+    match health {
+        Some(rules) => {
+            let verdict = evaluate(rules, member);
+            let failed = verdict.state == HealthState::Failed;
+            (verdict.into_result(), failed)
+        }
+        None => (Ok(()), false),
     }
 }
 

@@ -25,6 +25,9 @@ pub struct ClusterInput<'a> {
     pub healthy: bool,
     /// Why it is not healthy, in the member's words (for a failure's message).
     pub problem: Option<String>,
+    /// On the target and failed by its type's health rules: the cluster fails now, not
+    /// at the progress deadline.
+    pub failed: bool,
 }
 
 /// Everything a plan depends on.
@@ -276,7 +279,7 @@ fn advance(
         .spec
         .progress_deadline_seconds
         .unwrap_or(DEFAULT_PROGRESS_DEADLINE_SECONDS);
-    if prev_state == State::Failed || now - started_at >= deadline {
+    if prev_state == State::Failed || c.failed || now - started_at >= deadline {
         // Rolled back, the cluster no longer holds the target: its failure keeps its reason.
         let rolled_back = input.spec.on_failure == OnFailure::Rollback && !c.at_target;
         let kept = prev

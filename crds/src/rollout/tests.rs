@@ -39,6 +39,7 @@ fn run(
             at_target: *at_target,
             healthy: *healthy,
             problem: (!healthy).then(|| format!("{name} pods not ready")),
+            failed: false,
         })
         .collect();
     plan(&Input {
@@ -153,6 +154,40 @@ fn a_cluster_not_healthy_by_the_deadline_fails_and_stops_the_rollout() {
     let later = run(&s, &rows, Some(&failed.status), "r2", T0 + 100);
     assert_eq!(later.status, failed.status);
     assert!(later.events.is_empty());
+}
+
+#[test]
+fn a_cluster_its_health_rules_call_failed_stops_the_rollout_before_the_deadline() {
+    let s = canary_first();
+    let first = run(&s, &FOUR, None, "r2", T0);
+    let labels = labels(&FOUR);
+    let clusters: Vec<ClusterInput<'_>> = FOUR
+        .iter()
+        .zip(&labels)
+        .map(|((name, _, _, _), labels)| ClusterInput {
+            name,
+            labels,
+            at_target: *name == "m3",
+            healthy: false,
+            problem: (*name == "m3").then(|| "disk full".to_string()),
+            failed: *name == "m3",
+        })
+        .collect();
+    // One second in, far from the 30 s deadline.
+    let failed = plan(&Input {
+        spec: &s,
+        target: "r2",
+        generation: 3,
+        previous: Some(&first.status),
+        clusters: &clusters,
+        now: T0 + 1,
+    });
+    assert_eq!(failed.reason, RolloutReason::Failed);
+    assert!(
+        failed.message.contains("cluster m3 failed: disk full"),
+        "{}",
+        failed.message
+    );
 }
 
 #[test]

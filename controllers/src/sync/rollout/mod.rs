@@ -16,7 +16,7 @@ use flotilla_crds::{
     federated::{FederatedCondition, FederatedSpec, FederatedStatus},
     rollout::{
         ClusterRolloutState, REVISION_ANNOTATION, ROLLOUT_CONDITION, RolloutReason, RolloutStatus,
-        health::member_health,
+        health::member_verdict,
         plan::{ClusterInput, Input, RolloutEvent, plan},
         rollback::Rollback,
     },
@@ -269,6 +269,8 @@ struct ClusterFacts {
     at_target: bool,
     healthy: bool,
     problem: Option<String>,
+    /// Failed by the type's health rules (not merely not healthy yet).
+    failed: bool,
 }
 
 impl ClusterFacts {
@@ -279,6 +281,7 @@ impl ClusterFacts {
             at_target: self.at_target,
             healthy: self.healthy,
             problem: self.problem.clone(),
+            failed: self.failed,
         }
     }
 }
@@ -295,19 +298,18 @@ fn cluster_inputs(
         .zip(members.observed)
         .filter_map(|(cluster, observed)| {
             let entry = desired.by_cluster.get(&cluster.name)?;
-            let (at_target, health) = match (entry, observed) {
-                (DesiredFor::Failed(_, message), _) => (false, Err(message.clone())),
+            let not_yet = |why: &str| (false, (Err(why.to_owned()), false));
+            let (at_target, (health, failed)) = match (entry, observed) {
+                (DesiredFor::Failed(_, message), _) => (false, (Err(message.clone()), false)),
                 (DesiredFor::Object { hash, .. }, Observed::Present(obj)) => {
-                    let at = annotation(obj, HASH_ANNOTATION).as_deref() == Some(hash.as_str());
-                    let health = if at {
-                        member_health(health, obj)
+                    if annotation(obj, HASH_ANNOTATION).as_deref() == Some(hash.as_str()) {
+                        (true, member_verdict(health, obj))
                     } else {
-                        Err("the member object does not hold the target yet".into())
-                    };
-                    (at, health)
+                        not_yet("the member object does not hold the target yet")
+                    }
                 }
-                (_, Observed::NotReady) => (false, Err("the cluster is not ready".into())),
-                (_, _) => (false, Err("the member object is not created yet".into())),
+                (_, Observed::NotReady) => not_yet("the cluster is not ready"),
+                (_, _) => not_yet("the member object is not created yet"),
             };
             Some(ClusterFacts {
                 name: cluster.name.clone(),
@@ -315,6 +317,7 @@ fn cluster_inputs(
                 at_target,
                 healthy: health.is_ok(),
                 problem: health.err(),
+                failed,
             })
         })
         .collect()
