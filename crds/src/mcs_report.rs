@@ -45,6 +45,7 @@ pub const SLICE_VERSION_ANNOTATION: &str = "mcs.flotilla.io/endpointslice-versio
     shortname = "ser",
     namespaced,
     status = "ServiceExportReportStatus",
+    category = "kubefed",
     category = "flotilla",
     derive = "PartialEq",
     printcolumn(name = "Namespace", type_ = "string", json_path = ".spec.namespace"),
