@@ -59,6 +59,11 @@ pub const SLICE_VERSION_ANNOTATION: &str = "mcs.flotilla.io/endpointslice-versio
         name = "Conflict",
         type_ = "string",
         json_path = ".status.conditions[?(@.type=='Conflict')].status"
+    ),
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
     )
 )]
 #[serde(rename_all = "camelCase")]
