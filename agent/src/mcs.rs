@@ -21,7 +21,7 @@ use flotilla_crds::{
 use flotilla_multicluster::{
     gate::store_ready,
     runner::{Action, PassRunner, Retry},
-    watch::{WatchParams, watch_into},
+    watch::{FailureLog, WatchParams, watch_into},
 };
 use k8s_openapi::serde::{Serialize, de::DeserializeOwned};
 use k8s_openapi::{api::core::v1::Service, apimachinery::pkg::apis::meta::v1::Condition};
@@ -232,10 +232,15 @@ pub async fn report(host: Client, member: Client, namespace: String, cluster: St
         ),
     };
     let notify = changed.clone();
+    // A member without the MCS CRDs is normal (nothing to report): its failures are quiet.
+    let export_params = WatchParams {
+        failures: FailureLog::Debug,
+        ..member_params(None)
+    };
     tasks.push(tokio::spawn(watch_into(
         exports.clone(),
         writer,
-        member_params(None),
+        export_params,
         |_| {},
         move |_| {
             notify.notify_one();

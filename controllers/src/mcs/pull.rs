@@ -28,7 +28,7 @@ use tokio::{sync::Notify, task::JoinHandle};
 use tracing::{debug, warn};
 
 use crate::watch::{WatchParams, notifying_store};
-use flotilla_multicluster::watch::watch_into;
+use flotilla_multicluster::watch::{Change, watch_into};
 
 use super::{
     apply::{Writes, count},
@@ -95,8 +95,28 @@ impl PullStores {
         params.config = params
             .config
             .fields(&format!("metadata.name={AGENT_LEASE}"));
-        let (leases, leases_task) =
-            notifying_store::<Lease>(Api::all(client.clone()), params, changed);
+        let writer = Writer::<Lease>::default();
+        let leases = writer.as_reader();
+        let notify = changed.clone();
+        // Every renewal changes a Lease; only a changed EndpointSlice version wakes a pass.
+        let mut versions: BTreeMap<String, Option<String>> = BTreeMap::new();
+        let leases_task = tokio::spawn(watch_into(
+            Api::all(client.clone()),
+            writer,
+            params,
+            |_| {},
+            move |change| {
+                if let Change::Object(l) = change {
+                    let version = l.annotations().get(SLICE_VERSION_ANNOTATION).cloned();
+                    let ns = l.namespace().unwrap_or_default();
+                    if versions.get(&ns) != Some(&version) {
+                        versions.insert(ns, version);
+                        notify.notify_one();
+                    }
+                }
+                ControlFlow::Continue(())
+            },
+        ));
         PullStores {
             client,
             reports,
