@@ -172,6 +172,86 @@ pub async fn slice_version(member: &Client) -> Option<String> {
         .or_else(|| group.versions.first().map(|v| v.version.clone()))
 }
 
+/// A watch of a dynamic kind into a store whose every change wakes `changed`.
+fn spawn_dynamic(
+    api: Api<DynamicObject>,
+    resource: &ApiResource,
+    params: WatchParams,
+    changed: &Arc<Notify>,
+    tasks: &mut Vec<tokio::task::JoinHandle<()>>,
+) -> Store<DynamicObject> {
+    let writer = Writer::<DynamicObject>::new(resource.clone());
+    let store = writer.as_reader();
+    let notify = changed.clone();
+    tasks.push(tokio::spawn(watch_into(
+        api,
+        writer,
+        params,
+        |_| {},
+        move |_| {
+            notify.notify_one();
+            ControlFlow::Continue(())
+        },
+    )));
+    store
+}
+
+impl Caches {
+    /// Starts the member's watches (EndpointSlices at `version`) and the host's watch of
+    /// the agent's own reports in `namespace`.
+    fn start(
+        host: &Client,
+        member: &Client,
+        namespace: &str,
+        cluster: &str,
+        version: &str,
+        changed: &Arc<Notify>,
+        tasks: &mut Vec<tokio::task::JoinHandle<()>>,
+    ) -> Caches {
+        let slice_resource = ApiResource {
+            group: "discovery.k8s.io".into(),
+            version: version.into(),
+            api_version: format!("discovery.k8s.io/{version}"),
+            kind: "EndpointSlice".into(),
+            plural: "endpointslices".into(),
+        };
+        let member_params = |selector: Option<String>| WatchParams {
+            label_selector: selector,
+            ..WatchParams::member(cluster.to_owned(), watcher::Config::default())
+        };
+        let export_resource = ApiResource::erase::<ServiceExport>(&());
+        // A member without the MCS CRDs is normal (nothing to report): its failures are quiet.
+        let export_params = WatchParams {
+            failures: FailureLog::Debug,
+            ..member_params(None)
+        };
+        let exports = Api::all_with(member.clone(), &export_resource);
+        let slices = Api::all_with(member.clone(), &slice_resource);
+        let slice_params = member_params(Some(K8S_SERVICE_NAME_LABEL.to_owned()));
+        // Only its own reports: one another writer put there is neither read nor deleted.
+        let report_params = WatchParams {
+            label_selector: Some(format!("{REPORTER_LABEL}={REPORTER}")),
+            ..WatchParams::host("service export report")
+        };
+        Caches {
+            exports: spawn_dynamic(exports, &export_resource, export_params, changed, tasks),
+            services: spawn_watch(
+                Api::all(member.clone()),
+                member_params(None),
+                changed,
+                tasks,
+            ),
+            slices: spawn_dynamic(slices, &slice_resource, slice_params, changed, tasks),
+            reports: spawn_watch(
+                Api::namespaced(host.clone(), namespace),
+                report_params,
+                changed,
+                tasks,
+            ),
+        }
+    }
+}
+
 /// Reports the member's exports into `namespace` of the host until aborted.
 pub async fn report(host: Client, member: Client, namespace: String, cluster: String) {
     let version = loop {
@@ -182,72 +262,11 @@ pub async fn report(host: Client, member: Client, namespace: String, cluster: St
     };
     let changed = Arc::new(Notify::new());
     let mut tasks = Vec::new();
-    let slice_resource = ApiResource {
-        group: "discovery.k8s.io".into(),
-        version: version.clone(),
-        api_version: format!("discovery.k8s.io/{version}"),
-        kind: "EndpointSlice".into(),
-        plural: "endpointslices".into(),
-    };
-    let member_params = |selector: Option<String>| WatchParams {
-        label_selector: selector,
-        ..WatchParams::member(cluster.clone(), watcher::Config::default())
-    };
-    let export_resource = ApiResource::erase::<ServiceExport>(&());
-    let exports = Api::<DynamicObject>::all_with(member.clone(), &export_resource);
-    let writer = Writer::<DynamicObject>::new(export_resource.clone());
-    let caches = Caches {
-        exports: writer.as_reader(),
-        services: spawn_watch(
-            Api::all(member.clone()),
-            member_params(None),
-            &changed,
-            &mut tasks,
-        ),
-        slices: {
-            let writer = Writer::<DynamicObject>::new(slice_resource.clone());
-            let store = writer.as_reader();
-            let notify = changed.clone();
-            tasks.push(tokio::spawn(watch_into(
-                Api::all_with(member.clone(), &slice_resource),
-                writer,
-                member_params(Some(K8S_SERVICE_NAME_LABEL.to_owned())),
-                |_| {},
-                move |_| {
-                    notify.notify_one();
-                    ControlFlow::Continue(())
-                },
-            )));
-            store
-        },
-        // Only its own reports: one another writer put there is neither read nor deleted.
-        reports: spawn_watch(
-            Api::namespaced(host.clone(), &namespace),
-            WatchParams {
-                label_selector: Some(format!("{REPORTER_LABEL}={REPORTER}")),
-                ..WatchParams::host("service export report")
-            },
-            &changed,
-            &mut tasks,
-        ),
-    };
-    let notify = changed.clone();
-    // A member without the MCS CRDs is normal (nothing to report): its failures are quiet.
-    let export_params = WatchParams {
-        failures: FailureLog::Debug,
-        ..member_params(None)
-    };
-    tasks.push(tokio::spawn(watch_into(
-        exports.clone(),
-        writer,
-        export_params,
-        |_| {},
-        move |_| {
-            notify.notify_one();
-            ControlFlow::Continue(())
-        },
-    )));
+    let caches = Caches::start(
+        &host, &member, &namespace, &cluster, &version, &changed, &mut tasks,
+    );
     let _guard = AbortOnDrop(tasks);
+    let export_resource = ApiResource::erase::<ServiceExport>(&());
     let reports: Api<ServiceExportReport> = Api::namespaced(host, &namespace);
     let mut runner = PassRunner::new("agent-mcs", changed)
         .period(RECHECK)
