@@ -92,6 +92,11 @@ pub fn host_needs(cluster: &str) -> Vec<Need> {
         needs.push(lease);
     }
     needs.push(need(Side::Host, "create", "events.k8s.io", "events", ns));
+    // Multi-Cluster Services: the member's exports, reported (crate::mcs).
+    for verb in ["list", "watch", "patch", "delete"] {
+        let group = "multicluster.flotilla.io";
+        needs.push(need(Side::Host, verb, group, "serviceexportreports", ns));
+    }
     needs
 }
 
@@ -120,6 +125,18 @@ pub fn member_needs(kinds: &[Managed]) -> Vec<Need> {
         "appliedworks/status",
         None,
     ));
+    // Multi-Cluster Services: what the reporter (crate::mcs) reads and writes.
+    for (verb, group, resource) in [
+        ("list", WORK_GROUP, "serviceexports"),
+        ("watch", WORK_GROUP, "serviceexports"),
+        ("patch", WORK_GROUP, "serviceexports/status"),
+        ("list", "", "services"),
+        ("watch", "", "services"),
+        ("list", "discovery.k8s.io", "endpointslices"),
+        ("watch", "discovery.k8s.io", "endpointslices"),
+    ] {
+        needs.push(need(Side::Member, verb, group, resource, None));
+    }
     for k in kinds {
         for verb in ["get", "list", "watch", "create", "patch", "delete"] {
             // The caches watch a kind in every namespace.

@@ -1,7 +1,8 @@
 //! The agent's heartbeat: it renews a Lease (`flotilla-agent`) in its cluster's namespace
 //! of the host every third of the lease duration; the host's registry marks the cluster
 //! Ready while the Lease is fresh and Offline once it lapses. The member's Kubernetes
-//! version rides along as an annotation (the host cannot ask the member).
+//! version and the EndpointSlice version it serves ride along as annotations (the host
+//! cannot ask the member).
 
 use std::{sync::Arc, time::Duration};
 
@@ -16,7 +17,7 @@ use kube::{
 use serde_json::json;
 use tracing::{debug, warn};
 
-use flotilla_crds::member::VERSION_ANNOTATION;
+use flotilla_crds::{mcs_report::SLICE_VERSION_ANNOTATION, member::VERSION_ANNOTATION};
 
 use super::observe::Observer;
 
@@ -30,11 +31,19 @@ pub async fn heartbeat(
 ) {
     let period = (duration / 3).max(Duration::from_millis(200));
     let mut version: Option<String> = None;
+    let mut slices: Option<String> = None;
     loop {
         if version.is_none() {
             version = member.apiserver_version().await.ok().map(|i| i.git_version);
         }
-        let renewed = renew(&leases, &identity, duration, version.as_deref()).await;
+        if slices.is_none() {
+            slices = super::mcs::slice_version(&member).await;
+        }
+        let facts = [
+            (VERSION_ANNOTATION, version.as_deref()),
+            (SLICE_VERSION_ANNOTATION, slices.as_deref()),
+        ];
+        let renewed = renew(&leases, &identity, duration, &facts).await;
         observer.lease_renewal(renewed.as_ref().map(|_| ()));
         match renewed {
             Ok(()) => debug!("lease renewed"),
@@ -48,13 +57,15 @@ async fn renew(
     leases: &Api<Lease>,
     identity: &str,
     duration: Duration,
-    version: Option<&str>,
+    facts: &[(&str, Option<&str>)],
 ) -> Result<(), kube::Error> {
     let now = MicroTime(Timestamp::now());
     let seconds = i32::try_from(duration.as_secs().max(1)).unwrap_or(i32::MAX);
     let mut annotations = serde_json::Map::new();
-    if let Some(v) = version {
-        annotations.insert(VERSION_ANNOTATION.into(), json!(v));
+    for (key, value) in facts {
+        if let Some(v) = value {
+            annotations.insert((*key).into(), json!(v));
+        }
     }
     let patch = json!({
         "metadata": {"annotations": annotations},

@@ -5,7 +5,8 @@
 //! policy says and reported with its writers ([`drift`]) — prunes what it applied
 //! earlier and no longer should (recorded in an AppliedWork per Work in the member, so a
 //! restart forgets nothing and nothing it did not create is ever touched), reports per
-//! manifest in the Work's status, and renews a heartbeat Lease.
+//! manifest in the Work's status, and renews a heartbeat Lease. It also reports the member's
+//! ServiceExports to the host for Multi-Cluster Services ([`mcs`]).
 //!
 //! Writes happen only when something changed: an up-to-date member object is not applied
 //! again, and an unchanged report or record is not written (restarts included).
@@ -18,6 +19,7 @@ pub mod cache;
 pub mod check;
 pub mod drift;
 pub mod lease;
+pub mod mcs;
 pub mod metrics;
 pub mod observe;
 pub mod plan;
@@ -174,6 +176,12 @@ impl Agent {
                 observer.clone(),
             )),
             tokio::spawn(resync(state.clone(), opts.resync, gate.clone())),
+            tokio::spawn(mcs::report(
+                opts.host.clone(),
+                opts.member.clone(),
+                namespace.clone(),
+                opts.cluster.clone(),
+            )),
             tokio::spawn(observe::keep_ready(observer.clone(), gate.clone())),
         ];
         if let Some(role) = opts.member_role.clone() {

@@ -123,8 +123,9 @@ where
 }
 
 /// The agent's Role in its cluster's namespace: its Works (read) and their status, its
-/// own Lease, Events about its Works (a manifest the member refused), and the ConfigMaps
-/// there (the enabled types' rules, [`crate::pull_rbac`]). `create` cannot be limited to
+/// own Lease, Events about its Works (a manifest the member refused), the ConfigMaps
+/// there (the enabled types' rules, [`crate::pull_rbac`]), and its ServiceExportReports
+/// (its member's exports, read by the MCS controller; their status is not its to write). `create` cannot be limited to
 /// one name, so it is granted on Leases and Events in this namespace only.
 pub fn agent_role_rules() -> Value {
     json!([
@@ -134,6 +135,7 @@ pub fn agent_role_rules() -> Value {
         {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "resourceNames": [AGENT_LEASE], "verbs": ["get", "patch", "update"]},
         {"apiGroups": ["events.k8s.io"], "resources": ["events"], "verbs": ["create", "patch"]},
         {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "list", "watch"]},
+        {"apiGroups": ["multicluster.flotilla.io"], "resources": ["serviceexportreports"], "verbs": ["get", "list", "watch", "create", "update", "patch", "delete"]},
     ])
 }
 

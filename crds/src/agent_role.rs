@@ -26,8 +26,10 @@ fn rule(group: &str, resources: &[&str], verbs: &[&str]) -> PolicyRule {
     }
 }
 
-/// What the agent needs in its member whatever the types: its AppliedWork records, the
-/// reviews that authenticate `/metrics`, and updating its own ClusterRole `role` (with
+/// What the agent needs in its member whatever the types: its AppliedWork records,
+/// Multi-Cluster Services (reading exports, Services and EndpointSlices, writing export
+/// status, ServiceImports and EndpointSlices), the reviews that authenticate `/metrics`,
+/// and updating its own ClusterRole `role` (with
 /// `escalate`, so it can add the rules of a type enabled later — as push mode's member
 /// credential does; see docs/pull-mode.md).
 pub fn agent_own_rules(role: &str) -> Vec<PolicyRule> {
@@ -46,6 +48,22 @@ pub fn agent_own_rules(role: &str) -> Vec<PolicyRule> {
             &["appliedworks", "appliedworks/status"],
             &all,
         ),
+        // Multi-Cluster Services: the exports it reports (and their conditions), the
+        // Services and Kubernetes' own slices it reads, and the imports and imported slices
+        // its Works carry.
+        rule(
+            "multicluster.x-k8s.io",
+            &["serviceexports"],
+            &["get", "list", "watch"],
+        ),
+        rule(
+            "multicluster.x-k8s.io",
+            &["serviceexports/status"],
+            &["get", "patch", "update"],
+        ),
+        rule("", &["services"], &["get", "list", "watch"]),
+        rule("multicluster.x-k8s.io", &["serviceimports"], &all),
+        rule("discovery.k8s.io", &["endpointslices"], &all),
         rule("authentication.k8s.io", &["tokenreviews"], &["create"]),
         rule(
             "authorization.k8s.io",
@@ -89,5 +107,22 @@ mod tests {
         assert_eq!(own.resource_names.as_deref(), Some(&["r1".to_owned()][..]));
         assert!(own.verbs.contains(&"escalate".to_owned()));
         assert!(!own.verbs.contains(&"create".to_owned()));
+    }
+
+    #[test]
+    fn the_agent_reads_exports_and_services_but_writes_only_export_status() {
+        let rules = agent_own_rules("r1");
+        let verbs = |resource: &str| -> Vec<String> {
+            rules
+                .iter()
+                .filter(|r| r.resources.iter().flatten().any(|x| x == resource))
+                .flat_map(|r| r.verbs.clone())
+                .collect()
+        };
+        assert_eq!(verbs("serviceexports"), ["get", "list", "watch"]);
+        assert_eq!(verbs("services"), ["get", "list", "watch"]);
+        assert!(verbs("serviceexports/status").contains(&"patch".to_owned()));
+        assert!(verbs("serviceimports").contains(&"delete".to_owned()));
+        assert!(verbs("endpointslices").contains(&"create".to_owned()));
     }
 }

@@ -22,6 +22,7 @@ pub mod health;
 pub mod inventory;
 pub mod kubefed_config;
 pub mod mcs;
+pub mod mcs_report;
 pub mod member;
 pub mod multicluster;
 pub mod override_path;

@@ -44,7 +44,7 @@ pub struct WriteLabels {
 /// `flotilla_mcs_writes_total{op,result}`.
 pub type Writes = Family<WriteLabels, Counter>;
 
-fn count(writes: &Writes, op: &'static str, ok: bool) {
+pub(super) fn count(writes: &Writes, op: &'static str, ok: bool) {
     let result = if ok { "success" } else { "failure" };
     writes.get_or_create(&WriteLabels { op, result }).inc();
 }

@@ -10,7 +10,8 @@
 //! One pass recomputes everything whenever anything changed: member caches
 //! ([`MemberWatch`] for exports, Services, imports and namespaces; [`slice_watch`] for
 //! EndpointSlices at each member's version) → [`observe`] → [`plan`] (pure) → [`objects`]
-//! (pure diff by content hash) → [`apply`]. An unchanged ClusterSet costs no writes, also
+//! (pure diff by content hash) → [`apply`]. A Pull member is read from the reports its agent
+//! writes into its inventory and receives its imports there as Works ([`pull`]). An unchanged ClusterSet costs no writes, also
 //! after a restart: clusters not yet known are held, not emptied. ClusterSet IPs are
 //! allocated from the KubeFedConfig's ranges by [`ips`] (pure, after [`plan`]); DNS is
 //! `flotilla dns` (the flotilla-dns crate); routing the IPs is the network layer's job
@@ -22,6 +23,8 @@ pub mod ips;
 pub mod objects;
 pub mod observe;
 pub mod plan;
+pub mod pull;
+pub mod pull_plan;
 pub mod slice;
 pub mod slice_watch;
 
@@ -188,6 +191,7 @@ pub async fn run(
     let (tx, rx) = mpsc::unbounded_channel();
     let watches = Watches::start(&clusters, tx);
     let changed = Arc::new(Notify::new());
+    let pulled = pull::PullStores::start(host.clone(), &changed);
     let mirror = HostMirror::start(host, &changed);
     let grace_ends = Instant::now() + GRACE;
     let mut seen_ready = BTreeSet::new();
@@ -212,6 +216,7 @@ pub async fn run(
             known,
             ranges: &ranges,
             writes: &writes,
+            pull: &pulled,
         };
         runner.finish(pass(&watches, &mirror, &clusters, ctx).await);
     }
@@ -229,6 +234,8 @@ struct Lists {
     slices: Vec<Arc<DynamicObject>>,
     imports: Vec<Arc<ServiceImport>>,
     namespaces: BTreeSet<String>,
+    /// A Pull member's view, read from its reports (its caches above are empty).
+    pulled: Option<plan::MemberView>,
 }
 
 impl Lists {
@@ -247,6 +254,7 @@ impl Lists {
 
 fn lists(
     w: &Watches,
+    pulled: &pull::PullStores,
     clusters: &ClusterSet,
     seen_ready: &mut BTreeSet<String>,
     grace_over: bool,
@@ -258,13 +266,18 @@ fn lists(
             if c.ready {
                 seen_ready.insert(c.name.clone());
             }
-            let synced = w.synced(&c.name);
+            let synced = match c.pull {
+                true => pulled.synced(),
+                false => w.synced(&c.name),
+            };
             let seen = seen_ready.contains(&c.name);
             let name = c.name;
             let id_label = format!("{PROPERTY_LABEL_PREFIX}/{CLUSTER_ID_PROPERTY}");
+            let availability = observe::availability(c.ready, synced, seen, grace_over);
             Lists {
                 id: c.labels.get(&id_label).cloned(),
-                availability: observe::availability(c.ready, synced, seen, grace_over),
+                availability,
+                pulled: c.pull.then(|| pulled.view(&name, availability)),
                 client: c.client,
                 exports: w.exports.list(&name),
                 services: w.services.list(&name),
@@ -293,6 +306,7 @@ struct PassContext<'a> {
     known: Known<'a>,
     ranges: &'a ips::Ranges,
     writes: &'a apply::Writes,
+    pull: &'a pull::PullStores,
 }
 
 /// One pass over the ClusterSet; a failed write backs off (the runner retries it).
@@ -306,9 +320,10 @@ async fn pass(
         known,
         ranges,
         writes,
+        pull,
     } = ctx;
     let grace_over = known.grace_over;
-    let members = lists(w, clusters, known.seen_ready, grace_over);
+    let members = lists(w, pull, clusters, known.seen_ready, grace_over);
     if !grace_over
         && members
             .iter()
@@ -319,7 +334,10 @@ async fn pass(
         debug!("MCS pass deferred until every member is known");
         return Action::AwaitChange;
     }
-    let views: Vec<plan::MemberView> = members.iter().map(|m| m.caches().view()).collect();
+    let views: Vec<plan::MemberView> = members
+        .iter()
+        .map(|m| m.pulled.clone().unwrap_or_else(|| m.caches().view()))
+        .collect();
     let mut plan = plan::plan(&views);
     ips::assign(&mut plan, &views, ranges);
     plan.cluster_ids = members
@@ -350,16 +368,39 @@ async fn pass(
             .is_empty();
     }
     let conditions_failed = !write_conditions(w, &members, &plan, &failures, writes).await;
+    let pull_failed = !deliver_pull(pull, &members, &plan, writes).await;
     debug!(
         services = plan.services.len(),
         failures = failures.len(),
         "MCS pass done"
     );
-    if !failures.is_empty() || host_failed || conditions_failed {
+    if !failures.is_empty() || host_failed || conditions_failed || pull_failed {
         Action::backoff()
     } else {
         Action::AwaitChange
     }
+}
+
+/// Delivers the plan to every available Pull member (Works) and answers every report.
+async fn deliver_pull(
+    pull: &pull::PullStores,
+    members: &[Lists],
+    plan: &Plan,
+    writes: &apply::Writes,
+) -> bool {
+    let pulled: std::collections::BTreeMap<String, Availability> = members
+        .iter()
+        .filter(|m| m.pulled.is_some())
+        .map(|m| (m.name.clone(), m.availability))
+        .collect();
+    let mut ok = true;
+    for (name, _) in pulled
+        .iter()
+        .filter(|(_, a)| **a == Availability::Available)
+    {
+        ok &= pull.deliver(plan, name, writes).await;
+    }
+    ok & pull.answer(plan, &pulled, writes).await
 }
 
 fn host_actual(mirror: &HostMirror) -> objects::ActualMember {

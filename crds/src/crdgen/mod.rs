@@ -42,7 +42,8 @@ use crate::work::{AppliedWork, Work};
 /// Admiralty's group), the Cluster
 /// Inventory API's ClusterProfile and PlacementDecision, the Multi-Cluster Services API's
 /// ServiceExport and ServiceImport (which members need too: `flotilla join` installs them
-/// there) and the Work API's Work and AppliedWork (pull mode).
+/// there), the Work API's Work and AppliedWork (pull mode) and the ServiceExportReport
+/// (Multi-Cluster Services across Pull clusters).
 pub fn core_crds() -> Vec<CustomResourceDefinition> {
     vec![
         polish(KubeFedCluster::crd()),
@@ -54,6 +55,7 @@ pub fn core_crds() -> Vec<CustomResourceDefinition> {
         polish(ClusterProfile::crd()),
         crate::placement_decision::crd(),
         polish(Work::crd()),
+        polish(crate::mcs_report::ServiceExportReport::crd()),
         applied_work_crd(),
     ]
     .into_iter()
