@@ -159,9 +159,26 @@ where
     store
 }
 
-/// The EndpointSlice version the member prefers (discovered), if it serves the group.
+/// The EndpointSlice version the member prefers (discovered), when the member can take
+/// imports: it serves ServiceImports (the MCS CRDs are installed) and EndpointSlices. The
+/// host sends a Pull member import Works only once its agent published this, so a member
+/// without the MCS CRDs gets none (rather than Works that can never apply).
 pub async fn slice_version(member: &Client) -> Option<String> {
     let groups = member.list_api_groups().await.ok()?;
+    let serves_imports = match groups.groups.iter().find(|g| g.name == MCS_GROUP) {
+        Some(group) => {
+            let version = group.preferred_version.as_ref()?.group_version.clone();
+            let resources = member.list_api_group_resources(&version).await.ok()?;
+            resources
+                .resources
+                .iter()
+                .any(|r| r.name == "serviceimports")
+        }
+        None => false,
+    };
+    if !serves_imports {
+        return None;
+    }
     let group = groups
         .groups
         .into_iter()
@@ -171,6 +188,9 @@ pub async fn slice_version(member: &Client) -> Option<String> {
         .map(|v| v.version)
         .or_else(|| group.versions.first().map(|v| v.version.clone()))
 }
+
+/// The API group of ServiceImports and ServiceExports.
+const MCS_GROUP: &str = "multicluster.x-k8s.io";
 
 /// A watch of a dynamic kind into a store whose every change wakes `changed`.
 fn spawn_dynamic(

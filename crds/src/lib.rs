@@ -24,6 +24,7 @@ pub mod kubefed_config;
 pub mod mcs;
 pub mod mcs_report;
 pub mod member;
+pub mod merge_patch;
 pub mod multicluster;
 pub mod override_path;
 pub mod overrides;

@@ -70,6 +70,10 @@ impl Ctl {
             return;
         }
         let mut value = serde_json::to_value(&status).unwrap_or(Value::Null);
+        // Merge patch: nested keys the new status drops (an empty `aggregated.health`, a
+        // finished rollout's `currentWave`) would keep their old values.
+        let base_value = serde_json::to_value(previous).unwrap_or(Value::Null);
+        flotilla_crds::merge_patch::null_dropped_keys(&mut value, &base_value);
         if let Some(map) = value.as_object_mut() {
             // Merge patch: absent keys would keep old values, so clear them explicitly.
             for k in [

@@ -7,6 +7,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use flotilla_crds::{
     DEFAULT_NAMESPACE, FederatedStatus, KubeFedCluster, MANAGED_LABEL, ServiceAccountImport,
+    mcs_report::MCS_WORK_LABEL,
     multicluster::SECRET_LABEL,
     rollout::REVISION_ANNOTATION,
     work::{
@@ -364,8 +365,10 @@ pub async fn works(host: &Client, pull: &Client) -> anyhow::Result<Vec<String>> 
     }
     let ns = cluster_namespace(PULL);
     let mut have = BTreeMap::new();
+    // The MCS controller's import Works are not the sync controller's: not counted here.
+    let sync_works = ListParams::default().labels(&format!("!{MCS_WORK_LABEL}"));
     for w in Api::<Work>::namespaced(host.clone(), &ns)
-        .list(&ListParams::default())
+        .list(&sync_works)
         .await?
     {
         let kind = w.labels().get(WORK_TYPE_LABEL).cloned().unwrap_or_default();
