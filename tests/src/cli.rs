@@ -4,7 +4,7 @@
 
 use std::{net::SocketAddr, time::Duration};
 
-use anyhow::ensure;
+use anyhow::{Context as _, ensure};
 use bytes::Bytes;
 use flotilla_cli::{self as cli, Context, Exit};
 use http::{Request, header};
@@ -30,8 +30,8 @@ pub struct Run {
     pub out: String,
 }
 
-/// Runs `flotilla --kubeconfig … --context host ARGS`.
-pub async fn run(fed: &Federation, args: &[&str]) -> Run {
+/// `flotilla --kubeconfig … --context host ARGS`.
+fn host_args(fed: &Federation, args: &[&str]) -> Vec<String> {
     let mut full: Vec<String> = vec![
         "flotilla".into(),
         "--kubeconfig".into(),
@@ -40,6 +40,22 @@ pub async fn run(fed: &Federation, args: &[&str]) -> Run {
         "host".into(),
     ];
     full.extend(args.iter().map(|a| a.to_string()));
+    full
+}
+
+/// Runs `flotilla --kubeconfig … --context host ARGS` and returns its output; fails with
+/// that output when the command fails.
+pub async fn run_ok(fed: &Federation, args: &[&str]) -> anyhow::Result<String> {
+    let ctx = Context::captured();
+    let result = cli::run(host_args(fed, args), ctx.clone()).await;
+    let out = ctx.out.text();
+    result.with_context(|| format!("flotilla {args:?} printed:\n{out}"))?;
+    Ok(out)
+}
+
+/// Runs `flotilla --kubeconfig … --context host ARGS`.
+pub async fn run(fed: &Federation, args: &[&str]) -> Run {
+    let full = host_args(fed, args);
     let ctx = Context::captured();
     let result = cli::run(full, ctx.clone()).await;
     let code = match &result {

@@ -100,6 +100,30 @@ impl FederatedRef {
         .await
     }
 
+    /// Waits until the `Rollout` condition has `reason` for the current generation; returns
+    /// the status.
+    pub async fn wait_rollout(
+        &self,
+        reason: &str,
+        timeout: Duration,
+    ) -> anyhow::Result<FederatedStatus> {
+        let what = format!("{}: Rollout {reason}", self.name);
+        wait_for(timeout, &what, || async {
+            let obj = self.get().await?;
+            let status = FederatedStatus::from_dynamic(&obj);
+            let c = status.rollout_condition().context("no Rollout condition")?;
+            ensure!(
+                status.observed_generation == obj.metadata.generation.unwrap_or(0)
+                    && c.reason == reason,
+                "Rollout {}: {}",
+                c.reason,
+                c.message
+            );
+            Ok(status)
+        })
+        .await
+    }
+
     /// Waits until the Propagation condition is False with `reason`; returns the condition.
     pub async fn wait_not_propagated(&self, reason: &str) -> anyhow::Result<FederatedCondition> {
         let what = format!("{}: Propagation=False ({reason})", self.name);

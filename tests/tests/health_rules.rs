@@ -269,20 +269,7 @@ async fn wait_size(api: Api<DynamicObject>, size: i64) -> anyhow::Result<()> {
 
 /// Waits until the `Rollout` condition has `reason` for the current generation.
 async fn wait_rollout(gadget: &FederatedRef, reason: &str) -> anyhow::Result<FederatedStatus> {
-    wait_for(T, &format!("Rollout {reason}"), || async {
-        let obj = gadget.get().await?;
-        let status = FederatedStatus::from_dynamic(&obj);
-        let c = status.rollout_condition().context("no Rollout condition")?;
-        ensure!(
-            status.observed_generation == obj.metadata.generation.unwrap_or(0)
-                && c.reason == reason,
-            "Rollout {}: {}",
-            c.reason,
-            c.message
-        );
-        Ok(status)
-    })
-    .await
+    gadget.wait_rollout(reason, T).await
 }
 
 /// Writes a member Gadget's status for its current generation, as its operator would.

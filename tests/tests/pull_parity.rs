@@ -372,20 +372,7 @@ mod rollout {
 
     /// Waits until the `Rollout` condition has `reason` for the current generation.
     pub async fn wait_reason(web: &FederatedRef, reason: &str) -> anyhow::Result<FederatedStatus> {
-        wait_for(STEP, reason, || async {
-            let obj = web.get().await?;
-            let status = FederatedStatus::from_dynamic(&obj);
-            let c = status.rollout_condition().context("no Rollout condition")?;
-            ensure!(
-                status.observed_generation == obj.metadata.generation.unwrap_or(0)
-                    && c.reason == reason,
-                "Rollout {}: {}",
-                c.reason,
-                c.message
-            );
-            Ok(status)
-        })
-        .await
+        web.wait_rollout(reason, STEP).await
     }
 
     /// Applies `image` and watches the members: it reaches them in order — the Push

@@ -9,7 +9,6 @@ use std::{
 };
 
 use anyhow::{Context as _, ensure};
-use flotilla_cli as cli;
 use flotilla_controllers::{manager::ControlPlane, metrics::Metrics};
 use flotilla_crds::{
     DEFAULT_NAMESPACE, KubeFedCluster, federated::FederatedStatus, rollout::RolloutStatus,
@@ -112,20 +111,9 @@ async fn wait_reason(
     reason: &str,
     what: &str,
 ) -> anyhow::Result<FederatedStatus> {
-    wait_for(STEP_TIMEOUT, what, || async {
-        let obj = web.get().await?;
-        let status = FederatedStatus::from_dynamic(&obj);
-        let c = status.rollout_condition().context("no Rollout condition")?;
-        ensure!(
-            status.observed_generation == obj.metadata.generation.unwrap_or(0)
-                && c.reason == reason,
-            "Rollout {}: {}",
-            c.reason,
-            c.message
-        );
-        Ok(status)
-    })
-    .await
+    web.wait_rollout(reason, STEP_TIMEOUT)
+        .await
+        .with_context(|| what.to_owned())
 }
 
 async fn wait_complete(web: &FederatedRef, what: &str) -> anyhow::Result<FederatedStatus> {
@@ -134,22 +122,9 @@ async fn wait_complete(web: &FederatedRef, what: &str) -> anyhow::Result<Federat
 
 /// `flotilla ... ARGS` against the host, in-process; its output.
 async fn flotilla(fed: &Federation, args: &[&str]) -> anyhow::Result<String> {
-    let kubeconfig = fed.env.kubeconfig_path();
-    let mut argv = vec![
-        "flotilla".to_string(),
-        "--kubeconfig".into(),
-        kubeconfig.display().to_string(),
-        "--context".into(),
-        "host".into(),
-        "-n".into(),
-        NS.into(),
-    ];
-    argv.extend(args.iter().map(|a| a.to_string()));
-    let ctx = cli::Context::captured();
-    let result = cli::run(argv, ctx.clone()).await;
-    let text = ctx.out.text();
-    result.with_context(|| format!("flotilla {args:?} printed:\n{text}"))?;
-    Ok(text)
+    let mut in_ns = vec!["-n", NS];
+    in_ns.extend_from_slice(args);
+    flotilla_tests::cli::run_ok(fed, &in_ns).await
 }
 
 /// The ROLLOUT column of `kubectl get federateddeployments` for the object.
