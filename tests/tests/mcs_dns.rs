@@ -14,7 +14,7 @@ use anyhow::{Context as _, ensure};
 use flotilla_controllers::cluster_id::{ClusterId, ensure_cluster_id};
 use flotilla_crds::{
     DEFAULT_NAMESPACE, KubeFedConfig, crdgen,
-    mcs::{CLUSTERSET_IPS_ANNOTATION, ServiceExport, ServiceImport, ServiceImportType},
+    mcs::{CLUSTERSET_IPS_ANNOTATION, ServiceImport, ServiceImportType},
 };
 use flotilla_dns::{
     Dns,
@@ -25,6 +25,7 @@ use flotilla_tests::{
     assert::events_about,
     federation::{Federation, federation_with_pods},
     init_tracing,
+    mcs::{MANAGER, apply},
     objects::create_namespace,
     wait_for,
 };
@@ -38,30 +39,16 @@ use k8s_openapi::api::{
 };
 use kube::{
     Api, Client,
-    api::{ApiResource, DeleteParams, DynamicObject, ListParams, Patch, PatchParams},
+    api::{DeleteParams, DynamicObject, ListParams, Patch, PatchParams},
 };
 use serde_json::{Value, json};
 
 const NS: &str = "dns";
 const T: Duration = Duration::from_secs(90);
-const MANAGER: &str = "flotilla-tests";
 /// Two usable addresses: `web` and one of `extra-a`/`extra-b` get one, the other is told
 /// the range is exhausted.
 const RANGE: &str = "10.250.0.0/30";
 const BOTH: [Transport; 2] = [Transport::Udp, Transport::Tcp];
-
-async fn apply<K>(api: &Api<K>, name: &str, body: Value) -> anyhow::Result<()>
-where
-    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
-{
-    api.patch(
-        name,
-        &PatchParams::apply(MANAGER).force(),
-        &Patch::Apply(body),
-    )
-    .await?;
-    Ok(())
-}
 
 /// A Deployment of one pod labelled `app=<name>` (with `hostname`, as a StatefulSet's pods
 /// have, when `headless`) and its Service with a port named `http`.
@@ -98,21 +85,11 @@ async fn deploy(client: &Client, name: &str, headless: bool) -> anyhow::Result<(
 }
 
 fn exports(client: &Client) -> Api<DynamicObject> {
-    Api::namespaced_with(
-        client.clone(),
-        NS,
-        &ApiResource::erase::<ServiceExport>(&()),
-    )
+    flotilla_tests::mcs::exports(client, NS)
 }
 
 async fn export(client: &Client, name: &str) -> anyhow::Result<()> {
-    apply(
-        &exports(client),
-        name,
-        json!({"apiVersion": "multicluster.x-k8s.io/v1beta1", "kind": "ServiceExport",
-               "metadata": {"name": name, "namespace": NS}}),
-    )
-    .await
+    flotilla_tests::mcs::export(client, NS, name).await
 }
 
 /// The IP of the one running pod of `app`.

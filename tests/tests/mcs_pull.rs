@@ -14,13 +14,14 @@ use flotilla_agent::{Agent, AgentOptions};
 use flotilla_controllers::{install, manager::ControlPlane, mcs::slice::SliceVersion};
 use flotilla_crds::{
     crdgen,
-    mcs::{SERVICE_NAME_LABEL, SOURCE_CLUSTER_LABEL, ServiceExport, ServiceImport},
+    mcs::{SERVICE_NAME_LABEL, SOURCE_CLUSTER_LABEL, ServiceImport},
     mcs_report::{MCS_WORK_LABEL, ServiceExportReport},
     work::{Work, cluster_namespace},
 };
 use flotilla_tests::{
     env,
     federation::bootstrap,
+    mcs::{MANAGER, apply},
     mixed::{Mixed, PULL, join_mixed},
     objects::create_namespace,
     wait_for,
@@ -28,13 +29,12 @@ use flotilla_tests::{
 use k8s_openapi::api::core::v1::Service;
 use kube::{
     Api, Client, ResourceExt,
-    api::{ApiResource, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams},
+    api::{ApiResource, DeleteParams, DynamicObject, ListParams, PostParams},
 };
-use serde_json::{Value, json};
+use serde_json::json;
 
 const NS: &str = "mcs";
 const T: Duration = Duration::from_secs(60);
-const MANAGER: &str = "flotilla-tests";
 const PUSH: &str = "member1";
 
 struct Fed {
@@ -70,19 +70,6 @@ async fn start() -> anyhow::Result<Fed> {
         agent: Some(agent),
         fed,
     })
-}
-
-async fn apply<K>(api: &Api<K>, name: &str, body: Value) -> anyhow::Result<()>
-where
-    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
-{
-    api.patch(
-        name,
-        &PatchParams::apply(MANAGER).force(),
-        &Patch::Apply(body),
-    )
-    .await?;
-    Ok(())
 }
 
 /// The EndpointSlice version the member serves, as Flotilla discovers it.
@@ -130,21 +117,11 @@ async fn service(client: &Client, name: &str, port: i32, ip: &str) -> anyhow::Re
 }
 
 fn exports(client: &Client) -> Api<DynamicObject> {
-    Api::namespaced_with(
-        client.clone(),
-        NS,
-        &ApiResource::erase::<ServiceExport>(&()),
-    )
+    flotilla_tests::mcs::exports(client, NS)
 }
 
 async fn export(client: &Client, name: &str) -> anyhow::Result<()> {
-    apply(
-        &exports(client),
-        name,
-        json!({"apiVersion": "multicluster.x-k8s.io/v1beta1", "kind": "ServiceExport",
-               "metadata": {"name": name, "namespace": NS}}),
-    )
-    .await
+    flotilla_tests::mcs::export(client, NS, name).await
 }
 
 /// (status, reason) of a condition in `status.conditions` of a dynamic object.

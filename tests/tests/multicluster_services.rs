@@ -13,11 +13,12 @@ use anyhow::{Context as _, ensure};
 use flotilla_controllers::{manager::ControlPlane, mcs::slice::SliceVersion, metrics::Metrics};
 use flotilla_crds::DEFAULT_NAMESPACE;
 use flotilla_crds::mcs::{
-    SERVICE_NAME_LABEL, SOURCE_CLUSTER_LABEL, ServiceExport, ServiceImport, ServiceImportType,
+    SERVICE_NAME_LABEL, SOURCE_CLUSTER_LABEL, ServiceImport, ServiceImportType,
 };
 use flotilla_tests::{
     federation::{Federation, federation_with_pods},
     init_tracing,
+    mcs::apply,
     objects::create_namespace,
     requests::writes,
     wait_for,
@@ -30,27 +31,13 @@ use kube::{
     Api, Client, ResourceExt,
     api::{ApiResource, DeleteParams, DynamicObject, ListParams, Patch, PatchParams},
 };
-use serde_json::{Value, json};
+use serde_json::json;
 
 const NS: &str = "mcs";
 const T: Duration = Duration::from_secs(90);
-const MANAGER: &str = "flotilla-tests";
 const MEMBERS: [&str; 3] = ["member1", "member2", "member3"];
 /// The kinds Flotilla writes for MCS, as the API servers' request metrics name them.
 const MCS_RESOURCES: [&str; 3] = ["serviceimports", "endpointslices", "serviceexports"];
-
-async fn apply<K>(api: &Api<K>, name: &str, body: Value) -> anyhow::Result<()>
-where
-    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
-{
-    api.patch(
-        name,
-        &PatchParams::apply(MANAGER).force(),
-        &Patch::Apply(body),
-    )
-    .await?;
-    Ok(())
-}
 
 /// A Deployment of `replicas` pods labelled `app=<name>` and a Service selecting them with
 /// one port named `http`.
@@ -82,13 +69,7 @@ async fn deploy(client: &Client, name: &str, replicas: i32, port: i32) -> anyhow
 }
 
 async fn export(client: &Client, name: &str) -> anyhow::Result<()> {
-    apply(
-        &exports(client),
-        name,
-        json!({"apiVersion": "multicluster.x-k8s.io/v1beta1", "kind": "ServiceExport",
-               "metadata": {"name": name, "namespace": NS}}),
-    )
-    .await
+    flotilla_tests::mcs::export(client, NS, name).await
 }
 
 /// The addresses of the Ready pods of `app` in a member.
@@ -153,11 +134,7 @@ async fn imported_addresses(
 /// ServiceExports read dynamically: an export written without `spec` (as users write them)
 /// does not fit the typed struct.
 fn exports(client: &Client) -> Api<DynamicObject> {
-    Api::namespaced_with(
-        client.clone(),
-        NS,
-        &ApiResource::erase::<ServiceExport>(&()),
-    )
+    flotilla_tests::mcs::exports(client, NS)
 }
 
 /// (status, reason, message) of an export's condition.
