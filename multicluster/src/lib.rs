@@ -59,6 +59,7 @@ pub mod index;
 pub mod kubefed;
 pub mod member_watch;
 pub mod ownership;
+pub mod packed;
 pub mod provider;
 pub mod runner;
 pub mod shard;

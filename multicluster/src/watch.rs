@@ -243,21 +243,30 @@ pub async fn reflect<K>(
     api: Api<K>,
     writer: reflector::store::Writer<K>,
     what: &'static str,
+    on_change: impl FnMut(Change<'_, K>),
+) where
+    K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+    K::DynamicType: Eq + Hash + Clone + Send + Sync,
+{
+    reflect_shrunk(api, writer, what, |_| {}, on_change).await
+}
+
+/// [`reflect`], every object passed through `shrink` before it is stored (e.g.
+/// [`crate::packed::pack`]).
+pub async fn reflect_shrunk<K>(
+    api: Api<K>,
+    writer: reflector::store::Writer<K>,
+    what: &'static str,
+    shrink: fn(&mut K),
     mut on_change: impl FnMut(Change<'_, K>),
 ) where
     K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
     K::DynamicType: Eq + Hash + Clone + Send + Sync,
 {
-    watch_into(
-        api,
-        writer,
-        WatchParams::host(what),
-        |_| {},
-        |change| {
-            on_change(change);
-            ControlFlow::Continue(())
-        },
-    )
+    watch_into(api, writer, WatchParams::host(what), shrink, |change| {
+        on_change(change);
+        ControlFlow::Continue(())
+    })
     .await
 }
 

@@ -9,7 +9,7 @@ use flotilla_crds::{
     federated::FederatedSpec,
     work::{WORK_SOURCE_NAME, WORK_SOURCE_NAMESPACE, Work, cluster_namespace},
 };
-use flotilla_multicluster::gate::store_ready;
+use flotilla_multicluster::{gate::store_ready, packed};
 use futures::FutureExt;
 use kube::{
     ResourceExt,
@@ -23,19 +23,23 @@ use super::{
 };
 
 /// The objects of one federated API in the host.
+/// The store holds bodies packed (metadata as it is): keys and namespaces read from
+/// `store` directly, whole objects through [`ApiStore::get`].
 pub(super) struct ApiStore {
     pub ar: ApiResource,
     pub store: Store<DynamicObject>,
 }
 
 impl ApiStore {
-    /// The object of a key, if cached.
+    /// The object of a key, if cached (whole: the store keeps bodies packed, see
+    /// [`packed`]).
     pub fn get(&self, key: &Key) -> Option<Arc<DynamicObject>> {
         let mut obj_ref = ObjectRef::<DynamicObject>::new_with(&key.1, self.ar.clone());
         if let Some(ns) = &key.0 {
             obj_ref = obj_ref.within(ns);
         }
-        self.store.get(&obj_ref)
+        let cached = self.store.get(&obj_ref)?;
+        Some(Arc::new(packed::unpack(&cached)))
     }
 }
 

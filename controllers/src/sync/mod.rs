@@ -54,6 +54,7 @@ use flotilla_multicluster::{
     WatchOptions,
     gate::Gate,
     index::Indexer,
+    packed,
     runner::{KeyedRunner, Report, RunMetrics},
 };
 use kube::{
@@ -78,7 +79,7 @@ use crate::ftc_schema::Pruned;
 use crate::{
     metrics::{Metrics, ReconcileLabels},
     multicluster::{ClusterEvent, ClusterSet, MemberEvent, MemberWatch},
-    watch::{Change, reflect},
+    watch::{Change, reflect, reflect_shrunk},
     workqueue::WorkQueue,
 };
 use ctl::Ctl;
@@ -311,14 +312,20 @@ async fn watch_federated(
 ) {
     let api: Api<DynamicObject> = Api::all_with(ctl.shared.host.clone(), &ctl.ty.fed_ar);
     let store = ctl.host.federated.store.clone();
-    reflect(api, writer, "federated object", move |c| match c {
-        Change::Object(o) => queue.add(key_of(o)),
-        Change::Synced => {
-            for o in store.state() {
-                queue.add(key_of(&o));
+    reflect_shrunk(
+        api,
+        writer,
+        "federated object",
+        packed::pack,
+        move |c| match c {
+            Change::Object(o) => queue.add(key_of(o)),
+            Change::Synced => {
+                for o in store.state() {
+                    queue.add(key_of(&o));
+                }
             }
-        }
-    })
+        },
+    )
     .await;
 }
 

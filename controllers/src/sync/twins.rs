@@ -14,6 +14,7 @@ use flotilla_crds::{
     alpha::{self, FederatedApi, OnDelete, Role, Twin},
     federated::FederatedStatus,
 };
+use flotilla_multicluster::packed;
 use kube::{
     Api, ResourceExt,
     core::{ApiResource, DynamicObject},
@@ -36,7 +37,7 @@ use super::{
     type_info::TypeInfo,
 };
 use crate::{
-    watch::{Change, reflect},
+    watch::{Change, reflect_shrunk},
     workqueue::WorkQueue,
 };
 
@@ -232,10 +233,16 @@ async fn watch_twin(
     queue: Arc<WorkQueue<Key>>,
 ) {
     let api: Api<DynamicObject> = Api::all_with(host, &ar);
-    reflect(api, writer, "federated twin", move |c| match c {
-        Change::Object(o) => queue.add(key_of(o)),
-        Change::Synced => {}
-    })
+    reflect_shrunk(
+        api,
+        writer,
+        "federated twin",
+        packed::pack,
+        move |c| match c {
+            Change::Object(o) => queue.add(key_of(o)),
+            Change::Synced => {}
+        },
+    )
     .await;
 }
 
