@@ -23,7 +23,7 @@ use flotilla_controllers::{
     sharded::{GROUP, ShardedMemberWork},
 };
 use flotilla_crds::{DEFAULT_NAMESPACE, FederatedTypeConfig};
-use flotilla_multicluster::shard::{GROUP_LABEL, ROLE_LABEL};
+use flotilla_multicluster::shard::{GROUP_LABEL, ROLE_LABEL, rendezvous};
 use flotilla_tests::{federation::federation, init_tracing, wait_for};
 use k8s_openapi::api::{coordination::v1::Lease, rbac::v1::ClusterRole};
 use kube::{
@@ -34,8 +34,9 @@ use serde_json::json;
 
 const T: Duration = Duration::from_secs(90);
 const MEMBERS: usize = 4;
-const REPLICAS: [&str; 3] = ["replica-a", "replica-b", "replica-c"];
-/// Short Leases, so that the hand-over after a kill is quick.
+const REPLICAS: [&str; 3] = ["replica-x", "replica-y", "replica-z"];
+/// Short Leases, so that the hand-over after a kill is quick (replica names and the
+/// members' split by rendezvous hashing are fixed, so the split is the same every run).
 const LEASE: Duration = Duration::from_secs(3);
 
 /// Every replica's share, sampled all along: a member ever held by two replicas at once is
@@ -89,8 +90,9 @@ async fn fence_holders(host: &Client) -> anyhow::Result<BTreeMap<String, String>
         .collect())
 }
 
-/// Waits until every member is in exactly one of `replicas`' shares and its fence Lease
-/// names that replica; returns who holds what.
+/// Waits until every member is in exactly one of `replicas`' shares, that replica is the
+/// member's rendezvous owner among them (the split has settled) and the member's fence
+/// Lease names it; returns who holds what.
 async fn wait_split(
     host: &Client,
     replicas: &BTreeMap<String, ShardedMemberWork>,
@@ -107,6 +109,11 @@ async fn wait_split(
         for member in &members {
             let holders = held.get(member).cloned().unwrap_or_default();
             ensure!(holders.len() == 1, "{member} held by {holders:?}");
+            let owner = rendezvous::owner(member, replicas.keys().map(String::as_str));
+            ensure!(
+                owner == Some(holders[0].as_str()),
+                "{member} held by {holders:?}, owner {owner:?}"
+            );
             ensure!(
                 fences.get(member) == Some(&holders[0]),
                 "{member}'s fence: {:?}, share of {holders:?}",
@@ -136,9 +143,12 @@ async fn wait_roles(members: &[Client], granted: bool) -> anyhow::Result<()> {
         let roles: Api<ClusterRole> = Api::all(member.clone());
         wait_for(T, &format!("{role}: secrets granted {granted}"), || async {
             let rules = roles.get(&role).await?.rules.unwrap_or_default();
-            let has = rules
-                .iter()
-                .any(|r| r.resources.iter().flatten().any(|res| res == "secrets"));
+            // Listing is what a federated type gets (a workload's dependencies get Secrets
+            // by name only).
+            let has = rules.iter().any(|r| {
+                r.resources.iter().flatten().any(|res| res == "secrets")
+                    && r.verbs.iter().any(|v| v == "list")
+            });
             ensure!(has == granted, "secrets granted: {has}");
             Ok(())
         })
@@ -180,6 +190,8 @@ async fn three_replicas_split_the_member_work_and_a_killed_one_s_members_are_han
 
     let split = wait_split(&fed.host, &replicas).await?;
     println!("split: {split:?}");
+    let holders: BTreeSet<&String> = split.values().collect();
+    ensure!(holders.len() > 1, "one replica holds every member: {split:?}");
     // A change of the enabled types reaches every member through its holder.
     set_secrets_propagation(&fed.host, "Disabled").await?;
     wait_roles(&fed.members, false).await?;
