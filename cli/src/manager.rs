@@ -125,7 +125,10 @@ fn start_sharded(
     namespace: &str,
     args: &ControllerManagerArgs,
 ) -> Option<ShardedMemberWork> {
-    let identity = args.identity.clone().unwrap_or_else(leader::default_identity);
+    let identity = args
+        .identity
+        .clone()
+        .unwrap_or_else(leader::default_identity);
     args.shard_member_work.then(|| {
         ShardedMemberWork::start(host.clone(), namespace, &identity, DEFAULT_LEASE_DURATION)
     })

@@ -57,8 +57,8 @@ impl ShardedMemberWork {
     ) -> ShardedMemberWork {
         let (all, all_provider) =
             ClusterSet::from_provider(KubeFedProvider::new(host.clone(), namespace));
-        let sharding = Sharding::new(host.clone(), namespace, GROUP, identity)
-            .lease_duration(lease_duration);
+        let sharding =
+            Sharding::new(host.clone(), namespace, GROUP, identity).lease_duration(lease_duration);
         let (share, shard) = ClusterSet::from_provider(ShardProvider::new(all, sharding));
         let rbac = tokio::spawn(crate::member_rbac::run(
             host,

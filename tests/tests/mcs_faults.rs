@@ -107,7 +107,9 @@ async fn a_member_black_holed_at_start_neither_stalls_the_others_imports_nor_goe
     let cp = pf.fed.control_plane.as_ref().expect("started above");
     let reason = cp.clusters.problems().get("member3").cloned();
     ensure!(
-        reason.as_deref().is_some_and(|r| r.contains("not reachable")),
+        reason
+            .as_deref()
+            .is_some_and(|r| r.contains("not reachable")),
         "member3 not reported as unreachable: {reason:?}"
     );
     ensure!(

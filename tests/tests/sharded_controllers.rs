@@ -83,7 +83,12 @@ async fn fence_holders(host: &Client) -> anyhow::Result<BTreeMap<String, String>
         .items
         .into_iter()
         .filter_map(|l| {
-            let cluster = l.metadata.name.as_deref()?.strip_prefix(&prefix)?.to_owned();
+            let cluster = l
+                .metadata
+                .name
+                .as_deref()?
+                .strip_prefix(&prefix)?
+                .to_owned();
             let holder = l.spec?.holder_identity.filter(|h| !h.is_empty())?;
             Some((cluster, holder))
         })
@@ -171,7 +176,11 @@ async fn three_replicas_split_the_member_work_and_a_killed_one_s_members_are_han
         ..Options::new(DEFAULT_NAMESPACE)
     };
     let metrics = Arc::new(Metrics::new());
-    fed.control_plane = Some(ControlPlane::start_with(fed.host.clone(), &options, metrics));
+    fed.control_plane = Some(ControlPlane::start_with(
+        fed.host.clone(),
+        &options,
+        metrics,
+    ));
     let mut replicas: BTreeMap<String, ShardedMemberWork> = REPLICAS
         .iter()
         .map(|r| {
@@ -191,7 +200,10 @@ async fn three_replicas_split_the_member_work_and_a_killed_one_s_members_are_han
     let split = wait_split(&fed.host, &replicas).await?;
     println!("split: {split:?}");
     let holders: BTreeSet<&String> = split.values().collect();
-    ensure!(holders.len() > 1, "one replica holds every member: {split:?}");
+    ensure!(
+        holders.len() > 1,
+        "one replica holds every member: {split:?}"
+    );
     // A change of the enabled types reaches every member through its holder.
     set_secrets_propagation(&fed.host, "Disabled").await?;
     wait_roles(&fed.members, false).await?;
@@ -216,7 +228,10 @@ async fn three_replicas_split_the_member_work_and_a_killed_one_s_members_are_han
     let after = wait_split(&fed.host, &replicas).await?;
     println!(
         "killed {victim} (held {} members): handed over in {:.1} s: {after:?}",
-        per_replica.get(victim.as_str()).copied().unwrap_or_default(),
+        per_replica
+            .get(victim.as_str())
+            .copied()
+            .unwrap_or_default(),
         killed_at.elapsed().as_secs_f64()
     );
     ensure!(

@@ -62,7 +62,13 @@ pub struct Memory {
 impl Memory {
     /// Judges member `name` ([`judge`], with what this controller saw of it before); its
     /// `wait` is true only while it has never been judged.
-    pub fn judge(&mut self, name: &str, ready: bool, caches: SyncState, verdict: bool) -> Judgement {
+    pub fn judge(
+        &mut self,
+        name: &str,
+        ready: bool,
+        caches: SyncState,
+        verdict: bool,
+    ) -> Judgement {
         if ready {
             self.seen_ready.insert(name.to_owned());
         }
@@ -124,7 +130,11 @@ mod tests {
             verdict,
         };
         let table = [
-            (facts(true, SyncState::Synced, false, true), Available, false),
+            (
+                facts(true, SyncState::Synced, false, true),
+                Available,
+                false,
+            ),
             (facts(true, SyncState::Syncing, true, true), Unknown, true),
             // Missed the library's sync timeout: held, reported, not waited for.
             (facts(true, timed_out(), true, true), Unknown, false),
@@ -132,7 +142,11 @@ mod tests {
             // The registry's verdict (say a black-holed member: Offline) makes it down.
             (facts(false, SyncState::Syncing, false, true), Down, false),
             // Not probed yet since the start: waited for.
-            (facts(false, SyncState::Syncing, false, false), Unknown, true),
+            (
+                facts(false, SyncState::Syncing, false, false),
+                Unknown,
+                true,
+            ),
         ];
         for (f, availability, wait) in table {
             assert_eq!(judge(&f), Judgement { availability, wait }, "{f:?}");
@@ -159,7 +173,10 @@ mod tests {
     #[test]
     fn a_member_s_caches_are_synced_only_when_all_are_and_timed_out_when_any_is() {
         assert_eq!(
-            combine([("exports", Some(SyncState::Synced)), ("services", Some(SyncState::Synced))]),
+            combine([
+                ("exports", Some(SyncState::Synced)),
+                ("services", Some(SyncState::Synced))
+            ]),
             SyncState::Synced
         );
         assert_eq!(

@@ -22,11 +22,11 @@ use tokio::sync::mpsc;
 use tracing::{info, warn};
 
 use super::slice::SliceVersion;
-use flotilla_multicluster::{SyncState, sync_state::sync_state};
 use crate::{
     multicluster::{ClusterSet, MemberEvent},
     watch::{Change, WatchParams, watch_into},
 };
+use flotilla_multicluster::{SyncState, sync_state::sync_state};
 
 /// The discovery group of EndpointSlices.
 const GROUP: &str = "discovery.k8s.io";
