@@ -243,15 +243,16 @@ async fn three_replicas_split_the_member_work_and_a_killed_one_s_members_are_han
     wait_roles(&fed.members, true).await?;
 
     sampler.abort();
-    let r = record.lock().unwrap_or_else(|e| e.into_inner());
-    println!("{} samples of the shares", r.samples);
-    ensure!(r.samples > 0, "the shares were never sampled");
+    let (samples, overlaps) = {
+        let r = record.lock().unwrap_or_else(|e| e.into_inner());
+        (r.samples, r.overlaps.clone())
+    };
+    println!("{samples} samples of the shares");
+    ensure!(samples > 0, "the shares were never sampled");
     ensure!(
-        r.overlaps.is_empty(),
-        "members held by two replicas at once: {:?}",
-        r.overlaps
+        overlaps.is_empty(),
+        "members held by two replicas at once: {overlaps:?}"
     );
-    drop(r);
     for (_, work) in replicas {
         work.stop().await;
     }
