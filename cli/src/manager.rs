@@ -22,6 +22,7 @@ use super::{Context, GlobalArgs, access, parse_duration};
 use flotilla_controllers::leader::{self, LeaderElectionConfig, LeaderElector, LeadershipEnd};
 use flotilla_controllers::manager::{ControlPlane, Options};
 use flotilla_controllers::metrics::Metrics;
+use flotilla_controllers::sharded::{DEFAULT_LEASE_DURATION, ShardedMemberWork};
 use flotilla_controllers::startup::{self, Problem};
 use flotilla_multicluster::http::auth::{self as http_auth, Exposure};
 use flotilla_multicluster::http::{self as http, Health, MetricsAccess};
@@ -111,6 +112,26 @@ pub struct ControllerManagerArgs {
     /// of it (at most every minute).
     #[arg(long, value_parser = parse_duration, default_value = "5m", value_name = "DURATION")]
     pub webhook_rotation_overlap: Duration,
+    /// Shard the member work (member RBAC on Push members) over every replica, leader or
+    /// not, with peer and fence Leases in the control-plane namespace (docs/operations.md;
+    /// grant `config/sharded/`'s Role).
+    #[arg(long)]
+    pub shard_member_work: bool,
+}
+
+/// Joins the replicas' member work when `--shard-member-work` is given (on every replica).
+fn start_sharded(
+    host: &Client,
+    namespace: &str,
+    args: &ControllerManagerArgs,
+) -> Option<ShardedMemberWork> {
+    let identity = args
+        .identity
+        .clone()
+        .unwrap_or_else(leader::default_identity);
+    args.shard_member_work.then(|| {
+        ShardedMemberWork::start(host.clone(), namespace, &identity, DEFAULT_LEASE_DURATION)
+    })
 }
 
 /// The leader election settings: the KubeFedConfig's, overridden by flags.
@@ -192,6 +213,7 @@ pub async fn run(
     let options = Options {
         namespace: namespace.clone(),
         profile_namespace: args.cluster_profile_namespace.clone(),
+        shard_member_work: args.shard_member_work,
     };
     let metrics = Arc::new(Metrics::new());
     let leading = Gauge::<i64>::default();
@@ -229,6 +251,7 @@ pub async fn run(
     start_dashboard(&host, &namespace, &args, ctx).await?;
     // Ready means "can serve as leader or standby": the host answered.
     health.set_ready(true);
+    let sharded = start_sharded(&host, &namespace, &args);
 
     if !args.leader_elect {
         let cp = ControlPlane::start_with(host, &options, metrics.clone());
@@ -236,6 +259,9 @@ pub async fn run(
         ctx.shutdown.cancelled().await;
         cp.shutdown().await;
         leading.set(false);
+        if let Some(sharded) = sharded {
+            sharded.stop().await;
+        }
         info!("controller-manager stopped");
         return Ok(());
     }
@@ -251,6 +277,9 @@ pub async fn run(
     );
     let mut elector = LeaderElector::new(host.clone(), config)?;
     lead_while_elected(&mut elector, &host, &options, &metrics, &leading, ctx).await;
+    if let Some(sharded) = sharded {
+        sharded.stop().await;
+    }
     Ok(())
 }
 

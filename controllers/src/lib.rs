@@ -29,6 +29,7 @@ pub mod pull_rbac;
 pub mod registry;
 pub mod sa_import;
 pub mod scheduling;
+pub mod sharded;
 pub mod startup;
 pub mod sync;
 /// The watch loop (in the multi-cluster library).

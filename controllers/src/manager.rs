@@ -38,6 +38,9 @@ pub struct Options {
     pub namespace: String,
     /// The namespace of the ClusterProfiles; the control-plane namespace when `None`.
     pub profile_namespace: Option<String>,
+    /// Member work is sharded over every replica ([`crate::sharded`]): the leader's member
+    /// RBAC covers only Pull members.
+    pub shard_member_work: bool,
 }
 
 impl Options {
@@ -46,6 +49,7 @@ impl Options {
         Options {
             namespace: namespace.to_string(),
             profile_namespace: None,
+            shard_member_work: false,
         }
     }
 
@@ -72,6 +76,10 @@ impl ControlPlane {
             host.clone(),
             namespace.to_string(),
             clusters.clone(),
+            match options.shard_member_work {
+                true => crate::member_rbac::Scope::Pull,
+                false => crate::member_rbac::Scope::All,
+            },
         ));
         let sa_import = tokio::spawn(crate::sa_import::run(
             host.clone(),

@@ -12,7 +12,10 @@
 //! EndpointSlices at each member's version) → [`observe`] → [`plan`] (pure) → [`objects`]
 //! (pure diff by content hash) → [`apply`]. A Pull member is read from the reports its agent
 //! writes into its inventory and receives its imports there as Works ([`pull`]). An unchanged ClusterSet costs no writes, also
-//! after a restart: clusters not yet known are held, not emptied. ClusterSet IPs are
+//! after a restart: clusters not yet known are held, not emptied, and each member is waited
+//! for only until it is judged — by the registry's health verdict and, once Ready, the
+//! library's per-cluster sync timeout on its caches ([`known`]): one unreachable member
+//! neither stalls the others nor goes unreported. ClusterSet IPs are
 //! allocated from the KubeFedConfig's ranges by [`ips`] (pure, after [`plan`]); DNS is
 //! `flotilla dns` (the flotilla-dns crate); routing the IPs is the network layer's job
 //! (docs/multicluster-services.md).
@@ -20,6 +23,7 @@
 pub mod apply;
 pub mod conditions;
 pub mod ips;
+pub mod known;
 pub mod objects;
 pub mod observe;
 pub mod plan;
@@ -28,8 +32,15 @@ pub mod pull_plan;
 pub mod slice;
 pub mod slice_watch;
 
-use flotilla_multicluster::runner::{Action, PassRunner, Retry};
-use std::{collections::BTreeSet, sync::Arc, time::Duration};
+use flotilla_multicluster::{
+    SyncState, WatchOptions,
+    runner::{Action, PassRunner, Retry},
+};
+use std::{
+    collections::{BTreeMap, BTreeSet},
+    sync::Arc,
+    time::Duration,
+};
 
 use flotilla_crds::{
     about::{CLUSTER_ID_PROPERTY, PROPERTY_LABEL_PREFIX},
@@ -46,11 +57,8 @@ use kube::{
     api::{ApiResource, DynamicObject},
     runtime::reflector::Store,
 };
-use tokio::{
-    sync::{Notify, mpsc, watch},
-    time::Instant,
-};
-use tracing::{debug, info};
+use tokio::sync::{Notify, mpsc, watch};
+use tracing::{debug, info, warn};
 
 use crate::{
     metrics::Metrics,
@@ -67,10 +75,12 @@ const RECHECK: Duration = Duration::from_secs(300);
 const RETRY: Duration = Duration::from_secs(5);
 /// Events arriving this close together are handled by one pass.
 const DEBOUNCE: Duration = Duration::from_millis(200);
-/// After a start, nothing is written until every member is known, for at most this long
-/// (then members still unknown are held: their slices neither rewritten nor removed), so a
-/// restart writes nothing that a partial view would have got wrong.
-const GRACE: Duration = Duration::from_secs(30);
+/// How long a Ready member's caches may take to complete their first list (the library's
+/// per-cluster sync timeout): until then a member never judged before is waited for; past
+/// it, the member is held (its slices neither rewritten nor removed) and reported.
+const SYNC_TIMEOUT: Duration = Duration::from_secs(15);
+/// How soon a pass waiting for a member looks again (a missed sync timeout sends no event).
+const WAIT_RECHECK: Duration = Duration::from_secs(1);
 /// Name of the host in logs and failures.
 const HOST: &str = "host";
 
@@ -99,33 +109,59 @@ fn managed_selector() -> String {
 
 impl Watches {
     fn start(set: &ClusterSet, events: mpsc::UnboundedSender<MemberEvent>) -> Self {
+        let imports = kube::runtime::watcher::Config::default().labels(&managed_selector());
         Watches {
             // A member joined before Flotilla installed the MCS CRDs may not serve them.
-            exports: MemberWatch::start_optional(
+            exports: MemberWatch::start_with_events(
                 set.clone(),
                 ApiResource::erase::<ServiceExport>(&()),
-                |_| {},
+                WatchOptions::all()
+                    .optional_kind()
+                    .sync_timeout(SYNC_TIMEOUT),
                 events.clone(),
             ),
-            imports: MemberWatch::start(
+            imports: MemberWatch::start_with_events(
                 set.clone(),
                 (),
-                Some(managed_selector()),
-                |_| {},
+                WatchOptions::all()
+                    .with_config(imports)
+                    .sync_timeout(SYNC_TIMEOUT),
                 events.clone(),
             ),
-            services: MemberWatch::start(set.clone(), (), None, shrink_service, events.clone()),
-            namespaces: MemberWatch::start(set.clone(), (), None, shrink_namespace, events.clone()),
+            services: MemberWatch::start_with_events(
+                set.clone(),
+                (),
+                WatchOptions {
+                    shrink: shrink_service,
+                    ..WatchOptions::all().sync_timeout(SYNC_TIMEOUT)
+                },
+                events.clone(),
+            ),
+            namespaces: MemberWatch::start_with_events(
+                set.clone(),
+                (),
+                WatchOptions {
+                    shrink: shrink_namespace,
+                    ..WatchOptions::all().sync_timeout(SYNC_TIMEOUT)
+                },
+                events.clone(),
+            ),
             slices: SliceWatch::start(set.clone(), events),
         }
     }
 
-    fn synced(&self, cluster: &str) -> bool {
-        self.exports.is_synced(cluster)
-            && self.imports.is_synced(cluster)
-            && self.services.is_synced(cluster)
-            && self.namespaces.is_synced(cluster)
-            && self.slices.is_synced(cluster)
+    /// Where the member's caches stand against their sync timeout.
+    fn sync_state(&self, cluster: &str) -> SyncState {
+        known::combine([
+            ("ServiceExports", self.exports.sync_state(cluster)),
+            ("ServiceImports", self.imports.sync_state(cluster)),
+            ("Services", self.services.sync_state(cluster)),
+            ("Namespaces", self.namespaces.sync_state(cluster)),
+            (
+                "EndpointSlices",
+                self.slices.sync_state(cluster, SYNC_TIMEOUT),
+            ),
+        ])
     }
 }
 
@@ -193,24 +229,17 @@ pub async fn run(
     let changed = Arc::new(Notify::new());
     let pulled = pull::PullStores::start(host.clone(), &changed);
     let mirror = HostMirror::start(host, &changed);
-    let grace_ends = Instant::now() + GRACE;
-    let mut seen_ready = BTreeSet::new();
-    // The grace's end wakes a pass: members never seen Ready are judged then.
+    let mut known = Known::default();
     let mut runner = PassRunner::new("multicluster-services", changed)
         .period(RECHECK)
         .retry(Retry::Fixed(RETRY))
         .debounce(DEBOUNCE)
         .wake_on_channel(rx)
         .wake_on_changes(clusters.changes())
-        .wake_on_changes(config.clone())
-        .wake_at(grace_ends);
+        .wake_on_changes(config.clone());
     info!("multi-cluster services controller started");
     while runner.next().await.is_some() {
-        let grace_over = Instant::now() >= grace_ends;
-        let known = Known {
-            seen_ready: &mut seen_ready,
-            grace_over,
-        };
+        let known = &mut known;
         let ranges = ips::Ranges::parse(&config.borrow().clusterset_ip_ranges);
         let ctx = PassContext {
             known,
@@ -229,6 +258,10 @@ struct Lists {
     id: Option<String>,
     client: Option<Client>,
     availability: Availability,
+    /// Not judged yet: the pass waits for it.
+    wait: bool,
+    /// Why its caches are not waited for, when they missed their sync timeout.
+    timed_out: Option<String>,
     exports: Vec<Arc<DynamicObject>>,
     services: Vec<Arc<Service>>,
     slices: Vec<Arc<DynamicObject>>,
@@ -256,27 +289,33 @@ fn lists(
     w: &Watches,
     pulled: &pull::PullStores,
     clusters: &ClusterSet,
-    seen_ready: &mut BTreeSet<String>,
-    grace_over: bool,
+    memory: &mut known::Memory,
 ) -> Vec<Lists> {
+    // An unready member the registry has probed is reported with why (its verdict).
+    let verdicts = clusters.problems();
     clusters
         .snapshot()
         .into_iter()
         .map(|c| {
-            if c.ready {
-                seen_ready.insert(c.name.clone());
-            }
-            let synced = match c.pull {
-                true => pulled.synced(),
-                false => w.synced(&c.name),
+            let caches = match (c.pull, pulled.synced()) {
+                (true, true) => SyncState::Synced,
+                (true, false) => SyncState::Syncing,
+                (false, _) => w.sync_state(&c.name),
             };
-            let seen = seen_ready.contains(&c.name);
+            let timed_out = match &caches {
+                SyncState::TimedOut { reason } if c.ready => Some(reason.clone()),
+                _ => None,
+            };
+            let verdict = c.ready || verdicts.contains_key(&c.name);
+            let judgement = memory.judge(&c.name, c.ready, caches, verdict);
+            let availability = judgement.availability;
             let name = c.name;
             let id_label = format!("{PROPERTY_LABEL_PREFIX}/{CLUSTER_ID_PROPERTY}");
-            let availability = observe::availability(c.ready, synced, seen, grace_over);
             Lists {
                 id: c.labels.get(&id_label).cloned(),
                 availability,
+                wait: judgement.wait,
+                timed_out,
                 pulled: c.pull.then(|| pulled.view(&name, availability)),
                 client: c.client,
                 exports: w.exports.list(&name),
@@ -295,15 +334,37 @@ fn lists(
         .collect()
 }
 
-/// Which members this process has seen Ready, and whether the start-up grace is over.
-struct Known<'a> {
-    seen_ready: &'a mut BTreeSet<String>,
-    grace_over: bool,
+/// What this process knows of the members across passes: what it judged, and which
+/// members' caches it reported as having missed their sync timeout (with why).
+#[derive(Default)]
+struct Known {
+    memory: known::Memory,
+    reported: BTreeMap<String, String>,
+}
+
+impl Known {
+    /// Logs each member whose caches missed their sync timeout (once per reason), and each
+    /// that has synced since.
+    fn report(&mut self, members: &[Lists]) {
+        let now: BTreeMap<String, String> = members
+            .iter()
+            .filter_map(|m| Some((m.name.clone(), m.timed_out.clone()?)))
+            .collect();
+        for (cluster, reason) in &now {
+            if self.reported.get(cluster) != Some(reason) {
+                warn!(%cluster, %reason, "member held by multi-cluster services: its caches missed the sync timeout; the other members go on");
+            }
+        }
+        for cluster in self.reported.keys().filter(|c| !now.contains_key(*c)) {
+            info!(%cluster, "member no longer held by multi-cluster services");
+        }
+        self.reported = now;
+    }
 }
 
 /// What a pass takes besides the caches.
 struct PassContext<'a> {
-    known: Known<'a>,
+    known: &'a mut Known,
     ranges: &'a ips::Ranges,
     writes: &'a apply::Writes,
     pull: &'a pull::PullStores,
@@ -322,17 +383,19 @@ async fn pass(
         writes,
         pull,
     } = ctx;
-    let grace_over = known.grace_over;
-    let members = lists(w, pull, clusters, known.seen_ready, grace_over);
-    if !grace_over
-        && members
-            .iter()
-            .any(|m| m.availability == Availability::Unknown)
-    {
-        // Just started: a plan over part of the ClusterSet could differ from the one
-        // already written; wait until every member is known (or the grace is over).
-        debug!("MCS pass deferred until every member is known");
-        return Action::AwaitChange;
+    let members = lists(w, pull, clusters, &mut known.memory);
+    known.report(&members);
+    let waiting: Vec<&str> = members
+        .iter()
+        .filter(|m| m.wait)
+        .map(|m| m.name.as_str())
+        .collect();
+    if !waiting.is_empty() {
+        // A plan over part of the ClusterSet could differ from the one already written:
+        // wait for members not judged yet, each for a bounded time (its first health
+        // verdict, then its caches' sync timeout).
+        debug!(?waiting, "MCS pass deferred until these members are judged");
+        return Action::requeue(WAIT_RECHECK);
     }
     let views: Vec<plan::MemberView> = members
         .iter()

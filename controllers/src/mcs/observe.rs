@@ -1,6 +1,6 @@
 //! Reading the caches into what the planner and the object diff take: a [`MemberView`] and
-//! an [`ActualMember`] per cluster, and each cluster's [`Availability`]. Conversions only;
-//! no I/O and no decision beyond "is this cluster's state known".
+//! an [`ActualMember`] per cluster (whose [`Availability`] [`super::known`] decides).
+//! Conversions only; no I/O and no decision.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -19,18 +19,6 @@ use super::{
     },
     slice::Slice,
 };
-
-/// A cluster's availability: known when Ready with complete caches; down when not Ready
-/// and either seen Ready by this controller before or past the start-up grace (so that a
-/// restart, before the first health probes, removes nothing); unknown otherwise.
-pub fn availability(ready: bool, synced: bool, seen_ready: bool, grace_over: bool) -> Availability {
-    match (ready, synced) {
-        (true, true) => Availability::Available,
-        (true, false) => Availability::Unknown,
-        (false, _) if seen_ready || grace_over => Availability::Down,
-        (false, _) => Availability::Unknown,
-    }
-}
 
 fn key_of<K: ResourceExt>(o: &K) -> ServiceKey {
     ServiceKey::new(o.namespace().unwrap_or_default(), o.name_any())
@@ -230,25 +218,6 @@ impl MemberCaches<'_> {
 mod tests {
     use super::*;
     use serde_json::json;
-
-    #[test]
-    fn availability_is_known_only_with_complete_caches_and_down_only_after_being_seen() {
-        use Availability::*;
-        let table = [
-            ((true, true, false, false), Available),
-            ((true, false, true, true), Unknown),
-            ((false, false, true, false), Down),
-            ((false, false, false, true), Down),
-            ((false, false, false, false), Unknown),
-        ];
-        for ((ready, synced, seen, grace), want) in table {
-            assert_eq!(
-                availability(ready, synced, seen, grace),
-                want,
-                "{ready} {synced} {seen} {grace}"
-            );
-        }
-    }
 
     #[test]
     fn services_are_read_as_headless_external_or_with_a_cluster_ip() {

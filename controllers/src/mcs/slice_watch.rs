@@ -26,6 +26,7 @@ use crate::{
     multicluster::{ClusterSet, MemberEvent},
     watch::{Change, WatchParams, watch_into},
 };
+use flotilla_multicluster::{SyncState, sync_state::sync_state};
 
 /// The discovery group of EndpointSlices.
 const GROUP: &str = "discovery.k8s.io";
@@ -41,6 +42,8 @@ struct Cache {
 
 struct Running {
     generation: u64,
+    /// When the watch started, for its sync timeout.
+    started: std::time::Instant,
     cache: Arc<RwLock<Option<Cache>>>,
     task: tokio::task::JoinHandle<()>,
 }
@@ -103,6 +106,17 @@ impl SliceWatch {
         self.cache(cluster)
             .is_some_and(|c| matches!(c.store.wait_until_ready().now_or_never(), Some(Ok(()))))
     }
+
+    /// Where the member's cache stands against `timeout` (the library's decision); `None`
+    /// when the member is not watched.
+    pub fn sync_state(&self, cluster: &str, timeout: Duration) -> Option<SyncState> {
+        let started = {
+            let watches = self.watches.read().unwrap_or_else(|e| e.into_inner());
+            watches.get(cluster)?.started
+        };
+        let synced = self.is_synced(cluster);
+        Some(sync_state(synced, started.elapsed(), Some(timeout), None))
+    }
 }
 
 async fn supervise(set: ClusterSet, events: mpsc::UnboundedSender<MemberEvent>, watches: Watches) {
@@ -136,6 +150,7 @@ async fn supervise(set: ClusterSet, events: mpsc::UnboundedSender<MemberEvent>, 
                     c.name.clone(),
                     Running {
                         generation: c.client_generation,
+                        started: std::time::Instant::now(),
                         cache,
                         task,
                     },

@@ -6,6 +6,9 @@
 //! the rules differ, so a restart writes nothing when nothing changed.
 
 pub mod rules;
+pub mod scope;
+
+pub use scope::Scope;
 
 use flotilla_multicluster::{
     gate::{Gate, store_ready},
@@ -38,8 +41,8 @@ use crate::{
 const RECHECK: Duration = Duration::from_secs(300);
 
 /// Keeps every joined member's ClusterRole in step with the enabled types, one pass over
-/// every member on the library's pass runner. Runs until aborted.
-pub async fn run(host: Client, namespace: String, clusters: ClusterSet) {
+/// every member `scope` covers on the library's pass runner. Runs until aborted.
+pub async fn run(host: Client, namespace: String, clusters: ClusterSet, scope: Scope) {
     let changed = Arc::new(Notify::new());
     let (ftcs, ftc_watch) = notifying_store::<FederatedTypeConfig>(
         Api::namespaced(host.clone(), &namespace),
@@ -67,11 +70,22 @@ pub async fn run(host: Client, namespace: String, clusters: ClusterSet) {
         if wake == Wake::Timer {
             applied.clear();
         }
-        reconcile_all(&host, &recorder, &ftcs, &kfcs, &clusters, &mut applied).await;
+        let members = Members {
+            clusters: &clusters,
+            scope,
+        };
+        reconcile_all(&host, &recorder, &ftcs, &kfcs, members, &mut applied).await;
         // Failures are said as Events and retried on the next change or recheck, as
         // before the pass runner.
         runner.finish(Action::AwaitChange);
     }
+}
+
+/// The members a pass covers: the Push ones with a client in `clusters`, as `scope` says.
+#[derive(Clone, Copy)]
+struct Members<'a> {
+    clusters: &'a ClusterSet,
+    scope: Scope,
 }
 
 async fn reconcile_all(
@@ -79,12 +93,16 @@ async fn reconcile_all(
     recorder: &Recorder,
     ftcs: &Store<FederatedTypeConfig>,
     kfcs: &Store<KubeFedCluster>,
-    clusters: &ClusterSet,
+    members: Members<'_>,
     applied: &mut HashMap<String, Vec<PolicyRule>>,
 ) {
+    let Members { clusters, scope } = members;
     let types = rules::enabled_types(ftcs.state().iter().map(|f| &**f));
     for kfc in kfcs.state() {
         let name = kfc.name_any();
+        if !scope.covers(kfc.spec.is_pull()) {
+            continue;
+        }
         // A Pull cluster's agent sets its own role from what the host publishes.
         if kfc.spec.is_pull() {
             crate::pull_rbac::reconcile(host, &name, &types, applied).await;

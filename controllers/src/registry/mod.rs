@@ -283,6 +283,7 @@ impl Registry {
                 info!("KubeFedCluster deleted; removing the cluster");
             }
             self.shared.set.remove(name);
+            self.shared.set.report(name, None);
             self.shared.metrics.clusters.forget_cluster(name);
             return;
         };

@@ -150,6 +150,9 @@ impl<'a> Worker<'a> {
         };
         let published = self.tracker.observe(outcome, thresholds);
         self.shared.set.set_ready(self.name, published.is_ready());
+        // The verdict, for controllers that wait for one (MCS): why an unready cluster is not.
+        let problem = (!published.is_ready()).then(|| published.message());
+        self.shared.set.report(self.name, problem);
         if let Some(state) = self.shared.set.get(self.name) {
             super::unreachable::sync_taint(
                 &self.shared.api,
