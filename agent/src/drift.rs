@@ -15,7 +15,8 @@ use std::{
 
 use flotilla_crds::{
     drift::{
-        ClusterDrift, DIGEST_ANNOTATION, DriftState, Policy,
+        ClusterDrift, DIGEST_ANNOTATION, DriftState, IGNORE_ANNOTATION, Mode, POLICY_ANNOTATION,
+        Policy,
         decide::{self, Finding, Input, Verdict},
         digest,
         fight::{History, Repair},
@@ -39,6 +40,22 @@ pub fn keep_digest(obj: &mut DynamicObject) {
 /// every field), as on the host, which announces the error on the federated object.
 pub fn work_policy(annotations: &BTreeMap<String, String>) -> Policy {
     Policy::from_annotations(annotations).unwrap_or_default()
+}
+
+/// The drift mode the agent applies to a Work, for the Work status's `driftPolicy` (the
+/// acknowledgement that the agent holds it): `Report` or `Repair` (also when only fields
+/// are ignored, and for a policy that cannot be read, which is repaired as the default).
+/// None without drift annotations: the default policy.
+pub fn applied_policy(annotations: &BTreeMap<String, String>) -> Option<String> {
+    if !annotations.contains_key(POLICY_ANNOTATION) && !annotations.contains_key(IGNORE_ANNOTATION)
+    {
+        return None;
+    }
+    let name = match work_policy(annotations).mode {
+        Mode::Report => "Report",
+        Mode::Repair => "Repair",
+    };
+    Some(name.to_string())
 }
 
 /// What the drift decision of one manifest reads besides the member object.
@@ -212,11 +229,7 @@ fn annotation_pointer(key: &str) -> String {
 #[cfg(test)]
 mod tests {
     use flotilla_crds::work::AGENT_FIELD_MANAGER;
-    use flotilla_crds::{
-        MANAGED_LABEL,
-        drift::{IGNORE_ANNOTATION, Mode, POLICY_ANNOTATION},
-        member::HASH_ANNOTATION,
-    };
+    use flotilla_crds::{MANAGED_LABEL, member::HASH_ANNOTATION};
     use kube::ResourceExt;
     use serde_json::json;
 
@@ -446,6 +459,46 @@ mod tests {
         assert!(
             !text.contains("c2VjcmV0") && !text.contains("b3RoZXI="),
             "{text}"
+        );
+    }
+
+    #[test]
+    fn the_applied_policy_names_the_mode_and_an_unreadable_one_is_repair() {
+        let of = |pairs: &[(&str, &str)]| {
+            applied_policy(
+                &pairs
+                    .iter()
+                    .map(|(k, v)| (k.to_string(), v.to_string()))
+                    .collect(),
+            )
+        };
+        assert_eq!(of(&[]), None);
+        assert_eq!(of(&[("other", "x")]), None);
+        assert_eq!(
+            of(&[(POLICY_ANNOTATION, "Report")]).as_deref(),
+            Some("Report")
+        );
+        assert_eq!(
+            of(&[(POLICY_ANNOTATION, "Repair")]).as_deref(),
+            Some("Repair")
+        );
+        let ignore = [
+            (POLICY_ANNOTATION, "Ignore"),
+            (IGNORE_ANNOTATION, "spec.replicas"),
+        ];
+        assert_eq!(of(&ignore).as_deref(), Some("Repair"));
+        assert_eq!(
+            of(&[(IGNORE_ANNOTATION, "/spec/replicas")]).as_deref(),
+            Some("Repair")
+        );
+        // Unreadable: repaired as the default, and said so.
+        assert_eq!(
+            of(&[(POLICY_ANNOTATION, "Sometimes")]).as_deref(),
+            Some("Repair")
+        );
+        assert_eq!(
+            of(&[(POLICY_ANNOTATION, "Ignore")]).as_deref(),
+            Some("Repair")
         );
     }
 }

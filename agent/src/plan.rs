@@ -235,6 +235,7 @@ pub fn work_status(
             now,
         )],
         manifest_conditions,
+        drift_policy: None,
     }
 }
 

@@ -219,13 +219,18 @@ async fn report(
         now_rfc3339(),
     );
     let status = plan::work_status(previous, results, generation, &now);
-    let status = rejection::with_rejections(status, previous, results, generation, &now);
+    let mut status = rejection::with_rejections(status, previous, results, generation, &now);
+    status.drift_policy = drift::applied_policy(work.annotations());
     state
         .observer
         .report_failures(work, previous, results)
         .await;
     if work.status.as_ref() != Some(&status) {
-        let patch = json!({"status": status});
+        let mut patch = json!({"status": status});
+        if status.drift_policy.is_none() {
+            // A merge patch keeps an absent key: a policy the Work no longer carries goes.
+            patch["status"]["driftPolicy"] = serde_json::Value::Null;
+        }
         state
             .works_api
             .patch_status(

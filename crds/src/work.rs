@@ -157,6 +157,12 @@ pub struct WorkStatus {
     /// One entry per manifest.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub manifest_conditions: Vec<ManifestCondition>,
+    /// Flotilla: the drift mode the agent applies to the manifests, `Repair` or `Report`
+    /// (an unreadable `flotilla.io/drift-policy` is repaired, so `Repair`): the agent's
+    /// acknowledgement that it holds the Work's policy, since an annotation change does
+    /// not bump the Work's generation. Absent while the Work carries no drift annotation.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub drift_policy: Option<String>,
 }
 
 /// What the agent reports about one manifest.

@@ -229,6 +229,29 @@ pub fn plan(members: &[MemberView]) -> Plan {
             .collect(),
         ..Plan::default()
     };
+    let mut constituents = valid_constituents(members, &mut out.exports);
+    let retained = retained_exporters(members);
+    let keys: BTreeSet<&ServiceKey> = constituents
+        .keys()
+        .chain(retained.keys())
+        .copied()
+        .collect();
+    for key in keys {
+        let mut list = constituents.remove(key).unwrap_or_default();
+        list.sort_by(|a, b| (a.created, a.cluster).cmp(&(b.created, b.cluster)));
+        if let Some(service) = merged_service(members, key, &list, retained.get(key), &mut out) {
+            out.services.insert(key.clone(), service);
+        }
+    }
+    out
+}
+
+/// The valid exports of the available members by service; each invalid one is recorded
+/// in `verdicts` with its conditions.
+fn valid_constituents<'a>(
+    members: &'a [MemberView],
+    verdicts: &mut Vec<ExportVerdict>,
+) -> BTreeMap<&'a ServiceKey, Vec<Constituent<'a>>> {
     let mut constituents: BTreeMap<&ServiceKey, Vec<Constituent<'_>>> = BTreeMap::new();
     for m in members
         .iter()
@@ -242,7 +265,7 @@ pub fn plan(members: &[MemberView]) -> Plan {
                     service,
                     export: e,
                 }),
-                Err(conditions) => out.exports.push(ExportVerdict {
+                Err(conditions) => verdicts.push(ExportVerdict {
                     cluster: m.name.clone(),
                     key: e.key.clone(),
                     conditions,
@@ -250,57 +273,52 @@ pub fn plan(members: &[MemberView]) -> Plan {
             }
         }
     }
-    let retained = retained_exporters(members);
-    let keys: BTreeSet<&ServiceKey> = constituents
-        .keys()
-        .chain(retained.keys())
-        .copied()
-        .collect();
-    for key in keys {
-        let mut list = constituents.remove(key).unwrap_or_default();
-        list.sort_by(|a, b| (a.created, a.cluster).cmp(&(b.created, b.cluster)));
-        let kept = retained.get(key);
-        let (spec, exported, import_conditions) = if list.is_empty() {
-            // Only exporters of unknown or down state: keep the import as it was.
-            match kept {
-                Some((_, spec)) => ((*spec).clone(), Exported::default(), Vec::new()),
-                None => continue,
-            }
-        } else {
-            let merged = merge(key, &list);
-            // The import says the same Conflict as its exports.
-            let conflict = merged
-                .verdicts
-                .first()
-                .and_then(|v| v.conditions.iter().find(|c| c.type_ == condition::CONFLICT))
-                .cloned();
-            out.exports.extend(merged.verdicts);
-            let winner = list[0].export;
-            let exported = Exported {
-                labels: winner.labels.clone(),
-                annotations: winner.annotations.clone(),
-            };
-            (merged.spec, exported, conflict.into_iter().collect())
+    constituents
+}
+
+/// The service `key` merged from its constituents (oldest first) and the exporters kept
+/// while unknown or down; the constituents' verdicts go to `out`. None when there is
+/// nothing to import.
+fn merged_service(
+    members: &[MemberView],
+    key: &ServiceKey,
+    list: &[Constituent<'_>],
+    kept: Option<&(BTreeSet<String>, &ServiceImportSpec)>,
+    out: &mut Plan,
+) -> Option<MergedService> {
+    let (spec, exported, import_conditions) = if list.is_empty() {
+        // Only exporters of unknown or down state: keep the import as it was.
+        let (_, spec) = kept?;
+        ((*spec).clone(), Exported::default(), Vec::new())
+    } else {
+        let merged = merge(key, list);
+        // The import says the same Conflict as its exports.
+        let conflict = merged
+            .verdicts
+            .first()
+            .and_then(|v| v.conditions.iter().find(|c| c.type_ == condition::CONFLICT))
+            .cloned();
+        out.exports.extend(merged.verdicts);
+        let winner = list[0].export;
+        let exported = Exported {
+            labels: winner.labels.clone(),
+            annotations: winner.annotations.clone(),
         };
-        let mut clusters: BTreeSet<String> = list.iter().map(|c| c.cluster.to_string()).collect();
-        clusters.extend(
-            kept.into_iter()
-                .flat_map(|(names, _)| names.iter().cloned()),
-        );
-        let slices = source_slices(members, key, &list);
-        out.services.insert(
-            key.clone(),
-            MergedService {
-                spec,
-                clusters: clusters.into_iter().collect(),
-                slices,
-                exported,
-                clusterset_ips: None,
-                import_conditions,
-            },
-        );
-    }
-    out
+        (merged.spec, exported, conflict.into_iter().collect())
+    };
+    let mut clusters: BTreeSet<String> = list.iter().map(|c| c.cluster.to_string()).collect();
+    clusters.extend(
+        kept.into_iter()
+            .flat_map(|(names, _)| names.iter().cloned()),
+    );
+    Some(MergedService {
+        spec,
+        clusters: clusters.into_iter().collect(),
+        slices: source_slices(members, key, list),
+        exported,
+        clusterset_ips: None,
+        import_conditions,
+    })
 }
 
 fn validate<'a>(

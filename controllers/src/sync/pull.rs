@@ -347,6 +347,7 @@ mod tests {
         );
         w.metadata.generation = Some(generation);
         w.status = report.map(|(status, reason, observed)| WorkStatus {
+            drift_policy: None,
             conditions: vec![],
             manifest_conditions: vec![ManifestCondition {
                 conditions: vec![ProfileCondition {

@@ -168,6 +168,7 @@ mod tests {
         let mut w = Work::new("w", WorkSpec::default());
         w.metadata.generation = Some(generation);
         w.status = Some(WorkStatus {
+            drift_policy: None,
             conditions: vec![],
             manifest_conditions: vec![ManifestCondition {
                 conditions: vec![Condition {

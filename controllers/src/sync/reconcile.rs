@@ -175,13 +175,8 @@ impl Ctl {
     async fn sync(&self, key: &Key, fed: &DynamicObject, conflict: Option<String>) -> Action {
         let previous = FederatedStatus::from_dynamic(fed);
         let generation = fed.metadata.generation.unwrap_or(0);
-        let spec = match FederatedSpec::from_dynamic(fed) {
-            Ok(s) => s,
-            Err(e) => {
-                self.report_malformed(fed, &previous, generation, e.to_string())
-                    .await;
-                return Action::AwaitChange;
-            }
+        let Some(spec) = self.spec_or_report(fed, &previous, generation).await else {
+            return Action::AwaitChange;
         };
         let snapshot = self.shared.clusters.snapshot();
         let pipeline::Outcome {
@@ -252,6 +247,23 @@ impl Ctl {
             .await;
         round.recheck = earliest(earliest(round.recheck, announced), deps.recheck);
         plan::live_action(!round.waiting.is_empty(), backoff, round.recheck)
+    }
+
+    /// The federated object's spec; None (reported as malformed) when it does not parse.
+    async fn spec_or_report(
+        &self,
+        fed: &DynamicObject,
+        previous: &FederatedStatus,
+        generation: i64,
+    ) -> Option<FederatedSpec> {
+        match FederatedSpec::from_dynamic(fed) {
+            Ok(s) => Some(s),
+            Err(e) => {
+                self.report_malformed(fed, previous, generation, e.to_string())
+                    .await;
+                None
+            }
+        }
     }
 
     /// The Events of a rollout's step and of a scheduling decision; when either wants to

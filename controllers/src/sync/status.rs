@@ -69,29 +69,10 @@ impl Ctl {
         if &status == previous {
             return;
         }
-        let mut value = serde_json::to_value(&status).unwrap_or(Value::Null);
-        // Merge patch: nested keys the new status drops (an empty `aggregated.health`, a
-        // finished rollout's `currentWave`) would keep their old values.
-        let base_value = serde_json::to_value(previous).unwrap_or(Value::Null);
-        flotilla_crds::merge_patch::null_dropped_keys(&mut value, &base_value);
-        if let Some(map) = value.as_object_mut() {
-            // Merge patch: absent keys would keep old values, so clear them explicitly.
-            for k in [
-                "clusters",
-                "conditions",
-                "aggregated",
-                "placement",
-                "rollout",
-                "drift",
-                "dependencies",
-            ] {
-                map.entry(k).or_insert(Value::Null);
-            }
-        }
         let api = self
             .ty
             .host_api(self.shared.host.clone(), fed.metadata.namespace.as_deref());
-        let patch = json!({ "status": value });
+        let patch = json!({ "status": status_patch(&status, previous) });
         self.written.forget(&key);
         if let Err(e) = api
             .patch_status(
@@ -155,5 +136,81 @@ impl Ctl {
             note,
         )
         .await;
+    }
+}
+
+/// The merge patch's `status` turning `previous` into `status`: every key `status` drops,
+/// nested or top-level, is sent as null (a merge patch would keep absent keys' old values).
+fn status_patch(status: &FederatedStatus, previous: &FederatedStatus) -> Value {
+    let mut value = serde_json::to_value(status).unwrap_or(Value::Null);
+    // Merge patch: nested keys the new status drops (an empty `aggregated.health`, a
+    // finished rollout's `currentWave`) would keep their old values.
+    let base_value = serde_json::to_value(previous).unwrap_or(Value::Null);
+    flotilla_crds::merge_patch::null_dropped_keys(&mut value, &base_value);
+    if let Some(map) = value.as_object_mut() {
+        // Merge patch: absent keys would keep old values, so clear them explicitly.
+        for k in [
+            "clusters",
+            "conditions",
+            "aggregated",
+            "placement",
+            "rollout",
+            "drift",
+            "dependencies",
+        ] {
+            map.entry(k).or_insert(Value::Null);
+        }
+    }
+    value
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_patch_clears_every_list_and_extension_the_new_status_drops() {
+        let previous: FederatedStatus = serde_json::from_value(json!({
+            "observedGeneration": 3,
+            "clusters": [{"name": "member1"}],
+            "rollout": {"targetRevision": "r1", "progress": "1/2", "currentWave": 2},
+        }))
+        .expect("previous status");
+        let status = FederatedStatus {
+            observed_generation: 4,
+            ..FederatedStatus::default()
+        };
+        let patch = status_patch(&status, &previous);
+        assert_eq!(patch["observedGeneration"], json!(4));
+        for key in [
+            "clusters",
+            "conditions",
+            "aggregated",
+            "placement",
+            "rollout",
+            "drift",
+            "dependencies",
+        ] {
+            assert_eq!(patch[key], Value::Null, "{key} in {patch}");
+            assert!(
+                patch.as_object().is_some_and(|m| m.contains_key(key)),
+                "{key}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_patch_nulls_a_nested_key_the_new_status_drops() {
+        let previous: FederatedStatus = serde_json::from_value(json!({
+            "rollout": {"targetRevision": "r1", "progress": "1/2", "currentWave": 2},
+        }))
+        .expect("previous status");
+        let status: FederatedStatus = serde_json::from_value(json!({
+            "rollout": {"targetRevision": "r1", "progress": "2/2"},
+        }))
+        .expect("new status");
+        let patch = status_patch(&status, &previous);
+        assert_eq!(patch["rollout"]["progress"], json!("2/2"));
+        assert_eq!(patch["rollout"]["currentWave"], Value::Null, "{patch}");
     }
 }

@@ -249,49 +249,17 @@ fn advance(
         .map_or_else(|| timestamp(now), |p| p.since.clone());
     let started_at = seconds(&since).unwrap_or(now);
     if c.healthy {
-        let healthy_since = prev
-            .map(|p| p.healthy_since.clone())
-            .filter(|h| !h.is_empty())
-            .unwrap_or_else(|| timestamp(now));
-        let healthy_at = seconds(&healthy_since).unwrap_or(now);
-        let min_success = input.spec.min_success_seconds.unwrap_or(0);
-        // Times are whole seconds: `healthy_at` stands for any instant of its second and
-        // `now` for any of its own, so the difference overstates the time healthy by up to
-        // a second. One more second makes minSuccessSeconds a lower bound.
-        let needed = if min_success > 0 { min_success + 1 } else { 0 };
-        if now - healthy_at >= needed {
-            let entry = ClusterRollout {
-                state: State::Succeeded,
-                since: timestamp(now),
-                ..base
-            };
-            return (entry, None);
-        }
-        let entry = ClusterRollout {
-            state: State::Progressing,
-            since,
-            healthy_since,
-            ..base
-        };
-        return (entry, Some(healthy_at + needed - now));
+        return healthy(input, prev, since, base);
     }
     let deadline = input
         .spec
         .progress_deadline_seconds
         .unwrap_or(DEFAULT_PROGRESS_DEADLINE_SECONDS);
     if prev_state == State::Failed || c.failed || now - started_at >= deadline {
-        // Rolled back, the cluster no longer holds the target: its failure keeps its reason.
-        let rolled_back = input.spec.on_failure == OnFailure::Rollback && !c.at_target;
-        let kept = prev
-            .filter(|p| rolled_back && p.state == State::Failed && !p.message.is_empty())
-            .map(|p| p.message.clone());
-        let message = kept
-            .or_else(|| c.problem.clone())
-            .unwrap_or_else(|| format!("not healthy within progressDeadlineSeconds ({deadline}s)"));
         let entry = ClusterRollout {
             state: State::Failed,
             since,
-            message,
+            message: failure_message(input, prev, c, deadline),
             ..base
         };
         return (entry, None);
@@ -302,6 +270,58 @@ fn advance(
         ..base
     };
     (entry, Some(started_at + deadline - now))
+}
+
+/// A started cluster that the member shows healthy: Succeeded once healthy for
+/// minSuccessSeconds, else Progressing until then (and when that comes due, in seconds).
+fn healthy(
+    input: &Input<'_>,
+    prev: Option<&ClusterRollout>,
+    since: String,
+    base: ClusterRollout,
+) -> (ClusterRollout, Option<i64>) {
+    let now = input.now;
+    let healthy_since = prev
+        .map(|p| p.healthy_since.clone())
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| timestamp(now));
+    let healthy_at = seconds(&healthy_since).unwrap_or(now);
+    let min_success = input.spec.min_success_seconds.unwrap_or(0);
+    // Times are whole seconds: `healthy_at` stands for any instant of its second and
+    // `now` for any of its own, so the difference overstates the time healthy by up to
+    // a second. One more second makes minSuccessSeconds a lower bound.
+    let needed = if min_success > 0 { min_success + 1 } else { 0 };
+    if now - healthy_at >= needed {
+        let entry = ClusterRollout {
+            state: State::Succeeded,
+            since: timestamp(now),
+            ..base
+        };
+        return (entry, None);
+    }
+    let entry = ClusterRollout {
+        state: State::Progressing,
+        since,
+        healthy_since,
+        ..base
+    };
+    (entry, Some(healthy_at + needed - now))
+}
+
+/// Why a cluster failed: the stored reason when rolled back (the cluster no longer holds
+/// the target), else the member's problem, else the deadline.
+fn failure_message(
+    input: &Input<'_>,
+    prev: Option<&ClusterRollout>,
+    c: &ClusterInput<'_>,
+    deadline: i64,
+) -> String {
+    let rolled_back = input.spec.on_failure == OnFailure::Rollback && !c.at_target;
+    let kept = prev
+        .filter(|p| rolled_back && p.state == State::Failed && !p.message.is_empty())
+        .map(|p| p.message.clone());
+    kept.or_else(|| c.problem.clone())
+        .unwrap_or_else(|| format!("not healthy within progressDeadlineSeconds ({deadline}s)"))
 }
 
 /// Starts Pending clusters of the current wave while fewer than `maxConcurrency` are
