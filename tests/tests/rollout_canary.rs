@@ -5,8 +5,9 @@
 //! in every member at every step (each cluster keeps its split), then is promoted: `web`
 //! on the new image with its full split, no canary left. A canary that never gets ready
 //! with `onFailure: Rollback` is removed and `web` gets its full split back (`RolledBack`,
-//! naming the cluster and the member's reason). A canary on a Deployment without replicas
-//! is `InvalidSpec`, and the Deployment is propagated as without one.
+//! naming the cluster and the member's reason). A canary running when the federated object
+//! is deleted goes with it. A canary on a Deployment without replicas is `InvalidSpec`,
+//! and the Deployment is propagated as without one.
 
 use std::time::Duration;
 
@@ -45,17 +46,23 @@ async fn a_canary_steps_through_its_shares_promotes_and_a_failing_one_rolls_back
 
     apply(&fed.host, &rsp_resource(), Some(NS), &rsp()).await?;
     let web = deploy(&fed, "nginx:1").await?;
-    wait_for(STEP_TIMEOUT, "the 6/4 split on nginx:1, complete", || async {
-        let status = web.status().await?;
-        let c = status.rollout_condition().context("no Rollout condition")?;
-        ensure!(c.reason == "Complete", "Rollout {}: {}", c.reason, c.message);
-        let counts = counts(&fed).await?;
-        ensure!(
-            counts == [(SPLIT[0], None), (SPLIT[1], None)],
-            "{counts:?}"
-        );
-        Ok(())
-    })
+    wait_for(
+        STEP_TIMEOUT,
+        "the 6/4 split on nginx:1, complete",
+        || async {
+            let status = web.status().await?;
+            let c = status.rollout_condition().context("no Rollout condition")?;
+            ensure!(
+                c.reason == "Complete",
+                "Rollout {}: {}",
+                c.reason,
+                c.message
+            );
+            let counts = counts(&fed).await?;
+            ensure!(counts == [(SPLIT[0], None), (SPLIT[1], None)], "{counts:?}");
+            Ok(())
+        },
+    )
     .await?;
 
     set_image(&web, "nginx:2").await?;
@@ -65,18 +72,46 @@ async fn a_canary_steps_through_its_shares_promotes_and_a_failing_one_rolls_back
     }
     let status = web.wait_rollout("Complete", STEP_TIMEOUT).await?;
     assert_eq!(status.rollout.and_then(|r| r.canary), None);
-    wait_for(STEP_TIMEOUT, "promoted: web on nginx:2, no canary", || async {
-        let counts = counts(&fed).await?;
-        ensure!(
-            counts == [(SPLIT[0], None), (SPLIT[1], None)],
-            "{counts:?}"
-        );
-        ensure!(images(&fed).await? == [Some("nginx:2".to_string()), Some("nginx:2".into())]);
-        Ok(())
-    })
+    wait_for(
+        STEP_TIMEOUT,
+        "promoted: web on nginx:2, no canary",
+        || async {
+            let counts = counts(&fed).await?;
+            ensure!(counts == [(SPLIT[0], None), (SPLIT[1], None)], "{counts:?}");
+            ensure!(images(&fed).await? == [Some("nginx:2".to_string()), Some("nginx:2".into())]);
+            Ok(())
+        },
+    )
     .await?;
 
     a_failing_canary_rolls_back(&fed, &web).await?;
+    canaries_go_with_the_federated_object(&fed, &web).await?;
+    Ok(())
+}
+
+/// A canary running when the federated object is deleted goes with it (the member's
+/// garbage collector follows its owner reference to the stable Deployment).
+async fn canaries_go_with_the_federated_object(
+    fed: &Federation,
+    web: &FederatedRef,
+) -> anyhow::Result<()> {
+    set_image(web, "nginx:3").await?;
+    wait_for(STEP_TIMEOUT, "the first step's canary in member1", || async {
+        let c = deployments(&fed.members[0], NS).get_opt(CANARY).await?;
+        ensure!(c.as_ref().and_then(replicas) == Some(1), "{c:?}");
+        Ok(())
+    })
+    .await?;
+    web.delete().await?;
+    wait_for(STEP_TIMEOUT, "no web and no web-canary in any member", || async {
+        for m in &fed.members {
+            let left = [NAME, CANARY].map(|n| deployments(m, NS).get_opt(n));
+            let [stable, canary] = left;
+            ensure!(stable.await?.is_none() && canary.await?.is_none(), "left");
+        }
+        Ok(())
+    })
+    .await?;
     Ok(())
 }
 
@@ -112,10 +147,22 @@ async fn the_step_is_counted_in_every_member(
         };
         let spec = c.spec.as_ref().context("spec")?;
         assert!(labelled(c.metadata.labels.as_ref()), "labelled canary");
-        assert!(labelled(spec.selector.match_labels.as_ref()), "in its selector");
-        assert!(labelled(spec.template.metadata.as_ref().and_then(|m| m.labels.as_ref())));
+        assert!(
+            labelled(spec.selector.match_labels.as_ref()),
+            "in its selector"
+        );
+        assert!(labelled(
+            spec.template
+                .metadata
+                .as_ref()
+                .and_then(|m| m.labels.as_ref())
+        ));
         let stable = deployments(m, NS).get(NAME).await?;
-        assert_eq!(first_image(&stable), Some("nginx:1"), "stable keeps the old image");
+        assert_eq!(
+            first_image(&stable),
+            Some("nginx:1"),
+            "stable keeps the old image"
+        );
     }
     Ok(())
 }
@@ -135,15 +182,16 @@ async fn a_failing_canary_rolls_back(fed: &Federation, web: &FederatedRef) -> an
     let rollout = status.rollout.context("status.rollout")?;
     assert!(rollout.rolled_back_to.is_some());
     assert_eq!(rollout.rolled_back_to, rollout.stable_revision);
-    wait_for(STEP_TIMEOUT, "no canary, web with its full split", || async {
-        let counts = counts(fed).await?;
-        ensure!(
-            counts == [(SPLIT[0], None), (SPLIT[1], None)],
-            "{counts:?}"
-        );
-        ensure!(images(fed).await? == [Some("nginx:2".to_string()), Some("nginx:2".into())]);
-        Ok(())
-    })
+    wait_for(
+        STEP_TIMEOUT,
+        "no canary, web with its full split",
+        || async {
+            let counts = counts(fed).await?;
+            ensure!(counts == [(SPLIT[0], None), (SPLIT[1], None)], "{counts:?}");
+            ensure!(images(fed).await? == [Some("nginx:2".to_string()), Some("nginx:2".into())]);
+            Ok(())
+        },
+    )
     .await?;
     Ok(())
 }
@@ -202,7 +250,11 @@ async fn set_image(web: &FederatedRef, image: &str) -> anyhow::Result<()> {
         "path": "/spec/template/spec/template/spec/containers/0/image", "value": image}]);
     let patch: json_patch::Patch = serde_json::from_value(patch)?;
     web.api
-        .patch(&web.name, &PatchParams::default(), &Patch::Json::<()>(patch))
+        .patch(
+            &web.name,
+            &PatchParams::default(),
+            &Patch::Json::<()>(patch),
+        )
         .await?;
     Ok(())
 }
@@ -212,7 +264,10 @@ async fn counts(fed: &Federation) -> anyhow::Result<Vec<(i32, Option<i32>)>> {
     let mut out = Vec::new();
     for m in &fed.members {
         let stable = deployments(m, NS).get_opt(NAME).await?;
-        let stable = stable.as_ref().and_then(replicas).context("no stable web")?;
+        let stable = stable
+            .as_ref()
+            .and_then(replicas)
+            .context("no stable web")?;
         let canary = deployments(m, NS).get_opt(CANARY).await?;
         out.push((stable, canary.as_ref().and_then(replicas)));
     }

@@ -366,7 +366,11 @@ fn fail(
         let render = Render::Stable {
             revision: stable.clone(),
         };
-        (RolloutReason::RolledBack, RolloutEvent::RolloutRolledBack, render)
+        (
+            RolloutReason::RolledBack,
+            RolloutEvent::RolloutRolledBack,
+            render,
+        )
     } else {
         let render = Render::Split {
             stable,
@@ -435,7 +439,11 @@ fn promoting(input: &Input<'_>, previous: &RolloutStatus) -> Course {
         status: previous.clone(),
         render: Render::Promote,
         reason: RolloutReason::Progressing,
-        message: format!("{}{}", promoting_message(previous), waiting.unwrap_or_default()),
+        message: format!(
+            "{}{}",
+            promoting_message(previous),
+            waiting.unwrap_or_default()
+        ),
         events: Vec::new(),
         recheck_after: None,
     }

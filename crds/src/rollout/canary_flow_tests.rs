@@ -47,7 +47,10 @@ fn run(
 }
 
 fn phase(c: &Course) -> Option<(CanaryPhase, u32, u32)> {
-    c.status.canary.as_ref().map(|c| (c.phase, c.step, c.percent))
+    c.status
+        .canary
+        .as_ref()
+        .map(|c| (c.phase, c.step, c.percent))
 }
 
 #[test]
@@ -55,7 +58,12 @@ fn the_first_template_is_complete_at_once_and_a_settled_one_writes_nothing_new()
     let s = spec("Halt");
     let first = run(&s, None, "r1", &facts(false, false), T0);
     assert_eq!(first.reason, RolloutReason::Complete);
-    assert_eq!(first.render, Render::Stable { revision: "r1".into() });
+    assert_eq!(
+        first.render,
+        Render::Stable {
+            revision: "r1".into()
+        }
+    );
     assert!(first.events.is_empty());
     let again = run(&s, Some(&first.status), "r1", &facts(false, false), T0 + 99);
     assert_eq!(again.status, first.status, "steady state: the same status");
@@ -76,15 +84,31 @@ fn a_canary_goes_through_every_step_promotes_and_completes() {
     assert_eq!(started.status.stable_revision.as_deref(), Some("r1"));
     assert_eq!(started.events[0].0, RolloutEvent::RolloutStarted);
     // Not healthy yet: held, with the member's words.
-    let waiting = run(&s, Some(&started.status), "r2", &facts(false, false), T0 + 3);
+    let waiting = run(
+        &s,
+        Some(&started.status),
+        "r2",
+        &facts(false, false),
+        T0 + 3,
+    );
     assert_eq!(waiting.render, split(10));
-    assert!(waiting.message.contains("waiting for m1: 0 of 1"), "{}", waiting.message);
+    assert!(
+        waiting.message.contains("waiting for m1: 0 of 1"),
+        "{}",
+        waiting.message
+    );
     // Healthy: held for minSuccessSeconds, then the next step (a restart reads the same
     // stored status, so it decides the same).
     let healthy = run(&s, Some(&waiting.status), "r2", &facts(true, false), T0 + 4);
     assert_eq!(phase(&healthy), Some((CanaryPhase::Stepping, 1, 10)));
     assert_eq!(healthy.recheck_after, Some(6));
-    let next = run(&s, Some(&healthy.status), "r2", &facts(true, false), T0 + 10);
+    let next = run(
+        &s,
+        Some(&healthy.status),
+        "r2",
+        &facts(true, false),
+        T0 + 10,
+    );
     assert_eq!(phase(&next), Some((CanaryPhase::Stepping, 2, 50)));
     assert_eq!(next.render, split(50));
     assert_eq!(next.events[0].0, RolloutEvent::CanaryStep);
@@ -95,12 +119,27 @@ fn a_canary_goes_through_every_step_promotes_and_completes() {
     let promoting = run(&s, Some(&held.status), "r2", &facts(true, false), T0 + 24);
     assert_eq!(phase(&promoting), Some((CanaryPhase::Promoting, 3, 100)));
     assert_eq!(promoting.render, Render::Promote);
-    let still = run(&s, Some(&promoting.status), "r2", &facts(true, false), T0 + 25);
+    let still = run(
+        &s,
+        Some(&promoting.status),
+        "r2",
+        &facts(true, false),
+        T0 + 25,
+    );
     assert_eq!(still.render, Render::Promote);
-    assert!(still.message.contains("waiting for m1: rolling out"), "{}", still.message);
+    assert!(
+        still.message.contains("waiting for m1: rolling out"),
+        "{}",
+        still.message
+    );
     let complete = run(&s, Some(&still.status), "r2", &facts(true, true), T0 + 26);
     assert_eq!(complete.reason, RolloutReason::Complete);
-    assert_eq!(complete.render, Render::Stable { revision: "r2".into() });
+    assert_eq!(
+        complete.render,
+        Render::Stable {
+            revision: "r2".into()
+        }
+    );
     assert_eq!(complete.status.canary, None);
     assert_eq!(complete.status.stable_revision.as_deref(), Some("r2"));
     assert_eq!(complete.events[0].0, RolloutEvent::RolloutComplete);
@@ -111,9 +150,20 @@ fn a_failed_step_rolls_back_with_the_clusters_and_reasons_and_stays_rolled_back(
     let s = spec("Rollback");
     let done = run(&s, None, "r1", &facts(true, true), T0).status;
     let started = run(&s, Some(&done), "r2", &facts(false, false), T0);
-    let failed = run(&s, Some(&started.status), "r2", &facts(false, false), T0 + 60);
+    let failed = run(
+        &s,
+        Some(&started.status),
+        "r2",
+        &facts(false, false),
+        T0 + 60,
+    );
     assert_eq!(failed.reason, RolloutReason::RolledBack);
-    assert_eq!(failed.render, Render::Stable { revision: "r1".into() });
+    assert_eq!(
+        failed.render,
+        Render::Stable {
+            revision: "r1".into()
+        }
+    );
     assert_eq!(failed.status.rolled_back_to.as_deref(), Some("r1"));
     assert!(
         failed.message.contains("cluster m1 failed: 0 of 1")
@@ -125,10 +175,21 @@ fn a_failed_step_rolls_back_with_the_clusters_and_reasons_and_stays_rolled_back(
     let later = run(&s, Some(&failed.status), "r2", &facts(true, true), T0 + 99);
     assert_eq!(later.status, failed.status);
     assert_eq!(later.reason, RolloutReason::RolledBack);
-    assert_eq!(later.render, Render::Stable { revision: "r1".into() });
+    assert_eq!(
+        later.render,
+        Render::Stable {
+            revision: "r1".into()
+        }
+    );
     assert!(later.events.is_empty());
     // A new template starts a new canary beside the same stable revision.
-    let again = run(&s, Some(&later.status), "r3", &facts(false, false), T0 + 100);
+    let again = run(
+        &s,
+        Some(&later.status),
+        "r3",
+        &facts(false, false),
+        T0 + 100,
+    );
     assert_eq!(phase(&again), Some((CanaryPhase::Stepping, 1, 10)));
     assert_eq!(again.status.stable_revision.as_deref(), Some("r1"));
     assert!(again.status.clusters.is_empty() && again.status.rolled_back_to.is_none());
@@ -139,19 +200,38 @@ fn a_failed_step_with_halt_holds_the_step_and_pause_holds_a_running_one() {
     let s = spec("Halt");
     let done = run(&s, None, "r1", &facts(true, true), T0).status;
     let started = run(&s, Some(&done), "r2", &facts(false, false), T0);
-    let failed = run(&s, Some(&started.status), "r2", &facts(false, false), T0 + 61);
+    let failed = run(
+        &s,
+        Some(&started.status),
+        "r2",
+        &facts(false, false),
+        T0 + 61,
+    );
     assert_eq!(failed.reason, RolloutReason::Failed);
     let held = Render::Split {
         stable: "r1".into(),
         percent: 10,
     };
     assert_eq!(failed.render, held);
-    assert!(failed.message.contains("held at this step"), "{}", failed.message);
+    assert!(
+        failed.message.contains("held at this step"),
+        "{}",
+        failed.message
+    );
     let later = run(&s, Some(&failed.status), "r2", &facts(true, true), T0 + 99);
-    assert_eq!((later.reason, later.render), (RolloutReason::Failed, held.clone()));
+    assert_eq!(
+        (later.reason, later.render),
+        (RolloutReason::Failed, held.clone())
+    );
     let mut paused = s.clone();
     paused.paused = true;
-    let p = run(&paused, Some(&started.status), "r2", &facts(true, true), T0 + 99);
+    let p = run(
+        &paused,
+        Some(&started.status),
+        "r2",
+        &facts(true, true),
+        T0 + 99,
+    );
     assert_eq!((p.reason, p.render), (RolloutReason::Paused, held));
     assert_eq!(p.status, started.status);
 }
@@ -161,9 +241,20 @@ fn a_template_reverted_to_the_stable_revision_mid_canary_completes() {
     let s = spec("Halt");
     let done = run(&s, None, "r1", &facts(true, true), T0).status;
     let started = run(&s, Some(&done), "r2", &facts(false, false), T0);
-    let back = run(&s, Some(&started.status), "r1", &facts(false, false), T0 + 1);
+    let back = run(
+        &s,
+        Some(&started.status),
+        "r1",
+        &facts(false, false),
+        T0 + 1,
+    );
     assert_eq!(back.reason, RolloutReason::Complete);
-    assert_eq!(back.render, Render::Stable { revision: "r1".into() });
+    assert_eq!(
+        back.render,
+        Render::Stable {
+            revision: "r1".into()
+        }
+    );
     assert_eq!(back.status.canary, None);
 }
 

@@ -4,7 +4,8 @@
 //! canary and stable Deployment, asks [`canary_flow::course`] where the canary stands, and
 //! carries out its render: the stable Deployment's desired object is rewritten (its
 //! revision, its share of the replicas) and goes through the normal member writes; the
-//! canary Deployment `<name>-canary` is applied or deleted here, in the same member. The
+//! canary Deployment `<name>-canary` is written or deleted here, in the same member, through
+//! the same member write path ([`run_on_member`]). The
 //! canary is owned by the stable Deployment in the member (an owner reference), so the
 //! member's garbage collector removes it with the stable one (the federated object deleted,
 //! the cluster left the placement). Everything it needs is in status and the members: a
@@ -13,7 +14,6 @@
 use std::{collections::BTreeMap, time::Duration};
 
 use flotilla_crds::{
-    FIELD_MANAGER,
     federated::FederatedSpec,
     health::TypeHealth,
     rollout::{
@@ -25,11 +25,7 @@ use flotilla_crds::{
     },
 };
 use futures::future::join_all;
-use kube::{
-    ResourceExt,
-    api::{DeleteParams, Patch, PatchParams},
-    core::DynamicObject,
-};
+use kube::{ResourceExt, api::DeleteParams, core::DynamicObject};
 use serde_json::{Value, json};
 use tracing::warn;
 
@@ -39,12 +35,10 @@ use crate::{
     sync::{
         Key,
         ctl::Ctl,
-        plan::{DesiredFor, DesiredSet, HASH_ANNOTATION, Observed},
+        dispatch::{MemberOp, MemberRef, run_on_member},
+        plan::{DesiredFor, DesiredSet, HASH_ANNOTATION, Observed, Outcome},
     },
 };
-
-/// How long one canary write may take.
-const MEMBER_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// What one cluster runs: the stable Deployment's revision and replicas, and the canary's
 /// replicas (`None`: no canary).
@@ -57,7 +51,8 @@ struct ClusterPlan {
 
 /// A write of a canary Deployment.
 enum CanaryOp {
-    Apply(Value),
+    Create(Value),
+    Update(Value),
     Delete,
 }
 
@@ -116,10 +111,16 @@ impl Ctl {
             now: crate::sync::plan::decision::now(),
         });
         let plans = (split.iter())
-            .map(|(c, full)| (c.clone(), cluster_plan(&course.render, &target, &split, c, *full)))
+            .map(|(c, full)| {
+                (
+                    c.clone(),
+                    cluster_plan(&course.render, &target, &split, c, *full),
+                )
+            })
             .collect();
         let targets = target_objects(desired);
-        self.render_stable(key, spec, desired, &plans, &target).await;
+        self.render_stable(key, spec, desired, &plans, &target)
+            .await;
         let ops = self.canary_ops(key, &members, &targets, Some(&target), &plans);
         self.run_canary_ops(key, &members, ops).await;
         Some(RolloutRound {
@@ -236,10 +237,12 @@ impl Ctl {
                     else {
                         continue;
                     };
-                    let up_to_date = matches!(&seen, Observed::Present(o)
-                        if annotation(o, HASH_ANNOTATION) == annotation(&obj, HASH_ANNOTATION));
-                    if !up_to_date {
-                        ops.push((i, CanaryOp::Apply(obj)));
+                    match &seen {
+                        Observed::Present(o)
+                            if annotation(o, HASH_ANNOTATION)
+                                == annotation(&obj, HASH_ANNOTATION) => {}
+                        Observed::Present(_) => ops.push((i, CanaryOp::Update(obj))),
+                        _ => ops.push((i, CanaryOp::Create(obj))),
                     }
                 }
                 None => {
@@ -253,38 +256,37 @@ impl Ctl {
         ops
     }
 
-    /// Runs the canary writes, all clusters at once. A failure is logged; the canary's
-    /// health says the rest (its step does not move on without it).
+    /// Runs the canary writes, all clusters at once, through the one member write path
+    /// (the cluster's permit, its circuit breaker, the timeout). A failure is logged; the
+    /// canary's health says the rest (its step does not move on without it).
     async fn run_canary_ops(&self, key: &Key, members: &Members<'_>, ops: Vec<(usize, CanaryOp)>) {
         let name = canary_name(&key.1);
         let (ns, _) = self.ty.member_name(key);
+        let background = DeleteParams::background();
         let jobs = ops.into_iter().filter_map(|(i, op)| {
             let cluster: &ClusterState = members.snapshot.get(i)?;
-            let api = self.ty.member_api(cluster.client.clone()?, ns);
-            let name = name.clone();
+            let target = MemberRef {
+                cluster: &cluster.name,
+                api: self.ty.member_api(cluster.client.clone()?, ns),
+                name: &name,
+            };
+            let op = match op {
+                CanaryOp::Create(object) => MemberOp::Create {
+                    object,
+                    adopt: false,
+                },
+                // The selector is immutable: a canary whose selector changed is recreated.
+                CanaryOp::Update(object) => MemberOp::Update {
+                    object,
+                    recreate: true,
+                },
+                CanaryOp::Delete => MemberOp::Delete(&background),
+            };
             Some(async move {
-                let result = match op {
-                    CanaryOp::Apply(obj) => {
-                        let pp = PatchParams::apply(FIELD_MANAGER).force();
-                        let patch = Patch::Apply(&obj);
-                        let write = api.patch(&name, &pp, &patch);
-                        (tokio::time::timeout(MEMBER_TIMEOUT, write).await).map(|r| r.map(|_| ()))
-                    }
-                    CanaryOp::Delete => {
-                        let dp = DeleteParams::background();
-                        let delete = api.delete(&name, &dp);
-                        (tokio::time::timeout(MEMBER_TIMEOUT, delete).await).map(|r| r.map(|_| ()))
-                    }
-                };
-                match result {
-                    Ok(Ok(())) => {}
-                    Ok(Err(kube::Error::Api(s))) if s.code == 404 => {}
-                    Ok(Err(e)) => {
-                        warn!(cluster = %cluster.name, canary = %name, error = %e, "writing a canary Deployment failed");
-                    }
-                    Err(_) => {
-                        warn!(cluster = %cluster.name, canary = %name, "writing a canary Deployment timed out");
-                    }
+                if let Outcome::Status(reason, message) =
+                    run_on_member(&self.shared, target, op).await
+                {
+                    warn!(cluster = %cluster.name, canary = %name, %reason, %message, "writing a canary Deployment failed");
                 }
             })
         });
@@ -349,7 +351,10 @@ fn cluster_plan(
             canary_replicas: None,
         },
         Render::Split { stable, percent } => {
-            let share = shares(split, *percent).get(cluster).copied().unwrap_or_default();
+            let share = shares(split, *percent)
+                .get(cluster)
+                .copied()
+                .unwrap_or_default();
             ClusterPlan {
                 stable_revision: stable.clone(),
                 stable_replicas: share.stable,
@@ -397,7 +402,9 @@ fn stable_check(
         Observed::Present(obj) if annotation(obj, HASH_ANNOTATION).as_deref() == hash => {
             member_verdict(health, obj).0
         }
-        Observed::Present(_) => Err("the stable Deployment does not hold the new template yet".into()),
+        Observed::Present(_) => {
+            Err("the stable Deployment does not hold the new template yet".into())
+        }
         Observed::NotReady => Err("the cluster is not ready".into()),
         _ => Err("the stable Deployment is not created yet".into()),
     }

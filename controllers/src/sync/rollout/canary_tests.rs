@@ -52,7 +52,11 @@ fn each_cluster_runs_its_share_of_the_step_and_keeps_its_split() {
         (promote.stable_revision.as_str(), promote.stable_replicas),
         ("r2", 4)
     );
-    assert_eq!(promote.canary_replicas, Some(4), "kept until the stable is healthy");
+    assert_eq!(
+        promote.canary_replicas,
+        Some(4),
+        "kept until the stable is healthy"
+    );
     let stable = at(
         &Render::Stable {
             revision: "r1".into(),
@@ -73,7 +77,10 @@ fn the_canary_object_is_labelled_renamed_owned_and_hashed() {
         "/spec/selector/matchLabels",
         "/spec/template/metadata/labels",
     ] {
-        assert_eq!(obj.pointer(path).and_then(|l| l.get(CANARY_LABEL)), Some(&json!("true")));
+        assert_eq!(
+            obj.pointer(path).and_then(|l| l.get(CANARY_LABEL)),
+            Some(&json!("true"))
+        );
     }
     assert_eq!(obj["metadata"]["labels"]["kubefed.io/managed"], "true");
     assert_eq!(obj["spec"]["replicas"], 3);
@@ -82,7 +89,11 @@ fn the_canary_object_is_labelled_renamed_owned_and_hashed() {
     let hash = annotation(&obj, HASH_ANNOTATION).expect("hashed");
     assert_ne!(hash, "h");
     let again = canary_object(&base, &stable, 3, "r2", "apps/v1").expect("a canary");
-    assert_eq!(annotation(&again, HASH_ANNOTATION), Some(hash.clone()), "stable hash");
+    assert_eq!(
+        annotation(&again, HASH_ANNOTATION),
+        Some(hash.clone()),
+        "stable hash"
+    );
     let more = canary_object(&base, &stable, 4, "r2", "apps/v1").expect("a canary");
     assert_ne!(annotation(&more, HASH_ANNOTATION), Some(hash));
     let unborn = json!({"metadata": {"name": "web"}});
@@ -97,20 +108,38 @@ fn a_canary_counts_at_the_step_only_on_the_new_revision_with_the_steps_replicas_
     assert_eq!(canary_check(h, &ok, "r2", 2), Ok(()));
     let wrong_size = canary_check(h, &ok, "r2", 3).unwrap_err();
     assert!(wrong_size.contains("3 replicas"), "{wrong_size}");
-    assert!(canary_check(h, &ok, "r3", 2).unwrap_err().contains("new revision"));
+    assert!(
+        canary_check(h, &ok, "r3", 2)
+            .unwrap_err()
+            .contains("new revision")
+    );
     let not_ready = Observed::Present(deployment(json!({"observedGeneration": 1,
         "replicas": 2, "updatedReplicas": 2, "readyReplicas": 0, "availableReplicas": 0})));
     assert!(canary_check(h, &not_ready, "r2", 2).is_err());
-    assert!(canary_check(h, &Observed::Absent, "r2", 2).unwrap_err().contains("not created"));
+    assert!(
+        canary_check(h, &Observed::Absent, "r2", 2)
+            .unwrap_err()
+            .contains("not created")
+    );
     assert_eq!(stable_check(h, &ok, Some("h")), Ok(()));
-    assert!(stable_check(h, &ok, Some("other")).unwrap_err().contains("new template"));
+    assert!(
+        stable_check(h, &ok, Some("other"))
+            .unwrap_err()
+            .contains("new template")
+    );
 }
 
 #[test]
 fn a_canary_needs_a_deployment_with_replicas() {
-    assert_eq!(shareable("Deployment", &split(&[("m1", 5), ("m2", 5)])), Ok(()));
+    assert_eq!(
+        shareable("Deployment", &split(&[("m1", 5), ("m2", 5)])),
+        Ok(())
+    );
     let none = shareable("Deployment", &split(&[("m1", 0)])).unwrap_err();
-    assert!(none.contains("needs replicas") && none.contains("without a canary"), "{none}");
+    assert!(
+        none.contains("needs replicas") && none.contains("without a canary"),
+        "{none}"
+    );
     let kind = shareable("ConfigMap", &split(&[("m1", 1)])).unwrap_err();
     assert!(kind.contains("for Deployments"), "{kind}");
 }
@@ -127,13 +156,18 @@ fn the_split_is_each_placed_clusters_desired_replicas() {
             }
         }
         let hash = "h".to_string();
-        desired.by_cluster.insert(c.into(), DesiredFor::Object { object, hash });
+        desired
+            .by_cluster
+            .insert(c.into(), DesiredFor::Object { object, hash });
     };
     with("m1", Some(7));
     with("m2", None);
     desired.by_cluster.insert(
         "m3".into(),
-        DesiredFor::Failed(flotilla_crds::ClusterReason::ApplyOverridesFailed, "x".into()),
+        DesiredFor::Failed(
+            flotilla_crds::ClusterReason::ApplyOverridesFailed,
+            "x".into(),
+        ),
     );
     assert_eq!(split_of(&desired), split(&[("m1", 7), ("m2", 0)]));
 }
