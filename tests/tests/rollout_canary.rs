@@ -96,21 +96,29 @@ async fn canaries_go_with_the_federated_object(
     web: &FederatedRef,
 ) -> anyhow::Result<()> {
     set_image(web, "nginx:3").await?;
-    wait_for(STEP_TIMEOUT, "the first step's canary in member1", || async {
-        let c = deployments(&fed.members[0], NS).get_opt(CANARY).await?;
-        ensure!(c.as_ref().and_then(replicas) == Some(1), "{c:?}");
-        Ok(())
-    })
+    wait_for(
+        STEP_TIMEOUT,
+        "the first step's canary in member1",
+        || async {
+            let c = deployments(&fed.members[0], NS).get_opt(CANARY).await?;
+            ensure!(c.as_ref().and_then(replicas) == Some(1), "{c:?}");
+            Ok(())
+        },
+    )
     .await?;
     web.delete().await?;
-    wait_for(STEP_TIMEOUT, "no web and no web-canary in any member", || async {
-        for m in &fed.members {
-            let left = [NAME, CANARY].map(|n| deployments(m, NS).get_opt(n));
-            let [stable, canary] = left;
-            ensure!(stable.await?.is_none() && canary.await?.is_none(), "left");
-        }
-        Ok(())
-    })
+    wait_for(
+        STEP_TIMEOUT,
+        "no web and no web-canary in any member",
+        || async {
+            for m in &fed.members {
+                let api = deployments(m, NS);
+                let (stable, canary) = (api.get_opt(NAME).await?, api.get_opt(CANARY).await?);
+                ensure!(stable.is_none() && canary.is_none(), "left");
+            }
+            Ok(())
+        },
+    )
     .await?;
     Ok(())
 }

@@ -259,65 +259,75 @@ fn stepping(
             if let Some(c) = status.canary.as_mut() {
                 c.healthy_since = state.healthy_since.map(timestamp).unwrap_or_default();
             }
-            let waiting = health.iter().find(|h| !h.healthy);
-            let what = match waiting {
-                Some(h) => format!(
-                    "waiting for {}: {}",
-                    h.name,
-                    h.problem.as_deref().unwrap_or("not healthy")
-                ),
-                None => "every canary is healthy; waiting for minSuccessSeconds".into(),
-            };
             Course {
                 status,
                 render: split(canary.percent),
                 reason: RolloutReason::Progressing,
-                message: step_message(input.spec, canary.step, canary.percent, &what),
+                message: hold_message(input.spec, canary, &health),
                 events: Vec::new(),
                 recheck_after: Some(recheck_after.max(1)),
             }
         }
-        StepDecision::Next(next) => {
-            let percent = steps[next.index];
-            let number = u32::try_from(next.index + 1).unwrap_or(u32::MAX);
-            let mut status = previous.clone();
-            status.progress = format!("{percent}%");
-            status.canary = Some(CanaryStatus {
-                phase: CanaryPhase::Stepping,
-                step: number,
-                percent,
-                since: timestamp(input.now),
-                healthy_since: String::new(),
-            });
-            let message = step_message(input.spec, number, percent, "starting");
-            Course {
-                status,
-                render: split(percent),
-                reason: RolloutReason::Progressing,
-                events: vec![(RolloutEvent::CanaryStep, message.clone())],
-                message,
-                recheck_after: Some(gates(input.spec).progress_deadline_seconds),
-            }
-        }
-        StepDecision::Promote => {
-            let mut status = previous.clone();
-            status.canary = Some(CanaryStatus {
-                phase: CanaryPhase::Promoting,
-                since: timestamp(input.now),
-                healthy_since: String::new(),
-                ..canary.clone()
-            });
-            let message = promoting_message(previous);
-            Course {
-                status,
-                render: Render::Promote,
-                reason: RolloutReason::Progressing,
-                events: vec![(RolloutEvent::CanaryStep, message.clone())],
-                message,
-                recheck_after: None,
-            }
-        }
+        StepDecision::Next(next) => next_step(input, previous, next.index, stable),
+        StepDecision::Promote => promote(input, previous, canary),
         StepDecision::Failed(failed) => fail(input, previous, canary, stable, &failed),
+    }
+}
+
+/// What a held step waits for.
+fn hold_message(spec: &RolloutSpec, canary: &CanaryStatus, health: &[CanaryHealth<'_>]) -> String {
+    let what = match health.iter().find(|h| !h.healthy) {
+        Some(h) => format!(
+            "waiting for {}: {}",
+            h.name,
+            h.problem.as_deref().unwrap_or("not healthy")
+        ),
+        None => "every canary is healthy; waiting for minSuccessSeconds".into(),
+    };
+    step_message(spec, canary.step, canary.percent, &what)
+}
+
+/// The step at `index` starts now.
+fn next_step(input: &Input<'_>, previous: &RolloutStatus, index: usize, stable: String) -> Course {
+    let percent = steps(input.spec).get(index).copied().unwrap_or(100);
+    let number = u32::try_from(index + 1).unwrap_or(u32::MAX);
+    let mut status = previous.clone();
+    status.progress = format!("{percent}%");
+    status.canary = Some(CanaryStatus {
+        phase: CanaryPhase::Stepping,
+        step: number,
+        percent,
+        since: timestamp(input.now),
+        healthy_since: String::new(),
+    });
+    let message = step_message(input.spec, number, percent, "starting");
+    Course {
+        status,
+        render: Render::Split { stable, percent },
+        reason: RolloutReason::Progressing,
+        events: vec![(RolloutEvent::CanaryStep, message.clone())],
+        message,
+        recheck_after: Some(gates(input.spec).progress_deadline_seconds),
+    }
+}
+
+/// The last step held: the promotion starts now.
+fn promote(input: &Input<'_>, previous: &RolloutStatus, canary: &CanaryStatus) -> Course {
+    let mut status = previous.clone();
+    status.canary = Some(CanaryStatus {
+        phase: CanaryPhase::Promoting,
+        since: timestamp(input.now),
+        healthy_since: String::new(),
+        ..canary.clone()
+    });
+    let message = promoting_message(previous);
+    Course {
+        status,
+        render: Render::Promote,
+        reason: RolloutReason::Progressing,
+        events: vec![(RolloutEvent::CanaryStep, message.clone())],
+        message,
+        recheck_after: None,
     }
 }
 

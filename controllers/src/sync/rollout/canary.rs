@@ -260,15 +260,15 @@ impl Ctl {
     /// (the cluster's permit, its circuit breaker, the timeout). A failure is logged; the
     /// canary's health says the rest (its step does not move on without it).
     async fn run_canary_ops(&self, key: &Key, members: &Members<'_>, ops: Vec<(usize, CanaryOp)>) {
-        let name = canary_name(&key.1);
+        let name = &canary_name(&key.1);
         let (ns, _) = self.ty.member_name(key);
-        let background = DeleteParams::background();
+        let background = &DeleteParams::background();
         let jobs = ops.into_iter().filter_map(|(i, op)| {
             let cluster: &ClusterState = members.snapshot.get(i)?;
             let target = MemberRef {
                 cluster: &cluster.name,
                 api: self.ty.member_api(cluster.client.clone()?, ns),
-                name: &name,
+                name,
             };
             let op = match op {
                 CanaryOp::Create(object) => MemberOp::Create {
@@ -280,7 +280,7 @@ impl Ctl {
                     object,
                     recreate: true,
                 },
-                CanaryOp::Delete => MemberOp::Delete(&background),
+                CanaryOp::Delete => MemberOp::Delete(background),
             };
             Some(async move {
                 if let Outcome::Status(reason, message) =
