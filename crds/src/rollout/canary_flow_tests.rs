@@ -266,7 +266,15 @@ fn canary_steps_are_validated_with_the_spec() {
         steps: vec![50, 10],
         min_success_seconds: None,
     });
-    assert!(s.validate().unwrap_err().contains("must increase"));
+    assert!(
+        s.validate()
+            .expect_err("an error")
+            .contains("must increase")
+    );
     s.canary = None;
-    assert!(s.validate().unwrap_err().contains("steps is empty"));
+    assert!(
+        s.validate()
+            .expect_err("an error")
+            .contains("steps is empty")
+    );
 }

@@ -49,6 +49,10 @@ struct ClusterPlan {
     canary_replicas: Option<i64>,
 }
 
+/// A placed cluster: its name, its canary at the step, its stable Deployment on the target
+/// (each healthy, or why not).
+type Facts = (String, Result<(), String>, Result<(), String>);
+
 /// A write of a canary Deployment.
 enum CanaryOp {
     Create(Value),
@@ -143,7 +147,7 @@ impl Ctl {
         split: &BTreeMap<String, i64>,
         target: &str,
         stored: &Option<RolloutStatus>,
-    ) -> Vec<(String, Result<(), String>, Result<(), String>)> {
+    ) -> Vec<Facts> {
         let percent = (stored.as_ref())
             .filter(|s| s.target_revision == target)
             .and_then(|s| s.canary.as_ref())

@@ -106,11 +106,11 @@ fn a_canary_counts_at_the_step_only_on_the_new_revision_with_the_steps_replicas_
     let h = Some(&*health);
     let ok = Observed::Present(deployment(ready(2)));
     assert_eq!(canary_check(h, &ok, "r2", 2), Ok(()));
-    let wrong_size = canary_check(h, &ok, "r2", 3).unwrap_err();
+    let wrong_size = canary_check(h, &ok, "r2", 3).expect_err("an error");
     assert!(wrong_size.contains("3 replicas"), "{wrong_size}");
     assert!(
         canary_check(h, &ok, "r3", 2)
-            .unwrap_err()
+            .expect_err("an error")
             .contains("new revision")
     );
     let not_ready = Observed::Present(deployment(json!({"observedGeneration": 1,
@@ -118,13 +118,13 @@ fn a_canary_counts_at_the_step_only_on_the_new_revision_with_the_steps_replicas_
     assert!(canary_check(h, &not_ready, "r2", 2).is_err());
     assert!(
         canary_check(h, &Observed::Absent, "r2", 2)
-            .unwrap_err()
+            .expect_err("an error")
             .contains("not created")
     );
     assert_eq!(stable_check(h, &ok, Some("h")), Ok(()));
     assert!(
         stable_check(h, &ok, Some("other"))
-            .unwrap_err()
+            .expect_err("an error")
             .contains("new template")
     );
 }
@@ -135,12 +135,12 @@ fn a_canary_needs_a_deployment_with_replicas() {
         shareable("Deployment", &split(&[("m1", 5), ("m2", 5)])),
         Ok(())
     );
-    let none = shareable("Deployment", &split(&[("m1", 0)])).unwrap_err();
+    let none = shareable("Deployment", &split(&[("m1", 0)])).expect_err("an error");
     assert!(
         none.contains("needs replicas") && none.contains("without a canary"),
         "{none}"
     );
-    let kind = shareable("ConfigMap", &split(&[("m1", 1)])).unwrap_err();
+    let kind = shareable("ConfigMap", &split(&[("m1", 1)])).expect_err("an error");
     assert!(kind.contains("for Deployments"), "{kind}");
 }
 
@@ -152,7 +152,9 @@ fn the_split_is_each_placed_clusters_desired_replicas() {
         match r {
             Some(r) => object["spec"]["replicas"] = json!(r),
             None => {
-                object["spec"].as_object_mut().map(|s| s.remove("replicas"));
+                if let Some(spec) = object["spec"].as_object_mut() {
+                    spec.remove("replicas");
+                }
             }
         }
         let hash = "h".to_string();
