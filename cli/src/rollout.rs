@@ -274,8 +274,10 @@ async fn set_paused(
         .with_context(|| format!("reading {what}"))?;
     let spec = FederatedSpec::from_dynamic(&obj)?;
     anyhow::ensure!(
-        spec.rollout.as_ref().is_some_and(|r| r.is_progressive()),
-        "{what} has no progressive rollout (spec.rollout.strategy: Progressive)"
+        spec.rollout
+            .as_ref()
+            .is_some_and(|r| r.is_progressive() || r.is_canary()),
+        "{what} has no progressive rollout (spec.rollout.strategy: Progressive or Canary)"
     );
     let patch = json!({"spec": {"rollout": {"paused": paused}}});
     api.patch(&name, &PatchParams::default(), &Patch::Merge(&patch))

@@ -132,8 +132,10 @@ async fn read(
         .with_context(|| format!("reading {what}"))?;
     let spec = FederatedSpec::from_dynamic(&obj)?;
     anyhow::ensure!(
-        spec.rollout.as_ref().is_some_and(|r| r.is_progressive()),
-        "{what} has no progressive rollout (spec.rollout.strategy: Progressive): no revision is recorded"
+        spec.rollout
+            .as_ref()
+            .is_some_and(|r| r.is_progressive() || r.is_canary()),
+        "{what} has no progressive rollout (spec.rollout.strategy: Progressive or Canary): no revision is recorded"
     );
     let status = FederatedStatus::from_dynamic(&obj);
     Ok((obj, spec, status))

@@ -364,6 +364,10 @@ async fn follow_members(
             MemberEvent::Object {
                 namespace, name, ..
             } => {
+                // A canary Deployment's change is its stable one's federated object's.
+                if let Some(stable) = flotilla_crds::rollout::canary::stable_name(&name) {
+                    queue.add(ctl.ty.key_of_member(namespace.clone(), stable.to_string()));
+                }
                 queue.add(ctl.ty.key_of_member(namespace, name));
             }
             MemberEvent::Synced { cluster } => {

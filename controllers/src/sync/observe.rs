@@ -44,7 +44,7 @@ pub(super) fn holds_managed(
     let (ns, name) = ty.member_name(key);
     members
         .get(cluster, ns, name)
-        .is_some_and(|o| is_managed(&o))
+        .is_some_and(|o| is_managed(&o) && !super::rollout::is_canary(&o))
 }
 
 /// Every managed member object's key, for stray detection.
@@ -52,6 +52,10 @@ pub(super) fn managed_keys(members: &MemberWatch<DynamicObject>, ty: &TypeInfo) 
     let mut keys = Vec::new();
     for cluster in members.clusters() {
         for m in members.by_index(&cluster, MANAGED_LABEL, "true") {
+            // A canary Deployment is its federated object's, under another name.
+            if super::rollout::is_canary(&m) {
+                continue;
+            }
             keys.push(ty.key_of_member(m.namespace(), m.name_any()));
         }
     }

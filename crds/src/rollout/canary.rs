@@ -1,5 +1,5 @@
 //! The canary planner by share of replicas (pure; the design is in docs/rollout.md,
-//! "Canary by replica share"; the sync controller does not call it yet). A Deployment whose
+//! "Canary by replica share"; [`super::canary_flow`] calls it). A Deployment whose
 //! replicas are split over the clusters (a ReplicaSchedulingPreference or a scheduled
 //! split) runs the new template as a second Deployment `<name>-canary` per cluster: at each
 //! step a percentage of the total replicas, spread over the clusters by the same split, the
@@ -8,6 +8,22 @@
 //! fails the step ([`step`]).
 
 use std::collections::BTreeMap;
+
+/// Label on a canary Deployment, in its selector and on its pod template: `"true"`.
+pub const CANARY_LABEL: &str = "flotilla.io/canary";
+
+/// What a canary Deployment's name adds to the stable one's.
+pub const CANARY_SUFFIX: &str = "-canary";
+
+/// The name of the canary Deployment beside the stable Deployment `name`.
+pub fn canary_name(name: &str) -> String {
+    format!("{name}{CANARY_SUFFIX}")
+}
+
+/// The stable Deployment's name of a member object named like a canary.
+pub fn stable_name(name: &str) -> Option<&str> {
+    name.strip_suffix(CANARY_SUFFIX).filter(|n| !n.is_empty())
+}
 
 /// Checks the steps: at least one, each between 1 and 100, increasing, the last 100.
 pub fn validate_steps(steps: &[u32]) -> Result<(), String> {

@@ -6,10 +6,12 @@
 //! This module holds the API types (`spec.rollout`, `status.rollout`), the pure planner
 //! ([`plan`]: which clusters may move now), the pure member health check ([`health`]), the
 //! rollback decisions ([`rollback`]: `onFailure: Rollback`, `flotilla rollout undo`) and the
-//! canary-by-replica-share planner ([`canary`], not called by the controller yet).
+//! canary by replica share ([`canary`]: the shares and the step gate; [`canary_flow`]:
+//! where a canary stands and what each cluster runs).
 //! Nothing here does I/O: the sync controller gathers the inputs and carries out the plan.
 
 pub mod canary;
+pub mod canary_flow;
 pub mod health;
 pub mod plan;
 pub mod rollback;
@@ -65,6 +67,23 @@ pub struct RolloutSpec {
     /// reached every cluster).
     #[serde(default, skip_serializing_if = "is_zero")]
     pub on_failure: OnFailure,
+    /// With `strategy: Canary`: the steps of the canary by replica share.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub canary: Option<CanarySpec>,
+}
+
+/// `spec.rollout.canary`: the new template runs as a second Deployment `<name>-canary` per
+/// cluster on a growing share of the replicas (see docs/rollout.md).
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct CanarySpec {
+    /// Percentages of the total replicas, increasing, ending at 100 (the promotion).
+    #[serde(default)]
+    pub steps: Vec<u32>,
+    /// Every cluster's canary healthy this long before the next step (default: the
+    /// rollout's `minSuccessSeconds`, else 0).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub min_success_seconds: Option<i64>,
 }
 
 /// What a rollout stopped on failures does with the failed clusters.
@@ -82,6 +101,11 @@ impl RolloutSpec {
     /// Whether the rollout is progressive (otherwise every cluster is updated at once).
     pub fn is_progressive(&self) -> bool {
         self.strategy == RolloutStrategy::Progressive
+    }
+
+    /// Whether the rollout is a canary by replica share.
+    pub fn is_canary(&self) -> bool {
+        self.strategy == RolloutStrategy::Canary
     }
 
     /// Clusters that may be updating at once among `placed` clusters (at least 1).
@@ -123,6 +147,14 @@ impl RolloutSpec {
                 return Err(format!("spec.rollout.{field} must not be negative"));
             }
         }
+        if self.is_canary() {
+            let steps = self.canary.as_ref().map(|c| c.steps.as_slice());
+            canary::validate_steps(steps.unwrap_or_default())?;
+            let min = self.canary.as_ref().and_then(|c| c.min_success_seconds);
+            if min.is_some_and(|v| v < 0) {
+                return Err("spec.rollout.canary.minSuccessSeconds must not be negative".into());
+            }
+        }
         for (i, g) in self.groups.iter().enumerate() {
             crate::selector::matches_selector(&g.selector, &Default::default())
                 .map_err(|e| format!("spec.rollout.groups[{i}].selector: {e}"))?;
@@ -139,6 +171,8 @@ pub enum RolloutStrategy {
     All,
     /// In waves, a few clusters at a time, gated on health.
     Progressive,
+    /// A canary by replica share (`spec.rollout.canary`): Deployments with replicas.
+    Canary,
 }
 
 /// A count of clusters or a percentage of the placed clusters.
@@ -199,6 +233,43 @@ pub struct RolloutStatus {
     /// clusters went back to.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rolled_back_to: Option<String>,
+    /// With `strategy: Canary`, while a canary runs or after it stopped: where it stands.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub canary: Option<CanaryStatus>,
+}
+
+/// `status.rollout.canary`: the step of a canary by replica share.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct CanaryStatus {
+    /// `Stepping`, `Promoting`, `Failed` (held at the step) or `RolledBack`.
+    pub phase: CanaryPhase,
+    /// The step, from 1.
+    pub step: u32,
+    /// The step's percentage of the total replicas.
+    pub percent: u32,
+    /// When the step (or the promotion) started (RFC 3339).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub since: String,
+    /// Since when every cluster's canary has been healthy at this step (RFC 3339).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub healthy_since: String,
+}
+
+/// Where a canary stands.
+#[derive(Deserialize, Serialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub enum CanaryPhase {
+    /// The canaries run the step's share; the next step waits on their health.
+    #[default]
+    Stepping,
+    /// The last step held: the stable Deployments take the new template and their full
+    /// split; the canaries go once the stable ones are healthy.
+    Promoting,
+    /// A step failed with `onFailure: Halt`: held there.
+    Failed,
+    /// A step failed with `onFailure: Rollback`: the canaries are gone, the stable
+    /// Deployments run their full split on the stable revision.
+    RolledBack,
 }
 
 fn is_zero<T: Default + PartialEq>(n: &T) -> bool {

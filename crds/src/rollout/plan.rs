@@ -62,6 +62,8 @@ pub enum RolloutEvent {
     RolloutInvalid,
     /// The rollout stopped and its failed clusters went back to the stable revision.
     RolloutRolledBack,
+    /// A canary moved to its next step, or to its promotion.
+    CanaryStep,
 }
 
 impl RolloutEvent {
@@ -74,6 +76,7 @@ impl RolloutEvent {
             RolloutEvent::RolloutComplete => "RolloutComplete",
             RolloutEvent::RolloutInvalid => "RolloutInvalid",
             RolloutEvent::RolloutRolledBack => "RolloutRolledBack",
+            RolloutEvent::CanaryStep => "CanaryStep",
         }
     }
 
@@ -165,6 +168,7 @@ pub fn plan(input: &Input<'_>) -> Plan {
             .ok()
             .and_then(Option::as_ref)
             .map(|r| r.to.clone()),
+        canary: None,
     };
     let (reason, message) = condition(input.spec, &status, blocked, &rollback);
     let events = events(carried, &status, reason, &message, max_failures);

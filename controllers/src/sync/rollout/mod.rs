@@ -8,6 +8,7 @@
 //! needs is in the host (status, revisions) and the members (annotations): a restart plans
 //! the same. An object without `spec.rollout` never comes here.
 
+mod canary;
 mod revisions;
 
 use std::{collections::BTreeSet, time::Duration};
@@ -25,6 +26,7 @@ use kube::{ResourceExt, core::DynamicObject, runtime::events::EventType};
 use serde_json::{Value, json};
 use tracing::warn;
 
+pub(crate) use canary::is_canary;
 pub use revisions::{KIND_LABEL, NAME_LABEL, Revisions};
 
 use super::{
@@ -77,6 +79,9 @@ impl Ctl {
         members: Members<'_>,
         desired: &mut DesiredSet,
     ) -> Option<RolloutRound> {
+        if spec.rollout.as_ref().is_some_and(|r| r.is_canary()) {
+            return self.canary(key, fed, spec, members, desired).await;
+        }
         let rollout = spec.rollout.as_ref().filter(|r| r.is_progressive())?;
         let stored = self.stored_status(key, fed);
         if let Err(message) = rollout.validate() {
