@@ -17,7 +17,7 @@
 //!     "apiVersion": "v1", "kind": "ConfigMap",
 //!     "metadata": {"name": "a", "namespace": "demo"},
 //!     "data": {"k": "v"},
-//! })).unwrap();
+//! })).expect("an object");
 //! let mut cached = obj.clone();
 //! packed::pack(&mut cached);
 //! assert!(packed::is_packed(&cached));
@@ -70,7 +70,7 @@ mod tests {
             "spec": {"template": {"data": {"x": "1"}}, "placement": {"clusters": [{"name": "m1"}]}},
             "status": {"conditions": [{"type": "Propagation", "status": "True"}]},
         }))
-        .unwrap()
+        .expect("a valid object")
     }
 
     #[test]
