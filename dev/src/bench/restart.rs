@@ -129,7 +129,7 @@ fn figures(run: &Run, kind: Kind, before: &Snapshot, after: &Snapshot, first: f6
         .map(|(_, n)| n)
         .sum();
     Restart {
-        objects: run.objects,
+        objects: run.objects_of(kind),
         window_s: after.at.saturating_duration_since(before.at).as_secs_f64(),
         member_writes: member_writes.saturating_sub(run.members.len() as u64),
         member_reads,
