@@ -34,6 +34,7 @@
 //! (the measured phases) and `report` / `table` (the results).
 
 mod control_plane;
+mod drain;
 mod fleet;
 mod fleet_phases;
 mod fleet_table;
@@ -60,7 +61,7 @@ use flotilla_localenv::{EnvOptions, LocalEnv};
 use serde::{Deserialize, Serialize};
 use tracing::{info, warn};
 
-pub use self::fleet::{FleetReport, HalfFleet, IdleCost, MemoryBudget, SlowMember};
+pub use self::fleet::{DrainPhase, FleetReport, HalfFleet, IdleCost, MemoryBudget, SlowMember};
 pub use self::report::{
     BenchReport, Comparison, Cost, KindReport, Machine, Percentiles, Phase, Reference, Restart,
     Steady, Target, percentiles,

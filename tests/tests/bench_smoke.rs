@@ -190,6 +190,7 @@ async fn a_small_benchmark_run_propagates_everything_and_reports_complete_figure
         "fleet: 4 members (no member controller-manager",
         "placement to half the fleet (2 kept, 2 left)",
         "slow member member2",
+        "members drained at once",
     ] {
         assert!(table.contains(needle), "table lacks {needle:?}:\n{table}");
     }
@@ -232,4 +233,15 @@ fn assert_fleet_is_complete(f: &FleetReport) {
         assert_phase_is_sane(&format!("slow member, {what} the fault"), p, OBJECTS * (MEMBERS - 1));
     }
     assert!(slow.latency_ratio.p99.is_finite(), "{slow:?}");
+    // 4 members: one drained at once, maxClusters 1; the busiest member holds at least a
+    // quarter of the objects, and every object is placed again after the moves.
+    let drain = f.drain.as_ref().expect("the drain phase ran");
+    assert_eq!(
+        (drain.objects, drain.max_clusters, drain.drained.len()),
+        (OBJECTS, 1, 1),
+        "{drain:?}"
+    );
+    assert!(drain.moved_objects >= OBJECTS / MEMBERS, "{drain:?}");
+    assert_eq!(drain.moved_copies, drain.moved_objects, "{drain:?}");
+    assert_eq!(drain.placed_after, OBJECTS, "{drain:?}");
 }

@@ -15,6 +15,10 @@ use super::{
 
 /// Label on the KubeFedClusters that splits the fleet in two halves (`a`, `b`).
 pub(super) const HALF_LABEL: &str = "flotilla-bench/half";
+/// Label on the KubeFedClusters naming their zone (`z0` … `z4`), the drain phase's spread key.
+pub(super) const ZONE_LABEL: &str = "flotilla-bench/zone";
+/// Zones the members are spread over (member i is in zone i mod ZONES).
+pub(super) const ZONES: usize = 5;
 
 /// The fleet phases' figures.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
@@ -35,6 +39,60 @@ pub struct FleetReport {
     pub half_fleet: Vec<HalfFleet>,
     /// The slow member phase (`--slow-member`).
     pub slow_member: Option<SlowMember>,
+    /// The scheduler in the loop: placements with maxClusters and spread, then clusters
+    /// drained at once (absent with fewer than 2 members).
+    pub drain: Option<DrainPhase>,
+}
+
+/// Scheduled placements (`maxClusters`, a spread over zones) decided and propagated, then
+/// several clusters tainted `NoExecute` at once: every copy on them moves elsewhere
+/// (replacement first, then the old copy removed).
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct DrainPhase {
+    /// Federated ConfigMaps placed.
+    pub objects: usize,
+    /// Their `maxClusters`.
+    pub max_clusters: usize,
+    /// Their spread: at least this many zones (of ZONES).
+    pub min_zones: usize,
+    /// First create → every object in its `maxClusters` members, seconds.
+    pub decided_s: f64,
+    /// Members drained at once (the ones holding the most copies).
+    pub drained: Vec<String>,
+    /// Objects with a copy on a drained member, which had to move.
+    pub moved_objects: usize,
+    /// Copies on the drained members before the drain.
+    pub moved_copies: usize,
+    /// Taints written → every copy gone from the drained members (each replaced first).
+    pub moves_s: f64,
+    /// Per moved object: taints written → its last copy gone from the drained members.
+    pub move_latency_ms: Percentiles,
+    /// Requests the members served for ConfigMaps during the moves, per moved copy.
+    pub member_requests_per_moved_copy: f64,
+    /// Objects in their `maxClusters` members again after the moves (all of them).
+    pub placed_after: usize,
+}
+
+/// The drain phase's shape for `members`: how many members are drained at once (a
+/// quarter, at most 10; none below 2 members) and the placements' `maxClusters` (half of
+/// the rest, at most 10, at least 1).
+pub(super) fn drain_shape(members: usize) -> Option<(usize, usize)> {
+    if members < 2 {
+        return None;
+    }
+    let drained = (members / 4).clamp(1, 10);
+    let max_clusters = ((members - drained) / 2).clamp(1, 10);
+    Some((drained, max_clusters))
+}
+
+/// The `count` members holding the most copies (ties: the lower index), from copies held
+/// per member.
+pub(super) fn busiest(held: &[usize], count: usize) -> Vec<usize> {
+    let mut order: Vec<usize> = (0..held.len()).collect();
+    order.sort_by_key(|&i| (std::cmp::Reverse(held[i]), i));
+    order.truncate(count);
+    order.sort_unstable();
+    order
 }
 
 /// What the idle control plane costs, per cluster and per minute.
@@ -294,6 +352,17 @@ mod tests {
             ]
             .into()
         );
+    }
+
+    #[test]
+    fn the_drain_takes_a_quarter_of_the_fleet_and_places_on_half_of_the_rest() {
+        assert_eq!(drain_shape(1), None);
+        assert_eq!(drain_shape(2), Some((1, 1)));
+        assert_eq!(drain_shape(4), Some((1, 1)));
+        assert_eq!(drain_shape(20), Some((5, 7)));
+        assert_eq!(drain_shape(100), Some((10, 10)));
+        assert_eq!(busiest(&[3, 9, 9, 0, 5], 2), vec![1, 2]);
+        assert_eq!(busiest(&[1, 1, 1], 2), vec![0, 1]);
     }
 
     #[test]

@@ -15,7 +15,7 @@ use tracing::info;
 use super::{
     BenchOptions, FED_NS,
     fleet::{
-        HALF_LABEL, HalfFleet, IdleCost, SlowMember, all_but, all_requests, halves,
+        HALF_LABEL, HalfFleet, ZONE_LABEL, ZONES, IdleCost, SlowMember, all_but, all_requests, halves,
         per_cluster_per_min, slow_member_index,
     },
     phases::{Phases, Template, Write, wait_propagated},
@@ -30,7 +30,8 @@ use super::{
 /// Federated ConfigMaps of each slow-member phase (at most `--objects`).
 const SLOW_OBJECTS: usize = 100;
 
-/// Before the control plane starts: labels the KubeFedClusters `a` / `b` by half and, with
+/// Before the control plane starts: labels the KubeFedClusters `a` / `b` by half and by
+/// zone (`z0` … `z4`, for the drain phase's spread), and, with
 /// `--slow-member`, points that member's KubeFedCluster at a fault proxy in front of it.
 pub(super) async fn prepare(
     env: &LocalEnv,
@@ -42,11 +43,9 @@ pub(super) async fn prepare(
     let (a, _) = halves(names.len());
     for (i, name) in names.iter().enumerate() {
         let half = if a.contains(&i) { "a" } else { "b" };
-        api.patch(
-            name,
-            &PatchParams::default(),
-            &Patch::Merge(json!({"metadata": {"labels": {HALF_LABEL: half}}})),
-        )
+        let zone = format!("z{}", i % ZONES);
+        let labels = json!({"metadata": {"labels": {HALF_LABEL: half, ZONE_LABEL: zone}}});
+        api.patch(name, &PatchParams::default(), &Patch::Merge(labels))
         .await
         .with_context(|| format!("labelling KubeFedCluster {name}"))?;
     }

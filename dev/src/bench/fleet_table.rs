@@ -88,6 +88,26 @@ impl BenchReport {
                 );
             }
         }
+        if let Some(d) = &f.drain {
+            let _ = writeln!(
+                s,
+                "  scheduler: {} objects with maxClusters {} over >= {} zones decided and in their members in {:.2} s; {} members drained at once ({}): {} objects ({} copies) moved in {:.2} s, move latency p50 {:.0} ms p99 {:.0} ms, {:.2} member requests per moved copy, {} of {} placed after",
+                d.objects,
+                d.max_clusters,
+                d.min_zones,
+                d.decided_s,
+                d.drained.len(),
+                d.drained.join(", "),
+                d.moved_objects,
+                d.moved_copies,
+                d.moves_s,
+                d.move_latency_ms.p50,
+                d.move_latency_ms.p99,
+                d.member_requests_per_moved_copy,
+                d.placed_after,
+                d.objects
+            );
+        }
     }
 }
 
@@ -112,7 +132,7 @@ fn move_line(s: &mut String, label: &str, p: &Phase, raw_what: &str, raw_per_s: 
 /// format people read, so its labels are checked.
 #[cfg(test)]
 mod tests {
-    use super::super::fleet::{FleetReport, HalfFleet, SlowMember};
+    use super::super::fleet::{DrainPhase, FleetReport, HalfFleet, SlowMember};
     use super::*;
 
     #[test]
@@ -141,6 +161,10 @@ mod tests {
                     name: "member2".into(),
                     ..SlowMember::default()
                 }),
+                drain: Some(DrainPhase {
+                    drained: vec!["member1".into()],
+                    ..DrainPhase::default()
+                }),
                 ..FleetReport::default()
             }),
             finished_at: String::new(),
@@ -157,6 +181,7 @@ mod tests {
             "back (objects return)",
             "slow member member2",
             "p99:",
+            "members drained at once (member1)",
         ] {
             assert!(s.contains(needle), "{needle:?} missing:\n{s}");
         }

@@ -25,6 +25,7 @@ use super::{
     workload::Kind,
 };
 use super::{
+    drain,
     fleet::{FleetReport, MemoryBudget},
     fleet_phases,
 };
@@ -244,8 +245,9 @@ async fn flotilla_part(
     }
     if let Some(fleet) = fleet.as_mut() {
         fleet.half_fleet = phases.iter().filter_map(|p| p.half_fleet.clone()).collect();
-        fleet.slow_member =
-            fleet_phases::slow_member(run, &trackers[0].fed_members, &trackers[0].host).await?;
+        let (members, host) = (&trackers[0].fed_members, &trackers[0].host);
+        fleet.slow_member = fleet_phases::slow_member(run, members, host).await?;
+        fleet.drain = drain::drain_phase(run, members, host).await?;
     }
     let earlier_peak = restarter.peak_mib;
     let cp_cpu = run.cp_cpu() - cp_cpu_start;

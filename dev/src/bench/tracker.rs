@@ -288,6 +288,34 @@ impl Tracker {
         Some(done)
     }
 
+    /// Per cluster, how many of `names` it holds at `version`.
+    pub(super) fn held(&self, names: &[String], version: &str) -> Vec<usize> {
+        self.lock()
+            .clusters
+            .iter()
+            .map(|c| {
+                names
+                    .iter()
+                    .filter(|n| c.current.get(*n).is_some_and(|v| v.as_deref() == Some(version)))
+                    .count()
+            })
+            .collect()
+    }
+
+    /// Which of `names` any of `clusters` holds (in any version).
+    pub(super) fn holders(&self, names: &[String], clusters: &[usize]) -> Vec<String> {
+        let st = self.lock();
+        names
+            .iter()
+            .filter(|n| {
+                clusters
+                    .iter()
+                    .any(|&i| st.clusters.get(i).is_some_and(|c| c.current.contains_key(*n)))
+            })
+            .cloned()
+            .collect()
+    }
+
     /// How many clusters are watched.
     pub(super) fn clusters(&self) -> usize {
         self.lock().clusters.len()
