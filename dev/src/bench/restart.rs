@@ -26,6 +26,8 @@ use super::{
 
 /// Name of the object created right after the restart.
 const PROBE: &str = "restart-probe";
+/// How long the probe's watch is given to deliver the writes counted before it stops.
+const PROBE_WATCH_GRACE: Duration = Duration::from_millis(500);
 /// Request verbs that write.
 const WRITE_VERBS: [&str; 5] = ["POST", "PUT", "PATCH", "APPLY", "DELETE"];
 
@@ -77,6 +79,8 @@ pub(super) async fn restart_phase(
         tokio::time::sleep(rest).await;
     }
     let after = Snapshot::take(run).await?;
+    // A probe write the snapshot counted may still be on its way to the probe's watch.
+    tokio::time::sleep(PROBE_WATCH_GRACE).await;
     let probe_host_writes = probe_writes.load(Ordering::Relaxed);
     counter.abort();
     api.delete(PROBE, &DeleteParams::default()).await?;
