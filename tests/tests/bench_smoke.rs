@@ -96,7 +96,11 @@ async fn a_small_benchmark_run_propagates_everything_and_reports_complete_figure
             );
         }
         assert_eq!(
-            (k.steady.member_writes, k.steady.host_writes, k.restart.objects),
+            (
+                k.steady.member_writes,
+                k.steady.host_writes,
+                k.restart.objects
+            ),
             (0, 0, objects),
             "{}: steady state and restart {:?} {:?}",
             k.kind,
@@ -149,7 +153,11 @@ async fn a_small_benchmark_run_propagates_everything_and_reports_complete_figure
         .as_ref()
         .expect("the sequential-client phase ran");
     for (what, p) in [("flotilla", &seq.flotilla), ("raw", &seq.raw)] {
-        assert_eq!(p.member_objects, OBJECTS * MEMBERS, "{what} sequential: {p:?}");
+        assert_eq!(
+            p.member_objects,
+            OBJECTS * MEMBERS,
+            "{what} sequential: {p:?}"
+        );
         assert!(
             p.writes_s > 0.0 && p.bulk_delete_call_s > 0.0,
             "{what} sequential: {p:?}"
@@ -196,7 +204,10 @@ async fn a_small_benchmark_run_propagates_everything_and_reports_complete_figure
     }
     let written: BenchReport = serde_json::from_str(&std::fs::read_to_string(&json)?)?;
     std::fs::remove_file(&json)?;
-    assert_eq!(written.kinds[0].create.raw.member_objects, OBJECTS * MEMBERS);
+    assert_eq!(
+        written.kinds[0].create.raw.member_objects,
+        OBJECTS * MEMBERS
+    );
     assert!(written.fleet.is_some(), "the JSON carries the fleet report");
     println!("{table}");
     Ok(())
@@ -218,7 +229,11 @@ fn assert_fleet_is_complete(f: &FleetReport) {
         "{:?}",
         f.idle
     );
-    assert!(f.memory.peak_rss_mib.is_finite() && f.memory.idle_rss_mib > 0.0, "{:?}", f.memory);
+    assert!(
+        f.memory.peak_rss_mib.is_finite() && f.memory.idle_rss_mib > 0.0,
+        "{:?}",
+        f.memory
+    );
     assert_eq!(f.memory.peak_member_objects, OBJECTS * MEMBERS);
     assert!(f.one_object_s > 0.0);
     assert_eq!(f.half_fleet.len(), 2, "ConfigMaps and Deployments");
@@ -229,8 +244,15 @@ fn assert_fleet_is_complete(f: &FleetReport) {
     }
     let slow = f.slow_member.as_ref().expect("the slow member phases ran");
     assert_eq!((slow.name.as_str(), slow.objects), ("member2", OBJECTS));
-    for (what, p) in [("without", &slow.others_without), ("with", &slow.others_with)] {
-        assert_phase_is_sane(&format!("slow member, {what} the fault"), p, OBJECTS * (MEMBERS - 1));
+    for (what, p) in [
+        ("without", &slow.others_without),
+        ("with", &slow.others_with),
+    ] {
+        assert_phase_is_sane(
+            &format!("slow member, {what} the fault"),
+            p,
+            OBJECTS * (MEMBERS - 1),
+        );
     }
     assert!(slow.latency_ratio.p99.is_finite(), "{slow:?}");
     // 4 members: one drained at once, maxClusters 1; the busiest member holds at least a

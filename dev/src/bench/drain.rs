@@ -64,7 +64,12 @@ pub(super) async fn drain_phase(
     let all_placed = || async {
         Ok::<_, anyhow::Error>(members.held(&names, "1").iter().sum::<usize>() == placed)
     };
-    poll(run.timeout, "every scheduled object in its clusters", all_placed).await?;
+    poll(
+        run.timeout,
+        "every scheduled object in its clusters",
+        all_placed,
+    )
+    .await?;
     let decided_s = started.elapsed().as_secs_f64();
     wait_propagated(run, kind, host).await?;
 
@@ -85,14 +90,23 @@ pub(super) async fn drain_phase(
         .values()
         .max()
         .map_or(0.0, |t| t.saturating_duration_since(tainted).as_secs_f64());
-    poll(run.timeout, "every moved object in its clusters again", all_placed).await?;
+    poll(
+        run.timeout,
+        "every moved object in its clusters again",
+        all_placed,
+    )
+    .await?;
     wait_propagated(run, kind, host).await?;
     let after = Snapshot::take(run).await?;
     let member_requests: u64 = before
         .members
         .iter()
         .zip(&after.members)
-        .map(|(b, a)| delta(b, a, &kind.target().plural, |_, v| v.to_string()).values().sum::<u64>())
+        .map(|(b, a)| {
+            delta(b, a, &kind.target().plural, |_, v| v.to_string())
+                .values()
+                .sum::<u64>()
+        })
         .sum();
     let placed_after = members.held(&names, "1").iter().sum::<usize>() / max_clusters;
     info!(

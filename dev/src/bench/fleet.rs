@@ -305,7 +305,9 @@ mod tests {
         assert_eq!(slow_member_index("3", &names).unwrap(), 2);
         assert!(slow_member_index("0", &names).is_err());
         assert!(slow_member_index("4", &names).is_err());
-        let err = slow_member_index("member9", &names).unwrap_err().to_string();
+        let err = slow_member_index("member9", &names)
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("member1 … member3"), "{err}");
         assert_eq!(all_but(3, 1), vec![0, 2]);
     }

@@ -15,8 +15,8 @@ use tracing::info;
 use super::{
     BenchOptions, FED_NS,
     fleet::{
-        HALF_LABEL, HalfFleet, ZONE_LABEL, ZONES, IdleCost, SlowMember, all_but, all_requests, halves,
-        per_cluster_per_min, slow_member_index,
+        HALF_LABEL, HalfFleet, IdleCost, SlowMember, ZONE_LABEL, ZONES, all_but, all_requests,
+        halves, per_cluster_per_min, slow_member_index,
     },
     phases::{Phases, Template, Write, wait_propagated},
     procfs::rss_mib,
@@ -46,8 +46,8 @@ pub(super) async fn prepare(
         let zone = format!("z{}", i % ZONES);
         let labels = json!({"metadata": {"labels": {HALF_LABEL: half, ZONE_LABEL: zone}}});
         api.patch(name, &PatchParams::default(), &Patch::Merge(labels))
-        .await
-        .with_context(|| format!("labelling KubeFedCluster {name}"))?;
+            .await
+            .with_context(|| format!("labelling KubeFedCluster {name}"))?;
     }
     let Some(value) = &opts.slow_member else {
         return Ok(None);
@@ -154,16 +154,25 @@ where
         ..phases
     };
     let own = ("PATCH", phases.names.len() as u64);
-    let narrow = json!({"spec": {"placement": {"clusterSelector": {"matchLabels": {HALF_LABEL: "a"}}}}});
+    let narrow =
+        json!({"spec": {"placement": {"clusterSelector": {"matchLabels": {HALF_LABEL: "a"}}}}});
     let to_half = phases
         .measure(Write::Place(&narrow, false), own, &settle)
         .await?;
-    info!(kind = phases.kind.name(), seconds = to_half.seconds, "placed on half the fleet");
+    info!(
+        kind = phases.kind.name(),
+        seconds = to_half.seconds,
+        "placed on half the fleet"
+    );
     let widen = json!({"spec": {"placement": {"clusterSelector": {"matchLabels": null}}}});
     let back = phases
         .measure(Write::Place(&widen, true), own, &settle)
         .await?;
-    info!(kind = phases.kind.name(), seconds = back.seconds, "placed on the whole fleet again");
+    info!(
+        kind = phases.kind.name(),
+        seconds = back.seconds,
+        "placed on the whole fleet again"
+    );
     Ok(HalfFleet {
         kind: phases.kind.name().to_string(),
         kept: kept.len(),
@@ -206,11 +215,21 @@ pub(super) async fn slow_member(
         slow.proxy.set_mode(FaultMode::PassThrough);
         wait_propagated(run, kind, host).await
     };
-    let without = Phases { names: &without_names, ..base }.measure(create, own, settled).await?;
+    let without = Phases {
+        names: &without_names,
+        ..base
+    }
+    .measure(create, own, settled)
+    .await?;
     everywhere(run, members, &without_names).await?;
     slow.proxy.set_mode(FaultMode::Latency(slow.latency));
     info!(member = %slow.name, latency = ?slow.latency, "slow member delayed");
-    let with = Phases { names: &with_names, ..base }.measure(create, own, settled).await?;
+    let with = Phases {
+        names: &with_names,
+        ..base
+    }
+    .measure(create, own, settled)
+    .await?;
     everywhere(run, members, &with_names).await?;
     let all: Vec<String> = without_names.into_iter().chain(with_names).collect();
     let deleted = Phases {

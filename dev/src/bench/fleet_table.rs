@@ -60,7 +60,13 @@ impl BenchReport {
                 "  {} placement to half the fleet ({} kept, {} left):",
                 h.kind, h.kept, h.moved
             );
-            move_line(s, "to half (objects leave)", &h.to_half, "delete", raw_delete);
+            move_line(
+                s,
+                "to half (objects leave)",
+                &h.to_half,
+                "delete",
+                raw_delete,
+            );
             move_line(s, "back (objects return)", &h.back, "create", raw_create);
         }
         if let Some(w) = &f.slow_member {

@@ -11,8 +11,8 @@ use kube::Client;
 
 use super::{
     CP_THREAD,
-    workload::Kind,
     procfs::{cpu_of, threads_cpu},
+    workload::Kind,
 };
 
 /// The clusters and settings every phase of a run uses.

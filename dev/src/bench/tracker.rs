@@ -296,7 +296,11 @@ impl Tracker {
             .map(|c| {
                 names
                     .iter()
-                    .filter(|n| c.current.get(*n).is_some_and(|v| v.as_deref() == Some(version)))
+                    .filter(|n| {
+                        c.current
+                            .get(*n)
+                            .is_some_and(|v| v.as_deref() == Some(version))
+                    })
                     .count()
             })
             .collect()
@@ -308,9 +312,11 @@ impl Tracker {
         names
             .iter()
             .filter(|n| {
-                clusters
-                    .iter()
-                    .any(|&i| st.clusters.get(i).is_some_and(|c| c.current.contains_key(*n)))
+                clusters.iter().any(|&i| {
+                    st.clusters
+                        .get(i)
+                        .is_some_and(|c| c.current.contains_key(*n))
+                })
             })
             .cloned()
             .collect()
@@ -393,7 +399,11 @@ mod tests {
         t.on_event(0, watcher::Event::Apply(cm("a", "1")), &version);
         assert!(t.all_reached().is_none(), "cluster 2 lacks it");
         t.on_event(2, watcher::Event::Apply(cm("a", "1")), &version);
-        assert_eq!(t.all_reached().map(|d| d.len()), Some(1), "cluster 1 is not awaited");
+        assert_eq!(
+            t.all_reached().map(|d| d.len()),
+            Some(1),
+            "cluster 1 is not awaited"
+        );
         t.expect(Want::Version("1".into()), &names);
         assert!(t.all_reached().is_none(), "now cluster 1 counts again");
         t.on_event(1, watcher::Event::Apply(cm("a", "1")), &version);
