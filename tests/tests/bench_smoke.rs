@@ -255,6 +255,10 @@ fn assert_fleet_is_complete(f: &FleetReport) {
         );
     }
     assert!(slow.latency_ratio.p99.is_finite(), "{slow:?}");
+    assert!(
+        slow.caught_up_s.is_some(),
+        "the slow member holds every object once its fault is lifted: {slow:?}"
+    );
     // 4 members: one drained at once, maxClusters 1; the busiest member holds at least a
     // quarter of the objects, and every object is placed again after the moves.
     let drain = f.drain.as_ref().expect("the drain phase ran");

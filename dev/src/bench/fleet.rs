@@ -184,6 +184,10 @@ pub struct SlowMember {
     pub others_with: Phase,
     /// others_with / others_without latency percentiles (1 = not held back).
     pub latency_ratio: Percentiles,
+    /// After the fault was lifted: seconds until the slow member too held every object of
+    /// the delayed phase; `None` when it did not within 120 s (its copies are then left
+    /// behind, and the members' own state says why: Ready, reachable).
+    pub caught_up_s: Option<f64>,
 }
 
 impl SlowMember {
@@ -208,6 +212,7 @@ impl SlowMember {
             },
             others_without: without,
             others_with: with,
+            caught_up_s: None,
         }
     }
 }

@@ -230,11 +230,16 @@ pub(super) async fn slow_member(
     }
     .measure(create, own, settled)
     .await?;
-    everywhere(run, members, &with_names).await?;
+    let caught_up_s = catch_up(run, members, &with_names).await;
     let all: Vec<String> = without_names.into_iter().chain(with_names).collect();
+    // A slow member that never caught up keeps its copies; the others are emptied.
     let deleted = Phases {
         names: &all,
-        only: None,
+        only: if caught_up_s.is_some() {
+            None
+        } else {
+            Some(&others)
+        },
         ..base
     };
     let _: Phase = deleted
@@ -248,13 +253,26 @@ pub(super) async fn slow_member(
         p99_with_ms = with.latency_ms.p99,
         "slow member phases"
     );
-    Ok(Some(SlowMember::new(
-        slow.name.clone(),
-        slow.latency,
-        count,
-        without,
-        with,
-    )))
+    let mut report = SlowMember::new(slow.name.clone(), slow.latency, count, without, with);
+    report.caught_up_s = caught_up_s;
+    Ok(Some(report))
+}
+
+/// How long the slow member may take to catch up once its fault is lifted.
+const CATCH_UP: Duration = Duration::from_secs(120);
+
+/// Seconds until every member (the slow one too) holds `names` once the fault is lifted;
+/// `None` when the slow member did not catch up within [`CATCH_UP`].
+async fn catch_up(run: &Run, members: &Tracker, names: &[String]) -> Option<f64> {
+    let started = Instant::now();
+    members.expect(Want::Version("1".into()), names);
+    match members.wait(CATCH_UP.min(run.timeout)).await {
+        Ok(_) => Some(started.elapsed().as_secs_f64()),
+        Err(e) => {
+            tracing::warn!(error = %e, "the slow member did not catch up after its fault was lifted");
+            None
+        }
+    }
 }
 
 /// Waits until `names` are in every member (version 1).

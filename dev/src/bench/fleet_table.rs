@@ -93,6 +93,16 @@ impl BenchReport {
                     "    {label}: {x:.0} ms without the fault, {y:.0} ms with it, ratio {r:.2}"
                 );
             }
+            let _ = match w.caught_up_s {
+                Some(t) => writeln!(
+                    s,
+                    "    the slow member held every object {t:.2} s after the fault was lifted"
+                ),
+                None => writeln!(
+                    s,
+                    "    the slow member did NOT catch up within 120 s after the fault was lifted"
+                ),
+            };
         }
         if let Some(d) = &f.drain {
             let _ = writeln!(
