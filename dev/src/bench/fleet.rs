@@ -306,13 +306,14 @@ mod tests {
     #[test]
     fn a_slow_member_is_named_or_numbered_from_one() {
         let names: Vec<String> = (1..=3).map(|i| format!("member{i}")).collect();
-        assert_eq!(slow_member_index("member2", &names).unwrap(), 1);
-        assert_eq!(slow_member_index("3", &names).unwrap(), 2);
+        assert_eq!(slow_member_index("member2", &names).ok(), Some(1));
+        assert_eq!(slow_member_index("3", &names).ok(), Some(2));
         assert!(slow_member_index("0", &names).is_err());
         assert!(slow_member_index("4", &names).is_err());
         let err = slow_member_index("member9", &names)
-            .unwrap_err()
-            .to_string();
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
         assert!(err.contains("member1 … member3"), "{err}");
         assert_eq!(all_but(3, 1), vec![0, 2]);
     }
