@@ -84,6 +84,11 @@ pub struct JoinOptions {
     pub error_on_existing: bool,
     /// How long to wait for the member to issue the token.
     pub token_timeout: Duration,
+    /// A bearer token the member already accepts (say, a local test cluster's static admin
+    /// token), stored in the host instead of a ServiceAccount token: no ServiceAccount,
+    /// binding or token Secret is made in the member, so a member without a
+    /// kube-controller-manager (no token controller) can join. A secret: never logged.
+    pub token: Option<String>,
 }
 
 impl JoinOptions {
@@ -99,6 +104,7 @@ impl JoinOptions {
             secret_name: None,
             error_on_existing: false,
             token_timeout: Duration::from_secs(60),
+            token: None,
         }
     }
 
@@ -272,7 +278,9 @@ async fn ensure_mcs_crds(member: &Client, cluster: &str) {
 }
 
 /// In the member: the control plane's ServiceAccount, its scoped ClusterRole and binding,
-/// and a token Secret; returns the token and the CA the member put beside it.
+/// and a token Secret; returns the token and the CA the member put beside it. With
+/// [`JoinOptions::token`], only the ClusterRole (kept in step by [`crate::member_rbac`])
+/// and that token.
 async fn member_identity(
     host: &Client,
     member: &Client,
@@ -280,11 +288,15 @@ async fn member_identity(
 ) -> Result<(String, Option<String>), JoinError> {
     let ns = &opts.namespace;
     let sa = opts.service_account();
+    let role = opts.role_name();
+    create_member_role(host, member, ns, &role).await?;
+    if let Some(token) = &opts.token {
+        // Credentials the member already accepts: nothing to issue.
+        return Ok((token.clone(), None));
+    }
     let sas: Api<ServiceAccount> = Api::namespaced(member.clone(), ns);
     let body = json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": sa}});
     apply_object(&sas, &sa, &body, "service account", "member").await?;
-    let role = opts.role_name();
-    create_member_role(host, member, ns, &role).await?;
     let bindings: Api<ClusterRoleBinding> = Api::all(member.clone());
     let body = json!({
         "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",

@@ -34,6 +34,10 @@
 //! (the measured phases) and `report` / `table` (the results).
 
 mod control_plane;
+mod drain;
+mod fleet;
+mod fleet_phases;
+mod fleet_table;
 mod phases;
 mod procfs;
 mod pull;
@@ -57,6 +61,7 @@ use flotilla_localenv::{EnvOptions, LocalEnv};
 use serde::{Deserialize, Serialize};
 use tracing::{info, warn};
 
+pub use self::fleet::{DrainPhase, FleetReport, HalfFleet, IdleCost, MemoryBudget, SlowMember};
 pub use self::report::{
     BenchReport, Comparison, Cost, KindReport, Machine, Percentiles, Phase, Reference, Restart,
     Steady, Target, percentiles,
@@ -94,8 +99,10 @@ pub enum Scenario {
     #[value(name = "10-members")]
     #[serde(rename = "10-members")]
     TenMembers,
-    /// 1,000 ConfigMaps → 100 lean members (see `--lean-members`), started 10 at a time:
-    /// what a fleet costs per cluster.
+    /// 1,000 ConfigMaps and 100 Deployments → 100 lean members without a
+    /// controller-manager (see `--lean-members`, `--no-member-controller-manager`), started
+    /// 10 at a time, with the fleet phases (`--fleet-phases`): what a fleet costs per
+    /// cluster.
     #[value(name = "fleet-100")]
     #[serde(rename = "fleet-100")]
     Fleet100,
@@ -155,6 +162,29 @@ pub struct BenchOptions {
     /// 10 at a time. Implied by `--scenario fleet-100`.
     #[arg(long)]
     pub lean_members: bool,
+    /// Start the members without a kube-controller-manager and join them with their admin
+    /// credentials (no ServiceAccount token is needed). Implied by `--scenario fleet-100`.
+    #[arg(long)]
+    pub no_member_controller_manager: bool,
+    /// Federated Deployments (`replicas: 0`), when fewer than --objects [default: --objects
+    /// with --with-deployments; 100 for fleet-100]. Implies --with-deployments.
+    #[arg(long)]
+    pub deployments: Option<usize>,
+    /// The fleet phases: start-to-Ready time, the idle cost per cluster (health checks,
+    /// CPU, memory), one new object to every member, and placement by label to half the
+    /// fleet and back. Implied by `--scenario fleet-100` and `--slow-member`.
+    #[arg(long)]
+    pub fleet_phases: bool,
+    /// A member the control plane reaches through a fault proxy that, in one phase, delays
+    /// its traffic by --slow-latency (a name such as `member3`, or an index from 1).
+    #[arg(long, value_name = "NAME|INDEX")]
+    pub slow_member: Option<String>,
+    /// The delay of the slow member's phase (`2s`, `500ms`).
+    #[arg(long, default_value = "2s", value_parser = fleet::parse_latency, value_name = "DURATION")]
+    pub slow_latency: std::time::Duration,
+    /// Seconds of the fleet phases' idle window (health checks counted).
+    #[arg(long, default_value_t = 30)]
+    pub idle_secs: u64,
     /// Join every member in pull mode: a Work inventory per member in the host and an agent
     /// per member (run in this process, with its scoped host token) applying it.
     #[arg(long)]
@@ -197,6 +227,12 @@ impl Default for BenchOptions {
             objects: None,
             with_deployments: false,
             lean_members: false,
+            no_member_controller_manager: false,
+            deployments: None,
+            fleet_phases: false,
+            slow_member: None,
+            slow_latency: std::time::Duration::from_secs(2),
+            idle_secs: 30,
             pull: false,
             concurrency: 16,
             workers: 16,
@@ -250,14 +286,42 @@ impl BenchOptions {
     /// given longer to start) with `--lean-members` or the fleet scenario.
     fn env_options(&self, members: usize) -> EnvOptions {
         let mut env = EnvOptions::with_members(members);
-        if self.lean_members || self.scenario == Some(Scenario::Fleet100) {
+        if self.lean_members || self.is_fleet() {
             env.lean_members = true;
             env.start_batch = Some(LEAN_START_BATCH);
             env.startup_timeout = env.startup_timeout.max(std::time::Duration::from_secs(180));
         }
+        env.member_controller_manager = !self.without_member_controller_manager();
         env
     }
+
+    fn is_fleet(&self) -> bool {
+        self.scenario == Some(Scenario::Fleet100)
+    }
+
+    /// Members start without a kube-controller-manager (and join with admin credentials).
+    fn without_member_controller_manager(&self) -> bool {
+        self.no_member_controller_manager || self.is_fleet()
+    }
+
+    /// Whether the fleet phases run.
+    fn runs_fleet_phases(&self) -> bool {
+        self.fleet_phases || self.is_fleet() || self.slow_member.is_some()
+    }
+
+    /// Federated Deployments benchmarked (0: none).
+    fn deployment_count(&self, objects: usize) -> usize {
+        match self.deployments {
+            Some(d) => d,
+            None if self.is_fleet() => FLEET_DEPLOYMENTS,
+            None if self.with_deployments => objects,
+            None => 0,
+        }
+    }
 }
+
+/// Federated Deployments of the fleet scenario.
+const FLEET_DEPLOYMENTS: usize = 100;
 
 /// Runs the benchmark: starts the clusters, measures, stops them. Writes the JSON report to
 /// `opts.json` when set; printing [`BenchReport::table`] is left to the caller.
@@ -267,9 +331,12 @@ pub async fn run(opts: BenchOptions) -> anyhow::Result<BenchReport> {
     anyhow::ensure!(objects >= 1, "at least one object is needed");
     let machine = procfs::machine();
     info!(%scenario, members, objects, "starting the local clusters");
+    let started = std::time::Instant::now();
     let env = LocalEnv::start(opts.env_options(members))
         .await
         .context("starting the local clusters")?;
+    let clusters_start_s = started.elapsed().as_secs_f64();
+    info!(seconds = clusters_start_s, "local clusters started");
     let result = session::run_in(&env, &opts, objects).await;
     if let Err(e) = env.shutdown().await {
         warn!(error = %e, "stopping the local clusters failed");
@@ -279,7 +346,12 @@ pub async fn run(opts: BenchOptions) -> anyhow::Result<BenchReport> {
         cost,
         clusters_idle_cpu_per_s,
         control_plane,
+        fleet,
     } = result?;
+    let fleet = fleet.map(|f| FleetReport {
+        clusters_start_s,
+        ..f
+    });
     let mut report = BenchReport {
         scenario: scenario.clone(),
         members,
@@ -297,6 +369,7 @@ pub async fn run(opts: BenchOptions) -> anyhow::Result<BenchReport> {
             source: "issue 8: kubectl creates and Karmada v1.3.6 push mode, on this kind of machine (kind)".into(),
         }),
         targets: Vec::new(),
+        fleet,
         finished_at: k8s_openapi::jiff::Timestamp::now().to_string(),
     };
     report.targets = report::targets(&report);

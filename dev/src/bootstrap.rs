@@ -117,6 +117,10 @@ pub struct Bootstrap {
     /// types, so alpha manifests are served and reconciled (default `false`: each served
     /// alpha type runs a second sync controller; `config/` installs them).
     pub kubefed_alpha: bool,
+    /// Join members with their static admin token instead of a ServiceAccount token
+    /// ([`JoinOptions::token`]; default `false`): for members started without a
+    /// kube-controller-manager, which issue no ServiceAccount token.
+    pub member_admin_credentials: bool,
 }
 
 /// The federation set up on a [`LocalEnv`]: clients and the KubeFedCluster names.
@@ -142,6 +146,7 @@ impl Bootstrap {
             ready_timeout: Duration::from_secs(60),
             collect_workload_status: false,
             kubefed_alpha: false,
+            member_admin_credentials: false,
         }
     }
 
@@ -244,6 +249,9 @@ impl Bootstrap {
         opts.namespace = self.namespace.clone();
         opts.ca_pem = Some(member.ca_pem().to_owned());
         opts.labels.insert("name".into(), name.into());
+        if self.member_admin_credentials {
+            opts.token = Some(member.admin_token().to_owned());
+        }
         join(host, &client, &opts)
             .await
             .map_err(|source| BootstrapError::Join {

@@ -3,13 +3,16 @@
 //!
 //! ```sh
 //! cargo run --example member_rss -p flotilla-localenv -- 10 lean      # lean members
+//! cargo run --example member_rss -p flotilla-localenv -- 10 fleet     # lean, no member kcm
 //! cargo run --example member_rss -p flotilla-localenv -- 3 plain      # no controller-manager
 //! cargo run --example member_rss -p flotilla-localenv -- 3 kcm --watch-cache=false
 //! GOGC=30 cargo run --example member_rss -p flotilla-localenv -- 3 plain
 //! ```
 //!
-//! Arguments: members, a mode (`lean`, `kcm`, anything else: no controller-manager), and
-//! extra kube-apiserver flags. The environment is passed to every process it starts.
+//! Arguments: members, a mode (`lean`, `fleet` = lean members without a controller-manager
+//! beside a host with one, as `flotilla bench --scenario fleet-100` starts them, `kcm`,
+//! anything else: no controller-manager), and extra kube-apiserver flags. It also prints the
+//! machine's available memory before and after the start. The environment is passed to every process it starts.
 
 use std::time::{Duration, Instant};
 
@@ -35,6 +38,18 @@ fn rss_mib(pid: u32) -> u64 {
         / 1024
 }
 
+/// The machine's `MemAvailable` in MiB.
+fn available_mib() -> u64 {
+    std::fs::read_to_string("/proc/meminfo")
+        .unwrap_or_default()
+        .lines()
+        .find(|l| l.starts_with("MemAvailable:"))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|kib| kib.parse::<u64>().ok())
+        .unwrap_or(0)
+        / 1024
+}
+
 fn kind_of(cmdline: &str) -> &'static str {
     if cmdline.contains("kube-apiserver") {
         "apiserver"
@@ -53,12 +68,14 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let members: usize = args.next().and_then(|a| a.parse().ok()).unwrap_or(2);
     let mode = args.next().unwrap_or_default();
     let mut options = EnvOptions::with_members(members);
-    options.start_controller_manager = mode == "kcm" || mode == "lean";
-    options.lean_members = mode == "lean";
+    options.start_controller_manager = matches!(mode.as_str(), "kcm" | "lean" | "fleet");
+    options.lean_members = matches!(mode.as_str(), "lean" | "fleet");
+    options.member_controller_manager = mode != "fleet";
     if options.lean_members {
         options.start_batch = Some(10);
     }
     options.extra_apiserver_args = args.collect();
+    let available_before = available_mib();
     let started = Instant::now();
     let env = LocalEnv::start(options).await?;
     println!("started in {:.1} s", started.elapsed().as_secs_f64());
@@ -84,6 +101,11 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             members_rss.len()
         );
     }
+    let available_after = available_mib();
+    println!(
+        "MemAvailable: {available_before} MiB before, {available_after} MiB after the start ({} MiB used)",
+        available_before.saturating_sub(available_after)
+    );
     env.shutdown().await?;
     Ok(())
 }

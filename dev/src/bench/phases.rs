@@ -32,6 +32,7 @@ use super::{
     warmup::poll,
     workload::{Kind, Starts, names, to_kube, write_all},
 };
+use super::{fleet::HalfFleet, fleet_phases::half_fleet};
 
 /// Flotilla's phases of one kind.
 pub(super) struct FlotillaPhases {
@@ -42,6 +43,8 @@ pub(super) struct FlotillaPhases {
     pub(super) restart: Restart,
     /// The sequential client (`--sequential`), after the delete.
     pub(super) sequential: Option<SequentialPhase>,
+    /// Placement to half the fleet and back (`--fleet-phases`), between restart and update.
+    pub(super) half_fleet: Option<HalfFleet>,
 }
 
 /// The raw baseline's phases of one kind.
@@ -76,19 +79,21 @@ struct Observed {
 /// What every phase of one kind shares: the objects, the APIs they are written through
 /// (the host's federated API, or every member's) and the tracker that sees them land.
 #[derive(Clone, Copy)]
-struct Phases<'a> {
-    run: &'a Run,
-    kind: Kind,
-    names: &'a [String],
-    tracker: &'a Tracker,
-    apis: &'a [Api<DynamicObject>],
+pub(super) struct Phases<'a> {
+    pub(super) run: &'a Run,
+    pub(super) kind: Kind,
+    pub(super) names: &'a [String],
+    pub(super) tracker: &'a Tracker,
+    pub(super) apis: &'a [Api<DynamicObject>],
+    /// The tracked clusters the phase waits for (indexes; `None`: all).
+    pub(super) only: Option<&'a [usize]>,
 }
 
 impl Phases<'_> {
     /// Measures one phase: `write` goes to every object through every API at once (marking
     /// starts), the tracker sees it land, `settle` waits for trailing work (status writes)
     /// before the end snapshot.
-    async fn measure<S, SF>(
+    pub(super) async fn measure<S, SF>(
         self,
         write: Write<'_>,
         own_host_writes: (&str, u64),
@@ -104,10 +109,11 @@ impl Phases<'_> {
             names,
             tracker,
             apis,
+            only,
         } = self;
         let before = Snapshot::take(run).await?;
         let lists_before = run.own_lists.load(Ordering::Relaxed);
-        tracker.expect(write.want(), names);
+        tracker.expect_in(write.want(), names, only);
         let starts = Starts::default();
         let drive = futures::future::try_join_all(
             apis.iter()
@@ -131,7 +137,7 @@ impl Phases<'_> {
             reached,
             own_lists: run.own_lists.load(Ordering::Relaxed) - lists_before,
         };
-        let member_objects = names.len() * tracker.clusters();
+        let member_objects = names.len() * only.map_or(tracker.clusters(), <[usize]>::len);
         Ok(phase(
             run,
             kind,
@@ -243,7 +249,7 @@ fn host_requests(kind: Kind, own_host_writes: (&str, u64), o: &Observed) -> BTre
 }
 
 /// Every federated object reports Propagation=True for its current generation.
-async fn wait_propagated(run: &Run, kind: Kind, host: &Tracker) -> anyhow::Result<()> {
+pub(super) async fn wait_propagated(run: &Run, kind: Kind, host: &Tracker) -> anyhow::Result<()> {
     let api: Api<DynamicObject> = Api::namespaced_with(run.host.clone(), FED_NS, &kind.federated());
     let lp = ListParams::default().labels(&format!("{BENCH_LABEL}=fed"));
     poll(run.timeout, "every federated object propagated", || async {
@@ -262,7 +268,7 @@ async fn wait_propagated(run: &Run, kind: Kind, host: &Tracker) -> anyhow::Resul
 
 /// Which object a create writes.
 #[derive(Clone, Copy)]
-enum Template<'a> {
+pub(super) enum Template<'a> {
     /// The federated object of the kind, in this host namespace.
     Federated(&'a str),
     /// The kind's own object, straight into a member.
@@ -271,13 +277,16 @@ enum Template<'a> {
 
 /// What one phase writes to every named object.
 #[derive(Clone, Copy)]
-enum Write<'a> {
+pub(super) enum Write<'a> {
     /// Creates version 1.
     Create(Template<'a>),
     /// Applies this merge patch (the update to version 2).
     Patch(&'a Value),
     /// Deletes the object.
     Delete,
+    /// Applies this merge patch of the placement; the objects (at version 1) then appear
+    /// in the awaited clusters (`true`) or leave them (`false`).
+    Place(&'a Value, bool),
 }
 
 impl Write<'_> {
@@ -287,6 +296,8 @@ impl Write<'_> {
             Write::Create(_) => Want::Version("1".into()),
             Write::Patch(_) => Want::Version("2".into()),
             Write::Delete => Want::Absent,
+            Write::Place(_, true) => Want::Version("1".into()),
+            Write::Place(_, false) => Want::Absent,
         }
     }
 }
@@ -312,7 +323,7 @@ async fn write_each(
                     .map_err(to_kube)?;
                     api.create(&PostParams::default(), &o).await.map(|_| ())
                 }
-                Write::Patch(patch) => api
+                Write::Patch(patch) | Write::Place(patch, _) => api
                     .patch(&n, &PatchParams::default(), &Patch::Merge(patch))
                     .await
                     .map(|_| ()),
@@ -332,7 +343,7 @@ pub(super) async fn flotilla_phases(
     host: &Tracker,
     restarter: &mut Restarter<'_>,
 ) -> anyhow::Result<FlotillaPhases> {
-    let names = &names(kind, run.objects);
+    let names = &names(kind, run.objects_of(kind));
     let own = names.len() as u64;
     let api = Api::namespaced_with(run.host.clone(), FED_NS, &kind.federated());
     let phases = Phases {
@@ -341,6 +352,7 @@ pub(super) async fn flotilla_phases(
         names,
         tracker: members,
         apis: std::slice::from_ref(&api),
+        only: None,
     };
     let propagated = || wait_propagated(run, kind, host);
     let create = Write::Create(Template::Federated(FED_NS));
@@ -362,6 +374,12 @@ pub(super) async fn flotilla_phases(
         first_new_object_s = restart.first_new_object_s,
         "restart"
     );
+
+    let half_fleet = if run.fleet_phases {
+        Some(half_fleet(phases, || wait_propagated(run, kind, host)).await?)
+    } else {
+        None
+    };
 
     let patch = &json!({"spec": {"template": kind.version_patch("2")}});
     let update = Write::Patch(patch);
@@ -401,6 +419,7 @@ pub(super) async fn flotilla_phases(
         steady,
         restart,
         sequential,
+        half_fleet,
     })
 }
 
@@ -444,7 +463,7 @@ async fn steady_state(
 
 /// The federated objects created with no control plane running, then deleted unmeasured.
 pub(super) async fn input_phase(run: &Run, kind: Kind, tracker: &Tracker) -> anyhow::Result<Phase> {
-    let names = &names(kind, run.objects);
+    let names = &names(kind, run.objects_of(kind));
     let api = Api::namespaced_with(run.host.clone(), INPUT_NS, &kind.federated());
     let phases = Phases {
         run,
@@ -452,6 +471,7 @@ pub(super) async fn input_phase(run: &Run, kind: Kind, tracker: &Tracker) -> any
         names,
         tracker,
         apis: std::slice::from_ref(&api),
+        only: None,
     };
     let create = Write::Create(Template::Federated(INPUT_NS));
     let own = ("POST", names.len() as u64);
@@ -470,7 +490,7 @@ pub(super) async fn raw_phases(
     kind: Kind,
     tracker: &Tracker,
 ) -> anyhow::Result<RawPhases> {
-    let names = names(kind, run.objects);
+    let names = names(kind, run.objects_of(kind));
     let apis: Vec<Api<DynamicObject>> = run
         .members
         .iter()
@@ -483,6 +503,7 @@ pub(super) async fn raw_phases(
         names: &names,
         tracker,
         apis: &apis,
+        only: None,
     };
     let unsettled = || async { Ok(()) };
     let create = Write::Create(Template::Raw);

@@ -34,6 +34,9 @@ pub struct BenchReport {
     pub reference: Option<Reference>,
     /// The targets, met or not.
     pub targets: Vec<Target>,
+    /// The fleet phases' figures (`--fleet-phases`, `--scenario fleet-100`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fleet: Option<super::FleetReport>,
     /// When the run finished (RFC 3339).
     pub finished_at: String,
 }
@@ -471,6 +474,7 @@ mod tests {
             cost: Cost::default(),
             reference: None,
             targets: Vec::new(),
+            fleet: None,
             finished_at: String::new(),
         };
         report.targets = targets(&report);

@@ -26,6 +26,8 @@ use super::{
 
 /// Name of the object created right after the restart.
 const PROBE: &str = "restart-probe";
+/// How long the probe's watch is given to deliver the writes counted before it stops.
+const PROBE_WATCH_GRACE: Duration = Duration::from_millis(500);
 /// Request verbs that write.
 const WRITE_VERBS: [&str; 5] = ["POST", "PUT", "PATCH", "APPLY", "DELETE"];
 
@@ -77,6 +79,8 @@ pub(super) async fn restart_phase(
         tokio::time::sleep(rest).await;
     }
     let after = Snapshot::take(run).await?;
+    // A probe write the snapshot counted may still be on its way to the probe's watch.
+    tokio::time::sleep(PROBE_WATCH_GRACE).await;
     let probe_host_writes = probe_writes.load(Ordering::Relaxed);
     counter.abort();
     api.delete(PROBE, &DeleteParams::default()).await?;
@@ -129,7 +133,7 @@ fn figures(run: &Run, kind: Kind, before: &Snapshot, after: &Snapshot, first: f6
         .map(|(_, n)| n)
         .sum();
     Restart {
-        objects: run.objects,
+        objects: run.objects_of(kind),
         window_s: after.at.saturating_duration_since(before.at).as_secs_f64(),
         member_writes: member_writes.saturating_sub(run.members.len() as u64),
         member_reads,

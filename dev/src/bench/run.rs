@@ -6,11 +6,13 @@ use std::{
     time::Duration,
 };
 
+use flotilla_localenv::FaultProxy;
 use kube::Client;
 
 use super::{
     CP_THREAD,
     procfs::{cpu_of, threads_cpu},
+    workload::Kind,
 };
 
 /// The clusters and settings every phase of a run uses.
@@ -28,6 +30,12 @@ pub(super) struct Run {
     /// LISTs of federated objects the benchmark itself sent (convergence checks).
     pub(super) own_lists: AtomicU64,
     pub(super) objects: usize,
+    /// Federated Deployments (the Deployment kind's count; `objects` is the ConfigMaps').
+    pub(super) deployments: usize,
+    /// Whether the fleet phases run (`--fleet-phases`).
+    pub(super) fleet_phases: bool,
+    /// The member behind a fault proxy (`--slow-member`).
+    pub(super) slow: Option<SlowSetup>,
     /// Objects of the sequential-client phase (0: none).
     pub(super) sequential: usize,
     pub(super) concurrency: usize,
@@ -37,7 +45,24 @@ pub(super) struct Run {
     pub(super) _agents: Vec<flotilla_agent::Agent>,
 }
 
+/// The member the control plane reaches through a fault proxy, and the delay of its phase.
+pub(super) struct SlowSetup {
+    /// Its index among the members.
+    pub(super) index: usize,
+    pub(super) name: String,
+    pub(super) latency: Duration,
+    pub(super) proxy: FaultProxy,
+}
+
 impl Run {
+    /// How many federated objects of `kind` the run writes.
+    pub(super) fn objects_of(&self, kind: Kind) -> usize {
+        match kind {
+            Kind::ConfigMap => self.objects,
+            Kind::Deployment => self.deployments,
+        }
+    }
+
     /// CPU seconds the control plane used so far.
     pub(super) fn cp_cpu(&self) -> f64 {
         let retired = *self

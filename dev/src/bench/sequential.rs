@@ -173,7 +173,7 @@ where
     S: Fn() -> SF,
     SF: Future<Output = anyhow::Result<()>>,
 {
-    let names = &names(kind, run.sequential);
+    let names = &names(kind, run.sequential.min(run.objects_of(kind)));
     let api: Api<DynamicObject> = Api::namespaced_with(run.host.clone(), FED_NS, &kind.federated());
     let before = Snapshot::take(run).await?;
     members.expect(Want::Version("1".into()), names);
@@ -206,7 +206,7 @@ pub(super) async fn raw_sequential(
     kind: Kind,
     tracker: &Tracker,
 ) -> anyhow::Result<SequentialPhase> {
-    let names = &names(kind, run.sequential);
+    let names = &names(kind, run.sequential.min(run.objects_of(kind)));
     let apis: Vec<Api<DynamicObject>> = run
         .members
         .iter()

@@ -24,6 +24,11 @@ use super::{
     warmup::{ensure_namespace, federate_namespace, warm_up_federated, warm_up_raw},
     workload::Kind,
 };
+use super::{
+    drain,
+    fleet::{FleetReport, MemoryBudget},
+    fleet_phases,
+};
 use crate::bootstrap::Bootstrap;
 
 /// How long the clusters' background CPU use is sampled.
@@ -37,11 +42,15 @@ pub(super) struct Measured {
     pub(super) cost: Cost,
     pub(super) clusters_idle_cpu_per_s: f64,
     pub(super) control_plane: String,
+    /// The fleet phases' figures (`--fleet-phases`).
+    pub(super) fleet: Option<FleetReport>,
 }
 
 /// The watchers of one kind, started before both parts so that both carry them.
 struct KindTrackers {
     kind: Kind,
+    /// Federated objects of the kind.
+    objects: usize,
     /// Managed member objects of the federated part.
     fed_members: Arc<Tracker>,
     /// Member objects of the raw part.
@@ -61,6 +70,8 @@ struct FlotillaPart {
     peak_reset: bool,
     peak: f64,
     own_peak: Option<f64>,
+    /// The fleet phases' figures, the half-fleet ones gathered per kind.
+    fleet: Option<FleetReport>,
 }
 
 /// Sets up the federation on `env`, measures both parts and assembles the reports.
@@ -71,7 +82,7 @@ pub(super) async fn run_in(
 ) -> anyhow::Result<Measured> {
     let run = setup(env, opts, objects).await?;
     let mut kinds = vec![Kind::ConfigMap];
-    if opts.with_deployments {
+    if run.deployments > 0 {
         kinds.push(Kind::Deployment);
     }
     let mut trackers = Vec::new();
@@ -99,6 +110,7 @@ pub(super) async fn run_in(
 /// default types) and the benchmark's namespaces.
 async fn setup(env: &LocalEnv, opts: &BenchOptions, objects: usize) -> anyhow::Result<Run> {
     let mut boot = Bootstrap::new(MANAGER);
+    boot.member_admin_credentials = opts.without_member_controller_manager();
     if let Some(sc) = boot.config.sync_controller.as_mut() {
         sc.max_concurrent_reconciles = Some(opts.workers as i64);
     }
@@ -106,6 +118,11 @@ async fn setup(env: &LocalEnv, opts: &BenchOptions, objects: usize) -> anyhow::R
         super::pull::federate(&boot, env).await?
     } else {
         (boot.federate(env, |_| {}).await?, Vec::new())
+    };
+    let slow = if opts.runs_fleet_phases() {
+        fleet_phases::prepare(env, &fed.host, &fed.cluster_names, opts).await?
+    } else {
+        None
     };
     let run = Run {
         host: fed.host,
@@ -120,6 +137,9 @@ async fn setup(env: &LocalEnv, opts: &BenchOptions, objects: usize) -> anyhow::R
             .map(|p| (p, process_group(p)))
             .collect(),
         objects,
+        deployments: opts.deployment_count(objects),
+        fleet_phases: opts.runs_fleet_phases(),
+        slow,
         sequential: opts.sequential.min(objects),
         concurrency: opts.concurrency,
         timeout: Duration::from_secs(opts.phase_timeout_secs),
@@ -139,6 +159,7 @@ async fn start_trackers(run: &Run, kind: Kind) -> anyhow::Result<KindTrackers> {
     let fed = format!("{BENCH_LABEL}=fed");
     let t = KindTrackers {
         kind,
+        objects: run.objects_of(kind),
         fed_members: Tracker::start(
             &run.members,
             &kind.target(),
@@ -199,8 +220,15 @@ async fn flotilla_part(
         *run.cp_pid.lock().unwrap_or_else(|e| e.into_inner()) = Some(*pid);
     }
     let control_plane = cp.describe();
+    let cp_started = std::time::Instant::now();
     cp.wait_ready(run).await?;
+    let ready_s = cp_started.elapsed().as_secs_f64();
     federate_namespace(run).await?;
+    let mut fleet = if run.fleet_phases {
+        Some(fleet_start(run, opts, &trackers[0], ready_s, rss_before).await?)
+    } else {
+        None
+    };
     let cp_cpu_start = run.cp_cpu();
     let mut phases = Vec::new();
     let mut running = Some(cp);
@@ -214,6 +242,12 @@ async fn flotilla_part(
         warm_up_federated(run, t.kind).await?;
         info!(kind = t.kind.name(), "measuring propagation");
         phases.push(flotilla_phases(run, t.kind, &t.fed_members, &t.host, &mut restarter).await?);
+    }
+    if let Some(fleet) = fleet.as_mut() {
+        fleet.half_fleet = phases.iter().filter_map(|p| p.half_fleet.clone()).collect();
+        let (members, host) = (&trackers[0].fed_members, &trackers[0].host);
+        fleet.slow_member = fleet_phases::slow_member(run, members, host).await?;
+        fleet.drain = drain::drain_phase(run, members, host).await?;
     }
     let earlier_peak = restarter.peak_mib;
     let cp_cpu = run.cp_cpu() - cp_cpu_start;
@@ -234,6 +268,37 @@ async fn flotilla_part(
         peak_reset,
         peak,
         own_peak,
+        fleet,
+    })
+}
+
+/// The fleet phases at idle, right after every member turned Ready: the idle window and
+/// one new object to every member.
+async fn fleet_start(
+    run: &Run,
+    opts: &BenchOptions,
+    configmaps: &KindTrackers,
+    ready_s: f64,
+    process_rss_before: f64,
+) -> anyhow::Result<FleetReport> {
+    let idle_rss = fleet_phases::control_plane_rss_mib(run, process_rss_before);
+    let idle = fleet_phases::idle(run, Duration::from_secs(opts.idle_secs)).await?;
+    info!(
+        requests_per_cluster_per_min = idle.member_requests_per_cluster_per_min,
+        "idle fleet"
+    );
+    let one_object_s = fleet_phases::one_object(run, &configmaps.fed_members).await?;
+    Ok(FleetReport {
+        member_controller_manager: !opts.without_member_controller_manager(),
+        ready_s,
+        idle,
+        // The peak is known at the end of the part (see `assemble`).
+        memory: MemoryBudget {
+            idle_rss_mib: idle_rss,
+            ..MemoryBudget::default()
+        },
+        one_object_s,
+        ..FleetReport::default()
     })
 }
 
@@ -285,10 +350,26 @@ fn assemble(
         control_plane_cpu_ms_per_member_object: ratio(cp_cpu * 1000.0, member_objects as f64),
         requests_per_created_member_object: ratio(created_requests, created as f64),
     };
+    let fleet = flotilla.fleet.map(|mut f| {
+        let members = trackers.first().map_or(0, |t| t.fed_members.clusters());
+        let peak_objects = trackers
+            .iter()
+            .map(|t| t.objects * members)
+            .max()
+            .unwrap_or(0);
+        f.memory = MemoryBudget::new(
+            f.memory.idle_rss_mib,
+            cost.control_plane_peak_rss_mib,
+            members,
+            peak_objects,
+        );
+        f
+    });
     Measured {
         kinds,
         cost,
         clusters_idle_cpu_per_s: idle,
         control_plane: flotilla.control_plane,
+        fleet,
     }
 }

@@ -19,6 +19,7 @@ impl BenchReport {
         for k in &self.kinds {
             self.kind_section(&mut s, k);
         }
+        self.fleet_lines(&mut s);
         self.cost_lines(&mut s);
         self.target_lines(&mut s);
         s

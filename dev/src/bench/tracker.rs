@@ -42,6 +42,9 @@ struct ClusterTrack {
     /// Time of the last write event.
     last_write: Option<Instant>,
     synced: bool,
+    /// Whether the current phase waits for this cluster (all do, unless
+    /// [`Tracker::expect_in`] named some).
+    inactive: bool,
 }
 
 #[derive(Default)]
@@ -52,6 +55,13 @@ struct TrackState {
     wanted: HashSet<String>,
     /// (wanted object, cluster) pairs that reached the want.
     reached_pairs: usize,
+}
+
+impl TrackState {
+    /// Clusters the current phase waits for.
+    fn active(&self) -> usize {
+        self.clusters.iter().filter(|c| !c.inactive).count()
+    }
 }
 
 /// Records that `name` reached the want in `c` if it did (and counts it once).
@@ -71,7 +81,7 @@ fn reach(
         Some(Want::Absent) => !c.current.contains_key(name),
         None => false,
     };
-    if ok && wanted.contains(name) && !c.reached.contains_key(name) {
+    if ok && !c.inactive && wanted.contains(name) && !c.reached.contains_key(name) {
         c.reached.insert(name.to_string(), now);
         *reached_pairs += 1;
     }
@@ -214,13 +224,19 @@ impl Tracker {
 
     /// Starts a phase: from now on record when each of `names` reaches `want`.
     pub(super) fn expect(&self, want: Want, names: &[String]) {
+        self.expect_in(want, names, None);
+    }
+
+    /// Starts a phase that waits only for the clusters `only` (indexes; `None`: all).
+    pub(super) fn expect_in(&self, want: Want, names: &[String], only: Option<&[usize]>) {
         let now = Instant::now();
         let mut guard = self.lock();
         let st = &mut *guard;
         st.want = Some(want);
         st.wanted = names.iter().cloned().collect();
         st.reached_pairs = 0;
-        for c in &mut st.clusters {
+        for (i, c) in st.clusters.iter_mut().enumerate() {
+            c.inactive = only.is_some_and(|only| !only.contains(&i));
             c.reached.clear();
             for name in names {
                 reach(
@@ -248,7 +264,7 @@ impl Tracker {
                 _ = notified => {}
                 _ = tokio::time::sleep_until(deadline) => {
                     let st = self.lock();
-                    let total = st.wanted.len() * st.clusters.len();
+                    let total = st.wanted.len() * st.active();
                     bail!("only {} of {total} objects reached the wanted state within {timeout:?}", st.reached_pairs);
                 }
             }
@@ -257,7 +273,7 @@ impl Tracker {
 
     fn all_reached(&self) -> Option<HashMap<String, Instant>> {
         let st = self.lock();
-        if st.reached_pairs < st.wanted.len() * st.clusters.len() {
+        if st.reached_pairs < st.wanted.len() * st.active() {
             return None;
         }
         let mut done: HashMap<String, Instant> = HashMap::with_capacity(st.wanted.len());
@@ -270,6 +286,40 @@ impl Tracker {
             }
         }
         Some(done)
+    }
+
+    /// Per cluster, how many of `names` it holds at `version`.
+    pub(super) fn held(&self, names: &[String], version: &str) -> Vec<usize> {
+        self.lock()
+            .clusters
+            .iter()
+            .map(|c| {
+                names
+                    .iter()
+                    .filter(|n| {
+                        c.current
+                            .get(*n)
+                            .is_some_and(|v| v.as_deref() == Some(version))
+                    })
+                    .count()
+            })
+            .collect()
+    }
+
+    /// Which of `names` any of `clusters` holds (in any version).
+    pub(super) fn holders(&self, names: &[String], clusters: &[usize]) -> Vec<String> {
+        let st = self.lock();
+        names
+            .iter()
+            .filter(|n| {
+                clusters.iter().any(|&i| {
+                    st.clusters
+                        .get(i)
+                        .is_some_and(|c| c.current.contains_key(*n))
+                })
+            })
+            .cloned()
+            .collect()
     }
 
     /// How many clusters are watched.
@@ -338,6 +388,26 @@ mod tests {
         let done = t.all_reached().expect("all reached");
         assert_eq!(done.len(), 2);
         assert_eq!(t.writes(), 5);
+    }
+
+    #[test]
+    fn a_phase_over_some_clusters_ignores_the_others() {
+        let t = tracker(3);
+        let names = vec!["a".to_string()];
+        let version = |o: &DynamicObject| Kind::ConfigMap.version_of(o);
+        t.expect_in(Want::Version("1".into()), &names, Some(&[0, 2]));
+        t.on_event(0, watcher::Event::Apply(cm("a", "1")), &version);
+        assert!(t.all_reached().is_none(), "cluster 2 lacks it");
+        t.on_event(2, watcher::Event::Apply(cm("a", "1")), &version);
+        assert_eq!(
+            t.all_reached().map(|d| d.len()),
+            Some(1),
+            "cluster 1 is not awaited"
+        );
+        t.expect(Want::Version("1".into()), &names);
+        assert!(t.all_reached().is_none(), "now cluster 1 counts again");
+        t.on_event(1, watcher::Event::Apply(cm("a", "1")), &version);
+        assert!(t.all_reached().is_some());
     }
 
     #[test]

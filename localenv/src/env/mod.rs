@@ -66,6 +66,12 @@ pub struct EnvOptions {
     /// machine can each miss [`EnvOptions::startup_timeout`]; batches start one after the
     /// other.
     pub start_batch: Option<usize>,
+    /// Start a kube-controller-manager in the members (default `true`; the host's is
+    /// [`EnvOptions::start_controller_manager`]). Without one, a member costs only its
+    /// apiserver, but issues no service-account token (join it with its admin credentials,
+    /// [`crate::Cluster::admin_token`]), creates no `default` ServiceAccount, never
+    /// finalizes a deleted namespace and runs no Deployment controller.
+    pub member_controller_manager: bool,
 }
 
 /// The Go memory limit of a lean member's apiserver (see [`EnvOptions::lean_members`]).
@@ -86,6 +92,7 @@ impl Default for EnvOptions {
             api_surface: ApiSurface::from_env(),
             lean_members: false,
             start_batch: None,
+            member_controller_manager: true,
         }
     }
 }
@@ -200,7 +207,7 @@ impl LocalEnv {
             }
             for index in indexes {
                 env.await_first_apiserver_start(index).await?;
-                if env.options.start_controller_manager {
+                if env.runs_controller_manager(index) {
                     env.spawn_controller_manager(index)?;
                 }
             }
@@ -208,7 +215,7 @@ impl LocalEnv {
         write(&env.kubeconfig, &kubeconfig::render(&env.clusters)?)?;
 
         for index in 0..env.clusters.len() {
-            if env.options.start_controller_manager {
+            if env.runs_controller_manager(index) {
                 env.wait_controllers_working(index).await?;
             }
         }
@@ -225,6 +232,12 @@ impl LocalEnv {
     /// Whether cluster `index` is a lean member ([`EnvOptions::lean_members`]).
     fn is_lean(&self, index: usize) -> bool {
         self.options.lean_members && index > 0
+    }
+
+    /// Whether cluster `index` gets a kube-controller-manager.
+    fn runs_controller_manager(&self, index: usize) -> bool {
+        self.options.start_controller_manager
+            && (index == 0 || self.options.member_controller_manager)
     }
 
     /// The host cluster, named `host`.
