@@ -134,17 +134,7 @@ pub fn plan(input: &Input<'_>) -> Plan {
         let due = start_next(input, &mut entries);
         recheck = earliest(recheck, due);
     }
-    // A stopped rollout stands at its first failure.
-    let current_wave = entries
-        .iter()
-        .filter(|e| match e.state {
-            State::Failed => blocked,
-            State::Pending | State::Progressing => true,
-            State::Succeeded => false,
-        })
-        .map(|e| e.wave)
-        .min()
-        .unwrap_or(0);
+    let current_wave = current_wave(&entries, blocked);
     let succeeded = count(&entries, State::Succeeded);
     let stable_revision = stable(input.previous, input.target);
     let rollback = rollback::decide(
@@ -173,17 +163,7 @@ pub fn plan(input: &Input<'_>) -> Plan {
     let (reason, message) = condition(input.spec, &status, blocked, &rollback);
     let events = events(carried, &status, reason, &message, max_failures);
     let rollback = rollback.ok().flatten();
-    let updated = status
-        .clusters
-        .iter()
-        .filter(|e| e.state.is_started())
-        .filter(|e| {
-            !rollback
-                .as_ref()
-                .is_some_and(|r| r.clusters.contains(&e.name))
-        })
-        .map(|e| e.name.clone())
-        .collect();
+    let updated = updated(&status.clusters, rollback.as_ref());
     Plan {
         status,
         reason,
@@ -193,6 +173,31 @@ pub fn plan(input: &Input<'_>) -> Plan {
         recheck_after: recheck.map(|r: i64| r.max(1)),
         events,
     }
+}
+
+/// The wave the rollout stands at (0 when every wave is done): a stopped rollout stands at
+/// its first failure.
+fn current_wave(entries: &[ClusterRollout], blocked: bool) -> u32 {
+    entries
+        .iter()
+        .filter(|e| match e.state {
+            State::Failed => blocked,
+            State::Pending | State::Progressing => true,
+            State::Succeeded => false,
+        })
+        .map(|e| e.wave)
+        .min()
+        .unwrap_or(0)
+}
+
+/// The clusters that get the new revision: every started one but those rolled back.
+fn updated(entries: &[ClusterRollout], rollback: Option<&Rollback>) -> BTreeSet<String> {
+    entries
+        .iter()
+        .filter(|e| e.state.is_started())
+        .filter(|e| !rollback.is_some_and(|r| r.clusters.contains(&e.name)))
+        .map(|e| e.name.clone())
+        .collect()
 }
 
 /// The placed clusters in rollout order with their wave (from 1): by group (clusters in no

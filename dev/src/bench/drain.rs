@@ -50,16 +50,7 @@ pub(super) async fn drain_phase(
     });
     let api: Api<DynamicObject> = Api::namespaced_with(run.host.clone(), FED_NS, &kind.federated());
     let started = Instant::now();
-    write_all(&names, run.concurrency, &Starts::default(), |n| {
-        let api = api.clone();
-        let placement = placement.clone();
-        async move {
-            let mut o = kind.federated_object(FED_NS, &n, "1").map_err(to_kube)?;
-            o.data["spec"]["placement"] = placement;
-            api.create(&PostParams::default(), &o).await.map(|_| ())
-        }
-    })
-    .await?;
+    create_placed(run, &api, &names, &placement).await?;
     let placed = count * max_clusters;
     let all_placed = || async {
         Ok::<_, anyhow::Error>(members.held(&names, "1").iter().sum::<usize>() == placed)
@@ -79,17 +70,7 @@ pub(super) async fn drain_phase(
     let affected = members.holders(&names, &drained);
     let before = Snapshot::take(run).await?;
     members.expect_in(Want::Absent, &affected, Some(&drained));
-    let tainted = Instant::now();
-    set_taints(run, &drained, true).await?;
-    let reached = members.wait(run.timeout).await?;
-    let mut latency: Vec<f64> = reached
-        .values()
-        .map(|t| t.saturating_duration_since(tainted).as_secs_f64() * 1000.0)
-        .collect();
-    let moves_s = reached
-        .values()
-        .max()
-        .map_or(0.0, |t| t.saturating_duration_since(tainted).as_secs_f64());
+    let (mut latency, moves_s) = drain_and_time(run, members, &drained).await?;
     poll(
         run.timeout,
         "every moved object in its clusters again",
@@ -98,16 +79,7 @@ pub(super) async fn drain_phase(
     .await?;
     wait_propagated(run, kind, host).await?;
     let after = Snapshot::take(run).await?;
-    let member_requests: u64 = before
-        .members
-        .iter()
-        .zip(&after.members)
-        .map(|(b, a)| {
-            delta(b, a, &kind.target().plural, |_, v| v.to_string())
-                .values()
-                .sum::<u64>()
-        })
-        .sum();
+    let member_requests = member_requests(&before, &after, kind);
     let placed_after = members.held(&names, "1").iter().sum::<usize>() / max_clusters;
     info!(
         drained = drained.len(),
@@ -117,11 +89,7 @@ pub(super) async fn drain_phase(
     );
 
     set_taints(run, &drained, false).await?;
-    members.expect(Want::Absent, &names);
-    for name in &names {
-        api.delete(name, &DeleteParams::default()).await?;
-    }
-    members.wait(run.timeout).await?;
+    remove_all(run, &api, members, &names).await?;
     Ok(Some(DrainPhase {
         objects: count,
         max_clusters,
@@ -138,6 +106,76 @@ pub(super) async fn drain_phase(
         member_requests_per_moved_copy: ratio(member_requests as f64, moved_copies as f64),
         placed_after,
     }))
+}
+
+/// Taints the `drained` members at once and waits for the expected moves: each move's
+/// latency in ms and the time until the last one.
+async fn drain_and_time(
+    run: &Run,
+    members: &Tracker,
+    drained: &[usize],
+) -> anyhow::Result<(Vec<f64>, f64)> {
+    let tainted = Instant::now();
+    set_taints(run, drained, true).await?;
+    let reached = members.wait(run.timeout).await?;
+    let latency = reached
+        .values()
+        .map(|t| t.saturating_duration_since(tainted).as_secs_f64() * 1000.0)
+        .collect();
+    let moves_s = reached
+        .values()
+        .max()
+        .map_or(0.0, |t| t.saturating_duration_since(tainted).as_secs_f64());
+    Ok((latency, moves_s))
+}
+
+/// Creates the federated ConfigMaps `names` with `placement`.
+async fn create_placed(
+    run: &Run,
+    api: &Api<DynamicObject>,
+    names: &[String],
+    placement: &serde_json::Value,
+) -> anyhow::Result<()> {
+    let kind = Kind::ConfigMap;
+    write_all(names, run.concurrency, &Starts::default(), |n| {
+        let api = api.clone();
+        let placement = placement.clone();
+        async move {
+            let mut o = kind.federated_object(FED_NS, &n, "1").map_err(to_kube)?;
+            o.data["spec"]["placement"] = placement;
+            api.create(&PostParams::default(), &o).await.map(|_| ())
+        }
+    })
+    .await
+}
+
+/// The members' requests for `kind` between two snapshots, summed.
+fn member_requests(before: &Snapshot, after: &Snapshot, kind: Kind) -> u64 {
+    before
+        .members
+        .iter()
+        .zip(&after.members)
+        .map(|(b, a)| {
+            delta(b, a, &kind.target().plural, |_, v| v.to_string())
+                .values()
+                .sum::<u64>()
+        })
+        .sum()
+}
+
+/// Deletes the federated objects `names` and waits until no member holds them.
+async fn remove_all(
+    run: &Run,
+    api: &Api<DynamicObject>,
+    members: &Tracker,
+    names: &[String],
+) -> anyhow::Result<()> {
+    members.expect(Want::Absent, names);
+    for name in names {
+        api.delete(name, &DeleteParams::default()).await?;
+    }
+    members.wait(run.timeout).await?;
+    Ok(())
 }
 
 /// Taints the `members` `NoExecute` (or removes the taint), all at once.

@@ -4,7 +4,10 @@
 
 use std::fmt::Write as _;
 
-use super::report::{BenchReport, Phase, ratio};
+use super::{
+    fleet::{DrainPhase, SlowMember},
+    report::{BenchReport, Phase, ratio},
+};
 
 // Writing into a String cannot fail, so `let _ = writeln!(...)` drops an always-Ok result.
 
@@ -70,59 +73,10 @@ impl BenchReport {
             move_line(s, "back (objects return)", &h.back, "create", raw_create);
         }
         if let Some(w) = &f.slow_member {
-            let _ = writeln!(
-                s,
-                "  slow member {} (+{:.0} ms per chunk of its traffic), {} objects per phase, latency in the other {} members:",
-                w.name,
-                w.latency_ms,
-                w.objects,
-                n.saturating_sub(1)
-            );
-            let (a, b, q) = (
-                &w.others_without.latency_ms,
-                &w.others_with.latency_ms,
-                &w.latency_ratio,
-            );
-            for (label, x, y, r) in [
-                ("p50", a.p50, b.p50, q.p50),
-                ("p99", a.p99, b.p99, q.p99),
-                ("max", a.max, b.max, q.max),
-            ] {
-                let _ = writeln!(
-                    s,
-                    "    {label}: {x:.0} ms without the fault, {y:.0} ms with it, ratio {r:.2}"
-                );
-            }
-            let _ = match w.caught_up_s {
-                Some(t) => writeln!(
-                    s,
-                    "    the slow member held every object {t:.2} s after the fault was lifted"
-                ),
-                None => writeln!(
-                    s,
-                    "    the slow member did NOT catch up within 120 s after the fault was lifted"
-                ),
-            };
+            slow_member_lines(s, w, n);
         }
         if let Some(d) = &f.drain {
-            let _ = writeln!(
-                s,
-                "  scheduler: {} objects with maxClusters {} over >= {} zones decided and in their members in {:.2} s; {} members drained at once ({}): {} objects ({} copies) moved in {:.2} s, move latency p50 {:.0} ms p99 {:.0} ms, {:.2} member requests per moved copy, {} of {} placed after",
-                d.objects,
-                d.max_clusters,
-                d.min_zones,
-                d.decided_s,
-                d.drained.len(),
-                d.drained.join(", "),
-                d.moved_objects,
-                d.moved_copies,
-                d.moves_s,
-                d.move_latency_ms.p50,
-                d.move_latency_ms.p99,
-                d.member_requests_per_moved_copy,
-                d.placed_after,
-                d.objects
-            );
+            drain_line(s, d);
         }
     }
 }
@@ -146,6 +100,65 @@ fn move_line(s: &mut String, label: &str, p: &Phase, raw_what: &str, raw_per_s: 
 
 /// The fleet section of a report with every figure zero renders; the table's text is the
 /// format people read, so its labels are checked.
+/// The slow member's lines: the other members' latency without and with the fault.
+fn slow_member_lines(s: &mut String, w: &SlowMember, n: usize) {
+    let _ = writeln!(
+        s,
+        "  slow member {} (+{:.0} ms per chunk of its traffic), {} objects per phase, latency in the other {} members:",
+        w.name,
+        w.latency_ms,
+        w.objects,
+        n.saturating_sub(1)
+    );
+    let (a, b, q) = (
+        &w.others_without.latency_ms,
+        &w.others_with.latency_ms,
+        &w.latency_ratio,
+    );
+    for (label, x, y, r) in [
+        ("p50", a.p50, b.p50, q.p50),
+        ("p99", a.p99, b.p99, q.p99),
+        ("max", a.max, b.max, q.max),
+    ] {
+        let _ = writeln!(
+            s,
+            "    {label}: {x:.0} ms without the fault, {y:.0} ms with it, ratio {r:.2}"
+        );
+    }
+    let _ = match w.caught_up_s {
+        Some(t) => writeln!(
+            s,
+            "    the slow member held every object {t:.2} s after the fault was lifted"
+        ),
+        None => writeln!(
+            s,
+            "    the slow member did NOT catch up within 120 s after the fault was lifted"
+        ),
+    };
+}
+
+/// The scheduler's line: the placed objects and the drain's moves.
+fn drain_line(s: &mut String, d: &DrainPhase) {
+    let _ = writeln!(
+        s,
+        "  scheduler: {} objects with maxClusters {} over >= {} zones decided and in their members in {:.2} s; {} members drained at once ({}): {} objects ({} copies) moved in {:.2} s, move latency p50 {:.0} ms p99 {:.0} ms, {:.2} member requests per moved copy, {} of {} placed after",
+        d.objects,
+        d.max_clusters,
+        d.min_zones,
+        d.decided_s,
+        d.drained.len(),
+        d.drained.join(", "),
+        d.moved_objects,
+        d.moved_copies,
+        d.moves_s,
+        d.move_latency_ms.p50,
+        d.move_latency_ms.p99,
+        d.member_requests_per_moved_copy,
+        d.placed_after,
+        d.objects
+    );
+}
+
 #[cfg(test)]
 mod tests {
     use super::super::fleet::{DrainPhase, FleetReport, HalfFleet, SlowMember};

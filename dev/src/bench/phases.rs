@@ -359,21 +359,7 @@ pub(super) async fn flotilla_phases(
     let create = phases.measure(create, ("POST", own), propagated).await?;
     info!(kind = kind.name(), seconds = create.seconds, "created");
 
-    let steady = steady_state(run, kind, members, host).await?;
-    info!(
-        kind = kind.name(),
-        member_writes = steady.member_writes,
-        host_writes = steady.host_writes,
-        "steady state"
-    );
-    let restart = restart_phase(run, kind, restarter).await?;
-    info!(
-        kind = kind.name(),
-        member_writes = restart.member_writes,
-        host_writes = restart.host_writes,
-        first_new_object_s = restart.first_new_object_s,
-        "restart"
-    );
+    let (steady, restart) = steady_and_restart(run, kind, members, host, restarter).await?;
 
     let half_fleet = if run.fleet_phases {
         Some(half_fleet(phases, || wait_propagated(run, kind, host)).await?)
@@ -397,18 +383,7 @@ pub(super) async fn flotilla_phases(
         .await?;
     info!(kind = kind.name(), seconds = delete.seconds, "deleted");
     let sequential = if run.sequential > 0 {
-        let settled = || async {
-            host.quiet(run.timeout).await;
-            Ok(())
-        };
-        let s = flotilla_sequential(run, kind, members, settled).await?;
-        info!(
-            kind = kind.name(),
-            present_after_last_write_s = s.present_after_last_write_s,
-            empty_after_bulk_delete_s = s.empty_after_bulk_delete_s,
-            "sequential client"
-        );
-        Some(s)
+        Some(sequential_phase(run, kind, members, host).await?)
     } else {
         None
     };
@@ -421,6 +396,53 @@ pub(super) async fn flotilla_phases(
         sequential,
         half_fleet,
     })
+}
+
+/// The steady state after the create, then a restart with every object propagated.
+async fn steady_and_restart(
+    run: &Run,
+    kind: Kind,
+    members: &Tracker,
+    host: &Tracker,
+    restarter: &mut Restarter<'_>,
+) -> anyhow::Result<(Steady, Restart)> {
+    let steady = steady_state(run, kind, members, host).await?;
+    info!(
+        kind = kind.name(),
+        member_writes = steady.member_writes,
+        host_writes = steady.host_writes,
+        "steady state"
+    );
+    let restart = restart_phase(run, kind, restarter).await?;
+    info!(
+        kind = kind.name(),
+        member_writes = restart.member_writes,
+        host_writes = restart.host_writes,
+        first_new_object_s = restart.first_new_object_s,
+        "restart"
+    );
+    Ok((steady, restart))
+}
+
+/// The sequential client's phase, once the host is quiet.
+async fn sequential_phase(
+    run: &Run,
+    kind: Kind,
+    members: &Tracker,
+    host: &Tracker,
+) -> anyhow::Result<SequentialPhase> {
+    let settled = || async {
+        host.quiet(run.timeout).await;
+        Ok(())
+    };
+    let s = flotilla_sequential(run, kind, members, settled).await?;
+    info!(
+        kind = kind.name(),
+        present_after_last_write_s = s.present_after_last_write_s,
+        empty_after_bulk_delete_s = s.empty_after_bulk_delete_s,
+        "sequential client"
+    );
+    Ok(s)
 }
 
 /// Forces a resync of every converged object and counts the writes it causes.
