@@ -17,11 +17,10 @@ use flotilla_crds::{
     federated::FederatedSpec,
     health::TypeHealth,
     rollout::{
-        REVISION_ANNOTATION, RolloutReason, RolloutStatus,
+        REVISION_ANNOTATION, RolloutStatus,
         canary::{CANARY_LABEL, canary_name, replicas_to_share, shares},
         canary_flow::{self, ClusterFacts, Input, Render},
         health::member_verdict,
-        plan::RolloutEvent,
     },
 };
 use futures::future::join_all;
@@ -29,7 +28,7 @@ use kube::{ResourceExt, api::DeleteParams, core::DynamicObject};
 use serde_json::{Value, json};
 use tracing::warn;
 
-use super::{Members, RolloutRound, annotation, revision_of, set_annotation};
+use super::{Members, RolloutRound, annotation, invalid_round, revision_of, set_annotation};
 use crate::{
     multicluster::ClusterState,
     sync::{
@@ -81,18 +80,7 @@ impl Ctl {
             let none = BTreeMap::new();
             let ops = self.canary_ops(key, &members, &none, None, &BTreeMap::new());
             self.run_canary_ops(key, &members, ops).await;
-            let said = (stored.rollout_condition()).is_some_and(|c| c.message == message);
-            let events = (!said)
-                .then(|| (RolloutEvent::RolloutInvalid, message.clone()))
-                .into_iter()
-                .collect();
-            return Some(RolloutRound {
-                status: stored.rollout,
-                reason: RolloutReason::InvalidSpec,
-                message,
-                events,
-                recheck: None,
-            });
+            return Some(invalid_round(stored, message));
         }
         let (target, content) = revision_of(spec);
         if let Err(e) = self.ensure_revision(fed, key, &target, &content).await {

@@ -67,6 +67,25 @@ pub fn revision_of(spec: &FederatedSpec) -> (String, Value) {
     (hash[..REVISION_CHARS].to_string(), content)
 }
 
+/// The round of a rollout whose spec is invalid: reason `InvalidSpec`, and a
+/// `RolloutInvalid` Event once per distinct problem (as the condition's message changes).
+pub(super) fn invalid_round(stored: FederatedStatus, message: String) -> RolloutRound {
+    let said = stored
+        .rollout_condition()
+        .is_some_and(|c| c.message == message);
+    let events = (!said)
+        .then(|| (RolloutEvent::RolloutInvalid, message.clone()))
+        .into_iter()
+        .collect();
+    RolloutRound {
+        status: stored.rollout,
+        reason: RolloutReason::InvalidSpec,
+        message,
+        events,
+        recheck: None,
+    }
+}
+
 impl Ctl {
     /// For a progressive rollout: plans this step and rewrites `desired` so that only the
     /// clusters the plan allows get the target; `None` without `spec.rollout` (or with
@@ -86,21 +105,7 @@ impl Ctl {
         let stored = self.stored_status(key, fed);
         if let Err(message) = rollout.validate() {
             hold_present(desired, &members);
-            // Said once per distinct problem, as the condition changes.
-            let said = stored
-                .rollout_condition()
-                .is_some_and(|c| c.message == message);
-            let events = (!said)
-                .then(|| (RolloutEvent::RolloutInvalid, message.clone()))
-                .into_iter()
-                .collect();
-            return Some(RolloutRound {
-                status: stored.rollout,
-                reason: RolloutReason::InvalidSpec,
-                message,
-                events,
-                recheck: None,
-            });
+            return Some(invalid_round(stored, message));
         }
         let (target, content) = revision_of(spec);
         if let Err(e) = self.ensure_revision(fed, key, &target, &content).await {
