@@ -180,6 +180,9 @@ where
     let written =
         write_sequentially(&api, names, |n| kind.federated_object(FED_NS, n, "1")).await?;
     let reached = members.wait(run.timeout).await?;
+    // Counted once the host is quiet: a member apiserver counts a request after it has
+    // answered it, which can be after the watch event that showed the object landed.
+    settle().await?;
     let after = Snapshot::take(run).await?;
     let member_objects = names.len() * members.clusters();
     let mut phase = created(
@@ -188,7 +191,6 @@ where
         &reached,
         member_requests(&before, &after, kind),
     );
-    settle().await?;
     members.expect(Want::Absent, names);
     let lp = ListParams::default().labels(&format!("{BENCH_LABEL}=fed"));
     let called = Instant::now();
