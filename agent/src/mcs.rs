@@ -8,7 +8,7 @@
 //! (applied by [`crate::work`]), so this module writes no ServiceImport or EndpointSlice.
 //! Decisions are [`plan`] (pure); a report or a status is written only when it differs.
 
-use std::{collections::BTreeMap, ops::ControlFlow, sync::Arc, time::Duration};
+use std::{collections::BTreeMap, sync::Arc, time::Duration};
 
 use flotilla_crds::{
     mcs::{K8S_SERVICE_NAME_LABEL, ServiceExport},
@@ -21,14 +21,14 @@ use flotilla_crds::{
 use flotilla_multicluster::{
     gate::store_ready,
     runner::{Action, PassRunner, Retry},
-    watch::{FailureLog, WatchParams, watch_into},
+    watch::{FailureLog, WatchParams, notifying_store_with},
 };
 use k8s_openapi::serde::{Serialize, de::DeserializeOwned};
 use k8s_openapi::{api::core::v1::Service, apimachinery::pkg::apis::meta::v1::Condition};
 use kube::{
     Api, Client, Resource, ResourceExt,
     api::{ApiResource, DeleteParams, DynamicObject, Patch, PatchParams},
-    runtime::{reflector::Store, reflector::store::Writer, watcher},
+    runtime::{reflector::Store, watcher},
 };
 use serde_json::json;
 use tokio::sync::Notify;
@@ -143,19 +143,8 @@ where
     K: Resource + Clone + DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
     K::DynamicType: Eq + std::hash::Hash + Clone + Default + Send + Sync,
 {
-    let writer = Writer::<K>::new(K::DynamicType::default());
-    let store = writer.as_reader();
-    let changed = changed.clone();
-    tasks.push(tokio::spawn(watch_into(
-        api,
-        writer,
-        params,
-        |_| {},
-        move |_| {
-            changed.notify_one();
-            ControlFlow::Continue(())
-        },
-    )));
+    let (store, task) = notifying_store_with(api, K::DynamicType::default(), params, changed);
+    tasks.push(task);
     store
 }
 
@@ -200,19 +189,8 @@ fn spawn_dynamic(
     changed: &Arc<Notify>,
     tasks: &mut Vec<tokio::task::JoinHandle<()>>,
 ) -> Store<DynamicObject> {
-    let writer = Writer::<DynamicObject>::new(resource.clone());
-    let store = writer.as_reader();
-    let notify = changed.clone();
-    tasks.push(tokio::spawn(watch_into(
-        api,
-        writer,
-        params,
-        |_| {},
-        move |_| {
-            notify.notify_one();
-            ControlFlow::Continue(())
-        },
-    )));
+    let (store, task) = notifying_store_with(api, resource.clone(), params, changed);
+    tasks.push(task);
     store
 }
 

@@ -207,7 +207,22 @@ pub fn notifying_store<K>(
 where
     K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
 {
-    let writer = reflector::store::Writer::<K>::default();
+    notifying_store_with(api, (), params, changed)
+}
+
+/// [`notifying_store`] for any kind, dynamic ones included (`dyntype`: e.g. the
+/// `ApiResource` of a `DynamicObject`).
+pub fn notifying_store_with<K>(
+    api: Api<K>,
+    dyntype: K::DynamicType,
+    params: WatchParams,
+    changed: &Arc<Notify>,
+) -> (reflector::Store<K>, tokio::task::JoinHandle<()>)
+where
+    K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+    K::DynamicType: Eq + Hash + Clone + Send + Sync,
+{
+    let writer = reflector::store::Writer::<K>::new(dyntype);
     let store = writer.as_reader();
     let changed = changed.clone();
     let task = tokio::spawn(watch_into(
