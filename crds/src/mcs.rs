@@ -394,6 +394,33 @@ fn spec_optional(mut crd: CustomResourceDefinition) -> CustomResourceDefinition 
     crd
 }
 
+/// A ServiceExport's creation time as the API writes it (RFC 3339; empty when unset): the
+/// conflict rule's "oldest export wins" compares these.
+pub fn export_created(export: &kube::api::DynamicObject) -> String {
+    export
+        .metadata
+        .creation_timestamp
+        .as_ref()
+        .and_then(|t| serde_json::to_value(t).ok())
+        .and_then(|v| v.as_str().map(str::to_owned))
+        .unwrap_or_default()
+}
+
+/// A string map of a ServiceExport's spec (`exportedLabels`, `exportedAnnotations`;
+/// empty when absent or not a string map). Dynamic: an export without `spec` does not fit
+/// a typed struct.
+pub fn export_spec_map(
+    export: &kube::api::DynamicObject,
+    field: &str,
+) -> std::collections::BTreeMap<String, String> {
+    export
+        .data
+        .get("spec")
+        .and_then(|s| s.get(field))
+        .and_then(|m| serde_json::from_value(m.clone()).ok())
+        .unwrap_or_default()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

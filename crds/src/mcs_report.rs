@@ -18,7 +18,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
-use crate::mcs::ServicePort;
+use crate::mcs::{ServicePort, export_created, export_spec_map};
 
 /// Label on a Work carrying a Pull member's MCS objects (its ServiceImport and imported
 /// EndpointSlices): `<namespace>.<name>` of the service. Such Works have no
@@ -156,21 +156,6 @@ pub fn report_spec(
     service: Option<&Service>,
     slices: &[&DynamicObject],
 ) -> ServiceExportReportSpec {
-    let created = export
-        .metadata
-        .creation_timestamp
-        .as_ref()
-        .and_then(|t| serde_json::to_value(t).ok())
-        .and_then(|v| v.as_str().map(str::to_owned))
-        .unwrap_or_default();
-    let map = |field: &str| -> BTreeMap<String, String> {
-        export
-            .data
-            .get("spec")
-            .and_then(|s| s.get(field))
-            .and_then(|m| serde_json::from_value(m.clone()).ok())
-            .unwrap_or_default()
-    };
     let mut endpoint_slices: Vec<ReportedSlice> = slices
         .iter()
         .map(|s| ReportedSlice {
@@ -182,10 +167,10 @@ pub fn report_spec(
     ServiceExportReportSpec {
         namespace: export.namespace().unwrap_or_default(),
         name: export.name_any(),
-        created,
+        created: export_created(export),
         generation: export.metadata.generation,
-        exported_labels: map("exportedLabels"),
-        exported_annotations: map("exportedAnnotations"),
+        exported_labels: export_spec_map(export, "exportedLabels"),
+        exported_annotations: export_spec_map(export, "exportedAnnotations"),
         service: service.map(reported_service),
         endpoint_slices,
     }

@@ -6,7 +6,8 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use flotilla_crds::mcs::{
     CLUSTERSET_IPS_ANNOTATION, IMPORT_MANAGED_BY_LABEL, K8S_SERVICE_NAME_LABEL, MANAGED_BY,
-    MANAGED_BY_LABEL, SOURCE_CLUSTER_LABEL, ServiceImport, ServicePort,
+    MANAGED_BY_LABEL, SOURCE_CLUSTER_LABEL, ServiceImport, ServicePort, export_created,
+    export_spec_map,
 };
 use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
@@ -26,25 +27,11 @@ fn key_of<K: ResourceExt>(o: &K) -> ServiceKey {
 
 /// What the planner reads of a ServiceExport.
 pub fn export_view(e: &DynamicObject) -> ExportView {
-    let created = e
-        .metadata
-        .creation_timestamp
-        .as_ref()
-        .and_then(|t| serde_json::to_value(t).ok())
-        .and_then(|v| v.as_str().map(str::to_owned))
-        .unwrap_or_default();
-    let map = |field: &str| -> BTreeMap<String, String> {
-        e.data
-            .get("spec")
-            .and_then(|s| s.get(field))
-            .and_then(|m| serde_json::from_value(m.clone()).ok())
-            .unwrap_or_default()
-    };
     ExportView {
         key: key_of(e),
-        created,
-        labels: map("exportedLabels"),
-        annotations: map("exportedAnnotations"),
+        created: export_created(e),
+        labels: export_spec_map(e, "exportedLabels"),
+        annotations: export_spec_map(e, "exportedAnnotations"),
     }
 }
 
