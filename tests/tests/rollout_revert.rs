@@ -12,10 +12,10 @@ mod soak;
 
 use std::time::Duration;
 
-use anyhow::{Context as _, ensure};
-use flotilla_crds::federated::FederatedStatus;
+use anyhow::ensure;
 use flotilla_tests::{
     federation::{apply, federated},
+    host::FederatedRef,
     member::{deployments, first_image},
     objects::FederatedObject,
     wait_for,
@@ -149,24 +149,11 @@ async fn wait_image(soak: &Soak, index: usize, image: &str) -> anyhow::Result<()
 
 /// Waits until the `Rollout` condition of the current generation has `reason`.
 async fn wait_reason(host: &Client, reason: &str) -> anyhow::Result<()> {
-    let api = fd_api(host);
-    wait_for(STEP, &format!("Rollout {reason}"), || {
-        let api = api.clone();
-        async move {
-            let obj = api.get(NAME).await?;
-            let status = FederatedStatus::from_dynamic(&obj);
-            let c = status.rollout_condition().context("no Rollout condition")?;
-            ensure!(
-                status.observed_generation == obj.metadata.generation.unwrap_or(0)
-                    && c.reason == reason,
-                "Rollout {}: {}",
-                c.reason,
-                c.message
-            );
-            Ok(())
-        }
-    })
-    .await
+    let web = FederatedRef {
+        api: fd_api(host),
+        name: NAME.into(),
+    };
+    web.wait_rollout(reason, STEP).await.map(|_| ())
 }
 
 /// Waits until the soak's rollout invariant holds: `Rollout=True` for the generation, the
