@@ -32,7 +32,11 @@ pub(super) struct Ctl {
     /// The target kind's managed objects in every Ready member.
     pub members: Arc<MemberWatch<DynamicObject>>,
     /// Flotilla's own recent member writes.
-    pub recent: RecentWrites,
+    pub recent: Arc<RecentWrites>,
+    /// Finalizer patches the host cache has not delivered yet.
+    pub finalizer_adds: super::memory::FinalizerAdds,
+    /// Member writes that went on after their reconcile.
+    pub inflight: Arc<super::inflight::InFlight>,
     /// Our last status write per object, while the host cache has not delivered it.
     pub written: WrittenStatus,
     /// Since when each cluster has been unavailable.

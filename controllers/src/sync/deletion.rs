@@ -96,7 +96,7 @@ impl Ctl {
                     key,
                     m_ns,
                     m_name,
-                    MemberOp::Delete(&cx.params),
+                    MemberOp::Delete(cx.params.clone()),
                 )),
                 DeletionOp::Unlabel => {
                     jobs.push(self.delete_in(cluster, key, m_ns, m_name, MemberOp::Unlabel))
@@ -146,7 +146,7 @@ impl Ctl {
         key: &Key,
         namespace: Option<&str>,
         name: &str,
-        op: MemberOp<'_>,
+        op: MemberOp,
     ) -> (String, Outcome) {
         if cluster.pull {
             let orphan = matches!(op, MemberOp::Unlabel);
@@ -157,9 +157,9 @@ impl Ctl {
             None => no_client(),
             Some(client) => {
                 let target = MemberRef {
-                    cluster: &cluster.name,
+                    cluster: cluster.name.clone(),
                     api: self.ty.member_api(client, namespace),
-                    name,
+                    name: name.to_owned(),
                 };
                 run_on_member(&self.shared, target, op).await
             }

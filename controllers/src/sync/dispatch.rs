@@ -26,25 +26,25 @@ use crate::metrics::{ClusterLabels, OperationLabels};
 pub const OPERATION_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// One write to one member object.
-pub(super) enum MemberOp<'a> {
+pub(super) enum MemberOp {
     /// Create (or adopt) the object; `adopt`: an unmanaged object of that name is taken over.
     Create { object: Value, adopt: bool },
     /// Apply the desired object over the existing one; `recreate`: delete and recreate it
     /// when an immutable field changed.
     Update { object: Value, recreate: bool },
     /// Delete the object.
-    Delete(&'a DeleteParams),
+    Delete(DeleteParams),
     /// Remove the managed label and leave the object.
     Unlabel,
     /// The federated object is gone: delete the managed object after checking it live
     /// (unlabel it instead when `keep`, or when its UID is `host_uid`).
     CleanStray {
         keep: bool,
-        host_uid: Option<&'a str>,
+        host_uid: Option<String>,
     },
 }
 
-impl MemberOp<'_> {
+impl MemberOp {
     fn label(&self) -> &'static str {
         match self {
             MemberOp::Create { .. } => "create",
@@ -54,7 +54,7 @@ impl MemberOp<'_> {
         }
     }
 
-    fn timed_out(&self) -> ClusterReason {
+    pub(super) fn timed_out(&self) -> ClusterReason {
         match self {
             MemberOp::Create { .. } => ClusterReason::CreationTimedOut,
             MemberOp::Update { .. } => ClusterReason::UpdateTimedOut,
@@ -66,19 +66,16 @@ impl MemberOp<'_> {
 
 /// A member object to write: where it is (`api`: the target type in its cluster and
 /// namespace).
-pub(super) struct MemberRef<'a> {
-    pub cluster: &'a str,
+pub(super) struct MemberRef {
+    pub cluster: String,
     pub api: Api<DynamicObject>,
-    pub name: &'a str,
+    pub name: String,
 }
 
 /// Sends one write to one member, bounded by the cluster's permit and the timeout.
-pub(super) async fn run_on_member(
-    shared: &SyncShared,
-    target: MemberRef<'_>,
-    op: MemberOp<'_>,
-) -> Outcome {
-    if let Err(next) = shared.breakers.admit(target.cluster) {
+pub(super) async fn run_on_member(shared: &SyncShared, target: MemberRef, op: MemberOp) -> Outcome {
+    let cluster = target.cluster.as_str();
+    if let Err(next) = shared.breakers.admit(cluster) {
         return Outcome::Status(
             op.timed_out(),
             format!(
@@ -90,10 +87,10 @@ pub(super) async fn run_on_member(
     let started = Instant::now();
     let api = target.api;
     let work = async {
-        let permit = shared.limit(target.cluster);
+        let permit = shared.limit(cluster);
         // A closed semaphore would mean no permit at all; the semaphore is never closed.
         let _permit = permit.acquire().await;
-        match tokio::time::timeout(OPERATION_TIMEOUT, execute(&api, target.name, &op)).await {
+        match tokio::time::timeout(OPERATION_TIMEOUT, execute(&api, &target.name, &op)).await {
             Ok(o) => (o, breaker::Result::Answered),
             Err(_) => (
                 Outcome::Status(
@@ -109,21 +106,15 @@ pub(super) async fn run_on_member(
     // cluster's objects behind this reconcile.
     let outcome = tokio::select! {
         (outcome, answered) = work => {
-            shared.breakers.record(target.cluster, answered);
+            shared.breakers.record(cluster, answered);
             outcome
         }
-        _ = shared.clusters.until_unready(target.cluster) => Outcome::Status(
+        _ = shared.clusters.until_unready(cluster) => Outcome::Status(
             ClusterReason::ClusterNotReady,
             "the cluster turned unready during the operation; it is retried when the cluster returns".into(),
         ),
     };
-    record_operation(
-        shared,
-        target.cluster,
-        op.label(),
-        &outcome,
-        started.elapsed(),
-    );
+    record_operation(shared, cluster, op.label(), &outcome, started.elapsed());
     outcome
 }
 
@@ -155,13 +146,15 @@ pub(super) fn record_operation(
         .observe(took.as_secs_f64());
 }
 
-async fn execute(api: &Api<DynamicObject>, name: &str, op: &MemberOp<'_>) -> Outcome {
+async fn execute(api: &Api<DynamicObject>, name: &str, op: &MemberOp) -> Outcome {
     match op {
         MemberOp::Create { object, adopt } => create(api, name, object, *adopt).await,
         MemberOp::Update { object, recreate } => update(api, name, object, *recreate).await,
         MemberOp::Delete(dp) => delete(api, name, dp).await,
         MemberOp::Unlabel => unlabel(api, name).await,
-        MemberOp::CleanStray { keep, host_uid } => clean_stray(api, name, *keep, *host_uid).await,
+        MemberOp::CleanStray { keep, host_uid } => {
+            clean_stray(api, name, *keep, host_uid.as_deref()).await
+        }
     }
 }
 

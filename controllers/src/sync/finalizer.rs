@@ -21,9 +21,11 @@ pub(super) fn has_finalizer(fed: &DynamicObject) -> bool {
 /// change of the finalizers is never overwritten.
 pub(super) async fn add(host: &Client, ty: &TypeInfo, fed: &DynamicObject) -> Result<(), Error> {
     let patch = match &fed.metadata.finalizers {
-        None => {
-            json!([{"op": "add", "path": "/metadata/finalizers", "value": [SYNC_FINALIZER]}])
-        }
+        // No list to test: the version is, so a list someone added since is not replaced.
+        None => json!([
+            {"op": "test", "path": "/metadata/resourceVersion", "value": fed.resource_version()},
+            {"op": "add", "path": "/metadata/finalizers", "value": [SYNC_FINALIZER]}
+        ]),
         Some(list) => json!([
             {"op": "test", "path": "/metadata/finalizers", "value": list},
             {"op": "add", "path": "/metadata/finalizers/-", "value": SYNC_FINALIZER}

@@ -126,6 +126,41 @@ impl WrittenStatus {
     }
 }
 
+/// The versions our finalizer patches were sent over, until the host cache delivers a
+/// newer one: a reconcile that still sees the old version (after a restart, member caches
+/// syncing requeue every object, often before the host watch has delivered the patch)
+/// would otherwise send the same patch again — a no-op, but a request all the same.
+#[derive(Default)]
+pub struct FinalizerAdds {
+    over: Mutex<HashMap<Key, String>>,
+}
+
+impl FinalizerAdds {
+    /// Whether our finalizer patch was sent over version `base`, which the cache still
+    /// holds; an entry the cache has moved past is dropped.
+    pub fn lagging(&self, key: &Key, base: &str) -> bool {
+        let mut over = self.over.lock().unwrap_or_else(|e| e.into_inner());
+        match over.get(key) {
+            Some(rv) if rv == base => true,
+            Some(_) => {
+                over.remove(key);
+                false
+            }
+            None => false,
+        }
+    }
+
+    /// Remembers a finalizer patch sent over version `base`.
+    pub fn remember(&self, key: Key, base: String) {
+        let mut over = self.over.lock().unwrap_or_else(|e| e.into_inner());
+        if over.len() > SWEEP_AT {
+            // Entries of objects deleted before the cache caught up.
+            over.clear();
+        }
+        over.insert(key, base);
+    }
+}
+
 /// What the sync controller remembers about drift between reconciles: each member
 /// object's recent repairs (for fights) and the last policy error announced per object.
 #[derive(Default)]
@@ -241,5 +276,18 @@ mod tests {
         written.remember(key.clone(), "12".into(), ours);
         written.forget(&key);
         assert_eq!(written.lagging(&key, "12"), None);
+    }
+
+    #[test]
+    fn a_finalizer_patch_is_not_repeated_over_the_same_version() {
+        let adds = FinalizerAdds::default();
+        assert!(!adds.lagging(&key(), "5"));
+        adds.remember(key(), "5".into());
+        assert!(adds.lagging(&key(), "5"), "the cache still holds version 5");
+        assert!(!adds.lagging(&key(), "6"), "the cache moved on");
+        assert!(
+            !adds.lagging(&key(), "5"),
+            "forgotten once the cache moved on"
+        );
     }
 }

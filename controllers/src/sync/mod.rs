@@ -6,8 +6,9 @@
 //! objects are cached), the FederatedNamespace reflector for namespace placement, and
 //! cluster-set changes all feed one [`WorkQueue`] of host keys. Workers reconcile keys
 //! concurrently (`maxConcurrentReconciles`); within one reconcile every cluster is
-//! dispatched at once, each bounded by its own semaphore, so a slow member never delays
-//! the others.
+//! dispatched at once, each bounded by its own semaphore, and a write that runs long after
+//! the others finished goes on after the reconcile ([`inflight`]), so a slow member does
+//! not hold the workers the other members' objects need.
 //!
 //! One federated object flows: [`reconcile`] (entry branching) → [`observe`] (what each
 //! member holds) → [`plan`] (pure decisions) → [`dispatch`] (member writes) → [`status`]
@@ -24,6 +25,7 @@ mod dispatch;
 mod drift;
 mod finalizer;
 mod host;
+mod inflight;
 mod memory;
 mod observe;
 mod orphans;
@@ -217,12 +219,15 @@ impl TypeController {
             fns_alpha: alpha.fns_alpha_store(),
             works: work_writer.as_reader(),
         };
+        let (inflight, landed) = inflight::InFlight::new();
         let ctl = Arc::new(Ctl {
             shared: shared.clone(),
             ty,
             host,
             members,
             recent: Default::default(),
+            finalizer_adds: Default::default(),
+            inflight,
             written: Default::default(),
             availability: Default::default(),
             drift_memory: Default::default(),
@@ -234,6 +239,7 @@ impl TypeController {
             tokio::spawn(watch_federated(ctl.clone(), host_writer, queue.clone())),
             tokio::spawn(follow_members(ctl.clone(), member_rx, queue.clone())),
             tokio::spawn(follow_clusters(ctl.clone(), queue.clone())),
+            tokio::spawn(follow_landed_writes(landed, queue.clone())),
             tokio::spawn(pull::watch_works(ctl.clone(), work_writer, queue.clone())),
             tokio::spawn(dependencies::follow_host_changes(
                 ctl.clone(),
@@ -375,6 +381,16 @@ async fn follow_members(
                 requeue_all(&ctl, &queue);
             }
         }
+    }
+}
+
+/// A member write that went on after its reconcile landed: its object is looked at again.
+async fn follow_landed_writes(
+    mut landed: mpsc::UnboundedReceiver<Key>,
+    queue: Arc<WorkQueue<Key>>,
+) {
+    while let Some(key) = landed.recv().await {
+        queue.add(key);
     }
 }
 

@@ -12,7 +12,6 @@ use flotilla_crds::{
     AggregateReason, RECREATE_ON_IMMUTABLE_ANNOTATION,
     federated::{FederatedSpec, FederatedStatus},
 };
-use futures::future::join_all;
 use kube::{ResourceExt, core::DynamicObject, runtime::events::EventType};
 use serde_json::Value;
 use tracing::{instrument, warn};
@@ -23,9 +22,10 @@ use super::{
     ctl::Ctl,
     deletion::no_client,
     dependencies,
-    dispatch::{MemberOp, MemberRef, run_on_member},
+    dispatch::{MemberOp, MemberRef},
     drift::{self, DriftContext, DriftRound},
     finalizer::{self, has_finalizer},
+    inflight::{self, Detachable, Earlier, Remember, Written},
     plan::{self, DesiredFor, DesiredSet, Observed, Op, Outcome, pipeline},
     rollout::{Members, RolloutRound},
     scheduled::{self, Scheduling},
@@ -50,6 +50,8 @@ struct Round {
     drift: DriftRound,
     /// `status.drift` after this round.
     drift_status: Vec<flotilla_crds::drift::ClusterDrift>,
+    /// Clusters whose write goes on after this reconcile (see [`inflight`]).
+    in_flight: BTreeSet<String>,
 }
 
 /// What a round's outcomes do not say by themselves: clusters whose cache is still listing
@@ -134,7 +136,11 @@ impl Ctl {
         // A live object of this name again: an older orphaning deletion no longer decides.
         self.shared.orphans.forget(&self.ty.fed_ar.kind, key);
         if !has_finalizer(&fed) {
-            finalizer::add(&self.shared.host, &self.ty, &fed).await?;
+            let base = fed.resource_version().unwrap_or_default();
+            if !self.finalizer_adds.lagging(key, &base) {
+                finalizer::add(&self.shared.host, &self.ty, &fed).await?;
+                self.finalizer_adds.remember(key.clone(), base);
+            }
             // Propagation continues on the watch event of the patched object.
             return Ok(Action::AwaitChange);
         }
@@ -222,7 +228,14 @@ impl Ctl {
         Unsettled::new(&previous, &snapshot, placement, &self.shared.namespace)
             .report(&mut round, &mut remote);
         let aggregated = self.ty.health.as_deref().map(|health| {
-            plan::aggregate::aggregated(health, &round.outcomes, &member_specs, &desired, &remote)
+            let now = plan::aggregate::aggregated(
+                health,
+                &round.outcomes,
+                &member_specs,
+                &desired,
+                &remote,
+            );
+            plan::aggregate::unless_listing(now, previous.aggregated.as_ref(), &round.waiting)
         });
         let scheduling = Scheduling::of(decision.as_ref(), spec.placement.is_scheduled());
         if let Some(message) = &conflict {
@@ -240,7 +253,11 @@ impl Ctl {
             drift: Some(std::mem::take(&mut round.drift_status)),
             dependencies: deps.status,
         };
-        self.write_status(fed, update).await;
+        // With a write still in flight the status waits for it (its landing queues this
+        // object again), so it is written once, with every cluster's result.
+        if round.in_flight.is_empty() {
+            self.write_status(fed, update).await;
+        }
         scheduled::publish(&self.shared.decisions, &self.ty.fed_ar, fed, scheduling).await;
         let announced = self
             .announce_steps(fed, &previous, rollout.as_ref(), decision.as_ref())
@@ -321,7 +338,19 @@ impl Ctl {
     ) -> Round {
         let mut round = Round::default();
         let mut jobs = Vec::new();
+        let (detach, signal) = inflight::detach_signal();
         for (cluster, observed) in snapshot.iter().zip(observed) {
+            match self.inflight.earlier(&cluster.name, cx.key) {
+                Earlier::Settled => {}
+                Earlier::Pending => {
+                    round.in_flight.insert(cluster.name.clone());
+                    continue;
+                }
+                Earlier::Failed(outcome) => {
+                    round.outcomes.insert(cluster.name.clone(), outcome);
+                    continue;
+                }
+            }
             let is_selected = selected.contains(&cluster.name);
             let recent = self.recent.get(&cluster.name, cx.key);
             let protected = self.ty.is_protected(cx.key, &self.shared.namespace)
@@ -347,9 +376,15 @@ impl Ctl {
                 let (name, desired) = (&cluster.name, cx.desired);
                 drift::check(name, op, &observed, desired, &cx.drift, &mut round.drift)
             };
-            jobs.push(self.run_cluster(cluster, is_selected, op, observed, cx));
+            // A drift repair's result is this round's to report: it is always waited for.
+            let may_detach = !round.drift.findings.contains_key(&cluster.name);
+            let job = (cluster, is_selected, op, observed, may_detach);
+            jobs.push(self.run_cluster(job, cx, signal.clone()));
         }
-        round.outcomes = join_all(jobs).await.into_iter().collect();
+        drop(signal);
+        let (outcomes, in_flight) = inflight::gather(jobs, detach).await;
+        round.outcomes.extend(outcomes);
+        round.in_flight.extend(in_flight);
         let (found, outcomes) = (&round.drift, &round.outcomes);
         round.drift_status =
             drift::settle(&self.shared, cx.fed, &cx.drift, found, outcomes, selected).await;
@@ -407,15 +442,16 @@ impl Ctl {
         }
     }
 
-    /// Carries out the operation decided for one cluster.
+    /// Carries out the operation decided for one cluster (`job`: the cluster, whether it
+    /// is selected, the operation, what it holds, and whether its write may outlive this
+    /// reconcile); a member write waits on `detach` (see [`inflight`]).
     async fn run_cluster(
         &self,
-        cluster: &ClusterState,
-        selected: bool,
-        op: Op,
-        observed: Observed,
+        job: (&ClusterState, bool, Op, Observed, bool),
         cx: &WriteContext<'_>,
-    ) -> (String, Outcome) {
+        detach: tokio::sync::watch::Receiver<bool>,
+    ) -> (String, Written) {
+        let (cluster, selected, op, observed, may_detach) = job;
         let name = cluster.name.clone();
         let object = match cx.desired.by_cluster.get(&name) {
             Some(DesiredFor::Object { object, .. }) => Some(object.clone()),
@@ -430,14 +466,13 @@ impl Ctl {
             if writes && outcome == Outcome::Ok {
                 self.recent.remember(&name, cx.key, cx.desired.hash(&name));
             }
-            return (name, outcome);
+            return (name, Written::Now(outcome));
         }
+        let now = |o| (name.clone(), Written::Now(o));
         let member_op = match (op, object) {
-            (Op::Nothing, _) => {
-                return (name, if selected { Outcome::Ok } else { Outcome::Gone });
-            }
-            (Op::Report(r, m), _) => return (name, Outcome::Status(r, m)),
-            (Op::Wait, _) | (Op::Create | Op::Update, None) => return (name, Outcome::Gone),
+            (Op::Nothing, _) => return now(if selected { Outcome::Ok } else { Outcome::Gone }),
+            (Op::Report(r, m), _) => return now(Outcome::Status(r, m)),
+            (Op::Wait, _) | (Op::Create | Op::Update, None) => return now(Outcome::Gone),
             (Op::Create, Some(object)) => MemberOp::Create {
                 object,
                 adopt: cx.adopt,
@@ -454,27 +489,34 @@ impl Ctl {
                     recreate: cx.recreate,
                 }
             }
-            (Op::Delete, _) => MemberOp::Delete(&cx.delete_params),
+            (Op::Delete, _) => MemberOp::Delete(cx.delete_params.clone()),
             (Op::Unlabel, _) => MemberOp::Unlabel,
         };
         let Some(client) = cluster.client.clone() else {
-            return (name, no_client());
+            return now(no_client());
         };
         let (m_ns, m_name) = self.ty.member_name(cx.key);
-        let writes = matches!(member_op, MemberOp::Create { .. } | MemberOp::Update { .. });
-        let deletes = matches!(member_op, MemberOp::Delete(_) | MemberOp::Update { .. });
-        let target = MemberRef {
-            cluster: &name,
-            api: self.ty.member_api(client, m_ns),
-            name: m_name,
+        let hash = || cx.desired.hash(&name).map(str::to_owned);
+        let remember = match &member_op {
+            MemberOp::Create { .. } => Remember::Write(hash(), false),
+            MemberOp::Update { .. } => Remember::Write(hash(), true),
+            MemberOp::Delete(_) => Remember::Forget,
+            MemberOp::Unlabel | MemberOp::CleanStray { .. } => Remember::Nothing,
         };
-        let outcome = run_on_member(&self.shared, target, member_op).await;
-        if writes && outcome == Outcome::Ok {
-            self.recent.remember(&name, cx.key, cx.desired.hash(&name));
-        } else if deletes {
-            self.recent.remember(&name, cx.key, None);
-        }
-        (name, outcome)
+        let target = MemberRef {
+            cluster: name.clone(),
+            api: self.ty.member_api(client, m_ns),
+            name: m_name.to_owned(),
+        };
+        let d = Detachable {
+            shared: self.shared.clone(),
+            inflight: self.inflight.clone(),
+            recent: self.recent.clone(),
+            key: cx.key.clone(),
+            may_detach,
+        };
+        let written = inflight::write(d, target, member_op, remember, detach).await;
+        (name, written)
     }
 
     /// Template metadata Flotilla does not propagate is announced once per generation.

@@ -39,14 +39,14 @@ impl Ctl {
         let host_ns_uid = self.host_namespace_uid(key).await?;
         let kind = &self.ty.fed_ar.kind;
         let jobs = clusters.into_iter().map(|c| {
-            let host_uid = host_ns_uid.as_deref();
+            let host_uid = host_ns_uid.clone();
             let orphaned = self.shared.orphans.is_orphaned(kind, key, &c.name);
             let keep = stray_op(keep, orphaned) == StrayOp::Unlabel;
             async move {
                 let target = MemberRef {
-                    cluster: &c.name,
+                    cluster: c.name.clone(),
                     api: self.ty.member_api(c.client.clone(), m_ns),
-                    name: m_name,
+                    name: m_name.to_owned(),
                 };
                 let op = MemberOp::CleanStray { keep, host_uid };
                 let outcome = run_on_member(&self.shared, target, op).await;

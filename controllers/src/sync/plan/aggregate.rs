@@ -60,6 +60,21 @@ pub fn aggregated(
     aggregate(health, &clusters)
 }
 
+/// The aggregated status to write: while a selected cluster's cache is still listing
+/// (`waiting`: cluster → selected), its member object's spec and generation are unknown, so
+/// the previous summary stands (a restart would otherwise write a summary without them and
+/// then the true one again); a new object's summary is the one computed.
+pub fn unless_listing(
+    computed: AggregatedStatus,
+    previous: Option<&AggregatedStatus>,
+    waiting: &BTreeMap<String, bool>,
+) -> AggregatedStatus {
+    match previous {
+        Some(previous) if waiting.values().any(|selected| *selected) => previous.clone(),
+        _ => computed,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -145,5 +160,28 @@ mod tests {
             &BTreeMap::from([("m1".to_string(), ready(5))]),
         );
         assert_eq!(a.ready.as_deref(), Some("5/5"));
+    }
+
+    #[test]
+    fn a_listing_cache_keeps_the_previous_summary() {
+        let computed = AggregatedStatus {
+            clusters: "1/2".into(),
+            ..Default::default()
+        };
+        let previous = AggregatedStatus {
+            clusters: "2/2".into(),
+            ..Default::default()
+        };
+        let listing = BTreeMap::from([("m2".to_string(), true)]);
+        let deselected = BTreeMap::from([("m2".to_string(), false)]);
+        let none = BTreeMap::new();
+        let kept = unless_listing(computed.clone(), Some(&previous), &listing);
+        assert_eq!(kept, previous);
+        let fresh = unless_listing(computed.clone(), None, &listing);
+        assert_eq!(fresh, computed);
+        let settled = unless_listing(computed.clone(), Some(&previous), &none);
+        assert_eq!(settled, computed);
+        let other = unless_listing(computed.clone(), Some(&previous), &deselected);
+        assert_eq!(other, computed);
     }
 }

@@ -254,13 +254,13 @@ impl Ctl {
     async fn run_canary_ops(&self, key: &Key, members: &Members<'_>, ops: Vec<(usize, CanaryOp)>) {
         let name = &canary_name(&key.1);
         let (ns, _) = self.ty.member_name(key);
-        let background = &DeleteParams::background();
+        let background = DeleteParams::background();
         let jobs = ops.into_iter().filter_map(|(i, op)| {
             let cluster: &ClusterState = members.snapshot.get(i)?;
             let target = MemberRef {
-                cluster: &cluster.name,
+                cluster: cluster.name.clone(),
                 api: self.ty.member_api(cluster.client.clone()?, ns),
-                name,
+                name: name.clone(),
             };
             let op = match op {
                 CanaryOp::Create(object) => MemberOp::Create {
@@ -272,7 +272,7 @@ impl Ctl {
                     object,
                     recreate: true,
                 },
-                CanaryOp::Delete => MemberOp::Delete(background),
+                CanaryOp::Delete => MemberOp::Delete(background.clone()),
             };
             Some(async move {
                 if let Outcome::Status(reason, message) =
