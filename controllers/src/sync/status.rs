@@ -12,7 +12,7 @@ use kube::{
     runtime::events::EventType,
 };
 use serde_json::{Value, json};
-use tracing::warn;
+use tracing::{debug, warn};
 
 use super::{
     ctl::Ctl,
@@ -73,6 +73,9 @@ impl Ctl {
             .ty
             .host_api(self.shared.host.clone(), fed.metadata.namespace.as_deref());
         let patch = json!({ "status": status_patch(&status, previous) });
+        // Which parts changed (names only: a status never carries a Secret's value, but the
+        // log needs no more).
+        debug!(object = ?key, changed = ?changed_parts(&status, previous), "writing status");
         self.written.forget(&key);
         if let Err(e) = api
             .patch_status(
@@ -162,6 +165,19 @@ fn status_patch(status: &FederatedStatus, previous: &FederatedStatus) -> Value {
         }
     }
     value
+}
+
+/// The top-level status fields that differ from `previous`.
+fn changed_parts(status: &FederatedStatus, previous: &FederatedStatus) -> Vec<String> {
+    let (now, before) = (serde_json::to_value(status), serde_json::to_value(previous));
+    let (Ok(Value::Object(now)), Ok(Value::Object(before))) = (now, before) else {
+        return Vec::new();
+    };
+    let keys: std::collections::BTreeSet<&String> = now.keys().chain(before.keys()).collect();
+    keys.into_iter()
+        .filter(|k| now.get(*k) != before.get(*k))
+        .cloned()
+        .collect()
 }
 
 #[cfg(test)]
