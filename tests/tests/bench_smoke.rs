@@ -133,17 +133,17 @@ async fn a_small_benchmark_run_propagates_everything_and_reports_complete_figure
     // A hard restart with everything propagated: nothing rewritten, and the probe object
     // created right after it reached every member.
     assert_eq!(cm.restart.objects, OBJECTS);
-    // Open finding (issue #31): with the fleet phases, some runs count one host write of a
-    // federated object after the restart (2 of 3 runs at 4 members, on either kind; none
-    // in the same run without the fleet phases) — at most one is let through until it is
-    // explained; member writes stay 0.
+    // With the fleet phases a slow member's cache syncs late and requeues every object;
+    // two causes of a write after the restart are gone: a finalizer patch repeated over a
+    // host cache that had not delivered the first (now remembered), and a workload's
+    // summary written without a listing member (now kept until it has listed).
     assert_eq!(
         cm.restart.member_writes, 0,
         "member writes after a restart: {:?}",
         cm.restart
     );
-    assert!(
-        cm.restart.host_writes <= 1,
+    assert_eq!(
+        cm.restart.host_writes, 0,
         "host writes after a restart: {:?}",
         cm.restart
     );
