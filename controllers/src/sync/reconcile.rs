@@ -205,15 +205,11 @@ impl Ctl {
         }
         let mut remote = remote_statuses(self.ty.collect_status, &snapshot, &observed);
         let member_specs = member_specs(self.ty.health.is_some(), &snapshot, &observed);
-        let host_ns_uid = match self
-            .host_uid_if_removing(key, &snapshot, &observed, &selected)
-            .await
-        {
-            Ok(uid) => uid,
-            Err(e) => {
-                warn!(error = %e, "reading the host namespace failed");
-                return Action::Backoff { recheck: None };
-            }
+        let removing = self.host_uid_if_removing(key, &snapshot, &observed, &selected);
+        let Ok(host_ns_uid) = removing.await.inspect_err(|e| {
+            warn!(error = %e, "reading the host namespace failed");
+        }) else {
+            return Action::Backoff { recheck: None };
         };
         let cx = self
             .write_context(key, fed, &spec, &desired, &previous)
@@ -227,16 +223,12 @@ impl Ctl {
         let placement = aggregate.is_none().then_some(&spec.placement);
         Unsettled::new(&previous, &snapshot, placement, &self.shared.namespace)
             .report(&mut round, &mut remote);
-        let aggregated = self.ty.health.as_deref().map(|health| {
-            let now = plan::aggregate::aggregated(
-                health,
-                &round.outcomes,
-                &member_specs,
-                &desired,
-                &remote,
-            );
-            plan::aggregate::unless_listing(now, previous.aggregated.as_ref(), &round.waiting)
-        });
+        let summary = (&member_specs, &desired, &remote, &previous);
+        let aggregated = self
+            .ty
+            .health
+            .as_deref()
+            .map(|h| summarize(h, &round, summary));
         let scheduling = Scheduling::of(decision.as_ref(), spec.placement.is_scheduled());
         if let Some(message) = &conflict {
             self.announce_conflict(fed, message).await;
@@ -579,6 +571,21 @@ fn member_specs(
         _ => None,
     });
     plan::aggregate::member_specs(present)
+}
+
+/// `status.aggregated` of a workload after a round (the previous one while a member lists).
+fn summarize(
+    health: &flotilla_crds::health::TypeHealth,
+    round: &Round,
+    (members, desired, remote, previous): (
+        &plan::aggregate::MemberSpecs,
+        &DesiredSet,
+        &BTreeMap<String, Value>,
+        &FederatedStatus,
+    ),
+) -> flotilla_crds::workload::AggregatedStatus {
+    let now = plan::aggregate::aggregated(health, &round.outcomes, members, desired, remote);
+    plan::aggregate::unless_listing(now, previous.aggregated.as_ref(), &round.waiting)
 }
 
 fn earliest(a: Option<Duration>, b: Option<Duration>) -> Option<Duration> {

@@ -90,17 +90,21 @@ pub(super) async fn warm_up_raw(run: &Run) -> anyhow::Result<()> {
 pub(super) async fn federate_namespace(run: &Run) -> anyhow::Result<()> {
     let ar = federated_namespace();
     let api: Api<DynamicObject> = Api::namespaced_with(run.host.clone(), FED_NS, &ar);
-    api.patch(
-        FED_NS,
-        &PatchParams::apply(MANAGER).force(),
-        &Patch::Apply(json!({
-            "apiVersion": ar.api_version, "kind": ar.kind,
-            "metadata": {"name": FED_NS, "namespace": FED_NS},
-            "spec": {"template": {}, "placement": {"clusterSelector": {}}},
-        })),
-    )
-    .await
-    .context("creating the FederatedNamespace")?;
+    let object = json!({
+        "apiVersion": ar.api_version, "kind": ar.kind,
+        "metadata": {"name": FED_NS, "namespace": FED_NS},
+        "spec": {"template": {}, "placement": {"clusterSelector": {}}},
+    });
+    // Retried: right after a large fleet's control plane starts, its first lists of every
+    // member can keep the shared etcd so busy that the host answers 500 (deadline exceeded).
+    poll(run.timeout, "the FederatedNamespace created", || async {
+        let params = PatchParams::apply(MANAGER).force();
+        api.patch(FED_NS, &params, &Patch::Apply(&object))
+            .await
+            .context("creating the FederatedNamespace")?;
+        Ok(true)
+    })
+    .await?;
     for client in &run.members {
         let ns: Api<Namespace> = Api::all(client.clone());
         poll(
