@@ -94,7 +94,9 @@ impl RunningControlPlane {
             if ready >= run.members.len() {
                 return Ok(());
             }
-            if started.elapsed() > Duration::from_secs(120) {
+            // A large fleet on a small machine takes its time (every member's first lists
+            // at once): the phase timeout bounds it, two minutes at least.
+            if started.elapsed() > run.timeout.max(Duration::from_secs(120)) {
                 bail!("only {ready} of {} members turned Ready", run.members.len());
             }
             tokio::time::sleep(Duration::from_millis(50)).await;
