@@ -63,13 +63,17 @@ impl WatchParams {
         }
     }
 
-    /// A watch in a member cluster, failures at warn level with the cluster's name.
+    /// A watch in a member cluster, failures at warn level with the cluster's name. Its
+    /// lists are served from the member API server's watch cache (`resourceVersion=0`, as
+    /// client-go's informers list), not read through to etcd: a control plane starting
+    /// against many members, or relisting after they come back, does not turn every
+    /// member's first list into a quorum read of its storage.
     pub fn member(cluster: impl Into<String>, config: watcher::Config) -> Self {
         WatchParams {
             what: "member",
             cluster: Some(cluster.into()),
             label_selector: None,
-            config,
+            config: config.any_semantic(),
             failures: FailureLog::Warn,
         }
     }
@@ -335,6 +339,7 @@ mod tests {
         );
         assert_eq!(p.cluster.as_deref(), Some("c1"));
         assert_eq!(p.failures, FailureLog::Warn);
+        assert_eq!(p.config().list_semantic, watcher::ListSemantic::Any);
         assert_eq!(
             p.config().label_selector.as_deref(),
             Some("kubefed.io/managed=true")
