@@ -29,6 +29,26 @@ use flotilla_controllers::{
     metrics::Metrics,
 };
 
+/// How many members [`Bootstrap::federate`] joins at once.
+const JOIN_CONCURRENCY: usize = 4;
+/// How often a join that failed on a server error is tried (a join is idempotent).
+const JOIN_ATTEMPTS: u32 = 4;
+/// The pause after a failed join, times the attempt.
+const JOIN_RETRY: Duration = Duration::from_secs(2);
+
+/// Whether a join failed on something that passes: a server error (at 100 members on one
+/// etcd, "etcdserver: request timed out"), a refused or timed-out connection.
+fn transient(e: &JoinError) -> bool {
+    match e {
+        JoinError::Api { source, .. } => match source {
+            kube::Error::Api(status) => status.code >= 500,
+            kube::Error::HyperError(_) | kube::Error::Service(_) => true,
+            _ => false,
+        },
+        _ => false,
+    }
+}
+
 /// How often [`wait_ready`] looks at the control plane's view of the members.
 const READY_POLL: Duration = Duration::from_millis(100);
 
@@ -172,15 +192,22 @@ impl Bootstrap {
             crds: self.crds().len(),
             type_configs: crdgen::default_target_types().len(),
         });
+        // Joins run a few at a time (each writes to its own member and its own objects in
+        // the host): one after the other, 100 members took six minutes. Progress is still
+        // reported in member order.
         let mut members = Vec::new();
         let mut cluster_names = Vec::new();
-        for member in env.members() {
-            members.push(self.join(&host, member).await?);
-            cluster_names.push(member.name().to_owned());
-            progress(Progress::Joined {
-                name: member.name(),
-                server: member.server(),
-            });
+        for batch in env.members().chunks(JOIN_CONCURRENCY) {
+            let joins: Vec<_> = batch.iter().map(|m| self.join(&host, m)).collect();
+            let joined = futures::future::join_all(joins).await;
+            for (member, client) in batch.iter().zip(joined) {
+                members.push(client?);
+                cluster_names.push(member.name().to_owned());
+                progress(Progress::Joined {
+                    name: member.name(),
+                    server: member.server(),
+                });
+            }
         }
         Ok(LocalFederation {
             host,
@@ -252,13 +279,23 @@ impl Bootstrap {
         if self.member_admin_credentials {
             opts.token = Some(member.admin_token().to_owned());
         }
-        join(host, &client, &opts)
-            .await
-            .map_err(|source| BootstrapError::Join {
-                cluster: name.to_owned(),
-                source,
-            })?;
-        Ok(client)
+        let mut attempt = 1;
+        loop {
+            match join(host, &client, &opts).await {
+                Ok(_) => return Ok(client),
+                Err(e) if attempt < JOIN_ATTEMPTS && transient(&e) => {
+                    tracing::warn!(cluster = name, attempt, error = %e, "joining failed; trying again");
+                    tokio::time::sleep(JOIN_RETRY * attempt).await;
+                    attempt += 1;
+                }
+                Err(source) => {
+                    return Err(BootstrapError::Join {
+                        cluster: name.to_owned(),
+                        source,
+                    });
+                }
+            }
+        }
     }
 
     /// Starts the control plane in this process (on the current runtime) and waits until
@@ -317,5 +354,28 @@ fn api(action: &str) -> impl FnOnce(kube::Error) -> BootstrapError + '_ {
     move |source| BootstrapError::Api {
         action: action.to_owned(),
         source,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{JoinError, transient};
+    use kube::core::Status;
+
+    fn api(code: u16) -> JoinError {
+        JoinError::Api {
+            action: "writing".into(),
+            side: "member",
+            source: kube::Error::Api(Status::failure("no", "r").with_code(code).boxed()),
+        }
+    }
+
+    #[test]
+    fn server_errors_are_tried_again_refusals_are_not() {
+        assert!(transient(&api(500)));
+        assert!(transient(&api(504)));
+        assert!(!transient(&api(403)));
+        assert!(!transient(&api(409)));
+        assert!(!transient(&JoinError::AlreadyJoined("m".into())));
     }
 }

@@ -75,3 +75,100 @@ pub(crate) fn binary() -> Result<PathBuf, Error> {
         .find(|candidate| candidate.is_file())
         .ok_or(Error::EtcdMissing)
 }
+
+/// One key and its value as stored in etcd.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct KeyValue {
+    pub(crate) key: Vec<u8>,
+    pub(crate) value: Vec<u8>,
+}
+
+/// Every key under `prefix`, through etcd's JSON gateway (`/v3/kv/range`).
+pub(crate) async fn range(port: u16, prefix: &[u8]) -> std::io::Result<Vec<KeyValue>> {
+    let body = serde_json::json!({"key": b64(prefix), "range_end": b64(&prefix_end(prefix))});
+    let response = post(port, "/v3/kv/range", &body).await?;
+    let Some(kvs) = response.get("kvs").and_then(|k| k.as_array()) else {
+        return Ok(Vec::new());
+    };
+    kvs.iter()
+        .map(|kv| {
+            Ok(KeyValue {
+                key: unb64(&kv["key"])?,
+                value: unb64(&kv["value"])?,
+            })
+        })
+        .collect()
+}
+
+/// Writes one key through etcd's JSON gateway (`/v3/kv/put`).
+pub(crate) async fn put(port: u16, kv: &KeyValue) -> std::io::Result<()> {
+    let body = serde_json::json!({"key": b64(&kv.key), "value": b64(&kv.value)});
+    post(port, "/v3/kv/put", &body).await.map(|_| ())
+}
+
+/// The first key after every key that starts with `prefix` (etcd's `range_end`).
+pub(crate) fn prefix_end(prefix: &[u8]) -> Vec<u8> {
+    let mut end = prefix.to_vec();
+    while let Some(last) = end.pop() {
+        if last < 0xff {
+            end.push(last + 1);
+            return end;
+        }
+    }
+    // Every byte 0xff: to the end of the keyspace.
+    vec![0]
+}
+
+fn b64(bytes: &[u8]) -> String {
+    use base64::Engine as _;
+    base64::engine::general_purpose::STANDARD.encode(bytes)
+}
+
+fn unb64(value: &serde_json::Value) -> std::io::Result<Vec<u8>> {
+    use base64::Engine as _;
+    let text = value.as_str().unwrap_or_default();
+    base64::engine::general_purpose::STANDARD
+        .decode(text)
+        .map_err(std::io::Error::other)
+}
+
+/// One HTTP/1.0 POST of a JSON body to etcd's gateway; the JSON it answers.
+async fn post(
+    port: u16,
+    path: &str,
+    body: &serde_json::Value,
+) -> std::io::Result<serde_json::Value> {
+    let body = body.to_string();
+    let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", port)).await?;
+    let head = format!(
+        "POST {path} HTTP/1.0\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+        body.len()
+    );
+    stream.write_all(head.as_bytes()).await?;
+    stream.write_all(body.as_bytes()).await?;
+    let mut response = Vec::new();
+    stream.read_to_end(&mut response).await?;
+    let text = String::from_utf8_lossy(&response);
+    let (status, payload) = text
+        .split_once("\r\n\r\n")
+        .ok_or_else(|| std::io::Error::other(format!("etcd {path}: no HTTP body")))?;
+    if !status.starts_with("HTTP/1.0 200") && !status.starts_with("HTTP/1.1 200") {
+        let line = status.lines().next().unwrap_or_default();
+        return Err(std::io::Error::other(format!(
+            "etcd {path}: {line}: {payload}"
+        )));
+    }
+    serde_json::from_str(payload).map_err(std::io::Error::other)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::prefix_end;
+
+    #[test]
+    fn a_prefix_ends_at_its_last_byte_plus_one() {
+        assert_eq!(prefix_end(b"/host/a/"), b"/host/a0".to_vec());
+        assert_eq!(prefix_end(b"a\xff"), b"b".to_vec());
+        assert_eq!(prefix_end(b"\xff\xff"), vec![0]);
+    }
+}

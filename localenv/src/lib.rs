@@ -44,7 +44,7 @@ use std::path::PathBuf;
 
 pub use api_surface::ApiSurface;
 pub use cluster::Cluster;
-pub use env::{EnvOptions, LEAN_MEMORY_LIMIT, LocalEnv};
+pub use env::{EnvOptions, HostSeed, LEAN_MEMORY_LIMIT, LocalEnv};
 pub use error::Error;
 pub use kubelet::PodSimulation;
 pub use proxy::{FaultMode, FaultProxy, ProxyStats};
@@ -58,18 +58,9 @@ pub const KUBE_VERSION: &str = "v1.20.2";
 ///
 /// Fails, naming the install script, when either binary is missing.
 pub fn kube_bin_dir() -> Result<PathBuf, Error> {
-    let non_empty = |name: &str| std::env::var_os(name).filter(|v| !v.is_empty());
     let dir = match non_empty("KUBE_BIN_DIR") {
         Some(dir) => PathBuf::from(dir),
-        None => {
-            let cache = match non_empty("FLOTILLA_CACHE") {
-                Some(cache) => PathBuf::from(cache),
-                None => PathBuf::from(non_empty("HOME").ok_or(Error::NoHome)?)
-                    .join(".cache")
-                    .join("flotilla"),
-            };
-            cache.join(format!("k8s-{KUBE_VERSION}"))
-        }
+        None => cache_root()?.join(format!("k8s-{KUBE_VERSION}")),
     };
     for binary in ["kube-apiserver", "kube-controller-manager"] {
         if !dir.join(binary).is_file() {
@@ -77,4 +68,18 @@ pub fn kube_bin_dir() -> Result<PathBuf, Error> {
         }
     }
     Ok(dir)
+}
+
+fn non_empty(name: &str) -> Option<std::ffi::OsString> {
+    std::env::var_os(name).filter(|v| !v.is_empty())
+}
+
+/// The cache outside the repository: `$FLOTILLA_CACHE`, default `~/.cache/flotilla`.
+pub(crate) fn cache_root() -> Result<PathBuf, Error> {
+    Ok(match non_empty("FLOTILLA_CACHE") {
+        Some(cache) => PathBuf::from(cache),
+        None => PathBuf::from(non_empty("HOME").ok_or(Error::NoHome)?)
+            .join(".cache")
+            .join("flotilla"),
+    })
 }

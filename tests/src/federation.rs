@@ -16,7 +16,8 @@ use kube::{
 };
 use serde_json::{Value, json};
 
-use crate::{EnvOptions, LocalEnv, env, env_with};
+use crate::{EnvOptions, LocalEnv, env_with};
+use flotilla_localenv::HostSeed;
 
 /// Field manager of the tests' own writes.
 const MANAGER: &str = "flotilla-tests";
@@ -86,6 +87,45 @@ pub fn federated(kind: &str, plural: &str) -> ApiResource {
     crdgen::federated_api_resource(&target).to_kube()
 }
 
+/// The host seed of a federation set up by `boot`: its CRDs as a real apiserver stored them,
+/// restored into the next host's storage before it starts (installing CRDs through a v1.20
+/// apiserver costs it seconds of CPU; one that finds them stored at start, a fraction). The
+/// bootstrap still applies every CRD, which then changes nothing. Named by the CRDs and the
+/// field manager, so a changed CRD is never restored from an older copy.
+pub fn crd_seed(boot: &Bootstrap) -> HostSeed {
+    let crds = serde_json::to_string(&boot.crds()).unwrap_or_default();
+    HostSeed {
+        name: format!("crds-{:016x}", fnv1a([crds.as_bytes(), MANAGER.as_bytes()])),
+        prefixes: vec!["apiextensions.k8s.io/customresourcedefinitions/".into()],
+    }
+}
+
+/// Local clusters for a federation set up by `boot`, the host's storage seeded with its
+/// CRDs when an earlier federation saved them ([`crd_seed`]); install with [`install_host`].
+pub async fn seeded_env(options: EnvOptions, boot: &Bootstrap) -> LocalEnv {
+    env_with(options.seeded_with(crd_seed(boot))).await
+}
+
+/// `boot.install(host)`, then the CRDs saved as the host seed of the next federations if
+/// none is saved yet (a failure to save is logged: the next federation installs them).
+pub async fn install_host(env: &LocalEnv, boot: &Bootstrap, host: &Client) -> anyhow::Result<()> {
+    boot.install(host).await?;
+    if let Err(e) = env.save_host_seed().await {
+        tracing::warn!(error = %e, "the CRDs' host seed was not saved");
+    }
+    Ok(())
+}
+
+/// 64-bit FNV-1a over `parts`, one after the other: a stable name for content.
+fn fnv1a<'a>(parts: impl IntoIterator<Item = &'a [u8]>) -> u64 {
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    for byte in parts.into_iter().flatten() {
+        hash ^= u64::from(*byte);
+        hash = hash.wrapping_mul(0x0100_0000_01b3);
+    }
+    hash
+}
+
 /// The tests' federation: health checked every second (unready after two failures), and
 /// resources in unready clusters given up after 20 s, so that tests of failures are quick.
 pub fn bootstrap() -> Bootstrap {
@@ -105,16 +145,18 @@ pub fn bootstrap() -> Bootstrap {
 /// Starts host + `members` members with the control plane, every default type enabled,
 /// health checked every second. Members are labelled `name=<cluster>`.
 pub async fn federation(members: usize) -> anyhow::Result<Federation> {
-    federate(env(members).await, bootstrap()).await
+    let boot = bootstrap();
+    let env = seeded_env(EnvOptions::with_members(members), &boot).await;
+    federate(env, boot).await
 }
 
 /// Like [`federation`], with pods that run (in appearance: a scheduler and a simulated
 /// kubelet per member, no containers) and the workload types' status collected, so their
 /// federated objects carry `status.aggregated`.
 pub async fn federation_with_pods(members: usize) -> anyhow::Result<Federation> {
-    let env = env_with(EnvOptions::with_members(members).with_pods()).await;
     let mut boot = bootstrap();
     boot.collect_workload_status = true;
+    let env = seeded_env(EnvOptions::with_members(members).with_pods(), &boot).await;
     federate(env, boot).await
 }
 
@@ -123,7 +165,7 @@ pub async fn federation_with_pods(members: usize) -> anyhow::Result<Federation> 
 async fn federate(env: LocalEnv, boot: Bootstrap) -> anyhow::Result<Federation> {
     let started = Instant::now();
     let host = env.host().client().await?;
-    boot.install(&host).await?;
+    install_host(&env, &boot, &host).await?;
     let installed = started.elapsed();
     let members =
         futures::future::try_join_all(env.members().iter().map(|m| boot.join(&host, m))).await?;

@@ -19,8 +19,8 @@ use flotilla_crds::{
     work::{Work, cluster_namespace},
 };
 use flotilla_tests::{
-    env,
-    federation::bootstrap,
+    EnvOptions,
+    federation::{bootstrap, install_host, seeded_env},
     mcs::{MANAGER, apply},
     mixed::{Mixed, PULL, join_mixed},
     objects::create_namespace,
@@ -51,10 +51,10 @@ impl Drop for Fed {
 }
 
 async fn start() -> anyhow::Result<Fed> {
-    let env = env(2).await;
-    let host = env.host().client().await?;
     let boot = bootstrap();
-    boot.install(&host).await?;
+    let env = seeded_env(EnvOptions::with_members(2), &boot).await;
+    let host = env.host().client().await?;
+    install_host(&env, &boot, &host).await?;
     let fed = join_mixed(env, host, &boot, crdgen::applied_work_crd()).await?;
     // `join --mode pull` cannot reach the member: its MCS CRDs are the operator's to install.
     install::install_crds(&fed.pull, &crdgen::mcs_crds(), MANAGER, T).await?;

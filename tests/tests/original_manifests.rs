@@ -16,9 +16,9 @@ use flotilla_crds::{
     alpha::ALPHA_TYPES_GROUP,
 };
 use flotilla_tests::{
+    EnvOptions,
     assert::events_about,
-    env,
-    federation::{Federation, apply, bootstrap, federated},
+    federation::{Federation, apply, bootstrap, federated, install_host, seeded_env},
     host::{FederatedRef, cluster_status},
     init_tracing,
     member::{deployments, replicas},
@@ -81,11 +81,11 @@ spec:
 
 /// Host + two members joined as `cluster1` and `cluster2`, kubefed's alpha CRDs installed.
 async fn federation() -> anyhow::Result<Federation> {
-    let env = env(2).await;
     let mut boot = bootstrap();
     boot.kubefed_alpha = true;
+    let env = seeded_env(EnvOptions::with_members(2), &boot).await;
     let host = env.host().client().await?;
-    boot.install(&host).await?;
+    install_host(&env, &boot, &host).await?;
     let mut members = Vec::new();
     for (i, member) in env.members().iter().enumerate() {
         members.push(

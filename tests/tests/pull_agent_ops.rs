@@ -23,9 +23,9 @@ use flotilla_crds::{
 };
 use flotilla_multicluster::http::{self, MetricsAccess};
 use flotilla_tests::{
+    EnvOptions,
     cli::service_account_token,
-    env,
-    federation::bootstrap,
+    federation::{bootstrap, install_host, seeded_env},
     member::config_maps,
     objects::{FederatedObject, create_namespace},
     wait::{wait_namespace_in, wait_present},
@@ -133,12 +133,12 @@ async fn wait_rejected(host: &Client, reason: &str, what: &str) -> anyhow::Resul
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn the_agent_reports_metrics_readiness_and_the_members_reasons() -> anyhow::Result<()> {
-    let env = env(1).await;
+    let boot = bootstrap();
+    let env = seeded_env(EnvOptions::with_members(1), &boot).await;
     let cluster = &env.members()[0];
     ensure!(cluster.name() == PULL);
-    let boot = bootstrap();
     let host = env.host().client().await?;
-    boot.install(&host).await?;
+    install_host(&env, &boot, &host).await?;
     let mut opts = PullJoinOptions::new(PULL, env.host().server());
     opts.namespace = boot.namespace.clone();
     opts.host_ca_pem = Some(env.host().ca_pem().to_owned());
@@ -289,11 +289,11 @@ async fn apply_member_side(admin: &Client, manifests: &serde_json::Value) -> any
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn the_generated_member_role_follows_the_enabled_types() -> anyhow::Result<()> {
-    let env = env(1).await;
-    let cluster = &env.members()[0];
     let boot = bootstrap();
+    let env = seeded_env(EnvOptions::with_members(1), &boot).await;
+    let cluster = &env.members()[0];
     let host = env.host().client().await?;
-    boot.install(&host).await?;
+    install_host(&env, &boot, &host).await?;
     // Secrets are not federated at the join.
     set_propagation(&host, "secrets", "Disabled").await?;
     let mut opts = PullJoinOptions::new(PULL, env.host().server());

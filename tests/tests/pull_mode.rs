@@ -19,8 +19,8 @@ use flotilla_crds::{
     work::{AppliedWork, Work, cluster_namespace},
 };
 use flotilla_tests::{
-    LocalEnv, env,
-    federation::bootstrap,
+    EnvOptions, LocalEnv,
+    federation::{bootstrap, install_host, seeded_env},
     host::cluster_status,
     member::{config_maps, data_is},
     objects::FederatedObject,
@@ -81,11 +81,11 @@ impl Drop for PullFederation {
 }
 
 async fn pull_federation() -> anyhow::Result<PullFederation> {
-    let env = env(2).await;
     let mut boot = bootstrap();
     boot.collect_workload_status = true;
+    let env = seeded_env(EnvOptions::with_members(2), &boot).await;
     let host = env.host().client().await?;
-    boot.install(&host).await?;
+    install_host(&env, &boot, &host).await?;
     let push = boot.join(&host, &env.members()[0]).await?;
     let pull_cluster = &env.members()[1];
     ensure!(pull_cluster.name() == PULL);

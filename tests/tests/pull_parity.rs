@@ -21,8 +21,7 @@ use flotilla_tests::{
     EnvOptions,
     assert::events_about,
     drift::{managers, paths, scale_to, wait_drift, wait_event, write_as},
-    env_with,
-    federation::{apply, bootstrap},
+    federation::{apply, bootstrap, install_host, seeded_env},
     host::FederatedRef,
     member::{deployments, first_image, replicas},
     mixed::{Mixed, PULL, join_mixed},
@@ -65,11 +64,11 @@ async fn parity(namespaces: &[&str], pods: bool) -> anyhow::Result<Parity> {
     if pods {
         options = options.with_pods();
     }
-    let env = env_with(options).await;
-    let host = env.host().client().await?;
     let mut boot = bootstrap();
     boot.collect_workload_status = pods;
-    boot.install(&host).await?;
+    let env = seeded_env(options, &boot).await;
+    let host = env.host().client().await?;
+    install_host(&env, &boot, &host).await?;
     let fed = join_mixed(env, host, &boot, crdgen::applied_work_crd()).await?;
     let mut opts = AgentOptions::new(PULL, fed.agent_host.clone(), fed.pull.clone());
     opts.resync = RESYNC;

@@ -21,6 +21,9 @@ use crate::{kube_bin_dir, kubeconfig, pki, ports};
 mod cluster_processes;
 mod etcd_process;
 mod pods;
+mod seed;
+
+pub use seed::HostSeed;
 
 /// Prefix of every environment directory, also used to find ones left behind.
 const DIR_PREFIX: &str = "flotilla-localenv-";
@@ -72,6 +75,15 @@ pub struct EnvOptions {
     /// [`crate::Cluster::admin_token`]), creates no `default` ServiceAccount, never
     /// finalizes a deleted namespace and runs no Deployment controller.
     pub member_controller_manager: bool,
+    /// Objects restored into the host's storage before its apiserver first starts, from a
+    /// copy an earlier environment saved with [`LocalEnv::save_host_seed`] (default
+    /// `None`). For callers that install the same CRDs into every host: see [`HostSeed`].
+    pub host_seed: Option<HostSeed>,
+    /// Run etcd at a higher CPU priority than the apiservers (`renice -n -10`; default
+    /// `false`). With dozens of apiservers on a small machine the one shared etcd, which
+    /// stands in for each cluster's own, otherwise starves and times requests out. Needs
+    /// the privilege to raise a priority (root); without it etcd keeps its priority.
+    pub favour_etcd: bool,
 }
 
 /// The Go memory limit of a lean member's apiserver (see [`EnvOptions::lean_members`]).
@@ -93,6 +105,8 @@ impl Default for EnvOptions {
             lean_members: false,
             start_batch: None,
             member_controller_manager: true,
+            host_seed: None,
+            favour_etcd: false,
         }
     }
 }
@@ -103,6 +117,14 @@ impl EnvOptions {
         Self {
             members,
             ..Self::default()
+        }
+    }
+
+    /// These options with the host's storage seeded from `seed` ([`EnvOptions::host_seed`]).
+    pub fn seeded_with(self, seed: HostSeed) -> Self {
+        Self {
+            host_seed: Some(seed),
+            ..self
         }
     }
 
@@ -143,6 +165,8 @@ pub struct LocalEnv {
     kubelets: Vec<tokio::task::JoinHandle<()>>,
     /// Removes `dir` when dropped; `None` once removed by [`LocalEnv::shutdown`].
     dir_guard: Option<TempDir>,
+    /// The host's storage was seeded ([`EnvOptions::host_seed`]) before it started.
+    seed_restored: bool,
 }
 
 impl LocalEnv {
@@ -182,6 +206,7 @@ impl LocalEnv {
             processes: Mutex::new(Processes::default()),
             kubelets: Vec::new(),
             dir_guard: Some(dir_guard),
+            seed_restored: false,
         };
         env.start_etcd(&etcd).await?;
 
@@ -191,6 +216,7 @@ impl LocalEnv {
             let cluster = prepare_cluster(&env.dir, name)?;
             env.clusters.push(cluster);
         }
+        env.restore_host_seed().await;
         {
             let mut processes = env.lock();
             processes.apiservers = env.clusters.iter().map(|_| None).collect();

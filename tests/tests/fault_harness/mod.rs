@@ -20,8 +20,8 @@ use flotilla_controllers::{
 use flotilla_crds::{DEFAULT_NAMESPACE, FederatedStatus, KubeFedCluster, MANAGED_LABEL};
 use flotilla_localenv::{FaultProxy, LocalEnv};
 use flotilla_tests::{
-    env,
-    federation::{Federation, apply, bootstrap, federated},
+    EnvOptions,
+    federation::{Federation, apply, bootstrap, federated, install_host, seeded_env},
     wait_for,
 };
 use futures::StreamExt as _;
@@ -70,12 +70,12 @@ pub async fn proxied_federation(
     members: usize,
     proxied: usize,
 ) -> anyhow::Result<ProxiedFederation> {
-    let env: LocalEnv = env(members).await;
     // The tests' bootstrap (CRDs, KubeFedConfig with 1 s health checks, the default types
     // before any join); only the proxied member's join differs.
     let boot = bootstrap();
+    let env: LocalEnv = seeded_env(EnvOptions::with_members(members), &boot).await;
     let host = env.host().client().await?;
-    boot.install(&host).await?;
+    install_host(&env, &boot, &host).await?;
     let proxy = FaultProxy::for_cluster(&env.members()[proxied - 1]).await?;
     let mut member_clients = Vec::new();
     let mut names = Vec::new();

@@ -21,8 +21,8 @@ use flotilla_controllers::{
 use flotilla_crds::crdgen;
 use flotilla_localenv::FaultProxy;
 use flotilla_tests::{
-    EnvOptions, env_with,
-    federation::{Federation, bootstrap},
+    EnvOptions,
+    federation::{Federation, bootstrap, install_host, seeded_env},
 };
 use k8s_openapi::api::{
     core::v1::ServiceAccount,
@@ -115,11 +115,11 @@ impl Drop for Soak {
 /// Starts the soak federation, namespace [`NS`] federated everywhere and the ServiceAccount
 /// [`READER`] in each push member.
 pub async fn soak_federation() -> anyhow::Result<Soak> {
-    let env = env_with(EnvOptions::with_members(3).with_pods()).await;
     let mut boot = bootstrap();
     boot.collect_workload_status = true;
+    let env = seeded_env(EnvOptions::with_members(3).with_pods(), &boot).await;
     let host = env.host().client().await?;
-    boot.install(&host).await?;
+    install_host(&env, &boot, &host).await?;
     let m1 = boot.join(&host, &env.members()[0]).await?;
 
     let proxied = &env.members()[1];
