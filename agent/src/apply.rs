@@ -27,6 +27,7 @@ use super::cache::{Cached, ObjectCache, object_id};
 use super::drift;
 use super::plan::{
     ManifestOp, ManifestResult, cacheable, check_manifest, decide, manifest_hash, may_prune,
+    may_prune_unrecorded,
 };
 use flotilla_crds::drift::DriftState;
 use flotilla_crds::member::PROTECTED_NAMESPACES;
@@ -323,12 +324,16 @@ impl Member {
         let api = self.api(&resolved, &id.namespace);
         let oid = object_id(&resolved.ar, &id.namespace, &id.name);
         let live = match self.cache.lookup(&resolved.ar, &oid, None) {
-            Cached::Known { object, .. } => object,
-            Cached::Unknown => api
-                .get_opt(&id.name)
-                .await
-                .map_err(|e| message(&e))?
-                .map(|o| serde_json::to_value(o).unwrap_or(Value::Null)),
+            Cached::Known {
+                object: Some(o), ..
+            } => Some(o),
+            // Absent from a cache that may lag (its watch down since a member API server
+            // restart, the agent's own write older than it trusts): confirmed live before
+            // the object is taken for gone. A rare path: an object is normally pruned while
+            // present.
+            Cached::Known { object: None, .. } | Cached::Unknown => {
+                live_object(&api, &id.name).await.map_err(|e| message(&e))?
+            }
         };
         self.cache.disown(&oid);
         self.drift.forget(&oid);
@@ -338,6 +343,54 @@ impl Member {
         if !may_prune(&applied.uid, &live) {
             return Ok(());
         }
+        self.remove(&api, id, &live, orphan).await
+    }
+
+    /// Removes an object a Work's record named when it was created but never listed as
+    /// applied ([`super::plan::unrecorded`]): read live (with the writers the API server
+    /// recorded), removed as [`Member::prune`] does only if the agent wrote it and it is
+    /// still Flotilla's. A kind the member does not serve or lets the agent read cannot
+    /// hold an object the agent applied.
+    pub async fn prune_unrecorded(
+        &self,
+        id: &ResourceIdentifier,
+        orphan: bool,
+    ) -> Result<(), String> {
+        let api_version = if id.group.is_empty() {
+            id.version.clone()
+        } else {
+            format!("{}/{}", id.group, id.version)
+        };
+        let Ok(resolved) = self.resolve(&api_version, &id.kind).await else {
+            return Ok(());
+        };
+        let api = self.api(&resolved, &id.namespace);
+        let live = match live_object(&api, &id.name).await {
+            Ok(live) => live,
+            Err(kube::Error::Api(s)) if s.code == 403 => None,
+            Err(e) => return Err(message(&e)),
+        };
+        match live {
+            Some(live) if may_prune_unrecorded(&live) => {
+                let oid = object_id(&resolved.ar, &id.namespace, &id.name);
+                self.cache.disown(&oid);
+                self.drift.forget(&oid);
+                info!(kind = %id.kind, namespace = %id.namespace, name = %id.name, "an object applied but never recorded");
+                self.remove(&api, id, &live, orphan).await
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// Deletes `live` (with its UID as a precondition), or only unlabels it when `orphan`
+    /// or a namespace never deleted.
+    async fn remove(
+        &self,
+        api: &Api<DynamicObject>,
+        id: &ResourceIdentifier,
+        live: &Value,
+        orphan: bool,
+    ) -> Result<(), String> {
         let protected = id.group.is_empty()
             && id.kind == "Namespace"
             && (PROTECTED_NAMESPACES.contains(&id.name.as_str()) || id.name == self.own_namespace);
@@ -367,6 +420,14 @@ impl Member {
             Err(e) => Err(message(&e)),
         }
     }
+}
+
+/// The member object `name` read live (`None`: absent).
+async fn live_object(api: &Api<DynamicObject>, name: &str) -> Result<Option<Value>, kube::Error> {
+    Ok(api
+        .get_opt(name)
+        .await?
+        .map(|o| serde_json::to_value(o).unwrap_or(Value::Null)))
 }
 
 /// The identifier of a manifest (its resource name is filled in by discovery).

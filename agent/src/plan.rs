@@ -7,7 +7,8 @@ use flotilla_crds::{
     ClusterReason, MANAGED_LABEL,
     drift::ClusterDrift,
     work::{
-        APPLIED, AppliedResourceMeta, Condition, ManifestCondition, ResourceIdentifier, WorkStatus,
+        AGENT_FIELD_MANAGER, APPLIED, AppliedResourceMeta, Condition, ManifestCondition,
+        ResourceIdentifier, WorkStatus,
     },
 };
 use std::time::Duration;
@@ -138,6 +139,62 @@ pub fn to_prune<'a>(
         .iter()
         .filter(|p| !current.iter().any(|c| same_object(&p.identifier, c)))
         .collect()
+}
+
+/// Everything the agent knows it applied for a Work: its record, and what this process
+/// applied but could not record (`unsaved`; newer, so it wins for the same object). A Work
+/// removed before its record could be written still prunes what it applied.
+pub fn known_applied(
+    recorded: &[AppliedResourceMeta],
+    unsaved: &[AppliedResourceMeta],
+) -> Vec<AppliedResourceMeta> {
+    let mut known = unsaved.to_vec();
+    for r in recorded {
+        if !unsaved
+            .iter()
+            .any(|u| same_object(&u.identifier, &r.identifier))
+        {
+            known.push(r.clone());
+        }
+    }
+    known
+}
+
+/// The objects a Work's record named when it was created (`intended`) that no record of what
+/// was applied lists: an agent may have applied them and stopped before recording them.
+pub fn unrecorded<'a>(
+    intended: &'a [ResourceIdentifier],
+    applied: &[AppliedResourceMeta],
+) -> Vec<&'a ResourceIdentifier> {
+    intended
+        .iter()
+        .filter(|i| !applied.iter().any(|a| same_manifest(i, &a.identifier)))
+        .collect()
+}
+
+/// Whether two identifiers name the same manifest object by kind (an identifier from a
+/// manifest has no resource name before discovery).
+pub fn same_manifest(a: &ResourceIdentifier, b: &ResourceIdentifier) -> bool {
+    a.group == b.group && a.kind == b.kind && a.namespace == b.namespace && a.name == b.name
+}
+
+/// Whether a live object no record lists may be pruned: still Flotilla's, and written by the
+/// agent (its field manager is among the writers the API server recorded). Without a
+/// recorded UID this is what tells an object the agent applied from someone else's.
+pub fn may_prune_unrecorded(live: &Value) -> bool {
+    let label = live
+        .pointer(&format!(
+            "/metadata/labels/{}",
+            MANAGED_LABEL.replace('/', "~1")
+        ))
+        .and_then(Value::as_str);
+    let by_agent = live
+        .pointer("/metadata/managedFields")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .any(|f| f.get("manager").and_then(Value::as_str) == Some(AGENT_FIELD_MANAGER));
+    label == Some("true") && by_agent
 }
 
 /// Whether two identifiers name the same member object (the ordinal and the version do
@@ -374,6 +431,74 @@ mod tests {
         assert!(may_prune("u1", &live(json!({}), "true")));
         assert!(!may_prune("u9", &live(json!({}), "true")));
         assert!(!may_prune("u1", &live(json!({}), "false")));
+    }
+
+    fn applied(name: &str, uid: &str) -> AppliedResourceMeta {
+        AppliedResourceMeta {
+            identifier: ResourceIdentifier {
+                kind: "ConfigMap".into(),
+                resource: "configmaps".into(),
+                namespace: "demo".into(),
+                name: name.into(),
+                ..Default::default()
+            },
+            uid: uid.into(),
+        }
+    }
+
+    #[test]
+    fn what_could_not_be_recorded_is_pruned_with_what_was() {
+        let recorded = vec![applied("a", "u1"), applied("b", "u2")];
+        // `b` applied again (a new UID) and `c` applied, neither recorded yet.
+        let unsaved = vec![applied("b", "u3"), applied("c", "u4")];
+        let known = known_applied(&recorded, &unsaved);
+        let uids: Vec<_> = known.iter().map(|k| k.uid.as_str()).collect();
+        assert_eq!(uids, ["u3", "u4", "u1"]);
+        // Nothing unsaved: the record alone.
+        assert_eq!(known_applied(&recorded, &[]), recorded);
+        // A manifest dropped from the Work before `c` was recorded: `c` is pruned.
+        let current = [recorded[0].identifier.clone()];
+        let pruned: Vec<_> = to_prune(&known, &current)
+            .iter()
+            .map(|p| p.identifier.name.as_str())
+            .collect();
+        assert_eq!(pruned, ["b", "c"]);
+    }
+
+    #[test]
+    fn objects_named_at_creation_but_never_recorded_are_looked_at() {
+        let manifest_id = |name: &str| ResourceIdentifier {
+            kind: "ConfigMap".into(),
+            version: "v1".into(),
+            namespace: "demo".into(),
+            name: name.into(),
+            ..Default::default()
+        };
+        let intended = vec![manifest_id("a"), manifest_id("b")];
+        // `a` recorded (with its resource name): only `b` is unaccounted for.
+        let left = unrecorded(&intended, &[applied("a", "u1")]);
+        assert_eq!(left, [&intended[1]]);
+        assert!(unrecorded(&intended, &[applied("a", "u1"), applied("b", "u2")]).is_empty());
+        let secret = ResourceIdentifier {
+            kind: "Secret".into(),
+            ..manifest_id("a")
+        };
+        assert_eq!(
+            unrecorded(std::slice::from_ref(&secret), &[applied("a", "u1")]).len(),
+            1
+        );
+    }
+
+    #[test]
+    fn an_unrecorded_object_is_pruned_only_if_the_agent_wrote_it_and_it_is_still_managed() {
+        let with = |managed: &str, manager: &str| {
+            json!({"metadata": {"name": "a", "labels": {MANAGED_LABEL: managed},
+                   "managedFields": [{"manager": "kubectl"}, {"manager": manager}]}})
+        };
+        assert!(may_prune_unrecorded(&with("true", AGENT_FIELD_MANAGER)));
+        assert!(!may_prune_unrecorded(&with("true", "someone-else")));
+        assert!(!may_prune_unrecorded(&with("false", AGENT_FIELD_MANAGER)));
+        assert!(!may_prune_unrecorded(&json!({"metadata": {"name": "a"}})));
     }
 
     #[test]

@@ -2,11 +2,17 @@
 //! from a watch cache of the member instead of one GET per Work, corrected by what this
 //! process wrote last (the agent is their only writer, so its own last write is newer than
 //! a cache that has not shown it yet: a Work removed a moment after an object was applied
-//! still prunes that object).
-
+//! still prunes that object, and a record it deleted is not taken from a lagging cache for
+//! one that still exists). What this process applied but could not record (the member API
+//! server failing between the two requests) is kept here in memory, and each AppliedWork
+//! names from its creation the objects its Work was to apply, so that neither a failed
+//! record write nor a restart after one leaves an object behind. No I/O besides the watch.
 use std::{collections::HashMap, ops::ControlFlow, sync::Arc, sync::Mutex};
 
-use flotilla_crds::work::{AppliedResourceMeta, AppliedWork};
+use super::plan;
+use flotilla_crds::work::{
+    APPLYING_ANNOTATION, AppliedResourceMeta, AppliedWork, ResourceIdentifier,
+};
 use flotilla_multicluster::{
     watch::{Change, WatchParams, watch_into},
     workqueue::WorkQueue,
@@ -26,13 +32,28 @@ pub struct Record {
     pub exists: bool,
     /// What it says was applied.
     pub applied: Vec<AppliedResourceMeta>,
+    /// The Work's manifests when it was created ([`APPLYING_ANNOTATION`]).
+    pub intended: Vec<ResourceIdentifier>,
+    /// What this process applied but could not record (in memory only): pruned with the
+    /// Work all the same.
+    pub unsaved: Vec<AppliedResourceMeta>,
+}
+
+/// This process's last word on an AppliedWork.
+#[derive(Debug, Clone)]
+enum Written {
+    /// Created or recorded: what it says now.
+    Saved(Record),
+    /// Deleted (or found gone): absent, whatever a cache that lags still shows.
+    Gone,
 }
 
 /// The AppliedWorks of one agent's Work namespace.
 pub struct Records {
     store: Store<AppliedWork>,
     namespace: String,
-    written: Mutex<HashMap<String, Vec<AppliedResourceMeta>>>,
+    written: Mutex<HashMap<String, Written>>,
+    unsaved: Mutex<HashMap<String, Vec<AppliedResourceMeta>>>,
 }
 
 impl Records {
@@ -42,50 +63,101 @@ impl Records {
             store,
             namespace: namespace.to_owned(),
             written: Mutex::default(),
+            unsaved: Mutex::default(),
         }
     }
 
     /// The record of the Work `name`: this process's last write, else the cache's (an
-    /// AppliedWork of another namespace's Work of the same name is not ours).
+    /// AppliedWork of another namespace's Work of the same name is not ours), with what
+    /// this process could not record.
     pub fn get(&self, name: &str) -> Record {
-        if let Some(applied) = self
-            .written
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .get(name)
-        {
-            return Record {
-                exists: true,
-                applied: applied.clone(),
-            };
-        }
-        match self.store.get(&ObjectRef::new(name)) {
-            Some(a) if a.spec.work_namespace == self.namespace => Record {
-                exists: true,
-                applied: a
-                    .status
-                    .as_ref()
-                    .map(|s| s.applied_resources.clone())
-                    .unwrap_or_default(),
-            },
-            _ => Record::default(),
-        }
+        let unsaved = lock(&self.unsaved).get(name).cloned().unwrap_or_default();
+        let mut written = lock(&self.written);
+        let cached = self.cached(name);
+        let durable = match written.get(name) {
+            Some(Written::Saved(r)) => r.clone(),
+            Some(Written::Gone) => {
+                if cached.is_none() {
+                    // The cache has caught up: the tombstone is no longer needed.
+                    written.remove(name);
+                }
+                Record::default()
+            }
+            None => cached.unwrap_or_default(),
+        };
+        Record { unsaved, ..durable }
     }
 
-    /// Remembers what this process wrote (on creation: nothing applied yet).
-    pub fn remember(&self, name: &str, applied: Vec<AppliedResourceMeta>) {
-        self.written
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(name.to_owned(), applied);
+    fn cached(&self, name: &str) -> Option<Record> {
+        let a = self.store.get(&ObjectRef::new(name))?;
+        if a.spec.work_namespace != self.namespace {
+            return None;
+        }
+        Some(Record {
+            exists: true,
+            applied: a
+                .status
+                .as_ref()
+                .map(|s| s.applied_resources.clone())
+                .unwrap_or_default(),
+            intended: intended(&a),
+            unsaved: Vec::new(),
+        })
     }
 
-    /// Forgets the Work (its AppliedWork was deleted).
+    /// Remembers what this process wrote (on creation: nothing applied yet); nothing is
+    /// unsaved any more.
+    pub fn remember(
+        &self,
+        name: &str,
+        applied: Vec<AppliedResourceMeta>,
+        intended: Vec<ResourceIdentifier>,
+    ) {
+        let record = Record {
+            exists: true,
+            applied,
+            intended,
+            unsaved: Vec::new(),
+        };
+        lock(&self.written).insert(name.to_owned(), Written::Saved(record));
+        lock(&self.unsaved).remove(name);
+    }
+
+    /// Remembers what this process applied for the Work but could not record.
+    pub fn remember_unsaved(&self, name: &str, applied: Vec<AppliedResourceMeta>) {
+        lock(&self.unsaved).insert(name.to_owned(), applied);
+    }
+
+    /// The Work's AppliedWork is gone (found so by a write): absent until created again,
+    /// what could not be recorded still known.
+    pub fn lost(&self, name: &str) {
+        lock(&self.written).insert(name.to_owned(), Written::Gone);
+    }
+
+    /// Forgets the Work (its AppliedWork was deleted and its objects removed).
     pub fn forget(&self, name: &str) {
-        self.written
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .remove(name);
+        let mut written = lock(&self.written);
+        // Tombstones the cache has caught up with are no longer needed.
+        written.retain(|n, w| matches!(w, Written::Saved(_)) || self.cached(n).is_some());
+        written.insert(name.to_owned(), Written::Gone);
+        lock(&self.unsaved).remove(name);
+    }
+
+    /// Whether the record of a Work other than `name` lists `id`: not the object of `name`
+    /// to prune on an intention alone.
+    pub fn listed_elsewhere(&self, name: &str, id: &ResourceIdentifier) -> bool {
+        let listed = |r: &Record| {
+            r.applied
+                .iter()
+                .chain(&r.unsaved)
+                .any(|a| plan::same_manifest(&a.identifier, id))
+        };
+        let mut names = self.names();
+        names.extend(lock(&self.unsaved).keys().cloned());
+        names
+            .iter()
+            .filter(|n| *n != name)
+            .any(|n| listed(&self.get(n)))
     }
 
     /// Names of every AppliedWork of this namespace's Works.
@@ -97,6 +169,19 @@ impl Records {
             .map(|a| a.name_any())
             .collect()
     }
+}
+
+/// The Work's manifests its AppliedWork was created for (none when unreadable: from an
+/// older agent).
+fn intended(a: &AppliedWork) -> Vec<ResourceIdentifier> {
+    a.annotations()
+        .get(APPLYING_ANNOTATION)
+        .and_then(|v| serde_json::from_str(v).ok())
+        .unwrap_or_default()
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// Feeds the AppliedWork cache; when a list completes (start, relist) every AppliedWork of

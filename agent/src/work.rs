@@ -6,7 +6,8 @@
 use std::time::Duration;
 
 use flotilla_crds::work::{
-    AppliedWork, AppliedWorkSpec, AppliedWorkStatus, WORK_COLLECT_STATUS, Work,
+    APPLYING_ANNOTATION, AppliedResourceMeta, AppliedWork, AppliedWorkSpec, AppliedWorkStatus,
+    ResourceIdentifier, WORK_COLLECT_STATUS, Work,
 };
 use flotilla_multicluster::runner::Action;
 use kube::{
@@ -17,7 +18,7 @@ use kube::{
 use serde_json::json;
 use tracing::{debug, info, warn};
 
-use super::{State, drift, plan, rejection};
+use super::{State, apply::identify, drift, plan, records::Record, rejection};
 use flotilla_crds::drift::ClusterDrift;
 
 /// How soon a Work whose manifests failed is tried again at first (then backing off).
@@ -68,7 +69,7 @@ async fn process(state: &State, name: &str) -> Result<Done, kube::Error> {
 /// The Work left the inventory: prune what it applied, then delete its AppliedWork.
 async fn remove_work(state: &State, name: &str) -> Result<Done, kube::Error> {
     let record = state.records.get(name);
-    if !record.exists {
+    if !record.exists && record.unsaved.is_empty() {
         return Ok(Done::Settled);
     }
     let orphan = state
@@ -77,9 +78,19 @@ async fn remove_work(state: &State, name: &str) -> Result<Done, kube::Error> {
         .unwrap_or_else(|e| e.into_inner())
         .contains(name);
     let mut ok = true;
-    for r in &record.applied {
+    let known = plan::known_applied(&record.applied, &record.unsaved);
+    for r in &known {
         if let Err(e) = state.member.prune(r, orphan).await {
             warn!(work = %name, object = %r.identifier.name, error = %e, "pruning failed");
+            ok = false;
+        }
+    }
+    for id in plan::unrecorded(&record.intended, &known) {
+        if state.records.listed_elsewhere(name, id) {
+            continue;
+        }
+        if let Err(e) = state.member.prune_unrecorded(id, orphan).await {
+            warn!(work = %name, object = %id.name, error = %e, "pruning failed");
             ok = false;
         }
     }
@@ -105,9 +116,10 @@ async fn remove_work(state: &State, name: &str) -> Result<Done, kube::Error> {
 
 async fn sync_work(state: &State, work: &Work) -> Result<Done, kube::Error> {
     let name = work.name_any();
-    let record = state.records.get(&name);
+    let mut record = state.records.get(&name);
     if !record.exists {
-        create_record(state, &name).await?;
+        record.intended = intended(work);
+        create_record(state, &name, &record.intended).await?;
     }
     let collect = work
         .annotations()
@@ -135,33 +147,13 @@ async fn sync_work(state: &State, work: &Work) -> Result<Done, kube::Error> {
         results.push(applied.result);
         records.extend(applied.record);
     }
-    let previous = record.applied;
     let current: Vec<_> = results.iter().map(|r| r.identifier.clone()).collect();
-    let mut ok = results.iter().all(|r| r.result.is_ok());
-    for gone in plan::to_prune(&previous, &current) {
-        if let Err(e) = state.member.prune(gone, false).await {
-            warn!(work = %name, object = %gone.identifier.name, error = %e, "pruning failed");
-            records.push(gone.clone());
-            ok = false;
-        }
-    }
-    // An object whose manifest failed this round stays recorded, so it is never lost.
-    for p in &previous {
-        let listed = current.iter().any(|c| plan::same_object(&p.identifier, c));
-        let recorded = records
-            .iter()
-            .any(|r| plan::same_object(&p.identifier, &r.identifier));
-        if listed && !recorded {
-            records.push(p.clone());
-        }
-    }
-    if records != previous {
-        let patch = json!({"status": AppliedWorkStatus { applied_resources: records.clone() }});
-        state
-            .applied_api
-            .patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch))
-            .await?;
-        state.records.remember(&name, records);
+    let ok = prune_dropped(state, &name, &record, &current, &mut records).await
+        && results.iter().all(|r| r.result.is_ok());
+    if records != record.applied {
+        save_record(state, &name, records, record.intended).await?;
+    } else if !record.unsaved.is_empty() {
+        state.records.remember(&name, records, record.intended);
     }
     report(state, work, &results).await?;
     if ok && !lagging {
@@ -172,6 +164,78 @@ async fn sync_work(state: &State, work: &Work) -> Result<Done, kube::Error> {
         (true, true) => Done::Lagging,
         (true, false) => Done::Settled,
     })
+}
+
+/// Prunes what the agent applied for the Work (recorded or not) that left its manifests
+/// (`current`), and completes `records` with what stays: an object that could not be
+/// pruned, or whose manifest failed this round, is never lost. Whether every prune
+/// succeeded.
+async fn prune_dropped(
+    state: &State,
+    name: &str,
+    record: &Record,
+    current: &[ResourceIdentifier],
+    records: &mut Vec<AppliedResourceMeta>,
+) -> bool {
+    let known = plan::known_applied(&record.applied, &record.unsaved);
+    let mut ok = true;
+    for gone in plan::to_prune(&known, current) {
+        if let Err(e) = state.member.prune(gone, false).await {
+            warn!(work = %name, object = %gone.identifier.name, error = %e, "pruning failed");
+            records.push(gone.clone());
+            ok = false;
+        }
+    }
+    for p in &known {
+        let listed = current.iter().any(|c| plan::same_object(&p.identifier, c));
+        let recorded = records
+            .iter()
+            .any(|r| plan::same_object(&p.identifier, &r.identifier));
+        if listed && !recorded {
+            records.push(p.clone());
+        }
+    }
+    ok
+}
+
+/// Records what was applied in the Work's AppliedWork. When that fails, what was applied
+/// is kept in memory instead (a Work removed before the retry still prunes it), and an
+/// AppliedWork found gone is created again on the retry.
+async fn save_record(
+    state: &State,
+    name: &str,
+    applied: Vec<AppliedResourceMeta>,
+    intended: Vec<ResourceIdentifier>,
+) -> Result<(), kube::Error> {
+    let patch = json!({"status": AppliedWorkStatus { applied_resources: applied.clone() }});
+    match state
+        .applied_api
+        .patch_status(name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+    {
+        Ok(_) => {
+            state.records.remember(name, applied, intended);
+            Ok(())
+        }
+        Err(e) => {
+            state.records.remember_unsaved(name, applied);
+            if matches!(&e, kube::Error::Api(s) if s.code == 404) {
+                state.records.lost(name);
+            }
+            Err(e)
+        }
+    }
+}
+
+/// The objects of the Work's manifests, for its AppliedWork's [`APPLYING_ANNOTATION`].
+fn intended(work: &Work) -> Vec<ResourceIdentifier> {
+    work.spec
+        .workload
+        .manifests
+        .iter()
+        .enumerate()
+        .map(|(i, m)| identify(i, m))
+        .collect()
 }
 
 /// The `drift` entry the agent last reported for the Work's manifest `ordinal`.
@@ -185,15 +249,25 @@ fn previous_drift(work: &Work, ordinal: usize) -> Option<&ClusterDrift> {
         .as_ref()
 }
 
-/// Creates the Work's AppliedWork (nothing applied yet).
-async fn create_record(state: &State, name: &str) -> Result<(), kube::Error> {
-    let record = AppliedWork::new(
+/// Creates the Work's AppliedWork (nothing applied yet), naming the objects about to be
+/// applied (`intended`) in the same request: should the agent stop between an apply and
+/// its record, a restart still finds them.
+async fn create_record(
+    state: &State,
+    name: &str,
+    intended: &[ResourceIdentifier],
+) -> Result<(), kube::Error> {
+    let mut record = AppliedWork::new(
         name,
         AppliedWorkSpec {
             work_name: name.to_owned(),
             work_namespace: state.namespace.clone(),
         },
     );
+    let applying = serde_json::to_string(intended).unwrap_or_else(|_| "[]".to_owned());
+    record
+        .annotations_mut()
+        .insert(APPLYING_ANNOTATION.to_owned(), applying);
     match state
         .applied_api
         .create(&PostParams::default(), &record)
@@ -203,7 +277,7 @@ async fn create_record(state: &State, name: &str) -> Result<(), kube::Error> {
         Err(kube::Error::Api(s)) if s.code == 409 => {}
         Err(e) => return Err(e),
     }
-    state.records.remember(name, Vec::new());
+    state.records.remember(name, Vec::new(), intended.to_vec());
     Ok(())
 }
 

@@ -37,6 +37,11 @@ pub const WORK_COLLECT_STATUS: &str = "work.flotilla.io/collect-status";
 pub const AGENT_LEASE: &str = "flotilla-agent";
 /// Field manager of the agent's writes in the member.
 pub const AGENT_FIELD_MANAGER: &str = "flotilla-agent";
+/// Annotation on an AppliedWork, written when it is created (before anything is applied):
+/// the Work's manifests then, a JSON list of [`ResourceIdentifier`]s. An agent stopped
+/// between applying one and recording it still knows, after a restart, which objects the
+/// Work may have left in the member.
+pub const APPLYING_ANNOTATION: &str = "work.flotilla.io/applying";
 /// Condition type on a Work and on each manifest: the manifest is applied.
 pub const APPLIED: &str = "Applied";
 

@@ -19,7 +19,7 @@ use flotilla_controllers::{
 };
 use flotilla_crds::{
     DEFAULT_NAMESPACE, FederatedTypeConfig,
-    work::{Work, cluster_namespace},
+    work::{AppliedWork, WORK_SOURCE_NAME, Work, cluster_namespace, work_name},
 };
 use flotilla_multicluster::http::{self, MetricsAccess};
 use flotilla_tests::{
@@ -28,7 +28,7 @@ use flotilla_tests::{
     federation::{bootstrap, install_host, seeded_env},
     member::config_maps,
     objects::{FederatedObject, create_namespace},
-    wait::{wait_namespace_in, wait_present},
+    wait::{wait_absent, wait_namespace_in, wait_present},
     wait_for,
 };
 use k8s_openapi::api::{
@@ -36,7 +36,7 @@ use k8s_openapi::api::{
     events::v1::Event,
 };
 use kube::{
-    Api, Client,
+    Api, Client, ResourceExt,
     api::{ApiResource, DynamicObject, ListParams, Patch, PatchParams},
     config::{KubeConfigOptions, Kubeconfig},
 };
@@ -54,25 +54,13 @@ async fn restricted_member(
 ) -> anyhow::Result<(Client, String)> {
     create_namespace(admin, AGENT_NS).await?;
     let pp = PatchParams::apply("flotilla-tests");
-    let all = [
-        "get", "list", "watch", "create", "update", "patch", "delete",
-    ];
-    let role = json!({
-        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
-        "metadata": {"name": "agent-ops"},
-        "rules": [
-            {"apiGroups": [""], "resources": ["namespaces", "configmaps"], "verbs": all},
-            {"apiGroups": ["multicluster.x-k8s.io"], "resources": ["appliedworks", "appliedworks/status"], "verbs": all},
-        ],
-    });
+    allow_records(admin, true).await?;
     let binding = json!({
         "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
         "metadata": {"name": "agent-ops"},
         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "agent-ops"},
         "subjects": [{"kind": "ServiceAccount", "name": "agent", "namespace": AGENT_NS}],
     });
-    let roles: Api<k8s_openapi::api::rbac::v1::ClusterRole> = Api::all(admin.clone());
-    roles.patch("agent-ops", &pp, &Patch::Apply(role)).await?;
     let bindings: Api<k8s_openapi::api::rbac::v1::ClusterRoleBinding> = Api::all(admin.clone());
     bindings
         .patch("agent-ops", &pp, &Patch::Apply(binding))
@@ -80,6 +68,31 @@ async fn restricted_member(
     let token = service_account_token(admin, AGENT_NS, "agent").await?;
     config.auth_info.token = Some(token.clone().into());
     Ok((Client::try_from(config)?, token))
+}
+
+/// The agent's member ClusterRole: Namespaces, ConfigMaps and AppliedWorks, and the
+/// AppliedWorks' status only when `record` (without it, the agent applies but cannot
+/// record what it applied).
+async fn allow_records(admin: &Client, record: bool) -> anyhow::Result<()> {
+    let all = [
+        "get", "list", "watch", "create", "update", "patch", "delete",
+    ];
+    let mut records = vec!["appliedworks"];
+    if record {
+        records.push("appliedworks/status");
+    }
+    let role = json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+        "metadata": {"name": "agent-ops"},
+        "rules": [
+            {"apiGroups": [""], "resources": ["namespaces", "configmaps"], "verbs": all},
+            {"apiGroups": ["multicluster.x-k8s.io"], "resources": records, "verbs": all},
+        ],
+    });
+    let roles: Api<k8s_openapi::api::rbac::v1::ClusterRole> = Api::all(admin.clone());
+    let pp = PatchParams::apply("flotilla-tests").force();
+    roles.patch("agent-ops", &pp, &Patch::Apply(role)).await?;
+    Ok(())
 }
 
 async fn scrape(addr: SocketAddr) -> anyhow::Result<String> {
@@ -151,9 +164,12 @@ async fn the_agent_reports_metrics_readiness_and_the_members_reasons() -> anyhow
     let host_config =
         kube::Config::from_custom_kubeconfig(host_config, &KubeConfigOptions::default()).await?;
     let agent_host = Client::try_from(host_config)?;
-    let mut agent_opts = AgentOptions::new(PULL, agent_host, member);
-    agent_opts.own_namespace = AGENT_NS.into();
-    let agent = Agent::start(agent_opts);
+    let start_agent = || {
+        let mut agent_opts = AgentOptions::new(PULL, agent_host.clone(), member.clone());
+        agent_opts.own_namespace = AGENT_NS.into();
+        Agent::start(agent_opts)
+    };
+    let agent = start_agent();
     let addr = agent
         .serve("127.0.0.1:0".parse()?, MetricsAccess::Open)
         .await?;
@@ -246,10 +262,97 @@ async fn the_agent_reports_metrics_readiness_and_the_members_reasons() -> anyhow
         !screen.contains(&token) && !screen.contains(&joined.token),
         "no token on the screen"
     );
-    agent.stop().await;
     std::fs::remove_file(host_kc).context("removing the test's host kubeconfig")?;
     std::fs::remove_file(member_kc).context("removing the test's member kubeconfig")?;
+
+    an_object_applied_but_not_recorded_is_pruned_with_its_work(&host, &admin).await?;
+    agent.stop().await;
+    let agent =
+        a_restart_prunes_what_was_applied_but_not_recorded(&host, &admin, start_agent).await?;
+    agent.stop().await;
     Ok(())
+}
+
+/// Waits until neither a Work of the federated ConfigMap `name` is in the host nor its
+/// AppliedWork in the member (`applied_works`: whether the latter is looked at).
+async fn wait_work_gone(
+    host: &Client,
+    admin: &Client,
+    name: &str,
+    applied_works: bool,
+) -> anyhow::Result<()> {
+    let works: Api<Work> = Api::namespaced(host.clone(), &cluster_namespace(PULL));
+    let records: Api<AppliedWork> = Api::all(admin.clone());
+    let work = work_name("configmaps", "", Some(NS), name);
+    wait_for(
+        T,
+        &format!("the Work of {name} and its record gone"),
+        || async {
+            let left: Vec<_> = works
+                .list(&ListParams::default())
+                .await?
+                .items
+                .into_iter()
+                .filter(|w| w.annotations().get(WORK_SOURCE_NAME).map(String::as_str) == Some(name))
+                .map(|w| w.name_any())
+                .collect();
+            ensure!(left.is_empty(), "Works {left:?}");
+            if applied_works {
+                ensure!(
+                    records.get_opt(&work).await?.is_none(),
+                    "AppliedWork {work}"
+                );
+            }
+            Ok(())
+        },
+    )
+    .await
+}
+
+/// The agent applies a ConfigMap but may not write its record (no permission on
+/// `appliedworks/status`, as when the member API server fails between the two requests);
+/// the federated object is deleted meanwhile: the member object goes with its Work, not
+/// left behind as a stray (what the chaos soak found).
+async fn an_object_applied_but_not_recorded_is_pruned_with_its_work(
+    host: &Client,
+    admin: &Client,
+) -> anyhow::Result<()> {
+    let name = "unrecorded";
+    allow_records(admin, false).await?;
+    let cm = FederatedObject::config_map(NS, name, json!({"k": "v"}))
+        .apply(host)
+        .await?;
+    wait_present(T, &config_maps(admin, NS), name).await?;
+    cm.delete().await?;
+    cm.wait_gone(T).await?;
+    wait_work_gone(host, admin, name, true).await?;
+    allow_records(admin, true).await?;
+    wait_absent(T, &config_maps(admin, NS), name).await
+}
+
+/// The same with the agent stopped between its apply and the record it could not write,
+/// and the Work deleted while it is away: the restarted agent still prunes the object.
+async fn a_restart_prunes_what_was_applied_but_not_recorded(
+    host: &Client,
+    admin: &Client,
+    start_agent: impl Fn() -> Agent,
+) -> anyhow::Result<Agent> {
+    let name = "unrecorded-restart";
+    allow_records(admin, false).await?;
+    let agent = start_agent();
+    let cm = FederatedObject::config_map(NS, name, json!({"k": "v"}))
+        .apply(host)
+        .await?;
+    wait_present(T, &config_maps(admin, NS), name).await?;
+    agent.stop().await;
+    cm.delete().await?;
+    cm.wait_gone(T).await?;
+    wait_work_gone(host, admin, name, false).await?;
+    allow_records(admin, true).await?;
+    let agent = start_agent();
+    wait_absent(T, &config_maps(admin, NS), name).await?;
+    wait_work_gone(host, admin, name, true).await?;
+    Ok(agent)
 }
 
 async fn can_list(client: &Client, ar: &ApiResource) -> anyhow::Result<bool> {
