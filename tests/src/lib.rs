@@ -52,6 +52,9 @@ pub fn init_tracing() {
     });
 }
 
+/// The apiservers' `GOGC` in the tests ([`EnvOptions::apiserver_gogc`]).
+const APISERVER_GOGC: u32 = 400;
+
 /// Starts a host and `members` member clusters with default options, logging set up.
 ///
 /// # Panics
@@ -64,8 +67,11 @@ pub async fn env(members: usize) -> LocalEnv {
 ///
 /// # Panics
 /// When the environment cannot start; the message carries the failing process's log tail.
-pub async fn env_with(options: EnvOptions) -> LocalEnv {
+pub async fn env_with(mut options: EnvOptions) -> LocalEnv {
     init_tracing();
+    // The suite is bound by the apiservers' CPU on two cores (docs/development.md): their
+    // garbage collector runs a quarter as often, for some memory.
+    options.apiserver_gogc.get_or_insert(APISERVER_GOGC);
     match LocalEnv::start(options).await {
         Ok(env) => env,
         Err(e) => panic!(

@@ -52,16 +52,17 @@ impl LocalEnv {
     pub(super) fn spawn_apiserver(&self, index: usize) -> Result<(), Error> {
         let cluster = &self.clusters[index];
         let lean = self.is_lean(index);
-        let env: &[(&str, &str)] = if lean {
-            &[("GOMEMLIMIT", super::LEAN_MEMORY_LIMIT)]
-        } else {
-            &[]
+        let gogc = self.options.apiserver_gogc.map(|g| g.to_string());
+        let env: Vec<(&str, &str)> = match (lean, &gogc) {
+            (true, _) => vec![("GOMEMLIMIT", super::LEAN_MEMORY_LIMIT)],
+            (false, Some(gogc)) => vec![("GOGC", gogc.as_str())],
+            (false, None) => Vec::new(),
         };
         let apiserver = Process::spawn_with_env(
             format!("apiserver {}", cluster.name()),
             &self.bin_dir.join("kube-apiserver"),
             &self.apiserver_args(cluster, lean),
-            env,
+            &env,
             &cluster.dir().join("apiserver.log"),
         )?;
         tracing::debug!(cluster = %cluster.name(), port = cluster.port(), "apiserver spawned");

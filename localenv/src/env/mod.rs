@@ -84,6 +84,11 @@ pub struct EnvOptions {
     /// stands in for each cluster's own, otherwise starves and times requests out. Needs
     /// the privilege to raise a priority (root); without it etcd keeps its priority.
     pub favour_etcd: bool,
+    /// `GOGC` for the apiservers that are not lean members (default `None`: Go's 100).
+    /// A higher value trades memory for CPU: measured on a lone v1.20 apiserver, `400` took
+    /// 10–20 % less CPU to start and to install Flotilla's CRDs. For test suites bound by
+    /// the apiservers' CPU; lean members keep their memory limit instead.
+    pub apiserver_gogc: Option<u32>,
 }
 
 /// The Go memory limit of a lean member's apiserver (see [`EnvOptions::lean_members`]).
@@ -107,6 +112,7 @@ impl Default for EnvOptions {
             member_controller_manager: true,
             host_seed: None,
             favour_etcd: false,
+            apiserver_gogc: None,
         }
     }
 }
