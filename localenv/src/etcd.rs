@@ -119,14 +119,19 @@ pub(crate) fn prefix_end(prefix: &[u8]) -> Vec<u8> {
     vec![0]
 }
 
-fn b64(bytes: &[u8]) -> String {
+/// Base64 (standard), as etcd's JSON gateway and a saved host seed hold bytes.
+pub(crate) fn b64(bytes: &[u8]) -> String {
     use base64::Engine as _;
     base64::engine::general_purpose::STANDARD.encode(bytes)
 }
 
 fn unb64(value: &serde_json::Value) -> std::io::Result<Vec<u8>> {
+    from_b64(value.as_str().unwrap_or_default())
+}
+
+/// The bytes of [`b64`]'s text.
+pub(crate) fn from_b64(text: &str) -> std::io::Result<Vec<u8>> {
     use base64::Engine as _;
-    let text = value.as_str().unwrap_or_default();
     base64::engine::general_purpose::STANDARD
         .decode(text)
         .map_err(std::io::Error::other)

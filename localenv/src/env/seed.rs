@@ -112,7 +112,7 @@ async fn restore(port: u16, host: &str, text: &str) -> std::io::Result<usize> {
     for e in &entries {
         let kv = KeyValue {
             key: format!("{host}{}", e.key).into_bytes(),
-            value: decode(&e.value)?,
+            value: etcd::from_b64(&e.value)?,
         };
         etcd::put(port, &kv).await?;
     }
@@ -121,19 +121,11 @@ async fn restore(port: u16, host: &str, text: &str) -> std::io::Result<usize> {
 
 /// The saved form of one stored object of the host (`None` outside the host's prefix).
 fn entry(host: &str, kv: &KeyValue) -> Option<Entry> {
-    use base64::Engine as _;
     let key = std::str::from_utf8(&kv.key).ok()?.strip_prefix(host)?;
     Some(Entry {
         key: key.to_owned(),
-        value: base64::engine::general_purpose::STANDARD.encode(&kv.value),
+        value: etcd::b64(&kv.value),
     })
-}
-
-fn decode(value: &str) -> std::io::Result<Vec<u8>> {
-    use base64::Engine as _;
-    base64::engine::general_purpose::STANDARD
-        .decode(value)
-        .map_err(std::io::Error::other)
 }
 
 /// Where a seed is kept: `<cache>/etcd-seeds/<name>-<apiserver size>-<apiserver mtime>.json`,
@@ -173,7 +165,7 @@ mod tests {
             saved.key,
             "apiextensions.k8s.io/customresourcedefinitions/a"
         );
-        assert_eq!(decode(&saved.value).expect("base64"), vec![0, 1, 2]);
+        assert_eq!(etcd::from_b64(&saved.value).expect("base64"), vec![0, 1, 2]);
         assert!(entry("/host/", &kv("/member1/apiextensions.k8s.io/x")).is_none());
     }
 }
