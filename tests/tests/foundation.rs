@@ -7,7 +7,8 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
-use flotilla_tests::{EnvOptions, LocalEnv, env, init_tracing, wait_for};
+use flotilla_localenv::HostSeed;
+use flotilla_tests::{EnvOptions, LocalEnv, env, env_with, init_tracing, wait_for};
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{ApiResource, DynamicObject, GroupVersionKind, ListParams, ObjectMeta, PostParams};
@@ -125,52 +126,10 @@ async fn custom_resources_of_an_installed_definition_can_be_created_updated_and_
 -> anyhow::Result<()> {
     let env = env(0).await;
     let client = env.host().client().await?;
-    let crd: CustomResourceDefinition = serde_json::from_value(json!({
-        "apiVersion": "apiextensions.k8s.io/v1",
-        "kind": "CustomResourceDefinition",
-        "metadata": { "name": "widgets.demo.flotilla.io" },
-        "spec": {
-            "group": "demo.flotilla.io",
-            "scope": "Namespaced",
-            "names": {
-                "plural": "widgets", "singular": "widget", "kind": "Widget", "shortNames": ["wdg"],
-            },
-            "versions": [{
-                "name": "v1alpha1",
-                "served": true,
-                "storage": true,
-                "schema": { "openAPIV3Schema": {
-                    "type": "object",
-                    "properties": { "spec": {
-                        "type": "object",
-                        "required": ["size"],
-                        "properties": {
-                            "size": { "type": "integer" },
-                            "color": { "type": "string" },
-                        },
-                    }},
-                }},
-            }],
-        },
-    }))?;
+    let crd = widget_crd()?;
     let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
     crds.create(&PostParams::default(), &crd).await?;
-    wait_for(
-        Duration::from_secs(30),
-        "the CRD to be Established",
-        || async {
-            let crd = crds.get("widgets.demo.flotilla.io").await?;
-            let established = crd
-                .status
-                .and_then(|s| s.conditions)
-                .unwrap_or_default()
-                .iter()
-                .any(|c| c.type_ == "Established" && c.status == "True");
-            anyhow::ensure!(established, "not established yet");
-            Ok(())
-        },
-    )
-    .await?;
+    wait_established(&crds).await?;
 
     let gvk = GroupVersionKind::gvk("demo.flotilla.io", "v1alpha1", "Widget");
     let resource = ApiResource::from_gvk_with_plural(&gvk, "widgets");
@@ -418,4 +377,98 @@ async fn lean_members_started_in_batches_serve_and_issue_tokens_with_fewer_contr
     }
     env.shutdown().await?;
     Ok(())
+}
+
+/// The tests' CRD of `Widget`s (group `demo.flotilla.io`).
+fn widget_crd() -> anyhow::Result<CustomResourceDefinition> {
+    Ok(serde_json::from_value(json!({
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": { "name": "widgets.demo.flotilla.io" },
+        "spec": {
+            "group": "demo.flotilla.io",
+            "scope": "Namespaced",
+            "names": {
+                "plural": "widgets", "singular": "widget", "kind": "Widget", "shortNames": ["wdg"],
+            },
+            "versions": [{
+                "name": "v1alpha1",
+                "served": true,
+                "storage": true,
+                "schema": { "openAPIV3Schema": {
+                    "type": "object",
+                    "properties": { "spec": {
+                        "type": "object",
+                        "required": ["size"],
+                        "properties": {
+                            "size": { "type": "integer" },
+                            "color": { "type": "string" },
+                        },
+                    }},
+                }},
+            }],
+        },
+    }))?)
+}
+
+/// Waits until the `Widget` CRD is Established.
+async fn wait_established(crds: &Api<CustomResourceDefinition>) -> anyhow::Result<()> {
+    wait_for(
+        Duration::from_secs(30),
+        "the CRD to be Established",
+        || async {
+            let crd = crds.get("widgets.demo.flotilla.io").await?;
+            let established = crd
+                .status
+                .and_then(|s| s.conditions)
+                .unwrap_or_default()
+                .iter()
+                .any(|c| c.type_ == "Established" && c.status == "True");
+            anyhow::ensure!(established, "not established yet");
+            Ok(())
+        },
+    )
+    .await
+}
+
+/// A host seed saved from one environment is in the next host's storage before anything is
+/// installed there: its CRD served, Established, and its custom resources accepted.
+#[tokio::test]
+async fn a_saved_host_seed_is_in_the_next_hosts_storage_before_anything_is_installed()
+-> anyhow::Result<()> {
+    let seed = HostSeed {
+        name: format!("foundation-test-{}", std::process::id()),
+        prefixes: vec!["apiextensions.k8s.io/customresourcedefinitions/".into()],
+    };
+    let options = || EnvOptions::with_members(0).seeded_with(seed.clone());
+    let first = env_with(options()).await;
+    assert!(!first.host_seed_restored(), "no seed saved yet");
+    let crds: Api<CustomResourceDefinition> = Api::all(first.host().client().await?);
+    crds.create(&PostParams::default(), &widget_crd()?).await?;
+    wait_established(&crds).await?;
+    assert!(first.save_host_seed().await?, "saved");
+    assert!(!first.save_host_seed().await?, "saved once");
+    first.shutdown().await?;
+
+    let second = env_with(options()).await;
+    let restored = second.host_seed_restored();
+    let client = second.host().client().await?;
+    let checked = async {
+        anyhow::ensure!(restored, "the saved seed was not restored");
+        wait_established(&Api::all(client.clone())).await?;
+        let gvk = GroupVersionKind::gvk("demo.flotilla.io", "v1alpha1", "Widget");
+        let resource = ApiResource::from_gvk_with_plural(&gvk, "widgets");
+        let widgets: Api<DynamicObject> = Api::namespaced_with(client, "default", &resource);
+        let widget = DynamicObject::new("seeded", &resource)
+            .within("default")
+            .data(json!({ "spec": { "size": 2 } }));
+        wait_for(Duration::from_secs(10), "a seeded Widget", || async {
+            Ok(widgets.create(&PostParams::default(), &widget).await?)
+        })
+        .await?;
+        anyhow::Ok(())
+    }
+    .await;
+    std::fs::remove_file(seed.path()?)?;
+    checked
 }

@@ -29,6 +29,13 @@ pub struct HostSeed {
     pub prefixes: Vec<String>,
 }
 
+impl HostSeed {
+    /// Where the seed is kept once saved (see [`LocalEnv::save_host_seed`]).
+    pub fn path(&self) -> Result<PathBuf, Error> {
+        seed_path(self)
+    }
+}
+
 /// One stored object of a saved seed: its key below the host's prefix and its value.
 #[derive(Serialize, Deserialize)]
 struct Entry {
