@@ -44,7 +44,77 @@ async fn a_failed_wave_goes_back_to_the_stable_revision_and_undo_returns_every_c
 
     an_unknown_revision_is_refused_and_nothing_changes(&fed, &web).await?;
     undo_returns_every_cluster(&fed, &web).await?;
+    deleting_it_removes_its_revisions(&fed, &web).await?;
     Ok(())
+}
+
+/// The controller removes the object's revisions before it drops its finalizer, so none is
+/// left once the object is gone — without the host's garbage collector, which is held
+/// (its kube-controller-manager stopped with SIGSTOP) for the deletion.
+async fn deleting_it_removes_its_revisions(
+    fed: &Federation,
+    web: &FederatedRef,
+) -> anyhow::Result<()> {
+    assert!(
+        revision_count(fed).await? >= 2,
+        "revisions before the deletion"
+    );
+    let collector = HeldProcess::hold(host_controller_manager(fed)?)?;
+    web.delete().await?;
+    web.wait_gone(STEP_TIMEOUT).await?;
+    let left = revision_count(fed).await?;
+    drop(collector);
+    assert_eq!(left, 0, "revisions left once it is gone");
+    Ok(())
+}
+
+/// The pid of the host's kube-controller-manager (the one reading the host's kubeconfig).
+fn host_controller_manager(fed: &Federation) -> anyhow::Result<u32> {
+    let config = fed.env.host().dir().join("controller-manager.kubeconfig");
+    let config = config.display().to_string();
+    fed.env
+        .pids()
+        .into_iter()
+        .find(|pid| {
+            let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+            let cmdline = String::from_utf8_lossy(&cmdline);
+            cmdline.contains("kube-controller-manager") && cmdline.contains(&config)
+        })
+        .context("the host's kube-controller-manager")
+}
+
+/// A process stopped with SIGSTOP until this is dropped (SIGCONT).
+struct HeldProcess(u32);
+
+impl HeldProcess {
+    fn hold(pid: u32) -> anyhow::Result<Self> {
+        signal(pid, "-STOP")?;
+        Ok(HeldProcess(pid))
+    }
+}
+
+impl Drop for HeldProcess {
+    fn drop(&mut self) {
+        let _ = signal(self.0, "-CONT");
+    }
+}
+
+fn signal(pid: u32, which: &str) -> anyhow::Result<()> {
+    let status = std::process::Command::new("kill")
+        .args([which, &pid.to_string()])
+        .status()?;
+    anyhow::ensure!(status.success(), "kill {which} {pid}: {status}");
+    Ok(())
+}
+
+async fn revision_count(fed: &Federation) -> anyhow::Result<usize> {
+    let api: Api<ControllerRevision> = Api::namespaced(fed.host.clone(), NS);
+    let selector = format!("flotilla.io/federated-name={NAME}");
+    Ok(api
+        .list(&ListParams::default().labels(&selector))
+        .await?
+        .items
+        .len())
 }
 
 /// `fail:never-ready` with `onFailure: Rollback`: member1 fails at the deadline and goes

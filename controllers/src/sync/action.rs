@@ -47,6 +47,9 @@ pub enum Error {
     /// Reading the host namespace (is a member namespace the host's own?) failed.
     #[error("reading the host namespace failed: {0}")]
     HostNamespace(#[source] kube::Error),
+    /// Removing a deleted object's rollout revisions failed.
+    #[error("removing the rollout revisions failed: {0}")]
+    Revisions(#[source] kube::Error),
 }
 
 impl Error {
@@ -55,6 +58,7 @@ impl Error {
         match self {
             Error::Finalizer(_) => "finalizer",
             Error::HostNamespace(_) => "host_namespace",
+            Error::Revisions(_) => "revisions",
         }
     }
 }

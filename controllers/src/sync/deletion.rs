@@ -239,6 +239,7 @@ impl Ctl {
         if !cx.keep {
             self.release_dependencies(key, fed).await;
         }
+        self.remove_revisions(key, fed).await?;
         finalizer::remove(&self.shared.host, &self.ty, fed).await?;
         info!(object = ?key, orphan = cx.keep, "member objects removed; finalizer dropped");
         Ok(())

@@ -9,10 +9,11 @@ use std::{collections::HashMap, sync::Mutex};
 use k8s_openapi::{api::apps::v1::ControllerRevision, apimachinery::pkg::runtime::RawExtension};
 use kube::{
     Api, ResourceExt,
-    api::{DeleteParams, ObjectMeta, PostParams, Preconditions},
+    api::{DeleteParams, ListParams, ObjectMeta, PostParams, Preconditions},
     core::DynamicObject,
 };
 use serde_json::Value;
+use tracing::warn;
 
 use super::super::{Key, ctl::Ctl};
 
@@ -38,6 +39,40 @@ impl Revisions {
         let mut known = self.known.lock().unwrap_or_else(|e| e.into_inner());
         known.insert(at, (content, owner));
     }
+
+    /// Whether a revision of the object `prefix` names (`<kind>-<name>-`) in `ns` is known.
+    fn knows(&self, ns: &str, prefix: &str) -> bool {
+        let known = self.known.lock().unwrap_or_else(|e| e.into_inner());
+        known
+            .keys()
+            .any(|(n, name)| n == ns && name.starts_with(prefix))
+    }
+
+    /// Forgets the revisions of the object `prefix` names in `ns`.
+    fn forget(&self, ns: &str, prefix: &str) {
+        let mut known = self.known.lock().unwrap_or_else(|e| e.into_inner());
+        known.retain(|(n, name), _| n != ns || !name.starts_with(prefix));
+    }
+}
+
+/// The Kubernetes finalizer of an object deleted with `propagationPolicy: Orphan`: its
+/// dependents are to be kept (the garbage collector releases them).
+const ORPHAN_DEPENDENTS: &str = "orphan";
+
+/// Whether a federated object whose deletion is complete has revisions to remove before its
+/// finalizer goes: it has (or had, `known`) a progressive or canary rollout, and was not
+/// deleted with its dependents orphaned. The garbage collector would remove them too, once
+/// the object is gone; but a collector held back (its retries backed off over host
+/// outages, say) left them for minutes.
+fn revisions_to_remove(finalizers: &[String], strategy: Option<&str>, known: bool) -> bool {
+    let rollout = strategy.is_some_and(|s| s != "All");
+    (rollout || known) && !finalizers.iter().any(|f| f == ORPHAN_DEPENDENTS)
+}
+
+/// Whether the host's answer to the removal is a refusal that a retry will not change
+/// (forbidden, not found, method not allowed), rather than a failure to answer.
+fn refused(code: u16) -> bool {
+    matches!(code, 403..=405)
 }
 
 /// What to do with the stored revision of this name, for the federated object `uid`: keep
@@ -143,6 +178,46 @@ impl Ctl {
         Ok(())
     }
 
+    /// Removes the revisions of a federated object whose deletion is complete (see
+    /// [`revisions_to_remove`]): one delete-collection by its labels, in the host. A host
+    /// that does not answer fails the reconcile (retried, the finalizer stays); one that
+    /// refuses (no `deletecollection` in an older ClusterRole) leaves them to the garbage
+    /// collector and never holds the deletion.
+    pub(in super::super) async fn remove_revisions(
+        &self,
+        key: &Key,
+        fed: &DynamicObject,
+    ) -> Result<(), super::super::action::Error> {
+        let (ns, prefix) = self.revision_at(key, "");
+        let known = self.shared.revisions.knows(&ns, &prefix);
+        let strategy = fed
+            .data
+            .pointer("/spec/rollout/strategy")
+            .and_then(Value::as_str);
+        if !revisions_to_remove(fed.finalizers(), strategy, known) {
+            return Ok(());
+        }
+        let api: Api<ControllerRevision> = Api::namespaced(self.shared.host.clone(), &ns);
+        let selector = format!(
+            "{KIND_LABEL}={},{NAME_LABEL}={}",
+            self.ty.fed_ar.kind.to_lowercase(),
+            key.1
+        );
+        let params = ListParams::default().labels(&selector);
+        match api
+            .delete_collection(&DeleteParams::default(), &params)
+            .await
+        {
+            Ok(_) => {}
+            Err(kube::Error::Api(s)) if refused(s.code) => {
+                warn!(object = ?key, reason = %s.reason, "removing the rollout revisions was refused; the garbage collector will");
+            }
+            Err(e) => return Err(super::super::action::Error::Revisions(e)),
+        }
+        self.shared.revisions.forget(&ns, &prefix);
+        Ok(())
+    }
+
     /// The content (template and overrides) of revision `hash`, when it is stored.
     pub(super) async fn revision(
         &self,
@@ -194,5 +269,57 @@ mod tests {
         assert_eq!(stored(Some(&revision(&["b"])), "b"), Stored::Keep);
         assert_eq!(stored(Some(&revision(&["a"])), "b"), Stored::Replace);
         assert_eq!(stored(Some(&revision(&[])), "b"), Stored::Replace);
+    }
+
+    #[test]
+    fn revisions_go_with_a_rolled_out_object_unless_its_dependents_are_orphaned() {
+        let none: &[String] = &[];
+        let orphan = ["orphan".to_owned()];
+        assert!(revisions_to_remove(none, Some("Progressive"), false));
+        assert!(revisions_to_remove(none, Some("Canary"), false));
+        // The rollout was removed from the spec, its revisions are still known.
+        assert!(revisions_to_remove(none, None, true));
+        // Never rolled out progressively: nothing to remove, no request.
+        assert!(!revisions_to_remove(none, None, false));
+        assert!(!revisions_to_remove(none, Some("All"), false));
+        // `propagationPolicy: Orphan`: the garbage collector keeps them, so do we.
+        assert!(!revisions_to_remove(&orphan, Some("Progressive"), true));
+    }
+
+    #[test]
+    fn a_refusal_is_left_to_the_collector_and_a_failure_to_answer_is_retried() {
+        assert!(refused(403) && refused(404) && refused(405));
+        assert!(!refused(500) && !refused(503) && !refused(429) && !refused(504));
+    }
+
+    #[test]
+    fn forgetting_an_objects_revisions_keeps_the_others() {
+        let r = Revisions::default();
+        let at = |ns: &str, n: &str| (ns.to_owned(), n.to_owned());
+        r.put(
+            at("a", "federateddeployment-web-1"),
+            Value::Null,
+            "u".into(),
+        );
+        r.put(
+            at("a", "federateddeployment-web-2"),
+            Value::Null,
+            "u".into(),
+        );
+        r.put(
+            at("a", "federateddeployment-webx-1"),
+            Value::Null,
+            "v".into(),
+        );
+        r.put(
+            at("b", "federateddeployment-web-1"),
+            Value::Null,
+            "w".into(),
+        );
+        assert!(r.knows("a", "federateddeployment-web-"));
+        r.forget("a", "federateddeployment-web-");
+        assert!(!r.knows("a", "federateddeployment-web-"));
+        assert!(r.get(&at("a", "federateddeployment-webx-1")).is_some());
+        assert!(r.get(&at("b", "federateddeployment-web-1")).is_some());
     }
 }
