@@ -475,9 +475,14 @@ async fn create_bystanders(m1: &Api<ConfigMap>) -> anyhow::Result<[ConfigMap; 2]
     ])
 }
 
+/// The unready-cluster deletion timeout of the strays test: member1, stopped as the
+/// control plane starts, must be back and seen Ready within it. Twice the tests' usual 20 s,
+/// so that a restart slowed by the tests running beside it stays inside.
+const STRAYS_DELETION_TIMEOUT: Duration = Duration::from_secs(40);
+
 /// With the control plane stopped, `stray` is deleted without its finalizer (its member
-/// copies stay behind) and an orphaning deletion of `late` starts more than the
-/// unready-cluster timeout (20 s) before the restart.
+/// copies stay behind), the unready-cluster timeout becomes [`STRAYS_DELETION_TIMEOUT`] and
+/// an orphaning deletion of `late` starts more than that timeout before the restart.
 async fn delete_while_the_control_plane_is_down(
     fed: &mut Federation,
     stray: &FederatedRef,
@@ -497,8 +502,19 @@ async fn delete_while_the_control_plane_is_down(
     for m in &fed.members {
         assert!(config_maps(m, "demo").get_opt("stray").await?.is_some());
     }
+    let cfgs: Api<flotilla_crds::KubeFedConfig> =
+        Api::namespaced(fed.host.clone(), DEFAULT_NAMESPACE);
+    let timeout = format!("{}s", STRAYS_DELETION_TIMEOUT.as_secs());
+    cfgs.patch(
+        "kubefed",
+        &PatchParams::default(),
+        &Patch::Merge(
+            json!({"spec": {"syncController": {"unreadyClusterDeletionTimeout": timeout}}}),
+        ),
+    )
+    .await?;
     late.delete().await?;
-    tokio::time::sleep(Duration::from_secs(21)).await;
+    tokio::time::sleep(STRAYS_DELETION_TIMEOUT + Duration::from_secs(1)).await;
     Ok(())
 }
 
