@@ -5,9 +5,10 @@
 //! default, left in place under `Report`, left alone under `drift-ignore`, and no longer
 //! fought over once the writer keeps undoing the repair.
 //!
-//! The first scenario counts `flotilla_drift_total`, which every drift in the federation
-//! moves, so it has a federation of its own; the other three share one, each in its own
-//! namespace (`report_ignore_and_fight_on_one_federation`).
+//! All four scenarios share one federation, each in its own namespace
+//! (`repair_report_ignore_and_fight_on_one_federation`). The first counts
+//! `flotilla_drift_total`, which every drift in the federation moves (the others write as
+//! the same managers), so it runs alone before the other three run together.
 
 use std::time::Duration;
 
@@ -22,7 +23,6 @@ use flotilla_tests::{
     objects::FederatedObject,
     scenario,
     scenarios::run_all,
-    setup::federation_with_namespace,
     wait_for,
 };
 use kube::Api;
@@ -52,11 +52,10 @@ fn image(image: &str) -> serde_json::Value {
     json!({"spec": {"template": {"spec": {"containers": [{"name": "web", "image": image}]}}}})
 }
 
-#[tokio::test]
-async fn a_scale_and_an_edit_in_a_member_are_repaired_and_named_in_status_events_and_metrics()
--> anyhow::Result<()> {
-    let fed = federation_with_namespace(1, NS).await?;
-    let r = web(&fed, NS, &[]).await?;
+async fn a_scale_and_an_edit_in_a_member_are_repaired_and_named_in_status_events_and_metrics(
+    fed: &Federation,
+) -> anyhow::Result<()> {
+    let r = web(fed, NS, &[]).await?;
     let m1 = &fed.members[0];
 
     write_as(m1, NS, "web", "kubectl-scale", scale_to(5)).await?;
@@ -134,11 +133,20 @@ async fn a_scale_and_an_edit_in_a_member_are_repaired_and_named_in_status_events
     Ok(())
 }
 
-/// The scenarios that share one federation, each in its own namespace.
+/// The scenarios that share one federation, each in its own namespace: the one that
+/// counts drifts first and alone, then the other three at once.
 #[tokio::test]
-async fn report_ignore_and_fight_on_one_federation() -> anyhow::Result<()> {
+async fn repair_report_ignore_and_fight_on_one_federation() -> anyhow::Result<()> {
     let fed = federation(1).await?;
     let fed = &fed;
+    run_all(
+        fed,
+        vec![scenario!(
+            fed,
+            NS => a_scale_and_an_edit_in_a_member_are_repaired_and_named_in_status_events_and_metrics
+        )],
+    )
+    .await;
     run_all(
         fed,
         vec![

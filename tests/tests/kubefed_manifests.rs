@@ -4,10 +4,12 @@
 
 use anyhow::ensure;
 use flotilla_tests::{
-    federation::{apply, federated, federated_namespace, federation},
+    federation::{Federation, apply, federated, federation},
     host::FederatedRef,
     init_tracing,
     requests::writes,
+    scenario,
+    scenarios::run_all,
 };
 use std::time::Duration;
 
@@ -24,12 +26,32 @@ use serde_json::json;
 
 const NS: &str = "kubefed-sample";
 
+/// Both scenarios share one federation, each in its own namespace: the schema scenario
+/// restarts only the ConfigMap type's controller and counts only FederatedConfigMap
+/// writes, which the other scenario (Services and Deployments) never makes.
 #[tokio::test]
-async fn services_and_deployments_whose_ports_omit_protocol_propagate_with_tcp()
--> anyhow::Result<()> {
+async fn kubefed_manifests_on_one_federation() -> anyhow::Result<()> {
     init_tracing();
     let fed = federation(2).await?;
-    federated_namespace(&fed, NS).await?;
+    let fed = &fed;
+    run_all(
+        fed,
+        vec![
+            scenario!(fed, NS => services_and_deployments_whose_ports_omit_protocol_propagate_with_tcp),
+            scenario!(
+                fed,
+                "kubefed-schema",
+                a_crd_that_prunes_status_messages_causes_no_status_write_loop
+            ),
+        ],
+    )
+    .await;
+    Ok(())
+}
+
+async fn services_and_deployments_whose_ports_omit_protocol_propagate_with_tcp(
+    fed: &Federation,
+) -> anyhow::Result<()> {
     // As kubefed's example/sample1 writes them: no `protocol` anywhere.
     let svc = json!({
         "apiVersion": "types.kubefed.io/v1beta1", "kind": "FederatedService",
@@ -101,12 +123,10 @@ async fn services_and_deployments_whose_ports_omit_protocol_propagate_with_tcp()
 /// kubefed's own CRDs declare no `status.clusters[].message`: the API server drops the
 /// message Flotilla writes. The controller must compare statuses as they are stored, or
 /// every status write (a watch event) reconciles and writes again, forever.
-#[tokio::test]
-async fn a_crd_that_prunes_status_messages_causes_no_status_write_loop() -> anyhow::Result<()> {
-    init_tracing();
-    let fed = federation(2).await?;
-    let ns = "kubefed-schema";
-    federated_namespace(&fed, ns).await?;
+async fn a_crd_that_prunes_status_messages_causes_no_status_write_loop(
+    fed: &Federation,
+    ns: &str,
+) -> anyhow::Result<()> {
     // kubefed's status schema: no per-cluster message.
     let crds: Api<CustomResourceDefinition> = Api::all(fed.host.clone());
     let path = "/spec/versions/0/schema/openAPIV3Schema/properties/status/properties/clusters/items/properties/message";

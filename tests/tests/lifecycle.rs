@@ -20,7 +20,7 @@ use flotilla_tests::{
     member::{config_maps, data_is, data_value, deployments},
     objects::{FederatedObject, config_map, create_namespace},
     scenario,
-    scenarios::run_all,
+    scenarios::{run_all, run_concurrently},
     setup::federation_with_namespace,
     wait::{wait_absent, wait_object},
     wait_for,
@@ -198,11 +198,16 @@ async fn a_held_member_object_delays_deletion(
     held.wait_gone(T).await
 }
 
-/// Deletion and immutable fields share one federation, each in its own namespace; the
-/// other scenarios stop a member or the control plane, change the KubeFedConfig or join
-/// the host, and keep a federation of their own.
+/// Deletion, adoption and immutable fields share one federation, each in its own
+/// namespace; the adoption scenario turns adoption off, which the other two never rely on
+/// (they create no member object ahead of Flotilla). Federated namespaces come after them,
+/// with adoption on again: that scenario joins the host as a member (every federated object
+/// would then be placed there too) and needs the members' system namespaces adopted. The
+/// unready-member and strays scenarios stop a member or the control plane and keep a
+/// federation of their own.
 #[tokio::test]
-async fn deletion_and_immutable_fields_on_one_federation() -> anyhow::Result<()> {
+async fn deletion_adoption_immutable_fields_and_federated_namespaces_on_one_federation()
+-> anyhow::Result<()> {
     let fed = federation(2).await?;
     let fed = &fed;
     run_all(
@@ -211,12 +216,37 @@ async fn deletion_and_immutable_fields_on_one_federation() -> anyhow::Result<()>
             scenario!(fed, "demo" => deleting_federated_objects_removes_member_objects_first_and_honours_delete_options_and_orphaning),
             scenario!(
                 fed,
+                "adopt",
+                pre_existing_objects_are_adopted_unless_disabled_and_managed_false_objects_are_never_touched
+            ),
+            scenario!(
+                fed,
                 "immutable",
                 an_immutable_field_change_fails_with_the_servers_message_or_recreates_when_annotated
             ),
         ],
     )
     .await;
+    set_adoption(fed, "Enabled").await?;
+    run_concurrently(vec![scenario!(
+        namespace_placement_bounds_namespaced_objects_and_deleting_a_federated_namespace_removes_it_except_system_namespaces(fed)
+    )])
+    .await;
+    Ok(())
+}
+
+/// Sets the KubeFedConfig's `adoptResources` and gives the registry, which follows it
+/// through a watch, time to see it.
+async fn set_adoption(fed: &Federation, mode: &str) -> anyhow::Result<()> {
+    let cfgs: Api<flotilla_crds::KubeFedConfig> =
+        Api::namespaced(fed.host.clone(), DEFAULT_NAMESPACE);
+    cfgs.patch(
+        "kubefed",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"spec": {"syncController": {"adoptResources": mode}}})),
+    )
+    .await?;
+    tokio::time::sleep(Duration::from_secs(2)).await;
     Ok(())
 }
 
@@ -363,7 +393,7 @@ async fn an_unready_member_holds_deletion_until_the_timeout_keeps_orphaned_copie
     Ok(())
 }
 
-/// Creates plain ConfigMap `demo/name` in a cluster, data `k: <value>`.
+/// Creates plain ConfigMap `name` through `api` (a cluster and namespace), data `k: <value>`.
 async fn create_plain(
     api: &Api<ConfigMap>,
     name: &str,
@@ -382,23 +412,15 @@ async fn create_plain(
 /// Returns the federated object and the untouched member object.
 async fn adoption_disabled_leaves_pre2_alone(
     fed: &Federation,
+    ns: &str,
 ) -> anyhow::Result<(FederatedRef, ConfigMap)> {
     let (m1, m2) = (
-        config_maps(&fed.members[0], "demo"),
-        config_maps(&fed.members[1], "demo"),
+        config_maps(&fed.members[0], ns),
+        config_maps(&fed.members[1], ns),
     );
-    let cfgs: Api<flotilla_crds::KubeFedConfig> =
-        Api::namespaced(fed.host.clone(), DEFAULT_NAMESPACE);
-    cfgs.patch(
-        "kubefed",
-        &PatchParams::default(),
-        &Patch::Merge(json!({"spec": {"syncController": {"adoptResources": "Disabled"}}})),
-    )
-    .await?;
-    // The registry follows the KubeFedConfig through a watch.
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    set_adoption(fed, "Disabled").await?;
     let untouched = create_plain(&m1, "pre2", &[], "old").await?;
-    let pre2 = FederatedObject::config_map("demo", "pre2", json!({"k": "new"}))
+    let pre2 = FederatedObject::config_map(ns, "pre2", json!({"k": "new"}))
         .apply(&fed.host)
         .await?;
     pre2.wait_cluster_reasons(&[("member1", "AlreadyExists"), ("member2", "")])
@@ -414,18 +436,18 @@ async fn adoption_disabled_leaves_pre2_alone(
     Ok((pre2, untouched))
 }
 
-#[tokio::test]
-async fn pre_existing_objects_are_adopted_unless_disabled_and_managed_false_objects_are_never_touched()
--> anyhow::Result<()> {
-    let fed = ready_federation().await?;
+async fn pre_existing_objects_are_adopted_unless_disabled_and_managed_false_objects_are_never_touched(
+    fed: &Federation,
+    ns: &str,
+) -> anyhow::Result<()> {
     let (m1, m2) = (
-        config_maps(&fed.members[0], "demo"),
-        config_maps(&fed.members[1], "demo"),
+        config_maps(&fed.members[0], ns),
+        config_maps(&fed.members[1], ns),
     );
     // member1: an unlabelled object of the same name; member2: one marked managed=false.
     create_plain(&m1, "pre", &[], "old").await?;
     let hands_off = create_plain(&m2, "pre", &[(MANAGED, "false")], "mine").await?;
-    let pre = FederatedObject::config_map("demo", "pre", json!({"k": "new"}))
+    let pre = FederatedObject::config_map(ns, "pre", json!({"k": "new"}))
         .apply(&fed.host)
         .await?;
     wait_object(T, &m1, "pre", |live| {
@@ -445,7 +467,7 @@ async fn pre_existing_objects_are_adopted_unless_disabled_and_managed_false_obje
         Some("CheckClusters")
     );
 
-    let (pre2, untouched) = adoption_disabled_leaves_pre2_alone(&fed).await?;
+    let (pre2, untouched) = adoption_disabled_leaves_pre2_alone(fed, ns).await?;
 
     // Deleting the federated objects leaves the objects Flotilla does not manage.
     pre.delete().await?;
@@ -688,20 +710,19 @@ async fn only_member_namespaces_are_deleted(
     Ok(())
 }
 
-#[tokio::test]
-async fn namespace_placement_bounds_namespaced_objects_and_deleting_a_federated_namespace_removes_it_except_system_namespaces()
--> anyhow::Result<()> {
-    let fed = ready_federation().await?;
+async fn namespace_placement_bounds_namespaced_objects_and_deleting_a_federated_namespace_removes_it_except_system_namespaces(
+    fed: &Federation,
+) -> anyhow::Result<()> {
     for ns in ["solo", "plain"] {
         create_namespace(&fed.host, ns).await?;
     }
-    join_the_host_as_a_member(&fed).await?;
+    join_the_host_as_a_member(fed).await?;
     let solo_uid = Api::<Namespace>::all(fed.host.clone())
         .get("solo")
         .await?
         .uid();
-    namespace_placement_bounds_its_objects(&fed).await?;
-    system_namespaces_are_labelled(&fed).await?;
+    namespace_placement_bounds_its_objects(fed).await?;
+    system_namespaces_are_labelled(fed).await?;
 
     for ns in ["solo", "default", DEFAULT_NAMESPACE] {
         FederatedObject::namespace(ns)
@@ -709,13 +730,13 @@ async fn namespace_placement_bounds_namespaced_objects_and_deleting_a_federated_
             .delete()
             .await?;
     }
-    only_member_namespaces_are_deleted(&fed, solo_uid).await?;
+    only_member_namespaces_are_deleted(fed, solo_uid).await?;
     // Without its FederatedNamespace, the ConfigMap is placed nowhere.
     FederatedObject::config_map("solo", "cfg", json!({}))
         .in_host(&fed.host)
         .wait_not_propagated("NamespaceNotFederated")
         .await?;
-    let set = control_plane(&fed)?.clusters.clone();
+    let set = control_plane(fed)?.clusters.clone();
     assert_eq!(set.ready().len(), 3, "a member lost its join namespace");
     Ok(())
 }

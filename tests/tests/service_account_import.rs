@@ -37,51 +37,53 @@ where
     Ok(api.create(&PostParams::default(), &obj).await?)
 }
 
-/// Namespace `foo` in the host, and in member1 a ServiceAccount `reader` that may list
-/// ConfigMaps in `foo` (and nothing else), plus a ConfigMap to list.
-async fn setup(fed: &Federation) -> anyhow::Result<()> {
+/// Namespace `ns` in the host, and in member1 a ServiceAccount `reader` that may list
+/// ConfigMaps in `ns` (and nothing else), plus a ConfigMap to list.
+async fn setup(fed: &Federation, ns: &str) -> anyhow::Result<()> {
     let member = &fed.members[0];
     for client in [&fed.host, member] {
         let namespaces: Api<Namespace> = Api::all(client.clone());
-        create(&namespaces, json!({"metadata": {"name": NS}})).await?;
+        create(&namespaces, json!({"metadata": {"name": ns}})).await?;
     }
     create(
-        &Api::<ServiceAccount>::namespaced(member.clone(), NS),
+        &Api::<ServiceAccount>::namespaced(member.clone(), ns),
         json!({"metadata": {"name": "reader"}}),
     )
     .await?;
     create(
-        &Api::<Role>::namespaced(member.clone(), NS),
+        &Api::<Role>::namespaced(member.clone(), ns),
         json!({"metadata": {"name": "list-configmaps"},
                "rules": [{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["list"]}]}),
     )
     .await?;
     create(
-        &Api::<RoleBinding>::namespaced(member.clone(), NS),
+        &Api::<RoleBinding>::namespaced(member.clone(), ns),
         json!({"metadata": {"name": "reader"},
                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "list-configmaps"},
-               "subjects": [{"kind": "ServiceAccount", "name": "reader", "namespace": NS}]}),
+               "subjects": [{"kind": "ServiceAccount", "name": "reader", "namespace": ns}]}),
     )
     .await?;
     create(
-        &Api::<ConfigMap>::namespaced(member.clone(), NS),
+        &Api::<ConfigMap>::namespaced(member.clone(), ns),
         json!({"metadata": {"name": "in-member1"}, "data": {"k": "v"}}),
     )
     .await?;
     Ok(())
 }
 
-fn imports(fed: &Federation) -> Api<ServiceAccountImport> {
-    Api::namespaced(fed.host.clone(), NS)
+fn imports(fed: &Federation, ns: &str) -> Api<ServiceAccountImport> {
+    Api::namespaced(fed.host.clone(), ns)
 }
 
-fn secrets(fed: &Federation) -> Api<Secret> {
-    Api::namespaced(fed.host.clone(), NS)
+fn secrets(fed: &Federation, ns: &str) -> Api<Secret> {
+    Api::namespaced(fed.host.clone(), ns)
 }
 
-/// Creates an import of `cluster`'s `foo/<sa>`, with a refresh fraction when given.
+/// Creates an import `ns/name` of `cluster`'s `ns/<sa>`, with a refresh fraction when
+/// given.
 async fn import(
     fed: &Federation,
+    ns: &str,
     name: &str,
     cluster: &str,
     sa: &str,
@@ -91,17 +93,18 @@ async fn import(
         "apiVersion": "multicluster.flotilla.io/v1alpha1",
         "kind": "ServiceAccountImport",
         "metadata": {"name": name},
-        "spec": {"clusterName": cluster, "namespace": NS, "name": sa, "expirationSeconds": 600},
+        "spec": {"clusterName": cluster, "namespace": ns, "name": sa, "expirationSeconds": 600},
     });
     if let Some(f) = refresh_fraction {
         obj["metadata"]["annotations"] = json!({REFRESH_FRACTION_ANNOTATION: f});
     }
-    create(&imports(fed), obj).await
+    create(&imports(fed, ns), obj).await
 }
 
 /// Waits until the import's Ready condition has `reason`; returns the import.
 async fn wait_reason(
     fed: &Federation,
+    ns: &str,
     name: &str,
     reason: &str,
 ) -> anyhow::Result<ServiceAccountImport> {
@@ -109,7 +112,7 @@ async fn wait_reason(
         T,
         &format!("import {name} with reason {reason}"),
         || async {
-            let i = imports(fed).get(name).await?;
+            let i = imports(fed, ns).get(name).await?;
             let got = i
                 .status
                 .as_ref()
@@ -140,26 +143,42 @@ async fn client_from(secret: &Secret) -> anyhow::Result<Client> {
     Ok(Client::try_from(config)?)
 }
 
-async fn wait_secret(fed: &Federation, name: &str) -> anyhow::Result<Secret> {
+async fn wait_secret(fed: &Federation, ns: &str, name: &str) -> anyhow::Result<Secret> {
     wait_for(T, &format!("Secret {name}"), || async {
-        secrets(fed).get_opt(name).await?.context("not yet")
+        secrets(fed, ns).get_opt(name).await?.context("not yet")
     })
     .await
 }
 
+/// Both scenarios share one federation, each in its own namespace, one after the other:
+/// the first restarts the control plane, which must not happen while the second waits for
+/// refreshes and counts its reconciles in the control plane's metrics.
 #[tokio::test]
-async fn an_import_gives_the_remote_service_accounts_identity_and_nothing_more()
--> anyhow::Result<()> {
+async fn imports_on_one_federation() -> anyhow::Result<()> {
     init_tracing();
     let mut fed = federation(1).await?;
-    setup(&fed).await?;
-    import(&fed, "reader-m1", "member1", "reader", None).await?;
-    let ready = wait_reason(&fed, "reader-m1", "TokenIssued").await?;
+    an_import_gives_the_remote_service_accounts_identity_and_nothing_more(&mut fed, NS)
+        .await
+        .context(
+            "scenario an_import_gives_the_remote_service_accounts_identity_and_nothing_more",
+        )?;
+    tokens_are_refreshed_at_the_refresh_point_and_failures_are_reported(&fed, "refresh")
+        .await
+        .context("scenario tokens_are_refreshed_at_the_refresh_point_and_failures_are_reported")
+}
+
+async fn an_import_gives_the_remote_service_accounts_identity_and_nothing_more(
+    fed: &mut Federation,
+    ns: &str,
+) -> anyhow::Result<()> {
+    setup(fed, ns).await?;
+    import(fed, ns, "reader-m1", "member1", "reader", None).await?;
+    let ready = wait_reason(fed, ns, "reader-m1", "TokenIssued").await?;
     let status = ready.status.clone().context("status")?;
     assert_eq!(status.secret_name.as_deref(), Some("reader-m1-kubeconfig"));
     assert!(status.expiration_timestamp.is_some());
-    let secret = wait_secret(&fed, "reader-m1-kubeconfig").await?;
-    assert_eq!(value(&secret, "namespace")?, NS);
+    let secret = wait_secret(fed, ns, "reader-m1-kubeconfig").await?;
+    assert_eq!(value(&secret, "namespace")?, ns);
     assert_eq!(
         secret.owner_references()[0].uid,
         ready.uid().context("uid")?,
@@ -169,11 +188,11 @@ async fn an_import_gives_the_remote_service_accounts_identity_and_nothing_more()
     // The kubeconfig alone reaches member1 (TLS verified with the CA it carries) as the
     // remote ServiceAccount: ConfigMaps in foo are listed, Secrets are forbidden.
     let remote = client_from(&secret).await?;
-    let cms = Api::<ConfigMap>::namespaced(remote.clone(), NS)
+    let cms = Api::<ConfigMap>::namespaced(remote.clone(), ns)
         .list(&ListParams::default())
         .await?;
     assert!(cms.items.iter().any(|c| c.name_any() == "in-member1"));
-    let denied = Api::<Secret>::namespaced(remote, NS)
+    let denied = Api::<Secret>::namespaced(remote, ns)
         .list(&ListParams::default())
         .await;
     assert!(
@@ -183,9 +202,9 @@ async fn an_import_gives_the_remote_service_accounts_identity_and_nothing_more()
 
     // In the steady state nothing is written: not the Secret, not the import's status.
     tokio::time::sleep(Duration::from_secs(6)).await;
-    let secret_now = secrets(&fed).get("reader-m1-kubeconfig").await?;
+    let secret_now = secrets(fed, ns).get("reader-m1-kubeconfig").await?;
     assert_eq!(secret_now.resource_version(), secret.resource_version());
-    let import_now = imports(&fed).get("reader-m1").await?;
+    let import_now = imports(fed, ns).get("reader-m1").await?;
     assert_eq!(import_now.resource_version(), ready.resource_version());
 
     // A restarted control plane reads the refresh point from the Secret's annotations: it
@@ -195,17 +214,17 @@ async fn an_import_gives_the_remote_service_accounts_identity_and_nothing_more()
     }
     fed.control_plane = Some(bootstrap().start_control_plane(&fed.host, 1).await?);
     tokio::time::sleep(Duration::from_secs(6)).await;
-    let after_restart = secrets(&fed).get("reader-m1-kubeconfig").await?;
+    let after_restart = secrets(fed, ns).get("reader-m1-kubeconfig").await?;
     assert_eq!(after_restart.resource_version(), secret.resource_version());
-    let import_after = imports(&fed).get("reader-m1").await?;
+    let import_after = imports(fed, ns).get("reader-m1").await?;
     assert_eq!(import_after.resource_version(), ready.resource_version());
 
     // A deleted Secret is recreated.
-    secrets(&fed)
+    secrets(fed, ns)
         .delete("reader-m1-kubeconfig", &DeleteParams::default())
         .await?;
     wait_for(T, "the Secret recreated", || async {
-        let s = secrets(&fed)
+        let s = secrets(fed, ns)
             .get_opt("reader-m1-kubeconfig")
             .await?
             .context("gone")?;
@@ -215,12 +234,12 @@ async fn an_import_gives_the_remote_service_accounts_identity_and_nothing_more()
     .await?;
 
     // A deleted import takes its Secret with it (the host's garbage collector).
-    imports(&fed)
+    imports(fed, ns)
         .delete("reader-m1", &DeleteParams::default())
         .await?;
     wait_for(T, "the Secret garbage-collected", || async {
         ensure!(
-            secrets(&fed)
+            secrets(fed, ns)
                 .get_opt("reader-m1-kubeconfig")
                 .await?
                 .is_none(),
@@ -232,18 +251,17 @@ async fn an_import_gives_the_remote_service_accounts_identity_and_nothing_more()
     Ok(())
 }
 
-#[tokio::test]
-async fn tokens_are_refreshed_at_the_refresh_point_and_failures_are_reported() -> anyhow::Result<()>
-{
-    init_tracing();
-    let fed = federation(1).await?;
-    setup(&fed).await?;
+async fn tokens_are_refreshed_at_the_refresh_point_and_failures_are_reported(
+    fed: &Federation,
+    ns: &str,
+) -> anyhow::Result<()> {
+    setup(fed, ns).await?;
 
     // An unknown cluster and a missing ServiceAccount: reasons, and no Secret.
-    import(&fed, "nowhere", "no-such-cluster", "reader", None).await?;
-    wait_reason(&fed, "nowhere", "ClusterNotFound").await?;
-    import(&fed, "missing", "member1", "no-such-sa", None).await?;
-    let missing = wait_reason(&fed, "missing", "ServiceAccountNotFound").await?;
+    import(fed, ns, "nowhere", "no-such-cluster", "reader", None).await?;
+    wait_reason(fed, ns, "nowhere", "ClusterNotFound").await?;
+    import(fed, ns, "missing", "member1", "no-such-sa", None).await?;
+    let missing = wait_reason(fed, ns, "missing", "ServiceAccountNotFound").await?;
     ensure!(
         missing
             .status
@@ -252,18 +270,23 @@ async fn tokens_are_refreshed_at_the_refresh_point_and_failures_are_reported() -
             .is_none(),
         "no Secret for a failed import"
     );
-    ensure!(secrets(&fed).get_opt("missing-kubeconfig").await?.is_none());
+    ensure!(
+        secrets(fed, ns)
+            .get_opt("missing-kubeconfig")
+            .await?
+            .is_none()
+    );
 
     // 1 % of a 600 s lifetime: refreshed about every 6 s; the default 80 % is not.
-    import(&fed, "fast", "member1", "reader", Some("0.01")).await?;
-    import(&fed, "slow", "member1", "reader", None).await?;
-    wait_reason(&fed, "fast", "TokenIssued").await?;
-    wait_reason(&fed, "slow", "TokenIssued").await?;
-    let fast = wait_secret(&fed, "fast-kubeconfig").await?;
-    let slow = wait_secret(&fed, "slow-kubeconfig").await?;
+    import(fed, ns, "fast", "member1", "reader", Some("0.01")).await?;
+    import(fed, ns, "slow", "member1", "reader", None).await?;
+    wait_reason(fed, ns, "fast", "TokenIssued").await?;
+    wait_reason(fed, ns, "slow", "TokenIssued").await?;
+    let fast = wait_secret(fed, ns, "fast-kubeconfig").await?;
+    let slow = wait_secret(fed, ns, "slow-kubeconfig").await?;
     let first_token = value(&fast, "token")?;
     wait_for(T, "the fast import's token re-requested", || async {
-        let s = secrets(&fed).get("fast-kubeconfig").await?;
+        let s = secrets(fed, ns).get("fast-kubeconfig").await?;
         ensure!(value(&s, "token")? != first_token, "same token");
         ensure!(
             s.annotations().get(EXPIRATION_ANNOTATION)
@@ -274,7 +297,7 @@ async fn tokens_are_refreshed_at_the_refresh_point_and_failures_are_reported() -
         Ok(())
     })
     .await?;
-    let slow_now = secrets(&fed).get("slow-kubeconfig").await?;
+    let slow_now = secrets(fed, ns).get("slow-kubeconfig").await?;
     assert_eq!(
         slow_now.resource_version(),
         slow.resource_version(),
@@ -283,11 +306,11 @@ async fn tokens_are_refreshed_at_the_refresh_point_and_failures_are_reported() -
 
     // The remote ServiceAccount deleted: the next refresh fails with the reason, the
     // previous (still valid) token stays in the Secret, and the Event carries no token.
-    let kept = secrets(&fed).get("fast-kubeconfig").await?;
-    Api::<ServiceAccount>::namespaced(fed.members[0].clone(), NS)
+    let kept = secrets(fed, ns).get("fast-kubeconfig").await?;
+    Api::<ServiceAccount>::namespaced(fed.members[0].clone(), ns)
         .delete("reader", &DeleteParams::default())
         .await?;
-    let failed = wait_reason(&fed, "fast", "ServiceAccountNotFound").await?;
+    let failed = wait_reason(fed, ns, "fast", "ServiceAccountNotFound").await?;
     let condition = failed
         .status
         .as_ref()
@@ -301,10 +324,10 @@ async fn tokens_are_refreshed_at_the_refresh_point_and_failures_are_reported() -
             .is_some_and(|m| m.contains("keeps the previous token")),
         "{condition:?}"
     );
-    let still = secrets(&fed).get("fast-kubeconfig").await?;
+    let still = secrets(fed, ns).get("fast-kubeconfig").await?;
     assert_eq!(value(&still, "token")?, value(&kept, "token")?);
     let events = wait_for(T, "a ServiceAccountNotFound Event", || async {
-        let e = events_about(&fed.host, NS, "fast", "ServiceAccountNotFound").await?;
+        let e = events_about(&fed.host, ns, "fast", "ServiceAccountNotFound").await?;
         ensure!(!e.is_empty(), "no Event yet");
         Ok(e)
     })

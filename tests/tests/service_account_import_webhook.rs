@@ -13,7 +13,7 @@ use flotilla_tests::{federation::federation, init_tracing, wait_for};
 use flotilla_webhook::{self as webhook, WebhookOptions, rotation::Policy};
 use k8s_openapi::api::{
     admissionregistration::v1::MutatingWebhookConfiguration,
-    core::v1::{Namespace, Pod, ServiceAccount},
+    core::v1::{Namespace, Pod, Secret, ServiceAccount},
 };
 use kube::{
     Api, Client,
@@ -94,12 +94,29 @@ fn sai_volumes(pod: &Pod) -> Vec<(String, String)> {
         .collect()
 }
 
-#[tokio::test]
-async fn annotated_pods_in_enabled_namespaces_get_the_imports_secret_mounted() -> anyhow::Result<()>
-{
+/// Both scenarios share one federation, one after the other: each installs the same
+/// MutatingWebhookConfiguration and serves with the same certificate Secret. The first
+/// removes its configuration when done; its Secret (a certificate for 30 days) is deleted
+/// before the second, which must start from none to see its short-lived ones rotate.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_webhook_on_one_federation() -> anyhow::Result<()> {
     init_tracing();
     let fed = federation(1).await?;
     let host = fed.host.clone();
+    annotated_pods_in_enabled_namespaces_get_the_imports_secret_mounted(host.clone())
+        .await
+        .context("scenario annotated_pods_in_enabled_namespaces_get_the_imports_secret_mounted")?;
+    Api::<Secret>::namespaced(host.clone(), DEFAULT_NAMESPACE)
+        .delete(webhook::DEFAULT_CERT_SECRET, &DeleteParams::default())
+        .await?;
+    certificates_rotate_while_pods_keep_being_admitted(host)
+        .await
+        .context("scenario certificates_rotate_while_pods_keep_being_admitted")
+}
+
+async fn annotated_pods_in_enabled_namespaces_get_the_imports_secret_mounted(
+    host: Client,
+) -> anyhow::Result<()> {
     namespace(&host, "enabled", true).await?;
     namespace(&host, "plain", false).await?;
     let import: ServiceAccountImport = serde_json::from_value(json!({
@@ -239,10 +256,9 @@ async fn handshake(port: u16, bundle: &[String]) -> anyhow::Result<()> {
 
 /// The serving certificate and the CA the Secret holds now (PEM).
 async fn stored_cert_and_ca(host: &Client) -> anyhow::Result<(String, String)> {
-    let secret =
-        Api::<k8s_openapi::api::core::v1::Secret>::namespaced(host.clone(), DEFAULT_NAMESPACE)
-            .get(webhook::DEFAULT_CERT_SECRET)
-            .await?;
+    let secret = Api::<Secret>::namespaced(host.clone(), DEFAULT_NAMESPACE)
+        .get(webhook::DEFAULT_CERT_SECRET)
+        .await?;
     let data = secret.data.context("data")?;
     let text = |k: &str| -> anyhow::Result<String> {
         Ok(String::from_utf8(data.get(k).context("key")?.0.clone())?)
@@ -256,11 +272,7 @@ async fn stored_cert_and_ca(host: &Client) -> anyhow::Result<(String, String)> {
 /// throughout must be admitted and mounted each time; between Pods, a handshake with each
 /// replica every 200 ms must verify with the bundle published at that moment (the API
 /// server reuses connections, so Pods alone would miss a certificate it cannot verify).
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn certificates_rotate_while_pods_keep_being_admitted() -> anyhow::Result<()> {
-    init_tracing();
-    let fed = federation(1).await?;
-    let host = fed.host.clone();
+async fn certificates_rotate_while_pods_keep_being_admitted(host: Client) -> anyhow::Result<()> {
     namespace(&host, "rotating", true).await?;
     let import: ServiceAccountImport = serde_json::from_value(json!({
         "metadata": {"name": "m1"},
