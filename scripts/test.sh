@@ -34,8 +34,8 @@ cargo run -q -p flotilla-crds --bin crdcompat
 
 # Tests on real clusters wait on API servers more than they compute, so a few run at once.
 # A test that fails is run once more (nextest reports it as FLAKY if the retry passes), so a
-# timing hiccup on a loaded 2-core machine does not sink a run (.config/nextest.toml; one known
-# flake gets a third try there); FLOTILLA_TEST_RETRIES=0 disables retries.
+# timing hiccup on a loaded 2-core machine does not sink a run (.config/nextest.toml);
+# FLOTILLA_TEST_RETRIES=0 disables retries.
 if cargo nextest --version >/dev/null 2>&1; then
   retries=()
   if [ -n "${FLOTILLA_TEST_RETRIES:-}" ]; then retries=(--retries "$FLOTILLA_TEST_RETRIES"); fi

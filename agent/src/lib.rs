@@ -9,7 +9,8 @@
 //! ServiceExports to the host for Multi-Cluster Services ([`mcs`]).
 //!
 //! Writes happen only when something changed: an up-to-date member object is not applied
-//! again, and an unchanged report or record is not written (restarts included).
+//! again, and an unchanged report or record is not written (restarts included); a report is
+//! compared with the agent's own last write of it while the Work cache lags ([`reports`]).
 //! Decisions are in [`plan`]; member I/O in [`apply`]; the heartbeat in [`lease`]; metrics,
 //! probes and Events in [`observe`], the member's reasons for refusing in [`rejection`]; the
 //! credential check of `flotilla agent --check` in [`check`].
@@ -26,6 +27,7 @@ pub mod plan;
 pub mod rbac;
 pub mod records;
 pub mod rejection;
+pub mod reports;
 mod work;
 
 #[cfg(test)]
@@ -49,7 +51,9 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tracing::info;
 
-use self::{apply::Member, cache::ObjectCache, observe::Observer, records::Records};
+use self::{
+    apply::Member, cache::ObjectCache, observe::Observer, records::Records, reports::Reports,
+};
 use flotilla_crds::member::ORPHAN_LABEL;
 use flotilla_multicluster::http::MetricsAccess;
 use flotilla_multicluster::{
@@ -103,6 +107,8 @@ struct State {
     works_api: Api<Work>,
     applied_api: Api<AppliedWork>,
     records: Records,
+    /// The Work statuses this process wrote last.
+    reports: Reports,
     member: Member,
     /// Works seen labelled for orphaning: their objects are unlabelled, not deleted.
     orphaned: Mutex<HashSet<String>>,
@@ -144,6 +150,7 @@ impl Agent {
             works_api: Api::namespaced(opts.host.clone(), &namespace),
             applied_api: Api::all(opts.member.clone()),
             records: Records::new(applied_writer.as_reader(), &namespace),
+            reports: Reports::default(),
             member: Member::new(opts.member.clone(), &opts.own_namespace, objects),
             orphaned: Mutex::default(),
             queue: queue.clone(),

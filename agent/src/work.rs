@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use flotilla_crds::work::{
     APPLYING_ANNOTATION, AppliedResourceMeta, AppliedWork, AppliedWorkSpec, AppliedWorkStatus,
-    ResourceIdentifier, WORK_COLLECT_STATUS, Work,
+    ResourceIdentifier, WORK_COLLECT_STATUS, Work, WorkStatus,
 };
 use flotilla_multicluster::runner::Action;
 use kube::{
@@ -104,6 +104,7 @@ async fn remove_work(state: &State, name: &str) -> Result<Done, kube::Error> {
         .map(|_| ())
         .or_else(ignore_404)?;
     state.records.forget(name);
+    state.reports.forget(name);
     state.observer.metrics.forget(name);
     state
         .orphaned
@@ -116,6 +117,8 @@ async fn remove_work(state: &State, name: &str) -> Result<Done, kube::Error> {
 
 async fn sync_work(state: &State, work: &Work) -> Result<Done, kube::Error> {
     let name = work.name_any();
+    // The newer of the cached status and this process's own last write of it.
+    let previous = state.reports.previous(work);
     let mut record = state.records.get(&name);
     if !record.exists {
         record.intended = intended(work);
@@ -133,7 +136,7 @@ async fn sync_work(state: &State, work: &Work) -> Result<Done, kube::Error> {
         let cx = drift::Context {
             cluster: &state.cluster,
             policy: &policy,
-            previous: previous_drift(work, i),
+            previous: previous_drift(previous.as_ref(), i),
             secret: flotilla_crds::redact::is_secret_object(manifest),
         };
         let applied = state
@@ -155,7 +158,7 @@ async fn sync_work(state: &State, work: &Work) -> Result<Done, kube::Error> {
     } else if !record.unsaved.is_empty() {
         state.records.remember(&name, records, record.intended);
     }
-    report(state, work, &results).await?;
+    report(state, work, previous.as_ref(), &results).await?;
     if ok && !lagging {
         state.observer.metrics.settled(&name);
     }
@@ -239,9 +242,8 @@ fn intended(work: &Work) -> Vec<ResourceIdentifier> {
 }
 
 /// The `drift` entry the agent last reported for the Work's manifest `ordinal`.
-fn previous_drift(work: &Work, ordinal: usize) -> Option<&ClusterDrift> {
-    work.status
-        .as_ref()?
+fn previous_drift(previous: Option<&WorkStatus>, ordinal: usize) -> Option<&ClusterDrift> {
+    previous?
         .manifest_conditions
         .iter()
         .find(|m| usize::try_from(m.identifier.ordinal).ok() == Some(ordinal))?
@@ -281,17 +283,15 @@ async fn create_record(
     Ok(())
 }
 
-/// The Work's status, written only when it changed.
+/// The Work's status, written only when it changed from `previous`, the status the round
+/// started from ([`super::reports`]).
 async fn report(
     state: &State,
     work: &Work,
+    previous: Option<&WorkStatus>,
     results: &[plan::ManifestResult],
 ) -> Result<(), kube::Error> {
-    let (previous, generation, now) = (
-        work.status.as_ref(),
-        work.metadata.generation,
-        now_rfc3339(),
-    );
+    let (generation, now) = (work.metadata.generation, now_rfc3339());
     let status = plan::work_status(previous, results, generation, &now);
     let mut status = rejection::with_rejections(status, previous, results, generation, &now);
     status.drift_policy = drift::applied_policy(work.annotations());
@@ -299,13 +299,13 @@ async fn report(
         .observer
         .report_failures(work, previous, results)
         .await;
-    if work.status.as_ref() != Some(&status) {
+    if previous != Some(&status) {
         let mut patch = json!({"status": status});
         if status.drift_policy.is_none() {
             // A merge patch keeps an absent key: a policy the Work no longer carries goes.
             patch["status"]["driftPolicy"] = serde_json::Value::Null;
         }
-        state
+        let written = state
             .works_api
             .patch_status(
                 &work.name_any(),
@@ -313,6 +313,7 @@ async fn report(
                 &Patch::Merge(&patch),
             )
             .await?;
+        state.reports.wrote(&written);
     }
     Ok(())
 }

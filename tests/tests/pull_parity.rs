@@ -288,6 +288,9 @@ async fn in_a_pull_member_an_ignored_field_is_left_alone_and_a_fight_stops_the_r
     let web = fought.apply(host).await?;
     ignored.wait_propagated().await?;
     web.wait_propagated().await?;
+    // Propagated once the Work is written (the agent has not reported on it yet): the
+    // member object may still be on its way.
+    wait_replicas(pull, NS, "hpa", 2).await?;
 
     // Another controller owns replicas of `hpa`; an edit of its image is still repaired,
     // and that repair keeps the other controller's replicas.
