@@ -282,7 +282,13 @@ pub async fn execute(cli: Cli, ctx: Context) -> anyhow::Result<()> {
         }
         #[cfg(feature = "dev")]
         Command::Bench(opts) => {
-            let report = flotilla_dev::bench::run(opts).await?;
+            // A signal ends the run: dropping it stops its clusters and control plane.
+            let report = tokio::select! {
+                report = flotilla_dev::bench::run(opts) => report?,
+                () = ctx.shutdown.cancelled() => {
+                    anyhow::bail!("benchmark stopped by a signal before it finished; no report")
+                }
+            };
             ctx.out.write(report.table());
             Ok(())
         }
