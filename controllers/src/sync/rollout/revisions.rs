@@ -45,14 +45,22 @@ impl Revisions {
         let known = self.known.lock().unwrap_or_else(|e| e.into_inner());
         known
             .keys()
-            .any(|(n, name)| n == ns && name.starts_with(prefix))
+            .any(|(n, name)| n == ns && revision_of(name, prefix))
     }
 
     /// Forgets the revisions of the object `prefix` names in `ns`.
     fn forget(&self, ns: &str, prefix: &str) {
         let mut known = self.known.lock().unwrap_or_else(|e| e.into_inner());
-        known.retain(|(n, name), _| n != ns || !name.starts_with(prefix));
+        known.retain(|(n, name), _| n != ns || !revision_of(name, prefix));
     }
+}
+
+/// Whether the revision `name` is one of the object whose revisions start with `prefix`
+/// (`<kind>-<name>-`): a hash follows, which holds no `-`, so `web-canary`'s revisions are
+/// not `web`'s.
+fn revision_of(name: &str, prefix: &str) -> bool {
+    name.strip_prefix(prefix)
+        .is_some_and(|hash| !hash.is_empty() && !hash.contains('-'))
 }
 
 /// The Kubernetes finalizer of an object deleted with `propagationPolicy: Orphan`: its
@@ -316,10 +324,21 @@ mod tests {
             Value::Null,
             "w".into(),
         );
+        r.put(
+            at("a", "federateddeployment-web-canary-1"),
+            Value::Null,
+            "x".into(),
+        );
         assert!(r.knows("a", "federateddeployment-web-"));
         r.forget("a", "federateddeployment-web-");
         assert!(!r.knows("a", "federateddeployment-web-"));
         assert!(r.get(&at("a", "federateddeployment-webx-1")).is_some());
         assert!(r.get(&at("b", "federateddeployment-web-1")).is_some());
+        // Another object whose name starts with this one's.
+        assert!(
+            r.get(&at("a", "federateddeployment-web-canary-1"))
+                .is_some()
+        );
+        assert!(r.knows("a", "federateddeployment-web-canary-"));
     }
 }
