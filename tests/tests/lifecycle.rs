@@ -238,15 +238,21 @@ async fn deletion_adoption_immutable_fields_and_federated_namespaces_on_one_fede
 /// Sets the KubeFedConfig's `adoptResources` and gives the registry, which follows it
 /// through a watch, time to see it.
 async fn set_adoption(fed: &Federation, mode: &str) -> anyhow::Result<()> {
+    patch_sync_controller(fed, json!({"adoptResources": mode})).await?;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    Ok(())
+}
+
+/// Merges `fields` into the KubeFedConfig's `spec.syncController`.
+async fn patch_sync_controller(fed: &Federation, fields: Value) -> anyhow::Result<()> {
     let cfgs: Api<flotilla_crds::KubeFedConfig> =
         Api::namespaced(fed.host.clone(), DEFAULT_NAMESPACE);
     cfgs.patch(
-        "kubefed",
+        flotilla_crds::KUBEFED_CONFIG_NAME,
         &PatchParams::default(),
-        &Patch::Merge(json!({"spec": {"syncController": {"adoptResources": mode}}})),
+        &Patch::Merge(json!({"spec": {"syncController": fields}})),
     )
     .await?;
-    tokio::time::sleep(Duration::from_secs(2)).await;
     Ok(())
 }
 
@@ -524,17 +530,8 @@ async fn delete_while_the_control_plane_is_down(
     for m in &fed.members {
         assert!(config_maps(m, "demo").get_opt("stray").await?.is_some());
     }
-    let cfgs: Api<flotilla_crds::KubeFedConfig> =
-        Api::namespaced(fed.host.clone(), DEFAULT_NAMESPACE);
     let timeout = format!("{}s", STRAYS_DELETION_TIMEOUT.as_secs());
-    cfgs.patch(
-        "kubefed",
-        &PatchParams::default(),
-        &Patch::Merge(
-            json!({"spec": {"syncController": {"unreadyClusterDeletionTimeout": timeout}}}),
-        ),
-    )
-    .await?;
+    patch_sync_controller(fed, json!({"unreadyClusterDeletionTimeout": timeout})).await?;
     late.delete().await?;
     tokio::time::sleep(STRAYS_DELETION_TIMEOUT + Duration::from_secs(1)).await;
     Ok(())
