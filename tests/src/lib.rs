@@ -54,10 +54,6 @@ pub fn init_tracing() {
 
 /// The apiservers' `GOGC` in the tests ([`EnvOptions::apiserver_gogc`]).
 const APISERVER_GOGC: u32 = 400;
-/// API Priority and Fairness off in the tests' apiservers: nothing here tests it, and its
-/// configuration controller took about a third of an idle v1.20 apiserver's CPU (measured
-/// over 6 members, 30 s idle: 1.3 against 2.0 CPU s).
-const NO_PRIORITY_AND_FAIRNESS: &str = "--enable-priority-and-fairness=false";
 
 /// Starts a host and `members` member clusters with default options, logging set up.
 ///
@@ -76,15 +72,9 @@ pub async fn env_with(mut options: EnvOptions) -> LocalEnv {
     // The suite is bound by the apiservers' CPU on two cores (docs/development.md): their
     // garbage collector runs a quarter as often, for some memory.
     options.apiserver_gogc.get_or_insert(APISERVER_GOGC);
-    if !options
-        .extra_apiserver_args
-        .iter()
-        .any(|a| a.starts_with("--enable-priority-and-fairness"))
-    {
-        options
-            .extra_apiserver_args
-            .push(NO_PRIORITY_AND_FAIRNESS.to_owned());
-    }
+    // API Priority and Fairness: nothing here tests it, and it took about a third of an
+    // idle apiserver's CPU (6 members, 30 s idle: 1.3 against 2.0 CPU s).
+    options.priority_and_fairness = false;
     match LocalEnv::start(options).await {
         Ok(env) => env,
         Err(e) => panic!(

@@ -41,7 +41,7 @@ impl LocalEnv {
             "--max-mutating-requests-inflight=100".to_owned(),
             "--profiling=false".to_owned(),
         ];
-        if lean {
+        if lean || !self.options.priority_and_fairness {
             args.push("--enable-priority-and-fairness=false".to_owned());
         }
         args.extend(self.options.api_surface.apiserver_args());
