@@ -158,10 +158,18 @@ pub struct BenchOptions {
     #[arg(long)]
     pub with_deployments: bool,
     /// Start the members lean, so that many fit on one machine: no kube-controller-manager
-    /// in a member, API Priority and Fairness off, the Go heap held near 150 MiB; they start
-    /// 10 at a time. Implied by `--scenario fleet-100`.
+    /// in a member, API Priority and Fairness off, the apiserver's collector at `GOGC=25`
+    /// (see `--member-gogc`); they start 10 at a time. Implied by `--scenario fleet-100`.
     #[arg(long)]
     pub lean_members: bool,
+    /// `GOMEMLIMIT` of a lean member's apiserver (`150MiB`) [default: none]. A limit
+    /// below what a watched member holds makes its collector run without pause.
+    #[arg(long, value_name = "LIMIT")]
+    pub member_memory_limit: Option<String>,
+    /// `GOGC` of a lean member's apiserver: lower holds less memory for more collections
+    /// [default: 25].
+    #[arg(long)]
+    pub member_gogc: Option<u32>,
     /// Start the members without a kube-controller-manager and join them with their admin
     /// credentials (no ServiceAccount token is needed). Implied by `--scenario fleet-100`.
     #[arg(long)]
@@ -227,6 +235,8 @@ impl Default for BenchOptions {
             objects: None,
             with_deployments: false,
             lean_members: false,
+            member_memory_limit: None,
+            member_gogc: None,
             no_member_controller_manager: false,
             deployments: None,
             fleet_phases: false,
@@ -292,6 +302,8 @@ impl BenchOptions {
             // One etcd stands in for every member's own: kept ahead of 100 apiservers.
             env.favour_etcd = true;
             env.startup_timeout = env.startup_timeout.max(std::time::Duration::from_secs(180));
+            env.lean_memory_limit = self.member_memory_limit.clone();
+            env.lean_gogc = self.member_gogc.or(env.lean_gogc);
         }
         env.member_controller_manager = !self.without_member_controller_manager();
         env

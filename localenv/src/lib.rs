@@ -44,7 +44,7 @@ use std::path::PathBuf;
 
 pub use api_surface::ApiSurface;
 pub use cluster::Cluster;
-pub use env::{EnvOptions, HostSeed, LEAN_MEMORY_LIMIT, LocalEnv};
+pub use env::{EnvOptions, HostSeed, LEAN_GOGC, LocalEnv};
 pub use error::Error;
 pub use kubelet::PodSimulation;
 pub use proxy::{FaultMode, FaultProxy, ProxyStats};

@@ -44,20 +44,36 @@ impl LocalEnv {
         if lean || !self.options.priority_and_fairness {
             args.push("--enable-priority-and-fairness=false".to_owned());
         }
+        if lean {
+            // Every 10 s a member would try to write the `kubernetes` Endpoints (refused for
+            // a loopback address) and renew its lease: one shared etcd takes that from each.
+            args.push("--endpoint-reconciler-type=none".to_owned());
+        }
         args.extend(self.options.api_surface.apiserver_args());
         args.extend(self.options.extra_apiserver_args.iter().cloned());
         args
     }
 
+    /// The Go runtime's settings of an apiserver: a lean member's memory limit and `GOGC`,
+    /// or the other apiservers' `GOGC`.
+    fn apiserver_env(&self, lean: bool) -> Vec<(&'static str, String)> {
+        let options = &self.options;
+        let (limit, gogc) = if lean {
+            (options.lean_memory_limit.clone(), options.lean_gogc)
+        } else {
+            (None, options.apiserver_gogc)
+        };
+        let mut env = Vec::new();
+        env.extend(limit.map(|limit| ("GOMEMLIMIT", limit)));
+        env.extend(gogc.map(|gogc| ("GOGC", gogc.to_string())));
+        env
+    }
+
     pub(super) fn spawn_apiserver(&self, index: usize) -> Result<(), Error> {
         let cluster = &self.clusters[index];
         let lean = self.is_lean(index);
-        let gogc = self.options.apiserver_gogc.map(|g| g.to_string());
-        let env: Vec<(&str, &str)> = match (lean, &gogc) {
-            (true, _) => vec![("GOMEMLIMIT", super::LEAN_MEMORY_LIMIT)],
-            (false, Some(gogc)) => vec![("GOGC", gogc.as_str())],
-            (false, None) => Vec::new(),
-        };
+        let env = self.apiserver_env(lean);
+        let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
         let apiserver = Process::spawn_with_env(
             format!("apiserver {}", cluster.name()),
             &self.bin_dir.join("kube-apiserver"),
