@@ -44,7 +44,11 @@ impl RunningControlPlane {
         };
         let log = env.dir().join("controller-manager.log");
         let file = std::fs::File::create(&log)?;
-        let child = tokio::process::Command::new(binary)
+        // Under `setpriv --pdeathsig KILL` like the clusters' processes: a benchmark killed
+        // outright (SIGKILL, a second signal) takes its control plane with it.
+        let child = tokio::process::Command::new("setpriv")
+            .args(["--pdeathsig", "KILL", "--"])
+            .arg(binary)
             .arg("--kubeconfig")
             .arg(env.kubeconfig_path())
             .args(["--context", "host", "controller-manager"])
