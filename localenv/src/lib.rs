@@ -47,6 +47,7 @@ pub use cluster::Cluster;
 pub use env::{EnvOptions, HostSeed, LEAN_GOGC, LocalEnv};
 pub use error::Error;
 pub use kubelet::PodSimulation;
+pub use process::Process;
 pub use proxy::{FaultMode, FaultProxy, ProxyStats};
 
 /// The Kubernetes version `scripts/install-k8s.sh` builds and caches.

@@ -55,7 +55,7 @@ fn spawner() -> Result<mpsc::Sender<SpawnRequest>, Error> {
 ///
 /// Dropping it kills the process if it still runs; [`terminate`] stops it gracefully.
 #[derive(Debug)]
-pub(crate) struct Process {
+pub struct Process {
     label: String,
     child: Child,
     log: PathBuf,
@@ -64,7 +64,7 @@ pub(crate) struct Process {
 impl Process {
     /// Starts `program args…` under `setpriv --pdeathsig KILL`, appending stdout and stderr
     /// to `log`.
-    pub(crate) fn spawn(
+    pub fn spawn(
         label: impl Into<String>,
         program: &Path,
         args: &[String],
@@ -74,7 +74,7 @@ impl Process {
     }
 
     /// [`Process::spawn`] with extra environment variables for the program.
-    pub(crate) fn spawn_with_env(
+    pub fn spawn_with_env(
         label: impl Into<String>,
         program: &Path,
         args: &[String],
@@ -119,12 +119,12 @@ impl Process {
     }
 
     /// The process id.
-    pub(crate) fn pid(&self) -> u32 {
+    pub fn pid(&self) -> u32 {
         self.child.id()
     }
 
     /// The exit status, if the process has exited.
-    pub(crate) fn exit_status(&mut self) -> Option<ExitStatus> {
+    pub fn exit_status(&mut self) -> Option<ExitStatus> {
         self.child.try_wait().ok().flatten()
     }
 

@@ -11,7 +11,7 @@ use std::{
 
 use anyhow::{Context as _, bail};
 use flotilla_crds::{DEFAULT_NAMESPACE, KubeFedCluster};
-use flotilla_localenv::{Cluster, LocalEnv};
+use flotilla_localenv::{Cluster, LocalEnv, Process};
 use kube::{Api, Client, api::ListParams};
 use tracing::warn;
 
@@ -25,12 +25,9 @@ const STOP_WAIT: Duration = Duration::from_secs(5);
 pub(super) enum RunningControlPlane {
     /// On its own runtime in this process.
     InProcess(InProcessControlPlane),
-    /// A child process.
-    Child {
-        child: tokio::process::Child,
-        pid: u32,
-        log: PathBuf,
-    },
+    /// A child process, spawned like the clusters' processes (it dies with this one, even
+    /// when this one is killed outright); dropping it kills it.
+    Child { process: Process, log: PathBuf },
 }
 
 impl RunningControlPlane {
@@ -43,26 +40,21 @@ impl RunningControlPlane {
             ));
         };
         let log = env.dir().join("controller-manager.log");
-        let file = std::fs::File::create(&log)?;
-        // Under `setpriv --pdeathsig KILL` like the clusters' processes: a benchmark killed
-        // outright (SIGKILL, a second signal) takes its control plane with it.
-        let child = tokio::process::Command::new("setpriv")
-            .args(["--pdeathsig", "KILL", "--"])
-            .arg(binary)
-            .arg("--kubeconfig")
-            .arg(env.kubeconfig_path())
-            .args(["--context", "host", "controller-manager"])
-            .args(["--leader-elect=false", "--metrics-addr", "127.0.0.1:0"])
-            .stdin(std::process::Stdio::null())
-            .stdout(std::process::Stdio::null())
-            .stderr(file)
-            .kill_on_drop(true)
-            .spawn()
+        let args: Vec<String> = [
+            "--kubeconfig",
+            &env.kubeconfig_path().display().to_string(),
+            "--context",
+            "host",
+            "controller-manager",
+            "--leader-elect=false",
+            "--metrics-addr",
+            "127.0.0.1:0",
+        ]
+        .map(str::to_owned)
+        .into();
+        let process = Process::spawn("controller-manager", binary, &args, &log)
             .with_context(|| format!("starting {} controller-manager", binary.display()))?;
-        let pid = child
-            .id()
-            .context("the controller-manager exited at once")?;
-        Ok(RunningControlPlane::Child { child, pid, log })
+        Ok(RunningControlPlane::Child { process, log })
     }
 
     /// Where it runs and how its cost is attributed, for the report.
@@ -85,8 +77,8 @@ impl RunningControlPlane {
         loop {
             let ready = match self {
                 RunningControlPlane::InProcess(cp) => cp.ready(),
-                RunningControlPlane::Child { child, log, .. } => {
-                    if let Some(status) = child.try_wait()? {
+                RunningControlPlane::Child { process, log } => {
+                    if let Some(status) = process.exit_status() {
                         bail!(
                             "the controller-manager exited ({status}):\n{}",
                             log_tail(log, 20)
@@ -107,33 +99,34 @@ impl RunningControlPlane {
         }
     }
 
-    /// Peak RSS of the control plane's own process, when it has one.
-    pub(super) fn own_peak_rss_mib(&self) -> Option<f64> {
+    /// The pid of the control plane's own process, when it has one.
+    pub(super) fn child_pid(&self) -> Option<u32> {
         match self {
             RunningControlPlane::InProcess(_) => None,
-            RunningControlPlane::Child { pid, .. } => {
-                let s = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-                let kib: f64 = s
-                    .lines()
-                    .find(|l| l.starts_with("VmHWM:"))?
-                    .split_whitespace()
-                    .nth(1)?
-                    .parse()
-                    .ok()?;
-                Some(kib / 1024.0)
-            }
+            RunningControlPlane::Child { process, .. } => Some(process.pid()),
         }
+    }
+
+    /// Peak RSS of the control plane's own process, when it has one.
+    pub(super) fn own_peak_rss_mib(&self) -> Option<f64> {
+        let pid = self.child_pid()?;
+        let s = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+        let kib: f64 = s
+            .lines()
+            .find(|l| l.starts_with("VmHWM:"))?
+            .split_whitespace()
+            .nth(1)?
+            .parse()
+            .ok()?;
+        Some(kib / 1024.0)
     }
 
     /// Stops it.
     pub(super) async fn stop(self) {
         match self {
             RunningControlPlane::InProcess(cp) => cp.stop().await,
-            RunningControlPlane::Child { mut child, .. } => {
-                if let Err(e) = child.kill().await {
-                    warn!(error = %e, "stopping the controller-manager failed");
-                }
-            }
+            // Dropping the process kills it and waits for it.
+            RunningControlPlane::Child { process, .. } => drop(process),
         }
     }
 }

@@ -54,8 +54,8 @@ impl Restarter<'_> {
         }
         let started = Instant::now();
         let cp = RunningControlPlane::start(self.env, self.binary)?;
-        if let RunningControlPlane::Child { pid, .. } = &cp {
-            *run.cp_pid.lock().unwrap_or_else(|e| e.into_inner()) = Some(*pid);
+        if let Some(pid) = cp.child_pid() {
+            *run.cp_pid.lock().unwrap_or_else(|e| e.into_inner()) = Some(pid);
         }
         *self.cp = Some(cp);
         Ok(started)

@@ -216,8 +216,8 @@ async fn flotilla_part(
     let peak_reset = reset_peak_rss();
     let binary = opts.control_plane_binary()?;
     let mut cp = RunningControlPlane::start(env, binary.as_deref())?;
-    if let RunningControlPlane::Child { pid, .. } = &cp {
-        *run.cp_pid.lock().unwrap_or_else(|e| e.into_inner()) = Some(*pid);
+    if let Some(pid) = cp.child_pid() {
+        *run.cp_pid.lock().unwrap_or_else(|e| e.into_inner()) = Some(pid);
     }
     let control_plane = cp.describe();
     let cp_started = std::time::Instant::now();
