@@ -38,6 +38,7 @@ mod drain;
 mod fleet;
 mod fleet_phases;
 mod fleet_table;
+mod host_events;
 mod phases;
 mod procfs;
 mod pull;

@@ -293,9 +293,9 @@ fn member_watch(
     let config = watcher::Config::default().labels(&format!("{MANAGED_LABEL} in (true,false)"));
     let options = WatchOptions {
         shrink: if collect_status {
-            drift::keep_digest
+            observe::cache_form
         } else {
-            drift::keep_digest_drop_status
+            observe::cache_form_without_status
         },
         ..WatchOptions::all().with_config(config)
     }

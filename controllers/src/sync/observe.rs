@@ -1,13 +1,31 @@
 //! What the sync controller knows of each member beyond the event stream: the member
 //! object as the managed-label cache holds it ([`Ctl::observe`]), corrected by what this
 //! process remembers ([`super::memory`]).
+//!
+//! The cache holds each member object in its [`cache_form`]: `managedFields` reduced to a
+//! digest of the other managers' fields, and the body packed as its JSON text (metadata
+//! stays as it is for keys, labels and indexes). A reconcile unpacks the one object it
+//! reads per cluster; at 100 members × 1,000 objects the cache holds 100,000 of them.
 
 use flotilla_crds::MANAGED_LABEL;
+use flotilla_multicluster::packed;
 use kube::{ResourceExt, core::DynamicObject};
 use serde_json::Value;
 
-use super::{Key, ctl::Ctl, plan::Observed, type_info::TypeInfo};
+use super::{Key, ctl::Ctl, drift, plan::Observed, type_info::TypeInfo};
 use crate::multicluster::{ClusterState, MemberWatch};
+
+/// A member object as the member cache keeps it (the watch's `shrink`).
+pub(super) fn cache_form(obj: &mut DynamicObject) {
+    drift::keep_digest(obj);
+    packed::pack(obj);
+}
+
+/// [`cache_form`] without the member's `status` (types whose status is not collected).
+pub(super) fn cache_form_without_status(obj: &mut DynamicObject) {
+    drift::keep_digest_drop_status(obj);
+    packed::pack(obj);
+}
 
 impl Ctl {
     /// What `cluster` holds for `key`, from the member cache.
@@ -27,7 +45,9 @@ impl Ctl {
         let (ns, name) = self.ty.member_name(key);
         match self.members.get(&cluster.name, ns, name) {
             Some(obj) if !is_managed(&obj) => Observed::Excluded,
-            Some(obj) => Observed::Present(serde_json::to_value(&*obj).unwrap_or(Value::Null)),
+            Some(obj) => {
+                Observed::Present(serde_json::to_value(packed::unpack(&obj)).unwrap_or(Value::Null))
+            }
             None => Observed::Absent,
         }
     }

@@ -127,6 +127,10 @@ pub struct Phase {
     /// Requests the host served for the federated kind and Events, the benchmark's own
     /// writes excluded, by `resource[/subresource] verb`.
     pub host_requests: BTreeMap<String, u64>,
+    /// The control plane's Events on the federated objects during the phase, by reason
+    /// (a Warning comes with a status write reporting a failure).
+    #[serde(default)]
+    pub host_events: BTreeMap<String, u64>,
     /// (member + host requests) / member_objects.
     pub requests_per_member_object: f64,
     /// Member requests alone / member_objects (raw = 1).

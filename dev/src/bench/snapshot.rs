@@ -1,10 +1,11 @@
 //! What a phase measures at its start and at its end: request counters of every API
-//! server, CPU seconds of the control plane, this process, the clusters and the machine.
+//! server, the control plane's Events, CPU seconds of the control plane, this process, the clusters and the machine.
 //! A phase's figures are differences of two snapshots.
 
 use std::{collections::BTreeMap, time::Instant};
 
 use super::{
+    host_events::HostEvents,
     procfs::{clusters_cpu, cpu_of, machine_busy},
     requests::{RequestCounts, request_counts},
     run::Run,
@@ -15,6 +16,8 @@ pub(super) struct Snapshot {
     pub(super) at: Instant,
     pub(super) members: Vec<RequestCounts>,
     pub(super) host: RequestCounts,
+    /// The control plane's Events on the federated objects so far.
+    pub(super) host_events: HostEvents,
     pub(super) cp_cpu: f64,
     pub(super) process_cpu: f64,
     pub(super) clusters_cpu: BTreeMap<String, f64>,
@@ -26,10 +29,12 @@ impl Snapshot {
     pub(super) async fn take(run: &Run) -> anyhow::Result<Snapshot> {
         let members = futures::future::try_join_all(run.members.iter().map(request_counts)).await?;
         let host = request_counts(&run.host).await?;
+        let host_events = HostEvents::take(&run.host).await?;
         Ok(Snapshot {
             at: Instant::now(),
             members,
             host,
+            host_events,
             cp_cpu: run.cp_cpu(),
             process_cpu: cpu_of("/proc/self/stat"),
             clusters_cpu: clusters_cpu(&run.procs),

@@ -259,6 +259,12 @@ fn comparison_rows(s: &mut String, label: &str, c: &Comparison) {
         "{:<34} {:>16} {:>16.2}",
         "  host requests per federated object", "", c.flotilla.host_requests_per_federated_object
     );
+    if !c.flotilla.host_events.is_empty() {
+        let events: Vec<String> = (c.flotilla.host_events.iter())
+            .map(|(reason, n)| format!("{reason} {n}"))
+            .collect();
+        let _ = writeln!(s, "  host Events: {}", events.join(", "));
+    }
 }
 
 /// The sequential client's rows: what a `kubectl apply -f` user waits for.
