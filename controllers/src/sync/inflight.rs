@@ -25,6 +25,7 @@ use super::{
     dispatch::{MemberOp, MemberRef, run_on_member},
     memory::RecentWrites,
     plan::Outcome,
+    plan::lag::{Basis, LastOp},
 };
 
 /// The longest a reconcile waits for a write when no other write of it has finished.
@@ -144,12 +145,13 @@ impl InFlight {
     }
 }
 
-/// What a write remembers of itself once it succeeded (see [`RecentWrites`]).
+/// What a write remembers of itself once it landed (see [`RecentWrites`]), with what the
+/// cache showed when it was decided.
 pub enum Remember {
     /// A create or update of this hash (forgotten if an update failed: it may have deleted).
-    Write(Option<String>, bool),
-    /// A delete.
-    Forget,
+    Write(Option<String>, Basis, bool),
+    /// A delete (forgotten if it failed).
+    Delete(Basis),
     /// Nothing.
     Nothing,
 }
@@ -181,10 +183,17 @@ pub async fn write(
     let mut task = tokio::spawn(async move {
         let outcome = run_on_member(&d.shared, target, op).await;
         match remember {
-            Remember::Write(hash, _) if outcome == Outcome::Ok => {
-                d.recent.remember(&c, &d.key, hash.as_deref())
+            Remember::Write(hash, basis, _) if outcome == Outcome::Ok => {
+                let op = hash.map(|h| (LastOp::Wrote(h), basis));
+                d.recent.remember(&c, &d.key, op)
             }
-            Remember::Write(_, true) | Remember::Forget => d.recent.remember(&c, &d.key, None),
+            Remember::Delete(basis) if outcome == Outcome::Removing => {
+                d.recent
+                    .remember(&c, &d.key, Some((LastOp::Deleted, basis)))
+            }
+            Remember::Write(_, _, true) | Remember::Delete(_) => {
+                d.recent.remember(&c, &d.key, None)
+            }
             Remember::Write(..) | Remember::Nothing => {}
         }
         d.inflight.land(&c, &d.key, outcome.clone());

@@ -16,44 +16,74 @@ use flotilla_crds::{
     federated::FederatedStatus,
 };
 
-use super::{Key, plan::RECENT_WRITE_TTL};
+use super::{
+    Key,
+    plan::lag::{Basis, LastOp, Recent},
+};
 
-/// Entries kept before expired ones are swept.
+/// Entries kept before expired ones are swept (the threshold then doubles with the live
+/// entries, so a burst of many thousands is not swept on every write).
 const RECENT_SWEEP_AT: usize = 4096;
 /// Member objects whose repair history is kept before expired ones are swept.
 const SWEEP_AT: usize = 4096;
 
-/// Flotilla's own recent writes: (cluster, key) → (hash written, when).
+/// Flotilla's own last operation per member object: (cluster, key) → (operation, what the
+/// cache showed when it was decided, when it landed). See [`super::plan::lag`].
 #[derive(Default)]
 pub struct RecentWrites {
-    writes: Mutex<HashMap<(String, Key), (String, Instant)>>,
+    state: Mutex<RecentState>,
+}
+
+#[derive(Default)]
+struct RecentState {
+    ops: HashMap<(String, Key), (LastOp, Basis, Instant)>,
+    sweep_at: usize,
 }
 
 impl RecentWrites {
-    /// The hash written to this member object within [`RECENT_WRITE_TTL`], and how long ago.
-    pub fn get(&self, cluster: &str, key: &Key) -> Option<(String, Duration)> {
+    /// The last operation on this member object, within its basis's TTL.
+    pub fn get(&self, cluster: &str, key: &Key) -> Option<Recent> {
         // Plain maps stay valid after a panic in a holder.
-        let writes = self.writes.lock().unwrap_or_else(|e| e.into_inner());
-        let (hash, at) = writes.get(&(cluster.to_string(), key.clone()))?;
+        let state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let (op, basis, at) = state.ops.get(&(cluster.to_string(), key.clone()))?;
         let age = at.elapsed();
-        (age < RECENT_WRITE_TTL).then(|| (hash.clone(), age))
+        (age < basis.ttl()).then(|| Recent {
+            op: op.clone(),
+            basis: basis.clone(),
+            age,
+        })
     }
 
-    /// Remembers a write of `hash`, or forgets the object (`None`: deleted, or a write
-    /// whose result is unknown).
-    pub fn remember(&self, cluster: &str, key: &Key, hash: Option<&str>) {
-        let mut writes = self.writes.lock().unwrap_or_else(|e| e.into_inner());
-        if writes.len() > RECENT_SWEEP_AT {
-            writes.retain(|_, (_, at)| at.elapsed() < RECENT_WRITE_TTL);
+    /// Remembers an operation that landed, or forgets the object (`None`: a write whose
+    /// result is unknown).
+    pub fn remember(&self, cluster: &str, key: &Key, op: Option<(LastOp, Basis)>) {
+        let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        if state.ops.len() > state.sweep_at.max(RECENT_SWEEP_AT) {
+            state
+                .ops
+                .retain(|_, (_, basis, at)| at.elapsed() < basis.ttl());
+            state.sweep_at = 2 * state.ops.len();
         }
         let k = (cluster.to_string(), key.clone());
-        match hash {
-            Some(h) => {
-                writes.insert(k, (h.to_string(), Instant::now()));
+        match op {
+            Some((op, basis)) => {
+                state.ops.insert(k, (op, basis, Instant::now()));
             }
             None => {
-                writes.remove(&k);
+                state.ops.remove(&k);
             }
+        }
+    }
+
+    /// The member cache now shows the object at `version` (`None`: absent): an operation
+    /// decided on another version has been delivered (or overtaken), so it is forgotten.
+    pub fn cache_moved(&self, cluster: &str, key: &Key, version: Option<&str>) {
+        let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let k = (cluster.to_string(), key.clone());
+        if let Some((_, Basis::Version(before), _)) = state.ops.get(&k)
+            && before.as_deref() != version
+        {
+            state.ops.remove(&k);
         }
     }
 }
@@ -237,14 +267,53 @@ mod tests {
         (Some("demo".into()), "a".into())
     }
 
+    fn wrote(version: Option<&str>) -> Option<(LastOp, Basis)> {
+        let basis = Basis::Version(version.map(str::to_owned));
+        Some((LastOp::Wrote("h1".into()), basis))
+    }
+
     #[test]
-    fn a_remembered_write_is_returned_until_forgotten() {
+    fn a_remembered_operation_is_returned_until_forgotten() {
         let recent = RecentWrites::default();
-        recent.remember("m1", &key(), Some("h1"));
-        assert_eq!(recent.get("m1", &key()).map(|(h, _)| h), Some("h1".into()));
+        recent.remember("m1", &key(), wrote(None));
+        let got = recent.get("m1", &key()).expect("remembered");
+        assert_eq!(got.op, LastOp::Wrote("h1".into()));
         assert_eq!(recent.get("m2", &key()), None);
         recent.remember("m1", &key(), None);
         assert_eq!(recent.get("m1", &key()), None);
+    }
+
+    #[test]
+    fn an_operation_is_forgotten_once_the_cache_moves_past_the_version_it_was_decided_on() {
+        let recent = RecentWrites::default();
+        recent.remember("m1", &key(), wrote(Some("5")));
+        recent.cache_moved("m1", &key(), Some("5"));
+        assert!(recent.get("m1", &key()).is_some(), "still the same version");
+        recent.cache_moved("m2", &key(), Some("9"));
+        assert!(
+            recent.get("m1", &key()).is_some(),
+            "another cluster's event"
+        );
+        recent.cache_moved("m1", &key(), Some("9"));
+        assert_eq!(recent.get("m1", &key()), None);
+        // A create: forgotten when the object appears.
+        recent.remember("m1", &key(), wrote(None));
+        recent.cache_moved("m1", &key(), None);
+        assert!(recent.get("m1", &key()).is_some());
+        recent.cache_moved("m1", &key(), Some("1"));
+        assert_eq!(recent.get("m1", &key()), None);
+    }
+
+    #[test]
+    fn a_burst_of_operations_is_kept_whole_and_swept_only_as_it_doubles() {
+        let recent = RecentWrites::default();
+        for i in 0..3 * RECENT_SWEEP_AT {
+            let k = (Some("demo".to_string()), format!("o{i}"));
+            recent.remember("m1", &k, wrote(None));
+        }
+        let state = recent.state.lock().expect("lock");
+        assert_eq!(state.ops.len(), 3 * RECENT_SWEEP_AT);
+        assert!(state.sweep_at >= 2 * RECENT_SWEEP_AT, "{}", state.sweep_at);
     }
 
     #[test]

@@ -368,13 +368,21 @@ async fn follow_members(
     while let Some(ev) = events.recv().await {
         match ev {
             MemberEvent::Object {
-                namespace, name, ..
+                cluster,
+                namespace,
+                name,
             } => {
                 // A canary Deployment's change is its stable one's federated object's.
                 if let Some(stable) = flotilla_crds::rollout::canary::stable_name(&name) {
                     queue.add(ctl.ty.key_of_member(namespace.clone(), stable.to_string()));
                 }
-                queue.add(ctl.ty.key_of_member(namespace, name));
+                let cached = ctl.members.get(&cluster, namespace.as_deref(), &name);
+                let key = ctl.ty.key_of_member(namespace, name);
+                let version = cached
+                    .as_ref()
+                    .and_then(|o| o.metadata.resource_version.as_deref());
+                ctl.recent.cache_moved(&cluster, &key, version);
+                queue.add(key);
             }
             MemberEvent::Synced { cluster } => {
                 debug!(%cluster, "member cache synced; rechecking every object");

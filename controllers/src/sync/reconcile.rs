@@ -26,7 +26,11 @@ use super::{
     drift::{self, DriftContext, DriftRound},
     finalizer::{self, has_finalizer},
     inflight::{self, Detachable, Earlier, Remember, Written},
-    plan::{self, DesiredFor, DesiredSet, Observed, Op, Outcome, pipeline},
+    plan::{
+        self, DesiredFor, DesiredSet, Observed, Op, Outcome,
+        lag::{Basis, LastOp},
+        pipeline,
+    },
     rollout::{Members, RolloutRound},
     scheduled::{self, Scheduling},
     status::StatusUpdate,
@@ -350,7 +354,7 @@ impl Ctl {
             let (op, recheck) = plan::cluster_op(
                 is_selected,
                 &observed,
-                recent.as_ref().map(|(h, age)| (h.as_str(), *age)),
+                recent.as_ref(),
                 cx.desired,
                 &cluster.name,
                 protected,
@@ -456,7 +460,9 @@ impl Ctl {
                 .run_pull(&name, selected, op, cx.key, object, policy)
                 .await;
             if writes && outcome == Outcome::Ok {
-                self.recent.remember(&name, cx.key, cx.desired.hash(&name));
+                let op =
+                    (cx.desired.hash(&name)).map(|h| (LastOp::Wrote(h.to_owned()), Basis::Hash));
+                self.recent.remember(&name, cx.key, op);
             }
             return (name, Written::Now(outcome));
         }
@@ -489,10 +495,11 @@ impl Ctl {
         };
         let (m_ns, m_name) = self.ty.member_name(cx.key);
         let hash = || cx.desired.hash(&name).map(str::to_owned);
+        let basis = || Basis::of(&observed);
         let remember = match &member_op {
-            MemberOp::Create { .. } => Remember::Write(hash(), false),
-            MemberOp::Update { .. } => Remember::Write(hash(), true),
-            MemberOp::Delete(_) => Remember::Forget,
+            MemberOp::Create { .. } => Remember::Write(hash(), basis(), false),
+            MemberOp::Update { .. } => Remember::Write(hash(), basis(), true),
+            MemberOp::Delete(_) => Remember::Delete(basis()),
             MemberOp::Unlabel | MemberOp::CleanStray { .. } => Remember::Nothing,
         };
         let target = MemberRef {

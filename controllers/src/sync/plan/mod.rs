@@ -7,6 +7,7 @@
 pub mod aggregate;
 pub mod decision;
 pub mod deletion;
+pub mod lag;
 pub mod pipeline;
 pub mod status;
 
@@ -17,6 +18,8 @@ use std::{
 
 use flotilla_crds::{ClusterReason, core::ApiResource, federated::FederatedSpec};
 use serde_json::{Value, json};
+
+pub use lag::{LagCheck, Recent, lag_check};
 
 pub use flotilla_crds::member::{
     HASH_ANNOTATION, PROTECTED_NAMESPACES, excluded_message, is_subset, is_terminating,
@@ -157,73 +160,22 @@ pub fn unregistered_clusters(
         .collect()
 }
 
-/// How long Flotilla remembers its own last write to a member object. Within this time a
-/// member cache that does not show the write yet is taken to lag, not to disagree.
-pub const RECENT_WRITE_TTL: Duration = Duration::from_secs(10);
-
-/// Whether the member cache has merely not caught up with Flotilla's own recent write of
-/// `desired_hash` (`recent_hash` is the hash written within [`RECENT_WRITE_TTL`]): the
-/// object is absent from the cache, or cached with another hash. Acting on such a cache
-/// would send the same write twice (the host watch often delivers the status update of a
-/// reconcile before the member watch delivers the write).
-pub fn cache_lags(observed: &Observed, recent_hash: Option<&str>, desired_hash: &str) -> bool {
-    if recent_hash != Some(desired_hash) {
-        return false;
-    }
-    match observed {
-        Observed::Absent => true,
-        Observed::Present(obj) => recorded_hash(obj) != Some(desired_hash),
-        Observed::NotReady | Observed::NotSynced | Observed::Excluded => false,
-    }
-}
-
-/// What the lag check says about one cluster.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum LagCheck {
-    /// The cache can be trusted: decide normally.
-    Trust,
-    /// The cache has not caught up with our own recent write: do nothing now, and look
-    /// again after `recheck_after` (when set) in case the object really is gone.
-    Skip {
-        /// When the memory of the write expires, for an object absent from the cache.
-        recheck_after: Option<Duration>,
-    },
-}
-
-/// Whether to trust a selected cluster's cache, given our own last write to it
-/// (`recent`: hash written and how long ago, within [`RECENT_WRITE_TTL`]).
-pub fn lag_check(
-    selected: bool,
-    observed: &Observed,
-    recent: Option<(&str, Duration)>,
-    desired_hash: Option<&str>,
-) -> LagCheck {
-    let Some(hash) = desired_hash.filter(|_| selected) else {
-        return LagCheck::Trust;
-    };
-    if !cache_lags(observed, recent.map(|(h, _)| h), hash) {
-        return LagCheck::Trust;
-    }
-    let recheck_after = match (observed, recent) {
-        (Observed::Absent, Some((_, age))) => {
-            Some(RECENT_WRITE_TTL.saturating_sub(age) + Duration::from_millis(100))
-        }
-        _ => None,
-    };
-    LagCheck::Skip { recheck_after }
-}
-
 /// The operation for one cluster, and when to look again if its cache lags behind our
-/// own recent write (`recent`: hash written and how long ago).
+/// own last operation on the object (`recent`, see [`lag`]).
 pub fn cluster_op(
     selected: bool,
     observed: &Observed,
-    recent: Option<(&str, Duration)>,
+    recent: Option<&Recent>,
     desired: &DesiredSet,
     cluster: &str,
     protected: bool,
 ) -> (Op, Option<Duration>) {
     match lag_check(selected, observed, recent, desired.hash(cluster)) {
+        // Our delete has not reached the cache yet: the object is on its way out.
+        LagCheck::Skip { recheck_after } if !selected => (
+            Op::Report(ClusterReason::WaitingForRemoval, String::new()),
+            recheck_after,
+        ),
         LagCheck::Skip { recheck_after } => (Op::Nothing, recheck_after),
         LagCheck::Trust => (
             decide(
@@ -502,76 +454,6 @@ mod tests {
         assert!(unregistered_clusters(&by_selector, &registered).is_empty());
     }
 
-    #[test]
-    fn a_cache_that_has_not_seen_our_own_write_lags() {
-        assert!(cache_lags(&Observed::Absent, Some("h1"), "h1"));
-        assert!(cache_lags(
-            &member(json!({"k": "v"}), "h0"),
-            Some("h1"),
-            "h1"
-        ));
-    }
-
-    #[test]
-    fn a_cache_showing_our_write_or_another_desire_does_not_lag() {
-        // Our write is visible: normal drift detection applies.
-        assert!(!cache_lags(
-            &member(json!({"k": "edited"}), "h1"),
-            Some("h1"),
-            "h1"
-        ));
-        // The template changed since our last write: a new write is due.
-        assert!(!cache_lags(&Observed::Absent, Some("h0"), "h1"));
-        assert!(!cache_lags(&Observed::Absent, None, "h1"));
-        assert!(!cache_lags(&Observed::NotReady, Some("h1"), "h1"));
-    }
-
-    #[test]
-    fn a_lagging_absent_object_is_skipped_and_rechecked_when_the_memory_expires() {
-        let check = lag_check(
-            true,
-            &Observed::Absent,
-            Some(("h1", Duration::from_secs(4))),
-            Some("h1"),
-        );
-        assert_eq!(
-            check,
-            LagCheck::Skip {
-                recheck_after: Some(Duration::from_millis(6100))
-            }
-        );
-    }
-
-    #[test]
-    fn a_lagging_present_object_is_skipped_without_a_recheck() {
-        let observed = member(json!({"k": "v"}), "h0");
-        let check = lag_check(
-            true,
-            &observed,
-            Some(("h1", Duration::from_secs(1))),
-            Some("h1"),
-        );
-        assert_eq!(
-            check,
-            LagCheck::Skip {
-                recheck_after: None
-            }
-        );
-    }
-
-    #[test]
-    fn an_unselected_cluster_or_one_without_a_desired_object_is_trusted() {
-        let recent = Some(("h1", Duration::from_secs(1)));
-        assert_eq!(
-            lag_check(false, &Observed::Absent, recent, Some("h1")),
-            LagCheck::Trust
-        );
-        assert_eq!(
-            lag_check(true, &Observed::Absent, recent, None),
-            LagCheck::Trust
-        );
-    }
-
     fn target() -> ApiResource {
         ApiResource {
             group: String::new(),
@@ -622,12 +504,37 @@ mod tests {
     fn a_lagging_cache_gets_nothing_and_a_recheck_while_a_trusted_one_gets_a_decision() {
         let mut set = DesiredSet::default();
         set.by_cluster.insert("m1".into(), desired());
-        let recent = Some(("h1", Duration::from_secs(9)));
-        let (op, recheck) = cluster_op(true, &Observed::Absent, recent, &set, "m1", false);
+        let hash = set.hash("m1").expect("a hash").to_string();
+        let recent = Recent {
+            op: lag::LastOp::Wrote(hash),
+            basis: lag::Basis::Version(None),
+            age: Duration::from_secs(119),
+        };
+        let (op, recheck) = cluster_op(true, &Observed::Absent, Some(&recent), &set, "m1", false);
         assert_eq!(op, Op::Nothing);
         assert_eq!(recheck, Some(Duration::from_millis(1100)));
         let (op, recheck) = cluster_op(true, &Observed::Absent, None, &set, "m1", false);
         assert_eq!((op, recheck), (Op::Create, None));
+    }
+
+    #[test]
+    fn an_unselected_cluster_whose_cache_lags_our_delete_is_waiting_for_removal() {
+        let held = member(json!({"k": "v"}), "h1");
+        let recent = Recent {
+            op: lag::LastOp::Deleted,
+            basis: lag::Basis::of(&held),
+            age: Duration::from_secs(1),
+        };
+        let set = DesiredSet::default();
+        let (op, _) = cluster_op(false, &held, Some(&recent), &set, "m1", false);
+        assert_eq!(
+            op,
+            Op::Report(ClusterReason::WaitingForRemoval, String::new())
+        );
+        assert_eq!(
+            cluster_op(false, &held, None, &set, "m1", false).0,
+            Op::Delete
+        );
     }
 
     #[test]
