@@ -68,6 +68,7 @@ pub mod sync_state;
 pub mod tasks;
 pub mod watch;
 pub mod workqueue;
+pub mod written;
 
 pub use cluster_set::{ClusterEvent, ClusterSet, ClusterState, Engagement, ReadyCluster};
 pub use controller::{Action, Cache, Context, Controller, ControllerMetrics, ObjectKey};

@@ -194,7 +194,7 @@ impl<'a> Worker<'a> {
         if self.version_known {
             return None;
         }
-        let version = kubernetes_version(client, settings.health_timeout).await;
+        let version = kubernetes_version(self.name, client, settings.health_timeout).await;
         self.version_known = version.is_some();
         version
     }
@@ -277,15 +277,17 @@ pub async fn probe(client: &Client, timeout: Duration, secret: &str) -> Health {
     }
 }
 
-async fn kubernetes_version(client: &Client, timeout: Duration) -> Option<String> {
+/// The member's `gitVersion` (retried on the next probe when it cannot be read).
+async fn kubernetes_version(cluster: &str, client: &Client, timeout: Duration) -> Option<String> {
     match tokio::time::timeout(timeout, client.apiserver_version()).await {
         Ok(Ok(info)) => Some(info.git_version),
         Ok(Err(error)) => {
-            warn!(error = %super::error_chain(&error), "reading /version failed");
+            let error = super::error_chain(&error);
+            warn!(%cluster, %error, "reading /version failed; retried on the next probe");
             None
         }
         Err(_) => {
-            warn!("reading /version timed out");
+            warn!(%cluster, ?timeout, "reading /version timed out; retried on the next probe");
             None
         }
     }

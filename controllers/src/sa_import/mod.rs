@@ -223,6 +223,7 @@ async fn run_group(
         secrets,
         namespace,
         metrics,
+        written: Default::default(),
     });
     // One worker, as before the runner: imports are few and each waits on a TokenRequest.
     KeyedRunner::new(format!("serviceaccountimport-{}", group.as_str()), queue)

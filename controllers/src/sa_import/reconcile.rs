@@ -37,7 +37,7 @@ use super::{
     kubeconfig::{self, Endpoint},
     plan::{self, Decision, Outcome, StoredToken},
 };
-use flotilla_multicluster::runner::Action;
+use flotilla_multicluster::{runner::Action, written::WrittenOver};
 
 use crate::{
     metrics::{ImportLabels, Metrics},
@@ -70,6 +70,10 @@ pub struct Ctx {
     pub recorder: Recorder,
     /// Metrics (reconciles by reason, tokens issued).
     pub metrics: Arc<Metrics>,
+    /// The status last written per import over the cached version it was based on: a
+    /// reconcile the Secret's event starts before the import's own event arrives compares
+    /// with it, and writes nothing.
+    pub written: WrittenOver<Key, ServiceAccountImportStatus>,
 }
 
 /// A failed step: why, and what to tell people.
@@ -256,7 +260,10 @@ impl Ctx {
 
     /// Writes the status when it changed, and a Warning Event for a new failure.
     async fn record(&self, import: &AnyImport, outcome: &Outcome) {
-        let previous = import.status.as_ref();
+        let key = (import.namespace().unwrap_or_default(), import.name_any());
+        let base = import.resource_version().unwrap_or_default();
+        let ours = self.written.lagging(&key, &base);
+        let previous = ours.as_ref().or(import.status.as_ref());
         self.metrics
             .imports
             .reconciles
@@ -280,8 +287,10 @@ impl Ctx {
         if previous == Some(&next) {
             return;
         }
-        if let Err(e) = self.write_status(import, &next).await {
-            warn!(error = %e, "writing the import's status failed");
+        self.written.forget(&key);
+        match self.write_status(import, &next).await {
+            Ok(()) => self.written.remember(key, base, next),
+            Err(e) => warn!(error = %e, "writing the import's status failed"),
         }
     }
 

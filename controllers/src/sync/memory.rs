@@ -15,6 +15,7 @@ use flotilla_crds::{
     drift::fight::{History, Repair},
     federated::FederatedStatus,
 };
+use flotilla_multicluster::written::WrittenOver;
 
 use super::{
     Key,
@@ -121,40 +122,8 @@ impl Availability {
 }
 
 /// The last status this process wrote per federated object, with the resourceVersion of
-/// the object it was written over. An entry lives only until the host cache delivers a
-/// newer version (the watch event of the write itself, usually milliseconds later).
-#[derive(Default)]
-pub struct WrittenStatus {
-    written: Mutex<HashMap<Key, (String, FederatedStatus)>>,
-}
-
-impl WrittenStatus {
-    /// The status we wrote, if the cache still holds the version `base` it was written
-    /// over; an entry the cache has moved past is dropped.
-    pub fn lagging(&self, key: &Key, base: &str) -> Option<FederatedStatus> {
-        let mut written = self.written.lock().unwrap_or_else(|e| e.into_inner());
-        match written.get(key) {
-            Some((rv, status)) if rv == base => Some(status.clone()),
-            Some(_) => {
-                written.remove(key);
-                None
-            }
-            None => None,
-        }
-    }
-
-    /// Remembers a status written over version `base`.
-    pub fn remember(&self, key: Key, base: String, status: FederatedStatus) {
-        let mut written = self.written.lock().unwrap_or_else(|e| e.into_inner());
-        written.insert(key, (base, status));
-    }
-
-    /// Forgets the object (a write whose result is unknown, or a new write).
-    pub fn forget(&self, key: &Key) {
-        let mut written = self.written.lock().unwrap_or_else(|e| e.into_inner());
-        written.remove(key);
-    }
-}
+/// the object it was written over (see [`WrittenOver`]).
+pub type WrittenStatus = WrittenOver<Key, FederatedStatus>;
 
 /// The versions our finalizer patches were sent over, until the host cache delivers a
 /// newer one: a reconcile that still sees the old version (after a restart, member caches
@@ -326,25 +295,6 @@ mod tests {
         assert!(a.unavailable_for("m1").expect("still") >= first);
         a.record("m1", true);
         assert_eq!(a.unavailable_for("m1"), None);
-    }
-
-    #[test]
-    fn our_status_is_the_hosts_until_the_cache_moves_past_the_version_it_was_written_over() {
-        let key: Key = (Some("ns".into()), "a".into());
-        let ours = FederatedStatus {
-            observed_generation: 2,
-            ..FederatedStatus::default()
-        };
-        let written = WrittenStatus::default();
-        assert_eq!(written.lagging(&key, "10"), None);
-        written.remember(key.clone(), "10".into(), ours.clone());
-        assert_eq!(written.lagging(&key, "10"), Some(ours.clone()));
-        // The watch delivered our write (or anyone's newer one): the cache is the truth.
-        assert_eq!(written.lagging(&key, "11"), None);
-        assert_eq!(written.lagging(&key, "10"), None, "the entry is gone");
-        written.remember(key.clone(), "12".into(), ours);
-        written.forget(&key);
-        assert_eq!(written.lagging(&key, "12"), None);
     }
 
     #[test]

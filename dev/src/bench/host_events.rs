@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::Event;
 use kube::{Api, Client, api::ListParams};
+use tracing::warn;
 
 use super::FED_NS;
 
@@ -17,11 +18,18 @@ pub(super) struct HostEvents {
 }
 
 impl HostEvents {
-    /// The Events in the benchmark's namespace now.
-    pub(super) async fn take(host: &Client) -> anyhow::Result<HostEvents> {
+    /// The Events in the benchmark's namespace now, read from the host apiserver's watch
+    /// cache (no etcd read while the members load the shared etcd); `None`, with a warning,
+    /// when the host does not answer: a phase's figures do not depend on them.
+    pub(super) async fn take(host: &Client) -> Option<HostEvents> {
         let api: Api<Event> = Api::namespaced(host.clone(), FED_NS);
-        let list = api.list(&ListParams::default()).await?;
-        Ok(Self::of(&list.items))
+        match api.list(&ListParams::default().match_any()).await {
+            Ok(list) => Some(Self::of(&list.items)),
+            Err(e) => {
+                warn!(error = %e, "reading the host's Events failed; this phase reports none");
+                None
+            }
+        }
     }
 
     fn of(events: &[Event]) -> HostEvents {
@@ -42,8 +50,20 @@ impl HostEvents {
         out
     }
 
+    /// The occurrences between two readings, by reason (reasons with none left out; none
+    /// when either reading failed).
+    pub(super) fn between(
+        before: Option<&HostEvents>,
+        after: Option<&HostEvents>,
+    ) -> BTreeMap<String, u64> {
+        match (before, after) {
+            (Some(before), Some(after)) => after.since(before),
+            _ => BTreeMap::new(),
+        }
+    }
+
     /// The occurrences since `before`, by reason (reasons with none left out).
-    pub(super) fn since(&self, before: &HostEvents) -> BTreeMap<String, u64> {
+    fn since(&self, before: &HostEvents) -> BTreeMap<String, u64> {
         self.by_reason
             .iter()
             .map(|(r, n)| {

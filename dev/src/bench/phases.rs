@@ -21,6 +21,7 @@ use tracing::info;
 
 use super::{
     BENCH_LABEL, FED_NS, INPUT_NS, RAW_NS,
+    host_events::HostEvents,
     procfs::{clusters_cpu, cpu_delta, machine_busy},
     report::{Phase, Restart, Steady, percentiles, ratio},
     requests::delta,
@@ -129,8 +130,10 @@ impl Phases<'_> {
         };
         settle().await?;
         let after = Snapshot::take(run).await?;
-        for (reason, n) in after.host_events.since(&before.host_events) {
-            let newest = after.host_events.newest.get(&reason);
+        let (events_before, events_after) =
+            (before.host_events.as_ref(), after.host_events.as_ref());
+        for (reason, n) in HostEvents::between(events_before, events_after) {
+            let newest = events_after.and_then(|e| e.newest.get(&reason));
             info!(kind = %kind.target().kind, reason, n, newest, "host Events in the phase");
         }
         let observed = Observed {
@@ -196,7 +199,7 @@ fn phase(
         latency_ms: percentiles(&mut lat),
         member_requests,
         host_requests,
-        host_events: after.host_events.since(&before.host_events),
+        host_events: HostEvents::between(before.host_events.as_ref(), after.host_events.as_ref()),
         requests_per_member_object: ratio(total as f64, member_objects as f64),
         member_requests_per_member_object: ratio(member_total as f64, member_objects as f64),
         host_requests_per_federated_object: ratio(host_total as f64, names.len() as f64),
