@@ -16,6 +16,7 @@
 
 mod action;
 mod breaker;
+mod cluster_run;
 mod ctl;
 mod delete_options;
 mod deletion;
