@@ -127,9 +127,7 @@ pub(super) fn check(
     if op != Op::Update || recorded_hash(live) != Some(hash.as_str()) {
         return op;
     }
-    let version = live
-        .pointer("/metadata/resourceVersion")
-        .and_then(Value::as_str);
+    let version = super::plan::lag::resource_version(live);
     if cx.memory.awaits_repair(cluster, cx.key, version) {
         // The host watch (our status write) overtook the member watch (our repair).
         return Op::Nothing;
