@@ -182,6 +182,11 @@ impl<K: Clone + Eq + Hash + Send + 'static> WorkQueue<K> {
 
     /// Waits for the next key; `None` after shutdown. Call [`WorkQueue::done`] when finished.
     pub async fn next(&self) -> Option<K> {
+        // A key handed out at once is work done without waiting: each call counts against
+        // the task's cooperative budget (before a key is taken, so a caller that drops this
+        // future loses none), and a consumer that never waits still lets the other tasks of
+        // its thread run.
+        tokio::task::coop::consume_budget().await;
         loop {
             // Created before looking, so a wake-up between the look and the wait is kept.
             let notified = self.notify.notified();

@@ -149,6 +149,11 @@ where
                 });
             }
             action.requeue_in(&self.queue, key);
+            // A reconcile that needed no I/O never returned Pending, and the queue hands the
+            // next key out at once: without this a worker keeps its runtime thread for as
+            // long as keys are queued, and every other task on it (health probes, watches,
+            // the metrics endpoint) waits.
+            tokio::task::yield_now().await;
         }
     }
 }

@@ -255,3 +255,36 @@ async fn change_streams_and_deadlines_wake_the_pass_runner() {
     assert_eq!(runner.next().await, Some(Wake::Changed));
     assert_eq!(Instant::now(), grace + debounce);
 }
+
+/// A reconcile that never waits, on keys that are always queued again, on a runtime of one
+/// thread: another task of that thread still runs (the runner yields between reconciles).
+/// Without it the worker kept the thread as long as keys were queued — at 100 members a
+/// control plane's health probes and metrics endpoint stopped answering for minutes.
+#[test]
+fn a_busy_keyed_worker_leaves_room_for_the_other_tasks_of_its_thread() {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let queue = WorkQueue::new();
+    queue.add(0u8);
+    let again = queue.clone();
+    let runner = KeyedRunner::new("busy", queue.clone());
+    runtime.spawn(runner.run(move |key: u8| {
+        // Queued again while it runs: the queue is never empty.
+        again.add(key);
+        std::future::ready(Ok::<_, Infallible>(Action::await_change()))
+    }));
+    let ran = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let flag = ran.clone();
+    runtime.spawn(async move { flag.store(true, std::sync::atomic::Ordering::SeqCst) });
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while !ran.load(std::sync::atomic::Ordering::SeqCst) && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let ran = ran.load(std::sync::atomic::Ordering::SeqCst);
+    queue.shutdown();
+    runtime.shutdown_background();
+    assert!(ran, "the other task never ran");
+}
