@@ -5,7 +5,7 @@
 //! listing's text is [`render`] (pure); the rest is thin I/O.
 
 use anyhow::Context as _;
-use flotilla_controllers::sync::{KIND_LABEL, NAME_LABEL, revision_of};
+use flotilla_controllers::sync::{KIND_LABEL, NAME_LABEL, name_label, revision_of};
 use flotilla_crds::{
     federated::{FederatedSpec, FederatedStatus},
     rollout::rollback::{RecordedRevision, undo_target},
@@ -50,7 +50,7 @@ async fn recorded(
     let selector = format!(
         "{KIND_LABEL}={},{NAME_LABEL}={}",
         kind.to_lowercase(),
-        obj.name_any()
+        name_label(&obj.name_any())
     );
     let uid = obj.uid().unwrap_or_default();
     let list = api

@@ -15,6 +15,22 @@ pub fn content_hash(v: &Value) -> String {
     hex::encode(hasher.finalize())
 }
 
+/// `s` if it is at most `max` bytes, else its head and a hash of the whole (so two long
+/// names stay apart), ending in an alphanumeric: a name or label value that fits its limit
+/// (a label value 63, a DNS subdomain 253). The same `s` always gives the same result, so a
+/// selector built from it finds what was labelled with it. `max` must be above 11.
+pub fn bounded(s: &str, max: usize) -> String {
+    if s.len() <= max {
+        return s.to_string();
+    }
+    let hash = content_hash(&s.into());
+    let mut head: String = s.chars().take(max - 11).collect();
+    while head.ends_with(|c: char| !c.is_ascii_alphanumeric()) {
+        head.pop();
+    }
+    format!("{head}-{}", &hash[..10])
+}
+
 fn write_canonical(v: &Value, out: &mut Sha256) {
     match v {
         Value::Object(map) => {
@@ -55,6 +71,25 @@ fn write_string(s: &str, out: &mut Sha256) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn bounded_keeps_short_values_and_cuts_long_ones_apart() {
+        assert_eq!(bounded("web", 63), "web");
+        let long_a = format!("{}-a", "x".repeat(70));
+        let long_b = format!("{}-b", "x".repeat(70));
+        let (a, b) = (bounded(&long_a, 63), bounded(&long_b, 63));
+        assert!(a.len() <= 63 && b.len() <= 63, "{a} {b}");
+        assert_ne!(a, b);
+        assert_eq!(a, bounded(&long_a, 63));
+        // The head never ends in a separator before the hash.
+        let dotted = format!("{}.-{}", "y".repeat(50), "z".repeat(20));
+        let cut = bounded(&dotted, 63);
+        assert!(
+            cut.starts_with(&"y".repeat(50)) && !cut.contains(".-"),
+            "{cut}"
+        );
+        assert!(cut.ends_with(|c: char| c.is_ascii_alphanumeric()));
+    }
     use serde_json::json;
 
     #[test]

@@ -4,9 +4,12 @@
 //! fails on member1, which goes back to the previous revision while the federated template
 //! stays as written and member2 and member3 are never touched; a new template rolls out
 //! normally; `rollout undo` writes an earlier revision back into the template and every
-//! cluster follows; an unknown revision is refused with nothing changed.
+//! cluster follows; an unknown revision is refused with nothing changed. The object's name
+//! is longer than a label value may be (63 characters), as a Deployment's may be: its
+//! revisions are recorded, listed, undone to and removed all the same.
 
 use anyhow::{Context as _, ensure};
+use flotilla_controllers::sync::{NAME_LABEL, name_label};
 use flotilla_crds::{federated::FederatedStatus, rollout::REVISION_ANNOTATION};
 use flotilla_tests::{
     assert::events_about,
@@ -23,7 +26,11 @@ use serde_json::json;
 use std::time::Duration;
 
 const NS: &str = "rollback";
-const NAME: &str = "web";
+/// Longer than a label value may be (63): the revisions' name label holds a cut form of it.
+const NAME: &str = "web-with-a-name-longer-than-the-sixty-three-characters-of-a-label-value";
+/// `deployment/NAME`, as the CLI takes it.
+const TARGET: &str =
+    "deployment/web-with-a-name-longer-than-the-sixty-three-characters-of-a-label-value";
 const DEADLINE_SECONDS: u64 = 30;
 /// Pods scheduled, made ready and counted available on a loaded machine.
 const STEP_TIMEOUT: Duration = Duration::from_secs(180);
@@ -109,7 +116,7 @@ fn signal(pid: u32, which: &str) -> anyhow::Result<()> {
 
 async fn revision_count(fed: &Federation) -> anyhow::Result<usize> {
     let api: Api<ControllerRevision> = Api::namespaced(fed.host.clone(), NS);
-    let selector = format!("flotilla.io/federated-name={NAME}");
+    let selector = format!("{NAME_LABEL}={}", name_label(NAME));
     Ok(api
         .list(&ListParams::default().labels(&selector))
         .await?
@@ -174,14 +181,7 @@ async fn the_failed_cluster_goes_back_and_the_others_stay(
     assert_eq!(warned.len(), 1, "one RolloutRolledBack Event");
     let err = flotilla(
         fed,
-        &[
-            "rollout",
-            "status",
-            "deployment/web",
-            "--wait",
-            "--timeout",
-            "30s",
-        ],
+        &["rollout", "status", TARGET, "--wait", "--timeout", "30s"],
     )
     .await
     .expect_err("--wait fails on a rolled-back rollout");
@@ -194,12 +194,9 @@ async fn an_unknown_revision_is_refused_and_nothing_changes(
     web: &FederatedRef,
 ) -> anyhow::Result<()> {
     let before = web.get().await?.metadata.generation;
-    let err = flotilla(
-        fed,
-        &["rollout", "undo", "deployment/web", "--to-revision", "999"],
-    )
-    .await
-    .expect_err("an unknown revision");
+    let err = flotilla(fed, &["rollout", "undo", TARGET, "--to-revision", "999"])
+        .await
+        .expect_err("an unknown revision");
     let text = format!("{err:#}");
     assert!(
         text.contains("revision 999 is not recorded") && text.contains("nothing changed"),
@@ -212,24 +209,20 @@ async fn an_unknown_revision_is_refused_and_nothing_changes(
 /// `rollout undo` goes back to nginx:1 (the last revision that reached every cluster
 /// before nginx:2); `--to-revision` to nginx:2's number goes forward again.
 async fn undo_returns_every_cluster(fed: &Federation, web: &FederatedRef) -> anyhow::Result<()> {
-    let text = flotilla(fed, &["rollout", "undo", "deployment/web"]).await?;
+    let text = flotilla(fed, &["rollout", "undo", TARGET]).await?;
     assert!(text.contains("rolled back to revision"), "{text}");
     assert_eq!(template_image(web).await?.as_deref(), Some("nginx:1"));
     wait_reason(web, "Complete", "undo: nginx:1 everywhere").await?;
     assert_eq!(images(fed).await?, vec![Some("nginx:1".to_string()); 3]);
 
-    let history = flotilla(fed, &["rollout", "history", "deployment/web"]).await?;
+    let history = flotilla(fed, &["rollout", "history", TARGET]).await?;
     let number = revision_number(fed, "nginx:2").await?;
     assert!(
         history.lines().any(|l| l.starts_with(&number.to_string())),
         "{history}"
     );
     let n = number.to_string();
-    flotilla(
-        fed,
-        &["rollout", "undo", "deployment/web", "--to-revision", &n],
-    )
-    .await?;
+    flotilla(fed, &["rollout", "undo", TARGET, "--to-revision", &n]).await?;
     assert_eq!(template_image(web).await?.as_deref(), Some("nginx:2"));
     wait_reason(web, "Complete", "undo --to-revision: nginx:2 everywhere").await?;
     assert_eq!(images(fed).await?, vec![Some("nginx:2".to_string()); 3]);
@@ -240,6 +233,11 @@ async fn undo_returns_every_cluster(fed: &Federation, web: &FederatedRef) -> any
 async fn deploy(fed: &Federation, image: &str) -> anyhow::Result<FederatedRef> {
     let object = FederatedObject::deployment(NS, NAME, 1, image);
     let mut manifest = object.to_json();
+    // The name is too long for a label value or a container name: those stay short.
+    let spec = &mut manifest["spec"]["template"]["spec"];
+    spec["selector"]["matchLabels"]["app"] = json!("web");
+    spec["template"]["metadata"]["labels"]["app"] = json!("web");
+    spec["template"]["spec"]["containers"][0]["name"] = json!("web");
     manifest["spec"]["rollout"] = json!({
         "strategy": "Progressive",
         "maxConcurrency": 1,
@@ -272,7 +270,7 @@ async fn template_image(web: &FederatedRef) -> anyhow::Result<Option<String>> {
 /// The number (`ControllerRevision.revision`) of the recorded revision with `image`.
 async fn revision_number(fed: &Federation, image: &str) -> anyhow::Result<i64> {
     let api: Api<ControllerRevision> = Api::namespaced(fed.host.clone(), NS);
-    let selector = format!("flotilla.io/federated-name={NAME}");
+    let selector = format!("{NAME_LABEL}={}", name_label(NAME));
     let list = api.list(&ListParams::default().labels(&selector)).await?;
     list.items
         .iter()

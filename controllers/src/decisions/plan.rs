@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 
 use flotilla_crds::{
     federated::PlacementStatus,
+    hash::bounded,
     placement_decision::{
         ClusterDecision, DECISION_INDEX_LABEL, DECISION_KEY_LABEL, MAX_DECISIONS,
         PLACEMENT_KEY_LABEL, PlacementDecision, ProfileRef, SCHEDULER_NAME,
@@ -52,20 +53,6 @@ impl Subject {
     pub fn placement_key(&self) -> String {
         bounded(&format!("{}.{}", self.kind.to_lowercase(), self.name), 63)
     }
-}
-
-/// `s` if it is at most `max` bytes, else its head and a hash of the whole (so two long
-/// names stay apart), ending in an alphanumeric.
-fn bounded(s: &str, max: usize) -> String {
-    if s.len() <= max {
-        return s.to_string();
-    }
-    let hash = flotilla_crds::hash::content_hash(&s.into());
-    let mut head: String = s.chars().take(max - 11).collect();
-    while head.ends_with(|c: char| !c.is_ascii_alphanumeric()) {
-        head.pop();
-    }
-    format!("{head}-{}", &hash[..10])
 }
 
 /// The decisions for `subject` placed by `placement` (the chosen clusters, in order), with

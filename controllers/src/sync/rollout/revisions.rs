@@ -6,6 +6,7 @@
 
 use std::{collections::HashMap, sync::Mutex};
 
+use flotilla_crds::hash::bounded;
 use k8s_openapi::{api::apps::v1::ControllerRevision, apimachinery::pkg::runtime::RawExtension};
 use kube::{
     Api, ResourceExt,
@@ -16,6 +17,7 @@ use serde_json::Value;
 use tracing::warn;
 
 use super::super::{Key, ctl::Ctl};
+use super::REVISION_CHARS;
 
 /// Label on a revision: the federated object's kind (lowercase).
 pub const KIND_LABEL: &str = "flotilla.io/federated-kind";
@@ -61,6 +63,24 @@ impl Revisions {
 fn revision_of(name: &str, prefix: &str) -> bool {
     name.strip_prefix(prefix)
         .is_some_and(|hash| !hash.is_empty() && !hash.contains('-'))
+}
+
+/// Name of revision `hash` of the federated object `name` of `kind` (lowercase):
+/// `<kind>-<name>-<hash>`, a DNS subdomain of at most 253 characters. A name too long for
+/// that is cut with a hash of the whole ([`bounded`]), to the same length whatever the hash
+/// (empty for the prefix every revision of the object starts with).
+fn revision_name(kind: &str, name: &str, hash: &str) -> String {
+    let room = 253usize
+        .saturating_sub(kind.len() + REVISION_CHARS + 2)
+        .max(12);
+    format!("{kind}-{}-{hash}", bounded(name, room))
+}
+
+/// The value of [`NAME_LABEL`] on the revisions of the federated object `name`: the name,
+/// or for a name over 63 characters (the limit of a label value) its head and a hash of the
+/// whole.
+pub fn name_label(name: &str) -> String {
+    bounded(name, 63)
 }
 
 /// The Kubernetes finalizer of an object deleted with `propagationPolicy: Orphan`: its
@@ -111,10 +131,7 @@ impl Ctl {
             .clone()
             .unwrap_or_else(|| self.shared.namespace.clone());
         let kind = self.ty.fed_ar.kind.to_lowercase();
-        // A DNS subdomain of at most 253 characters.
-        let room = 253usize.saturating_sub(kind.len() + hash.len() + 2);
-        let name: String = key.1.chars().take(room).collect();
-        (ns, format!("{kind}-{name}-{hash}"))
+        (ns, revision_name(&kind, &key.1, hash))
     }
 
     /// Stores revision `hash` with `content`, owned by `fed`, unless it is known to exist
@@ -164,7 +181,7 @@ impl Ctl {
                     labels: Some(
                         [
                             (KIND_LABEL.to_string(), self.ty.fed_ar.kind.to_lowercase()),
-                            (NAME_LABEL.to_string(), key.1.clone()),
+                            (NAME_LABEL.to_string(), name_label(&key.1)),
                         ]
                         .into(),
                     ),
@@ -209,7 +226,7 @@ impl Ctl {
         let selector = format!(
             "{KIND_LABEL}={},{NAME_LABEL}={}",
             self.ty.fed_ar.kind.to_lowercase(),
-            key.1
+            name_label(&key.1)
         );
         let params = ListParams::default().labels(&selector);
         match api
@@ -298,6 +315,36 @@ mod tests {
     fn a_refusal_is_left_to_the_collector_and_a_failure_to_answer_is_retried() {
         assert!(refused(403) && refused(404) && refused(405));
         assert!(!refused(500) && !refused(503) && !refused(429) && !refused(504));
+    }
+
+    #[test]
+    fn names_and_labels_of_revisions_fit_their_limits_however_long_the_object_name() {
+        let kind = "federateddeployment";
+        let hash = "a".repeat(REVISION_CHARS);
+        assert_eq!(
+            revision_name(kind, "web", &hash),
+            format!("{kind}-web-{hash}")
+        );
+        assert_eq!(name_label("web"), "web");
+        for len in [63, 64, 200, 253] {
+            let name = "n".repeat(len);
+            let full = revision_name(kind, &name, &hash);
+            assert!(full.len() <= 253, "{len}: {}", full.len());
+            // The prefix every revision of the object starts with is cut the same way.
+            assert!(revision_of(&full, &revision_name(kind, &name, "")));
+            assert!(name_label(&name).len() <= 63);
+        }
+        // Two long names that share their head stay apart, in the label and the name.
+        let (a, b) = ("m".repeat(240) + "a", "m".repeat(240) + "b");
+        assert_ne!(name_label(&a), name_label(&b));
+        assert_ne!(
+            revision_name(kind, &a, &hash),
+            revision_name(kind, &b, &hash)
+        );
+        assert!(!revision_of(
+            &revision_name(kind, &a, &hash),
+            &revision_name(kind, &b, "")
+        ));
     }
 
     #[test]
