@@ -90,19 +90,23 @@ impl Records {
 
     fn cached(&self, name: &str) -> Option<Record> {
         let a = self.store.get(&ObjectRef::new(name))?;
-        if a.spec.work_namespace != self.namespace {
-            return None;
-        }
-        Some(Record {
-            exists: true,
-            applied: a
-                .status
-                .as_ref()
-                .map(|s| s.applied_resources.clone())
-                .unwrap_or_default(),
-            intended: intended(&a),
-            unsaved: Vec::new(),
-        })
+        record_of(&a, &self.namespace)
+    }
+
+    /// Takes over the AppliedWork `found`, which a create answered with a conflict showed
+    /// to exist already (the cache had not shown it yet): what it says was applied is kept,
+    /// so the round prunes and records from it rather than from nothing, and the Work's
+    /// current manifests join its intended ones. `None` when it records another
+    /// namespace's Work of the same name (not ours to write).
+    pub fn adopt(
+        &self,
+        name: &str,
+        found: &AppliedWork,
+        intended: &[ResourceIdentifier],
+    ) -> Option<Record> {
+        let record = adopted(found, &self.namespace, intended)?;
+        self.remember(name, record.applied.clone(), record.intended.clone());
+        Some(record)
     }
 
     /// Remembers what this process wrote (on creation: nothing applied yet); nothing is
@@ -171,6 +175,35 @@ impl Records {
     }
 }
 
+/// What the AppliedWork `a` records, when it is one of `namespace`'s Works.
+fn record_of(a: &AppliedWork, namespace: &str) -> Option<Record> {
+    if a.spec.work_namespace != namespace {
+        return None;
+    }
+    Some(Record {
+        exists: true,
+        applied: a
+            .status
+            .as_ref()
+            .map(|s| s.applied_resources.clone())
+            .unwrap_or_default(),
+        intended: intended(a),
+        unsaved: Vec::new(),
+    })
+}
+
+/// The record of an existing AppliedWork `a` of `namespace` taken over by a round that
+/// is about to apply `current`: its applied objects, its intended ones and `current`'s.
+fn adopted(a: &AppliedWork, namespace: &str, current: &[ResourceIdentifier]) -> Option<Record> {
+    let mut record = record_of(a, namespace)?;
+    for id in current {
+        if !record.intended.iter().any(|i| plan::same_object(i, id)) {
+            record.intended.push(id.clone());
+        }
+    }
+    Some(record)
+}
+
 /// The Work's manifests its AppliedWork was created for (none when unreadable: from an
 /// older agent).
 fn intended(a: &AppliedWork) -> Vec<ResourceIdentifier> {
@@ -217,4 +250,65 @@ pub async fn watch(
         },
     )
     .await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use flotilla_crds::work::{AppliedWorkSpec, AppliedWorkStatus};
+
+    fn id(name: &str) -> ResourceIdentifier {
+        ResourceIdentifier {
+            resource: "configmaps".into(),
+            namespace: "app".into(),
+            name: name.into(),
+            ..ResourceIdentifier::default()
+        }
+    }
+
+    fn applied_work(namespace: &str, intended: &[&str], applied: &[&str]) -> AppliedWork {
+        let mut a = AppliedWork::new(
+            "w",
+            AppliedWorkSpec {
+                work_name: "w".into(),
+                work_namespace: namespace.into(),
+            },
+        );
+        let ids: Vec<_> = intended.iter().map(|n| id(n)).collect();
+        a.annotations_mut().insert(
+            APPLYING_ANNOTATION.into(),
+            serde_json::to_string(&ids).expect("identifiers serialize"),
+        );
+        a.status = Some(AppliedWorkStatus {
+            applied_resources: applied
+                .iter()
+                .map(|n| AppliedResourceMeta {
+                    identifier: id(n),
+                    ..AppliedResourceMeta::default()
+                })
+                .collect(),
+        });
+        a
+    }
+
+    #[test]
+    fn an_existing_record_is_taken_over_with_what_it_says_was_applied() {
+        let a = applied_work("cluster-a", &["old", "kept"], &["old", "kept"]);
+        let r = adopted(&a, "cluster-a", &[id("kept"), id("new")]).expect("ours");
+        assert!(r.exists);
+        let applied: Vec<_> = r
+            .applied
+            .iter()
+            .map(|m| m.identifier.name.as_str())
+            .collect();
+        assert_eq!(applied, ["old", "kept"], "nothing it applied is forgotten");
+        let intended: Vec<_> = r.intended.iter().map(|i| i.name.as_str()).collect();
+        assert_eq!(intended, ["old", "kept", "new"]);
+    }
+
+    #[test]
+    fn another_namespaces_record_of_the_same_name_is_not_taken_over() {
+        let a = applied_work("cluster-b", &["x"], &["x"]);
+        assert_eq!(adopted(&a, "cluster-a", &[id("x")]), None);
+    }
 }

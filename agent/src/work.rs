@@ -121,8 +121,11 @@ async fn sync_work(state: &State, work: &Work) -> Result<Done, kube::Error> {
     let previous = state.reports.previous(work);
     let mut record = state.records.get(&name);
     if !record.exists {
-        record.intended = intended(work);
-        create_record(state, &name, &record.intended).await?;
+        let unsaved = std::mem::take(&mut record.unsaved);
+        record = Record {
+            unsaved,
+            ..create_record(state, &name, &intended(work)).await?
+        };
     }
     let collect = work
         .annotations()
@@ -253,12 +256,14 @@ fn previous_drift(previous: Option<&WorkStatus>, ordinal: usize) -> Option<&Clus
 
 /// Creates the Work's AppliedWork (nothing applied yet), naming the objects about to be
 /// applied (`intended`) in the same request: should the agent stop between an apply and
-/// its record, a restart still finds them.
+/// its record, a restart still finds them. One that exists already (the cache had not
+/// shown it) is read and taken over with what it records; one of another namespace's Work
+/// of the same name is a conflict, retried.
 async fn create_record(
     state: &State,
     name: &str,
     intended: &[ResourceIdentifier],
-) -> Result<(), kube::Error> {
+) -> Result<Record, kube::Error> {
     let mut record = AppliedWork::new(
         name,
         AppliedWorkSpec {
@@ -276,11 +281,21 @@ async fn create_record(
         .await
     {
         Ok(_) => {}
-        Err(kube::Error::Api(s)) if s.code == 409 => {}
+        Err(kube::Error::Api(s)) if s.code == 409 => {
+            let found = state.applied_api.get(name).await?;
+            return state
+                .records
+                .adopt(name, &found, intended)
+                .ok_or(kube::Error::Api(s));
+        }
         Err(e) => return Err(e),
     }
     state.records.remember(name, Vec::new(), intended.to_vec());
-    Ok(())
+    Ok(Record {
+        exists: true,
+        intended: intended.to_vec(),
+        ..Record::default()
+    })
 }
 
 /// The Work's status, written only when it changed from `previous`, the status the round
