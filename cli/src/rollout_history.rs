@@ -5,7 +5,7 @@
 //! listing's text is [`render`] (pure); the rest is thin I/O.
 
 use anyhow::Context as _;
-use flotilla_controllers::sync::{KIND_LABEL, NAME_LABEL, name_label, revision_of};
+use flotilla_controllers::sync::{revision_of, revisions_selector};
 use flotilla_crds::{
     federated::{FederatedSpec, FederatedStatus},
     rollout::rollback::{RecordedRevision, undo_target},
@@ -47,11 +47,7 @@ async fn recorded(
         .namespace()
         .unwrap_or_else(|| global.kubefed_namespace.clone());
     let api: Api<ControllerRevision> = Api::namespaced(host.clone(), &ns);
-    let selector = format!(
-        "{KIND_LABEL}={},{NAME_LABEL}={}",
-        kind.to_lowercase(),
-        name_label(&obj.name_any())
-    );
+    let selector = revisions_selector(kind, &obj.name_any());
     let uid = obj.uid().unwrap_or_default();
     let list = api
         .list(&ListParams::default().labels(&selector))

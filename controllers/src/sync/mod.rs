@@ -76,7 +76,7 @@ use tracing::{debug, info, warn};
 pub use action::{Action, Error, ReconcileResult};
 pub use delete_options::parse_delete_options;
 /// A rollout's revision of a spec and the labels of its ControllerRevisions (`rollout undo`).
-pub use rollout::{KIND_LABEL, NAME_LABEL, name_label, revision_of};
+pub use rollout::{KIND_LABEL, NAME_LABEL, name_label, revision_of, revisions_selector};
 
 use crate::ftc_schema::Pruned;
 use crate::{

@@ -27,7 +27,7 @@ use serde_json::{Value, json};
 use tracing::warn;
 
 pub(crate) use canary::is_canary;
-pub use revisions::{KIND_LABEL, NAME_LABEL, Revisions, name_label};
+pub use revisions::{KIND_LABEL, NAME_LABEL, Revisions, name_label, revisions_selector};
 
 use super::{
     Key,

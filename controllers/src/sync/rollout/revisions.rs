@@ -83,6 +83,15 @@ pub fn name_label(name: &str) -> String {
     bounded(name, 63)
 }
 
+/// The label selector of every revision of the federated object `name` of `kind`.
+pub fn revisions_selector(kind: &str, name: &str) -> String {
+    format!(
+        "{KIND_LABEL}={},{NAME_LABEL}={}",
+        kind.to_lowercase(),
+        name_label(name)
+    )
+}
+
 /// The Kubernetes finalizer of an object deleted with `propagationPolicy: Orphan`: its
 /// dependents are to be kept (the garbage collector releases them).
 const ORPHAN_DEPENDENTS: &str = "orphan";
@@ -223,11 +232,7 @@ impl Ctl {
             return Ok(());
         }
         let api: Api<ControllerRevision> = Api::namespaced(self.shared.host.clone(), &ns);
-        let selector = format!(
-            "{KIND_LABEL}={},{NAME_LABEL}={}",
-            self.ty.fed_ar.kind.to_lowercase(),
-            name_label(&key.1)
-        );
+        let selector = revisions_selector(&self.ty.fed_ar.kind, &key.1);
         let params = ListParams::default().labels(&selector);
         match api
             .delete_collection(&DeleteParams::default(), &params)
