@@ -66,6 +66,7 @@ pub mod shard;
 pub mod sources;
 pub mod sync_state;
 pub mod tasks;
+pub mod unread;
 pub mod watch;
 pub mod workqueue;
 pub mod written;

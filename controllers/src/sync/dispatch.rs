@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 use flotilla_crds::{
     ClusterReason, FIELD_MANAGER, MANAGED_LABEL, RECREATE_ON_IMMUTABLE_ANNOTATION,
 };
+use flotilla_multicluster::unread;
 use kube::{
     Api, ResourceExt,
     api::{DeleteParams, GetParams, Patch, PatchParams, Preconditions, PropagationPolicy},
@@ -208,8 +209,8 @@ async fn update(api: &Api<DynamicObject>, name: &str, object: &Value, recreate: 
         propagation_policy: Some(PropagationPolicy::Background),
         ..Default::default()
     };
-    match api.delete(name, &dp).await {
-        Ok(_) => Outcome::Status(
+    match unread::delete(api, name, &dp).await {
+        Ok(()) => Outcome::Status(
             ClusterReason::WaitingForRemoval,
             format!(
                 "recreating: an immutable field changed ({})",
@@ -221,8 +222,8 @@ async fn update(api: &Api<DynamicObject>, name: &str, object: &Value, recreate: 
 }
 
 async fn delete(api: &Api<DynamicObject>, name: &str, dp: &DeleteParams) -> Outcome {
-    match api.delete(name, dp).await {
-        Ok(_) => Outcome::Removing,
+    match unread::delete(api, name, dp).await {
+        Ok(()) => Outcome::Removing,
         Err(kube::Error::Api(s)) if s.code == 404 => Outcome::Gone,
         Err(e) => Outcome::Status(ClusterReason::DeletionFailed, api_message(&e)),
     }
@@ -262,19 +263,14 @@ async fn clean_stray(
 
 async fn apply(api: &Api<DynamicObject>, name: &str, object: &Value) -> Result<(), kube::Error> {
     let pp = PatchParams::apply(FIELD_MANAGER).force();
-    api.patch(name, &pp, &Patch::Apply(object))
-        .await
-        .map(|_| ())
+    unread::patch(api, name, &pp, &Patch::Apply(object)).await
 }
 
 /// Removes the managed label; an object already gone is fine.
 async fn unlabel(api: &Api<DynamicObject>, name: &str) -> Outcome {
     let patch = json!({"metadata": {"labels": {MANAGED_LABEL: null}}});
-    match api
-        .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
-        .await
-    {
-        Ok(_) => Outcome::Gone,
+    match unread::patch(api, name, &PatchParams::default(), &Patch::Merge(&patch)).await {
+        Ok(()) => Outcome::Gone,
         Err(kube::Error::Api(s)) if s.code == 404 => Outcome::Gone,
         Err(e) => Outcome::Status(ClusterReason::LabelRemovalFailed, api_message(&e)),
     }

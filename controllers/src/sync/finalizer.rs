@@ -3,6 +3,7 @@
 //! of the current list, so a concurrent change of the finalizers is never overwritten.
 
 use flotilla_crds::SYNC_FINALIZER;
+use flotilla_multicluster::unread;
 use kube::{
     Client, ResourceExt,
     api::{Patch, PatchParams},
@@ -58,14 +59,15 @@ async fn patch_finalizers(
     let patch: json_patch::Patch =
         serde_json::from_value(patch).map_err(|e| Error::Finalizer(kube::Error::SerdeError(e)))?;
     let api = ty.host_api(host.clone(), fed.metadata.namespace.as_deref());
-    api.patch(
-        &fed.name_any(),
+    let name = fed.name_any();
+    unread::patch(
+        &api,
+        &name,
         &PatchParams::default(),
         &Patch::<()>::Json(patch),
     )
     .await
-    .map_err(Error::Finalizer)?;
-    Ok(())
+    .map_err(Error::Finalizer)
 }
 
 #[cfg(test)]

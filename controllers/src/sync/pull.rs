@@ -20,6 +20,7 @@ use flotilla_crds::{
         Work, cluster_namespace, type_label, work_name,
     },
 };
+use flotilla_multicluster::unread;
 use kube::{
     Api,
     api::{DeleteParams, Patch, PatchParams},
@@ -250,7 +251,7 @@ impl Ctl {
         let pp = PatchParams::apply(FIELD_MANAGER).force();
         let name = self.ty.work_name(key);
         let patch = Patch::Apply(&body);
-        let write = api.patch(&name, &pp, &patch);
+        let write = unread::patch(&api, &name, &pp, &patch);
         let outcome = match tokio::time::timeout(OPERATION_TIMEOUT, write).await {
             Ok(Ok(_)) => Outcome::Ok,
             Ok(Err(e)) => Outcome::Status(failed, format!("writing Work {name}: {}", message(&e))),
@@ -275,10 +276,9 @@ impl Ctl {
         let result = async {
             if orphan {
                 let patch = json!({"metadata": {"labels": {ORPHAN_LABEL: "true"}}});
-                api.patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
-                    .await?;
+                unread::patch(&api, &name, &PatchParams::default(), &Patch::Merge(&patch)).await?;
             }
-            api.delete(&name, &DeleteParams::default()).await
+            unread::delete(&api, &name, &DeleteParams::default()).await
         };
         let outcome = match tokio::time::timeout(OPERATION_TIMEOUT, result).await {
             Ok(Ok(_)) => {

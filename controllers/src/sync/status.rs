@@ -5,6 +5,7 @@
 use std::collections::BTreeMap;
 
 use flotilla_crds::{AggregateReason, federated::FederatedStatus, workload::AggregatedStatus};
+use flotilla_multicluster::unread;
 use kube::{
     Resource, ResourceExt,
     api::{Patch, PatchParams},
@@ -77,14 +78,14 @@ impl Ctl {
         // log needs no more).
         debug!(object = ?key, changed = ?changed_parts(&status, previous), "writing status");
         self.written.forget(&key);
-        if let Err(e) = api
-            .patch_status(
-                &fed.name_any(),
-                &PatchParams::default(),
-                &Patch::Merge(&patch),
-            )
-            .await
-        {
+        let written = unread::patch_status(
+            &api,
+            &fed.name_any(),
+            &PatchParams::default(),
+            &Patch::Merge(&patch),
+        )
+        .await;
+        if let Err(e) = written {
             if !matches!(&e, kube::Error::Api(s) if s.code == 404) {
                 warn!(error = %e, "writing status failed");
             }
