@@ -58,6 +58,30 @@ pub fn unpack(obj: &DynamicObject) -> DynamicObject {
     out
 }
 
+/// The whole object as one JSON tree (`apiVersion`, `kind`, `metadata` and the body), as
+/// `serde_json::to_value(unpack(obj))` gives it, without building the unpacked object first:
+/// the body's text is parsed straight into the tree and only the metadata is serialized.
+pub fn to_value(obj: &DynamicObject) -> Value {
+    let body = match &obj.data {
+        Value::String(text) => serde_json::from_str(text).unwrap_or(Value::Null),
+        other => other.clone(),
+    };
+    let mut map = match body {
+        Value::Object(map) => map,
+        _ => serde_json::Map::new(),
+    };
+    if let Some(types) = &obj.types {
+        map.insert(
+            "apiVersion".into(),
+            Value::String(types.api_version.clone()),
+        );
+        map.insert("kind".into(), Value::String(types.kind.clone()));
+    }
+    let metadata = serde_json::to_value(&obj.metadata).unwrap_or(Value::Null);
+    map.insert("metadata".into(), metadata);
+    Value::Object(map)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -96,6 +120,31 @@ mod tests {
         let plain = object();
         assert!(!is_packed(&plain));
         assert_eq!(unpack(&plain).data, plain.data);
+    }
+
+    #[test]
+    fn the_tree_of_a_packed_object_is_that_of_the_object() {
+        let obj = object();
+        let mut cached = obj.clone();
+        pack(&mut cached);
+        let expected = serde_json::to_value(&obj).expect("an object serializes");
+        assert_eq!(to_value(&cached), expected);
+        assert_eq!(
+            to_value(&obj),
+            expected,
+            "an unpacked object gives the same tree"
+        );
+        assert_eq!(expected["kind"], "FederatedConfigMap");
+        assert_eq!(expected["metadata"]["labels"]["a"], "b");
+        let mut untyped = cached.clone();
+        untyped.types = None;
+        let mut without_types =
+            serde_json::to_value(unpack(&untyped)).expect("an object serializes");
+        assert_eq!(to_value(&untyped), without_types);
+        if let Some(map) = without_types.as_object_mut() {
+            map.remove("spec");
+        }
+        assert_ne!(to_value(&untyped), without_types);
     }
 
     #[test]

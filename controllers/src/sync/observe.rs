@@ -10,7 +10,6 @@
 use flotilla_crds::MANAGED_LABEL;
 use flotilla_multicluster::packed;
 use kube::{ResourceExt, core::DynamicObject};
-use serde_json::Value;
 
 use super::{Key, ctl::Ctl, drift, plan::Observed, type_info::TypeInfo};
 use crate::multicluster::{ClusterState, MemberWatch};
@@ -45,9 +44,7 @@ impl Ctl {
         let (ns, name) = self.ty.member_name(key);
         match self.members.get(&cluster.name, ns, name) {
             Some(obj) if !is_managed(&obj) => Observed::Excluded,
-            Some(obj) => {
-                Observed::Present(serde_json::to_value(packed::unpack(&obj)).unwrap_or(Value::Null))
-            }
+            Some(obj) => Observed::Present(packed::to_value(&obj)),
             None => Observed::Absent,
         }
     }
