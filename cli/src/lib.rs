@@ -281,6 +281,17 @@ pub async fn execute(cli: Cli, ctx: Context) -> anyhow::Result<()> {
             Ok(())
         }
         #[cfg(feature = "dev")]
+        Command::Bench(opts) if opts.compare_bin.is_some() => {
+            let report = tokio::select! {
+                report = flotilla_dev::bench::compare::run(opts) => report?,
+                () = ctx.shutdown.cancelled() => {
+                    anyhow::bail!("comparison stopped by a signal before it finished; no report")
+                }
+            };
+            ctx.out.write(report.table());
+            Ok(())
+        }
+        #[cfg(feature = "dev")]
         Command::Bench(opts) => {
             // A signal ends the run: dropping it stops its clusters and control plane.
             let report = tokio::select! {

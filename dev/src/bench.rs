@@ -33,6 +33,7 @@
 //! (one run's clusters and its two parts), `warmup` (unmeasured preparation), `phases`
 //! (the measured phases) and `report` / `table` (the results).
 
+pub mod compare;
 mod control_plane;
 mod drain;
 mod fleet;
@@ -226,6 +227,14 @@ pub struct BenchOptions {
     /// [default: this program, when it is `flotilla`].
     #[arg(long, value_name = "PATH")]
     pub flotilla_bin: Option<PathBuf>,
+    /// Compare with this `flotilla` binary (the before of a change): the benchmark runs
+    /// --rounds times with each as the control plane process, alternating, and reports the
+    /// medians of both and their ratio.
+    #[arg(long, value_name = "PATH")]
+    pub compare_bin: Option<PathBuf>,
+    /// Runs per binary with --compare-bin.
+    #[arg(long, default_value_t = 3)]
+    pub rounds: usize,
 }
 
 impl Default for BenchOptions {
@@ -253,6 +262,8 @@ impl Default for BenchOptions {
             json: None,
             control_plane: ControlPlaneMode::Auto,
             flotilla_bin: None,
+            compare_bin: None,
+            rounds: 3,
         }
     }
 }
