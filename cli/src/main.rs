@@ -8,6 +8,12 @@ use clap::Parser;
 use flotilla_cli::{self as cli, Cli, Command, Context};
 use tokio::signal::unix::{SignalKind, signal};
 
+/// The allocator of every command: the control plane allocates and frees a little for
+/// every watch event, request and reconcile, and glibc's allocator spent about a quarter
+/// of its CPU time doing so (docs/benchmarks.md, "Flotilla's own CPU").
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[tokio::main]
 async fn main() -> ExitCode {
     let cli = Cli::parse();
