@@ -15,6 +15,7 @@ use kube::{
     api::{DeleteParams, DynamicObject, ListParams, PostParams},
 };
 use serde::{Deserialize, Serialize};
+use tracing::warn;
 
 use super::{
     BENCH_LABEL, FED_NS, RAW_NS,
@@ -194,7 +195,7 @@ where
     members.expect(Want::Absent, names);
     let lp = ListParams::default().labels(&format!("{BENCH_LABEL}=fed"));
     let called = Instant::now();
-    api.delete_collection(&DeleteParams::default(), &lp).await?;
+    delete_all(&api, &DeleteParams::default(), &lp).await?;
     phase.bulk_delete_call_s = called.elapsed().as_secs_f64();
     phase.empty_after_bulk_delete_s = drained_after(run, members, Instant::now()).await?;
     settle().await?;
@@ -252,7 +253,7 @@ pub(super) async fn raw_sequential(
     tracker.expect(Want::Absent, names);
     let lp = ListParams::default().labels(&format!("{BENCH_LABEL}=raw"));
     let dp = DeleteParams::default();
-    let deletes = apis.iter().map(|api| api.delete_collection(&dp, &lp));
+    let deletes = apis.iter().map(|api| delete_all(api, &dp, &lp));
     let called = Instant::now();
     futures::future::try_join_all(deletes).await?;
     phase.bulk_delete_call_s = called.elapsed().as_secs_f64();
@@ -260,11 +261,58 @@ pub(super) async fn raw_sequential(
     Ok(phase)
 }
 
+/// Attempts of one bulk delete.
+const BULK_DELETE_ATTEMPTS: u32 = 3;
+
+/// One DeleteCollection, sent again when the API server failed it (an overloaded server
+/// answers `500 context deadline exceeded` once its request timeout passes, having deleted
+/// part of the collection): deleting what is left is the same request, so a retry is safe.
+async fn delete_all(
+    api: &Api<DynamicObject>,
+    dp: &DeleteParams,
+    lp: &ListParams,
+) -> Result<(), kube::Error> {
+    let mut attempt = 1;
+    loop {
+        match api.delete_collection(dp, lp).await {
+            Ok(_) => return Ok(()),
+            Err(e) if attempt < BULK_DELETE_ATTEMPTS && is_server_failure(&e) => {
+                warn!(error = %e, attempt, "bulk delete failed; sending it again");
+                attempt += 1;
+                tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+            }
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// A failure of the server (5xx, or no answer), not a refusal of the request.
+fn is_server_failure(e: &kube::Error) -> bool {
+    match e {
+        kube::Error::Api(s) => s.code >= 500,
+        kube::Error::HyperError(_) | kube::Error::Service(_) => true,
+        _ => false,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::time::Duration;
 
     use super::*;
+
+    #[test]
+    fn only_the_servers_failures_send_a_bulk_delete_again() {
+        let status = |code: u16| {
+            let mut s = kube::core::Status::failure("context deadline exceeded", "");
+            s.code = code;
+            kube::Error::Api(Box::new(s))
+        };
+        assert!(is_server_failure(&status(500)));
+        assert!(is_server_failure(&status(504)));
+        assert!(!is_server_failure(&status(403)));
+        assert!(!is_server_failure(&status(404)));
+    }
 
     #[test]
     fn present_after_last_write_counts_from_the_last_create_not_the_first() {
