@@ -399,11 +399,17 @@ pub async fn run(opts: BenchOptions) -> anyhow::Result<BenchReport> {
         finished_at: k8s_openapi::jiff::Timestamp::now().to_string(),
     };
     report.targets = report::targets(&report);
-    if let Some(path) = &opts.json {
-        let text = serde_json::to_string_pretty(&report)?;
+    write_json(opts.json.as_deref(), &report)?;
+    Ok(report)
+}
+
+/// Writes a report as JSON to `path` (`--json`), when one is given.
+fn write_json(path: Option<&std::path::Path>, report: &impl Serialize) -> anyhow::Result<()> {
+    if let Some(path) = path {
+        let text = serde_json::to_string_pretty(report)?;
         std::fs::write(path, text).with_context(|| format!("writing {}", path.display()))?;
     }
-    Ok(report)
+    Ok(())
 }
 
 #[cfg(test)]

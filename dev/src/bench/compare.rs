@@ -207,10 +207,7 @@ pub async fn run(opts: BenchOptions) -> anyhow::Result<CompareReport> {
     }
     let (scenario, _, _) = opts.resolved();
     let report = CompareReport::new(scenario, &before, &after, runs);
-    if let Some(path) = &opts.json {
-        let text = serde_json::to_string_pretty(&report)?;
-        std::fs::write(path, text).with_context(|| format!("writing {}", path.display()))?;
-    }
+    super::write_json(opts.json.as_deref(), &report)?;
     Ok(report)
 }
 

@@ -139,10 +139,7 @@ pub async fn run(opts: &BenchOptions) -> anyhow::Result<StatusCostReport> {
         concurrency: opts.concurrency,
         rows,
     };
-    if let Some(path) = &opts.json {
-        std::fs::write(path, serde_json::to_string_pretty(&report)?)
-            .with_context(|| format!("writing {}", path.display()))?;
-    }
+    super::write_json(opts.json.as_deref(), &report)?;
     Ok(report)
 }
 
