@@ -301,7 +301,11 @@ pub async fn execute(cli: Cli, ctx: Context) -> anyhow::Result<()> {
                 }
             };
             ctx.out.write(report.table());
-            Ok(())
+            // The report (and its --json) is kept; the exit status says it is incomplete.
+            match &report.raw_error {
+                Some(e) => anyhow::bail!("the raw baseline did not finish: {e}"),
+                None => Ok(()),
+            }
         }
         Command::Version => {
             ctx.out.line(format!(

@@ -373,6 +373,7 @@ pub async fn run(opts: BenchOptions) -> anyhow::Result<BenchReport> {
         clusters_idle_cpu_per_s,
         control_plane,
         fleet,
+        raw_error,
     } = result?;
     let fleet = fleet.map(|f| FleetReport {
         clusters_start_s,
@@ -396,6 +397,7 @@ pub async fn run(opts: BenchOptions) -> anyhow::Result<BenchReport> {
         }),
         targets: Vec::new(),
         fleet,
+        raw_error,
         finished_at: k8s_openapi::jiff::Timestamp::now().to_string(),
     };
     report.targets = report::targets(&report);

@@ -196,6 +196,7 @@ mod tests {
                 }),
                 ..FleetReport::default()
             }),
+            raw_error: None,
             finished_at: String::new(),
         };
         let mut s = String::new();

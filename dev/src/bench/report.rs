@@ -37,6 +37,11 @@ pub struct BenchReport {
     /// The fleet phases' figures (`--fleet-phases`, `--scenario fleet-100`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fleet: Option<super::FleetReport>,
+    /// Why the raw baseline did not finish, when it did not: the Flotilla part's figures
+    /// are kept, the raw ones of the kinds it did not reach are empty (zero) and their
+    /// ratios absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub raw_error: Option<String>,
     /// When the run finished (RFC 3339).
     pub finished_at: String,
 }
@@ -293,7 +298,11 @@ pub(super) fn targets(report: &BenchReport) -> Vec<Target> {
     let Some(cm) = report.kinds.first() else {
         return Vec::new();
     };
-    let mut out = speed_targets(report, cm);
+    let mut out = if report.raw_error.is_none() {
+        speed_targets(report, cm)
+    } else {
+        Vec::new()
+    };
     out.extend(request_targets(cm));
     out.extend(quiet_targets(report));
     out.push(memory_target(report));
@@ -479,6 +488,7 @@ mod tests {
             reference: None,
             targets: Vec::new(),
             fleet: None,
+            raw_error: None,
             finished_at: String::new(),
         };
         report.targets = targets(&report);
@@ -489,5 +499,15 @@ mod tests {
         }
         let json = serde_json::to_value(&report).expect("serializes");
         assert_eq!(json["kinds"][0]["create"]["time_ratio"], json!(1.0));
+        assert!(json.get("raw_error").is_none());
+
+        // Without a raw baseline the targets measured against it are not judged, and the
+        // table says why its raw columns are empty.
+        report.raw_error = Some("deleting: 500 context deadline exceeded".into());
+        report.targets = targets(&report);
+        assert_eq!(report.targets.len(), 5);
+        assert!(report.targets.iter().all(|t| !t.name.contains("vs raw")));
+        let table = report.table();
+        assert!(table.contains("500 context deadline exceeded"), "{table}");
     }
 }

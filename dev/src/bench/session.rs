@@ -9,7 +9,7 @@ use std::{
 
 use flotilla_localenv::LocalEnv;
 use kube::api::DynamicObject;
-use tracing::info;
+use tracing::{info, warn};
 
 use super::{
     BENCH_LABEL, BenchOptions, FED_NS, INPUT_NS, MANAGER, RAW_NS,
@@ -44,6 +44,8 @@ pub(super) struct Measured {
     pub(super) control_plane: String,
     /// The fleet phases' figures (`--fleet-phases`).
     pub(super) fleet: Option<FleetReport>,
+    /// Why the raw part did not finish, when it did not.
+    pub(super) raw_error: Option<String>,
 }
 
 /// The watchers of one kind, started before both parts so that both carry them.
@@ -96,14 +98,41 @@ pub(super) async fn run_in(
     // Part 2: the raw baseline, with the same watchers and no control plane.
     let rss_raw_before = rss_mib();
     reset_peak_rss();
-    let mut raw = Vec::new();
-    for t in &trackers {
-        info!(kind = t.kind.name(), "measuring the raw baseline");
-        let phases = raw_phases(&run, t.kind, &t.raw_members).await?;
-        raw.push((phases, input_phase(&run, t.kind, &t.input).await?));
-    }
+    let (raw, raw_error) = raw_part(&run, &trackers).await;
     let generator_growth = (peak_rss_mib() - rss_raw_before).max(0.0);
-    Ok(assemble(&trackers, flotilla, raw, generator_growth, idle))
+    let mut measured = assemble(&trackers, flotilla, raw, generator_growth, idle);
+    measured.raw_error = raw_error;
+    Ok(measured)
+}
+
+/// The raw baseline of each kind, in order. A failure ends the part but not the run: the
+/// kinds it did not reach have no baseline (`None`), and the error is returned beside them,
+/// so that the Flotilla part (most of a long run) keeps its report.
+async fn raw_part(
+    run: &Run,
+    trackers: &[KindTrackers],
+) -> (Vec<Option<(RawPhases, Phase)>>, Option<String>) {
+    let mut raw = Vec::new();
+    for t in trackers {
+        info!(kind = t.kind.name(), "measuring the raw baseline");
+        let measured = async {
+            let phases = raw_phases(run, t.kind, &t.raw_members).await?;
+            anyhow::Ok((phases, input_phase(run, t.kind, &t.input).await?))
+        };
+        match measured.await {
+            Ok(m) => raw.push(Some(m)),
+            Err(e) => {
+                let error = format!("{}: {e:#}", t.kind.name());
+                warn!(
+                    error,
+                    "the raw baseline failed; the Flotilla part's figures are kept"
+                );
+                raw.resize_with(trackers.len(), || None);
+                return (raw, Some(error));
+            }
+        }
+    }
+    (raw, None)
 }
 
 /// The federation (CRDs, KubeFedConfig with `opts.workers` sync workers, joined members,
@@ -306,17 +335,19 @@ async fn fleet_start(
 fn assemble(
     trackers: &[KindTrackers],
     flotilla: FlotillaPart,
-    raw: Vec<(RawPhases, Phase)>,
+    raw: Vec<Option<(RawPhases, Phase)>>,
     generator_growth: f64,
     idle: f64,
 ) -> Measured {
     let mut kinds = Vec::new();
     let mut member_objects = 0usize;
     let mut created_requests = 0.0;
-    for (t, (f, (r, host_input))) in trackers.iter().zip(flotilla.phases.into_iter().zip(raw)) {
+    for (t, (f, r)) in trackers.iter().zip(flotilla.phases.into_iter().zip(raw)) {
         member_objects +=
             f.create.member_objects + f.update.member_objects + f.delete.member_objects;
         created_requests += f.create.requests_per_member_object * f.create.member_objects as f64;
+        // A kind the raw part did not reach: empty raw phases, so NaN ratios.
+        let (r, host_input) = raw_or_empty(r);
         kinds.push(KindReport {
             kind: t.kind.name().to_string(),
             create: Comparison::new(f.create, r.create),
@@ -371,5 +402,20 @@ fn assemble(
         clusters_idle_cpu_per_s: idle,
         control_plane: flotilla.control_plane,
         fleet,
+        raw_error: None,
     }
+}
+
+/// A kind's raw phases, or empty ones (every figure zero, no sequential phase) when the raw
+/// part did not reach it.
+fn raw_or_empty(raw: Option<(RawPhases, Phase)>) -> (RawPhases, Phase) {
+    raw.unwrap_or_else(|| {
+        let empty = RawPhases {
+            create: Phase::default(),
+            update: Phase::default(),
+            delete: Phase::default(),
+            sequential: None,
+        };
+        (empty, Phase::default())
+    })
 }

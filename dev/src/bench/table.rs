@@ -40,6 +40,12 @@ impl BenchReport {
             self.machine.load_at_start,
             self.control_plane
         );
+        if let Some(e) = &self.raw_error {
+            let _ = writeln!(
+                s,
+                "raw baseline did not finish ({e}): the Flotilla figures stand, raw columns it did not reach are empty, their ratios NaN"
+            );
+        }
     }
 
     fn kind_section(&self, s: &mut String, k: &KindReport) {
@@ -49,7 +55,7 @@ impl BenchReport {
             "{:<34} {:>16} {:>16} {:>9}",
             format!(
                 "{} ({} member objects)",
-                k.kind, k.create.raw.member_objects
+                k.kind, k.create.flotilla.member_objects
             ),
             "raw (direct)",
             "flotilla",
