@@ -31,6 +31,10 @@ pub struct RunFigures {
     pub phase_p99_ms: [f64; 3],
     /// Peak RSS of the controller-manager, MiB.
     pub peak_rss_mib: f64,
+    /// The restart with every object propagated: control-plane CPU seconds in its window
+    /// (the new process's start-up) and seconds to the first new object in every member.
+    #[serde(default)]
+    pub restart: [f64; 2],
     /// Member requests per member object on create (equal on both sides when the change
     /// is only CPU).
     pub member_requests_per_member_object: f64,
@@ -57,13 +61,15 @@ impl RunFigures {
             }
             f.member_requests_per_member_object =
                 k.create.flotilla.member_requests_per_member_object;
+            f.restart = [k.restart.control_plane_cpu_s, k.restart.first_new_object_s];
         }
         f
     }
 
     /// The figures compared, with their names, in table order.
-    fn columns(&self) -> [(&'static str, f64); 11] {
+    fn columns(&self) -> [(&'static str, f64); 13] {
         let [cc, cu, cd] = self.phase_cpu_s;
+        let [rc, rf] = self.restart;
         let [sc, su, sd] = self.phase_s;
         let [pc, pu, pd] = self.phase_p99_ms;
         [
@@ -81,6 +87,8 @@ impl RunFigures {
             ("update P99 ms", pu),
             ("delete P99 ms", pd),
             ("controller peak RSS MiB", self.peak_rss_mib),
+            ("control-plane CPU s, restart window", rc),
+            ("restart: first new object everywhere s", rf),
         ]
     }
 }
@@ -260,6 +268,32 @@ mod tests {
         let table = report.table();
         assert!(table.contains("6 runs alternating"), "{table}");
         assert!(table.contains("0.800x"), "{table}");
+    }
+
+    #[test]
+    fn the_restart_figures_are_compared_too() {
+        let mut before = figures("before", 1, 0.4, 5.0);
+        before.restart = [4.0, 3.0];
+        let mut after = figures("after", 1, 0.4, 5.0);
+        after.restart = [2.0, 3.0];
+        let report = CompareReport::new(
+            "10000x2".into(),
+            Path::new("b"),
+            Path::new("a"),
+            vec![before, after],
+        );
+        let cpu = report
+            .medians
+            .iter()
+            .find(|m| m.0 == "control-plane CPU s, restart window")
+            .expect("the restart window's CPU");
+        assert!((cpu.3 - 0.5).abs() < 1e-9);
+        let first = report
+            .medians
+            .iter()
+            .find(|m| m.0 == "restart: first new object everywhere s")
+            .expect("the first new object");
+        assert!((first.3 - 1.0).abs() < 1e-9);
     }
 
     #[test]

@@ -189,8 +189,11 @@ pub fn cluster_op(
     }
 }
 
-/// How soon to look again while a member cache is still listing.
-pub const CACHE_SYNC_RECHECK: Duration = Duration::from_millis(500);
+/// How soon to look again while a member cache is still listing. The cache's `Synced`
+/// event requeues every object the moment it has listed, so this is only a safety net:
+/// at 500 ms every object placed on a listing member was reconciled twice a second for
+/// nothing (100 members × 1,100 objects at a start or a restart).
+pub const CACHE_SYNC_RECHECK: Duration = Duration::from_secs(5);
 
 /// What the work queue does after a live reconcile: look again soon while a cache is
 /// listing, back off after a recoverable failure, else wait for events (or the lag recheck).
