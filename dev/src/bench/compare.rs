@@ -233,6 +233,15 @@ mod tests {
         }
     }
 
+    /// The medians' row of the figure `name`.
+    fn median_named<'a>(report: &'a CompareReport, name: &str) -> &'a (String, f64, f64, f64) {
+        report
+            .medians
+            .iter()
+            .find(|m| m.0 == name)
+            .unwrap_or_else(|| panic!("no figure {name}"))
+    }
+
     #[test]
     fn the_sides_alternate_which_goes_first() {
         assert_eq!(order(1), ["before", "after"]);
@@ -255,11 +264,7 @@ mod tests {
         assert_eq!(name, "control-plane CPU ms per member object");
         assert!((b - 0.40).abs() < 1e-9 && (a - 0.32).abs() < 1e-9);
         assert!((r - 0.8).abs() < 1e-9);
-        let create = report
-            .medians
-            .iter()
-            .find(|m| m.0 == "create s")
-            .expect("the create figure");
+        let create = median_named(&report, "create s");
         assert!(
             (create.1 - 5.2).abs() < 1e-9,
             "one slow run does not move the median"
@@ -282,17 +287,9 @@ mod tests {
             Path::new("a"),
             vec![before, after],
         );
-        let cpu = report
-            .medians
-            .iter()
-            .find(|m| m.0 == "control-plane CPU s, restart window")
-            .expect("the restart window's CPU");
+        let cpu = median_named(&report, "control-plane CPU s, restart window");
         assert!((cpu.3 - 0.5).abs() < 1e-9);
-        let first = report
-            .medians
-            .iter()
-            .find(|m| m.0 == "restart: first new object everywhere s")
-            .expect("the first new object");
+        let first = median_named(&report, "restart: first new object everywhere s");
         assert!((first.3 - 1.0).abs() < 1e-9);
     }
 

@@ -48,7 +48,9 @@ pub(super) struct FlotillaPhases {
     pub(super) half_fleet: Option<HalfFleet>,
 }
 
-/// The raw baseline's phases of one kind.
+/// The raw baseline's phases of one kind (empty by default: a kind the raw part did not
+/// reach).
+#[derive(Default)]
 pub(super) struct RawPhases {
     pub(super) create: Phase,
     pub(super) update: Phase,

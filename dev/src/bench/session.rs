@@ -346,8 +346,9 @@ fn assemble(
         member_objects +=
             f.create.member_objects + f.update.member_objects + f.delete.member_objects;
         created_requests += f.create.requests_per_member_object * f.create.member_objects as f64;
-        // A kind the raw part did not reach: empty raw phases, so NaN ratios.
-        let (r, host_input) = raw_or_empty(r);
+        // A kind the raw part did not reach: empty raw phases (every figure zero, no
+        // sequential phase), so NaN ratios.
+        let (r, host_input) = r.unwrap_or_default();
         kinds.push(KindReport {
             kind: t.kind.name().to_string(),
             create: Comparison::new(f.create, r.create),
@@ -404,18 +405,4 @@ fn assemble(
         fleet,
         raw_error: None,
     }
-}
-
-/// A kind's raw phases, or empty ones (every figure zero, no sequential phase) when the raw
-/// part did not reach it.
-fn raw_or_empty(raw: Option<(RawPhases, Phase)>) -> (RawPhases, Phase) {
-    raw.unwrap_or_else(|| {
-        let empty = RawPhases {
-            create: Phase::default(),
-            update: Phase::default(),
-            delete: Phase::default(),
-            sequential: None,
-        };
-        (empty, Phase::default())
-    })
 }
