@@ -28,9 +28,9 @@ cargo fmt --all -- --check
 echo "[test] cargo clippy" >&2
 cargo clippy --workspace --all-targets -- -D warnings
 echo "[test] crdgen --check (committed YAML matches the code)" >&2
-cargo run -q -p flotilla-crds --bin crdgen -- --check
+cargo run -q -p flotilla-api --bin crdgen -- --check
 echo "[test] crdcompat (the CRDs stay compatible with the last released ones, config/crds-compat/)" >&2
-cargo run -q -p flotilla-crds --bin crdcompat
+cargo run -q -p flotilla-api --bin crdcompat
 
 # Tests on real clusters wait on API servers more than they compute, so a few run at once.
 # A test that fails is run once more (nextest reports it as FLAKY if the retry passes), so a

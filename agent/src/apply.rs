@@ -10,7 +10,7 @@ use std::{
     sync::{Arc, Mutex},
 };
 
-use flotilla_crds::{
+use flotilla_api::{
     ClusterReason, MANAGED_LABEL,
     work::{AGENT_FIELD_MANAGER, AppliedResourceMeta, ResourceIdentifier},
 };
@@ -29,8 +29,8 @@ use super::plan::{
     ManifestOp, ManifestResult, cacheable, check_manifest, decide, manifest_hash, may_prune,
     may_prune_unrecorded,
 };
-use flotilla_crds::drift::DriftState;
-use flotilla_crds::member::PROTECTED_NAMESPACES;
+use flotilla_api::drift::DriftState;
+use flotilla_core::member::PROTECTED_NAMESPACES;
 
 /// A kind the member serves: its resource and whether it is namespaced.
 #[derive(Clone)]

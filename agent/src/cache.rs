@@ -17,7 +17,7 @@ use std::{
     time::Instant,
 };
 
-use flotilla_crds::MANAGED_LABEL;
+use flotilla_api::MANAGED_LABEL;
 use flotilla_multicluster::{
     tasks::AbortOnDrop,
     watch::{Change, WatchParams, watch_into},

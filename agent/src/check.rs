@@ -7,7 +7,7 @@
 
 use std::collections::BTreeSet;
 
-use flotilla_crds::work::{AGENT_LEASE, Work, cluster_namespace};
+use flotilla_api::work::{AGENT_LEASE, Work, cluster_namespace};
 use k8s_openapi::api::authorization::v1::{
     ResourceAttributes, SelfSubjectAccessReview, SelfSubjectAccessReviewSpec,
 };

@@ -1,9 +1,9 @@
 //! Drift in a Pull member, decided as push mode decides it: the same
-//! [`flotilla_crds::drift`] functions on the agent's watch cache. The cache keeps a digest
+//! [`flotilla_core::drift`] functions on the agent's watch cache. The cache keeps a digest
 //! of each object's `managedFields` (other writers only) so a drift names who changed
 //! what; the federated object's policy arrives as annotations on the Work
-//! ([`POLICY_ANNOTATION`](flotilla_crds::drift::POLICY_ANNOTATION),
-//! [`IGNORE_ANNOTATION`](flotilla_crds::drift::IGNORE_ANNOTATION)); the verdict — repair,
+//! ([`POLICY_ANNOTATION`](flotilla_core::drift::POLICY_ANNOTATION),
+//! [`IGNORE_ANNOTATION`](flotilla_core::drift::IGNORE_ANNOTATION)); the verdict — repair,
 //! report, or stop a fight — and the bounded, redacted entry for the manifest's `drift`
 //! field in the Work status are made here. The host copies that entry into the federated
 //! object's `status.drift` and announces it. This module makes no request.
@@ -13,10 +13,10 @@ use std::{
     sync::Mutex,
 };
 
-use flotilla_crds::{
+use flotilla_api::drift::{ClusterDrift, DriftState};
+use flotilla_core::{
     drift::{
-        ClusterDrift, DIGEST_ANNOTATION, DriftState, IGNORE_ANNOTATION, Mode, POLICY_ANNOTATION,
-        Policy,
+        DIGEST_ANNOTATION, IGNORE_ANNOTATION, Mode, POLICY_ANNOTATION, Policy,
         decide::{self, Finding, Input, Verdict},
         digest,
         fight::{History, Repair},
@@ -135,7 +135,7 @@ pub fn judge(
 
 /// The manifest's `drift` entry after this round: the new entry for a drift found now
 /// (a repair that failed is `Detected`); without one, the record of the last repair stays
-/// and a report or fight that resolved itself goes (as [`flotilla_crds::drift::merge`]
+/// and a report or fight that resolved itself goes (as [`flotilla_core::drift::merge`]
 /// does per cluster).
 pub fn entry(
     finding: Option<&Finding>,
@@ -228,8 +228,9 @@ fn annotation_pointer(key: &str) -> String {
 
 #[cfg(test)]
 mod tests {
-    use flotilla_crds::work::AGENT_FIELD_MANAGER;
-    use flotilla_crds::{MANAGED_LABEL, member::HASH_ANNOTATION};
+    use flotilla_api::MANAGED_LABEL;
+    use flotilla_api::work::AGENT_FIELD_MANAGER;
+    use flotilla_core::member::HASH_ANNOTATION;
     use kube::ResourceExt;
     use serde_json::json;
 
@@ -445,7 +446,7 @@ mod tests {
         assert_eq!(obj.annotations().get(DIGEST_ANNOTATION), None);
         let f = Finding {
             state: DriftState::Repaired,
-            differences: flotilla_crds::drift::diff::differences(
+            differences: flotilla_core::drift::diff::differences(
                 &json!({"data": {"k": "c2VjcmV0"}}),
                 &json!({"data": {"k": "b3RoZXI="}}),
             ),

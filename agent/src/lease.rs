@@ -6,7 +6,7 @@
 
 use std::{sync::Arc, time::Duration};
 
-use flotilla_crds::work::{AGENT_FIELD_MANAGER, AGENT_LEASE};
+use flotilla_api::work::{AGENT_FIELD_MANAGER, AGENT_LEASE};
 use k8s_openapi::{
     api::coordination::v1::Lease, apimachinery::pkg::apis::meta::v1::MicroTime, jiff::Timestamp,
 };
@@ -17,7 +17,8 @@ use kube::{
 use serde_json::json;
 use tracing::{debug, warn};
 
-use flotilla_crds::{mcs_report::SLICE_VERSION_ANNOTATION, member::VERSION_ANNOTATION};
+use flotilla_api::mcs_report::SLICE_VERSION_ANNOTATION;
+use flotilla_core::member::VERSION_ANNOTATION;
 
 use super::observe::Observer;
 

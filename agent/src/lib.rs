@@ -38,7 +38,7 @@ use std::{
     sync::Mutex, time::Duration,
 };
 
-use flotilla_crds::work::{AppliedWork, Work, cluster_namespace};
+use flotilla_api::work::{AppliedWork, Work, cluster_namespace};
 use flotilla_multicluster::{
     gate::{Gate, store_ready},
     runner::KeyedRunner,
@@ -54,7 +54,7 @@ use tracing::info;
 use self::{
     apply::Member, cache::ObjectCache, observe::Observer, records::Records, reports::Reports,
 };
-use flotilla_crds::member::ORPHAN_LABEL;
+use flotilla_core::member::ORPHAN_LABEL;
 use flotilla_multicluster::http::MetricsAccess;
 use flotilla_multicluster::{
     watch::{Change, WatchParams, watch_into},
@@ -90,11 +90,11 @@ impl AgentOptions {
             cluster: cluster.to_owned(),
             host,
             member,
-            own_namespace: flotilla_crds::DEFAULT_NAMESPACE.to_owned(),
+            own_namespace: flotilla_api::DEFAULT_NAMESPACE.to_owned(),
             resync: Duration::from_secs(30),
             lease_duration: Duration::from_secs(40),
             workers: 4,
-            member_role: Some(flotilla_crds::agent_role::AGENT_ROLE.to_owned()),
+            member_role: Some(flotilla_core::agent_role::AGENT_ROLE.to_owned()),
         }
     }
 }

@@ -10,7 +10,7 @@
 
 use std::{collections::BTreeMap, sync::Arc, time::Duration};
 
-use flotilla_crds::{
+use flotilla_api::{
     mcs::{K8S_SERVICE_NAME_LABEL, ServiceExport},
     mcs_report::{
         REPORTER, REPORTER_LABEL, ServiceExportReport, ServiceExportReportSpec, report_name,
@@ -358,7 +358,7 @@ async fn execute(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use flotilla_crds::mcs_report::ServiceExportReportStatus;
+    use flotilla_api::mcs_report::ServiceExportReportStatus;
 
     fn export(generation: i64, conditions: serde_json::Value) -> Arc<DynamicObject> {
         Arc::new(

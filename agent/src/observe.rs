@@ -9,7 +9,7 @@ use std::{
     time::Duration,
 };
 
-use flotilla_crds::work::{Work, WorkStatus};
+use flotilla_api::work::{Work, WorkStatus};
 use flotilla_multicluster::{
     events::{publish_related, recorder},
     gate::Gate,

@@ -3,7 +3,7 @@
 //! report — carried over from the previous report where nothing changed, so an unchanged
 //! cluster means no status write.
 
-use flotilla_crds::{
+use flotilla_api::{
     ClusterReason, MANAGED_LABEL,
     drift::ClusterDrift,
     work::{
@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use flotilla_crds::member::{
+use flotilla_core::member::{
     HASH_ANNOTATION, excluded_message, is_terminating, recorded_hash, up_to_date,
 };
 

@@ -1,17 +1,15 @@
 //! The agent's member ClusterRole follows the enabled types: the host publishes their rules
 //! in ConfigMap `flotilla-agent-types` of the cluster's namespace (the host has no member
 //! credential to write the role itself); the agent watches it and sets its ClusterRole to
-//! those rules plus its own ([`flotilla_crds::agent_role`]) — only a role annotated
+//! those rules plus its own ([`flotilla_core::agent_role`]) — only a role annotated
 //! `flotilla.io/agent-role: types`, never one joined with `--member-role all`, and only when
 //! the rules differ. A ConfigMap it cannot read as rules is reported and the role kept.
 
 use std::ops::ControlFlow;
 
-use flotilla_crds::{
-    agent_role::{
-        AGENT_ROLE_ANNOTATION, AGENT_TYPES_CONFIGMAP, AGENT_TYPES_KEY, agent_member_rules,
-    },
-    work::AGENT_FIELD_MANAGER,
+use flotilla_api::work::AGENT_FIELD_MANAGER;
+use flotilla_core::agent_role::{
+    AGENT_ROLE_ANNOTATION, AGENT_TYPES_CONFIGMAP, AGENT_TYPES_KEY, agent_member_rules,
 };
 use flotilla_multicluster::watch::{Change, WatchParams, watch_into};
 use k8s_openapi::api::{

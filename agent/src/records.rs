@@ -10,7 +10,7 @@
 use std::{collections::HashMap, ops::ControlFlow, sync::Arc, sync::Mutex};
 
 use super::plan;
-use flotilla_crds::work::{
+use flotilla_api::work::{
     APPLYING_ANNOTATION, AppliedResourceMeta, AppliedWork, ResourceIdentifier,
 };
 use flotilla_multicluster::{
@@ -255,7 +255,7 @@ pub async fn watch(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use flotilla_crds::work::{AppliedWorkSpec, AppliedWorkStatus};
+    use flotilla_api::work::{AppliedWorkSpec, AppliedWorkStatus};
 
     fn id(name: &str) -> ResourceIdentifier {
         ResourceIdentifier {

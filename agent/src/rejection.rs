@@ -5,7 +5,7 @@
 //! the reason of a failure's Event and metric. Pure decisions; the Events are sent by
 //! [`super::observe`].
 
-use flotilla_crds::work::{APPLIED, ManifestCondition, ResourceIdentifier, WorkStatus};
+use flotilla_api::work::{APPLIED, ManifestCondition, ResourceIdentifier, WorkStatus};
 
 use super::plan::{ManifestResult, condition};
 
@@ -66,7 +66,7 @@ pub fn with_rejections(
     generation: Option<i64>,
     now: &str,
 ) -> WorkStatus {
-    let old_of = |conditions: &[flotilla_crds::work::Condition]| {
+    let old_of = |conditions: &[flotilla_api::work::Condition]| {
         conditions.iter().find(|c| c.type_ == REJECTED).cloned()
     };
     let mut refused = Vec::new();
@@ -131,7 +131,7 @@ pub fn new_failures<'a>(
 
 #[cfg(test)]
 mod tests {
-    use flotilla_crds::ClusterReason;
+    use flotilla_api::ClusterReason;
     use kube::core::Status;
 
     use super::*;

@@ -10,7 +10,7 @@
 
 use std::{collections::HashMap, sync::Mutex};
 
-use flotilla_crds::work::{Work, WorkStatus};
+use flotilla_api::work::{Work, WorkStatus};
 use kube::ResourceExt;
 
 /// The status this process last wrote on a Work, as the host returned it.
@@ -99,10 +99,11 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 
 #[cfg(test)]
 mod tests {
-    use flotilla_crds::{
-        drift::{ClusterDrift, DriftField, Policy},
+    use flotilla_api::{
+        drift::{ClusterDrift, DriftField},
         work::{ResourceIdentifier, WorkSpec},
     };
+    use flotilla_core::drift::Policy;
 
     use super::*;
     use crate::{

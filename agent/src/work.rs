@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use flotilla_crds::work::{
+use flotilla_api::work::{
     APPLYING_ANNOTATION, AppliedResourceMeta, AppliedWork, AppliedWorkSpec, AppliedWorkStatus,
     ResourceIdentifier, WORK_COLLECT_STATUS, Work, WorkStatus,
 };
@@ -19,7 +19,7 @@ use serde_json::json;
 use tracing::{debug, info, warn};
 
 use super::{State, apply::identify, drift, plan, records::Record, rejection};
-use flotilla_crds::drift::ClusterDrift;
+use flotilla_api::drift::ClusterDrift;
 
 /// How soon a Work whose manifests failed is tried again at first (then backing off).
 const RETRY_FAILED: Duration = Duration::from_secs(2);
@@ -140,7 +140,7 @@ async fn sync_work(state: &State, work: &Work) -> Result<Done, kube::Error> {
             cluster: &state.cluster,
             policy: &policy,
             previous: previous_drift(previous.as_ref(), i),
-            secret: flotilla_crds::redact::is_secret_object(manifest),
+            secret: flotilla_core::redact::is_secret_object(manifest),
         };
         let applied = state
             .member

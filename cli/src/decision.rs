@@ -2,7 +2,7 @@
 //! Flotilla's scheduling fields, the decided clusters, the `Scheduled` condition and the
 //! moves under way or done. Pure text from the objects' status.
 
-use flotilla_crds::federated::FederatedStatus;
+use flotilla_api::federated::FederatedStatus;
 
 /// Lines describing each scheduled object's decision, from (object as shown, its status)
 /// pairs; empty when no object has one.
@@ -53,7 +53,7 @@ pub fn scheduling_lines<'a>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use flotilla_crds::federated::{
+    use flotilla_api::federated::{
         ClusterReference, FederatedCondition, PlacementMove, PlacementStatus,
     };
 

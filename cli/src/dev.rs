@@ -274,7 +274,7 @@ async fn run_demo(
     };
     let objects = status::wait(
         host,
-        flotilla_crds::DEFAULT_NAMESPACE,
+        flotilla_api::DEFAULT_NAMESPACE,
         &selection,
         args.timeout,
         cancel,
@@ -319,7 +319,7 @@ async fn wait_workloads_ready(
     let deadline = Instant::now() + timeout;
     loop {
         let (objects, _) =
-            status::snapshot(host, flotilla_crds::DEFAULT_NAMESPACE, selection).await?;
+            status::snapshot(host, flotilla_api::DEFAULT_NAMESPACE, selection).await?;
         let ready = objects
             .iter()
             .filter_map(|o| o.status.aggregated.as_ref())

@@ -1,10 +1,10 @@
 //! How `flotilla status` and `flotilla diff` show `status.drift`: one line per cluster
 //! whose member object another writer changed — what became of it, the fields with their
 //! desired and live values (already redacted and bounded by the controller), who wrote
-//! them and when ([`flotilla_crds::drift::ClusterDrift::describe`], which the dashboard
+//! them and when ([`flotilla_api::drift::ClusterDrift::describe`], which the dashboard
 //! shows too). Pure text from the status; no reads of its own.
 
-use flotilla_crds::federated::FederatedStatus;
+use flotilla_api::federated::FederatedStatus;
 
 /// Drift lines of every object that has any (`object`: how the object is named).
 pub fn drift_lines<'a>(objects: impl IntoIterator<Item = (String, &'a FederatedStatus)>) -> String {
@@ -19,7 +19,7 @@ pub fn drift_lines<'a>(objects: impl IntoIterator<Item = (String, &'a FederatedS
 
 #[cfg(test)]
 mod tests {
-    use flotilla_crds::drift::{ClusterDrift, DriftField, DriftManager};
+    use flotilla_api::drift::{ClusterDrift, DriftField, DriftManager};
 
     use super::*;
 

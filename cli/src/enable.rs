@@ -9,7 +9,7 @@
 use std::time::Duration;
 
 use anyhow::Context as _;
-use flotilla_crds::{
+use flotilla_api::{
     CORE_GROUP, FederatedTypeConfig, SCHEDULING_GROUP, TYPES_GROUP,
     crdgen::{self, TargetType},
 };
@@ -80,7 +80,7 @@ pub struct FederatedApi {
     #[arg(long = "federated-group", default_value = TYPES_GROUP, value_name = "GROUP")]
     pub group: String,
     /// API version of the Federated CRD.
-    #[arg(long = "federated-version", default_value = flotilla_crds::V1BETA1, value_name = "VERSION")]
+    #[arg(long = "federated-version", default_value = flotilla_api::V1BETA1, value_name = "VERSION")]
     pub version: String,
 }
 
@@ -88,7 +88,7 @@ impl Default for FederatedApi {
     fn default() -> Self {
         FederatedApi {
             group: TYPES_GROUP.into(),
-            version: flotilla_crds::V1BETA1.into(),
+            version: flotilla_api::V1BETA1.into(),
         }
     }
 }
@@ -148,12 +148,12 @@ pub async fn enable(global: &GlobalArgs, args: EnableArgs, ctx: &Context) -> any
         &args.federated,
     )
     .await?;
-    let alpha = match (args.kubefed_alpha, flotilla_crds::alpha::as_alpha_crd(&crd)) {
+    let alpha = match (args.kubefed_alpha, flotilla_api::alpha::as_alpha_crd(&crd)) {
         (false, _) => None,
         (true, Some(alpha)) => Some(alpha),
         (true, None) => anyhow::bail!(
             "--kubefed-alpha serves kubefed's alpha twin of a {TYPES_GROUP}/{} type; {} is not one",
-            flotilla_crds::V1BETA1,
+            flotilla_api::V1BETA1,
             crd.name_any()
         ),
     };
@@ -267,7 +267,7 @@ async fn apply_objects(
         .await
         .with_context(|| format!("applying FederatedTypeConfig {ftc_name}"))?;
     let fed = &ftc.spec.federated_type;
-    let api = if fed.group == TYPES_GROUP && fed.version == flotilla_crds::V1BETA1 {
+    let api = if fed.group == TYPES_GROUP && fed.version == flotilla_api::V1BETA1 {
         String::new()
     } else {
         format!(" ({})", fed.api_version())
@@ -371,7 +371,7 @@ async fn delete_ignoring_missing(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use flotilla_crds::core::{ApiResource, Scope};
+    use flotilla_api::core::{ApiResource, Scope};
 
     fn widget() -> TargetType {
         TargetType {

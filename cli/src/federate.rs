@@ -7,7 +7,7 @@
 use std::path::PathBuf;
 
 use anyhow::Context as _;
-use flotilla_crds::{FederatedTypeConfig, FederatedTypeConfigSpec, MANAGED_LABEL};
+use flotilla_api::{FederatedTypeConfig, FederatedTypeConfigSpec, MANAGED_LABEL};
 use kube::{
     Api, Client, ResourceExt,
     api::{DynamicObject, ListParams},
@@ -365,7 +365,7 @@ pub async fn apply(host: &Client, fed: &Value) -> anyhow::Result<DynamicObject> 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use flotilla_crds::crdgen::{default_target_types, federated_type_config};
+    use flotilla_api::crdgen::{default_target_types, federated_type_config};
 
     fn spec_of(plural: &str) -> FederatedTypeConfigSpec {
         default_target_types()

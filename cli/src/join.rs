@@ -4,7 +4,7 @@
 use std::{collections::BTreeMap, time::Duration};
 
 use anyhow::Context as _;
-use flotilla_crds::KubeFedCluster;
+use flotilla_api::KubeFedCluster;
 use kube::Api;
 use serde_json::json;
 
@@ -183,7 +183,7 @@ pub fn dry_run_plan(
     let sa = opts.service_account();
     let role = format!("kubefed-controller-manager:{sa}");
     let kfc = json!({
-        "apiVersion": format!("{}/{}", flotilla_crds::CORE_GROUP, flotilla_crds::V1BETA1),
+        "apiVersion": format!("{}/{}", flotilla_api::CORE_GROUP, flotilla_api::V1BETA1),
         "kind": "KubeFedCluster",
         "metadata": {"name": opts.cluster_name, "namespace": ns, "labels": opts.labels},
         "spec": {

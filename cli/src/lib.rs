@@ -38,7 +38,7 @@ use tokio_util::sync::CancellationToken;
 pub use self::output::Output;
 
 /// Field manager of every object the CLI writes with server-side apply.
-pub const FIELD_MANAGER: &str = flotilla_crds::FIELD_MANAGER;
+pub const FIELD_MANAGER: &str = flotilla_api::FIELD_MANAGER;
 
 /// The examples of every build; a build with `dev` adds the local demo.
 macro_rules! examples {
@@ -108,7 +108,7 @@ pub struct GlobalArgs {
         long,
         global = true,
         env = "KUBEFED_NAMESPACE",
-        default_value = flotilla_crds::DEFAULT_NAMESPACE,
+        default_value = flotilla_api::DEFAULT_NAMESPACE,
         value_name = "NS"
     )]
     pub kubefed_namespace: String,
@@ -311,8 +311,8 @@ pub async fn execute(cli: Cli, ctx: Context) -> anyhow::Result<()> {
             ctx.out.line(format!(
                 "flotilla {} (kubefed API {}/{})",
                 env!("CARGO_PKG_VERSION"),
-                flotilla_crds::CORE_GROUP,
-                flotilla_crds::V1BETA1
+                flotilla_api::CORE_GROUP,
+                flotilla_api::V1BETA1
             ));
             Ok(())
         }
@@ -321,7 +321,7 @@ pub async fn execute(cli: Cli, ctx: Context) -> anyhow::Result<()> {
 
 /// Parses a Go-style duration (`90s`, `2m`, `1m30s`, `500ms`) for a flag.
 pub fn parse_duration(s: &str) -> Result<Duration, String> {
-    flotilla_crds::duration::parse(s)
+    flotilla_api::duration::parse(s)
         .ok_or_else(|| format!("{s:?} is not a duration (examples: 30s, 2m, 1m30s, 500ms)"))
 }
 

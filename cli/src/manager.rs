@@ -13,7 +13,7 @@ use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use anyhow::Context as _;
-use flotilla_crds::{KUBEFED_CONFIG_NAME, KubeFedConfig};
+use flotilla_api::{KUBEFED_CONFIG_NAME, KubeFedConfig};
 use kube::{Api, Client};
 use prometheus_client::metrics::gauge::Gauge;
 use tracing::{error, info, warn};
@@ -143,10 +143,10 @@ async fn election_config(
     let api: Api<KubeFedConfig> = Api::namespaced(host.clone(), namespace);
     let effective = match api.get_opt(KUBEFED_CONFIG_NAME).await {
         Ok(Some(c)) => c.spec.effective(),
-        Ok(None) => flotilla_crds::KubeFedConfigSpec::default().effective(),
+        Ok(None) => flotilla_api::KubeFedConfigSpec::default().effective(),
         Err(error) => {
             warn!(%error, "reading the KubeFedConfig failed; using default leader election timings");
-            flotilla_crds::KubeFedConfigSpec::default().effective()
+            flotilla_api::KubeFedConfigSpec::default().effective()
         }
     };
     let mut config = LeaderElectionConfig::new(

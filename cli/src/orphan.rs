@@ -3,7 +3,7 @@
 //! deleted.
 
 use anyhow::Context as _;
-use flotilla_crds::ORPHAN_ANNOTATION;
+use flotilla_api::ORPHAN_ANNOTATION;
 use kube::{
     Api, ResourceExt,
     api::{DynamicObject, Patch, PatchParams},

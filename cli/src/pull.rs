@@ -40,7 +40,7 @@ pub struct AgentArgs {
     #[arg(long, value_name = "NAME")]
     pub host_context: Option<String>,
     /// The member namespace the agent runs in; never deleted by pruning.
-    #[arg(long, default_value = flotilla_crds::DEFAULT_NAMESPACE, value_name = "NS")]
+    #[arg(long, default_value = flotilla_api::DEFAULT_NAMESPACE, value_name = "NS")]
     pub agent_namespace: String,
     /// How often every Work is checked against the member again (drift repair, status).
     #[arg(long, default_value = "30s", value_parser = parse_duration, value_name = "DURATION")]
@@ -127,7 +127,7 @@ pub async fn join(global: &GlobalArgs, args: JoinArgs, ctx: &Context) -> anyhow:
              In the member: the agent's namespace, kubeconfig Secret, ServiceAccount, ClusterRole(Binding) (the enabled types, or every resource with --member-role all), AppliedWork CRD and Deployment.",
             opts.namespace,
             args.name,
-            ns = flotilla_crds::work::cluster_namespace(&args.name),
+            ns = flotilla_api::work::cluster_namespace(&args.name),
         ));
         return Ok(());
     }
@@ -182,7 +182,7 @@ pub async fn apply_list(client: &kube::Client, list: &Value) -> anyhow::Result<(
             }
             _ => Api::all_with(client.clone(), &ar),
         };
-        let pp = PatchParams::apply(flotilla_crds::FIELD_MANAGER).force();
+        let pp = PatchParams::apply(flotilla_api::FIELD_MANAGER).force();
         api.patch(name, &pp, &Patch::Apply(item))
             .await
             .with_context(|| format!("applying {kind} {name} in the member"))?;

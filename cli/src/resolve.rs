@@ -3,7 +3,7 @@
 //! target type, through the FederatedTypeConfigs for an enabled one.
 
 use anyhow::Context as _;
-use flotilla_crds::{
+use flotilla_api::{
     FederatedTypeConfig,
     core::{ApiResource, Scope},
     crdgen::default_target_types,
@@ -128,7 +128,7 @@ pub fn ftc_names(ftc: &FederatedTypeConfig) -> Vec<String> {
         spec.federated_type.kind.clone(),
         spec.federated_type.qualified_name(),
     ];
-    if let Some(alpha) = flotilla_crds::alpha::alpha_twin(&spec.federated_type) {
+    if let Some(alpha) = flotilla_api::alpha::alpha_twin(&spec.federated_type) {
         names.push(alpha.qualified_name());
     }
     if let Some(t) = default_target_types().into_iter().find(|t| {
@@ -149,7 +149,7 @@ pub fn ftc_names(ftc: &FederatedTypeConfig) -> Vec<String> {
 pub fn served_apis(ftc: &FederatedTypeConfig) -> Vec<(ApiResource, String)> {
     let beta = ftc.spec.federated_type.clone();
     let mut apis = vec![(beta.clone(), beta.kind.clone())];
-    if let Some(alpha) = flotilla_crds::alpha::alpha_twin(&beta) {
+    if let Some(alpha) = flotilla_api::alpha::alpha_twin(&beta) {
         let shown = format!("{}.{}", alpha.kind, alpha.group);
         apis.push((alpha, shown));
     }
@@ -230,7 +230,7 @@ pub async fn ftc_for(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use flotilla_crds::crdgen::federated_type_config;
+    use flotilla_api::crdgen::federated_type_config;
 
     fn default_ftcs() -> Vec<FederatedTypeConfig> {
         default_target_types()

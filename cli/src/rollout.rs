@@ -7,7 +7,7 @@
 use std::time::Duration;
 
 use anyhow::Context as _;
-use flotilla_crds::{
+use flotilla_api::{
     federated::{FederatedSpec, FederatedStatus},
     rollout::RolloutReason,
 };
@@ -293,7 +293,7 @@ async fn set_paused(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use flotilla_crds::{
+    use flotilla_api::{
         federated::FederatedCondition,
         rollout::{ClusterRollout, ClusterRolloutState, RolloutStatus},
     };

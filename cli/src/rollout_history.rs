@@ -1,15 +1,13 @@
 //! `flotilla rollout history|undo TYPE/NAME`: the revisions a progressive rollout recorded
 //! (its ControllerRevisions), and a manual rollback that writes one of them back into the
 //! federated object's template and overrides, so that the normal rollout follows. Which
-//! revision `undo` takes is [`flotilla_crds::rollout::rollback::undo_target`] (pure); the
+//! revision `undo` takes is [`flotilla_core::rollout::rollback::undo_target`] (pure); the
 //! listing's text is [`render`] (pure); the rest is thin I/O.
 
 use anyhow::Context as _;
+use flotilla_api::federated::{FederatedSpec, FederatedStatus};
 use flotilla_controllers::sync::{revision_of, revisions_selector};
-use flotilla_crds::{
-    federated::{FederatedSpec, FederatedStatus},
-    rollout::rollback::{RecordedRevision, undo_target},
-};
+use flotilla_core::rollout::rollback::{RecordedRevision, undo_target};
 use k8s_openapi::api::apps::v1::ControllerRevision;
 use kube::{
     Api, Client, ResourceExt,

@@ -9,7 +9,7 @@
 use std::time::Duration;
 
 use anyhow::Context as _;
-use flotilla_crds::{
+use flotilla_api::{
     AggregateReason, ClusterReason, FederatedTypeConfig, core::PropagationMode,
     federated::FederatedStatus,
 };
@@ -560,7 +560,7 @@ pub async fn run(global: &GlobalArgs, args: StatusArgs, ctx: &Context) -> anyhow
 #[cfg(test)]
 mod tests {
     use super::*;
-    use flotilla_crds::federated::{ClusterStatus, FederatedCondition};
+    use flotilla_api::federated::{ClusterStatus, FederatedCondition};
 
     #[test]
     fn collected_workload_status_shows_ready_replicas_per_cluster() {
@@ -578,7 +578,7 @@ mod tests {
     #[test]
     fn an_aggregated_workload_shows_its_ready_pods_and_clusters() {
         let mut web = object("web", ("True", ""), &[("member1", "", "")]);
-        web.status.aggregated = Some(flotilla_crds::workload::AggregatedStatus {
+        web.status.aggregated = Some(flotilla_api::workload::AggregatedStatus {
             clusters: "1/2".into(),
             ready: Some("3/6".into()),
             ..Default::default()
@@ -599,9 +599,9 @@ mod tests {
             ("True", ""),
             &[("member1", "", ""), ("member2", "", "")],
         );
-        w.status.aggregated = Some(flotilla_crds::workload::AggregatedStatus {
+        w.status.aggregated = Some(flotilla_api::workload::AggregatedStatus {
             clusters: "1/2".into(),
-            health: vec![flotilla_crds::workload::ClusterHealth {
+            health: vec![flotilla_api::workload::ClusterHealth {
                 cluster: "member2".into(),
                 state: "Failed".into(),
                 message: "phase Failed: disk full".into(),

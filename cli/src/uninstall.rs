@@ -13,7 +13,7 @@
 use std::time::Duration;
 
 use anyhow::{Context as _, bail};
-use flotilla_crds::{FederatedTypeConfig, ORPHAN_ANNOTATION, SYNC_FINALIZER};
+use flotilla_api::{FederatedTypeConfig, ORPHAN_ANNOTATION, SYNC_FINALIZER};
 use kube::{
     Api, Client, ResourceExt,
     api::{DeleteParams, DynamicObject, ListParams, Patch, PatchParams},
@@ -137,7 +137,7 @@ async fn federated_types(host: &Client, ns: &str) -> anyhow::Result<Vec<(String,
         .flat_map(|f| {
             let fed = f.spec.federated_type;
             // kubefed's alpha twin holds objects with the same finalizer.
-            let twin = flotilla_crds::alpha::alpha_twin(&fed);
+            let twin = flotilla_api::alpha::alpha_twin(&fed);
             std::iter::once(fed).chain(twin)
         })
         .map(|fed| (fed.kind.clone(), fed.to_kube()))

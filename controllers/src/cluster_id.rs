@@ -3,9 +3,7 @@
 //! namespace (stable for the cluster's life and unique, as KEP-2149 suggests). An id a
 //! member already declares is never changed; a member without the About CRD is left alone.
 
-use flotilla_crds::about::{
-    ABOUT_GROUP, CLUSTER_ID_PROPERTY, ClusterProperty, ClusterPropertySpec,
-};
+use flotilla_api::about::{ABOUT_GROUP, CLUSTER_ID_PROPERTY, ClusterProperty, ClusterPropertySpec};
 use k8s_openapi::api::core::v1::Namespace;
 use kube::{Api, Client, ResourceExt, api::PostParams};
 use tracing::{debug, info};

@@ -3,7 +3,7 @@
 //! is disabled or deleted, and reports `status.propagationController`.
 //!
 //! A `types.kubefed.io/v1beta1` type whose kubefed alpha twin
-//! (`types.kubefed.k8s.io/v1alpha1`, [`flotilla_crds::alpha`]) has its CRD installed in the
+//! (`types.kubefed.k8s.io/v1alpha1`, [`flotilla_core::alpha`]) has its CRD installed in the
 //! host gets a second sync controller for the alpha API; the two know of each other (see
 //! `sync::twins`). Whether the alpha CRD is there is looked at whenever the FTC changes and
 //! every [`ALPHA_RECHECK`], so installing it later needs no restart.
@@ -12,7 +12,7 @@ use std::{collections::HashMap, sync::Arc, time::Duration};
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 
-use flotilla_crds::core::{
+use flotilla_api::core::{
     FederatedTypeConfig, FederatedTypeConfigSpec, FederatedTypeConfigStatus, PropagationMode,
 };
 use futures::StreamExt;
@@ -49,8 +49,8 @@ impl Running {
 async fn served_alpha(
     host: &kube::Client,
     spec: &FederatedTypeConfigSpec,
-) -> Option<flotilla_crds::core::ApiResource> {
-    let alpha = flotilla_crds::alpha::alpha_twin(&spec.federated_type)?;
+) -> Option<flotilla_api::core::ApiResource> {
+    let alpha = flotilla_api::alpha::alpha_twin(&spec.federated_type)?;
     crd_exists(host, &alpha.qualified_name())
         .await
         .then_some(alpha)
@@ -72,14 +72,14 @@ async fn start_controllers(
     shared: &Arc<SyncShared>,
     spec: &FederatedTypeConfigSpec,
     pruned: crate::ftc_schema::Pruned,
-    alpha: Option<flotilla_crds::core::ApiResource>,
+    alpha: Option<flotilla_api::core::ApiResource>,
 ) -> Vec<TypeController> {
     let alpha_namespaces = alpha.is_some()
         && crd_exists(
             &shared.host,
             &format!(
                 "federatednamespaces.{}",
-                flotilla_crds::alpha::ALPHA_TYPES_GROUP
+                flotilla_api::alpha::ALPHA_TYPES_GROUP
             ),
         )
         .await;
@@ -191,11 +191,11 @@ async fn handle(
             .status
             .as_ref()
             .and_then(|s| s.status_controller.clone()),
-        conditions: flotilla_crds::health::ftc_conditions(
+        conditions: flotilla_core::health::ftc_conditions(
             &ftc.spec,
             ftc.status.as_ref().map_or(&[], |s| s.conditions.as_slice()),
             ftc.metadata.generation.unwrap_or(0),
-            &flotilla_crds::taint::rfc3339(crate::sync::plan::decision::now()),
+            &flotilla_core::taint::rfc3339(crate::sync::plan::decision::now()),
         ),
     };
     if ftc.status.as_ref() != Some(&want) {

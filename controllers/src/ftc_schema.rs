@@ -14,7 +14,7 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{
 use kube::{Api, Client, Resource, runtime::events::EventType};
 use tracing::{debug, warn};
 
-use flotilla_crds::{
+use flotilla_api::{
     FederatedTypeConfig,
     core::{ApiResource, StatusCollectionMode},
     federated::FederatedStatus,
@@ -212,9 +212,9 @@ mod tests {
 
     #[test]
     fn flotillas_generated_crds_keep_every_message() {
-        for crd in flotilla_crds::crdgen::all_crds()
+        for crd in flotilla_api::crdgen::all_crds()
             .into_iter()
-            .filter(|c| c.spec.group == flotilla_crds::TYPES_GROUP)
+            .filter(|c| c.spec.group == flotilla_api::TYPES_GROUP)
         {
             assert!(
                 pruned_status_fields(&crd, "v1beta1", true).is_empty(),
@@ -234,7 +234,7 @@ mod tests {
     #[test]
     fn a_status_is_compared_as_the_schema_stores_it() {
         let mut status = FederatedStatus {
-            clusters: vec![flotilla_crds::federated::ClusterStatus {
+            clusters: vec![flotilla_api::federated::ClusterStatus {
                 name: "m1".into(),
                 status: "CreationFailed".into(),
                 message: "denied".into(),
@@ -252,7 +252,7 @@ mod tests {
         assert_eq!(status.clusters[0].status, "CreationFailed");
         // Without `status.drift` in the schema, the drift entries are not compared either.
         let mut drifted = FederatedStatus {
-            drift: vec![flotilla_crds::drift::ClusterDrift::default()],
+            drift: vec![flotilla_api::drift::ClusterDrift::default()],
             ..FederatedStatus::default()
         };
         Pruned::from_missing(&["status.drift"]).strip(&mut drifted);

@@ -12,7 +12,7 @@
 use std::{collections::BTreeMap, time::Duration};
 
 use base64::Engine;
-use flotilla_crds::{
+use flotilla_api::{
     FederatedTypeConfig, KubeFedCluster, KubeFedClusterSpec, MEMBER_ROLE_ANNOTATION,
     core::LocalSecretReference,
 };
@@ -97,7 +97,7 @@ impl JoinOptions {
         JoinOptions {
             cluster_name: cluster_name.into(),
             host_name: "host".into(),
-            namespace: flotilla_crds::DEFAULT_NAMESPACE.into(),
+            namespace: flotilla_api::DEFAULT_NAMESPACE.into(),
             api_endpoint: api_endpoint.into(),
             ca_pem: None,
             labels: BTreeMap::new(),
@@ -135,7 +135,7 @@ fn api_err(action: impl Into<String>, side: &'static str) -> impl FnOnce(kube::E
 }
 
 fn apply_params() -> PatchParams {
-    PatchParams::apply(flotilla_crds::FIELD_MANAGER).force()
+    PatchParams::apply(flotilla_api::FIELD_MANAGER).force()
 }
 
 /// The member ClusterRole: the target types of the host's enabled FederatedTypeConfigs
@@ -216,7 +216,7 @@ pub async fn join(
         mode: None,
     };
     let body = json!({
-        "apiVersion": format!("{}/{}", flotilla_crds::CORE_GROUP, flotilla_crds::V1BETA1),
+        "apiVersion": format!("{}/{}", flotilla_api::CORE_GROUP, flotilla_api::V1BETA1),
         "kind": "KubeFedCluster",
         "metadata": {
             "name": opts.cluster_name, "namespace": ns, "labels": opts.labels,
@@ -250,7 +250,7 @@ const MCS_CRD_TIMEOUT: Duration = Duration::from_secs(30);
 async fn ensure_mcs_crds(member: &Client, cluster: &str) {
     let api: Api<CustomResourceDefinition> = Api::all(member.clone());
     let mut missing = Vec::new();
-    for crd in flotilla_crds::crdgen::mcs_crds() {
+    for crd in flotilla_api::crdgen::mcs_crds() {
         let name = crd.metadata.name.clone().unwrap_or_default();
         match api.get_opt(&name).await {
             Ok(Some(_)) => {}
@@ -267,7 +267,7 @@ async fn ensure_mcs_crds(member: &Client, cluster: &str) {
     let installed = install::install_crds(
         member,
         &missing,
-        flotilla_crds::FIELD_MANAGER,
+        flotilla_api::FIELD_MANAGER,
         MCS_CRD_TIMEOUT,
     )
     .await;

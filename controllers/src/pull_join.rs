@@ -9,10 +9,12 @@
 use std::{collections::BTreeMap, time::Duration};
 
 use base64::Engine;
-use flotilla_crds::{
+use flotilla_api::{
     KubeFedCluster,
-    agent_role::{AGENT_ROLE, AGENT_ROLE_ANNOTATION, agent_all_rules, agent_member_rules},
     work::{AGENT_LEASE, cluster_namespace},
+};
+use flotilla_core::agent_role::{
+    AGENT_ROLE, AGENT_ROLE_ANNOTATION, agent_all_rules, agent_member_rules,
 };
 use k8s_openapi::api::{
     core::v1::{Namespace, Secret, ServiceAccount},
@@ -57,7 +59,7 @@ impl PullJoinOptions {
     pub fn new(cluster_name: &str, host_server: &str) -> Self {
         PullJoinOptions {
             cluster_name: cluster_name.into(),
-            namespace: flotilla_crds::DEFAULT_NAMESPACE.into(),
+            namespace: flotilla_api::DEFAULT_NAMESPACE.into(),
             host_server: host_server.into(),
             host_ca_pem: None,
             labels: BTreeMap::new(),
@@ -116,7 +118,7 @@ async fn apply<K>(api: &Api<K>, name: &str, body: &Value) -> Result<K, JoinError
 where
     K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
 {
-    let pp = PatchParams::apply(flotilla_crds::FIELD_MANAGER).force();
+    let pp = PatchParams::apply(flotilla_api::FIELD_MANAGER).force();
     api.patch(name, &pp, &Patch::Apply(body))
         .await
         .map_err(err(format!("writing {name}")))
@@ -177,7 +179,7 @@ pub async fn join_pull(host: &Client, opts: &PullJoinOptions) -> Result<PullJoin
     let (token, ca) = agent_token(host, &ns, opts.token_timeout).await?;
     let kfcs: Api<KubeFedCluster> = Api::namespaced(host.clone(), &opts.namespace);
     let body = json!({
-        "apiVersion": format!("{}/{}", flotilla_crds::CORE_GROUP, flotilla_crds::V1BETA1),
+        "apiVersion": format!("{}/{}", flotilla_api::CORE_GROUP, flotilla_api::V1BETA1),
         "kind": "KubeFedCluster",
         "metadata": {"name": opts.cluster_name, "namespace": opts.namespace, "labels": opts.labels},
         "spec": {"mode": "Pull"},
@@ -260,7 +262,7 @@ pub fn agent_manifests(
     kubeconfig: &str,
     role: &MemberRole,
 ) -> Value {
-    let crd = serde_json::to_value(flotilla_crds::crdgen::applied_work_crd()).unwrap_or_default();
+    let crd = serde_json::to_value(flotilla_api::crdgen::applied_work_crd()).unwrap_or_default();
     json!({"apiVersion": "v1", "kind": "List", "items": [
         {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}},
         crd,

@@ -7,11 +7,8 @@
 
 use std::collections::{BTreeSet, HashMap};
 
-use flotilla_crds::{
-    FIELD_MANAGER, FederatedTypeConfig,
-    agent_role::{AGENT_TYPES_CONFIGMAP, AGENT_TYPES_KEY},
-    work::cluster_namespace,
-};
+use flotilla_api::{FIELD_MANAGER, FederatedTypeConfig, work::cluster_namespace};
+use flotilla_core::agent_role::{AGENT_TYPES_CONFIGMAP, AGENT_TYPES_KEY};
 use k8s_openapi::api::{core::v1::ConfigMap, rbac::v1::PolicyRule};
 use kube::{
     Api, Client,

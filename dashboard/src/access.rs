@@ -6,7 +6,7 @@
 
 use std::collections::BTreeSet;
 
-use flotilla_crds::{CORE_GROUP, TYPES_GROUP};
+use flotilla_api::{CORE_GROUP, TYPES_GROUP};
 
 use super::state::{ObjectKey, State};
 use flotilla_multicluster::http::auth::Check;
@@ -126,7 +126,7 @@ impl PartialOrd for CheckKey {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use flotilla_crds::crdgen::{default_target_types, federated_type_config};
+    use flotilla_api::crdgen::{default_target_types, federated_type_config};
     use kube::ResourceExt;
 
     const NS: &str = "kube-federation-system";

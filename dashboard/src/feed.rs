@@ -7,7 +7,7 @@
 
 use std::{collections::BTreeMap, fmt::Debug};
 
-use flotilla_crds::{
+use flotilla_api::{
     FederatedTypeConfig, KubeFedCluster, ReplicaSchedulingPreference, TYPES_GROUP, V1BETA1,
     core::PropagationMode,
 };

@@ -9,7 +9,7 @@ use std::{
     sync::{Arc, RwLock, RwLockReadGuard},
 };
 
-use flotilla_crds::{
+use flotilla_api::{
     FederatedSpec, FederatedStatus, FederatedTypeConfig, KubeFedCluster,
     scheduling::ReplicaSchedulingPreferenceSpec,
 };

@@ -10,7 +10,7 @@
 
 use std::{sync::Arc, time::Duration};
 
-use flotilla_crds::{
+use flotilla_api::{
     DEFAULT_NAMESPACE, FederatedTypeConfig, KUBEFED_CONFIG_NAME, KubeFedConfig, KubeFedConfigSpec,
     core::StatusCollectionMode, crdgen, workload::WorkloadKind,
 };
@@ -175,7 +175,7 @@ impl Bootstrap {
         crdgen::all_crds()
             .into_iter()
             .filter(|c| {
-                self.kubefed_alpha || c.spec.group != flotilla_crds::alpha::ALPHA_TYPES_GROUP
+                self.kubefed_alpha || c.spec.group != flotilla_api::alpha::ALPHA_TYPES_GROUP
             })
             .collect()
     }
@@ -230,7 +230,7 @@ impl Bootstrap {
             .await
             .map_err(api("creating the control-plane namespace"))?;
         let config = json!({
-            "apiVersion": format!("{}/{}", flotilla_crds::CORE_GROUP, flotilla_crds::V1BETA1),
+            "apiVersion": format!("{}/{}", flotilla_api::CORE_GROUP, flotilla_api::V1BETA1),
             "kind": "KubeFedConfig",
             "metadata": {"name": KUBEFED_CONFIG_NAME, "namespace": ns},
             "spec": self.config,

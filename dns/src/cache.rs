@@ -12,7 +12,7 @@ use std::{
     time::Duration,
 };
 
-use flotilla_crds::mcs::{
+use flotilla_api::mcs::{
     SERVICE_NAME_LABEL, SOURCE_CLUSTER_ID_ANNOTATION, SOURCE_CLUSTER_LABEL, ServiceImport,
     ServiceImportType,
 };

@@ -3,9 +3,9 @@
 //! object as it was. A panic or a failed assertion is a finding.
 #![no_main]
 
-use flotilla_crds::federated::{ClusterOverride, OverrideOp};
-use flotilla_crds::override_path::to_pointer;
-use flotilla_crds::overrides::apply;
+use flotilla_api::federated::{ClusterOverride, OverrideOp};
+use flotilla_core::override_path::to_pointer;
+use flotilla_core::overrides::apply;
 use json_patch::jsonptr::PointerBuf;
 use libfuzzer_sys::fuzz_target;
 use serde_json::json;

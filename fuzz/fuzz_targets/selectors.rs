@@ -5,8 +5,8 @@
 
 use std::collections::BTreeMap;
 
-use flotilla_crds::federated::{LabelSelector, LabelSelectorRequirement};
-use flotilla_crds::placement::matches_selector;
+use flotilla_api::federated::{LabelSelector, LabelSelectorRequirement};
+use flotilla_api::selector::matches_selector;
 use libfuzzer_sys::fuzz_target;
 
 type Input = (

@@ -8,7 +8,7 @@ use std::{
     sync::{Arc, RwLock},
 };
 
-use flotilla_crds::taint::Taint;
+use flotilla_api::taint::Taint;
 use kube::Client;
 use tokio::sync::{broadcast, watch};
 use tokio_util::sync::CancellationToken;
@@ -50,8 +50,8 @@ impl Debug for ClusterState {
 
 impl ClusterState {
     /// What the constraint scheduler reads of the cluster.
-    pub fn facts(&self) -> flotilla_crds::schedule::ClusterFacts<'_> {
-        flotilla_crds::schedule::ClusterFacts {
+    pub fn facts(&self) -> flotilla_core::schedule::ClusterFacts<'_> {
+        flotilla_core::schedule::ClusterFacts {
             name: &self.name,
             labels: &self.labels,
             taints: &self.taints,

@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use anyhow::Context as _;
-use flotilla_crds::{drift::ClusterDrift, federated::FederatedStatus};
+use flotilla_api::{drift::ClusterDrift, federated::FederatedStatus};
 use kube::{
     Client,
     api::{Patch, PatchParams},

@@ -6,8 +6,8 @@
 use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
+use flotilla_api::crdgen;
 use flotilla_controllers::{install, manager::ControlPlane};
-use flotilla_crds::crdgen;
 use flotilla_dev::bootstrap::Bootstrap;
 use kube::{
     Api, Client,
@@ -77,12 +77,12 @@ pub async fn apply(
 /// Only the target's kind and plural name the federated type, so the target's group,
 /// version and scope given to crdgen here do not matter.
 pub fn federated(kind: &str, plural: &str) -> ApiResource {
-    let target = flotilla_crds::core::ApiResource {
+    let target = flotilla_api::core::ApiResource {
         group: String::new(),
         version: "v1".into(),
         kind: kind.into(),
         plural_name: plural.into(),
-        scope: flotilla_crds::core::Scope::Namespaced,
+        scope: flotilla_api::core::Scope::Namespaced,
     };
     crdgen::federated_api_resource(&target).to_kube()
 }

@@ -6,7 +6,7 @@
 use std::{collections::BTreeMap, time::Duration};
 
 use anyhow::{Context as _, ensure};
-use flotilla_crds::{
+use flotilla_api::{
     DEFAULT_NAMESPACE, KubeFedCluster,
     federated::{ClusterStatus, FederatedCondition, FederatedStatus},
 };
@@ -192,7 +192,7 @@ pub async fn wait_lease_holder(
     identity: &str,
 ) -> anyhow::Result<()> {
     let leases: Api<k8s_openapi::api::coordination::v1::Lease> =
-        Api::namespaced(host.clone(), flotilla_crds::DEFAULT_NAMESPACE);
+        Api::namespaced(host.clone(), flotilla_api::DEFAULT_NAMESPACE);
     wait_for(
         timeout,
         &format!("the lease held by {identity}"),

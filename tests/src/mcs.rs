@@ -1,7 +1,7 @@
 //! Multi-Cluster Services from a test's side: server-side apply as the tests' field
 //! manager, a member's ServiceExports, and exporting a Service.
 
-use flotilla_crds::mcs::ServiceExport;
+use flotilla_api::mcs::ServiceExport;
 use kube::{
     Api, Client,
     api::{ApiResource, DynamicObject, Patch, PatchParams},

@@ -87,12 +87,12 @@ impl Mixed {
         opts.resync = AGENT_RESYNC;
         opts.lease_duration = Duration::from_secs(3);
         let agent = Agent::start(opts);
-        let ns = flotilla_crds::work::cluster_namespace(PULL);
+        let ns = flotilla_api::work::cluster_namespace(PULL);
         let leases: Api<Lease> = Api::namespaced(self.host.clone(), &ns);
         wait_for(T, "the agent's heartbeat Lease", || async {
             ensure!(
                 leases
-                    .get_opt(flotilla_crds::work::AGENT_LEASE)
+                    .get_opt(flotilla_api::work::AGENT_LEASE)
                     .await?
                     .is_some(),
                 "no Lease yet"

@@ -13,9 +13,9 @@ use std::{
 };
 
 use anyhow::{Context as _, ensure};
+use flotilla_api::{DEFAULT_NAMESPACE, FederatedTypeConfig, KubeFedCluster};
 use flotilla_cli::{self as cli, Context};
 use flotilla_controllers::install;
-use flotilla_crds::{DEFAULT_NAMESPACE, FederatedTypeConfig, KubeFedCluster};
 use flotilla_tests::{
     LocalEnv,
     federation::{Federation, federated_namespace, federation, install_crds},
@@ -88,12 +88,12 @@ async fn metrics_of(port: u16) -> anyhow::Result<String> {
 }
 
 async fn fast_health_checks(host: &Client) -> anyhow::Result<()> {
-    let mut spec = flotilla_crds::KubeFedConfigSpec::with_defaults();
+    let mut spec = flotilla_api::KubeFedConfigSpec::with_defaults();
     if let Some(hc) = spec.cluster_health_check.as_mut() {
         hc.period = Some("1s".into());
         hc.timeout = Some("1s".into());
     }
-    let api: Api<flotilla_crds::KubeFedConfig> = Api::namespaced(host.clone(), DEFAULT_NAMESPACE);
+    let api: Api<flotilla_api::KubeFedConfig> = Api::namespaced(host.clone(), DEFAULT_NAMESPACE);
     api.patch(
         "kubefed",
         &PatchParams::apply("flotilla-tests").force(),

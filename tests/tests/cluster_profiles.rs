@@ -6,7 +6,7 @@
 use std::time::Duration;
 
 use anyhow::{Context as _, ensure};
-use flotilla_crds::{
+use flotilla_api::{
     DEFAULT_NAMESPACE, KubeFedCluster,
     inventory::{ClusterProfile, ProfileCondition, condition},
 };

@@ -10,8 +10,8 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use anyhow::{Context as _, bail, ensure};
-use flotilla_crds::DEFAULT_NAMESPACE;
-use flotilla_crds::crdgen::{CRDS_DIR, DEFAULT_TYPES_DIR, all_crds};
+use flotilla_api::DEFAULT_NAMESPACE;
+use flotilla_api::crdgen::{CRDS_DIR, DEFAULT_TYPES_DIR, all_crds};
 use flotilla_tests::{
     EnvOptions, LocalEnv, env_with, objects::create_namespace, scenario,
     scenarios::run_concurrently, wait_for,

@@ -9,11 +9,10 @@
 use std::collections::BTreeMap;
 
 use anyhow::{Context as _, ensure};
-use flotilla_crds::{
-    DEFAULT_NAMESPACE, KubeFedCluster, MANAGED_LABEL,
-    dependencies::{DEPENDENCY_LABEL, OWNERS_ANNOTATION},
-    dependency_plan::DependencyStatus,
+use flotilla_api::{
+    DEFAULT_NAMESPACE, KubeFedCluster, MANAGED_LABEL, dependency_plan::DependencyStatus,
 };
+use flotilla_core::dependencies::{DEPENDENCY_LABEL, OWNERS_ANNOTATION};
 use flotilla_tests::{
     assert::events_about,
     federation::{Federation, apply},

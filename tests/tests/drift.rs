@@ -13,7 +13,7 @@
 use std::time::Duration;
 
 use anyhow::ensure;
-use flotilla_crds::drift::{IGNORE_ANNOTATION, POLICY_ANNOTATION};
+use flotilla_core::drift::{IGNORE_ANNOTATION, POLICY_ANNOTATION};
 use flotilla_tests::{
     assert::events_about,
     drift::{managers, paths, scale_to, wait_drift, wait_event, write_as},

@@ -7,11 +7,11 @@
 use std::time::Duration;
 
 use anyhow::{Context as _, ensure};
-use flotilla_cli as cli;
-use flotilla_controllers::install;
-use flotilla_crds::{
+use flotilla_api::{
     DEFAULT_NAMESPACE, core::FederatedTypeConfig, federated::FederatedStatus, work::Condition,
 };
+use flotilla_cli as cli;
+use flotilla_controllers::install;
 use flotilla_tests::{
     federation::{Federation, apply, federated_namespace, federation},
     host::FederatedRef,

@@ -14,11 +14,11 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::{Context as _, ensure};
+use flotilla_api::DEFAULT_NAMESPACE;
 use flotilla_controllers::{
     http_server,
     pull_join::{PullJoinOptions, join_pull},
 };
-use flotilla_crds::DEFAULT_NAMESPACE;
 use flotilla_tests::{
     Cluster, LocalEnv,
     cli::service_account_token,

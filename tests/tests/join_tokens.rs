@@ -11,7 +11,7 @@
 use std::time::Duration;
 
 use anyhow::{Context as _, ensure};
-use flotilla_crds::DEFAULT_NAMESPACE;
+use flotilla_api::DEFAULT_NAMESPACE;
 use flotilla_tests::{
     federation::{Federation, apply, federated, federated_namespace, federation},
     init_tracing, wait_for,

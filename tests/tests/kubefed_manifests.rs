@@ -13,7 +13,7 @@ use flotilla_tests::{
 };
 use std::time::Duration;
 
-use flotilla_crds::{FederatedTypeConfig, KubeFedCluster};
+use flotilla_api::{FederatedTypeConfig, KubeFedCluster};
 use k8s_openapi::{
     api::{apps::v1::Deployment, core::v1::Service},
     apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition,

@@ -16,7 +16,7 @@ mod foo;
 use std::time::Duration;
 
 use anyhow::{Context as _, ensure};
-use flotilla_crds::{KubeFedCluster, MEMBER_ROLE_ANNOTATION};
+use flotilla_api::{KubeFedCluster, MEMBER_ROLE_ANNOTATION};
 use flotilla_multicluster::{
     ClusterSet, ControllerMetrics, ObjectKey,
     kubefed::KubeFedSource,

@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 
 use anyhow::{Context as _, ensure};
 use base64::Engine as _;
-use flotilla_crds::KubeFedCluster;
+use flotilla_api::KubeFedCluster;
 use flotilla_localenv::testkit::{TestClusters, wait_until};
 use flotilla_multicluster::{
     ClusterSet, Controller, WatchOptions,

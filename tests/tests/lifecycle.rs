@@ -7,12 +7,12 @@
 use std::{sync::Arc, time::Duration};
 
 use anyhow::{Context as _, ensure};
+use flotilla_api::DEFAULT_NAMESPACE;
 use flotilla_controllers::{
     join::{JoinOptions, join},
     manager::ControlPlane,
     metrics::Metrics,
 };
-use flotilla_crds::DEFAULT_NAMESPACE;
 use flotilla_tests::{
     assert::{MANAGED, assert_unchanged, assert_unmanaged, events_about},
     federation::{Federation, federation},
@@ -245,10 +245,10 @@ async fn set_adoption(fed: &Federation, mode: &str) -> anyhow::Result<()> {
 
 /// Merges `fields` into the KubeFedConfig's `spec.syncController`.
 async fn patch_sync_controller(fed: &Federation, fields: Value) -> anyhow::Result<()> {
-    let cfgs: Api<flotilla_crds::KubeFedConfig> =
+    let cfgs: Api<flotilla_api::KubeFedConfig> =
         Api::namespaced(fed.host.clone(), DEFAULT_NAMESPACE);
     cfgs.patch(
-        flotilla_crds::KUBEFED_CONFIG_NAME,
+        flotilla_api::KUBEFED_CONFIG_NAME,
         &PatchParams::default(),
         &Patch::Merge(json!({"spec": {"syncController": fields}})),
     )
@@ -371,7 +371,7 @@ async fn an_unready_member_holds_deletion_until_the_timeout_keeps_orphaned_copie
 
     // member1 stops again and is unjoined: deletion does not wait for it.
     fed.env.stop_apiserver("member1").await?;
-    let kfcs: Api<flotilla_crds::KubeFedCluster> =
+    let kfcs: Api<flotilla_api::KubeFedCluster> =
         Api::namespaced(fed.host.clone(), DEFAULT_NAMESPACE);
     kfcs.delete("member1", &DeleteParams::default()).await?;
     wait_for(T, "member1 unregistered", || async {

@@ -11,11 +11,11 @@
 use std::{collections::BTreeSet, time::Duration};
 
 use anyhow::{Context as _, ensure};
-use flotilla_controllers::cluster_id::{ClusterId, ensure_cluster_id};
-use flotilla_crds::{
+use flotilla_api::{
     DEFAULT_NAMESPACE, KubeFedConfig, crdgen,
     mcs::{CLUSTERSET_IPS_ANNOTATION, ServiceImport, ServiceImportType},
 };
+use flotilla_controllers::cluster_id::{ClusterId, ensure_cluster_id};
 use flotilla_dns::{
     Dns,
     client::{Transport, query},

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::ensure;
 use fault_harness::{proxied_federation, start_control_plane, wait_cluster_ready};
-use flotilla_crds::{DEFAULT_NAMESPACE, KubeFedCluster, mcs::ServiceImport};
+use flotilla_api::{DEFAULT_NAMESPACE, KubeFedCluster, mcs::ServiceImport};
 use flotilla_localenv::FaultMode;
 use flotilla_tests::{init_tracing, mcs::apply, objects::create_namespace, wait_for};
 use k8s_openapi::api::core::v1::Service;

@@ -11,13 +11,13 @@ use std::{collections::BTreeSet, time::Duration};
 
 use anyhow::{Context as _, ensure};
 use flotilla_agent::{Agent, AgentOptions};
-use flotilla_controllers::{install, manager::ControlPlane, mcs::slice::SliceVersion};
-use flotilla_crds::{
+use flotilla_api::{
     crdgen,
     mcs::{SERVICE_NAME_LABEL, SOURCE_CLUSTER_LABEL, ServiceImport},
     mcs_report::{MCS_WORK_LABEL, ServiceExportReport},
     work::{Work, cluster_namespace},
 };
+use flotilla_controllers::{install, manager::ControlPlane, mcs::slice::SliceVersion};
 use flotilla_tests::{
     EnvOptions,
     federation::{bootstrap, install_host, seeded_env},

@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use anyhow::{Context as _, ensure};
-use flotilla_crds::{DEFAULT_NAMESPACE, FederatedTypeConfig};
+use flotilla_api::{DEFAULT_NAMESPACE, FederatedTypeConfig};
 use flotilla_tests::{
     federation::{Federation, federation},
     init_tracing, wait_for,

@@ -10,11 +10,11 @@
 use std::{collections::BTreeSet, sync::Arc, time::Duration};
 
 use anyhow::{Context as _, ensure};
-use flotilla_controllers::{manager::ControlPlane, mcs::slice::SliceVersion, metrics::Metrics};
-use flotilla_crds::DEFAULT_NAMESPACE;
-use flotilla_crds::mcs::{
+use flotilla_api::DEFAULT_NAMESPACE;
+use flotilla_api::mcs::{
     SERVICE_NAME_LABEL, SOURCE_CLUSTER_LABEL, ServiceImport, ServiceImportType,
 };
+use flotilla_controllers::{manager::ControlPlane, mcs::slice::SliceVersion, metrics::Metrics};
 use flotilla_tests::{
     federation::{Federation, federation_with_pods},
     init_tracing,

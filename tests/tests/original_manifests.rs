@@ -10,7 +10,7 @@
 use std::time::Duration;
 
 use anyhow::{Context as _, ensure};
-use flotilla_crds::{
+use flotilla_api::{
     DEFAULT_NAMESPACE,
     admiralty::{ADMIRALTY_NAMESPACE_LABEL, ADMIRALTY_NAMESPACE_VALUE, AnyImport, ImportGroup},
     alpha::ALPHA_TYPES_GROUP,

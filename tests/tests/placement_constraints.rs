@@ -11,7 +11,7 @@ use std::{
 };
 
 use anyhow::{Context as _, ensure};
-use flotilla_crds::{DEFAULT_NAMESPACE, KubeFedCluster, federated::PlacementStatus};
+use flotilla_api::{DEFAULT_NAMESPACE, KubeFedCluster, federated::PlacementStatus};
 use flotilla_tests::{
     assert::events_about,
     federation::{Federation, apply},

@@ -9,7 +9,7 @@
 use std::time::Duration;
 
 use anyhow::{Context as _, ensure};
-use flotilla_crds::{
+use flotilla_api::{
     DEFAULT_NAMESPACE,
     core::Scope,
     crdgen::{self, TargetType},
@@ -188,7 +188,7 @@ async fn deployments_get_per_cluster_replicas_report_member_status_and_roll_out_
 
     // Status collection (the FTC's statusCollection): each member's Deployment status is
     // reported per cluster.
-    let ftcs: Api<flotilla_crds::FederatedTypeConfig> =
+    let ftcs: Api<flotilla_api::FederatedTypeConfig> =
         Api::namespaced(fed.host.clone(), DEFAULT_NAMESPACE);
     ftcs.patch(
         "deployments.apps",
@@ -233,7 +233,7 @@ async fn enable_widgets(fed: &Federation) -> anyhow::Result<()> {
         .await?;
     }
     let target = TargetType {
-        api: flotilla_crds::core::ApiResource {
+        api: flotilla_api::core::ApiResource {
             group: "example.com".into(),
             version: "v1".into(),
             kind: "Widget".into(),
@@ -249,7 +249,7 @@ async fn enable_widgets(fed: &Federation) -> anyhow::Result<()> {
         .await?;
     tokio::time::sleep(Duration::from_secs(2)).await;
     let ftc = crdgen::federated_type_config(&target, DEFAULT_NAMESPACE);
-    let ftcs: Api<flotilla_crds::FederatedTypeConfig> =
+    let ftcs: Api<flotilla_api::FederatedTypeConfig> =
         Api::namespaced(fed.host.clone(), DEFAULT_NAMESPACE);
     ftcs.patch(&ftc.name_any(), &pp, &Patch::Apply(&ftc))
         .await?;
@@ -322,7 +322,7 @@ async fn steady_state_makes_no_writes_drift_is_repaired_and_member_fields_are_ke
     let before = steady_versions(fed, ns).await?;
     let host_rv = fsteady.get().await?.resource_version();
     // Force a full resync: a cluster label change requeues every federated object.
-    let kfcs: Api<flotilla_crds::KubeFedCluster> =
+    let kfcs: Api<flotilla_api::KubeFedCluster> =
         Api::namespaced(fed.host.clone(), DEFAULT_NAMESPACE);
     kfcs.patch(
         "member1",
@@ -483,7 +483,7 @@ async fn every_sync_worker_takes_keys_and_a_stream_of_creates_never_backs_off() 
 {
     let fed = ready_federation().await?;
     let kind = "kind=\"FederatedConfigMap\"";
-    let workers = flotilla_crds::kubefed_config::DEFAULT_MAX_CONCURRENT_RECONCILES as u64;
+    let workers = flotilla_api::kubefed_config::DEFAULT_MAX_CONCURRENT_RECONCILES as u64;
     wait_for(T, "every sync worker past the gate", || async {
         let ready = metric(&fed, "flotilla_sync_workers_ready", kind);
         ensure!(ready == workers, "{ready} of {workers} workers ready");

@@ -12,14 +12,14 @@ use std::{net::SocketAddr, time::Duration};
 
 use anyhow::{Context as _, ensure};
 use flotilla_agent::{Agent, AgentOptions, rejection::REJECTED};
+use flotilla_api::{
+    DEFAULT_NAMESPACE, FederatedTypeConfig,
+    work::{AppliedWork, WORK_SOURCE_NAME, Work, cluster_namespace, work_name},
+};
 use flotilla_cli::{self as cli, Context};
 use flotilla_controllers::{
     install,
     pull_join::{MemberRole, PullJoinOptions, agent_manifests, join_pull, kubeconfig},
-};
-use flotilla_crds::{
-    DEFAULT_NAMESPACE, FederatedTypeConfig,
-    work::{AppliedWork, WORK_SOURCE_NAME, Work, cluster_namespace, work_name},
 };
 use flotilla_multicluster::http::{self, MetricsAccess};
 use flotilla_tests::{
@@ -157,7 +157,7 @@ async fn the_agent_reports_metrics_readiness_and_the_members_reasons() -> anyhow
     opts.host_ca_pem = Some(env.host().ca_pem().to_owned());
     let joined = join_pull(&host, &opts).await?;
     let admin = cluster.client().await?;
-    let crd = flotilla_crds::crdgen::applied_work_crd();
+    let crd = flotilla_api::crdgen::applied_work_crd();
     install::install_crds(&admin, &[crd], "flotilla-tests", T).await?;
     let (member, token) = restricted_member(&admin, cluster.kube_config()).await?;
     let host_config = Kubeconfig::from_yaml(&joined.kubeconfig)?;
@@ -404,7 +404,7 @@ async fn the_generated_member_role_follows_the_enabled_types() -> anyhow::Result
     opts.host_ca_pem = Some(env.host().ca_pem().to_owned());
     let joined = join_pull(&host, &opts).await?;
     let admin = cluster.client().await?;
-    let crd = flotilla_crds::crdgen::applied_work_crd();
+    let crd = flotilla_api::crdgen::applied_work_crd();
     install::install_crds(&admin, &[crd], "flotilla-tests", T).await?;
     let role = MemberRole::Types(joined.type_rules.clone());
     let manifests = agent_manifests(PULL, DEFAULT_NAMESPACE, "unused", &joined.kubeconfig, &role);

@@ -8,15 +8,15 @@ use std::time::Duration;
 
 use anyhow::{Context as _, ensure};
 use flotilla_agent::{Agent, AgentOptions};
+use flotilla_api::{
+    KubeFedCluster,
+    work::{AppliedWork, Work, cluster_namespace},
+};
 use flotilla_cli::{self as cli, Context};
 use flotilla_controllers::{
     install,
     manager::ControlPlane,
     pull_join::{PullJoinOptions, join_pull},
-};
-use flotilla_crds::{
-    KubeFedCluster,
-    work::{AppliedWork, Work, cluster_namespace},
 };
 use flotilla_tests::{
     EnvOptions, LocalEnv,
@@ -99,7 +99,7 @@ async fn pull_federation() -> anyhow::Result<PullFederation> {
     let pull = pull_cluster.client().await?;
     install::install_crds(
         &pull,
-        &[flotilla_crds::crdgen::applied_work_crd()],
+        &[flotilla_api::crdgen::applied_work_crd()],
         "flotilla-tests",
         T,
     )
@@ -128,7 +128,7 @@ fn kfc_ready(kfc: &KubeFedCluster) -> bool {
 
 async fn wait_cluster(fed: &PullFederation, ready: bool) -> anyhow::Result<KubeFedCluster> {
     let kfcs: Api<KubeFedCluster> =
-        Api::namespaced(fed.host.clone(), flotilla_crds::DEFAULT_NAMESPACE);
+        Api::namespaced(fed.host.clone(), flotilla_api::DEFAULT_NAMESPACE);
     wait_object(T, &kfcs, PULL, |k| {
         ensure!(kfc_ready(k) == ready, "{:?}", k.status);
         Ok(())
@@ -201,7 +201,7 @@ async fn join_in_pull_mode_is_one_command(fed: &PullFederation) -> anyhow::Resul
     cli::run(args, ctx.clone()).await?;
     ensure!(ctx.out.text().contains("pull mode"), "{}", ctx.out.text());
     let kfcs: Api<KubeFedCluster> =
-        Api::namespaced(fed.host.clone(), flotilla_crds::DEFAULT_NAMESPACE);
+        Api::namespaced(fed.host.clone(), flotilla_api::DEFAULT_NAMESPACE);
     let extra = kfcs.get("extra").await?;
     ensure!(
         extra.spec.is_pull() && extra.spec.secret_ref.name.is_empty(),
@@ -209,14 +209,14 @@ async fn join_in_pull_mode_is_one_command(fed: &PullFederation) -> anyhow::Resul
         extra.spec
     );
     let deployments =
-        flotilla_tests::member::deployments(&fed.pull, flotilla_crds::DEFAULT_NAMESPACE);
+        flotilla_tests::member::deployments(&fed.pull, flotilla_api::DEFAULT_NAMESPACE);
     let agent = deployments.get("flotilla-agent").await?;
     let args = serde_json::to_string(&agent.spec)?;
     ensure!(
         args.contains("\"extra\"") && args.contains("--host-kubeconfig"),
         "{args}"
     );
-    let secrets: Api<Secret> = Api::namespaced(fed.pull.clone(), flotilla_crds::DEFAULT_NAMESPACE);
+    let secrets: Api<Secret> = Api::namespaced(fed.pull.clone(), flotilla_api::DEFAULT_NAMESPACE);
     ensure!(
         secrets
             .get("flotilla-agent-host")
@@ -397,7 +397,7 @@ async fn the_agents_credential_reads_only_its_own_namespace(
         "Secrets of its own namespace"
     );
     let kfcs: Api<KubeFedCluster> =
-        Api::namespaced(fed.agent_host.clone(), flotilla_crds::DEFAULT_NAMESPACE);
+        Api::namespaced(fed.agent_host.clone(), flotilla_api::DEFAULT_NAMESPACE);
     ensure!(
         matches!(kfcs.get(PULL).await, Err(kube::Error::Api(s)) if s.code == 403),
         "the cluster registry"

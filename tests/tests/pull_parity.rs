@@ -11,12 +11,9 @@ use std::time::Duration;
 
 use anyhow::{Context as _, ensure};
 use flotilla_agent::{Agent, AgentOptions};
+use flotilla_api::{DEFAULT_NAMESPACE, KubeFedCluster, crdgen, federated::FederatedStatus};
 use flotilla_controllers::manager::ControlPlane;
-use flotilla_crds::{
-    DEFAULT_NAMESPACE, KubeFedCluster, crdgen,
-    drift::{IGNORE_ANNOTATION, POLICY_ANNOTATION},
-    federated::FederatedStatus,
-};
+use flotilla_core::drift::{IGNORE_ANNOTATION, POLICY_ANNOTATION};
 use flotilla_tests::{
     EnvOptions,
     assert::events_about,
@@ -212,8 +209,8 @@ async fn drift_in_a_pull_member_is_repaired_or_reported_and_named_as_in_a_push_m
         .apply(host)
         .await?;
     wait_for(T, "the agent applies the policy of the Work", || async {
-        let works: Api<flotilla_crds::work::Work> =
-            Api::namespaced(host.clone(), &flotilla_crds::work::cluster_namespace(PULL));
+        let works: Api<flotilla_api::work::Work> =
+            Api::namespaced(host.clone(), &flotilla_api::work::cluster_namespace(PULL));
         let list = works.list(&Default::default()).await?;
         ensure!(
             list.items.iter().any(|w| {

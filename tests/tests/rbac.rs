@@ -11,7 +11,7 @@ use std::{
 
 use anyhow::{Context as _, ensure};
 use base64::Engine as _;
-use flotilla_crds::DEFAULT_NAMESPACE;
+use flotilla_api::DEFAULT_NAMESPACE;
 use flotilla_tests::{
     federation::{Federation, federated_namespace, federation},
     flotilla_binary,

@@ -8,15 +8,15 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
+use flotilla_api::core::{ClusterHealthCheckConfig, LocalSecretReference, condition, reason};
+use flotilla_api::{
+    DEFAULT_NAMESPACE, KUBEFED_CONFIG_NAME, KubeFedCluster, KubeFedClusterSpec, KubeFedConfig,
+    KubeFedConfigSpec, crdgen,
+};
 use flotilla_controllers::install;
 use flotilla_controllers::metrics::Metrics;
 use flotilla_controllers::multicluster::{ClusterSet, MemberEvent, MemberWatch};
 use flotilla_controllers::registry::{self, RegistryHandle};
-use flotilla_crds::core::{ClusterHealthCheckConfig, LocalSecretReference, condition, reason};
-use flotilla_crds::{
-    DEFAULT_NAMESPACE, KUBEFED_CONFIG_NAME, KubeFedCluster, KubeFedClusterSpec, KubeFedConfig,
-    KubeFedConfigSpec, crdgen,
-};
 use flotilla_tests::assert::events_about;
 use flotilla_tests::objects::{config_map, create_namespace, meta, string_map};
 use flotilla_tests::{Cluster, LocalEnv, env, wait_for};

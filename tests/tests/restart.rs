@@ -6,8 +6,8 @@
 use std::{sync::Arc, time::Duration};
 
 use anyhow::ensure;
+use flotilla_api::{DEFAULT_NAMESPACE, FederatedStatus, MANAGED_LABEL};
 use flotilla_controllers::{manager::ControlPlane, metrics::Metrics};
-use flotilla_crds::{DEFAULT_NAMESPACE, FederatedStatus, MANAGED_LABEL};
 use flotilla_tests::{
     federation::{Federation, apply, federated, federated_namespace, federation},
     init_tracing,

@@ -9,10 +9,10 @@ use std::{
 };
 
 use anyhow::{Context as _, ensure};
-use flotilla_controllers::{manager::ControlPlane, metrics::Metrics};
-use flotilla_crds::{
+use flotilla_api::{
     DEFAULT_NAMESPACE, KubeFedCluster, federated::FederatedStatus, rollout::RolloutStatus,
 };
+use flotilla_controllers::{manager::ControlPlane, metrics::Metrics};
 use flotilla_tests::{
     assert::events_about,
     federation::{Federation, apply, federated_namespace, federation_with_pods},

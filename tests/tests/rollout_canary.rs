@@ -12,7 +12,8 @@
 use std::time::Duration;
 
 use anyhow::{Context as _, ensure};
-use flotilla_crds::{federated::FederatedStatus, rollout::canary::CANARY_LABEL};
+use flotilla_api::federated::FederatedStatus;
+use flotilla_core::rollout::canary::CANARY_LABEL;
 use flotilla_tests::{
     federation::{Federation, apply, federated_namespace, federation_with_pods},
     host::FederatedRef,

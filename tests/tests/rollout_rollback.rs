@@ -9,8 +9,8 @@
 //! revisions are recorded, listed, undone to and removed all the same.
 
 use anyhow::{Context as _, ensure};
+use flotilla_api::{federated::FederatedStatus, rollout::REVISION_ANNOTATION};
 use flotilla_controllers::sync::{NAME_LABEL, name_label};
-use flotilla_crds::{federated::FederatedStatus, rollout::REVISION_ANNOTATION};
 use flotilla_tests::{
     assert::events_about,
     federation::{Federation, apply, federated_namespace, federation_with_pods},

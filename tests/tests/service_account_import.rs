@@ -7,7 +7,7 @@
 use std::time::Duration;
 
 use anyhow::{Context as _, ensure};
-use flotilla_crds::{
+use flotilla_api::{
     ServiceAccountImport,
     multicluster::{EXPIRATION_ANNOTATION, REFRESH_FRACTION_ANNOTATION},
 };

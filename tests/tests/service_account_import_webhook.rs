@@ -8,7 +8,7 @@
 use std::time::Duration;
 
 use anyhow::{Context as _, ensure};
-use flotilla_crds::{DEFAULT_NAMESPACE, ServiceAccountImport};
+use flotilla_api::{DEFAULT_NAMESPACE, ServiceAccountImport};
 use flotilla_tests::{federation::federation, init_tracing, wait_for};
 use flotilla_webhook::{self as webhook, WebhookOptions, rotation::Policy};
 use k8s_openapi::api::{

@@ -16,13 +16,13 @@ use std::{
 };
 
 use anyhow::ensure;
+use flotilla_api::{DEFAULT_NAMESPACE, FederatedTypeConfig};
 use flotilla_controllers::{
     manager::{ControlPlane, Options},
     metrics::Metrics,
     multicluster::ClusterSet,
     sharded::{GROUP, ShardedMemberWork},
 };
-use flotilla_crds::{DEFAULT_NAMESPACE, FederatedTypeConfig};
 use flotilla_multicluster::shard::{GROUP_LABEL, ROLE_LABEL, rendezvous};
 use flotilla_tests::{federation::federation, init_tracing, wait_for};
 use k8s_openapi::api::{coordination::v1::Lease, rbac::v1::ClusterRole};

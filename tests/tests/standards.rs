@@ -7,14 +7,14 @@
 use std::time::Duration;
 
 use anyhow::{Context as _, ensure};
-use flotilla_controllers::install;
-use flotilla_crds::{
+use flotilla_api::{
     DEFAULT_NAMESPACE, KubeFedCluster,
     about::{ClusterProperty, ClusterPropertySpec},
     crdgen,
     inventory::ClusterProfile,
     placement_decision::PlacementDecision,
 };
+use flotilla_controllers::install;
 use flotilla_tests::{
     federation::Federation,
     member::config_maps,

@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use anyhow::ensure;
-use flotilla_crds::MANAGED_LABEL;
+use flotilla_api::MANAGED_LABEL;
 use flotilla_tests::{
     cli::run,
     federation::{Federation, apply, federated, federated_namespace, federation},

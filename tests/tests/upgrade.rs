@@ -11,8 +11,8 @@
 use std::{collections::BTreeMap, path::PathBuf, sync::Arc, time::Duration};
 
 use anyhow::{Context as _, ensure};
+use flotilla_api::{DEFAULT_NAMESPACE, FederatedStatus, MANAGED_LABEL, crdgen, work};
 use flotilla_controllers::{install, manager::ControlPlane, metrics::Metrics};
-use flotilla_crds::{DEFAULT_NAMESPACE, FederatedStatus, MANAGED_LABEL, crdgen, work};
 use flotilla_tests::{
     env,
     federation::{apply, bootstrap, federated, install_crds},
@@ -72,8 +72,8 @@ fn federated_group(kind: &str, plural: &str) -> Group {
 
 fn kubefed(kind: &str, plural: &str, status: bool) -> Group {
     group(
-        flotilla_crds::CORE_GROUP,
-        flotilla_crds::V1BETA1,
+        flotilla_api::CORE_GROUP,
+        flotilla_api::V1BETA1,
         kind,
         plural,
         status,
@@ -423,7 +423,7 @@ async fn new_binaries_on_the_previous_versions_objects_and_new_crds_write_nothin
     let cp = ControlPlane::start(fed.host.clone(), DEFAULT_NAMESPACE, metrics.clone());
     let federated_groups: Vec<&Group> = groups(&fixture, "host")?
         .iter()
-        .filter(|g| g.group == flotilla_crds::TYPES_GROUP)
+        .filter(|g| g.group == flotilla_api::TYPES_GROUP)
         .collect();
     wait_for(
         T,

@@ -8,7 +8,7 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 use anyhow::{Context as _, ensure};
-use flotilla_crds::workload::AggregatedStatus;
+use flotilla_api::workload::AggregatedStatus;
 use flotilla_tests::{
     federation::{Federation, federated_namespace, federation_with_pods},
     host::FederatedRef,

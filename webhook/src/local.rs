@@ -4,7 +4,7 @@
 
 use std::net::SocketAddr;
 
-use flotilla_crds::admiralty::{ADMIRALTY_NAMESPACE_LABEL, ADMIRALTY_NAMESPACE_VALUE};
+use flotilla_api::admiralty::{ADMIRALTY_NAMESPACE_LABEL, ADMIRALTY_NAMESPACE_VALUE};
 use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
 use kube::{
     Api, Client,
@@ -59,7 +59,7 @@ pub async fn start_local(
     let api: Api<MutatingWebhookConfiguration> = Api::all(host.clone());
     api.patch(
         DEFAULT_CONFIGURATION,
-        &PatchParams::apply(flotilla_crds::FIELD_MANAGER).force(),
+        &PatchParams::apply(flotilla_api::FIELD_MANAGER).force(),
         &Patch::Apply(configuration(DEFAULT_CONFIGURATION, &url)),
     )
     .await?;

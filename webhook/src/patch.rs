@@ -10,7 +10,7 @@
 use std::collections::BTreeMap;
 
 use base64::Engine as _;
-use flotilla_crds::{
+use flotilla_api::{
     admiralty::{ADMIRALTY_IMPORTS_ANNOTATION, ADMIRALTY_MOUNT_ROOT, ImportGroup},
     hash::content_hash,
 };

@@ -5,7 +5,7 @@
 use std::{collections::BTreeMap, convert::Infallible, net::SocketAddr, sync::Arc, time::Duration};
 
 use bytes::Bytes;
-use flotilla_crds::admiralty::{AnyImport, ImportGroup};
+use flotilla_api::admiralty::{AnyImport, ImportGroup};
 use http::{Method, Request, StatusCode, header};
 use http_body_util::{BodyExt, Full, Limited};
 use hyper::service::service_fn;

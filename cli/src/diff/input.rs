@@ -5,7 +5,7 @@
 //! them (they would be applied together), else from the host.
 
 use anyhow::Context as _;
-use flotilla_crds::{
+use flotilla_api::{
     FederatedSpec, FederatedStatus, FederatedTypeConfig, KUBEFED_CONFIG_NAME, KubeFedConfig,
     ReplicaSchedulingPreference, SCHEDULING_GROUP, core::EffectiveConfig, crdgen,
     scheduling::ReplicaSchedulingPreferenceSpec,
@@ -59,14 +59,14 @@ impl Federated {
 
     /// Its drift policy (`flotilla.io/drift-*` annotations; the default when unreadable,
     /// as in the controller).
-    pub fn drift_policy(&self) -> flotilla_crds::drift::Policy {
+    pub fn drift_policy(&self) -> flotilla_core::drift::Policy {
         let annotations = self
             .object
             .pointer("/metadata/annotations")
             .cloned()
             .and_then(|a| serde_json::from_value(a).ok())
             .unwrap_or_default();
-        flotilla_crds::drift::Policy::from_annotations(&annotations).unwrap_or_default()
+        flotilla_core::drift::Policy::from_annotations(&annotations).unwrap_or_default()
     }
 
     /// Its spec.
@@ -174,15 +174,15 @@ pub async fn namespace_spec(
     docs: &[Value],
     namespace: &str,
 ) -> anyhow::Result<Option<Result<FederatedSpec, String>>> {
-    let beta = crdgen::federated_api_resource(&flotilla_crds::core::ApiResource {
+    let beta = crdgen::federated_api_resource(&flotilla_api::core::ApiResource {
         group: String::new(),
         version: "v1".into(),
         kind: "Namespace".into(),
         plural_name: "namespaces".into(),
-        scope: flotilla_crds::core::Scope::Cluster,
+        scope: flotilla_api::core::Scope::Cluster,
     });
     // kubefed's alpha FederatedNamespace places objects too, as the controller reads it.
-    let ars: Vec<_> = [Some(beta.clone()), flotilla_crds::alpha::alpha_twin(&beta)]
+    let ars: Vec<_> = [Some(beta.clone()), flotilla_api::alpha::alpha_twin(&beta)]
         .into_iter()
         .flatten()
         .collect();
@@ -260,7 +260,7 @@ pub async fn rsp(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use flotilla_crds::crdgen::{default_target_types, federated_type_config};
+    use flotilla_api::crdgen::{default_target_types, federated_type_config};
 
     fn ftcs() -> Vec<FederatedTypeConfig> {
         default_target_types()

@@ -8,7 +8,7 @@
 use std::time::Duration;
 
 use anyhow::Context as _;
-use flotilla_crds::{FIELD_MANAGER, KubeFedCluster, MANAGED_LABEL};
+use flotilla_api::{FIELD_MANAGER, KubeFedCluster, MANAGED_LABEL};
 use k8s_openapi::api::core::v1::Secret;
 use kube::{
     Api, Client, ResourceExt,

@@ -6,7 +6,7 @@
 //! run through the member's server-side apply as a dry run ([`member`]), against the live
 //! object; shown as a unified diff ([`unified`]) of the noise-free YAML ([`render`]).
 //! [`plan`] decides per cluster and the exit code. It writes nothing anywhere. Secret
-//! values are redacted ([`flotilla_crds::redact`]) unless `--show-secrets`.
+//! values are redacted ([`flotilla_core::redact`]) unless `--show-secrets`.
 
 pub mod input;
 pub mod member;
@@ -15,10 +15,8 @@ pub mod unified;
 
 use std::{collections::BTreeMap, path::PathBuf};
 
-use flotilla_crds::{
-    core::{EffectiveConfig, StatusCollectionMode},
-    drift::Policy,
-};
+use flotilla_api::core::{EffectiveConfig, StatusCollectionMode};
+use flotilla_core::drift::Policy;
 use kube::Client;
 use serde_json::Value;
 

@@ -10,7 +10,7 @@ pub mod plan;
 
 use std::sync::Arc;
 
-use flotilla_crds::{
+use flotilla_api::{
     FIELD_MANAGER, federated::PlacementStatus, placement_decision::PlacementDecision,
 };
 use futures::FutureExt;

@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 
-use flotilla_crds::{
+use flotilla_api::{
     federated::PlacementStatus,
     hash::bounded,
     placement_decision::{

@@ -1,5 +1,5 @@
 use super::*;
-use flotilla_crds::federated::{ClusterReference, PlacementMove};
+use flotilla_api::federated::{ClusterReference, PlacementMove};
 
 fn subject(name: &str) -> Subject {
     Subject {

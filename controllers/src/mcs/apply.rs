@@ -2,7 +2,7 @@
 //! exports. Each write is attempted once per pass; a failure is returned (and logged) so
 //! the export's Ready condition can say so, and the next pass tries again. No decisions.
 
-use flotilla_crds::{
+use flotilla_api::{
     FIELD_MANAGER,
     mcs::{IMPORT_MANAGED_BY_LABEL, MANAGED_BY, ServiceExport, ServiceImport},
 };

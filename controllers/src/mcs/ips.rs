@@ -12,7 +12,7 @@ use std::{
     net::IpAddr,
 };
 
-use flotilla_crds::mcs::{ServiceImportType, condition};
+use flotilla_api::mcs::{ServiceImportType, condition};
 
 use super::plan::{MemberView, Plan, ServiceKey, WantedCondition};
 

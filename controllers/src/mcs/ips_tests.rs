@@ -190,7 +190,7 @@ fn no_range_at_all_turns_allocation_off() {
 mod assign {
     use super::*;
     use crate::mcs::plan::{Availability, ExistingImport, ExportVerdict, Exported, MergedService};
-    use flotilla_crds::mcs::ServiceImportSpec;
+    use flotilla_api::mcs::ServiceImportSpec;
 
     fn planned(type_: ServiceImportType) -> MergedService {
         MergedService {

@@ -42,7 +42,7 @@ use std::{
     time::Duration,
 };
 
-use flotilla_crds::{
+use flotilla_api::{
     about::{CLUSTER_ID_PROPERTY, PROPERTY_LABEL_PREFIX},
     core::EffectiveConfig,
     mcs::{IMPORT_MANAGED_BY_LABEL, MANAGED_BY, ServiceExport, ServiceImport},
@@ -520,10 +520,10 @@ async fn write_conditions(
             .conditions
             .iter()
             .map(|c| match c.type_ {
-                flotilla_crds::mcs::condition::READY if c.status && !failed.is_empty() => {
+                flotilla_api::mcs::condition::READY if c.status && !failed.is_empty() => {
                     WantedCondition {
                         status: false,
-                        reason: flotilla_crds::mcs::condition::REASON_FAILED.into(),
+                        reason: flotilla_api::mcs::condition::REASON_FAILED.into(),
                         message: failed.join("; "),
                         ..c.clone()
                     }

@@ -6,7 +6,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use flotilla_crds::{
+use flotilla_api::{
     hash::content_hash,
     mcs::{
         CLUSTERSET_IPS_ANNOTATION, ClusterStatus, IMPORT_MANAGED_BY_LABEL, MANAGED_BY,
@@ -316,7 +316,7 @@ pub fn member_ops(plan: &Plan, actual: &ActualMember, version: Option<SliceVersi
 mod tests {
     use super::*;
     use crate::mcs::slice::{Endpoint, Slice};
-    use flotilla_crds::mcs::{ServiceImportSpec, ServicePort};
+    use flotilla_api::mcs::{ServiceImportSpec, ServicePort};
 
     fn source(cluster: &str, ip: &str) -> SourceSlice {
         SourceSlice {
@@ -522,7 +522,7 @@ mod tests {
         merged.spec.ips = vec!["244.0.0.9".into()];
         merged.clusterset_ips = Some(merged.spec.ips.clone());
         merged.import_conditions = vec![crate::mcs::plan::WantedCondition {
-            type_: flotilla_crds::mcs::condition::IPS_ALLOCATED,
+            type_: flotilla_api::mcs::condition::IPS_ALLOCATED,
             status: true,
             reason: "Allocated".into(),
             message: "ClusterSet IPs 244.0.0.9".into(),

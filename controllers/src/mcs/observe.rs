@@ -4,7 +4,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use flotilla_crds::mcs::{
+use flotilla_api::mcs::{
     CLUSTERSET_IPS_ANNOTATION, IMPORT_MANAGED_BY_LABEL, K8S_SERVICE_NAME_LABEL, MANAGED_BY,
     MANAGED_BY_LABEL, SOURCE_CLUSTER_LABEL, ServiceImport, ServicePort, export_created,
     export_spec_map,

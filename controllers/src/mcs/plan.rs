@@ -8,7 +8,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use flotilla_crds::mcs::{ServiceImportSpec, ServiceImportType, ServicePort, condition};
+use flotilla_api::mcs::{ServiceImportSpec, ServiceImportType, ServicePort, condition};
 use k8s_openapi::{api::core::v1::SessionAffinityConfig, apimachinery::pkg::apis::meta::v1::Time};
 
 use super::slice::Slice;

@@ -7,7 +7,7 @@
 
 use std::{collections::BTreeMap, ops::ControlFlow, sync::Arc};
 
-use flotilla_crds::{
+use flotilla_api::{
     FIELD_MANAGER,
     mcs::condition,
     mcs_report::{MCS_WORK_LABEL, SLICE_VERSION_ANNOTATION, ServiceExportReport},

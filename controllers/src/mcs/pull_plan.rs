@@ -7,13 +7,13 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use flotilla_crds::{
+use flotilla_api::{
     MANAGED_LABEL,
     hash::content_hash,
     mcs_report::{MCS_WORK_LABEL, ServiceExportReport, report_name, service_of},
-    member::HASH_ANNOTATION as DESIRED_HASH,
     work::{cluster_namespace, work_name},
 };
+use flotilla_core::member::HASH_ANNOTATION as DESIRED_HASH;
 use kube::{ResourceExt, api::DynamicObject};
 use serde_json::{Value, json};
 

@@ -1,6 +1,6 @@
 use super::*;
 use crate::mcs::plan::{ServiceKind, plan};
-use flotilla_crds::mcs::condition;
+use flotilla_api::mcs::condition;
 use serde_json::json;
 
 fn report(name: &str, created: &str, port: i32, ip: &str) -> DynamicObject {

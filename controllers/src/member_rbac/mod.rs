@@ -17,7 +17,7 @@ use flotilla_multicluster::{
 };
 use std::{collections::HashMap, sync::Arc, time::Duration};
 
-use flotilla_crds::{FIELD_MANAGER, FederatedTypeConfig, KubeFedCluster, MEMBER_ROLE_ANNOTATION};
+use flotilla_api::{FIELD_MANAGER, FederatedTypeConfig, KubeFedCluster, MEMBER_ROLE_ANNOTATION};
 use k8s_openapi::api::rbac::v1::{ClusterRole, PolicyRule};
 use kube::{
     Api, Client, Resource, ResourceExt,

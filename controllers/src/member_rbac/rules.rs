@@ -9,7 +9,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use flotilla_crds::{FederatedTypeConfig, core::PropagationMode, mcs::MCS_GROUP};
+use flotilla_api::{FederatedTypeConfig, core::PropagationMode, mcs::MCS_GROUP};
 use k8s_openapi::api::rbac::v1::PolicyRule;
 
 /// Verbs on every propagated type: what sync, status collection and deletion use.
@@ -125,7 +125,7 @@ pub fn member_rules(types: &BTreeSet<(String, String)>, role: &str) -> Vec<Polic
     let mut rules = type_rules(types);
     // The About API: the properties a member declares reach its ClusterProfile.
     rules.push(PolicyRule {
-        api_groups: Some(vec![flotilla_crds::about::ABOUT_GROUP.into()]),
+        api_groups: Some(vec![flotilla_api::about::ABOUT_GROUP.into()]),
         resources: Some(vec!["clusterproperties".into()]),
         verbs: strings(&["get", "list", "watch"]),
         ..PolicyRule::default()
@@ -156,7 +156,7 @@ pub fn member_rules(types: &BTreeSet<(String, String)>, role: &str) -> Vec<Polic
 #[cfg(test)]
 mod tests {
     use super::*;
-    use flotilla_crds::{FederatedTypeConfigSpec, core::ApiResource};
+    use flotilla_api::{FederatedTypeConfigSpec, core::ApiResource};
 
     fn ftc(group: &str, plural: &str, propagation: PropagationMode) -> FederatedTypeConfig {
         let target = ApiResource {
@@ -164,7 +164,7 @@ mod tests {
             version: "v1".into(),
             kind: "K".into(),
             plural_name: plural.into(),
-            scope: flotilla_crds::core::Scope::Namespaced,
+            scope: flotilla_api::core::Scope::Namespaced,
         };
         FederatedTypeConfig::new(
             &format!("{plural}.{group}"),

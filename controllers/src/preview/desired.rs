@@ -4,7 +4,7 @@
 //! ReplicaSchedulingPreference scheduler's write to the spec that the RSP controller would
 //! make ([`crate::scheduling::schedule`]). Pure: it only assembles those functions.
 
-use flotilla_crds::{FederatedSpec, scheduling::ReplicaSchedulingPreferenceSpec};
+use flotilla_api::{FederatedSpec, scheduling::ReplicaSchedulingPreferenceSpec};
 
 use crate::sync::plan::pipeline;
 
@@ -63,8 +63,8 @@ mod tests {
         multicluster::ClusterState,
         sync::plan::{DesiredFor, DesiredSet, pipeline::NamespacePlacement},
     };
-    use flotilla_crds::{AggregateReason, Placement};
-    use flotilla_crds::{FederatedStatus, core::ApiResource};
+    use flotilla_api::{AggregateReason, Placement};
+    use flotilla_api::{FederatedStatus, core::ApiResource};
 
     static NO_STATUS: FederatedStatus = FederatedStatus {
         observed_generation: 0,
@@ -76,7 +76,7 @@ mod tests {
         drift: Vec::new(),
         dependencies: Vec::new(),
     };
-    use flotilla_crds::core::Scope;
+    use flotilla_api::core::Scope;
     use serde_json::{Value, json};
     use std::collections::BTreeMap;
 
@@ -152,7 +152,7 @@ mod tests {
         let clusters = [cluster("m1"), cluster("m2")];
         let s = spec(json!({"template": {}, "placement": {"clusterSelector": {}}}));
         let ns = Placement {
-            clusters: Some(vec![flotilla_crds::federated::ClusterReference {
+            clusters: Some(vec![flotilla_api::federated::ClusterReference {
                 name: "m2".into(),
             }]),
             cluster_selector: None,

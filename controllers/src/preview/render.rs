@@ -5,7 +5,7 @@
 //! that two renderings of equal objects are equal text; a Secret's values redacted unless
 //! asked for ([`shown`]). Pure.
 
-use flotilla_crds::redact;
+use flotilla_core::redact;
 use serde_json::Value;
 
 use crate::sync::plan::HASH_ANNOTATION;

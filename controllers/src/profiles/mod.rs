@@ -21,7 +21,7 @@ use std::{
     time::Duration,
 };
 
-use flotilla_crds::{
+use flotilla_api::{
     FIELD_MANAGER, KubeFedCluster,
     about::ClusterProperty,
     inventory::{CLUSTER_MANAGER_LABEL, CLUSTER_MANAGER_NAME, ClusterProfile, Property},

@@ -5,7 +5,7 @@
 
 use std::collections::BTreeMap;
 
-use flotilla_crds::{
+use flotilla_api::{
     KubeFedCluster,
     core::{TlsValidation, condition as kfc_condition},
     inventory::{

@@ -1,5 +1,5 @@
 use super::*;
-use flotilla_crds::{
+use flotilla_api::{
     KubeFedClusterSpec, KubeFedClusterStatus,
     core::{ClusterCondition, LocalSecretReference},
 };

@@ -5,7 +5,7 @@
 
 use std::collections::BTreeMap;
 
-use flotilla_crds::{
+use flotilla_api::{
     KubeFedCluster,
     about::{ClusterProperty, is_property_label, property_labels},
     inventory::Property,
@@ -61,7 +61,7 @@ pub fn label_update(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use flotilla_crds::{KubeFedClusterSpec, about::ClusterPropertySpec};
+    use flotilla_api::{KubeFedClusterSpec, about::ClusterPropertySpec};
 
     fn property(name: &str, value: &str) -> ClusterProperty {
         ClusterProperty::new(

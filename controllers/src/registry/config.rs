@@ -3,8 +3,8 @@
 
 use std::time::Duration;
 
-use flotilla_crds::core::EffectiveConfig;
-use flotilla_crds::{KUBEFED_CONFIG_NAME, KubeFedConfig, KubeFedConfigSpec};
+use flotilla_api::core::EffectiveConfig;
+use flotilla_api::{KUBEFED_CONFIG_NAME, KubeFedConfig, KubeFedConfigSpec};
 use futures::StreamExt;
 use kube::api::{ObjectMeta, PostParams};
 use kube::runtime::{WatchStreamExt, watcher};

@@ -2,8 +2,8 @@
 //! published state (thresholds), which conditions describe a state, and whether a new
 //! status differs from the written one enough to be worth a write.
 
-use flotilla_crds::core::{condition, reason};
-use flotilla_crds::{ClusterCondition, KubeFedClusterStatus};
+use flotilla_api::core::{condition, reason};
+use flotilla_api::{ClusterCondition, KubeFedClusterStatus};
 
 use crate::metrics::ProbeResult;
 

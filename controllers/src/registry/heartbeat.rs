@@ -10,14 +10,14 @@
 
 use std::time::{Duration, Instant};
 
-use flotilla_crds::work::{AGENT_LEASE, cluster_namespace};
+use flotilla_api::work::{AGENT_LEASE, cluster_namespace};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::jiff::Timestamp;
 use kube::{Api, Client, ResourceExt};
 
 use super::health::Health;
 
-pub use flotilla_crds::member::VERSION_ANNOTATION;
+pub use flotilla_core::member::VERSION_ANNOTATION;
 
 /// Lease duration assumed when the Lease does not say.
 const DEFAULT_LEASE_DURATION: Duration = Duration::from_secs(40);

@@ -25,8 +25,8 @@ pub mod unreachable;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 
-use flotilla_crds::KubeFedCluster;
-use flotilla_crds::core::EffectiveConfig;
+use flotilla_api::KubeFedCluster;
+use flotilla_api::core::EffectiveConfig;
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Secret;
 use kube::runtime::reflector::{ObjectRef, Store};

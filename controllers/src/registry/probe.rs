@@ -7,8 +7,8 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use flotilla_crds::core::EffectiveConfig;
-use flotilla_crds::{FIELD_MANAGER, KubeFedCluster, KubeFedClusterStatus};
+use flotilla_api::core::EffectiveConfig;
+use flotilla_api::{FIELD_MANAGER, KubeFedCluster, KubeFedClusterStatus};
 use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::jiff::{Timestamp, Unit};
 use kube::api::{Patch, PatchParams};
@@ -97,7 +97,7 @@ struct Worker<'a> {
 impl<'a> Worker<'a> {
     fn new(shared: &'a Shared, name: &'a str, initial_status: KubeFedClusterStatus) -> Self {
         let announced = initial_status
-            .condition(flotilla_crds::core::condition::READY)
+            .condition(flotilla_api::core::condition::READY)
             .and_then(|c| c.reason.clone());
         Worker {
             shared,

@@ -3,10 +3,11 @@
 //! does for nodes. [`next_taints`] decides; [`sync_taint`] writes `spec.taints` only when
 //! that changes it. Which objects move, and when, is the scheduler's business.
 
-use flotilla_crds::{
+use flotilla_api::{
     FIELD_MANAGER, KubeFedCluster,
-    taint::{Taint, TaintEffect, UNREACHABLE_TAINT_KEY, rfc3339},
+    taint::{Taint, TaintEffect, UNREACHABLE_TAINT_KEY},
 };
+use flotilla_core::taint::rfc3339;
 use kube::{
     Api,
     api::{Patch, PatchParams},

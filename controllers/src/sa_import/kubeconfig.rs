@@ -7,7 +7,7 @@
 use std::collections::BTreeMap;
 
 use base64::Engine as _;
-use flotilla_crds::{KubeFedClusterSpec, ServiceAccountImportSpec, hash::content_hash};
+use flotilla_api::{KubeFedClusterSpec, ServiceAccountImportSpec, hash::content_hash};
 use k8s_openapi::ByteString;
 use serde_json::json;
 

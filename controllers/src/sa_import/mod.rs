@@ -22,7 +22,7 @@ use flotilla_multicluster::{
 };
 use std::{convert::Infallible, ops::ControlFlow, sync::Arc};
 
-use flotilla_crds::{
+use flotilla_api::{
     KubeFedCluster,
     admiralty::{AnyImport, ImportGroup},
     multicluster::SECRET_LABEL,

@@ -6,7 +6,7 @@
 
 use std::{collections::BTreeMap, time::Duration};
 
-use flotilla_crds::multicluster::{
+use flotilla_api::multicluster::{
     EXPIRATION_ANNOTATION, ISSUED_ANNOTATION, ImportCondition, ImportReason, READY_CONDITION,
     SOURCE_ANNOTATION, ServiceAccountImportStatus,
 };

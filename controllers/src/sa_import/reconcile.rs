@@ -6,7 +6,7 @@
 
 use std::{collections::BTreeMap, sync::Arc, time::Duration};
 
-use flotilla_crds::{
+use flotilla_api::{
     FIELD_MANAGER, KubeFedCluster, ServiceAccountImportStatus,
     admiralty::{AnyImport, ImportGroup},
     multicluster::{
@@ -320,7 +320,7 @@ impl Ctx {
 
 /// The Ready outcome for a Secret holding a current token.
 fn issued(
-    spec: &flotilla_crds::ServiceAccountImportSpec,
+    spec: &flotilla_api::ServiceAccountImportSpec,
     secret_name: String,
     expires: Option<Timestamp>,
 ) -> Outcome {
@@ -395,10 +395,7 @@ async fn request_token(
 
 /// The reason and message of a failed TokenRequest. The member's answer never holds a
 /// token (it failed), so its message is safe to show.
-fn token_request_failure(
-    spec: &flotilla_crds::ServiceAccountImportSpec,
-    e: kube::Error,
-) -> Failure {
+fn token_request_failure(spec: &flotilla_api::ServiceAccountImportSpec, e: kube::Error) -> Failure {
     let sa = format!("{}/{}", spec.namespace, spec.name);
     match e {
         kube::Error::Api(s) if s.code == 404 => (

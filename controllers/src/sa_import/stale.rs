@@ -5,7 +5,7 @@
 //! host API server and etcd restarts) leaves it, still holding a token, for good. The
 //! controller removes such Secrets itself whenever it reconciles the import's key.
 
-use flotilla_crds::{admiralty::ImportGroup, multicluster::SECRET_LABEL};
+use flotilla_api::{admiralty::ImportGroup, multicluster::SECRET_LABEL};
 use k8s_openapi::api::core::v1::Secret;
 use kube::{
     Api, ResourceExt,

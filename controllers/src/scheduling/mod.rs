@@ -20,13 +20,12 @@ use std::{
     sync::Arc,
 };
 
-use flotilla_crds::{
+use flotilla_api::{
     ReplicaSchedulingPreference, crdgen,
     federated::{
         ClusterOverride, ClusterOverrides, ClusterReference, FederatedSpec, FederatedStatus,
         LabelSelector,
     },
-    placement,
     scheduling::ReplicaSchedulingPreferenceSpec,
 };
 use kube::{
@@ -286,7 +285,7 @@ pub fn schedule(
     status: &FederatedStatus,
     clusters: &[ClusterState],
     key: &(String, String),
-) -> Result<Option<Schedule>, placement::PlacementError> {
+) -> Result<Option<Schedule>, flotilla_api::selector::PlacementError> {
     let composed = spec.placement.is_scheduled();
     let candidates = if composed {
         decided_candidates(clusters, status)
@@ -324,10 +323,12 @@ pub fn schedule(
 fn candidates(
     clusters: &[ClusterState],
     selector: Option<&LabelSelector>,
-) -> Result<Vec<String>, placement::PlacementError> {
+) -> Result<Vec<String>, flotilla_api::selector::PlacementError> {
     let mut kept = Vec::new();
     for c in clusters.iter().filter(|c| c.ready) {
-        if selector.map_or(Ok(true), |sel| placement::matches_selector(sel, &c.labels))? {
+        if selector.map_or(Ok(true), |sel| {
+            flotilla_api::selector::matches_selector(sel, &c.labels)
+        })? {
             kept.push(c.name.clone());
         }
     }
@@ -542,7 +543,7 @@ mod tests {
     #[test]
     fn a_malformed_selector_fails_only_when_a_ready_cluster_is_matched() {
         let bad = LabelSelector {
-            match_expressions: vec![flotilla_crds::federated::LabelSelectorRequirement {
+            match_expressions: vec![flotilla_api::federated::LabelSelectorRequirement {
                 key: String::new(),
                 operator: "Exists".into(),
                 values: Vec::new(),

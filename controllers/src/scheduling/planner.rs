@@ -7,7 +7,7 @@
 
 use std::collections::BTreeMap;
 
-use flotilla_crds::scheduling::ClusterPreferences;
+use flotilla_api::scheduling::ClusterPreferences;
 
 /// What the planner needs to know.
 #[derive(Clone, Debug)]

@@ -4,7 +4,7 @@
 //! that may outlive the reconcile ([`super::inflight`]), remembered with the version it was
 //! decided on ([`super::plan::lag`]).
 
-use flotilla_crds::{
+use flotilla_api::{
     RECREATE_ON_IMMUTABLE_ANNOTATION,
     federated::{FederatedSpec, FederatedStatus},
 };

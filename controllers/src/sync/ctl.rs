@@ -5,7 +5,7 @@
 
 use std::{collections::BTreeSet, sync::Arc};
 
-use flotilla_crds::{
+use flotilla_api::{
     core::EffectiveConfig,
     federated::{FederatedSpec, FederatedStatus},
 };

@@ -1,7 +1,7 @@
 //! kubefed's `kubefed.io/deleteoption` annotation: JSON `DeleteOptions` a federated object
 //! carries for the deletion of its member objects.
 
-use flotilla_crds::DELETE_OPTIONS_ANNOTATION;
+use flotilla_api::DELETE_OPTIONS_ANNOTATION;
 use kube::{
     ResourceExt,
     api::{DeleteParams, PropagationPolicy},

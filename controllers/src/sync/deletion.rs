@@ -9,7 +9,7 @@ use std::{
     time::Duration,
 };
 
-use flotilla_crds::{
+use flotilla_api::{
     ORPHAN_ANNOTATION,
     federated::{FederatedSpec, FederatedStatus},
 };
@@ -200,7 +200,7 @@ impl Ctl {
             keep: orphan || self.ty.is_protected(key, &self.shared.namespace),
             deleted_for,
             timeout: config.unready_cluster_deletion_timeout,
-            timeout_text: flotilla_crds::duration::format(config.unready_cluster_deletion_timeout),
+            timeout_text: flotilla_api::duration::format(config.unready_cluster_deletion_timeout),
             may_hold,
             host_ns_uid,
             params: super::delete_options::of_object(fed),
@@ -249,7 +249,7 @@ impl Ctl {
 /// The outcome for a cluster without a client.
 pub(super) fn no_client() -> Outcome {
     Outcome::Status(
-        flotilla_crds::ClusterReason::ClientRetrievalFailed,
+        flotilla_api::ClusterReason::ClientRetrievalFailed,
         "no client for the cluster".into(),
     )
 }

@@ -2,7 +2,7 @@
 //! the ConfigMaps, Secrets, ServiceAccounts and PersistentVolumeClaims its pod template
 //! references are looked up in the host, copied to exactly the clusters the workload lands
 //! on, let go of where it left, and reported in `status.dependencies`. The decisions are
-//! [`flotilla_crds::dependencies`] and [`flotilla_crds::dependency_plan`]; this module
+//! [`flotilla_core::dependencies`] and [`flotilla_core::dependency_plan`]; this module
 //! reads and writes. It never logs nor reports an object's content (Secrets).
 
 use std::{
@@ -11,11 +11,14 @@ use std::{
     time::Duration,
 };
 
-use flotilla_crds::{
+use flotilla_api::{
     FIELD_MANAGER,
-    dependencies::{self as deps, Dependency, DependencyKind, EnsureOp, ReleaseOp},
-    dependency_plan::{self as dplan, DependencyStatus, Lookup, Pair, PairOutcome},
+    dependency_plan::DependencyStatus,
     federated::{FederatedSpec, FederatedStatus},
+};
+use flotilla_core::{
+    dependencies::{self as deps, Dependency, DependencyKind, EnsureOp, ReleaseOp},
+    dependency_plan::{self as dplan, Lookup, Pair, PairOutcome},
 };
 use futures::future::join_all;
 use kube::{
@@ -232,14 +235,14 @@ pub(super) async fn follow_host_changes(ctl: Arc<Ctl>, queue: Arc<WorkQueue<Key>
 
 /// The Federated&lt;Kind&gt; API of a dependency kind.
 fn federated_resource(kind: DependencyKind) -> kube::core::ApiResource {
-    let target = flotilla_crds::core::ApiResource {
+    let target = flotilla_api::core::ApiResource {
         group: String::new(),
         version: "v1".into(),
         kind: kind.as_str().into(),
         plural_name: kind.plural().into(),
-        scope: flotilla_crds::core::Scope::Namespaced,
+        scope: flotilla_api::core::Scope::Namespaced,
     };
-    flotilla_crds::crdgen::federated_api_resource(&target).to_kube()
+    flotilla_api::crdgen::federated_api_resource(&target).to_kube()
 }
 
 fn member_api(client: Client, ns: &str, kind: DependencyKind) -> Api<DynamicObject> {
@@ -347,7 +350,7 @@ fn message(e: &kube::Error) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use flotilla_crds::ClusterReason;
+    use flotilla_api::ClusterReason;
     use serde_json::json;
 
     #[test]

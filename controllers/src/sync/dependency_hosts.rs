@@ -10,7 +10,7 @@ use std::{
     time::Duration,
 };
 
-use flotilla_crds::dependencies::{Dependency, DependencyKind};
+use flotilla_core::dependencies::{Dependency, DependencyKind};
 use kube::{
     Api, Client, ResourceExt,
     core::{ApiResource, DynamicObject, GroupVersionKind},

@@ -5,9 +5,7 @@
 
 use std::time::{Duration, Instant};
 
-use flotilla_crds::{
-    ClusterReason, FIELD_MANAGER, MANAGED_LABEL, RECREATE_ON_IMMUTABLE_ANNOTATION,
-};
+use flotilla_api::{ClusterReason, FIELD_MANAGER, MANAGED_LABEL, RECREATE_ON_IMMUTABLE_ANNOTATION};
 use flotilla_multicluster::unread;
 use kube::{
     Api, ResourceExt,

@@ -2,20 +2,21 @@
 //! cache's `shrink`), the per-cluster check that turns a repair into a report or stops a
 //! fight (before dispatch), and after the writes the `status.drift` entries, the
 //! `DriftRepaired`/`DriftDetected`/`DriftFight` Events and `flotilla_drift_total`. Every
-//! decision is [`flotilla_crds::drift`]'s; this module only gathers inputs and records.
+//! decision is [`flotilla_core::drift`]'s; this module only gathers inputs and records.
 //! It never reads a member: the cache already holds what the decision needs.
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use flotilla_crds::{
+use flotilla_api::{
     ClusterReason, FIELD_MANAGER,
-    drift::{
-        ClusterDrift, DIGEST_ANNOTATION, DriftState, Policy,
-        decide::{self, Finding, Input, Verdict},
-        digest,
-        fight::Repair,
-    },
+    drift::{ClusterDrift, DriftState},
     federated::FederatedStatus,
+};
+use flotilla_core::drift::{
+    DIGEST_ANNOTATION, Policy,
+    decide::{self, Finding, Input, Verdict},
+    digest,
+    fight::Repair,
 };
 use k8s_openapi::api::core::v1::ObjectReference;
 use kube::{
@@ -165,9 +166,9 @@ pub(super) fn check(
             format!(
                 "{}; {FIELD_MANAGER} stopped repairing after {} rewrites by {} within {} s",
                 message(cx.ty, &finding),
-                flotilla_crds::drift::fight::FIGHT_REWRITES,
+                flotilla_core::drift::fight::FIGHT_REWRITES,
                 finding.writer(),
-                flotilla_crds::drift::fight::FIGHT_WINDOW_SECONDS,
+                flotilla_core::drift::fight::FIGHT_WINDOW_SECONDS,
             ),
         ),
     };
@@ -246,7 +247,7 @@ pub(super) async fn settle(
         found.insert(cluster.clone(), entry);
     }
     super::pull_drift::settle_reported(shared, fed, cx, round, &mut found).await;
-    flotilla_crds::drift::merge(&cx.previous, &found, &round.checked, selected)
+    flotilla_core::drift::merge(&cx.previous, &found, &round.checked, selected)
 }
 
 pub(super) async fn announce(

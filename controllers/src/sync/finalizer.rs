@@ -2,7 +2,7 @@
 //! once its member objects are gone (or left to a twin). Every patch is guarded by a test
 //! of the current list, so a concurrent change of the finalizers is never overwritten.
 
-use flotilla_crds::SYNC_FINALIZER;
+use flotilla_api::SYNC_FINALIZER;
 use flotilla_multicluster::unread;
 use kube::{
     Client, ResourceExt,

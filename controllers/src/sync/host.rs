@@ -5,7 +5,7 @@
 
 use std::sync::Arc;
 
-use flotilla_crds::{
+use flotilla_api::{
     federated::FederatedSpec,
     work::{WORK_SOURCE_NAME, WORK_SOURCE_NAMESPACE, Work, cluster_namespace},
 };

@@ -270,7 +270,7 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
-    use flotilla_crds::ClusterReason;
+    use flotilla_api::ClusterReason;
 
     fn key(name: &str) -> Key {
         (Some("ns".into()), name.into())

@@ -11,10 +11,8 @@ use std::{
     time::{Duration, Instant},
 };
 
-use flotilla_crds::{
-    drift::fight::{History, Repair},
-    federated::FederatedStatus,
-};
+use flotilla_api::federated::FederatedStatus;
+use flotilla_core::drift::fight::{History, Repair};
 use flotilla_multicluster::written::WrittenOver;
 
 use super::{

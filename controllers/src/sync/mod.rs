@@ -49,7 +49,7 @@ use std::{
     time::Duration,
 };
 
-use flotilla_crds::{
+use flotilla_api::{
     MANAGED_LABEL,
     core::{EffectiveConfig, FederatedTypeConfigSpec},
 };
@@ -206,7 +206,7 @@ impl TypeController {
         let queue: Arc<WorkQueue<Key>> = WorkQueue::new();
         let host_writer = reflector::store::Writer::<DynamicObject>::new(ty.fed_ar.clone());
         let fns_writer = reflector::store::Writer::<DynamicObject>::new(federated_namespace_ar());
-        let work_writer = reflector::store::Writer::<flotilla_crds::work::Work>::default();
+        let work_writer = reflector::store::Writer::<flotilla_api::work::Work>::default();
         let alpha = twins::AlphaWiring::new(&serving, needs_ns_placement);
         let (member_tx, member_rx) = mpsc::unbounded_channel();
         let members = member_watch(&shared, &ty.target_ar, ty.collect_status, member_tx);
@@ -374,7 +374,7 @@ async fn follow_members(
                 name,
             } => {
                 // A canary Deployment's change is its stable one's federated object's.
-                if let Some(stable) = flotilla_crds::rollout::canary::stable_name(&name) {
+                if let Some(stable) = flotilla_core::rollout::canary::stable_name(&name) {
                     queue.add(ctl.ty.key_of_member(namespace.clone(), stable.to_string()));
                 }
                 let cached = ctl.members.get(&cluster, namespace.as_deref(), &name);
@@ -525,26 +525,26 @@ impl SyncMetrics {
 
 /// The FederatedNamespace type, for namespace placement.
 fn federated_namespace_ar() -> ApiResource {
-    let namespace = flotilla_crds::core::ApiResource {
+    let namespace = flotilla_api::core::ApiResource {
         group: String::new(),
         version: "v1".into(),
         kind: "Namespace".into(),
         plural_name: "namespaces".into(),
-        scope: flotilla_crds::core::Scope::Cluster,
+        scope: flotilla_api::core::Scope::Cluster,
     };
-    flotilla_crds::crdgen::federated_api_resource(&namespace).to_kube()
+    flotilla_api::crdgen::federated_api_resource(&namespace).to_kube()
 }
 
 /// kubefed's alpha FederatedNamespace type (`types.kubefed.k8s.io/v1alpha1`).
 fn federated_namespace_alpha_ar() -> Option<ApiResource> {
-    let beta = flotilla_crds::core::ApiResource {
-        group: flotilla_crds::TYPES_GROUP.into(),
-        version: flotilla_crds::V1BETA1.into(),
+    let beta = flotilla_api::core::ApiResource {
+        group: flotilla_api::TYPES_GROUP.into(),
+        version: flotilla_api::V1BETA1.into(),
         kind: "FederatedNamespace".into(),
         plural_name: "federatednamespaces".into(),
-        scope: flotilla_crds::core::Scope::Namespaced,
+        scope: flotilla_api::core::Scope::Namespaced,
     };
-    flotilla_crds::alpha::alpha_twin(&beta).map(|a| a.to_kube())
+    flotilla_api::alpha::alpha_twin(&beta).map(|a| a.to_kube())
 }
 
 fn key_of(o: &DynamicObject) -> Key {

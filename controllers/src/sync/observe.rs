@@ -7,7 +7,7 @@
 //! stays as it is for keys, labels and indexes). A reconcile unpacks the one object it
 //! reads per cluster; at 100 members × 1,000 objects the cache holds 100,000 of them.
 
-use flotilla_crds::MANAGED_LABEL;
+use flotilla_api::MANAGED_LABEL;
 use flotilla_multicluster::packed;
 use kube::{ResourceExt, core::DynamicObject};
 

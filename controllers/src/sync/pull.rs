@@ -12,14 +12,14 @@
 
 use std::{ops::ControlFlow, sync::Arc, time::Instant};
 
-use flotilla_crds::{
+use flotilla_api::{
     ClusterReason, FIELD_MANAGER,
-    drift::Policy,
     work::{
         APPLIED, WORK_COLLECT_STATUS, WORK_SOURCE_NAME, WORK_SOURCE_NAMESPACE, WORK_TYPE_LABEL,
         Work, cluster_namespace, type_label, work_name,
     },
 };
+use flotilla_core::drift::Policy;
 use flotilla_multicluster::unread;
 use kube::{
     Api,
@@ -90,7 +90,7 @@ pub fn observed_of(work: &Work) -> Value {
         .unwrap_or_else(|| json!({}));
     // A report on an earlier manifest describes the member object before this one was
     // applied: its status must not pass for the new template's (a rollout's health gate).
-    let hash = flotilla_crds::member::recorded_hash(&obj).map(str::to_owned);
+    let hash = flotilla_core::member::recorded_hash(&obj).map(str::to_owned);
     let report = work
         .status
         .as_ref()
@@ -167,7 +167,7 @@ pub fn work_body(
     })
 }
 
-pub use flotilla_crds::member::ORPHAN_LABEL;
+pub use flotilla_core::member::ORPHAN_LABEL;
 
 impl Ctl {
     /// What a Pull cluster holds for `key`: its Work, from the host's cache.
@@ -332,7 +332,7 @@ fn message(e: &kube::Error) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use flotilla_crds::work::{
+    use flotilla_api::work::{
         Condition as ProfileCondition, ManifestCondition, WorkSpec, WorkStatus, WorkloadTemplate,
     };
 
@@ -401,7 +401,7 @@ mod tests {
         // The report of an earlier manifest is not this one's status.
         let mut w = work(3, Some(("True", "Applied", 3)));
         w.spec.workload.manifests[0]["metadata"]["annotations"] =
-            json!({flotilla_crds::member::HASH_ANNOTATION: "new"});
+            json!({flotilla_core::member::HASH_ANNOTATION: "new"});
         let o = observed_of(&w);
         assert_eq!(o.get("status"), None);
         assert_eq!(o["metadata"].get("generation"), None);

@@ -1,5 +1,5 @@
 //! Drift in Pull clusters, as the host sees it: the agent decides on drift in its member
-//! (the same [`flotilla_crds::drift`] functions push mode uses) and reports the entry in the
+//! (the same [`flotilla_core::drift`] functions push mode uses) and reports the entry in the
 //! Work status (`manifestConditions[].drift`); this module reads that entry into the
 //! round's drift — so `status.drift`, the `DriftRepaired`/`DriftDetected`/`DriftFight`
 //! Events and `flotilla_drift_total` come out exactly as for a Push cluster — maps a
@@ -9,11 +9,12 @@
 
 use std::collections::BTreeMap;
 
-use flotilla_crds::{
+use flotilla_api::{
     ClusterReason,
-    drift::{ClusterDrift, DriftState, Policy},
+    drift::{ClusterDrift, DriftState},
     work::{APPLIED, Work},
 };
+use flotilla_core::drift::Policy;
 use k8s_openapi::api::core::v1::ObjectReference;
 use kube::core::DynamicObject;
 use serde_json::Value;
@@ -67,9 +68,9 @@ pub fn drift_outcome(entry: &ClusterDrift) -> Option<Outcome> {
             format!(
                 "{}; the agent stopped repairing after {} rewrites by {} within {} s",
                 entry.summary(),
-                flotilla_crds::drift::fight::FIGHT_REWRITES,
+                flotilla_core::drift::fight::FIGHT_REWRITES,
                 entry.first_manager(),
-                flotilla_crds::drift::fight::FIGHT_WINDOW_SECONDS,
+                flotilla_core::drift::fight::FIGHT_WINDOW_SECONDS,
             ),
         )),
     }
@@ -138,10 +139,11 @@ pub(super) async fn settle_reported(
 
 #[cfg(test)]
 mod tests {
-    use flotilla_crds::{
-        drift::{DriftField, DriftManager, IGNORE_ANNOTATION, Mode, POLICY_ANNOTATION},
+    use flotilla_api::{
+        drift::{DriftField, DriftManager},
         work::{Condition, ManifestCondition, WorkSpec, WorkStatus},
     };
+    use flotilla_core::drift::{IGNORE_ANNOTATION, Mode, POLICY_ANNOTATION};
 
     use super::*;
 

@@ -8,7 +8,7 @@ use std::{
     time::Duration,
 };
 
-use flotilla_crds::{
+use flotilla_api::{
     AggregateReason,
     federated::{FederatedSpec, FederatedStatus},
 };
@@ -48,7 +48,7 @@ struct Round {
     /// Member objects another writer changed, and the clusters looked at.
     drift: DriftRound,
     /// `status.drift` after this round.
-    drift_status: Vec<flotilla_crds::drift::ClusterDrift>,
+    drift_status: Vec<flotilla_api::drift::ClusterDrift>,
     /// Clusters whose write goes on after this reconcile (see [`inflight`]).
     in_flight: BTreeSet<String>,
 }
@@ -69,7 +69,7 @@ impl<'a> Unsettled<'a> {
     fn new(
         previous: &'a FederatedStatus,
         snapshot: &[ClusterState],
-        placement: Option<&flotilla_crds::federated::Placement>,
+        placement: Option<&flotilla_api::federated::Placement>,
         namespace: &'a str,
     ) -> Self {
         let registered: BTreeSet<String> = snapshot.iter().map(|c| c.name.clone()).collect();
@@ -267,7 +267,7 @@ impl Ctl {
         fed: &DynamicObject,
         previous: &FederatedStatus,
         rollout: Option<&RolloutRound>,
-        decision: Option<&flotilla_crds::schedule::Decision>,
+        decision: Option<&flotilla_core::schedule::Decision>,
     ) -> Option<Duration> {
         let mut recheck = None;
         if let Some(r) = rollout {
@@ -452,7 +452,7 @@ fn member_specs(
 
 /// `status.aggregated` of a workload after a round (the previous one while a member lists).
 fn summarize(
-    health: &flotilla_crds::health::TypeHealth,
+    health: &flotilla_core::health::TypeHealth,
     round: &Round,
     (members, desired, remote, previous): (
         &plan::aggregate::MemberSpecs,
@@ -460,7 +460,7 @@ fn summarize(
         &BTreeMap<String, Value>,
         &FederatedStatus,
     ),
-) -> flotilla_crds::workload::AggregatedStatus {
+) -> flotilla_api::workload::AggregatedStatus {
     let now = plan::aggregate::aggregated(health, &round.outcomes, members, desired, remote);
     plan::aggregate::unless_listing(now, previous.aggregated.as_ref(), &round.waiting)
 }

@@ -8,7 +8,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use flotilla_crds::KubeFedCluster;
+use flotilla_api::KubeFedCluster;
 use kube::{Api, ResourceExt, api::ListParams};
 use tracing::{debug, warn};
 

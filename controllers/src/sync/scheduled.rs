@@ -1,16 +1,14 @@
 //! The scheduler inside the sync controller: for an object whose placement uses Flotilla's
 //! scheduling fields, the clusters it goes to are the decision of
-//! [`flotilla_crds::schedule::decide`] instead of kubefed's placement. This module gathers
+//! [`flotilla_core::schedule::decide`] instead of kubefed's placement. This module gathers
 //! the decision's inputs (cluster facts, where the object is propagated, the stored
 //! decision) and turns its result into `status.placement`, the `Scheduled` condition and
 //! Events. An object without those fields never comes here: no decision, no condition.
 
 use std::time::Duration;
 
-use flotilla_crds::{
-    federated::{FederatedCondition, FederatedStatus},
-    schedule::{Decision, ScheduleReason, moves::MoveReason},
-};
+use flotilla_api::federated::{FederatedCondition, FederatedStatus};
+use flotilla_core::schedule::{Decision, ScheduleReason, moves::MoveReason};
 use kube::{
     core::{ApiResource, DynamicObject},
     runtime::events::EventType,
@@ -191,7 +189,7 @@ pub fn events(previous: &FederatedStatus, d: &Decision) -> Vec<(SchedulingEvent,
 mod tests {
     use super::*;
     use crate::sync::plan::decision::stored_targets;
-    use flotilla_crds::federated::{ClusterReference, PlacementMove, PlacementStatus};
+    use flotilla_api::federated::{ClusterReference, PlacementMove, PlacementStatus};
 
     fn decision(clusters: &[&str], moves: Vec<PlacementMove>, reason: ScheduleReason) -> Decision {
         Decision {

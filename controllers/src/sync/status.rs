@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 
-use flotilla_crds::{AggregateReason, federated::FederatedStatus, workload::AggregatedStatus};
+use flotilla_api::{AggregateReason, federated::FederatedStatus, workload::AggregatedStatus};
 use flotilla_multicluster::unread;
 use kube::{
     Resource, ResourceExt,
@@ -36,9 +36,9 @@ pub(super) struct StatusUpdate<'a> {
     /// A progressive rollout's step (`spec.rollout`).
     pub rollout: Option<&'a super::rollout::RolloutRound>,
     /// `status.drift` after this round (`None`: kept as it was).
-    pub drift: Option<Vec<flotilla_crds::drift::ClusterDrift>>,
+    pub drift: Option<Vec<flotilla_api::drift::ClusterDrift>>,
     /// `status.dependencies` after this round (`None`: kept as it was).
-    pub dependencies: Option<Vec<flotilla_crds::dependency_plan::DependencyStatus>>,
+    pub dependencies: Option<Vec<flotilla_api::dependency_plan::DependencyStatus>>,
 }
 
 impl Ctl {
@@ -114,7 +114,7 @@ impl Ctl {
         &self,
         fed: &DynamicObject,
         previous: &FederatedStatus,
-        decision: &flotilla_crds::schedule::Decision,
+        decision: &flotilla_core::schedule::Decision,
     ) {
         for (event, note) in scheduled::events(previous, decision) {
             self.event(fed, event.event_type(), event.as_str(), note)
@@ -150,7 +150,7 @@ fn status_patch(status: &FederatedStatus, previous: &FederatedStatus) -> Value {
     // Merge patch: nested keys the new status drops (an empty `aggregated.health`, a
     // finished rollout's `currentWave`) would keep their old values.
     let base_value = serde_json::to_value(previous).unwrap_or(Value::Null);
-    flotilla_crds::merge_patch::null_dropped_keys(&mut value, &base_value);
+    flotilla_core::merge_patch::null_dropped_keys(&mut value, &base_value);
     if let Some(map) = value.as_object_mut() {
         // Merge patch: absent keys would keep old values, so clear them explicitly.
         for k in [

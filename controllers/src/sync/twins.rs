@@ -2,18 +2,15 @@
 //! `types.kubefed.k8s.io/v1alpha1` and `types.kubefed.io/v1beta1`, each with its own sync
 //! controller. Each controller also reflects the *other* API, so that an object of the same
 //! namespace/name in both is propagated once: who propagates, and what deleting one does,
-//! is [`flotilla_crds::alpha`]'s pure decision; here it is looked up and carried out
+//! is [`flotilla_core::alpha`]'s pure decision; here it is looked up and carried out
 //! (the yielding twin's status, the Events, the hand-over on deletion).
 //!
 //! Must not: write member objects (the propagating twin does, through the normal path).
 
 use std::sync::Arc;
 
-use flotilla_crds::{
-    AggregateReason,
-    alpha::{self, FederatedApi, OnDelete, Role, Twin},
-    federated::FederatedStatus,
-};
+use flotilla_api::{AggregateReason, federated::FederatedStatus};
+use flotilla_core::alpha::{self, FederatedApi, OnDelete, Role, Twin};
 use flotilla_multicluster::packed;
 use kube::{
     Api, ResourceExt,
@@ -249,7 +246,7 @@ async fn watch_twin(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use flotilla_crds::core::Scope;
+    use flotilla_api::core::Scope;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
     fn object(created: &str) -> DynamicObject {

@@ -2,13 +2,12 @@
 //! status collection, the workload kind and the federated schema's status pruning — and
 //! the names and references that follow from them alone. Pure: no cache, no client call.
 
-use flotilla_crds::{
+use flotilla_api::{
     DEFAULT_NAMESPACE,
-    alpha::FederatedApi,
     core::{FederatedTypeConfigSpec, Scope, StatusCollectionMode},
-    health::TypeHealth,
     work::work_name,
 };
+use flotilla_core::{alpha::FederatedApi, health::TypeHealth};
 use k8s_openapi::{
     api::core::v1::ObjectReference, apimachinery::pkg::apis::meta::v1::OwnerReference,
 };
@@ -100,8 +99,8 @@ impl TypeInfo {
         }
     }
 
-    pub fn target_type_api(&self) -> flotilla_crds::core::ApiResource {
-        flotilla_crds::core::ApiResource {
+    pub fn target_type_api(&self) -> flotilla_api::core::ApiResource {
+        flotilla_api::core::ApiResource {
             group: self.target_ar.group.clone(),
             version: self.target_ar.version.clone(),
             kind: self.target_ar.kind.clone(),
@@ -125,7 +124,7 @@ impl TypeInfo {
 
     /// The federated API this controller serves (kubefed's alpha or v1beta1).
     pub fn api(&self) -> FederatedApi {
-        FederatedApi::of(&flotilla_crds::core::ApiResource {
+        FederatedApi::of(&flotilla_api::core::ApiResource {
             group: self.fed_ar.group.clone(),
             version: self.fed_ar.version.clone(),
             kind: self.fed_ar.kind.clone(),
@@ -144,7 +143,7 @@ impl TypeInfo {
 
     /// Whether member objects are Secrets (values never shown).
     pub fn is_secret(&self) -> bool {
-        flotilla_crds::redact::is_secret_type(&self.target_ar.group, &self.target_ar.kind)
+        flotilla_core::redact::is_secret_type(&self.target_ar.group, &self.target_ar.kind)
     }
 
     /// The name of the Work rendering `key` in a Pull cluster's namespace.
@@ -178,17 +177,17 @@ impl TypeInfo {
 /// A type for unit tests: `kind` of `group`, its v1beta1 federated type, nothing pruned.
 #[cfg(test)]
 pub(super) fn info(group: &str, kind: &str, scope: Scope) -> TypeInfo {
-    let target = flotilla_crds::core::ApiResource {
+    let target = flotilla_api::core::ApiResource {
         group: group.into(),
         version: "v1".into(),
         kind: kind.into(),
         plural_name: format!("{}s", kind.to_lowercase()),
         scope,
     };
-    let fed_type = flotilla_crds::crdgen::federated_api_resource(&target);
+    let fed_type = flotilla_api::crdgen::federated_api_resource(&target);
     let ftc = FederatedTypeConfigSpec {
         target_type: target,
-        propagation: flotilla_crds::core::PropagationMode::Enabled,
+        propagation: flotilla_api::core::PropagationMode::Enabled,
         federated_type: fed_type.clone(),
         status_type: None,
         status_collection: None,

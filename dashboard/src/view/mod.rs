@@ -5,7 +5,7 @@
 pub mod object;
 pub mod overview;
 
-use flotilla_crds::{ClusterReason, KubeFedCluster, core::condition};
+use flotilla_api::{ClusterReason, KubeFedCluster, core::condition};
 use serde::Serialize;
 
 use super::state::FedObject;
@@ -181,7 +181,7 @@ impl Overall {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use flotilla_crds::{
+    use flotilla_api::{
         FederatedStatus, KubeFedClusterSpec,
         core::{ClusterCondition, KubeFedClusterStatus},
     };

@@ -6,10 +6,11 @@
 
 use std::collections::BTreeSet;
 
-use flotilla_crds::{
-    FederatedSpec, Placement, core::StatusCollectionMode, federated::PlacementStatus, redact,
-    schedule::DEFAULT_UNREACHABLE_TOLERATION_SECONDS, workload::AggregatedStatus,
+use flotilla_api::{
+    FederatedSpec, Placement, core::StatusCollectionMode, federated::PlacementStatus,
+    kubefed_config::DEFAULT_UNREACHABLE_TOLERATION_SECONDS, workload::AggregatedStatus,
 };
+use flotilla_core::redact;
 use kube::ResourceExt;
 use serde::Serialize;
 use serde_json::Value;
@@ -171,7 +172,7 @@ pub fn object_view(state: &State, key: &ObjectKey) -> Option<ObjectView> {
             .status
             .drift
             .iter()
-            .map(flotilla_crds::drift::ClusterDrift::describe)
+            .map(flotilla_api::drift::ClusterDrift::describe)
             .collect(),
         events: state
             .events_about(key)
@@ -360,7 +361,7 @@ fn namespace_placement(state: &State, namespace: &str) -> Result<Placement, Stri
 mod tests {
     use super::*;
     use crate::view::overview::tests::ready_cluster;
-    use flotilla_crds::crdgen::{default_target_types, federated_type_config};
+    use flotilla_api::crdgen::{default_target_types, federated_type_config};
     use serde_json::json;
 
     fn fed(spec: Value, status: Value, type_name: &str) -> FedObject {

@@ -191,7 +191,7 @@ pub fn overview(state: &State, filter: &Filter) -> Overview {
     }
 }
 
-fn cluster_row(cluster: &flotilla_crds::KubeFedCluster) -> ClusterRow {
+fn cluster_row(cluster: &flotilla_api::KubeFedCluster) -> ClusterRow {
     use kube::ResourceExt;
     let health = Health::of(cluster);
     let status = cluster.status.as_ref();
@@ -227,7 +227,7 @@ fn cluster_row(cluster: &flotilla_crds::KubeFedCluster) -> ClusterRow {
 pub(crate) mod tests {
     use super::*;
     use crate::{state::FedObject, view::tests::object};
-    use flotilla_crds::{
+    use flotilla_api::{
         KubeFedCluster, KubeFedClusterSpec,
         core::{ClusterCondition, KubeFedClusterStatus},
     };

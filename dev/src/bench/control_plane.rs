@@ -10,7 +10,7 @@ use std::{
 };
 
 use anyhow::{Context as _, bail};
-use flotilla_crds::{DEFAULT_NAMESPACE, KubeFedCluster};
+use flotilla_api::{DEFAULT_NAMESPACE, KubeFedCluster};
 use flotilla_localenv::{Cluster, LocalEnv, Process};
 use kube::{Api, Client, api::ListParams};
 use tracing::warn;

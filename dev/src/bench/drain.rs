@@ -7,7 +7,7 @@
 use std::time::Instant;
 
 use anyhow::Context as _;
-use flotilla_crds::{DEFAULT_NAMESPACE, KubeFedCluster};
+use flotilla_api::{DEFAULT_NAMESPACE, KubeFedCluster};
 use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
 use serde_json::json;
 use tracing::info;

@@ -6,7 +6,7 @@
 use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
-use flotilla_crds::{DEFAULT_NAMESPACE, KubeFedCluster};
+use flotilla_api::{DEFAULT_NAMESPACE, KubeFedCluster};
 use flotilla_localenv::{FaultMode, FaultProxy, LocalEnv};
 use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
 use serde_json::json;

@@ -11,7 +11,7 @@ use std::{
 };
 
 use anyhow::Context as _;
-use flotilla_crds::{DEFAULT_NAMESPACE, KubeFedCluster, federated::FederatedStatus};
+use flotilla_api::{DEFAULT_NAMESPACE, KubeFedCluster, federated::FederatedStatus};
 use kube::{
     Api,
     api::{DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams},

@@ -34,7 +34,7 @@ pub(super) async fn federate(
         opts.labels.insert("name".into(), member.name().into());
         let joined = join_pull(&host, &opts).await?;
         let client = member.client().await?;
-        let crd = flotilla_crds::crdgen::applied_work_crd();
+        let crd = flotilla_api::crdgen::applied_work_crd();
         flotilla_controllers::install::install_crds(
             &client,
             &[crd],

@@ -193,7 +193,7 @@ async fn start_trackers(run: &Run, kind: Kind) -> anyhow::Result<KindTrackers> {
             &run.members,
             &kind.target(),
             FED_NS,
-            &format!("{fed},{}=true", flotilla_crds::MANAGED_LABEL),
+            &format!("{fed},{}=true", flotilla_api::MANAGED_LABEL),
             vo,
         ),
         raw_members: Tracker::start(

@@ -9,7 +9,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use flotilla_crds::{
+use flotilla_api::{
     core::{ApiResource as TypeApiResource, Scope},
     crdgen,
 };

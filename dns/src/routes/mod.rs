@@ -13,7 +13,7 @@ use std::{collections::BTreeSet, sync::Arc, time::Duration};
 
 use crate::cache::{ImportedView, notify, watch_imported};
 
-use flotilla_crds::mcs::{IMPORT_MANAGED_BY_LABEL, ServiceImport};
+use flotilla_api::mcs::{IMPORT_MANAGED_BY_LABEL, ServiceImport};
 use flotilla_multicluster::{
     events::{publish, recorder},
     runner::{Action, PassRunner},

@@ -9,7 +9,7 @@
 
 use std::{borrow::Borrow, collections::BTreeMap};
 
-use flotilla_crds::{
+use flotilla_api::{
     hash::content_hash,
     mcs::{
         IMPORT_MANAGED_BY_LABEL, K8S_SERVICE_NAME_LABEL, MANAGED_BY_LABEL, SERVICE_NAME_LABEL,
@@ -235,7 +235,7 @@ mod tests {
 
     /// No imported slices.
     const NONE: [DynamicObject; 0] = [];
-    use flotilla_crds::mcs::{ServiceImportSpec, ServicePort};
+    use flotilla_api::mcs::{ServiceImportSpec, ServicePort};
 
     fn import(name: &str, type_: ServiceImportType, ips: &[&str]) -> ServiceImport {
         let mut i = ServiceImport::new(

@@ -16,7 +16,7 @@ use std::path::PathBuf;
 
 use anyhow::Context as _;
 use clap::Parser;
-use flotilla_crds::KubeFedCluster;
+use flotilla_api::KubeFedCluster;
 use flotilla_multicluster::{ClusterSet, kubefed::KubeFedSource, sources::StaticClusters};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 

@@ -16,8 +16,8 @@ use std::fmt;
 use std::time::Duration;
 
 use base64::Engine as _;
-use flotilla_crds::KubeFedClusterSpec;
-use flotilla_crds::core::TlsValidation;
+use flotilla_api::KubeFedClusterSpec;
+use flotilla_api::core::TlsValidation;
 use k8s_openapi::api::core::v1::Secret;
 use kube::Client;
 
@@ -304,7 +304,7 @@ pub fn pem_certificates(pem: &[u8]) -> Result<Vec<Vec<u8>>, ClientError> {
 mod tests {
     use std::collections::BTreeMap;
 
-    use flotilla_crds::core::LocalSecretReference;
+    use flotilla_api::core::LocalSecretReference;
     use k8s_openapi::ByteString;
 
     use super::*;
@@ -433,10 +433,10 @@ mod tests {
     fn taints_do_not_change_the_client_inputs() {
         let secret = secret(&[("token", b"t")]);
         let mut tainted = spec("https://127.0.0.1:6443");
-        tainted.taints = vec![flotilla_crds::taint::Taint {
+        tainted.taints = vec![flotilla_api::taint::Taint {
             key: "drain".into(),
             value: None,
-            effect: flotilla_crds::taint::TaintEffect::NoExecute,
+            effect: flotilla_api::taint::TaintEffect::NoExecute,
             time_added: None,
         }];
         assert_eq!(

@@ -5,8 +5,8 @@
 //! appear in that message.
 
 use base64::Engine as _;
-use flotilla_crds::KubeFedClusterSpec;
-use flotilla_crds::core::TlsValidation;
+use flotilla_api::KubeFedClusterSpec;
+use flotilla_api::core::TlsValidation;
 use proptest::prelude::*;
 use serde_json::json;
 

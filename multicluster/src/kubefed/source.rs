@@ -6,7 +6,7 @@
 
 use std::collections::HashMap;
 
-use flotilla_crds::{KubeFedCluster, core::KubeFedClusterStatus};
+use flotilla_api::{KubeFedCluster, core::KubeFedClusterStatus};
 use futures::{StreamExt, future::BoxFuture};
 use kube::{Client, ResourceExt, runtime::reflector::ObjectRef};
 use tokio::task::JoinHandle;
@@ -158,7 +158,7 @@ fn follow(
 
 #[cfg(test)]
 mod tests {
-    use flotilla_crds::core::ClusterCondition;
+    use flotilla_api::core::ClusterCondition;
 
     use super::*;
 

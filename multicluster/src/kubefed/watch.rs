@@ -5,7 +5,7 @@
 
 use std::collections::BTreeSet;
 
-use flotilla_crds::KubeFedCluster;
+use flotilla_api::KubeFedCluster;
 use futures::{Stream, StreamExt};
 use k8s_openapi::api::core::v1::Secret;
 use kube::{

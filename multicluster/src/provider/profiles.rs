@@ -14,7 +14,7 @@
 //! no configured access provider, or whose plugin fails, is reported (exit status only:
 //! the plugin's output may hold a credential) and skipped; the others run.
 
-use flotilla_crds::inventory::{AccessProvider, ClusterProfile};
+use flotilla_api::inventory::{AccessProvider, ClusterProfile};
 use futures::{StreamExt, future::BoxFuture};
 use kube::{
     Api, Client, ResourceExt,
@@ -214,7 +214,7 @@ impl Provider for ClusterProfileProvider {
 
 #[cfg(test)]
 mod tests {
-    use flotilla_crds::inventory::{AccessCluster, ClusterProfileSpec, ClusterProfileStatus};
+    use flotilla_api::inventory::{AccessCluster, ClusterProfileSpec, ClusterProfileStatus};
 
     use super::*;
 

@@ -6,9 +6,9 @@
 use std::time::Duration;
 
 use anyhow::{Context as _, ensure};
+use flotilla_api::{DEFAULT_NAMESPACE, FederatedTypeConfig};
 use flotilla_cli::{self as cli, Context};
 use flotilla_controllers::install;
-use flotilla_crds::{DEFAULT_NAMESPACE, FederatedTypeConfig};
 use flotilla_tests::{
     federation::{Federation, apply},
     member::config_maps,

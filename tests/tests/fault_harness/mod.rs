@@ -12,12 +12,12 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use anyhow::Context as _;
+use flotilla_api::{DEFAULT_NAMESPACE, FederatedStatus, KubeFedCluster, MANAGED_LABEL};
 use flotilla_controllers::{
     join::{JoinOptions, join},
     manager::ControlPlane,
     metrics::Metrics,
 };
-use flotilla_crds::{DEFAULT_NAMESPACE, FederatedStatus, KubeFedCluster, MANAGED_LABEL};
 use flotilla_localenv::{FaultProxy, LocalEnv};
 use flotilla_tests::{
     EnvOptions,
@@ -197,7 +197,7 @@ pub async fn cluster_ready(host: &Client, name: &str) -> anyhow::Result<Option<b
     Ok(cluster
         .status
         .as_ref()
-        .and_then(|s| s.condition(flotilla_crds::core::condition::READY))
+        .and_then(|s| s.condition(flotilla_api::core::condition::READY))
         .map(|c| c.status == "True"))
 }
 

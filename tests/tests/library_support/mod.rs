@@ -152,7 +152,7 @@ pub async fn put_profile(
     ca_pem: &str,
 ) -> anyhow::Result<()> {
     use base64::Engine as _;
-    use flotilla_crds::inventory::ClusterProfile;
+    use flotilla_api::inventory::ClusterProfile;
     let api: Api<ClusterProfile> = Api::namespaced(hub.clone(), "default");
     let profile = serde_json::json!({
         "apiVersion": "multicluster.x-k8s.io/v1alpha1", "kind": "ClusterProfile",

@@ -5,7 +5,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use flotilla_crds::{
+use flotilla_api::{
     DEFAULT_NAMESPACE, FederatedStatus, KubeFedCluster, MANAGED_LABEL, ServiceAccountImport,
     mcs_report::MCS_WORK_LABEL,
     multicluster::SECRET_LABEL,
@@ -158,7 +158,7 @@ async fn pull_report(host: &Client, name: &str) -> String {
         .manifests
         .first()
         .and_then(|m| m.pointer("/metadata/annotations"))
-        .and_then(|a| a.get(flotilla_crds::member::HASH_ANNOTATION))
+        .and_then(|a| a.get(flotilla_core::member::HASH_ANNOTATION))
         .and_then(|h| h.as_str())
         .unwrap_or_default()
         .to_owned();

@@ -6,11 +6,11 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use flotilla_controllers::mcs::slice::SliceVersion;
-use flotilla_crds::mcs::{
+use flotilla_api::mcs::{
     K8S_SERVICE_NAME_LABEL, MANAGED_BY, MANAGED_BY_LABEL, SERVICE_NAME_LABEL, SOURCE_CLUSTER_LABEL,
     ServiceExport, ServiceImport,
 };
+use flotilla_controllers::mcs::slice::SliceVersion;
 use kube::{
     Api, Client, ResourceExt,
     api::{ApiResource, DynamicObject, ListParams},

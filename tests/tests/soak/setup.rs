@@ -13,12 +13,12 @@
 use std::time::Duration;
 
 use flotilla_agent::{Agent, AgentOptions};
+use flotilla_api::crdgen;
 use flotilla_controllers::{
     install,
     join::{JoinOptions, join},
     pull_join::{PullJoinOptions, join_pull},
 };
-use flotilla_crds::crdgen;
 use flotilla_localenv::FaultProxy;
 use flotilla_tests::{
     EnvOptions,

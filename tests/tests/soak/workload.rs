@@ -18,7 +18,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use flotilla_crds::ServiceAccountImport;
+use flotilla_api::ServiceAccountImport;
 use flotilla_tests::{federation::federated, objects::FederatedObject};
 use k8s_openapi::api::{apps::v1::Deployment, core::v1::Service};
 use kube::{

@@ -1,4 +1,4 @@
-//! Pure: the inputs of a workload's aggregated status ([`flotilla_crds::workload`]) from
+//! Pure: the inputs of a workload's aggregated status ([`flotilla_core::workload`]) from
 //! one reconcile's results — which clusters the object is placed on (every cluster in the
 //! status except those it is being removed from), whether each is propagated, the member's
 //! spec (or, when the member is unreachable, the spec Flotilla applies there) and the
@@ -6,9 +6,10 @@
 
 use std::collections::BTreeMap;
 
-use flotilla_crds::{
+use flotilla_api::workload::AggregatedStatus;
+use flotilla_core::{
     health::TypeHealth,
-    workload::{AggregatedStatus, ClusterWorkload, aggregate},
+    workload::{ClusterWorkload, aggregate},
 };
 use serde_json::Value;
 
@@ -78,11 +79,11 @@ pub fn unless_listing(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use flotilla_crds::ClusterReason;
+    use flotilla_api::ClusterReason;
     use serde_json::json;
 
     fn deployment() -> std::sync::Arc<TypeHealth> {
-        let target = flotilla_crds::core::ApiResource {
+        let target = flotilla_api::core::ApiResource {
             group: "apps".into(),
             kind: "Deployment".into(),
             ..Default::default()

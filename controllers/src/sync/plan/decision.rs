@@ -5,11 +5,11 @@
 
 use std::collections::BTreeSet;
 
-use flotilla_crds::{
+use flotilla_api::{
     ClusterReason,
     federated::{FederatedSpec, FederatedStatus},
-    schedule::{self, ClusterFacts, Decision, Input},
 };
+use flotilla_core::schedule::{self, ClusterFacts, Decision, Input};
 use serde_json::Value;
 
 use crate::multicluster::ClusterState;
@@ -24,7 +24,7 @@ pub fn decide(
     previous: &FederatedStatus,
     collect_status: bool,
     default_unreachable_seconds: i64,
-) -> Result<Decision, flotilla_crds::placement::PlacementError> {
+) -> Result<Decision, flotilla_api::selector::PlacementError> {
     let facts: Vec<ClusterFacts<'_>> = clusters.iter().map(ClusterState::facts).collect();
     let propagated = propagated(previous, collect_status);
     schedule::decide(&Input {
@@ -82,7 +82,7 @@ pub fn is_available(status: &Value) -> bool {
 
 #[cfg(test)]
 mod tests {
-    use flotilla_crds::federated::ClusterStatus;
+    use flotilla_api::federated::ClusterStatus;
     use serde_json::json;
 
     use super::*;

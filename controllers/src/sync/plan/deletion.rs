@@ -3,7 +3,7 @@
 
 use std::{collections::BTreeMap, time::Duration};
 
-use flotilla_crds::ClusterReason;
+use flotilla_api::ClusterReason;
 
 use super::{Observed, Outcome, is_terminating};
 

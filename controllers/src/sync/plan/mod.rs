@@ -16,12 +16,12 @@ use std::{
     time::Duration,
 };
 
-use flotilla_crds::{ClusterReason, core::ApiResource, federated::FederatedSpec};
+use flotilla_api::{ClusterReason, core::ApiResource, federated::FederatedSpec};
 use serde_json::{Value, json};
 
 pub use lag::{LagCheck, Recent, lag_check};
 
-pub use flotilla_crds::member::{
+pub use flotilla_core::member::{
     HASH_ANNOTATION, PROTECTED_NAMESPACES, excluded_message, is_subset, is_terminating,
     recorded_hash, up_to_date,
 };
@@ -146,7 +146,7 @@ pub enum Outcome {
 
 /// Clusters a placement names explicitly (`placement.clusters`) that are not registered.
 pub fn unregistered_clusters(
-    placement: &flotilla_crds::federated::Placement,
+    placement: &flotilla_api::federated::Placement,
     registered: &BTreeSet<String>,
 ) -> Vec<String> {
     placement
@@ -238,19 +238,19 @@ pub fn desired_objects(
     spec: &FederatedSpec,
     selected: &BTreeSet<String>,
 ) -> DesiredSet {
-    let overrides = flotilla_crds::overrides::by_cluster(&spec.overrides);
+    let overrides = flotilla_core::overrides::by_cluster(&spec.overrides);
     let mut set = DesiredSet::default();
     for cluster in selected {
         let d = match &overrides {
             Err(e) => DesiredFor::Failed(ClusterReason::ApplyOverridesFailed, e.to_string()),
             Ok(by_cluster) => {
                 let ops = by_cluster.get(cluster).map(Vec::as_slice);
-                match flotilla_crds::desired::compute(target, name, namespace, spec, cluster, ops) {
+                match flotilla_core::desired::compute(target, name, namespace, spec, cluster, ops) {
                     Ok(d) => {
                         set.dropped_annotations |= d.dropped_annotations;
                         set.dropped_finalizers |= d.dropped_finalizers;
                         let mut object = d.object;
-                        let hash = flotilla_crds::hash::content_hash(&object);
+                        let hash = flotilla_api::hash::content_hash(&object);
                         set_annotation(&mut object, HASH_ANNOTATION, &hash);
                         DesiredFor::Object { object, hash }
                     }
@@ -444,7 +444,7 @@ mod tests {
 
     #[test]
     fn clusters_named_in_the_placement_but_not_registered_are_listed() {
-        let placement: flotilla_crds::federated::Placement = serde_json::from_value(
+        let placement: flotilla_api::federated::Placement = serde_json::from_value(
             json!({"clusters": [{"name": "m1"}, {"name": "typo"}, {"name": "typo"}]}),
         )
         .expect("valid placement");
@@ -453,7 +453,7 @@ mod tests {
             unregistered_clusters(&placement, &registered),
             vec!["typo".to_string()]
         );
-        let by_selector = flotilla_crds::federated::Placement::default();
+        let by_selector = flotilla_api::federated::Placement::default();
         assert!(unregistered_clusters(&by_selector, &registered).is_empty());
     }
 
@@ -463,7 +463,7 @@ mod tests {
             version: "v1".into(),
             kind: "ConfigMap".into(),
             plural_name: "configmaps".into(),
-            scope: flotilla_crds::core::Scope::Namespaced,
+            scope: flotilla_api::core::Scope::Namespaced,
         }
     }
 

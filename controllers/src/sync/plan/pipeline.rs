@@ -7,10 +7,12 @@
 
 use std::collections::BTreeSet;
 
-use flotilla_crds::{
+use flotilla_api::{
     AggregateReason, Placement,
     core::ApiResource,
     federated::{FederatedSpec, FederatedStatus},
+};
+use flotilla_core::{
     placement::{self, ClusterInfo},
     schedule::Decision,
 };
@@ -193,7 +195,7 @@ fn placed(input: &Input<'_>) -> Result<BTreeSet<String>, PlacementFailure> {
 mod tests {
     use std::collections::BTreeMap;
 
-    use flotilla_crds::core::Scope;
+    use flotilla_api::core::Scope;
     use serde_json::{Value, json};
 
     use super::*;

@@ -3,7 +3,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use flotilla_crds::{
+use flotilla_api::{
     AggregateReason, ClusterReason,
     federated::{ClusterStatus, FederatedCondition, FederatedStatus},
     workload::AggregatedStatus,

@@ -13,11 +13,13 @@
 
 use std::{collections::BTreeMap, time::Duration};
 
-use flotilla_crds::{
+use flotilla_api::{
     federated::FederatedSpec,
+    rollout::{REVISION_ANNOTATION, RolloutStatus},
+};
+use flotilla_core::{
     health::TypeHealth,
     rollout::{
-        REVISION_ANNOTATION, RolloutStatus,
         canary::{CANARY_LABEL, canary_name, replicas_to_share, shares},
         canary_flow::{self, ClusterFacts, Input, Render},
         health::member_verdict,
@@ -414,7 +416,7 @@ fn rehash(object: &mut Value) -> String {
     {
         ann.remove(HASH_ANNOTATION);
     }
-    let hash = flotilla_crds::hash::content_hash(object);
+    let hash = flotilla_api::hash::content_hash(object);
     set_annotation(object, HASH_ANNOTATION, &hash);
     hash
 }

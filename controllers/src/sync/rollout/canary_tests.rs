@@ -16,7 +16,7 @@ fn deployment(status: Value) -> Value {
 }
 
 fn rules() -> std::sync::Arc<TypeHealth> {
-    let target = flotilla_crds::core::ApiResource {
+    let target = flotilla_api::core::ApiResource {
         group: "apps".into(),
         kind: "Deployment".into(),
         ..Default::default()
@@ -167,7 +167,7 @@ fn the_split_is_each_placed_clusters_desired_replicas() {
     desired.by_cluster.insert(
         "m3".into(),
         DesiredFor::Failed(
-            flotilla_crds::ClusterReason::ApplyOverridesFailed,
+            flotilla_api::ClusterReason::ApplyOverridesFailed,
             "x".into(),
         ),
     );

@@ -1,5 +1,5 @@
 //! Progressive rollout in the sync controller (`spec.rollout.strategy: Progressive`): the
-//! one seam between propagation and [`flotilla_crds::rollout::plan`]. Before the member
+//! one seam between propagation and [`flotilla_core::rollout::plan`]. Before the member
 //! writes, [`Ctl::progressive`] reads where each placed cluster stands (does its member
 //! object hold the target revision, is it healthy there), asks the planner which clusters
 //! may have the target now, and rewrites the desired objects of every other cluster to the
@@ -13,14 +13,16 @@ mod revisions;
 
 use std::{collections::BTreeSet, time::Duration};
 
-use flotilla_crds::{
+use flotilla_api::{
     federated::{FederatedCondition, FederatedSpec, FederatedStatus},
     rollout::{
         ClusterRolloutState, REVISION_ANNOTATION, ROLLOUT_CONDITION, RolloutReason, RolloutStatus,
-        health::member_verdict,
-        plan::{ClusterInput, Input, RolloutEvent, plan},
-        rollback::Rollback,
     },
+};
+use flotilla_core::rollout::{
+    health::member_verdict,
+    plan::{ClusterInput, Input, RolloutEvent, plan},
+    rollback::Rollback,
 };
 use kube::{ResourceExt, core::DynamicObject, runtime::events::EventType};
 use serde_json::{Value, json};
@@ -63,7 +65,7 @@ pub(super) struct Members<'a> {
 /// the rest change no member object) and their hash.
 pub fn revision_of(spec: &FederatedSpec) -> (String, Value) {
     let content = json!({"template": spec.template, "overrides": spec.overrides});
-    let hash = flotilla_crds::hash::content_hash(&content);
+    let hash = flotilla_api::hash::content_hash(&content);
     (hash[..REVISION_CHARS].to_string(), content)
 }
 
@@ -298,7 +300,7 @@ impl ClusterFacts {
 
 /// Where each placed cluster (a cluster with a desired entry) stands on the target.
 fn cluster_inputs(
-    health: Option<&flotilla_crds::health::TypeHealth>,
+    health: Option<&flotilla_core::health::TypeHealth>,
     members: &Members<'_>,
     desired: &DesiredSet,
 ) -> Vec<ClusterFacts> {
@@ -488,12 +490,12 @@ mod tests {
             snapshot: &snapshot,
             observed: &observed,
         };
-        let deployment = flotilla_crds::core::ApiResource {
+        let deployment = flotilla_api::core::ApiResource {
             group: "apps".into(),
             kind: "Deployment".into(),
             ..Default::default()
         };
-        let health = flotilla_crds::health::TypeHealth::of(&deployment, None);
+        let health = flotilla_core::health::TypeHealth::of(&deployment, None);
         let facts = cluster_inputs(Some(&health), &members, &desired);
         let got: Vec<(&str, bool, bool, Option<&str>)> = facts
             .iter()

@@ -6,7 +6,7 @@
 
 use std::{collections::HashMap, sync::Mutex};
 
-use flotilla_crds::hash::bounded;
+use flotilla_api::hash::bounded;
 use k8s_openapi::{api::apps::v1::ControllerRevision, apimachinery::pkg::runtime::RawExtension};
 use kube::{
     Api, ResourceExt,
