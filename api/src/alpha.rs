@@ -1,19 +1,17 @@
 //! kubefed's alpha API, `types.kubefed.k8s.io/v1alpha1` Federated&lt;Kind&gt;, served beside
 //! `types.kubefed.io/v1beta1` and reconciled by the same sync controller: the API resource
-//! and CRD of a type's alpha twin, and the decision which of two twins (an alpha and a
-//! v1beta1 object of one namespace/name/kind) propagates.
+//! and CRD of a type's alpha twin. Which of two twins (an alpha and a v1beta1 object of one
+//! namespace/name/kind) propagates is `flotilla_core::alpha`.
 //!
 //! The alpha spec is a subset of v1beta1's (template, `placement.clusters[].name`,
 //! `placement.clusterSelector`, `overrides[].clusterOverrides[]{path, value}`,
 //! `retainReplicas`), so both versions share one schema; what differs is the spelling of
-//! override paths, which [`crate::override_path`] accepts in both forms.
+//! override paths, which `flotilla_core::override_path` accepts in both forms.
 //!
 //! kubefed's alpha cluster registry (`core.kubefed.k8s.io/v1alpha1`) is *not* served: it was
 //! a `FederatedCluster` (not `KubeFedCluster`) whose Secret held `token` and `ca.crt`, with
 //! no `caBundle`, `disabledTLSValidations` or `proxyURL` — more than a group/version apart
 //! from v1beta1, so it would need a converter rather than a second name.
-
-use std::cmp::Ordering;
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 
@@ -92,17 +90,6 @@ mod tests {
     use super::*;
     use crate::core::Scope;
 
-    fn twin(api: FederatedApi, created: &str) -> Twin<'_> {
-        Twin {
-            api,
-            created: Some(created),
-            deleting: false,
-        }
-    }
-
-    const T1: &str = "2026-01-01T00:00:01Z";
-    const T2: &str = "2026-01-01T00:00:02Z";
-
     #[test]
     fn the_alpha_twin_of_a_v1beta1_type_differs_only_in_group_and_version() {
         let beta = ApiResource {
@@ -121,106 +108,11 @@ mod tests {
             (alpha.kind.as_str(), alpha.scope),
             ("FederatedDeployment", Scope::Namespaced)
         );
-        assert_eq!(FederatedApi::of(&alpha), FederatedApi::V1alpha1);
-        assert_eq!(FederatedApi::of(&beta), FederatedApi::V1beta1);
         let other = ApiResource {
             group: "example.com".into(),
             ..beta
         };
         assert_eq!(alpha_twin(&other), None);
-    }
-
-    #[test]
-    fn the_older_twin_propagates_and_the_newer_yields() {
-        let alpha = twin(FederatedApi::V1alpha1, T1);
-        let beta = twin(FederatedApi::V1beta1, T2);
-        assert_eq!(role(&alpha, &beta), Role::Propagates);
-        assert_eq!(role(&beta, &alpha), Role::Yields);
-    }
-
-    #[test]
-    fn on_a_tie_v1beta1_propagates() {
-        let alpha = twin(FederatedApi::V1alpha1, T1);
-        let beta = twin(FederatedApi::V1beta1, T1);
-        assert_eq!(role(&beta, &alpha), Role::Propagates);
-        assert_eq!(role(&alpha, &beta), Role::Yields);
-    }
-
-    #[test]
-    fn a_twin_without_a_timestamp_yields() {
-        let alpha = Twin {
-            created: None,
-            ..twin(FederatedApi::V1alpha1, T1)
-        };
-        assert_eq!(role(&alpha, &twin(FederatedApi::V1beta1, T2)), Role::Yields);
-    }
-
-    #[test]
-    fn a_twin_being_deleted_keeps_its_role() {
-        let alpha = Twin {
-            deleting: true,
-            ..twin(FederatedApi::V1alpha1, T1)
-        };
-        let beta = twin(FederatedApi::V1beta1, T2);
-        assert_eq!(role(&alpha, &beta), Role::Propagates);
-        assert_eq!(role(&beta, &alpha), Role::Yields);
-    }
-
-    #[test]
-    fn deleting_a_lone_object_cascades() {
-        assert_eq!(
-            on_delete(&twin(FederatedApi::V1alpha1, T1), None),
-            OnDelete::Cascade
-        );
-    }
-
-    #[test]
-    fn deleting_one_twin_while_the_other_stays_releases_the_members() {
-        let alpha = Twin {
-            deleting: true,
-            ..twin(FederatedApi::V1alpha1, T1)
-        };
-        let beta = twin(FederatedApi::V1beta1, T2);
-        assert_eq!(
-            on_delete(&alpha, Some(&beta)),
-            OnDelete::Release,
-            "hand-over"
-        );
-        let beta_deleting = Twin {
-            deleting: true,
-            ..beta
-        };
-        let alpha_stays = twin(FederatedApi::V1alpha1, T1);
-        assert_eq!(
-            on_delete(&beta_deleting, Some(&alpha_stays)),
-            OnDelete::Release
-        );
-    }
-
-    #[test]
-    fn deleting_both_cascades_from_the_propagating_one_only() {
-        let alpha = Twin {
-            deleting: true,
-            ..twin(FederatedApi::V1alpha1, T1)
-        };
-        let beta = Twin {
-            deleting: true,
-            ..twin(FederatedApi::V1beta1, T2)
-        };
-        assert_eq!(on_delete(&alpha, Some(&beta)), OnDelete::Cascade);
-        assert_eq!(on_delete(&beta, Some(&alpha)), OnDelete::Release);
-    }
-
-    #[test]
-    fn the_conflict_message_names_both_apis_and_the_verdict() {
-        let alpha = twin(FederatedApi::V1alpha1, T1);
-        let beta = twin(FederatedApi::V1beta1, T2);
-        let m = conflict_message(&beta, &alpha, "FederatedDeployment", "ns/web");
-        assert!(m.contains("types.kubefed.io/v1beta1"), "{m}");
-        assert!(m.contains("types.kubefed.k8s.io/v1alpha1"), "{m}");
-        assert!(m.contains("propagates nothing"), "{m}");
-        let m = conflict_message(&alpha, &beta, "FederatedDeployment", "ns/web");
-        assert!(m.contains("is the one propagated"), "{m}");
     }
 
     #[test]

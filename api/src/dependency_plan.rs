@@ -82,11 +82,3 @@ impl DependencyReason {
         }
     }
 }
-
-impl DependencyStatus {
-    fn because(mut self, reason: DependencyReason, message: String) -> Self {
-        self.reason = reason.as_str().into();
-        self.message = message;
-        self
-    }
-}

@@ -35,7 +35,7 @@ pub struct FederatedSpec {
     pub rollout: Option<crate::rollout::RolloutSpec>,
     /// Flotilla extension: the ConfigMaps, Secrets, ServiceAccounts and
     /// PersistentVolumeClaims the pod template references follow the workload to its
-    /// clusters (see `crate::dependencies`).
+    /// clusters (see docs/dependencies.md).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub propagate_dependencies: bool,
 }

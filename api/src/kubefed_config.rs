@@ -261,7 +261,7 @@ impl KubeFedConfigSpec {
             }),
             scheduling: Some(SchedulingConfig {
                 default_unreachable_toleration_seconds: Some(
-                    crate::kubefed_config::DEFAULT_UNREACHABLE_TOLERATION_SECONDS,
+                    DEFAULT_UNREACHABLE_TOLERATION_SECONDS,
                 ),
             }),
             multi_cluster_services: Some(MultiClusterServicesConfig {
@@ -317,7 +317,7 @@ impl KubeFedConfigSpec {
                 .as_ref()
                 .and_then(|s| s.default_unreachable_toleration_seconds)
                 .filter(|s| *s >= 0)
-                .unwrap_or(crate::kubefed_config::DEFAULT_UNREACHABLE_TOLERATION_SECONDS),
+                .unwrap_or(DEFAULT_UNREACHABLE_TOLERATION_SECONDS),
             clusterset_ip_ranges: self
                 .multi_cluster_services
                 .as_ref()

@@ -136,7 +136,7 @@ impl RolloutSpec {
         }
         if self.is_canary() {
             let steps = self.canary.as_ref().map(|c| c.steps.as_slice());
-            canary::validate_steps(steps.unwrap_or_default())?;
+            validate_steps(steps.unwrap_or_default())?;
             let min = self.canary.as_ref().and_then(|c| c.min_success_seconds);
             if min.is_some_and(|v| v < 0) {
                 return Err("spec.rollout.canary.minSuccessSeconds must not be negative".into());
@@ -358,7 +358,7 @@ impl RolloutReason {
 }
 
 /// Checks the steps: at least one, each between 1 and 100, increasing, the last 100.
-pub fn validate_steps(steps: &[u32]) -> Result<(), String> {
+fn validate_steps(steps: &[u32]) -> Result<(), String> {
     if steps.is_empty() {
         return Err("spec.rollout.canary.steps is empty: give percentages ending at 100".into());
     }
@@ -378,4 +378,30 @@ pub fn validate_steps(steps: &[u32]) -> Result<(), String> {
         ));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn canary_steps_are_checked_with_the_reason_named() {
+        assert_eq!(validate_steps(&[10, 50, 100]), Ok(()));
+        assert!(validate_steps(&[]).expect_err("empty").contains("empty"));
+        assert!(
+            validate_steps(&[0, 100])
+                .expect_err("0")
+                .contains("between 1 and 100")
+        );
+        assert!(
+            validate_steps(&[50, 10, 100])
+                .expect_err("order")
+                .contains("increase")
+        );
+        assert!(
+            validate_steps(&[10, 50])
+                .expect_err("end")
+                .contains("end at 100")
+        );
+    }
 }

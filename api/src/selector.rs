@@ -124,13 +124,14 @@ impl<'a> Requirement<'a> {
 }
 
 /// A selector checked once, then evaluated against many label sets.
-pub(crate) struct CompiledSelector<'a> {
+pub struct CompiledSelector<'a> {
     match_labels: &'a BTreeMap<String, String>,
     requirements: Vec<Requirement<'a>>,
 }
 
 impl<'a> CompiledSelector<'a> {
-    pub(crate) fn new(sel: &'a LabelSelector) -> Result<Self, PlacementError> {
+    /// Checks every expression of `sel`.
+    pub fn new(sel: &'a LabelSelector) -> Result<Self, PlacementError> {
         Ok(CompiledSelector {
             match_labels: &sel.match_labels,
             requirements: sel
@@ -141,7 +142,8 @@ impl<'a> CompiledSelector<'a> {
         })
     }
 
-    pub(crate) fn matches(&self, labels: &BTreeMap<String, String>) -> bool {
+    /// Whether `labels` satisfy the selector.
+    pub fn matches(&self, labels: &BTreeMap<String, String>) -> bool {
         self.match_labels
             .iter()
             .all(|(k, v)| labels.get(k) == Some(v))

@@ -13,7 +13,7 @@
 //! hash the agent applied) and `drift` (the last drift the agent saw in the member object,
 //! in the shape of a federated object's `status.drift` entry). The federated object's drift
 //! policy reaches the agent as the same annotations on the Work
-//! ([`crate::drift::POLICY_ANNOTATION`], [`crate::drift::IGNORE_ANNOTATION`]). Types,
+//! (`flotilla_core::drift::POLICY_ANNOTATION`, `flotilla_core::drift::IGNORE_ANNOTATION`). Types,
 //! names and pure helpers only; no I/O.
 
 use kube::CustomResource;

@@ -135,7 +135,7 @@ impl AggregatedStatus {
 
 impl Counts {
     /// The counters of `kind` read from a member status (absent counters read as 0).
-    pub(crate) fn read(kind: WorkloadKind, status: Option<&Value>) -> Counts {
+    pub fn read(kind: WorkloadKind, status: Option<&Value>) -> Counts {
         let n = |field: &str| {
             Some(
                 status
@@ -182,7 +182,8 @@ impl Counts {
         }
     }
 
-    fn add(&mut self, other: &Counts) {
+    /// Adds `other`'s counters to these (a counter absent from both stays absent).
+    pub fn add(&mut self, other: &Counts) {
         let sum = |a: &mut Option<i64>, b: Option<i64>| {
             if let Some(b) = b {
                 *a = Some(a.unwrap_or(0) + b);

@@ -110,3 +110,129 @@ pub fn conflict_message(own: &Twin<'_>, other: &Twin<'_>, kind: &str, key: &str)
         other.api.as_str()
     )
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use flotilla_api::alpha::alpha_twin;
+    use flotilla_api::core::Scope;
+    use flotilla_api::{TYPES_GROUP, V1BETA1};
+
+    fn twin(api: FederatedApi, created: &str) -> Twin<'_> {
+        Twin {
+            api,
+            created: Some(created),
+            deleting: false,
+        }
+    }
+
+    const T1: &str = "2026-01-01T00:00:01Z";
+    const T2: &str = "2026-01-01T00:00:02Z";
+
+    #[test]
+    fn the_api_of_a_type_is_the_one_its_group_serves() {
+        let beta = ApiResource {
+            group: TYPES_GROUP.into(),
+            version: V1BETA1.into(),
+            kind: "FederatedDeployment".into(),
+            plural_name: "federateddeployments".into(),
+            scope: Scope::Namespaced,
+        };
+        let alpha = alpha_twin(&beta).expect("twin");
+        assert_eq!(FederatedApi::of(&alpha), FederatedApi::V1alpha1);
+        assert_eq!(FederatedApi::of(&beta), FederatedApi::V1beta1);
+    }
+
+    #[test]
+    fn the_older_twin_propagates_and_the_newer_yields() {
+        let alpha = twin(FederatedApi::V1alpha1, T1);
+        let beta = twin(FederatedApi::V1beta1, T2);
+        assert_eq!(role(&alpha, &beta), Role::Propagates);
+        assert_eq!(role(&beta, &alpha), Role::Yields);
+    }
+
+    #[test]
+    fn on_a_tie_v1beta1_propagates() {
+        let alpha = twin(FederatedApi::V1alpha1, T1);
+        let beta = twin(FederatedApi::V1beta1, T1);
+        assert_eq!(role(&beta, &alpha), Role::Propagates);
+        assert_eq!(role(&alpha, &beta), Role::Yields);
+    }
+
+    #[test]
+    fn a_twin_without_a_timestamp_yields() {
+        let alpha = Twin {
+            created: None,
+            ..twin(FederatedApi::V1alpha1, T1)
+        };
+        assert_eq!(role(&alpha, &twin(FederatedApi::V1beta1, T2)), Role::Yields);
+    }
+
+    #[test]
+    fn a_twin_being_deleted_keeps_its_role() {
+        let alpha = Twin {
+            deleting: true,
+            ..twin(FederatedApi::V1alpha1, T1)
+        };
+        let beta = twin(FederatedApi::V1beta1, T2);
+        assert_eq!(role(&alpha, &beta), Role::Propagates);
+        assert_eq!(role(&beta, &alpha), Role::Yields);
+    }
+
+    #[test]
+    fn deleting_a_lone_object_cascades() {
+        assert_eq!(
+            on_delete(&twin(FederatedApi::V1alpha1, T1), None),
+            OnDelete::Cascade
+        );
+    }
+
+    #[test]
+    fn deleting_one_twin_while_the_other_stays_releases_the_members() {
+        let alpha = Twin {
+            deleting: true,
+            ..twin(FederatedApi::V1alpha1, T1)
+        };
+        let beta = twin(FederatedApi::V1beta1, T2);
+        assert_eq!(
+            on_delete(&alpha, Some(&beta)),
+            OnDelete::Release,
+            "hand-over"
+        );
+        let beta_deleting = Twin {
+            deleting: true,
+            ..beta
+        };
+        let alpha_stays = twin(FederatedApi::V1alpha1, T1);
+        assert_eq!(
+            on_delete(&beta_deleting, Some(&alpha_stays)),
+            OnDelete::Release
+        );
+    }
+
+    #[test]
+    fn deleting_both_cascades_from_the_propagating_one_only() {
+        let alpha = Twin {
+            deleting: true,
+            ..twin(FederatedApi::V1alpha1, T1)
+        };
+        let beta = Twin {
+            deleting: true,
+            ..twin(FederatedApi::V1beta1, T2)
+        };
+        assert_eq!(on_delete(&alpha, Some(&beta)), OnDelete::Cascade);
+        assert_eq!(on_delete(&beta, Some(&alpha)), OnDelete::Release);
+    }
+
+    #[test]
+    fn the_conflict_message_names_both_apis_and_the_verdict() {
+        let alpha = twin(FederatedApi::V1alpha1, T1);
+        let beta = twin(FederatedApi::V1beta1, T2);
+        let m = conflict_message(&beta, &alpha, "FederatedDeployment", "ns/web");
+        assert!(m.contains("types.kubefed.io/v1beta1"), "{m}");
+        assert!(m.contains("types.kubefed.k8s.io/v1alpha1"), "{m}");
+        assert!(m.contains("propagates nothing"), "{m}");
+        let m = conflict_message(&alpha, &beta, "FederatedDeployment", "ns/web");
+        assert!(m.contains("is the one propagated"), "{m}");
+    }
+}

@@ -1,5 +1,5 @@
 //! Which (dependency, cluster) pairs a workload must hold and let go of, and the
-//! `status.dependencies` that reports them. Pure: the sync controller looks the
+//! `status.dependencies` that reports them (its entries are `flotilla_api::dependency_plan`'s). Pure: the sync controller looks the
 //! dependencies up in the host, carries the pairs out and writes the report.
 //!
 //! The previous report is the memory: a cluster listed for a dependency holds (or may
@@ -7,9 +7,6 @@
 //! template no longer names, is let go of there.
 
 use std::collections::{BTreeMap, BTreeSet};
-
-use schemars::JsonSchema;
-use serde::{Deserialize, Serialize};
 
 use crate::dependencies::{Dependency, DependencyKind, Holder};
 use flotilla_api::dependency_plan::{DependencyReason, DependencyState, DependencyStatus};
@@ -113,7 +110,8 @@ pub fn report(
     let mut out = Vec::new();
     for (dep, lookup) in wanted {
         let entry = match lookup {
-            Lookup::Explicit => entry(dep, DependencyState::Explicit, vec![]).because(
+            Lookup::Explicit => because(
+                entry(dep, DependencyState::Explicit, vec![]),
                 DependencyReason::FederatedExplicitly,
                 format!(
                     "Federated{} {} propagates it; its placement decides",
@@ -130,7 +128,8 @@ pub fn report(
                     .filter(|(d, c)| d == dep && (clusters.contains(c) || release_failed(d, c)))
                     .map(|(_, c)| c.clone())
                     .collect();
-                entry(dep, DependencyState::NotFound, kept).because(
+                because(
+                    entry(dep, DependencyState::NotFound, kept),
                     DependencyReason::DependencyNotFound,
                     format!(
                         "{} {} does not exist in namespace {namespace}",
@@ -190,7 +189,11 @@ fn found_entry(
         None => entry(dep, DependencyState::Propagated, held),
         Some((reason, _)) => {
             let message = problems.iter().map(|(_, m)| m.as_str()).collect::<Vec<_>>();
-            entry(dep, DependencyState::Failed, held).because(*reason, message.join("; "))
+            because(
+                entry(dep, DependencyState::Failed, held),
+                *reason,
+                message.join("; "),
+            )
         }
     }
 }
@@ -214,8 +217,11 @@ fn removing_entries(
         .map(|(dep, list)| {
             let clusters = list.iter().map(|(c, _)| (*c).clone()).collect();
             let message: Vec<String> = list.iter().map(|(c, m)| format!("{c}: {m}")).collect();
-            entry(dep, DependencyState::Removing, clusters)
-                .because(DependencyReason::RemovalFailed, message.join("; "))
+            because(
+                entry(dep, DependencyState::Removing, clusters),
+                DependencyReason::RemovalFailed,
+                message.join("; "),
+            )
         })
         .collect()
 }
@@ -244,6 +250,17 @@ fn entry(dep: &Dependency, state: DependencyState, clusters: Vec<String>) -> Dep
         reason: String::new(),
         message: String::new(),
     }
+}
+
+/// An entry with the reason it is not simply propagated.
+fn because(
+    mut status: DependencyStatus,
+    reason: DependencyReason,
+    message: String,
+) -> DependencyStatus {
+    status.reason = reason.as_str().into();
+    status.message = message;
+    status
 }
 
 #[cfg(test)]

@@ -12,9 +12,9 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use flotilla_api::selector::PlacementError;
 #[cfg(test)]
 use flotilla_api::selector::{LabelSelector, LabelSelectorRequirement};
-pub use flotilla_api::selector::{PlacementError, matches_selector};
 use flotilla_api::{federated::Placement, selector::CompiledSelector};
 
 /// A registered member cluster as placement sees it.
@@ -67,6 +67,7 @@ pub fn ready_only(selected: &BTreeSet<String>, ready: &BTreeSet<String>) -> BTre
 mod tests {
     use super::*;
     use flotilla_api::federated::ClusterReference;
+    use flotilla_api::selector::matches_selector;
 
     fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
         pairs

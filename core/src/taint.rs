@@ -1,11 +1,10 @@
-//! Cluster taints and object tolerations, in the shape of core/v1 `Taint` and `Toleration`
-//! (Flotilla extension: `KubeFedCluster.spec.taints`, `spec.placement.tolerations`), and
-//! the pure rules of which taint a toleration covers. Nothing here knows about time zones
-//! or clocks: times are Unix seconds handed in by the caller.
+//! What a cluster's taints decide for an object with tolerations (Flotilla extension:
+//! `KubeFedCluster.spec.taints`, `spec.placement.tolerations`, whose types and matching are
+//! `flotilla_api::taint`): whether it fits, is placed there only as a last resort, may stay
+//! but not be placed anew, or must leave, and when ([`verdict`]). Nothing here knows about
+//! time zones or clocks: times are Unix seconds handed in by the caller.
 
 use flotilla_api::taint::{Taint, TaintEffect, Toleration, UNREACHABLE_TAINT_KEY};
-use schemars::JsonSchema;
-use serde::{Deserialize, Serialize};
 
 /// How an object stands with one cluster's taints.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -4,15 +4,13 @@
 //! of the desired pods are ready (`ready: "9/9"`; Jobs: `completions: "1/2"`), with the
 //! member counters summed. The printer columns of those federated types read these
 //! strings. Which clusters are ready and the pod figures come from the type's health
-//! rules ([`crate::health`]); any type with rules is summed the same way. Pure: the sync
-//! controller gathers the per-cluster inputs.
+//! rules ([`crate::health`]); any type with rules is summed the same way ([`aggregate`]).
+//! The shape of `status.aggregated` and which kinds are workloads are
+//! `flotilla_api::workload`'s. Pure: the sync controller gathers the per-cluster inputs.
 
-use schemars::JsonSchema;
-use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 use crate::health::{TypeHealth, evaluate};
-use flotilla_api::core::ApiResource;
 use flotilla_api::workload::{AggregatedStatus, ClusterHealth, Counts, WorkloadKind};
 
 /// What is known of the workload in one cluster it is placed on.
@@ -93,6 +91,7 @@ pub fn aggregate(health: &TypeHealth, clusters: &[ClusterWorkload<'_>]) -> Aggre
 #[cfg(test)]
 mod tests {
     use super::*;
+    use flotilla_api::core::ApiResource;
     use serde_json::json;
     use std::sync::Arc;
 

@@ -1,8 +1,8 @@
 //! Drift: a member object that another writer changed after Flotilla applied it. What
 //! differs ([`diff`]), who wrote it ([`digest`], from the member's `managedFields`), what a
 //! federated object asks to be done about it ([`Policy`], from its annotations), when a
-//! repair is fighting another writer ([`fight`]), and the bounded `status.drift` entry a
-//! person reads ([`ClusterDrift`]).
+//! repair is fighting another writer ([`fight`]), and what `status.drift` holds after a
+//! round ([`merge`]; its entries, [`ClusterDrift`], are `flotilla_api::drift`'s).
 //!
 //! Only fields Flotilla applies count: the desired object is Flotilla's whole applied set
 //! (server-side apply), so defaults, `status`, a Service's `clusterIP` and fields a webhook
@@ -14,9 +14,6 @@ pub mod digest;
 pub mod fight;
 
 use std::collections::{BTreeMap, BTreeSet};
-
-use schemars::JsonSchema;
-use serde::{Deserialize, Serialize};
 
 use crate::override_path::{self, PathError};
 use flotilla_api::drift::{ClusterDrift, DriftState};

@@ -1,7 +1,7 @@
 //! Health of member objects, per federated type: CEL rules over the member object say
 //! whether it is healthy, still progressing or failed, why, and how many of its replicas
 //! are ready. A FederatedTypeConfig may carry its own rules (`spec.health`, a Flotilla
-//! extension); the workload kinds (Deployment, ReplicaSet, StatefulSet, DaemonSet, Job)
+//! extension whose shape is `flotilla_api::health`); the workload kinds (Deployment, ReplicaSet, StatefulSet, DaemonSet, Job)
 //! have built-in rules written the same way ([`builtin`]), so every type goes through
 //! [`evaluate`]. Rollout gates, `status.aggregated`, `flotilla status` and the dashboard
 //! read the result. Pure: no I/O; compiled rules are cached ([`TypeHealth::of`]).

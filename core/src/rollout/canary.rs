@@ -247,24 +247,7 @@ mod tests {
     }
 
     #[test]
-    fn steps_and_replicas_are_checked_with_the_reason_named() {
-        assert_eq!(validate_steps(&[10, 50, 100]), Ok(()));
-        assert!(validate_steps(&[]).expect_err("empty").contains("empty"));
-        assert!(
-            validate_steps(&[0, 100])
-                .expect_err("0")
-                .contains("between 1 and 100")
-        );
-        assert!(
-            validate_steps(&[50, 10, 100])
-                .expect_err("order")
-                .contains("increase")
-        );
-        assert!(
-            validate_steps(&[10, 50])
-                .expect_err("end")
-                .contains("end at 100")
-        );
+    fn replicas_to_share_are_the_total_and_none_is_refused() {
         assert_eq!(replicas_to_share(&split(&[("a", 2), ("b", 1)])), Ok(3));
         let none = replicas_to_share(&split(&[("a", 0)])).expect_err("no replicas");
         assert!(none.contains("needs replicas"), "{none}");
