@@ -261,6 +261,7 @@ async fn every_name_lists(
     probes: &[Probe],
     expected: &[&str],
 ) -> anyhow::Result<()> {
+    let mut wrong = Vec::new();
     for role in [
         NameRole::Plural,
         NameRole::Singular,
@@ -271,15 +272,17 @@ async fn every_name_lists(
             let want: BTreeSet<String> = expected.iter().map(|n| probe.line(n)).collect();
             for name in probe.names(role) {
                 let got = listed(env, &name).await?;
-                ensure!(
-                    got == want,
-                    "`kubectl get {name} -n {NS}` ({} of {}) listed {got:?}, not {want:?}",
-                    role.as_str(),
-                    probe.api.api_version
-                );
+                if got != want {
+                    wrong.push(format!(
+                        "`kubectl get {name} -n {NS}` ({} of {}) listed {got:?}, not {want:?}",
+                        role.as_str(),
+                        probe.api.api_version
+                    ));
+                }
             }
         }
     }
+    ensure!(wrong.is_empty(), "{}", wrong.join("\n"));
     Ok(())
 }
 
