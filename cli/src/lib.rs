@@ -20,6 +20,7 @@ pub mod federate;
 pub mod join;
 pub mod logging;
 pub mod manager;
+pub mod optional_apis;
 pub mod orphan;
 pub mod output;
 pub mod progress;

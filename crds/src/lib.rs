@@ -20,6 +20,7 @@ pub mod federated;
 pub mod hash;
 pub mod health;
 pub mod inventory;
+pub mod kubectl_names;
 pub mod kubefed_config;
 pub mod mcs;
 pub mod mcs_report;
