@@ -110,6 +110,30 @@ pub async fn host(global: &GlobalArgs) -> anyhow::Result<ClusterAccess> {
     load(global.kubeconfig.as_deref(), global.context.as_deref()).await
 }
 
+/// Refuses the cluster flags for `command`, which starts its own local clusters: a
+/// `--kubeconfig`, `--context` or `-n` given to it would otherwise be silently ignored.
+pub fn own_clusters_only(global: &GlobalArgs, command: &str) -> anyhow::Result<()> {
+    let given: Vec<&str> = [
+        ("--kubeconfig", global.kubeconfig.is_some()),
+        ("--context", global.context.is_some()),
+        ("--namespace", global.namespace.is_some()),
+    ]
+    .into_iter()
+    .filter_map(|(flag, set)| set.then_some(flag))
+    .collect();
+    anyhow::ensure!(
+        given.is_empty(),
+        "flotilla {command} starts its own local clusters; {} does not apply to it{}",
+        given.join(", "),
+        if command == "dev up" {
+            " (--kubeconfig-out writes the kubeconfig of its clusters)"
+        } else {
+            ""
+        }
+    );
+    Ok(())
+}
+
 /// The namespace of namespaced objects: `-n`, else the context's namespace (`default`).
 pub fn namespace(global: &GlobalArgs, access: &ClusterAccess) -> String {
     global
