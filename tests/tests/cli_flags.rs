@@ -7,7 +7,9 @@
 //!   naming it; `dev up` and `bench`, which start their own clusters, refuse the flags
 //!   instead of ignoring them; `version` needs no cluster;
 //! - `flotilla dns --kubeconfig K --context host` answers a real DNS question from that
-//!   cluster's ServiceImports.
+//!   cluster's ServiceImports;
+//! - bad webhook rotation flags make the controller-manager exit at once with the rule,
+//!   before it listens or asks any host; flags that meet the rule are not refused.
 
 use std::{
     collections::BTreeSet,
@@ -267,6 +269,54 @@ async fn flotilla_dns_answers_from_the_cluster_the_global_flags_name() -> anyhow
     };
     ensure!(answered == ["10.250.0.9"], "{answered:?}");
     dns.kill().await?;
+    std::fs::remove_dir_all(&home)?;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_webhook_rotation_flags_stop_the_controller_manager_before_any_host()
+-> anyhow::Result<()> {
+    let home = scratch("webhook")?;
+    let missing = home.join("no-such.kubeconfig").display().to_string();
+    let args = |ca: &str| -> Vec<String> {
+        [
+            "--kubeconfig",
+            &missing,
+            "controller-manager",
+            "--metrics-addr",
+            "127.0.0.1:0",
+            "--webhook-addr",
+            "127.0.0.1:0",
+            "--webhook-ca-lifetime",
+            ca,
+            "--webhook-cert-lifetime",
+            "9s",
+            "--webhook-rotation-overlap",
+            "6s",
+        ]
+        .map(str::to_owned)
+        .to_vec()
+    };
+    // 35 s: its last third (11.7 s) does not hold two overlaps of 6 s.
+    let refused = run_until(&home, &args("35s"), &home.join("35s.log"), |_, status| {
+        status.is_some_and(|s| !s.success())
+    })
+    .await?;
+    ensure!(
+        refused.contains("the CA lifetime (35s) must be at least six overlaps (36s)")
+            && refused.contains("last third must hold two overlaps"),
+        "{refused}"
+    );
+    ensure!(
+        !refused.contains("no-such.kubeconfig"),
+        "the host was looked for first:\n{refused}"
+    );
+    // 39 s: 13 s hold 12 s; the manager goes on to look for its host (and keeps retrying).
+    let accepted = run_until(&home, &args("39s"), &home.join("39s.log"), |out, _| {
+        out.contains("no-such.kubeconfig")
+    })
+    .await?;
+    ensure!(!accepted.contains("six overlaps"), "{accepted}");
     std::fs::remove_dir_all(&home)?;
     Ok(())
 }
