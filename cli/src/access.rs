@@ -22,7 +22,9 @@ pub struct ClusterAccess {
 impl ClusterAccess {
     /// A client for the cluster.
     pub fn client(&self) -> anyhow::Result<Client> {
-        Client::try_from(self.config.clone()).with_context(|| {
+        // Bearer tokens (inline, a token file, the in-cluster ServiceAccount's) trimmed as
+        // client-go trims them.
+        flotilla_multicluster::credentials::client(self.config.clone()).with_context(|| {
             format!(
                 "building a client for {}",
                 self.context

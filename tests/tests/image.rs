@@ -7,7 +7,8 @@
 //! The controller-manager so started propagates to two push members and, with the pull
 //! agent started from the same image under `config/agent/`, to a Pull member. Bad
 //! credentials — no token, an unreadable one, a wrong CA, a ServiceAccount without the RBAC
-//! of `config/` — each keep the process up with the reason on `/readyz` and in its log.
+//! of `config/` — each keep the process up with the reason on `/readyz` and in its log; a
+//! token file ending in a newline is trimmed as client-go trims it (the manager is ready).
 //! `scripts/image.sh` builds into its own target directory, leaving `target/release/` alone.
 
 use std::net::SocketAddr;
@@ -368,6 +369,10 @@ async fn bad_credentials_keep_the_manager_up_with_the_reason_on_readyz() -> anyh
         DEFAULT_NAMESPACE,
     )?;
     let no_rbac = service_account(&host, env.host(), "flotilla-without-rbac", dir).await?;
+    // A hand-written or mounted token often ends in a newline; no HTTP header may carry one.
+    let newline = dir.join("newline-token");
+    service_account_files(&newline, Some(&format!("{token}\n")), ca, DEFAULT_NAMESPACE)?;
+    let trimmed = start_manager(&image, &env, "newline-token", &newline)?;
 
     let cases = [
         BadStart {
@@ -423,6 +428,18 @@ async fn bad_credentials_keep_the_manager_up_with_the_reason_on_readyz() -> anyh
             let (_, body) = pod.readyz().await?;
             eprintln!("{}: /readyz {body}", case.name);
         }
+        wait_for(T, "newline-token: ready with its token trimmed", || async {
+            trimmed.running()?;
+            let (code, body) = trimmed.readyz().await?;
+            ensure!(code == 200, "{code} {body}");
+            Ok(())
+        })
+        .await?;
+        ensure!(
+            !trimmed.log().contains("HostUnreachable"),
+            "a local token reported as an unreachable host:\n{}",
+            trimmed.log()
+        );
         // Still up after a few retries, and the mounted token is picked up once there.
         std::fs::write(no_token.join("token"), &token)?;
         let pod = &pods[0];
@@ -443,6 +460,7 @@ async fn bad_credentials_keep_the_manager_up_with_the_reason_on_readyz() -> anyh
         for (case, pod) in cases.iter().zip(&pods) {
             eprintln!("{} log:\n{}", case.name, pod.log());
         }
+        eprintln!("newline-token log:\n{}", trimmed.log());
     }
     result
 }
