@@ -90,7 +90,8 @@ pub struct DevUpArgs {
 }
 
 /// Runs a `flotilla dev` command.
-pub async fn run(_global: &GlobalArgs, cmd: DevCommand, ctx: &Context) -> anyhow::Result<()> {
+pub async fn run(global: &GlobalArgs, cmd: DevCommand, ctx: &Context) -> anyhow::Result<()> {
+    super::access::own_clusters_only(global, "dev up")?;
     match cmd {
         DevCommand::Up(args) => up(args, ctx).await,
     }
