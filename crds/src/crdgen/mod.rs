@@ -60,8 +60,24 @@ pub fn core_crds() -> Vec<CustomResourceDefinition> {
         applied_work_crd(),
     ]
     .into_iter()
+    .chain(policy_crds())
+    .into_iter()
     .chain(mcs_crds())
     .collect()
+}
+
+/// Flotilla's propagation and override policies (`policy.flotilla.io`): the second
+/// resource model, plain manifests selected by policies.
+pub fn policy_crds() -> Vec<CustomResourceDefinition> {
+    use crate::policy::{
+        ClusterOverridePolicy, ClusterPropagationPolicy, OverridePolicy, PropagationPolicy,
+    };
+    vec![
+        polish(PropagationPolicy::crd()),
+        polish(ClusterPropagationPolicy::crd()),
+        polish(OverridePolicy::crd()),
+        polish(ClusterOverridePolicy::crd()),
+    ]
 }
 
 /// The Multi-Cluster Services API's CRDs (ServiceExport, ServiceImport; v1beta1 stored,
