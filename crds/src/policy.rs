@@ -51,6 +51,7 @@ pub const POLICY_FIELD_MANAGER: &str = "flotilla-policy";
     namespaced,
     status = "PolicyStatus",
     shortname = "pp",
+    category = "kubefed",
     category = "flotilla",
     printcolumn(name = "Priority", type_ = "integer", json_path = ".spec.priority"),
     printcolumn(
@@ -108,6 +109,8 @@ pub struct PropagationSpec {
 
 /// The cluster-scoped twin of [`PropagationPolicy`]: selects cluster-scoped objects, and
 /// namespaced ones in any namespace.
+// clippy reads each `printcolumn(type_ = ..)` as a repeat of one attribute; they are distinct columns.
+#[allow(clippy::duplicated_attributes)]
 #[derive(CustomResource, Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[kube(
     group = "policy.flotilla.io",
@@ -116,6 +119,7 @@ pub struct PropagationSpec {
     plural = "clusterpropagationpolicies",
     status = "PolicyStatus",
     shortname = "cpp",
+    category = "kubefed",
     category = "flotilla",
     printcolumn(name = "Priority", type_ = "integer", json_path = ".spec.priority"),
     printcolumn(
@@ -127,6 +131,11 @@ pub struct PropagationSpec {
         name = "Ready",
         type_ = "string",
         json_path = ".status.conditions[?(@.type=='Ready')].status"
+    ),
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
     )
 )]
 #[serde(rename_all = "camelCase")]
@@ -230,6 +239,8 @@ pub struct PolicyConflict {
 }
 
 /// The spec shared by [`OverridePolicy`] and [`ClusterOverridePolicy`].
+// clippy reads each `printcolumn(type_ = ..)` as a repeat of one attribute; they are distinct columns.
+#[allow(clippy::duplicated_attributes)]
 #[derive(CustomResource, Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[kube(
     group = "policy.flotilla.io",
@@ -239,6 +250,7 @@ pub struct PolicyConflict {
     namespaced,
     status = "PolicyStatus",
     shortname = "op",
+    category = "kubefed",
     category = "flotilla",
     printcolumn(
         name = "Selected",
@@ -249,6 +261,11 @@ pub struct PolicyConflict {
         name = "Ready",
         type_ = "string",
         json_path = ".status.conditions[?(@.type=='Ready')].status"
+    ),
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
     )
 )]
 #[serde(rename_all = "camelCase")]
@@ -271,6 +288,7 @@ pub struct OverrideSpec {
     plural = "clusteroverridepolicies",
     status = "PolicyStatus",
     shortname = "cop",
+    category = "kubefed",
     category = "flotilla",
     printcolumn(
         name = "Selected",
@@ -281,6 +299,11 @@ pub struct OverrideSpec {
         name = "Ready",
         type_ = "string",
         json_path = ".status.conditions[?(@.type=='Ready')].status"
+    ),
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
     )
 )]
 #[serde(rename_all = "camelCase")]

@@ -115,7 +115,7 @@ fn an_image_overrider_changes_its_component_only() {
     };
     assert!(
         override_image("x", &no_value)
-            .unwrap_err()
+            .expect_err("an error")
             .contains("needs a value")
     );
 }
@@ -313,7 +313,7 @@ fn a_path_into_a_missing_field_names_the_policy_rule_and_cluster() {
             labels: &BTreeMap::new(),
         },
     )
-    .unwrap_err();
+    .expect_err("an error");
     assert_eq!(err.rule, 0);
     let text = err.to_string();
     assert!(
@@ -341,6 +341,6 @@ fn an_image_overrider_on_a_kind_without_pods_says_so() {
             labels: &BTreeMap::new(),
         },
     )
-    .unwrap_err();
+    .expect_err("an error");
     assert!(err.message.contains("ConfigMap has none"), "{err}");
 }

@@ -61,7 +61,6 @@ pub fn core_crds() -> Vec<CustomResourceDefinition> {
     ]
     .into_iter()
     .chain(policy_crds())
-    .into_iter()
     .chain(mcs_crds())
     .collect()
 }
