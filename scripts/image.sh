@@ -5,12 +5,14 @@
 # umoci as one layer on an empty (`scratch`) image and written as an OCI archive that
 # `podman load`, `docker load` and `skopeo copy oci-archive:...` accept.
 #
-#   bash scripts/image.sh                      # release build --no-default-features
+#   bash scripts/image.sh                      # release build --no-default-features (own target dir)
 #   bash scripts/image.sh --binary PATH        # package an already built binary
 #   bash scripts/image.sh --rootfs DIR --binary PATH   # only the root filesystem (Dockerfile)
 #
 # Writes target/image/flotilla-<version>.oci.tar (--output DIR moves it) and prints the
-# manifest digest and the sizes. Installs what it needs with apt when missing.
+# manifest digest and the sizes. Installs what it needs with apt when missing. The image's
+# binary is built into target/image-build/, never over target/release/flotilla (the full
+# build, with `dev` and `bench`).
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -22,7 +24,7 @@ out_dir="$ROOT/target/image"
 rootfs_only=""
 
 usage() {
-  sed -n '2,13p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
+  sed -n '2,15p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
   exit "${1:-0}"
 }
 
@@ -118,10 +120,14 @@ if [ ${#missing[@]} -gt 0 ]; then
 fi
 
 if [ -z "$binary" ]; then
-  echo "image.sh: building flotilla (release, --no-default-features)" >&2
+  # Its own target directory: the same profile and path in target/ would replace the full
+  # target/release/flotilla (which `flotilla dev up` and the benchmarks need) with this
+  # build without `dev`.
+  target_dir="$ROOT/target/image-build"
+  echo "image.sh: building flotilla (release, --no-default-features) in $target_dir" >&2
   (cd "$ROOT" && cargo build --release --locked -p flotilla-cli \
-    --no-default-features --bin flotilla)
-  binary="$ROOT/target/release/flotilla"
+    --no-default-features --bin flotilla --target-dir "$target_dir")
+  binary="$target_dir/release/flotilla"
 fi
 [ -x "$binary" ] || { echo "image.sh: $binary is not an executable" >&2; exit 1; }
 

@@ -22,7 +22,9 @@ pub struct ClusterAccess {
 impl ClusterAccess {
     /// A client for the cluster.
     pub fn client(&self) -> anyhow::Result<Client> {
-        Client::try_from(self.config.clone()).with_context(|| {
+        // Bearer tokens (inline, a token file, the in-cluster ServiceAccount's) trimmed as
+        // client-go trims them.
+        flotilla_multicluster::credentials::client(self.config.clone()).with_context(|| {
             format!(
                 "building a client for {}",
                 self.context
@@ -108,6 +110,30 @@ pub async fn load(
 /// The host cluster: `--kubeconfig` and `--context`.
 pub async fn host(global: &GlobalArgs) -> anyhow::Result<ClusterAccess> {
     load(global.kubeconfig.as_deref(), global.context.as_deref()).await
+}
+
+/// Refuses the cluster flags for `command`, which starts its own local clusters: a
+/// `--kubeconfig`, `--context` or `-n` given to it would otherwise be silently ignored.
+pub fn own_clusters_only(global: &GlobalArgs, command: &str) -> anyhow::Result<()> {
+    let given: Vec<&str> = [
+        ("--kubeconfig", global.kubeconfig.is_some()),
+        ("--context", global.context.is_some()),
+        ("--namespace", global.namespace.is_some()),
+    ]
+    .into_iter()
+    .filter_map(|(flag, set)| set.then_some(flag))
+    .collect();
+    anyhow::ensure!(
+        given.is_empty(),
+        "flotilla {command} starts its own local clusters; {} does not apply to it{}",
+        given.join(", "),
+        if command == "dev up" {
+            " (--kubeconfig-out writes the kubeconfig of its clusters)"
+        } else {
+            ""
+        }
+    );
+    Ok(())
 }
 
 /// The namespace of namespaced objects: `-n`, else the context's namespace (`default`).

@@ -90,7 +90,8 @@ pub struct DevUpArgs {
 }
 
 /// Runs a `flotilla dev` command.
-pub async fn run(_global: &GlobalArgs, cmd: DevCommand, ctx: &Context) -> anyhow::Result<()> {
+pub async fn run(global: &GlobalArgs, cmd: DevCommand, ctx: &Context) -> anyhow::Result<()> {
+    super::access::own_clusters_only(global, "dev up")?;
     match cmd {
         DevCommand::Up(args) => up(args, ctx).await,
     }
@@ -114,8 +115,12 @@ async fn up(args: DevUpArgs, ctx: &Context) -> anyhow::Result<()> {
         "Starting a local host cluster and {} member cluster(s)...",
         args.members
     ));
+    // The host stores plain workload manifests for policies without running them
+    // (docs/policies.md, "A host that stores templates").
+    let mut options = EnvOptions::with_members(args.members.into()).with_pods();
+    options.host_workload_controllers = false;
     let env = cancellable(&ctx.shutdown, async {
-        LocalEnv::start(EnvOptions::with_members(args.members.into()).with_pods())
+        LocalEnv::start(options)
             .await
             .map_err(|e| anyhow::Error::new(e).context("starting the local clusters"))
     })

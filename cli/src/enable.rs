@@ -4,14 +4,17 @@
 //! target's CRD when it is one (built-in types get a free-form template, as in Flotilla's
 //! generated default CRDs), then applies the Federated CRD and the FederatedTypeConfig.
 //! `disable` stops propagation, waits until the controller reports it stopped, and deletes
-//! the FederatedTypeConfig (and with `--delete-crd` the Federated CRD).
+//! the FederatedTypeConfig (and with `--delete-crd` the Federated CRD). The opt-in APIs
+//! (`--kubefed-alpha`, `--admiralty-imports`, with or without a type) are
+//! [`super::optional_apis`]'s.
 
 use std::time::Duration;
 
 use anyhow::Context as _;
 use flotilla_api::{
     CORE_GROUP, FederatedTypeConfig, SCHEDULING_GROUP, TYPES_GROUP,
-    crdgen::{self, TargetType},
+    core::ApiResource,
+    crdgen::{self, OptionalApi, TargetType},
 };
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::{
@@ -20,7 +23,7 @@ use kube::{
 };
 use serde_json::{Value, json};
 
-use super::{Context, GlobalArgs, access, parse_duration, resolve};
+use super::{Context, GlobalArgs, access, optional_apis, parse_duration, resolve};
 
 /// Examples of `flotilla enable --help`.
 pub const ENABLE_EXAMPLES: &str = "\
@@ -32,7 +35,9 @@ Examples:
   # Print the FederatedWidget CRD and the FederatedTypeConfig instead of applying them
   flotilla enable widgets.example.com -o yaml
   # Also serve kubefed's alpha API (types.kubefed.k8s.io/v1alpha1 FederatedWidget)
-  flotilla enable widgets.example.com --kubefed-alpha";
+  flotilla enable widgets.example.com --kubefed-alpha
+  # Serve kubefed's alpha API for every enabled type, and Admiralty's ServiceAccountImport
+  flotilla enable --kubefed-alpha --admiralty-imports";
 
 /// Examples of `flotilla disable --help`.
 pub const DISABLE_EXAMPLES: &str = "\
@@ -52,9 +57,12 @@ pub enum OutputFormat {
 #[derive(Debug, Clone, clap::Args)]
 pub struct EnableArgs {
     /// The type: `plural.group` (`deployments.apps`, `widgets.example.com`), a plural, a
-    /// kind or a short name.
-    #[arg(value_name = "TYPE")]
-    pub type_name: String,
+    /// kind or a short name. May be left out with `--kubefed-alpha` or `--admiralty-imports`.
+    #[arg(
+        value_name = "TYPE",
+        required_unless_present_any = ["kubefed_alpha", "admiralty_imports"]
+    )]
+    pub type_name: Option<String>,
     /// Print the Federated CRD and the FederatedTypeConfig instead of applying them.
     #[arg(short = 'o', long = "output", value_enum, value_name = "FORMAT")]
     pub output: Option<OutputFormat>,
@@ -65,11 +73,18 @@ pub struct EnableArgs {
     /// flags).
     #[command(flatten)]
     pub federated: FederatedApi,
-    /// Also serve kubefed's alpha API for the type: the Federated CRD in
-    /// `types.kubefed.k8s.io/v1alpha1` too, reconciled by the same controller (only with the
-    /// default `--federated-group`/`--federated-version`).
+    /// Also serve kubefed's alpha API: the Federated CRD in `types.kubefed.k8s.io/v1alpha1`
+    /// too, reconciled by the same controller — of TYPE (only with the default
+    /// `--federated-group`/`--federated-version`), or without TYPE of every type enabled in
+    /// `types.kubefed.io/v1beta1`. Opt-in: its plurals are v1beta1's too, so address each
+    /// API fully qualified afterwards (`federatedconfigmaps.types.kubefed.io`).
     #[arg(long = "kubefed-alpha")]
     pub kubefed_alpha: bool,
+    /// Also serve Admiralty's `multicluster.admiralty.io/v1alpha1` ServiceAccountImport.
+    /// Opt-in: its plural is Flotilla's import's too, so address each fully qualified
+    /// afterwards (`serviceaccountimports.multicluster.flotilla.io`, or `saimport`).
+    #[arg(long = "admiralty-imports")]
+    pub admiralty_imports: bool,
 }
 
 /// kubefedctl's `--federated-group` / `--federated-version`: the API group and version of
@@ -141,41 +156,48 @@ pub fn crd_schema(crd: &CustomResourceDefinition, version: &str) -> Option<Value
 /// Runs `flotilla enable`.
 pub async fn enable(global: &GlobalArgs, args: EnableArgs, ctx: &Context) -> anyhow::Result<()> {
     let host = access::host(global).await?.client()?;
-    let (crd, ftc, schema) = objects_for(
+    let ns = &global.kubefed_namespace;
+    let typed = match &args.type_name {
+        Some(t) => Some(objects_for(&host, ns, t, &args.federated).await?),
+        None => None,
+    };
+    let optional = optional_apis::wanted(
         &host,
-        &global.kubefed_namespace,
-        &args.type_name,
-        &args.federated,
+        ns,
+        args.kubefed_alpha,
+        args.admiralty_imports,
+        typed.as_ref().map(|(crd, _, _)| crd),
     )
     .await?;
-    let alpha = match (args.kubefed_alpha, flotilla_api::alpha::as_alpha_crd(&crd)) {
-        (false, _) => None,
-        (true, Some(alpha)) => Some(alpha),
-        (true, None) => anyhow::bail!(
-            "--kubefed-alpha serves kubefed's alpha twin of a {TYPES_GROUP}/{} type; {} is not one",
-            flotilla_api::V1BETA1,
-            crd.name_any()
-        ),
-    };
     if args.output == Some(OutputFormat::Yaml) {
-        let mut out = String::new();
-        for c in [Some(&crd), alpha.as_ref()].into_iter().flatten() {
-            out.push_str(&serde_saphyr::to_string(c).context("rendering the CRD")?);
-            out.push_str("---\n");
+        let mut docs = Vec::new();
+        for c in optional.iter().map(|o| &o.crd) {
+            docs.push(serde_saphyr::to_string(c).context("rendering a CRD")?);
         }
-        out.push_str(&serde_saphyr::to_string(&ftc).context("rendering the FederatedTypeConfig")?);
-        ctx.out.write(out);
+        if let Some((crd, ftc, _)) = &typed {
+            docs.push(serde_saphyr::to_string(crd).context("rendering the CRD")?);
+            docs.push(serde_saphyr::to_string(ftc).context("rendering the FederatedTypeConfig")?);
+        }
+        ctx.out.write(docs.join("---\n"));
         return Ok(());
     }
     // The alpha CRD first: the controller looks for it when the FederatedTypeConfig changes.
-    if let Some(alpha) = &alpha {
-        apply_crd(&host, alpha, args.timeout).await?;
+    for o in &optional {
+        apply_crd(&host, &o.crd, args.timeout).await?;
         ctx.out.line(format!(
-            "customresourcedefinition {} applied (kubefed's alpha API)",
-            alpha.name_any()
+            "customresourcedefinition {} applied ({})",
+            o.crd.name_any(),
+            optional_apis::label(o.api)
         ));
     }
-    apply_objects(&host, &crd, &ftc, schema, args.timeout, ctx).await?;
+    if let Some((crd, ftc, schema)) = &typed {
+        apply_objects(&host, crd, ftc, *schema, args.timeout, ctx).await?;
+    }
+    for api in OptionalApi::ALL {
+        if optional.iter().any(|o| o.api == api) {
+            ctx.out.line(optional_apis::note(api));
+        }
+    }
     Ok(())
 }
 
@@ -224,15 +246,7 @@ pub async fn objects_for(
             found.api.qualified_name()
         );
     }
-    let crds: Api<CustomResourceDefinition> = Api::all(host.clone());
-    let schema = if found.api.group.is_empty() {
-        None
-    } else {
-        crds.get_opt(&found.api.qualified_name())
-            .await
-            .context("reading the target's CRD")?
-            .and_then(|crd| crd_schema(&crd, &found.api.version))
-    };
+    let schema = target_schema(host, &found.api).await?;
     let target = TargetType {
         api: found.api.clone(),
         short_names: found.short_names.clone(),
@@ -240,6 +254,20 @@ pub async fn objects_for(
     let has_schema = schema.is_some();
     let (crd, ftc) = enable_objects(&target, schema, kubefed_ns, federated);
     Ok((crd, ftc, has_schema))
+}
+
+/// The template schema of a target type: its CRD's schema of its version, `None` for a
+/// built-in type (or a CRD without one).
+pub async fn target_schema(host: &Client, target: &ApiResource) -> anyhow::Result<Option<Value>> {
+    if target.group.is_empty() {
+        return Ok(None);
+    }
+    let crds: Api<CustomResourceDefinition> = Api::all(host.clone());
+    Ok(crds
+        .get_opt(&target.qualified_name())
+        .await
+        .context("reading the target's CRD")?
+        .and_then(|crd| crd_schema(&crd, &target.version)))
 }
 
 async fn apply_objects(
@@ -435,6 +463,27 @@ mod tests {
             ftc.spec.federated_type.api_version(),
             "x.example.io/v1alpha1"
         );
+    }
+
+    fn parse_enable(args: &[&str]) -> Result<EnableArgs, clap::Error> {
+        use clap::Parser as _;
+        let argv = ["flotilla", "enable"].iter().chain(args);
+        match crate::Cli::try_parse_from(argv)?.command {
+            crate::Command::Enable(args) => Ok(args),
+            other => panic!("parsed as {other:?}"),
+        }
+    }
+
+    #[test]
+    fn the_type_may_be_left_out_only_to_install_an_optional_api() {
+        assert!(parse_enable(&[]).is_err(), "nothing to enable");
+        let alpha = parse_enable(&["--kubefed-alpha"]).expect("parses");
+        assert_eq!(alpha.type_name, None);
+        assert!(alpha.kubefed_alpha && !alpha.admiralty_imports);
+        let admiralty = parse_enable(&["--admiralty-imports"]).expect("parses");
+        assert!(admiralty.admiralty_imports && !admiralty.kubefed_alpha);
+        let typed = parse_enable(&["configmaps", "--kubefed-alpha"]).expect("parses");
+        assert_eq!(typed.type_name.as_deref(), Some("configmaps"));
     }
 
     #[test]

@@ -20,6 +20,7 @@ pub mod federate;
 pub mod join;
 pub mod logging;
 pub mod manager;
+pub mod optional_apis;
 pub mod orphan;
 pub mod output;
 pub mod progress;
@@ -251,6 +252,10 @@ where
 /// Runs a parsed command.
 pub async fn execute(cli: Cli, ctx: Context) -> anyhow::Result<()> {
     let global = cli.global;
+    #[cfg(feature = "dev")]
+    if matches!(cli.command, Command::Bench(_)) {
+        access::own_clusters_only(&global, "bench")?;
+    }
     match cli.command {
         Command::ControllerManager(args) => manager::run(&global, args, &ctx).await,
         Command::Join(args) if args.mode == join::JoinMode::Pull => {
@@ -268,8 +273,10 @@ pub async fn execute(cli: Cli, ctx: Context) -> anyhow::Result<()> {
         Command::Rollout(cmd) => rollout::run(&global, cmd, &ctx).await,
         Command::Agent(args) => pull::agent(&global, args, &ctx).await,
         Command::Uninstall(args) => uninstall::run(&global, args, &ctx).await,
-        Command::Dns(args) => flotilla_dns::run(args).await,
-        Command::ClustersetRoutes(args) => flotilla_dns::routes::run(args).await,
+        Command::Dns(args) => flotilla_dns::run(access::host(&global).await?.client()?, args).await,
+        Command::ClustersetRoutes(args) => {
+            flotilla_dns::routes::run(access::host(&global).await?.client()?, args).await
+        }
         #[cfg(feature = "dev")]
         Command::Dev(cmd) => dev::run(&global, cmd, &ctx).await,
         #[cfg(feature = "dev")]

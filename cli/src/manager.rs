@@ -101,7 +101,8 @@ pub struct ControllerManagerArgs {
     /// The MutatingWebhookConfiguration whose CA bundle the controller-manager keeps.
     #[arg(long, default_value = webhook::DEFAULT_CONFIGURATION, value_name = "NAME")]
     pub webhook_configuration: String,
-    /// Lifetime of the webhook's CA; it is rolled over at 2/3 of it.
+    /// Lifetime of the webhook's CA; it is rolled over at 2/3 of it. At least six times
+    /// `--webhook-rotation-overlap` (its last third must hold two overlaps).
     #[arg(long, value_parser = parse_duration, default_value = "8760h", value_name = "DURATION")]
     pub webhook_ca_lifetime: Duration,
     /// Lifetime of the webhook's serving certificate; it is renewed at 2/3 of it.
@@ -117,6 +118,25 @@ pub struct ControllerManagerArgs {
     /// grant `config/sharded/`'s Role).
     #[arg(long)]
     pub shard_member_work: bool,
+}
+
+impl ControllerManagerArgs {
+    /// The webhook's certificate rotation as the flags set it ([`webhook::rotation::Policy::check`]
+    /// says whether it can rotate without a gap).
+    pub fn rotation_policy(&self) -> webhook::rotation::Policy {
+        webhook::rotation::Policy::from_flags(
+            self.webhook_ca_lifetime,
+            self.webhook_cert_lifetime,
+            self.webhook_rotation_overlap,
+        )
+    }
+
+    /// Refuses flags that cannot work, before anything listens or asks the host.
+    fn refuse_bad_flags(&self) -> anyhow::Result<()> {
+        self.rotation_policy()
+            .check()
+            .map_err(|reason| anyhow::anyhow!("--webhook-* flags: {reason}"))
+    }
 }
 
 /// Joins the replicas' member work when `--shard-member-work` is given (on every replica).
@@ -209,6 +229,7 @@ pub async fn run(
     args: ControllerManagerArgs,
     ctx: &Context,
 ) -> anyhow::Result<()> {
+    args.refuse_bad_flags()?;
     let namespace = global.kubefed_namespace.clone();
     let options = Options {
         namespace: namespace.clone(),
@@ -307,12 +328,7 @@ async fn start_webhook(
         configuration: args.webhook_configuration.clone(),
         cert_secret: webhook::DEFAULT_CERT_SECRET.into(),
         namespace: namespace.into(),
-        rotation: webhook::rotation::Policy {
-            ca_lifetime: args.webhook_ca_lifetime,
-            cert_lifetime: args.webhook_cert_lifetime,
-            overlap: args.webhook_rotation_overlap,
-            check_every: (args.webhook_rotation_overlap / 5).min(Duration::from_secs(60)),
-        },
+        rotation: args.rotation_policy(),
     };
     let (_, task) = webhook::start(host.clone(), &options)
         .await

@@ -22,6 +22,7 @@ pub mod metrics;
 pub mod multicluster;
 #[cfg(test)]
 mod parser_props;
+pub mod policy;
 pub mod preview;
 pub mod profiles;
 pub mod pull_join;

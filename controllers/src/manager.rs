@@ -29,6 +29,7 @@ pub struct ControlPlane {
     sa_import: tokio::task::JoinHandle<()>,
     profiles: tokio::task::JoinHandle<()>,
     mcs: tokio::task::JoinHandle<()>,
+    policy: tokio::task::JoinHandle<()>,
 }
 
 /// Where the control plane keeps its objects.
@@ -102,6 +103,11 @@ impl ControlPlane {
             registry.config(),
             metrics.clone(),
         ));
+        let policy = tokio::spawn(crate::policy::run(
+            host.clone(),
+            namespace.to_string(),
+            clusters.clone(),
+        ));
         let shared = SyncShared::new(
             host,
             clusters.clone(),
@@ -122,6 +128,7 @@ impl ControlPlane {
             sa_import,
             profiles,
             mcs,
+            policy,
         }
     }
 
@@ -133,6 +140,7 @@ impl ControlPlane {
         self.sa_import.abort();
         self.profiles.abort();
         self.mcs.abort();
+        self.policy.abort();
         if let Some(r) = self.registry.take() {
             r.shutdown().await;
         }
@@ -147,5 +155,6 @@ impl Drop for ControlPlane {
         self.sa_import.abort();
         self.profiles.abort();
         self.mcs.abort();
+        self.policy.abort();
     }
 }

@@ -96,6 +96,8 @@ impl Metrics {
         let sync = SyncMetrics::register(&mut registry);
         let imports = ImportMetrics::register(&mut registry);
         let profiles = ProfileMetrics::register(&mut registry);
+        // The member watches' own family (every watch of the process shares it).
+        flotilla_multicluster::member_watch::register_metrics(&mut registry);
         Metrics {
             registry: Mutex::new(registry),
             clusters,

@@ -234,8 +234,13 @@ pub async fn missing_permissions(
     Ok(missing)
 }
 
-/// The problem of a failed request to the host.
+/// The problem of a failed request to the host. A local credential error (a token no
+/// header can carry, a token file that cannot be read, a failed exec plugin) is a
+/// credentials problem whatever its text says: the host was never asked.
 pub fn request_problem(error: &kube::Error) -> Problem {
+    if flotilla_multicluster::credentials::is_credential_error(error) {
+        return Problem::Credentials(chain(error));
+    }
     let status = match error {
         kube::Error::Api(status) => Some(status.code),
         _ => None,
@@ -287,6 +292,20 @@ mod tests {
     fn a_refused_connection_is_unreachable() {
         let p = classify_request_error(None, "client error (Connect): Connection refused");
         assert_eq!(p.reason(), "HostUnreachable");
+    }
+
+    #[test]
+    fn a_token_no_header_can_carry_is_a_credentials_problem_not_an_unreachable_host() {
+        // What kube reports for a token file ending in a newline, on every request.
+        let header = http::HeaderValue::try_from("Bearer t\n").expect_err("no header value");
+        let auth = kube::client::AuthError::InvalidBearerToken(header);
+        let error = kube::Error::Service(Box::new(auth));
+        let p = request_problem(&error);
+        assert_eq!(p.reason(), "CredentialsUnavailable", "{p}");
+        assert!(p.to_string().contains("invalid bearer token"), "{p}");
+        let refused = std::io::Error::from(std::io::ErrorKind::ConnectionRefused);
+        let p = request_problem(&kube::Error::Service(Box::new(refused)));
+        assert_eq!(p.reason(), "HostUnreachable", "{p}");
     }
 
     #[test]

@@ -28,6 +28,9 @@ pub mod overrides;
 #[cfg(test)]
 mod parser_props;
 pub mod placement;
+pub mod policy_materialize;
+pub mod policy_override;
+pub mod policy_select;
 pub mod redact;
 pub mod rollout;
 pub mod schedule;

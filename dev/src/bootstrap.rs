@@ -12,7 +12,9 @@ use std::{sync::Arc, time::Duration};
 
 use flotilla_api::{
     DEFAULT_NAMESPACE, FederatedTypeConfig, KUBEFED_CONFIG_NAME, KubeFedConfig, KubeFedConfigSpec,
-    core::StatusCollectionMode, crdgen, workload::WorkloadKind,
+    core::StatusCollectionMode,
+    crdgen::{self, OptionalApi},
+    workload::WorkloadKind,
 };
 use flotilla_localenv::{Cluster, LocalEnv};
 use k8s_openapi::api::core::v1::Namespace;
@@ -134,9 +136,14 @@ pub struct Bootstrap {
     /// and `status.aggregated` (default `false`, kubefed's default; `dev up` turns it on).
     pub collect_workload_status: bool,
     /// Also install kubefed's alpha `types.kubefed.k8s.io/v1alpha1` CRDs of the default
-    /// types, so alpha manifests are served and reconciled (default `false`: each served
-    /// alpha type runs a second sync controller; `config/` installs them).
+    /// types, so alpha manifests are served and reconciled (default `false`, as `config/`:
+    /// their plurals are v1beta1's too, and each served alpha type runs a second sync
+    /// controller; [`OptionalApi::KubefedAlpha`]).
     pub kubefed_alpha: bool,
+    /// Also install Admiralty's `multicluster.admiralty.io` ServiceAccountImport CRD
+    /// (default `false`, as `config/`: its plural is Flotilla's import's too;
+    /// [`OptionalApi::Admiralty`]).
+    pub admiralty_imports: bool,
     /// Join members with their static admin token instead of a ServiceAccount token
     /// ([`JoinOptions::token`]; default `false`): for members started without a
     /// kube-controller-manager, which issue no ServiceAccount token.
@@ -166,18 +173,27 @@ impl Bootstrap {
             ready_timeout: Duration::from_secs(60),
             collect_workload_status: false,
             kubefed_alpha: false,
+            admiralty_imports: false,
             member_admin_credentials: false,
         }
     }
 
-    /// The CRDs installed: every generated one, kubefed's alpha ones only when asked for.
-    pub fn crds(&self) -> Vec<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition>{
-        crdgen::all_crds()
+    /// The optional APIs asked for ([`Self::kubefed_alpha`], [`Self::admiralty_imports`]).
+    pub fn optional_apis(&self) -> Vec<OptionalApi> {
+        OptionalApi::ALL
             .into_iter()
-            .filter(|c| {
-                self.kubefed_alpha || c.spec.group != flotilla_api::alpha::ALPHA_TYPES_GROUP
+            .filter(|api| match api {
+                OptionalApi::KubefedAlpha => self.kubefed_alpha,
+                OptionalApi::Admiralty => self.admiralty_imports,
             })
             .collect()
+    }
+
+    /// The CRDs installed: those `config/` installs, and those of the optional APIs asked for.
+    pub fn crds(&self) -> Vec<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition>{
+        let mut crds = crdgen::default_crds();
+        crds.extend(self.optional_apis().into_iter().flat_map(OptionalApi::crds));
+        crds
     }
 
     /// Installs the host side, then joins every member of `env`, reporting each step.

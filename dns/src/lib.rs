@@ -61,9 +61,9 @@ impl Dns {
     }
 }
 
-/// Runs `flotilla dns` with the in-cluster (or kubeconfig) client until it fails.
-pub async fn run(args: Args) -> anyhow::Result<()> {
-    let client = kube::Client::try_default().await?;
+/// Runs `flotilla dns` with `client` (the CLI builds it from the global `--kubeconfig` and
+/// `--context`, else `$KUBECONFIG`, else the in-cluster configuration) until it fails.
+pub async fn run(client: kube::Client, args: Args) -> anyhow::Result<()> {
     let dns = Dns::start(client, args.listen, args.ttl).await?;
     info!(addr = %dns.addr, ttl = args.ttl, "answering for clusterset.local");
     dns.wait().await

@@ -42,6 +42,22 @@ pub enum Error {
     /// The cluster is not registered or not Ready, so nothing can be sent to it.
     #[error("cluster {0} is not Ready")]
     ClusterNotReady(String),
+    /// A bearer token is empty or not printable ASCII once its surrounding whitespace is
+    /// trimmed (the token itself is never shown).
+    #[error("the bearer token {origin} is not usable (empty or not printable ASCII once trimmed)")]
+    InvalidToken {
+        /// Where it was read: a file, or the kubeconfig's inline token.
+        origin: String,
+    },
+    /// A token file cannot be read.
+    #[error("the token file {} cannot be read", path.display())]
+    TokenFile {
+        /// The file.
+        path: std::path::PathBuf,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
 }
 
 impl Error {
@@ -54,6 +70,8 @@ impl Error {
             Error::Client(_) => "client",
             Error::Owner(_) => "owner",
             Error::ClusterNotReady(_) => "cluster_not_ready",
+            Error::InvalidToken { .. } => "invalid_token",
+            Error::TokenFile { .. } => "token_file",
         }
     }
 }

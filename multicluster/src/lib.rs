@@ -50,6 +50,7 @@
 
 pub mod cluster_set;
 pub mod controller;
+pub mod credentials;
 mod error;
 pub mod events;
 pub mod gate;

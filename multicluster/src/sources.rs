@@ -4,7 +4,7 @@
 //! row), so a disconnected cluster stops its watches and a returning one starts them
 //! again. For clusters from Flotilla's registry, see [`crate::kubefed::KubeFedSource`].
 
-use crate::{ClusterSet, Error, provider::health};
+use crate::{ClusterSet, Error, kubefed::client::ClientError, provider::health};
 use kube::{
     Client, Config,
     config::{KubeConfigOptions, Kubeconfig},
@@ -80,9 +80,13 @@ impl StaticClusters {
 }
 
 fn client_from(config: Config, cluster: &str) -> Result<Client, Error> {
-    Client::try_from(config).map_err(|source| Error::Kube {
-        action: "building the client",
-        cluster: cluster.to_owned(),
-        source,
+    // Bearer tokens trimmed as client-go trims them (see `credentials`).
+    crate::credentials::client(config).map_err(|error| match error {
+        Error::Client(ClientError::ClientBuild { source }) => Error::Kube {
+            action: "building the client",
+            cluster: cluster.to_owned(),
+            source,
+        },
+        other => other,
     })
 }

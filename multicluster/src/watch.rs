@@ -9,7 +9,7 @@
 
 use std::{fmt::Debug, hash::Hash, ops::ControlFlow, sync::Arc, time::Duration};
 
-use futures::StreamExt;
+use futures::{StreamExt, future::BoxFuture};
 use kube::{
     Api, Resource,
     runtime::{WatchStreamExt, reflector, watcher},
@@ -85,7 +85,7 @@ impl WatchParams {
         }
     }
 
-    fn log_failure(&self, error: &watcher::Error) {
+    fn log_failure(&self, resource: &str, error: &watcher::Error) {
         let cluster = self.cluster.as_deref();
         let what = self.what;
         // An expired resource version is the normal end of a watch: the watcher relists.
@@ -95,12 +95,35 @@ impl WatchParams {
         };
         match level {
             FailureLog::Debug => {
-                debug!(cluster, error = %error, "{what} watch failed; retrying with backoff")
+                debug!(cluster, resource, error = %error, "{what} watch failed; retrying with backoff")
             }
             FailureLog::Warn => {
-                warn!(cluster, error = %error, "{what} watch failed; retrying with backoff")
+                warn!(cluster, resource, error = %error, "{what} watch failed; retrying with backoff")
             }
         }
+    }
+}
+
+/// What a watch does after a failed attempt, as its caller says (see
+/// [`watch_into_reporting`]).
+pub enum Retry {
+    /// Logged as the watch's [`WatchParams`] say, and retried after [`retry_pause`].
+    AsUsual,
+    /// The caller has reported the failure itself: retried once this completes (e.g. once
+    /// discovery lists a kind the cluster did not serve).
+    After(BoxFuture<'static, ()>),
+}
+
+/// The resource a watch URL is about, as kubectl names it: `plural.group`, or `plural`
+/// for the core group (`/apis/multicluster.x-k8s.io/v1alpha1/serviceimports` →
+/// `serviceimports.multicluster.x-k8s.io`, `/api/v1/namespaces/a/configmaps` →
+/// `configmaps`). Every watch log line carries it.
+pub fn resource_name(url: &str) -> String {
+    let parts: Vec<&str> = url.trim_matches('/').split('/').collect();
+    let plural = parts.last().copied().unwrap_or_default();
+    match parts.as_slice() {
+        ["apis", group, ..] => format!("{plural}.{group}"),
+        _ => plural.to_owned(),
     }
 }
 
@@ -120,21 +143,24 @@ pub async fn watch_into<K>(
     K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
     K::DynamicType: Eq + Hash + Clone + Send + Sync,
 {
-    watch_into_reporting(api, writer, params, shrink, on_change, |_| {}).await
+    watch_into_reporting(api, writer, params, shrink, on_change, |_| Retry::AsUsual).await
 }
 
-/// [`watch_into`], also passing every failure to `on_failure` (after logging it).
+/// [`watch_into`], passing every failure to `on_failure`, which says how it is retried:
+/// [`Retry::AsUsual`] logs it and pauses as [`watch_into`] does; [`Retry::After`] leaves
+/// the report to the caller and waits for its future.
 pub async fn watch_into_reporting<K>(
     api: Api<K>,
     writer: reflector::store::Writer<K>,
     params: WatchParams,
     shrink: fn(&mut K),
     mut on_change: impl FnMut(Change<'_, K>) -> ControlFlow<()>,
-    mut on_failure: impl FnMut(&watcher::Error),
+    mut on_failure: impl FnMut(&watcher::Error) -> Retry,
 ) where
     K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
     K::DynamicType: Eq + Hash + Clone + Send + Sync,
 {
+    let resource = resource_name(api.resource_url());
     let events = watcher(api, params.config())
         .default_backoff()
         .modify(move |o| {
@@ -158,10 +184,14 @@ pub async fn watch_into_reporting<K>(
             }
             Ok(watcher::Event::Init) => ControlFlow::Continue(()),
             Err(error) => {
-                params.log_failure(&error);
-                on_failure(&error);
                 failures = failures.saturating_add(1);
-                tokio::time::sleep(retry_pause(failures)).await;
+                match on_failure(&error) {
+                    Retry::AsUsual => {
+                        params.log_failure(&resource, &error);
+                        tokio::time::sleep(retry_pause(failures)).await;
+                    }
+                    Retry::After(wait) => wait.await,
+                }
                 ControlFlow::Continue(())
             }
         };
@@ -189,6 +219,21 @@ pub fn is_expected_relist(error: &watcher::Error) -> bool {
         | watcher::Error::WatchFailed(kube::Error::Api(status)) => gone(status),
         _ => false,
     }
+}
+
+/// The API server's message when a watcher error is its `404 Not Found` for the list or
+/// watch of a whole resource: the cluster does not serve the kind (its CRD is not
+/// installed, or the group/version is off). Retrying soon cannot help; only a discovery
+/// change can. `None` for every other error.
+pub fn not_served(error: &watcher::Error) -> Option<&str> {
+    let status = match error {
+        watcher::Error::InitialListFailed(kube::Error::Api(status))
+        | watcher::Error::WatchStartFailed(kube::Error::Api(status))
+        | watcher::Error::WatchFailed(kube::Error::Api(status))
+        | watcher::Error::WatchError(status) => status,
+        _ => return None,
+    };
+    (status.code == 404).then_some(status.message.as_str())
 }
 
 /// Extra pause after the `failures`-th failed attempt in a row. kube's backoff restarts at
@@ -317,6 +362,39 @@ mod tests {
         // Some API servers send the message with another code.
         let by_message = status(500, "", "too old resource version: 7 (9)");
         assert!(is_expected_relist(&watcher::Error::WatchError(by_message)));
+    }
+
+    #[test]
+    fn a_404_is_a_kind_not_served_and_nothing_else_is() {
+        // What kube makes of the API server's plain-text "404 page not found".
+        let not_found = status(404, "Failed to parse error data", "404 page not found");
+        let list = watcher::Error::InitialListFailed(kube::Error::Api(not_found.clone()));
+        assert_eq!(not_served(&list), Some("404 page not found"));
+        assert!(not_served(&watcher::Error::WatchError(not_found)).is_some());
+        let forbidden = status(403, "Forbidden", "forbidden");
+        let list = watcher::Error::InitialListFailed(kube::Error::Api(forbidden));
+        assert_eq!(not_served(&list), None);
+        let gone = status(410, "Expired", "too old resource version: 1 (4075)");
+        assert_eq!(not_served(&watcher::Error::WatchError(gone)), None);
+    }
+
+    #[test]
+    fn a_watch_url_names_its_resource_like_kubectl() {
+        let cases = [
+            (
+                "/apis/multicluster.x-k8s.io/v1alpha1/serviceimports",
+                "serviceimports.multicluster.x-k8s.io",
+            ),
+            (
+                "/apis/apps/v1/namespaces/demo/deployments",
+                "deployments.apps",
+            ),
+            ("/api/v1/namespaces/a/configmaps", "configmaps"),
+            ("/api/v1/namespaces", "namespaces"),
+        ];
+        for (url, name) in cases {
+            assert_eq!(resource_name(url), name, "{url}");
+        }
     }
 
     #[test]

@@ -160,6 +160,18 @@ pub async fn federation_with_pods(members: usize) -> anyhow::Result<Federation> 
     federate(env, boot).await
 }
 
+/// Like [`federation_with_pods`], with a host that holds plain workload manifests as
+/// templates for policies: its kube-controller-manager runs no workload controller, so a
+/// Deployment applied to it starts no pod there (`EnvOptions::host_workload_controllers`).
+pub async fn federation_for_templates(members: usize) -> anyhow::Result<Federation> {
+    let mut boot = bootstrap();
+    boot.collect_workload_status = true;
+    let mut options = EnvOptions::with_members(members).with_pods();
+    options.host_workload_controllers = false;
+    let env = seeded_env(options, &boot).await;
+    federate(env, boot).await
+}
+
 /// Installs the host side, joins the members (all at once: each join writes to its own
 /// member and its own objects in the host) and starts the control plane.
 async fn federate(env: LocalEnv, boot: Bootstrap) -> anyhow::Result<Federation> {

@@ -7,7 +7,9 @@
 //! The controller-manager so started propagates to two push members and, with the pull
 //! agent started from the same image under `config/agent/`, to a Pull member. Bad
 //! credentials — no token, an unreadable one, a wrong CA, a ServiceAccount without the RBAC
-//! of `config/` — each keep the process up with the reason on `/readyz` and in its log.
+//! of `config/` — each keep the process up with the reason on `/readyz` and in its log; a
+//! token file ending in a newline is trimmed as client-go trims it (the manager is ready).
+//! `scripts/image.sh` builds into its own target directory, leaving `target/release/` alone.
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -367,6 +369,10 @@ async fn bad_credentials_keep_the_manager_up_with_the_reason_on_readyz() -> anyh
         DEFAULT_NAMESPACE,
     )?;
     let no_rbac = service_account(&host, env.host(), "flotilla-without-rbac", dir).await?;
+    // A hand-written or mounted token often ends in a newline; no HTTP header may carry one.
+    let newline = dir.join("newline-token");
+    service_account_files(&newline, Some(&format!("{token}\n")), ca, DEFAULT_NAMESPACE)?;
+    let trimmed = start_manager(&image, &env, "newline-token", &newline)?;
 
     let cases = [
         BadStart {
@@ -422,6 +428,18 @@ async fn bad_credentials_keep_the_manager_up_with_the_reason_on_readyz() -> anyh
             let (_, body) = pod.readyz().await?;
             eprintln!("{}: /readyz {body}", case.name);
         }
+        wait_for(T, "newline-token: ready with its token trimmed", || async {
+            trimmed.running()?;
+            let (code, body) = trimmed.readyz().await?;
+            ensure!(code == 200, "{code} {body}");
+            Ok(())
+        })
+        .await?;
+        ensure!(
+            !trimmed.log().contains("HostUnreachable"),
+            "a local token reported as an unreachable host:\n{}",
+            trimmed.log()
+        );
         // Still up after a few retries, and the mounted token is picked up once there.
         std::fs::write(no_token.join("token"), &token)?;
         let pod = &pods[0];
@@ -442,6 +460,89 @@ async fn bad_credentials_keep_the_manager_up_with_the_reason_on_readyz() -> anyh
         for (case, pod) in cases.iter().zip(&pods) {
             eprintln!("{} log:\n{}", case.name, pod.log());
         }
+        eprintln!("newline-token log:\n{}", trimmed.log());
     }
     result
+}
+
+/// A `cargo` for [`image_sh_builds_into_its_own_target_directory`]: records its arguments
+/// and puts the tests' binary where the build it was asked for would put `flotilla`
+/// (`--target-dir`, else `$CARGO_TARGET_DIR`, else `./target`), as cargo does. A real
+/// release build takes many minutes on these machines; what is checked is where the
+/// script builds and what it packages, and the rest of the script runs for real.
+const RECORDING_CARGO: &str = r#"#!/usr/bin/env bash
+printf '%s\n' "$@" >"$CARGO_ARGS_LOG"
+dir="${CARGO_TARGET_DIR:-$PWD/target}"
+while [ $# -gt 0 ]; do
+  case "$1" in --target-dir) dir="$2"; shift 2 ;; *) shift ;; esac
+done
+mkdir -p "$dir/release" && cp "$BUILT_FLOTILLA" "$dir/release/flotilla"
+"#;
+
+/// `scripts/image.sh` without `--binary` builds the image's `--no-default-features` binary
+/// into its own target directory: the full `target/release/flotilla` (with `dev` and
+/// `bench`, which the README's `flotilla dev up` and the benchmarks run) is left as it
+/// was. Runs the script from a scratch copy of the repository's root (the script and the
+/// version line of `Cargo.toml`), so the repository's own `target/` is never touched.
+#[test]
+fn image_sh_builds_into_its_own_target_directory() -> anyhow::Result<()> {
+    let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let root = std::env::temp_dir().join(format!("flotilla-image-sh-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&root);
+    std::fs::create_dir_all(root.join("scripts"))?;
+    std::fs::create_dir_all(root.join("target/release"))?;
+    std::fs::create_dir_all(root.join("bin"))?;
+    std::fs::copy(repo.join("scripts/image.sh"), root.join("scripts/image.sh"))?;
+    std::fs::write(
+        root.join("Cargo.toml"),
+        "[workspace.package]\nversion = \"0.1.0\"\n",
+    )?;
+    let full = root.join("target/release/flotilla");
+    std::fs::write(&full, "the full build, with dev and bench\n")?;
+    std::fs::set_permissions(&full, std::os::unix::fs::PermissionsExt::from_mode(0o755))?;
+    let cargo = root.join("bin/cargo");
+    std::fs::write(&cargo, RECORDING_CARGO)?;
+    std::fs::set_permissions(&cargo, std::os::unix::fs::PermissionsExt::from_mode(0o755))?;
+    let path = format!(
+        "{}:{}",
+        root.join("bin").display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let args_log = root.join("cargo-args");
+    let out = std::process::Command::new("bash")
+        .arg(root.join("scripts/image.sh"))
+        .arg("--output")
+        .arg(root.join("out"))
+        .env("PATH", path)
+        .env("CARGO_ARGS_LOG", &args_log)
+        .env("BUILT_FLOTILLA", flotilla_tests::flotilla_binary()?)
+        .env_remove("CARGO_TARGET_DIR")
+        .output()
+        .context("running scripts/image.sh")?;
+    let printed = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    ensure!(out.status.success(), "image.sh failed:\n{printed}");
+    ensure!(printed.contains("digest:   sha256:"), "{printed}");
+    ensure!(
+        std::fs::read(&full)? == b"the full build, with dev and bench\n",
+        "image.sh replaced target/release/flotilla:\n{printed}"
+    );
+    let args = std::fs::read_to_string(&args_log)?;
+    for wanted in [
+        "build",
+        "--release",
+        "--no-default-features",
+        "--target-dir",
+    ] {
+        ensure!(args.lines().any(|a| a == wanted), "cargo {args}");
+    }
+    ensure!(
+        root.join("target/image-build/release/flotilla").exists(),
+        "the image's binary is not in target/image-build: {printed}"
+    );
+    std::fs::remove_dir_all(&root)?;
+    Ok(())
 }

@@ -4,6 +4,10 @@
 //! reason; waiting for the caches does not stall on it; the other clusters are reconciled
 //! and their indexes (by label, by owner) answer. Healed, the cluster syncs, and the
 //! indexes — kept for every cluster, including those that come later — cover it too.
+//!
+//! A cluster that does not serve a watched kind (its CRD not installed) is said once — one
+//! WARN line naming the cluster and the resource, a gauge, `MemberWatch::unserved` — not
+//! every few seconds, and the watch starts once the CRD is installed.
 
 mod library_support;
 
@@ -168,5 +172,151 @@ async fn healed_and_reindexed(
         }
     })
     .await?;
+    Ok(())
+}
+
+/// Every line the test's tasks log (the test runs on one thread, so a thread-local
+/// subscriber sees the watch tasks too).
+#[derive(Clone, Default)]
+struct Logs(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl Logs {
+    fn lines(&self, wanted: impl Fn(&str) -> bool) -> Vec<String> {
+        let bytes = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        String::from_utf8_lossy(&bytes)
+            .lines()
+            .filter(|l| wanted(l))
+            .map(str::to_owned)
+            .collect()
+    }
+}
+
+impl std::io::Write for Logs {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for Logs {
+    type Writer = Logs;
+    fn make_writer(&'a self) -> Logs {
+        self.clone()
+    }
+}
+
+/// The gauge of unserved kinds for the cluster `host` and widgets, as `/metrics` shows it.
+fn unserved_gauge(registry: &prometheus_client::registry::Registry) -> String {
+    let mut text = String::new();
+    let _ = prometheus_client::encoding::text::encode(&mut text, registry);
+    let series = "member_watch_unserved_kinds{cluster=\"host\",resource=\"widgets.example.com\"}";
+    text.lines()
+        .find(|l| l.starts_with(series))
+        .map(|l| l[series.len()..].trim().to_owned())
+        .unwrap_or_default()
+}
+
+#[tokio::test]
+async fn a_cluster_without_the_kinds_crd_is_reported_once_and_watched_once_it_serves_it()
+-> anyhow::Result<()> {
+    use flotilla_multicluster::{MemberEvent, MemberWatch};
+    use kube::api::{Api, DynamicObject, Patch, PatchParams};
+
+    let logs = Logs::default();
+    let subscriber = tracing_subscriber::fmt()
+        .with_env_filter("info")
+        .with_ansi(false)
+        .with_writer(logs.clone())
+        .finish();
+    let _logging = tracing::subscriber::set_default(subscriber);
+    let mut registry = prometheus_client::registry::Registry::default();
+    flotilla_multicluster::member_watch::register_metrics(&mut registry);
+
+    let kit = TestClusters::start(1).await?;
+    let set = ClusterSet::new();
+    let _provider =
+        set.start_provider(KubeconfigProvider::file(kit.kubeconfig_path()).contexts(["host"]));
+    let widgets = flotilla_tests::objects::widget_resource();
+    let (events, mut received) = tokio::sync::mpsc::unbounded_channel();
+    let options = WatchOptions::all().unserved_recheck(Duration::from_secs(2));
+    let watch = MemberWatch::<DynamicObject>::start_with_events(
+        set.clone(),
+        widgets.clone(),
+        options,
+        events,
+    );
+    wait_ready(&set, "host").await?;
+    wait_until(TIMEOUT, "host reported as not serving widgets", || async {
+        match watch.unserved().as_slice() {
+            [one] if one == "host" => Ok(()),
+            other => Err(format!("unserved: {other:?}")),
+        }
+    })
+    .await?;
+    // Long enough for several retries at the old pace (1, 2, 4, 8 s, then every 10 s).
+    tokio::time::sleep(Duration::from_secs(16)).await;
+    let warned = logs.lines(|l| l.contains("WARN") && l.contains("host"));
+    ensure!(
+        warned.len() == 1 && warned[0].contains("resource=widgets.example.com"),
+        "one WARN line naming the resource, not {}:\n{}",
+        warned.len(),
+        warned.join("\n")
+    );
+    ensure!(
+        unserved_gauge(&registry) == "1",
+        "gauge: {:?}",
+        unserved_gauge(&registry)
+    );
+    eprintln!("the one line: {}", warned[0]);
+
+    let host = kit.client("host").await?;
+    let crd = flotilla_tests::objects::widget_crd(&[])?;
+    flotilla_controllers::install::install_crds(&host, &[crd], "library-test", TIMEOUT).await?;
+    let widget = serde_json::json!({
+        "apiVersion": "example.com/v1", "kind": "Widget",
+        "metadata": {"name": "w1", "namespace": "default"}, "spec": {"size": 1}
+    });
+    Api::<DynamicObject>::namespaced_with(host, "default", &widgets)
+        .patch(
+            "w1",
+            &PatchParams::apply("library-test"),
+            &Patch::Apply(widget),
+        )
+        .await?;
+    let seen = tokio::time::timeout(TIMEOUT, async {
+        while let Some(event) = received.recv().await {
+            if matches!(&event, MemberEvent::Object { name, .. } if name == "w1") {
+                return true;
+            }
+        }
+        false
+    })
+    .await;
+    ensure!(
+        matches!(seen, Ok(true)) && watch.get("host", Some("default"), "w1").is_some(),
+        "the widget was not seen by the watch; unserved: {:?}",
+        watch.unserved()
+    );
+    ensure!(watch.unserved().is_empty(), "{:?}", watch.unserved());
+    ensure!(
+        unserved_gauge(&registry) == "0",
+        "gauge: {:?}",
+        unserved_gauge(&registry)
+    );
+    let served = logs.lines(|l| l.contains("INFO") && l.contains("serves this kind now"));
+    ensure!(served.len() == 1, "{}", served.join("\n"));
+    eprintln!("once served: {}", served[0]);
+    // Every line about the watch names what it watches (no `kind=()`).
+    for line in logs.lines(|l| l.contains("member watch")) {
+        ensure!(line.contains("resource=widgets.example.com"), "{line}");
+    }
+    drop(watch);
+    kit.shutdown().await?;
     Ok(())
 }

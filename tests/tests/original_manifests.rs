@@ -79,10 +79,12 @@ spec:
           value: 5
 "#;
 
-/// Host + two members joined as `cluster1` and `cluster2`, kubefed's alpha CRDs installed.
+/// Host + two members joined as `cluster1` and `cluster2`, kubefed's alpha CRDs and
+/// Admiralty's ServiceAccountImport CRD installed (both opt-in).
 async fn federation() -> anyhow::Result<Federation> {
     let mut boot = bootstrap();
     boot.kubefed_alpha = true;
+    boot.admiralty_imports = true;
     let env = seeded_env(EnvOptions::with_members(2), &boot).await;
     let host = env.host().client().await?;
     install_host(&env, &boot, &host).await?;

@@ -1,5 +1,5 @@
 //! The cluster registry on real clusters: members joined the way `kubefedctl join` does
-//! become Ready with their version, a stopped member goes Offline without disturbing the
+//! become Ready with their version (one whose token Secret ends in a newline too), a stopped member goes Offline without disturbing the
 //! others, broken credentials and configurations are reported precisely and recover when
 //! fixed, and multi-cluster watches follow member readiness.
 
@@ -275,9 +275,20 @@ async fn join(
     member: &Cluster,
     labels: BTreeMap<String, String>,
 ) -> anyhow::Result<String> {
+    join_with_token_suffix(host, member, labels, "").await
+}
+
+/// [`join`], the Secret's token followed by `suffix` (a hand-written Secret often ends in
+/// a newline).
+async fn join_with_token_suffix(
+    host: &Client,
+    member: &Cluster,
+    labels: BTreeMap<String, String>,
+    suffix: &str,
+) -> anyhow::Result<String> {
     let token = member_service_account_token(member).await?;
     let secret = format!("{}-secret", member.name());
-    put_token_secret(host, &secret, &token).await?;
+    put_token_secret(host, &secret, &format!("{token}{suffix}")).await?;
     create_cluster(
         host,
         member.name(),
@@ -347,13 +358,11 @@ async fn joined_members_become_ready_with_their_kubernetes_version_and_labels() 
 {
     let env = env(2).await;
     let plane = start_plane(&env).await?;
-    for member in env.members() {
-        join(
-            &plane.host,
-            member,
-            string_map(&[("region", member.name())]),
-        )
-        .await?;
+    for (i, member) in env.members().iter().enumerate() {
+        // member2's Secret ends in a newline, which the token must lose (as client-go's).
+        let suffix = if i == 1 { "\n" } else { "" };
+        let labels = string_map(&[("region", member.name())]);
+        join_with_token_suffix(&plane.host, member, labels, suffix).await?;
     }
 
     for member in env.members() {

@@ -34,14 +34,33 @@ impl Default for Policy {
 }
 
 impl Policy {
+    /// The policy the controller-manager's flags give: each replica looks every fifth of
+    /// the overlap, at most every minute.
+    pub fn from_flags(ca_lifetime: Duration, cert_lifetime: Duration, overlap: Duration) -> Self {
+        Self {
+            ca_lifetime,
+            cert_lifetime,
+            overlap,
+            check_every: (overlap / 5).min(Duration::from_secs(60)),
+        }
+    }
+
     /// The reason this policy cannot rotate without a window in which admission fails.
+    ///
+    /// The one rule (docs/serviceaccountimport.md, "Certificate rotation", states it in
+    /// the same words): the overlap must be at least three check intervals, and the CA's
+    /// last third must hold two overlaps (the CA lifetime at least six overlaps). The old
+    /// CA's certificate is served until every replica has looked after the switch: a look
+    /// to stage the next CA, one overlap, a look to switch, a look to reload — at most one
+    /// overlap and three looks after the CA's 2/3 point, which two overlaps of at least
+    /// three looks each hold.
     pub fn check(&self) -> Result<(), String> {
         if self.check_every.is_zero() || self.cert_lifetime.is_zero() {
             return Err("the certificate lifetime and the check interval must be positive".into());
         }
-        if self.overlap <= self.check_every {
+        if self.overlap < self.check_every * 3 {
             return Err(format!(
-                "the overlap ({:?}) must be longer than the check interval ({:?}): every replica must have looked before the next step",
+                "the overlap ({:?}) must be at least three check intervals ({:?}): staging, switching and reloading each wait for a replica's look",
                 self.overlap, self.check_every
             ));
         }
@@ -52,11 +71,12 @@ impl Policy {
                 self.cert_lifetime, self.check_every
             ));
         }
-        // The CA's last third must hold its whole rollover (two overlaps and a check each).
-        if self.ca_lifetime / 3 <= (self.overlap + self.check_every) * 2 {
+        if self.ca_lifetime < self.overlap * 6 {
             return Err(format!(
-                "the CA lifetime ({:?}) must exceed six times the overlap plus the check interval ({:?}, {:?})",
-                self.ca_lifetime, self.overlap, self.check_every
+                "the CA lifetime ({:?}) must be at least six overlaps ({:?}): its last third must hold two overlaps of {:?}",
+                self.ca_lifetime,
+                self.overlap * 6,
+                self.overlap
             ));
         }
         if self.cert_lifetime > self.ca_lifetime {
@@ -347,6 +367,52 @@ mod tests {
         assert_eq!(bundle(None, "C\n", None), "C\n");
     }
 
+    fn flags(ca: f64, overlap: u64) -> Result<(), String> {
+        let hour = Duration::from_secs(3600);
+        Policy::from_flags(
+            Duration::from_secs_f64(ca),
+            hour.min(Duration::from_secs_f64(ca)),
+            Duration::from_secs(overlap),
+        )
+        .check()
+    }
+
+    #[test]
+    fn a_ca_whose_last_third_holds_two_overlaps_is_accepted_and_one_just_short_refused() {
+        // 39 s with 6 s: the last third (13 s) holds two overlaps (12 s).
+        assert_eq!(flags(39.0, 6), Ok(()));
+        // The boundary: exactly two overlaps.
+        assert_eq!(flags(36.0, 6), Ok(()));
+        let refused = flags(35.9, 6).expect_err("a last third shorter than two overlaps");
+        assert!(
+            refused.contains("must be at least six overlaps (36s)")
+                && refused.contains("last third must hold two overlaps of 6s"),
+            "{refused}"
+        );
+        // The defaults hold it by far.
+        assert_eq!(flags(8760.0 * 3600.0, 300), Ok(()));
+    }
+
+    #[test]
+    fn an_overlap_of_fewer_than_three_looks_is_refused() {
+        let base = Policy {
+            ca_lifetime: Duration::from_secs(600),
+            cert_lifetime: Duration::from_secs(90),
+            overlap: Duration::from_secs(3),
+            check_every: Duration::from_secs(1),
+        };
+        assert_eq!(base.check(), Ok(()));
+        let short = Policy {
+            overlap: Duration::from_millis(2999),
+            ..base
+        };
+        let refused = short.check().expect_err("fewer than three looks");
+        assert!(
+            refused.contains("at least three check intervals"),
+            "{refused}"
+        );
+    }
+
     #[test]
     fn policies_that_cannot_roll_over_in_time_are_refused_with_a_reason() {
         assert!(policy().check().is_ok());
@@ -363,7 +429,7 @@ mod tests {
                 .contains("overlap")
         );
         let short_ca = Policy {
-            ca_lifetime: Duration::from_secs(60),
+            ca_lifetime: Duration::from_secs(59),
             ..policy()
         };
         assert!(

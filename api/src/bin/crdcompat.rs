@@ -88,11 +88,11 @@ struct Generated {
 fn generated() -> anyhow::Result<Vec<Generated>> {
     let mut out: Vec<Generated> = Vec::new();
     for file in crdgen::generated_files()? {
-        let in_crd_dir = [crdgen::CRDS_DIR, crdgen::MEMBER_CRDS_DIR]
+        let in_crd_dir = crdgen::crd_dirs()
             .iter()
             .any(|d| file.path.starts_with(&format!("{d}/")));
         let name = file.path.rsplit('/').next().unwrap_or_default().to_string();
-        if !in_crd_dir || out.iter().any(|g| g.file == name) {
+        if !in_crd_dir || name == crdgen::KUSTOMIZATION_FILE || out.iter().any(|g| g.file == name) {
             continue;
         }
         let value: Value = serde_saphyr::from_str(&file.contents)

@@ -1,6 +1,7 @@
-//! `crdgen`: writes the generated CRDs to `config/crds/` and the default
-//! FederatedTypeConfigs to `config/default-types/`; with `--check`, writes nothing and
-//! exits non-zero listing every file that differs from what the code generates.
+//! `crdgen`: writes the generated CRDs to `config/crds/` (and the opt-in APIs' kustomize
+//! components to their directories, `config/kubefed-alpha/` and `config/admiralty/`) and the
+//! default FederatedTypeConfigs to `config/default-types/`; with `--check`, writes nothing
+//! and exits non-zero listing every file that differs from what the code generates.
 //!
 //! ```text
 //! cargo run -p flotilla-api --bin crdgen [-- --check] [-- --root <repo>]
@@ -12,7 +13,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::{Context, bail};
-use flotilla_api::crdgen::{self, CRDS_DIR, DEFAULT_TYPES_DIR, GeneratedFile, MEMBER_CRDS_DIR};
+use flotilla_api::crdgen::{self, CRDS_DIR, DEFAULT_TYPES_DIR, GeneratedFile};
 
 struct Args {
     check: bool,
@@ -34,7 +35,8 @@ fn parse_args() -> anyhow::Result<Args> {
             "-h" | "--help" => {
                 println!(
                     "usage: crdgen [--check] [--root <repository root>]\n\n\
-                     Writes {CRDS_DIR}/*.yaml and {DEFAULT_TYPES_DIR}/*.yaml; with --check, \
+                     Writes {CRDS_DIR}/*.yaml, the opt-in APIs' components and \
+                     {DEFAULT_TYPES_DIR}/*.yaml; with --check, \
                      lists the files that differ and exits 1."
                 );
                 std::process::exit(0);
@@ -49,7 +51,7 @@ fn parse_args() -> anyhow::Result<Args> {
 fn stale_files(root: &Path, files: &[GeneratedFile]) -> anyhow::Result<Vec<String>> {
     let wanted: BTreeSet<&str> = files.iter().map(|f| f.path.as_str()).collect();
     let mut stale = Vec::new();
-    for dir in [CRDS_DIR, MEMBER_CRDS_DIR, DEFAULT_TYPES_DIR] {
+    for dir in crdgen::generated_dirs() {
         let Ok(entries) = std::fs::read_dir(root.join(dir)) else {
             continue;
         };

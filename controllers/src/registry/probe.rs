@@ -271,6 +271,12 @@ pub async fn probe(client: &Client, timeout: Duration, secret: &str) -> Health {
             status: status.code,
             body: excerpt(&status.message),
         },
+        // The member was never asked: the configuration is at fault, not the network.
+        Ok(Err(error)) if flotilla_multicluster::credentials::is_credential_error(&error) => {
+            Health::Malformed {
+                problem: excerpt(&super::error_chain(&error)),
+            }
+        }
         Ok(Err(error)) => Health::Offline {
             error: excerpt(&super::error_chain(&error)),
         },

@@ -1,28 +1,50 @@
-//! One cluster's part of a live reconcile: the facts every cluster's write needs
-//! ([`WriteContext`]) and carrying out the operation decided for one cluster — at once for
-//! a report or nothing, through the Work inventory for a Pull cluster, or as a member write
-//! that may outlive the reconcile ([`super::inflight`]), remembered with the version it was
-//! decided on ([`super::plan::lag`]).
+//! The member writes of a live reconcile: the facts every cluster's write needs
+//! ([`WriteContext`]), one operation decided per cluster (all clusters at once, see
+//! [`MemberWrites::propagate`]) and carrying out the operation decided for one cluster — at
+//! once for a report or nothing, through the Work inventory for a Pull cluster, or as a
+//! member write that may outlive the reconcile ([`super::inflight`]), remembered with the
+//! version it was decided on ([`super::plan::lag`]).
 
-use flotilla_api::{
-    RECREATE_ON_IMMUTABLE_ANNOTATION,
-    federated::{FederatedSpec, FederatedStatus},
+use std::{
+    collections::{BTreeMap, BTreeSet},
+    sync::Arc,
+    time::Duration,
 };
-use kube::{ResourceExt, core::DynamicObject};
+
+use kube::core::DynamicObject;
 
 use super::{
-    Key,
-    ctl::Ctl,
+    Key, SyncShared,
     deletion::no_client,
     dispatch::{MemberOp, MemberRef},
-    drift::{self, DriftContext},
-    inflight::{self, Detachable, Remember, Written},
+    drift::{self, DriftContext, DriftRound},
+    inflight::{self, Detachable, Earlier, InFlight, Remember, Written},
+    memory::RecentWrites,
     plan::{
         self, DesiredFor, DesiredSet, Observed, Op, Outcome,
         lag::{Basis, LastOp},
     },
+    pull::Works,
+    reconcile::earliest,
+    type_info::TypeInfo,
 };
 use crate::multicluster::ClusterState;
+
+/// The results of one propagation round over every cluster.
+#[derive(Default)]
+pub(super) struct Round {
+    pub outcomes: BTreeMap<String, Outcome>,
+    /// Clusters whose cache is still listing (look again soon), and whether each is selected.
+    pub waiting: BTreeMap<String, bool>,
+    /// The earliest time a lagging cache should be looked at again.
+    pub recheck: Option<Duration>,
+    /// Member objects another writer changed, and the clusters looked at.
+    pub drift: DriftRound,
+    /// `status.drift` after this round.
+    pub drift_status: Vec<flotilla_api::drift::ClusterDrift>,
+    /// Clusters whose write goes on after this reconcile (see [`inflight`]).
+    pub in_flight: BTreeSet<String>,
+}
 
 /// Per-reconcile facts every cluster's write needs.
 pub(super) struct WriteContext<'a> {
@@ -38,42 +60,87 @@ pub(super) struct WriteContext<'a> {
     pub drift: DriftContext<'a>,
 }
 
-impl Ctl {
-    pub(super) async fn write_context<'a>(
-        &'a self,
-        key: &'a Key,
-        fed: &'a DynamicObject,
-        spec: &FederatedSpec,
-        desired: &'a DesiredSet,
-        previous: &FederatedStatus,
-    ) -> WriteContext<'a> {
-        let policy = self.drift_policy(key, fed).await;
-        WriteContext {
-            key,
-            fed,
-            desired,
-            retain_replicas: spec.retain_replicas,
-            adopt: self.config().adopt_resources,
-            recreate: fed
-                .annotations()
-                .get(RECREATE_ON_IMMUTABLE_ANNOTATION)
-                .is_some_and(|v| v == "true"),
-            delete_params: super::delete_options::of_object(fed),
-            drift: DriftContext {
-                ty: &self.ty,
-                memory: &self.drift_memory,
-                key,
-                policy,
-                retain_replicas: spec.retain_replicas,
-                previous: drift::previous_drift(&self.written, key, fed, previous),
-            },
+/// What the member writes of one type need: the member write path (`shared`: permits,
+/// circuit breakers, metrics), the type, the Pull clusters' Works, Flotilla's own recent
+/// writes and the writes still in flight.
+pub(super) struct MemberWrites<'a> {
+    pub shared: &'a Arc<SyncShared>,
+    pub ty: &'a TypeInfo,
+    pub works: Works<'a>,
+    pub recent: &'a Arc<RecentWrites>,
+    pub inflight: &'a Arc<InFlight>,
+}
+
+impl MemberWrites<'_> {
+    /// Decides and runs every cluster's operation, all clusters at once (`selected`: the
+    /// clusters placement selects; `host_ns_uid`: the host's own namespace, never deleted).
+    pub async fn propagate(
+        &self,
+        snapshot: &[ClusterState],
+        observed: Vec<Observed>,
+        selected: &BTreeSet<String>,
+        host_ns_uid: Option<&str>,
+        cx: &WriteContext<'_>,
+    ) -> Round {
+        let mut round = Round::default();
+        let mut jobs = Vec::new();
+        let (detach, signal) = inflight::detach_signal();
+        for (cluster, observed) in snapshot.iter().zip(observed) {
+            match self.inflight.earlier(&cluster.name, cx.key) {
+                Earlier::Settled => {}
+                Earlier::Pending => {
+                    round.in_flight.insert(cluster.name.clone());
+                    continue;
+                }
+                Earlier::Failed(outcome) => {
+                    round.outcomes.insert(cluster.name.clone(), outcome);
+                    continue;
+                }
+            }
+            let is_selected = selected.contains(&cluster.name);
+            let recent = self.recent.get(&cluster.name, cx.key);
+            let protected = self.ty.is_protected(cx.key, &self.shared.namespace)
+                || plan::is_host_namespace(&observed, host_ns_uid);
+            let (op, recheck) = plan::cluster_op(
+                is_selected,
+                &observed,
+                recent.as_ref(),
+                cx.desired,
+                &cluster.name,
+                protected,
+            );
+            round.recheck = earliest(round.recheck, recheck);
+            if op == Op::Wait {
+                round.waiting.insert(cluster.name.clone(), is_selected);
+                continue;
+            }
+            let op = if cluster.pull {
+                let (host, ty) = (self.works.host, self.ty);
+                super::pull_drift::pull_drift(host, ty, &cluster.name, cx.key, &mut round.drift);
+                op
+            } else {
+                let (name, desired) = (&cluster.name, cx.desired);
+                drift::check(name, op, &observed, desired, &cx.drift, &mut round.drift)
+            };
+            // A drift repair's result is this round's to report: it is always waited for.
+            let may_detach = !round.drift.findings.contains_key(&cluster.name);
+            let job = (cluster, is_selected, op, observed, may_detach);
+            jobs.push(self.run_cluster(job, cx, signal.clone()));
         }
+        drop(signal);
+        let (outcomes, in_flight) = inflight::gather(jobs, detach).await;
+        round.outcomes.extend(outcomes);
+        round.in_flight.extend(in_flight);
+        let (found, outcomes) = (&round.drift, &round.outcomes);
+        round.drift_status =
+            drift::settle(self.shared, cx.fed, &cx.drift, found, outcomes, selected).await;
+        round
     }
 
     /// Carries out the operation decided for one cluster (`job`: the cluster, whether it
     /// is selected, the operation, what it holds, and whether its write may outlive this
     /// reconcile); a member write waits on `detach` (see [`inflight`]).
-    pub(super) async fn run_cluster(
+    async fn run_cluster(
         &self,
         job: (&ClusterState, bool, Op, Observed, bool),
         cx: &WriteContext<'_>,
@@ -88,8 +155,8 @@ impl Ctl {
         if cluster.pull {
             let writes = matches!(op, Op::Create | Op::Update);
             let policy = &cx.drift.policy;
-            let outcome = self
-                .run_pull(&name, selected, op, cx.key, object, policy)
+            let outcome = (self.works)
+                .run(&name, selected, op, cx.key, object, policy)
                 .await;
             if writes && outcome == Outcome::Ok {
                 let op =

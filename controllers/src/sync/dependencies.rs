@@ -32,13 +32,17 @@ use tokio::sync::broadcast::error::RecvError;
 use tracing::{debug, warn};
 
 use super::{
-    Key,
-    ctl::Ctl,
-    dependency_hosts::api_resource,
+    Key, SyncShared,
+    dependency_hosts::{DependencyHosts, api_resource},
+    feeds::AllKeys,
     plan::{DesiredFor, DesiredSet},
-    requeue_all,
+    status::Events,
+    type_info::TypeInfo,
 };
-use crate::{multicluster::ClusterState, workqueue::WorkQueue};
+use crate::{
+    multicluster::{ClusterSet, ClusterState},
+    workqueue::WorkQueue,
+};
 
 /// The clusters a workload lands on this round: selected by placement and scheduling,
 /// with a member object computed for them.
@@ -63,10 +67,21 @@ pub(super) struct DependencyRound {
     pub recheck: Option<Duration>,
 }
 
-impl Ctl {
+/// What following dependencies reads and writes: the host (its client and its caches of
+/// the dependency kinds, with who references what), the member clusters, the type, and
+/// the Events a new problem warrants.
+pub(super) struct Dependencies<'a> {
+    pub host: &'a Client,
+    pub hosts: &'a DependencyHosts,
+    pub clusters: &'a ClusterSet,
+    pub ty: &'a TypeInfo,
+    pub events: Events<'a>,
+}
+
+impl Dependencies<'_> {
     /// Brings the copies of the workload's dependencies in line with `lands` (the clusters
     /// the workload is propagated to this round).
-    pub(super) async fn follow_dependencies(
+    pub async fn follow(
         &self,
         key: &Key,
         fed: &DynamicObject,
@@ -83,8 +98,7 @@ impl Ctl {
             Some(pod) if enabled => deps::references(pod),
             _ => BTreeSet::new(),
         };
-        let hosts = &self.shared.dependency_hosts;
-        hosts.record(self.referrer(key), ns, &refs);
+        self.hosts.record(self.referrer(key), ns, &refs);
         if refs.is_empty() && previous.dependencies.is_empty() {
             return DependencyRound::default();
         }
@@ -96,7 +110,7 @@ impl Ctl {
         };
         let plan = dplan::plan(&previous.dependencies, &wanted, lands);
         let owner = deps::owner_id(&self.ty.fed_ar.kind, &key.1);
-        let outcomes = self.carry_out(ns, &owner, plan, &found, snapshot).await;
+        let outcomes = carry_out(ns, &owner, plan, &found, snapshot).await;
         // A Pull cluster never gets a client: reported, not retried on a timer.
         let pull = |c: &str| snapshot.iter().any(|s| s.name == c && s.pull);
         let failed = outcomes.iter().any(|((_, c), o)| {
@@ -105,7 +119,10 @@ impl Ctl {
         let status = dplan::report(ns, &previous.dependencies, &wanted, lands, &outcomes);
         for p in dplan::new_problems(&previous.dependencies, &status) {
             let note = format!("{} {}: {}", p.kind, p.name, p.message);
-            (self.event(fed, EventType::Warning, &p.reason, note)).await;
+            (self
+                .events
+                .publish(fed, EventType::Warning, &p.reason, note))
+            .await;
         }
         DependencyRound {
             status: Some(status),
@@ -115,10 +132,8 @@ impl Ctl {
 
     /// The workload is deleted (and not orphaned): every copy it holds is let go of. Best
     /// effort: a copy that cannot be removed now is left, and said so in the log.
-    pub(super) async fn release_dependencies(&self, key: &Key, fed: &DynamicObject) {
-        self.shared
-            .dependency_hosts
-            .record(self.referrer(key), "", &BTreeSet::new());
+    pub async fn release(&self, key: &Key, fed: &DynamicObject) {
+        self.hosts.record(self.referrer(key), "", &BTreeSet::new());
         let Some(ns) = key.0.as_deref() else { return };
         let previous = FederatedStatus::from_dynamic(fed);
         let plan = dplan::plan(&previous.dependencies, &BTreeMap::new(), &BTreeSet::new());
@@ -126,8 +141,8 @@ impl Ctl {
             return;
         }
         let owner = deps::owner_id(&self.ty.fed_ar.kind, &key.1);
-        let snapshot = self.shared.clusters.snapshot();
-        let outcomes = (self.carry_out(ns, &owner, plan, &BTreeMap::new(), &snapshot)).await;
+        let snapshot = self.clusters.snapshot();
+        let outcomes = (carry_out(ns, &owner, plan, &BTreeMap::new(), &snapshot)).await;
         for ((dep, cluster), outcome) in outcomes {
             if let PairOutcome::ReleaseFailed(message) = outcome {
                 warn!(%cluster, kind = dep.kind.as_str(), name = %dep.name, %message, "a dependency copy of a deleted workload was not removed");
@@ -153,7 +168,7 @@ impl Ctl {
                 wanted.insert(dep.clone(), Lookup::Explicit);
                 continue;
             }
-            let lookup = match self.shared.dependency_hosts.get(ns, dep).await.ok()? {
+            let lookup = match self.hosts.get(ns, dep).await.ok()? {
                 None => Lookup::NotFound,
                 Some(obj) => {
                     found.insert(dep.clone(), serde_json::to_value(&*obj).ok()?);
@@ -169,7 +184,7 @@ impl Ctl {
     /// as no: a member object it manages is refused anyway (see [`deps::holder`]).
     async fn federated_explicitly(&self, ns: &str, dep: &Dependency) -> bool {
         let api: Api<DynamicObject> =
-            Api::namespaced_with(self.shared.host.clone(), ns, &federated_resource(dep.kind));
+            Api::namespaced_with(self.host.clone(), ns, &federated_resource(dep.kind));
         match api.get_metadata_opt(&dep.name).await {
             Ok(found) => found.is_some(),
             Err(e) => {
@@ -178,56 +193,61 @@ impl Ctl {
             }
         }
     }
+}
 
-    /// Runs every pair of the plan, all at once.
-    async fn carry_out(
-        &self,
-        ns: &str,
-        owner: &str,
-        plan: dplan::Plan,
-        found: &BTreeMap<Dependency, Value>,
-        snapshot: &[ClusterState],
-    ) -> BTreeMap<Pair, PairOutcome> {
-        let client = |cluster: &str| {
-            (snapshot.iter())
-                .find(|c| c.name == cluster && c.ready && !c.pull)
-                .and_then(|c| c.client.clone())
-        };
-        let ensure = plan.ensure.into_iter().map(|(dep, cluster)| {
-            let (client, host) = (client(&cluster), found.get(&dep));
-            async move {
-                let outcome = match (client, host) {
-                    (Some(c), Some(h)) => ensure(c, ns, &dep, h, owner).await,
-                    _ => PairOutcome::Failed(NO_CLIENT.into()),
-                };
-                ((dep, cluster), outcome)
-            }
-        });
-        let release = plan.release.into_iter().map(|(dep, cluster)| {
-            let client = client(&cluster);
-            async move {
-                let outcome = match client {
-                    Some(c) => release(c, ns, &dep, owner).await,
-                    None => PairOutcome::ReleaseFailed(NO_CLIENT.into()),
-                };
-                ((dep, cluster), outcome)
-            }
-        });
-        let (a, b) = futures::join!(join_all(ensure), join_all(release));
-        a.into_iter().chain(b).collect()
-    }
+/// Runs every pair of the plan, all at once.
+async fn carry_out(
+    ns: &str,
+    owner: &str,
+    plan: dplan::Plan,
+    found: &BTreeMap<Dependency, Value>,
+    snapshot: &[ClusterState],
+) -> BTreeMap<Pair, PairOutcome> {
+    let client = |cluster: &str| {
+        (snapshot.iter())
+            .find(|c| c.name == cluster && c.ready && !c.pull)
+            .and_then(|c| c.client.clone())
+    };
+    let ensure = plan.ensure.into_iter().map(|(dep, cluster)| {
+        let (client, host) = (client(&cluster), found.get(&dep));
+        async move {
+            let outcome = match (client, host) {
+                (Some(c), Some(h)) => ensure(c, ns, &dep, h, owner).await,
+                _ => PairOutcome::Failed(NO_CLIENT.into()),
+            };
+            ((dep, cluster), outcome)
+        }
+    });
+    let release = plan.release.into_iter().map(|(dep, cluster)| {
+        let client = client(&cluster);
+        async move {
+            let outcome = match client {
+                Some(c) => release(c, ns, &dep, owner).await,
+                None => PairOutcome::ReleaseFailed(NO_CLIENT.into()),
+            };
+            ((dep, cluster), outcome)
+        }
+    });
+    let (a, b) = futures::join!(join_all(ensure), join_all(release));
+    a.into_iter().chain(b).collect()
 }
 
 const NO_CLIENT: &str = "no client for the cluster (unready, or a Pull cluster: dependencies follow only Push clusters)";
 
 /// Host changes of referenced objects requeue their workloads of this controller's type.
-pub(super) async fn follow_host_changes(ctl: Arc<Ctl>, queue: Arc<WorkQueue<Key>>) {
-    let mut changes = ctl.shared.dependency_hosts.subscribe();
+/// `kind`: the federated kind of this controller.
+pub(super) async fn follow_host_changes(
+    shared: Arc<SyncShared>,
+    kind: String,
+    all: AllKeys,
+    queue: Arc<WorkQueue<Key>>,
+) {
+    let mut changes = shared.dependency_hosts.subscribe();
     loop {
         match changes.recv().await {
-            Ok((kind, key)) if kind == ctl.ty.fed_ar.kind => queue.add(key),
+            Ok((changed, key)) if changed == kind => queue.add(key),
             Ok(_) => {}
-            Err(RecvError::Lagged(_)) => requeue_all(&ctl, &queue),
+            Err(RecvError::Lagged(_)) => all.requeue(&queue),
             Err(RecvError::Closed) => return,
         }
     }

@@ -29,9 +29,9 @@ use tracing::info;
 
 use super::{
     Key, SyncShared,
-    ctl::Ctl,
     memory::{DriftMemory, WrittenStatus},
     plan::{DesiredFor, DesiredSet, HASH_ANNOTATION, Observed, Op, Outcome},
+    status::Events,
     type_info::TypeInfo,
 };
 use crate::metrics::DriftLabels;
@@ -90,21 +90,24 @@ pub(super) fn previous_drift(
     }
 }
 
-impl Ctl {
-    /// The federated object's drift policy; a policy that cannot be read is announced once
-    /// (Warning `InvalidDriftPolicy`) and the default, `Repair` of every field, applies.
-    pub(super) async fn drift_policy(&self, key: &Key, fed: &DynamicObject) -> Policy {
-        let parsed = Policy::from_annotations(fed.annotations());
-        let error = parsed.as_ref().err().map(ToString::to_string);
-        if self.drift_memory.is_new_error(key, error.as_deref())
-            && let Some(e) = error
-        {
-            let note = format!("{e}; drift is repaired until the annotation is fixed");
-            self.event(fed, EventType::Warning, "InvalidDriftPolicy", note)
-                .await;
-        }
-        parsed.unwrap_or_default()
+/// The federated object's drift policy; a policy that cannot be read is announced once
+/// (`memory` knows which were) with a Warning `InvalidDriftPolicy`, and the default,
+/// `Repair` of every field, applies.
+pub(super) async fn policy(
+    memory: &DriftMemory,
+    events: Events<'_>,
+    key: &Key,
+    fed: &DynamicObject,
+) -> Policy {
+    let parsed = Policy::from_annotations(fed.annotations());
+    let error = parsed.as_ref().err().map(ToString::to_string);
+    if memory.is_new_error(key, error.as_deref())
+        && let Some(e) = error
+    {
+        let note = format!("{e}; drift is repaired until the annotation is fixed");
+        (events.publish(fed, EventType::Warning, "InvalidDriftPolicy", note)).await;
     }
+    parsed.unwrap_or_default()
 }
 
 /// Turns an `Update` that only repairs another writer's change into what the drift

@@ -1,7 +1,8 @@
 //! The host-side caches one sync controller reads: its federated objects, the twin API's
 //! (kubefed's alpha or v1beta1, when both are served), the FederatedNamespaces that place
-//! namespaced objects, and this type's Works (Pull clusters' inventory). Lookups only:
-//! the reflectors feeding these stores are wired in [`super`], writes happen elsewhere.
+//! namespaced objects, and this type's Works (Pull clusters' inventory) — and the one
+//! live read of the host's own namespace ([`host_namespace_uid`]). Lookups only: the
+//! reflectors feeding these stores are wired in [`super`], writes happen elsewhere.
 
 use std::sync::Arc;
 
@@ -11,20 +12,22 @@ use flotilla_api::{
 };
 use flotilla_multicluster::{gate::store_ready, packed};
 use futures::FutureExt;
+use k8s_openapi::api::core::v1::Namespace;
 use kube::{
-    ResourceExt,
+    Api, Client, ResourceExt,
     core::{ApiResource, DynamicObject},
     runtime::reflector::{ObjectRef, Store},
 };
 
 use super::{
-    Key, federated_namespace_alpha_ar, federated_namespace_ar, key_of,
-    plan::pipeline::NamespacePlacement,
+    Key, action::Error, federated_namespace_alpha_ar, federated_namespace_ar, key_of,
+    plan::pipeline::NamespacePlacement, type_info::TypeInfo,
 };
 
 /// The objects of one federated API in the host.
 /// The store holds bodies packed (metadata as it is): keys and namespaces read from
 /// `store` directly, whole objects through [`ApiStore::get`].
+#[derive(Clone)]
 pub(super) struct ApiStore {
     pub ar: ApiResource,
     pub store: Store<DynamicObject>,
@@ -127,6 +130,22 @@ impl HostCaches {
                 None => true,
             }
     }
+}
+
+/// UID of the host namespace of a FederatedNamespace (for other types, `None`): when
+/// the host is also joined as a member, that namespace in the "member" is the host's
+/// own, which holds the federated objects, and must never be deleted.
+pub(super) async fn host_namespace_uid(
+    host: &Client,
+    ty: &TypeInfo,
+    key: &Key,
+) -> Result<Option<String>, Error> {
+    if !ty.is_namespace_type {
+        return Ok(None);
+    }
+    let api: Api<Namespace> = Api::all(host.clone());
+    let ns = api.get_opt(&key.1).await.map_err(Error::HostNamespace)?;
+    Ok(ns.and_then(|n| n.metadata.uid))
 }
 
 /// The federated object a Work renders, from its annotations.

@@ -10,9 +10,11 @@
 //! the others finished goes on after the reconcile ([`inflight`]), so a slow member does
 //! not hold the workers the other members' objects need.
 //!
-//! One federated object flows: [`reconcile`] (entry branching) → [`observe`] (what each
-//! member holds) → [`plan`] (pure decisions) → [`dispatch`] (member writes) → [`status`]
-//! (status and Events); deletion in [`deletion`], strays in [`strays`].
+//! One federated object flows, orchestrated by [`ctl`] (entry branching): [`observe`]
+//! (what each member holds) → [`plan`] (pure decisions) → [`cluster_run`] and [`dispatch`]
+//! (member writes) → [`reconcile`] and [`status`] (status and Events); deletion in
+//! [`deletion`], strays in [`strays`]. Each concern gets only what it reads, never the
+//! whole controller.
 
 mod action;
 mod breaker;
@@ -24,6 +26,7 @@ mod dependencies;
 mod dependency_hosts;
 mod dispatch;
 mod drift;
+mod feeds;
 mod finalizer;
 mod host;
 mod inflight;
@@ -46,32 +49,21 @@ use std::{
     collections::HashMap,
     convert::Infallible,
     sync::{Arc, Mutex},
-    time::Duration,
 };
 
-use flotilla_api::{
-    MANAGED_LABEL,
-    core::{EffectiveConfig, FederatedTypeConfigSpec},
-};
+use flotilla_api::core::{EffectiveConfig, FederatedTypeConfigSpec};
 use flotilla_multicluster::{
-    WatchOptions,
     gate::Gate,
-    index::Indexer,
-    packed,
     runner::{KeyedRunner, Report, RunMetrics},
 };
 use kube::{
-    Api, Client, ResourceExt,
+    Client, ResourceExt,
     core::{ApiResource, DynamicObject},
-    runtime::{
-        events::Recorder,
-        reflector::{self, Store},
-        watcher,
-    },
+    runtime::{events::Recorder, reflector},
 };
-use tokio::sync::{Semaphore, broadcast::error::RecvError, mpsc, watch};
+use tokio::sync::{Semaphore, mpsc, watch};
 use tokio_util::sync::CancellationToken;
-use tracing::{debug, info, warn};
+use tracing::{info, warn};
 
 pub use action::{Action, Error, ReconcileResult};
 pub use delete_options::parse_delete_options;
@@ -81,18 +73,16 @@ pub use rollout::{KIND_LABEL, NAME_LABEL, name_label, revision_of, revisions_sel
 use crate::ftc_schema::Pruned;
 use crate::{
     metrics::{Metrics, ReconcileLabels},
-    multicluster::{ClusterEvent, ClusterSet, MemberEvent, MemberWatch},
-    watch::{Change, reflect, reflect_shrunk},
+    multicluster::ClusterSet,
     workqueue::WorkQueue,
 };
 use ctl::Ctl;
+use feeds::{AllKeys, Feeds, member_watch, ready};
 
 /// The controller name on Events the sync controllers publish.
 const REPORTING_CONTROLLER: &str = "flotilla-sync";
 /// Concurrent operations per member cluster, across every federated type.
 const PER_CLUSTER_CONCURRENCY: usize = 64;
-/// Full resync period: every federated object is rechecked this often even without events.
-const RESYNC_PERIOD: Duration = Duration::from_secs(300);
 
 /// What every type's sync controller shares: clients, the cluster set, configuration,
 /// per-cluster concurrency limits and the event recorder.
@@ -200,7 +190,11 @@ impl TypeController {
         pruned: Pruned,
         serving: Serving,
     ) -> TypeController {
-        let ty = type_info::TypeInfo::of(ftc, serving.federated.clone(), pruned);
+        let ty = Arc::new(type_info::TypeInfo::of(
+            ftc,
+            serving.federated.clone(),
+            pruned,
+        ));
         let needs_ns_placement = ty.needs_ns_placement;
         let cancel = CancellationToken::new();
         let queue: Arc<WorkQueue<Key>> = WorkQueue::new();
@@ -210,7 +204,7 @@ impl TypeController {
         let alpha = twins::AlphaWiring::new(&serving, needs_ns_placement);
         let (member_tx, member_rx) = mpsc::unbounded_channel();
         let members = member_watch(&shared, &ty.target_ar, ty.collect_status, member_tx);
-        let host = host::HostCaches {
+        let host = Arc::new(host::HostCaches {
             federated: host::ApiStore {
                 ar: ty.fed_ar.clone(),
                 store: host_writer.as_reader(),
@@ -219,47 +213,43 @@ impl TypeController {
             fns: fns_writer.as_reader(),
             fns_alpha: alpha.fns_alpha_store(),
             works: work_writer.as_reader(),
-        };
-        let (inflight, landed) = inflight::InFlight::new();
-        let ctl = Arc::new(Ctl {
-            shared: shared.clone(),
-            ty,
-            host,
-            members,
-            recent: Default::default(),
-            finalizer_adds: Default::default(),
-            inflight,
-            written: Default::default(),
-            availability: Default::default(),
-            drift_memory: Default::default(),
         });
+        let (inflight, landed) = inflight::InFlight::new();
+        let recent = Arc::new(memory::RecentWrites::default());
+        let all = AllKeys {
+            ty: ty.clone(),
+            host: host.clone(),
+            members: members.clone(),
+        };
+        let feeds = Feeds {
+            host_writer,
+            fns_writer,
+            work_writer,
+            alpha,
+            member_rx,
+            landed,
+        };
         // Workers start once the caches and the registry are ready (see `ready`); one task
         // awaits that and the gate wakes every worker.
-        let (gate, gate_task) = Gate::after(ready(ctl.clone()));
-        let mut tasks = vec![
-            tokio::spawn(watch_federated(ctl.clone(), host_writer, queue.clone())),
-            tokio::spawn(follow_members(ctl.clone(), member_rx, queue.clone())),
-            tokio::spawn(follow_clusters(ctl.clone(), queue.clone())),
-            tokio::spawn(follow_landed_writes(landed, queue.clone())),
-            tokio::spawn(pull::watch_works(ctl.clone(), work_writer, queue.clone())),
-            tokio::spawn(dependencies::follow_host_changes(
-                ctl.clone(),
-                queue.clone(),
-            )),
-            gate_task,
-        ];
-        if needs_ns_placement {
-            tasks.push(tokio::spawn(watch_federated_namespaces(
-                ctl.clone(),
-                federated_namespace_ar(),
-                fns_writer,
-                queue.clone(),
-            )));
-        }
-        tasks.extend(alpha.spawn(&ctl, &queue));
-        let workers = ctl.shared.config.borrow().max_concurrent_reconciles.max(1);
-        tasks.push(spawn_workers(&ctl, &queue, workers, gate, &cancel));
-        info!(federated = %ctl.ty.fed_ar.kind, target = %ctl.ty.target_ar.kind, workers, "sync controller started");
+        let (gate, gate_task) =
+            Gate::after(ready(shared.clone(), host.clone(), needs_ns_placement));
+        let mut tasks = feeds.spawn(&shared, all, recent.clone(), &queue);
+        tasks.push(gate_task);
+        let workers = shared.config.borrow().max_concurrent_reconciles.max(1);
+        let runner = runner(&shared, &ty, &queue, workers, gate).shutdown(cancel.clone());
+        let ctl = Arc::new(Ctl::new(
+            shared,
+            ty.clone(),
+            host,
+            members,
+            recent,
+            inflight,
+        ));
+        tasks.push(tokio::spawn(runner.run(move |key: Key| {
+            let ctl = ctl.clone();
+            async move { Ok::<_, Infallible>(action_of(&key, ctl.reconcile(&key).await)) }
+        })));
+        info!(federated = %ty.fed_ar.kind, target = %ty.target_ar.kind, workers, "sync controller started");
         TypeController {
             cancel,
             queue,
@@ -283,195 +273,27 @@ impl Drop for TypeController {
     }
 }
 
-/// The target kind in every Ready member.
-fn member_watch(
+/// The keyed runner of one type's workers: `workers` at once, none before the gate opens.
+fn runner(
     shared: &SyncShared,
-    target_ar: &ApiResource,
-    collect_status: bool,
-    events: mpsc::UnboundedSender<MemberEvent>,
-) -> Arc<MemberWatch<DynamicObject>> {
-    // `managed=false` objects too: knowing them spares a read before each create.
-    let config = watcher::Config::default().labels(&format!("{MANAGED_LABEL} in (true,false)"));
-    let options = WatchOptions {
-        shrink: if collect_status {
-            observe::cache_form
-        } else {
-            observe::cache_form_without_status
-        },
-        ..WatchOptions::all().with_config(config)
-    }
-    // Stray detection looks up the managed objects of a cluster by this index.
-    .index(Indexer::label(MANAGED_LABEL));
-    Arc::new(MemberWatch::<DynamicObject>::start_with_events(
-        shared.clusters.clone(),
-        target_ar.clone(),
-        options,
-        events,
-    ))
-}
-
-/// Host: the federated objects. Objects deleted while we were not watching are found
-/// through the member caches (stray cleanup) on their Synced events.
-async fn watch_federated(
-    ctl: Arc<Ctl>,
-    writer: reflector::store::Writer<DynamicObject>,
-    queue: Arc<WorkQueue<Key>>,
-) {
-    let api: Api<DynamicObject> = Api::all_with(ctl.shared.host.clone(), &ctl.ty.fed_ar);
-    let store = ctl.host.federated.store.clone();
-    reflect_shrunk(
-        api,
-        writer,
-        "federated object",
-        packed::pack,
-        move |c| match c {
-            Change::Object(o) => queue.add(key_of(o)),
-            Change::Synced => {
-                for o in store.state() {
-                    queue.add(key_of(&o));
-                }
-            }
-        },
-    )
-    .await;
-}
-
-/// Host: FederatedNamespaces, for namespace placement: a change requeues every federated
-/// object of that namespace.
-async fn watch_federated_namespaces(
-    ctl: Arc<Ctl>,
-    ar: ApiResource,
-    writer: reflector::store::Writer<DynamicObject>,
-    queue: Arc<WorkQueue<Key>>,
-) {
-    let api: Api<DynamicObject> = Api::all_with(ctl.shared.host.clone(), &ar);
-    let store: Store<DynamicObject> = ctl.host.federated.store.clone();
-    reflect(api, writer, "federated namespace", move |c| match c {
-        Change::Object(o) => {
-            let ns = o.namespace();
-            for fed in store.state() {
-                if fed.namespace() == ns {
-                    queue.add(key_of(&fed));
-                }
-            }
-        }
-        Change::Synced => {}
-    })
-    .await;
-}
-
-/// Members: managed objects map back to their federated object.
-async fn follow_members(
-    ctl: Arc<Ctl>,
-    mut events: mpsc::UnboundedReceiver<MemberEvent>,
-    queue: Arc<WorkQueue<Key>>,
-) {
-    while let Some(ev) = events.recv().await {
-        match ev {
-            MemberEvent::Object {
-                cluster,
-                namespace,
-                name,
-            } => {
-                // A canary Deployment's change is its stable one's federated object's.
-                if let Some(stable) = flotilla_core::rollout::canary::stable_name(&name) {
-                    queue.add(ctl.ty.key_of_member(namespace.clone(), stable.to_string()));
-                }
-                let cached = ctl.members.get(&cluster, namespace.as_deref(), &name);
-                let key = ctl.ty.key_of_member(namespace, name);
-                let version = cached
-                    .as_ref()
-                    .and_then(|o| o.metadata.resource_version.as_deref());
-                ctl.recent.cache_moved(&cluster, &key, version);
-                queue.add(key);
-            }
-            MemberEvent::Synced { cluster } => {
-                debug!(%cluster, "member cache synced; rechecking every object");
-                requeue_all(&ctl, &queue);
-            }
-        }
-    }
-}
-
-/// A member write that went on after its reconcile landed: its object is looked at again.
-async fn follow_landed_writes(
-    mut landed: mpsc::UnboundedReceiver<Key>,
-    queue: Arc<WorkQueue<Key>>,
-) {
-    while let Some(key) = landed.recv().await {
-        queue.add(key);
-    }
-}
-
-/// Cluster readiness changes and the periodic resync requeue everything.
-async fn follow_clusters(ctl: Arc<Ctl>, queue: Arc<WorkQueue<Key>>) {
-    let mut events = ctl.shared.clusters.subscribe();
-    let mut resync = tokio::time::interval(RESYNC_PERIOD);
-    resync.tick().await;
-    loop {
-        tokio::select! {
-            ev = events.recv() => match ev {
-                // Objects are requeued when the member cache has synced; a Pull cluster has
-                // no member cache (its Works are cached from the start).
-                Ok(ClusterEvent::Ready(name)) => {
-                    if ctl.shared.clusters.get(&name).is_some_and(|c| c.pull) {
-                        requeue_all(&ctl, &queue);
-                    }
-                }
-                Ok(_) | Err(RecvError::Lagged(_)) => requeue_all(&ctl, &queue),
-                Err(RecvError::Closed) => return,
-            },
-            _ = resync.tick() => requeue_all(&ctl, &queue),
-        }
-    }
-}
-
-/// Every federated object and every managed member object (a stray whose federated
-/// object is gone) as keys.
-fn requeue_all(ctl: &Ctl, queue: &WorkQueue<Key>) {
-    let members = observe::managed_keys(&ctl.members, &ctl.ty);
-    let keys = (ctl.host.federated_keys())
-        .chain(members)
-        .chain(ctl.host.work_keys());
-    for key in keys {
-        queue.add(key);
-    }
-}
-
-/// Until both host caches are complete, an object would look deleted (a stray) or its
-/// namespace unfederated (placed nowhere), and its member copies would be deleted. Until
-/// the registry knows every cluster (each registered cluster probed once), a deletion would
-/// not wait for the clusters it lacks. Awaited by one task: a store's readiness wakes only
-/// its last waiter (see [`Gate`]).
-async fn ready(ctl: Arc<Ctl>) -> bool {
-    registry_wait::wait_for_registry(ctl.shared.clone()).await;
-    ctl.host.ready(ctl.ty.needs_ns_placement).await
-}
-
-/// The workers on the library's keyed runner: `workers` at once, none before the gate
-/// opens, all stopped by `cancel`.
-fn spawn_workers(
-    ctl: &Arc<Ctl>,
+    ty: &Arc<type_info::TypeInfo>,
     queue: &Arc<WorkQueue<Key>>,
     workers: usize,
     gate: Gate,
-    cancel: &CancellationToken,
-) -> tokio::task::JoinHandle<()> {
-    let runner = KeyedRunner::new(format!("sync-{}", ctl.ty.fed_ar.kind), queue.clone())
+) -> KeyedRunner<Key> {
+    let metrics = SyncMetrics {
+        metrics: shared.metrics.clone(),
+        ty: ty.clone(),
+    };
+    KeyedRunner::new(format!("sync-{}", ty.fed_ar.kind), queue.clone())
         .concurrency(workers)
         .gate(gate)
-        .metrics(Arc::new(SyncMetrics(ctl.clone())))
-        .shutdown(cancel.clone());
-    let ctl = ctl.clone();
-    tokio::spawn(runner.run(move |key: Key| {
-        let ctl = ctl.clone();
-        async move { Ok::<_, Infallible>(reconcile_key(&ctl, &key).await) }
-    }))
+        .metrics(Arc::new(metrics))
 }
 
-/// One key on the keyed runner; a failed reconcile backs the key off.
-async fn reconcile_key(ctl: &Ctl, key: &Key) -> Action {
-    match ctl.reconcile(key).await {
+/// One key's reconcile on the keyed runner; a failed reconcile backs the key off.
+fn action_of(key: &Key, reconciled: Result<Action, Error>) -> Action {
+    match reconciled {
         Ok(action) => action,
         Err(e) => {
             warn!(object = ?key, error = %e, kind = e.as_str(), "reconcile failed; backing off");
@@ -482,23 +304,25 @@ async fn reconcile_key(ctl: &Ctl, key: &Key) -> Action {
 
 /// The sync controller's own series, per federated kind: reconciles by result, durations,
 /// queue depth, and `flotilla_sync_workers_ready` (workers past the gate, taking keys).
-struct SyncMetrics(Arc<Ctl>);
+struct SyncMetrics {
+    metrics: Arc<Metrics>,
+    ty: Arc<type_info::TypeInfo>,
+}
 
 impl RunMetrics for SyncMetrics {
     fn reconciled(&self, report: &Report) {
-        let ctl = &self.0;
-        let m = &ctl.shared.metrics.sync;
+        let m = &self.metrics.sync;
         m.reconcile_duration
-            .get_or_create(&ctl.ty.kind_labels())
+            .get_or_create(&self.ty.kind_labels())
             .observe(report.took.as_secs_f64());
         m.reconciles
             .get_or_create(&ReconcileLabels {
-                kind: ctl.ty.fed_ar.kind.clone(),
+                kind: self.ty.fed_ar.kind.clone(),
                 result: ReconcileResult::of(report.action).as_str(),
             })
             .inc();
         m.queue_depth
-            .get_or_create(&ctl.ty.kind_labels())
+            .get_or_create(&self.ty.kind_labels())
             .set(report.queue_depth as i64);
     }
 
@@ -513,12 +337,8 @@ impl RunMetrics for SyncMetrics {
 
 impl SyncMetrics {
     fn workers_ready(&self) -> prometheus_client::metrics::gauge::Gauge {
-        let ctl = &self.0;
-        ctl.shared
-            .metrics
-            .sync
-            .workers_ready
-            .get_or_create(&ctl.ty.kind_labels())
+        (self.metrics.sync.workers_ready)
+            .get_or_create(&self.ty.kind_labels())
             .clone()
     }
 }

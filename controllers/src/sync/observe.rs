@@ -1,5 +1,5 @@
 //! What the sync controller knows of each member beyond the event stream: the member
-//! object as the managed-label cache holds it ([`Ctl::observe`]), corrected by what this
+//! object as the managed-label cache holds it ([`Observer::observe`]), corrected by what this
 //! process remembers ([`super::memory`]).
 //!
 //! The cache holds each member object in its [`cache_form`]: `managedFields` reduced to a
@@ -11,7 +11,9 @@ use flotilla_api::MANAGED_LABEL;
 use flotilla_multicluster::packed;
 use kube::{ResourceExt, core::DynamicObject};
 
-use super::{Key, ctl::Ctl, drift, plan::Observed, type_info::TypeInfo};
+use super::{
+    Key, drift, host::HostCaches, memory::Availability, plan::Observed, type_info::TypeInfo,
+};
 use crate::multicluster::{ClusterState, MemberWatch};
 
 /// A member object as the member cache keeps it (the watch's `shrink`).
@@ -26,11 +28,23 @@ pub(super) fn cache_form_without_status(obj: &mut DynamicObject) {
     packed::pack(obj);
 }
 
-impl Ctl {
+/// What observing a member reads: the member caches, the host's Work cache (Pull
+/// clusters), the type, and where each cluster's availability is recorded.
+#[derive(Clone, Copy)]
+pub(super) struct Observer<'a> {
+    pub members: &'a MemberWatch<DynamicObject>,
+    pub host: &'a HostCaches,
+    pub ty: &'a TypeInfo,
+    /// Since when each cluster has been unavailable (recorded by every observation).
+    pub availability: &'a Availability,
+}
+
+impl Observer<'_> {
     /// What `cluster` holds for `key`, from the member cache.
-    pub(super) fn observe(&self, cluster: &ClusterState, key: &Key) -> Observed {
+    pub fn observe(&self, cluster: &ClusterState, key: &Key) -> Observed {
         if cluster.pull {
-            return self.observe_pull(cluster, key);
+            let (host, ty, availability) = (self.host, self.ty, self.availability);
+            return super::pull::observe(host, ty, availability, cluster, key);
         }
         let available = cluster.ready && cluster.client.is_some();
         let synced = available && self.members.is_synced(&cluster.name);

@@ -22,19 +22,22 @@ use flotilla_api::{
 use flotilla_core::drift::Policy;
 use flotilla_multicluster::unread;
 use kube::{
-    Api,
+    Api, Client,
     api::{DeleteParams, Patch, PatchParams},
+    core::ApiResource,
     runtime::reflector,
 };
 use serde_json::{Value, json};
 use tracing::info;
 
 use super::{
-    Key,
-    ctl::Ctl,
+    Key, SyncShared,
     dispatch::{OPERATION_TIMEOUT, record_operation},
-    host::source_key,
+    feeds::AllKeys,
+    host::{HostCaches, source_key},
+    memory::Availability,
     plan::{Observed, Op, Outcome},
+    type_info::TypeInfo,
 };
 use crate::{
     multicluster::ClusterState,
@@ -53,14 +56,15 @@ pub(super) fn selector(target: &kube::core::ApiResource) -> String {
 /// Host: this type's Works in every cluster namespace. A change requeues the federated
 /// object it renders; a completed list requeues everything.
 pub(super) async fn watch_works(
-    ctl: Arc<Ctl>,
+    host: Client,
+    target: ApiResource,
+    all: AllKeys,
     writer: reflector::store::Writer<Work>,
     queue: Arc<WorkQueue<Key>>,
 ) {
-    let api: Api<Work> = Api::all(ctl.shared.host.clone());
+    let api: Api<Work> = Api::all(host);
     let mut params = WatchParams::host("work");
-    params.label_selector = Some(selector(&ctl.ty.target_ar));
-    let all = ctl.clone();
+    params.label_selector = Some(selector(&target));
     watch_into(api, writer, params, keep, move |c| {
         match c {
             Change::Object(w) => {
@@ -68,7 +72,7 @@ pub(super) async fn watch_works(
                     queue.add(key);
                 }
             }
-            Change::Synced => super::requeue_all(&all, &queue),
+            Change::Synced => all.requeue(&queue),
         }
         ControlFlow::Continue(())
     })
@@ -169,25 +173,41 @@ pub fn work_body(
 
 pub use flotilla_core::member::ORPHAN_LABEL;
 
-impl Ctl {
-    /// What a Pull cluster holds for `key`: its Work, from the host's cache.
-    pub(super) fn observe_pull(&self, cluster: &ClusterState, key: &Key) -> Observed {
-        let synced = cluster.ready && self.host.works_synced();
-        self.availability.record(&cluster.name, synced);
-        if !cluster.ready {
-            return Observed::NotReady;
-        }
-        if !synced {
-            return Observed::NotSynced;
-        }
-        match self.host.work(&cluster.name, &self.ty.work_name(key)) {
-            Some(w) => Observed::Present(observed_of(&w)),
-            None => Observed::Absent,
-        }
+/// What a Pull cluster holds for `key`: its Work, from the host's cache (its availability
+/// recorded in `availability`).
+pub(super) fn observe(
+    host: &HostCaches,
+    ty: &TypeInfo,
+    availability: &Availability,
+    cluster: &ClusterState,
+    key: &Key,
+) -> Observed {
+    let synced = cluster.ready && host.works_synced();
+    availability.record(&cluster.name, synced);
+    if !cluster.ready {
+        return Observed::NotReady;
     }
+    if !synced {
+        return Observed::NotSynced;
+    }
+    match host.work(&cluster.name, &ty.work_name(key)) {
+        Some(w) => Observed::Present(observed_of(&w)),
+        None => Observed::Absent,
+    }
+}
 
+/// What the Work writes of one type read and write: the host client, the cluster set and
+/// the operation metrics (of `shared`), the host's Work cache, the type.
+#[derive(Clone, Copy)]
+pub(super) struct Works<'a> {
+    pub shared: &'a SyncShared,
+    pub host: &'a HostCaches,
+    pub ty: &'a TypeInfo,
+}
+
+impl Works<'_> {
     /// Carries out the operation decided for one Pull cluster.
-    pub(super) async fn run_pull(
+    pub async fn run(
         &self,
         cluster: &str,
         selected: bool,
@@ -206,7 +226,7 @@ impl Ctl {
             {
                 // The drift policy changed: the agent reads it from the Work.
                 let failed = ClusterReason::UpdateFailed;
-                self.write_work(cluster, key, &object, failed, policy).await
+                self.write(cluster, key, &object, failed, policy).await
             }
             (Op::Nothing, _) if selected => self
                 .host
@@ -221,15 +241,15 @@ impl Ctl {
                 } else {
                     ClusterReason::UpdateFailed
                 };
-                self.write_work(cluster, key, &object, failed, policy).await
+                self.write(cluster, key, &object, failed, policy).await
             }
-            (Op::Delete, _) => self.delete_work(cluster, key, false).await,
-            (Op::Unlabel, _) => self.delete_work(cluster, key, true).await,
+            (Op::Delete, _) => self.delete(cluster, key, false).await,
+            (Op::Unlabel, _) => self.delete(cluster, key, true).await,
         }
     }
 
     /// Applies the Work (server-side apply, Flotilla's field manager).
-    async fn write_work(
+    async fn write(
         &self,
         cluster: &str,
         key: &Key,
@@ -238,7 +258,7 @@ impl Ctl {
         policy: &Policy,
     ) -> Outcome {
         let started = Instant::now();
-        let ty = &self.ty;
+        let ty = self.ty;
         let body = work_body(
             &ty.target_ar,
             cluster,
@@ -258,7 +278,7 @@ impl Ctl {
             Err(_) => Outcome::Status(failed, format!("writing Work {name} timed out")),
         };
         record_operation(
-            &self.shared,
+            self.shared,
             cluster,
             "work-apply",
             &outcome,
@@ -269,7 +289,7 @@ impl Ctl {
 
     /// Deletes the Work; the agent then prunes the member object, or only unlabels it when
     /// `orphan` (the Work is labelled first, so the deleted Work the agent sees says so).
-    pub(super) async fn delete_work(&self, cluster: &str, key: &Key, orphan: bool) -> Outcome {
+    pub async fn delete(&self, cluster: &str, key: &Key, orphan: bool) -> Outcome {
         let started = Instant::now();
         let api: Api<Work> = Api::namespaced(self.shared.host.clone(), &cluster_namespace(cluster));
         let name = self.ty.work_name(key);
@@ -293,7 +313,7 @@ impl Ctl {
             ),
         };
         record_operation(
-            &self.shared,
+            self.shared,
             cluster,
             "work-delete",
             &outcome,
@@ -304,7 +324,7 @@ impl Ctl {
 
     /// Deletes every Work of a federated object that no longer exists; `false` when one
     /// deletion failed.
-    pub(super) async fn clean_stray_works(&self, key: &Key, keep: bool) -> bool {
+    pub async fn clean_strays(&self, key: &Key, keep: bool) -> bool {
         let clusters: Vec<String> = self
             .shared
             .clusters
@@ -315,7 +335,7 @@ impl Ctl {
             .collect();
         let mut ok = true;
         for cluster in clusters {
-            let outcome = self.delete_work(&cluster, key, keep).await;
+            let outcome = self.delete(&cluster, key, keep).await;
             ok &= !matches!(outcome, Outcome::Status(..));
         }
         ok

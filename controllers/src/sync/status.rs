@@ -7,20 +7,21 @@ use std::collections::BTreeMap;
 use flotilla_api::{AggregateReason, federated::FederatedStatus, workload::AggregatedStatus};
 use flotilla_multicluster::unread;
 use kube::{
-    Resource, ResourceExt,
+    Client, Resource, ResourceExt,
     api::{Patch, PatchParams},
-    core::DynamicObject,
-    runtime::events::EventType,
+    core::{ApiResource, DynamicObject},
+    runtime::events::{EventType, Recorder},
 };
 use serde_json::{Value, json};
 use tracing::{debug, warn};
 
 use super::{
-    ctl::Ctl,
+    memory::WrittenStatus,
     plan::{Outcome, status as plan},
     scheduled::{self, Scheduling},
+    type_info::TypeInfo,
 };
-use crate::metrics::FailureLabels;
+use crate::metrics::{FailureLabels, SyncMetrics};
 
 /// What a status write is about: the results and the previous status they replace.
 pub(super) struct StatusUpdate<'a> {
@@ -41,9 +42,57 @@ pub(super) struct StatusUpdate<'a> {
     pub dependencies: Option<Vec<flotilla_api::dependency_plan::DependencyStatus>>,
 }
 
-impl Ctl {
+/// Publishes Events on the federated objects of one type.
+#[derive(Clone, Copy)]
+pub(super) struct Events<'a> {
+    pub recorder: &'a Recorder,
+    /// The federated API the objects are of.
+    pub fed_ar: &'a ApiResource,
+}
+
+impl Events<'_> {
+    /// Publishes an Event on the federated object (failures are only logged at debug:
+    /// an Event is best effort).
+    pub async fn publish(&self, fed: &DynamicObject, type_: EventType, reason: &str, note: String) {
+        crate::events::publish(
+            self.recorder,
+            &fed.object_ref(self.fed_ar),
+            type_,
+            reason,
+            "Propagate",
+            note,
+        )
+        .await;
+    }
+
+    /// Publishes the Events a scheduling decision warrants (see [`scheduled::events`]).
+    pub async fn announce_decision(
+        &self,
+        fed: &DynamicObject,
+        previous: &FederatedStatus,
+        decision: &flotilla_core::schedule::Decision,
+    ) {
+        for (event, note) in scheduled::events(previous, decision) {
+            self.publish(fed, event.event_type(), event.as_str(), note)
+                .await;
+        }
+    }
+}
+
+/// What writing one type's status needs: the host, the type, our last writes, the
+/// metrics and the Events a new failure warrants.
+pub(super) struct StatusWriter<'a> {
+    pub host: &'a Client,
+    pub ty: &'a TypeInfo,
+    /// Our last status write per object, while the host cache has not delivered it.
+    pub written: &'a WrittenStatus,
+    pub metrics: &'a SyncMetrics,
+    pub events: Events<'a>,
+}
+
+impl StatusWriter<'_> {
     /// Writes the status built from `update` when it differs from the previous one.
-    pub(super) async fn write_status(&self, fed: &DynamicObject, update: StatusUpdate<'_>) {
+    pub async fn write(&self, fed: &DynamicObject, update: StatusUpdate<'_>) {
         // When the host cache still holds the version our last status write was based
         // on, the status in the host is the one we wrote: compare with that, or the same
         // status would be sent again (a no-op PATCH, but a request all the same).
@@ -70,9 +119,7 @@ impl Ctl {
         if &status == previous {
             return;
         }
-        let api = self
-            .ty
-            .host_api(self.shared.host.clone(), fed.metadata.namespace.as_deref());
+        let api = (self.ty).host_api(self.host.clone(), fed.metadata.namespace.as_deref());
         let patch = json!({ "status": status_patch(&status, previous) });
         // Which parts changed (names only: a status never carries a Secret's value, but the
         // log needs no more).
@@ -92,7 +139,7 @@ impl Ctl {
             return;
         }
         self.written.remember(key, base, status.clone());
-        let m = &self.shared.metrics.sync;
+        let m = self.metrics;
         m.status_writes.get_or_create(&self.ty.kind_labels()).inc();
         for reason in plan::new_failures(previous, &status) {
             m.failures
@@ -105,41 +152,31 @@ impl Ctl {
         if plan::warrants_warning(previous, &status)
             && let Some((reason, note)) = plan::warning_note(&status)
         {
-            self.event(fed, EventType::Warning, &reason, note).await;
+            (self.events.publish(fed, EventType::Warning, &reason, note)).await;
         }
     }
 
-    /// Publishes the Events a scheduling decision warrants (see [`scheduled::events`]).
-    pub(super) async fn announce_decision(
+    /// A spec that cannot be read: nothing is propagated, the status says why.
+    pub async fn report_malformed(
         &self,
         fed: &DynamicObject,
         previous: &FederatedStatus,
-        decision: &flotilla_core::schedule::Decision,
+        generation: i64,
+        error: String,
     ) {
-        for (event, note) in scheduled::events(previous, decision) {
-            self.event(fed, event.event_type(), event.as_str(), note)
-                .await;
-        }
-    }
-
-    /// Publishes an Event on the federated object (failures are only logged at debug:
-    /// an Event is best effort).
-    pub(super) async fn event(
-        &self,
-        fed: &DynamicObject,
-        type_: EventType,
-        reason: &str,
-        note: String,
-    ) {
-        crate::events::publish(
-            &self.shared.recorder,
-            &fed.object_ref(&self.ty.fed_ar),
-            type_,
-            reason,
-            "Propagate",
-            note,
-        )
-        .await;
+        let update = StatusUpdate {
+            previous,
+            outcomes: &BTreeMap::new(),
+            aggregate: Some((AggregateReason::ComputePlacementFailed, error)),
+            generation,
+            remote: &BTreeMap::new(),
+            aggregated: None,
+            scheduling: Scheduling::of(None, previous.placement.is_some()),
+            rollout: None,
+            drift: None,
+            dependencies: None,
+        };
+        self.write(fed, update).await;
     }
 }
 

@@ -13,7 +13,7 @@ use flotilla_api::{AggregateReason, federated::FederatedStatus};
 use flotilla_core::alpha::{self, FederatedApi, OnDelete, Role, Twin};
 use flotilla_multicluster::packed;
 use kube::{
-    Api, ResourceExt,
+    Api, Client, ResourceExt,
     core::{ApiResource, DynamicObject},
     runtime::{
         events::EventType,
@@ -25,12 +25,11 @@ use tracing::info;
 use super::{
     Key,
     action::{Action, Error},
-    ctl::Ctl,
     finalizer,
     host::ApiStore,
     key_of,
     scheduled::Scheduling,
-    status::StatusUpdate,
+    status::{Events, StatusUpdate, StatusWriter},
     type_info::TypeInfo,
 };
 use crate::{
@@ -70,21 +69,24 @@ impl AlphaWiring {
         self.namespaces.as_ref().map(|(_, w)| w.as_reader())
     }
 
-    /// Starts the watches feeding the stores handed out above.
+    /// Starts the watches feeding the stores handed out above (`federated`: the cache of
+    /// the objects an alpha FederatedNamespace's change requeues).
     pub fn spawn(
         self,
-        ctl: &Arc<Ctl>,
+        host: &Client,
+        federated: &Store<DynamicObject>,
         queue: &Arc<WorkQueue<Key>>,
     ) -> Vec<tokio::task::JoinHandle<()>> {
         let mut tasks = Vec::new();
         if let Some((ar, writer)) = self.twin {
-            let host = ctl.shared.host.clone();
+            let host = host.clone();
             tasks.push(tokio::spawn(watch_twin(host, ar, writer, queue.clone())));
         }
         if let Some((ar, writer)) = self.namespaces {
-            tasks.push(tokio::spawn(super::watch_federated_namespaces(
-                ctl.clone(),
+            tasks.push(tokio::spawn(super::feeds::watch_federated_namespaces(
+                host.clone(),
                 ar,
+                federated.clone(),
                 writer,
                 queue.clone(),
             )));
@@ -168,57 +170,59 @@ pub(super) fn releases_on_delete(
     alpha::on_delete(&own, other.as_ref()) == OnDelete::Release
 }
 
-impl Ctl {
-    /// Deleting while the twin stays (or yielded): only the finalizer goes.
-    pub(super) async fn release(&self, fed: &DynamicObject) -> Result<Action, Error> {
-        if finalizer::has_finalizer(fed) {
-            finalizer::remove(&self.shared.host, &self.ty, fed).await?;
-            info!(name = %fed.name_any(), api = self.ty.api().as_str(), "deleted beside its twin; member objects left to the twin");
-            let note = format!(
-                "deleted while its {} twin exists: the member objects are left to it",
-                self.ty.other_api().as_str()
-            );
-            self.event(fed, EventType::Normal, "HandedOver", note).await;
-        }
-        Ok(Action::AwaitChange)
+/// Deleting while the twin stays (or yielded): only the finalizer goes.
+pub(super) async fn release(
+    host: &Client,
+    ty: &TypeInfo,
+    events: Events<'_>,
+    fed: &DynamicObject,
+) -> Result<Action, Error> {
+    if finalizer::has_finalizer(fed) {
+        finalizer::remove(host, ty, fed).await?;
+        info!(name = %fed.name_any(), api = ty.api().as_str(), "deleted beside its twin; member objects left to the twin");
+        let note = format!(
+            "deleted while its {} twin exists: the member objects are left to it",
+            ty.other_api().as_str()
+        );
+        (events.publish(fed, EventType::Normal, "HandedOver", note)).await;
     }
+    Ok(Action::AwaitChange)
+}
 
-    /// The yielding twin: nothing propagated, the Propagation condition says why (the
-    /// status write publishes the Warning when the reason first appears).
-    pub(super) async fn report_yielding(&self, fed: &DynamicObject, message: String) -> Action {
-        let previous = FederatedStatus::from_dynamic(fed);
-        let update = StatusUpdate {
-            previous: &previous,
-            outcomes: &Default::default(),
-            aggregate: Some((AggregateReason::VersionConflict, message)),
-            generation: fed.metadata.generation.unwrap_or(0),
-            remote: &Default::default(),
-            aggregated: None,
-            scheduling: Scheduling::of(None, previous.placement.is_some()),
-            rollout: None,
-            drift: None,
-            dependencies: None,
-        };
-        self.write_status(fed, update).await;
-        Action::AwaitChange
-    }
+/// The yielding twin: nothing propagated, the Propagation condition says why (the
+/// status write publishes the Warning when the reason first appears).
+pub(super) async fn report_yielding(
+    status: &StatusWriter<'_>,
+    fed: &DynamicObject,
+    message: String,
+) -> Action {
+    let previous = FederatedStatus::from_dynamic(fed);
+    let update = StatusUpdate {
+        previous: &previous,
+        outcomes: &Default::default(),
+        aggregate: Some((AggregateReason::VersionConflict, message)),
+        generation: fed.metadata.generation.unwrap_or(0),
+        remote: &Default::default(),
+        aggregated: None,
+        scheduling: Scheduling::of(None, previous.placement.is_some()),
+        rollout: None,
+        drift: None,
+        dependencies: None,
+    };
+    status.write(fed, update).await;
+    Action::AwaitChange
+}
 
-    /// The propagating twin reports the conflict once, when its condition first says so
-    /// (its clusters are fine, so the status write does not publish a Warning itself).
-    pub(super) async fn announce_conflict(&self, fed: &DynamicObject, message: &str) {
-        let previous = FederatedStatus::from_dynamic(fed);
-        let already = previous
-            .propagation()
-            .is_some_and(|c| c.reason == AggregateReason::VersionConflict.as_str());
-        if !already {
-            self.event(
-                fed,
-                EventType::Warning,
-                AggregateReason::VersionConflict.as_str(),
-                message.to_string(),
-            )
-            .await;
-        }
+/// The propagating twin reports the conflict once, when its condition first says so
+/// (its clusters are fine, so the status write does not publish a Warning itself).
+pub(super) async fn announce_conflict(events: Events<'_>, fed: &DynamicObject, message: &str) {
+    let previous = FederatedStatus::from_dynamic(fed);
+    let already = previous
+        .propagation()
+        .is_some_and(|c| c.reason == AggregateReason::VersionConflict.as_str());
+    if !already {
+        let reason = AggregateReason::VersionConflict.as_str();
+        (events.publish(fed, EventType::Warning, reason, message.to_string())).await;
     }
 }
 

@@ -345,9 +345,10 @@ async fn announce(
 #[derive(clap::Args, Clone, Debug)]
 pub struct Args {}
 
-/// Runs `flotilla clusterset-routes` with the in-cluster (or kubeconfig) client.
-pub async fn run(_args: Args) -> anyhow::Result<()> {
-    let prepared = prepare(Client::try_default().await?).await?;
+/// Runs `flotilla clusterset-routes` with `client` (the CLI builds it from the global
+/// `--kubeconfig` and `--context`, else `$KUBECONFIG`, else the in-cluster configuration).
+pub async fn run(client: Client, _args: Args) -> anyhow::Result<()> {
+    let prepared = prepare(client).await?;
     info!("keeping ClusterSet IP routes (Services <svc>-clusterset)");
     keep(prepared).await;
     anyhow::bail!("the ClusterSet IP route helper stopped")

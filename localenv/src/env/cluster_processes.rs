@@ -172,7 +172,11 @@ impl LocalEnv {
             "--secure-port=0".to_owned(),
             format!(
                 "--controllers={}",
-                if lean { super::LEAN_CONTROLLERS } else { "*" }
+                match (lean, index == 0 && !self.options.host_workload_controllers) {
+                    (true, _) => super::LEAN_CONTROLLERS,
+                    (false, true) => super::HOST_TEMPLATE_CONTROLLERS,
+                    (false, false) => "*",
+                }
             ),
             "--kube-api-qps=100".to_owned(),
             "--kube-api-burst=200".to_owned(),

@@ -98,7 +98,18 @@ pub struct EnvOptions {
     pub lean_memory_limit: Option<String>,
     /// `GOGC` of a lean member's apiserver (default [`LEAN_GOGC`]; `None`: Go's 100).
     pub lean_gogc: Option<u32>,
+    /// Run the workload controllers (deployment, replica set, stateful set, daemon set,
+    /// job, cron job, …) in the host's kube-controller-manager (default `true`). `false`
+    /// makes a host for plain workload manifests that policies propagate: it stores them
+    /// as templates without running them, as Karmada's control-plane API server does
+    /// ([`HOST_TEMPLATE_CONTROLLERS`]).
+    pub host_workload_controllers: bool,
 }
+
+/// The host's kube-controller-manager controllers when it holds workload templates
+/// ([`EnvOptions::host_workload_controllers`] `false`): everything but the controllers that
+/// would run a workload (or scale or evict it) in the host itself.
+pub const HOST_TEMPLATE_CONTROLLERS: &str = "*,-deployment,-replicaset,-statefulset,-daemonset,-job,-cronjob,-replicationcontroller,-horizontalpodautoscaling,-disruption";
 
 /// `GOGC` of a lean member's apiserver (see [`EnvOptions::lean_members`]): the collector
 /// runs when the heap has grown by a quarter over what it held after the last one, instead
@@ -130,6 +141,7 @@ impl Default for EnvOptions {
             priority_and_fairness: true,
             lean_memory_limit: None,
             lean_gogc: Some(LEAN_GOGC),
+            host_workload_controllers: true,
         }
     }
 }

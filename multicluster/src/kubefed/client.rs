@@ -178,10 +178,10 @@ impl ClientInputs {
             Some(None) => return Err(ClientError::SecretWithoutToken { secret }),
             Some(Some(token)) => token,
         };
+        // Trimmed as client-go trims it: a hand-written Secret often ends in a newline.
         let token = std::str::from_utf8(token)
-            .map(str::trim)
             .ok()
-            .filter(|t| !t.is_empty() && t.bytes().all(|b| b.is_ascii_graphic()))
+            .and_then(crate::credentials::usable_token)
             .ok_or(ClientError::InvalidToken { secret })?;
         Ok(token.to_owned())
     }

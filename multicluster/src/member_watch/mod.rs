@@ -2,8 +2,9 @@
 //! cluster): one filtered reflector per cluster, started when the cluster turns Ready (or
 //! gets a new client) and dropped, cache included, when it leaves or turns unready. Every
 //! change is reported to a callback with its cluster (or, with [`MemberWatch::start`], as
-//! a [`MemberEvent`]). It reads the [`ClusterSet`]; it never changes it, and it makes no
-//! decision about what a change means.
+//! a [`MemberEvent`]). A member that does not serve the kind is reported once and looked
+//! at again through discovery ([`unserved`]). It reads the [`ClusterSet`]; it never
+//! changes it, and it makes no decision about what a change means.
 
 use std::{
     collections::{BTreeMap, HashMap},
@@ -27,13 +28,16 @@ use tokio::sync::mpsc;
 use tracing::{info, warn};
 
 mod options;
+pub mod unserved;
 
 use crate::index::{Indexes, name_of};
 use crate::sync_state::{SyncState, lock, sync_state, timed_out_reason};
-use crate::watch::{Change, WatchParams, watch_into_reporting};
+use crate::watch::{Change, Retry, WatchParams, not_served, watch_into_reporting};
 use crate::{ClusterSet, Provider, ProviderHandle, ReadyCluster};
 
 pub use options::{ClusterSelector, WatchOptions};
+pub use unserved::register_metrics;
+use unserved::{Served, Unserved};
 
 /// Called for every change in a member, with the cluster's name; breaking ends the
 /// cluster's watch loop (its subscriber is gone).
@@ -85,6 +89,7 @@ where
     sync_timeout: Option<Duration>,
     /// The provider of a watch started with [`MemberWatch::with_provider`].
     provider: Option<ProviderHandle>,
+    unserved: Arc<Unserved>,
 }
 
 impl<K: Resource + Clone + 'static> Drop for MemberWatch<K>
@@ -97,6 +102,7 @@ where
         for w in watches.values() {
             w.task.abort();
         }
+        self.unserved.forget_all();
     }
 }
 
@@ -166,6 +172,7 @@ where
         let watches: Arc<RwLock<HashMap<String, RunningWatch<K>>>> = Arc::default();
         let indexes = Arc::new(Indexes::new(options.indexers.clone()));
         let sync_timeout = options.sync_timeout;
+        let unserved = Arc::new(unserved_of::<K>(&dyntype, options.unserved_recheck));
         let supervisor = tokio::spawn(supervise::<K>(
             set,
             dyntype.clone(),
@@ -174,6 +181,7 @@ where
                 on_change,
                 watches: watches.clone(),
                 indexes: indexes.clone(),
+                unserved: unserved.clone(),
             },
         ));
         MemberWatch {
@@ -183,6 +191,7 @@ where
             indexes,
             sync_timeout,
             provider: None,
+            unserved,
         }
     }
 
@@ -252,6 +261,12 @@ where
     /// Names of the clusters currently watched.
     pub fn clusters(&self) -> Vec<String> {
         self.read().keys().cloned().collect()
+    }
+
+    /// Names of the watched clusters that do not serve the kind (their list answered
+    /// `404`); each is looked at again through discovery (see [`unserved`]).
+    pub fn unserved(&self) -> Vec<String> {
+        self.unserved.clusters()
     }
 
     /// The cached objects of `cluster` found under `value` in index `index` (see
@@ -378,6 +393,21 @@ where
     on_change: OnChange<K>,
     watches: Arc<RwLock<HashMap<String, RunningWatch<K>>>>,
     indexes: Arc<Indexes<K>>,
+    unserved: Arc<Unserved>,
+}
+
+/// kubectl's name of the kind (`plural.group`) and where discovery lists it.
+fn unserved_of<K: Resource>(dyntype: &K::DynamicType, max_pause: Duration) -> Unserved {
+    let (group, plural) = (K::group(dyntype), K::plural(dyntype));
+    let resource = match group.is_empty() {
+        true => plural.to_string(),
+        false => format!("{plural}.{group}"),
+    };
+    let served = Served {
+        group_version: K::api_version(dyntype).into_owned(),
+        plural: plural.into_owned(),
+    };
+    Unserved::new(resource, served, max_pause)
 }
 
 async fn supervise<K>(
@@ -398,7 +428,7 @@ async fn supervise<K>(
             .collect();
         {
             let mut running = watched.watches.write().unwrap_or_else(|e| e.into_inner());
-            stop_stale(&mut running, &ready, &watched.indexes, &dyntype);
+            stop_stale(&mut running, &ready, &watched);
             for c in ready {
                 if running.contains_key(&c.name) {
                     continue;
@@ -425,9 +455,13 @@ async fn supervise<K>(
                     api,
                     options,
                     writer,
-                    (on_change, failure.clone()),
+                    Report {
+                        on_change,
+                        failure: failure.clone(),
+                        unserved: watched.unserved.clone(),
+                    },
                 ));
-                info!(cluster = %c.name, kind = ?dyntype, "started member watch");
+                info!(cluster = %c.name, resource = %watched.unserved.resource(), "started member watch");
                 running.insert(
                     c.name.clone(),
                     RunningWatch {
@@ -450,8 +484,7 @@ async fn supervise<K>(
 fn stop_stale<K>(
     running: &mut HashMap<String, RunningWatch<K>>,
     ready: &[ReadyCluster],
-    indexes: &Indexes<K>,
-    dyntype: &K::DynamicType,
+    watched: &Watched<K>,
 ) where
     K: Resource + Clone,
     K::DynamicType: Eq + Hash + Clone + Debug,
@@ -468,10 +501,18 @@ fn stop_stale<K>(
     for name in stale {
         if let Some(w) = running.remove(&name) {
             w.task.abort();
-            indexes.drop_cluster(&name);
-            info!(cluster = %name, kind = ?dyntype, "stopped member watch");
+            watched.indexes.drop_cluster(&name);
+            watched.unserved.forget(&name);
+            info!(cluster = %name, resource = %watched.unserved.resource(), "stopped member watch");
         }
     }
+}
+
+/// Where one member's watch reports: its changes, its last failure, its kind unserved.
+struct Report<K> {
+    on_change: OnChange<K>,
+    failure: Failure,
+    unserved: Arc<Unserved>,
 }
 
 /// Feeds one member's cache and reports its changes; ends when `on_change` breaks.
@@ -480,7 +521,7 @@ async fn run_watch<K>(
     api: Api<K>,
     options: WatchOptions<K>,
     writer: reflector::store::Writer<K>,
-    (on_change, failure): (OnChange<K>, Failure),
+    report: Report<K>,
 ) where
     K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
     K::DynamicType: Eq + Hash + Clone + Send + Sync,
@@ -500,13 +541,36 @@ async fn run_watch<K>(
     }
     let mut params = WatchParams::member(cluster.clone(), config);
     params.failures = options.failures;
+    let Report {
+        on_change,
+        failure,
+        unserved,
+    } = report;
+    let client = api.clone().into_client();
     let watch = watch_into_reporting(
         api,
         writer,
         params,
         options.shrink,
-        |change| on_change(&cluster, change),
-        |error| *lock(&failure) = Some(crate::error_chain(error)),
+        |change| {
+            if matches!(change, Change::Synced) {
+                unserved.synced(&cluster);
+            }
+            on_change(&cluster, change)
+        },
+        |error| {
+            let Some(message) = not_served(error) else {
+                *lock(&failure) = Some(crate::error_chain(error));
+                return Retry::AsUsual;
+            };
+            let resource = unserved.resource();
+            *lock(&failure) = Some(format!("the member does not serve {resource} ({message})"));
+            let (unserved, cluster, client) = (unserved.clone(), cluster.clone(), client.clone());
+            let message = message.to_owned();
+            Retry::After(Box::pin(async move {
+                unserved.until_served(&cluster, &client, &message).await
+            }))
+        },
     );
     let deadline = async {
         let Some(timeout) = timeout else { return };

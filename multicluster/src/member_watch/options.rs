@@ -8,6 +8,10 @@ use kube::runtime::watcher;
 
 use crate::{index::Indexer, watch::FailureLog};
 
+/// The default of [`WatchOptions::unserved_recheck`]: one discovery request a minute per
+/// cluster and unserved kind, and a CRD installed later is watched within a minute.
+pub const DEFAULT_UNSERVED_RECHECK: Duration = Duration::from_secs(60);
+
 /// Which member clusters a watch covers.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum ClusterSelector {
@@ -51,6 +55,9 @@ pub struct WatchOptions<K> {
     /// is reported ([`MemberWatch::sync_problems`](crate::MemberWatch::sync_problems)) and no longer waited for
     /// ([`MemberWatch::wait_for_sync`](crate::MemberWatch::wait_for_sync)); `None`: waited for without limit.
     pub sync_timeout: Option<Duration>,
+    /// The longest pause between two discovery checks of a cluster that does not serve the
+    /// kind (see [`super::unserved`]); 60 s by default.
+    pub unserved_recheck: Duration,
 }
 
 impl<K> Clone for WatchOptions<K> {
@@ -63,6 +70,7 @@ impl<K> Clone for WatchOptions<K> {
             failures: self.failures,
             indexers: self.indexers.clone(),
             sync_timeout: self.sync_timeout,
+            unserved_recheck: self.unserved_recheck,
         }
     }
 }
@@ -78,6 +86,7 @@ impl<K> WatchOptions<K> {
             failures: FailureLog::Warn,
             indexers: Vec::new(),
             sync_timeout: None,
+            unserved_recheck: DEFAULT_UNSERVED_RECHECK,
         }
     }
 
@@ -90,6 +99,13 @@ impl<K> WatchOptions<K> {
     /// Gives each cluster's first list at most `timeout` (see [`WatchOptions::sync_timeout`]).
     pub fn sync_timeout(mut self, timeout: Duration) -> Self {
         self.sync_timeout = Some(timeout);
+        self
+    }
+
+    /// Looks for a kind a cluster does not serve again at most every `max` (see
+    /// [`WatchOptions::unserved_recheck`]).
+    pub fn unserved_recheck(mut self, max: Duration) -> Self {
+        self.unserved_recheck = max;
         self
     }
 

@@ -19,7 +19,7 @@ use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
 use super::{Desired, Provider, Tracker, health::describe, identity_of};
-use crate::{ClusterSet, cluster_set::Engagement};
+use crate::{ClusterSet, cluster_set::Engagement, kubefed::client::ClientError};
 
 /// How often the file is read again by default.
 pub const DEFAULT_PERIOD: Duration = Duration::from_secs(10);
@@ -159,12 +159,17 @@ impl ClientCache {
     }
 }
 
-/// Builds a client off the async workers (an exec credential plugin runs while building).
+/// Builds a client off the async workers (an exec credential plugin runs while building),
+/// its bearer token trimmed as client-go trims it (see [`crate::credentials`]).
 pub(crate) async fn build_client(config: Config) -> Result<Client, String> {
-    tokio::task::spawn_blocking(move || Client::try_from(config))
+    tokio::task::spawn_blocking(move || crate::credentials::client(config))
         .await
         .map_err(|e| format!("building the client panicked: {e}"))?
-        .map_err(|e| describe(&e))
+        .map_err(|e| match e {
+            crate::Error::Client(ClientError::ClientBuild { source }) => describe(&source),
+            // The token-file and token errors name a path at most, never a token.
+            other => other.to_string(),
+        })
 }
 
 /// What of a kubeconfig error can be shown: never a parse error's text, which may quote

@@ -1,5 +1,5 @@
 //! Canary by replica share in the sync controller (`spec.rollout.strategy: Canary`): before
-//! the member writes, [`Ctl::canary`] reads the split (each placed cluster's `spec.replicas`
+//! the member writes, [`Rollout::canary`] reads the split (each placed cluster's `spec.replicas`
 //! as placement, overrides and the ReplicaSchedulingPreference computed it), each cluster's
 //! canary and stable Deployment, asks [`canary_flow::course`] where the canary stands, and
 //! carries out its render: the stable Deployment's desired object is rewritten (its
@@ -30,12 +30,13 @@ use kube::{ResourceExt, api::DeleteParams, core::DynamicObject};
 use serde_json::{Value, json};
 use tracing::warn;
 
-use super::{Members, RolloutRound, annotation, invalid_round, revision_of, set_annotation};
+use super::{
+    Members, Rollout, RolloutRound, annotation, invalid_round, revision_of, set_annotation,
+};
 use crate::{
     multicluster::ClusterState,
     sync::{
         Key,
-        ctl::Ctl,
         dispatch::{MemberOp, MemberRef, run_on_member},
         plan::{DesiredFor, DesiredSet, HASH_ANNOTATION, Observed, Outcome},
     },
@@ -61,7 +62,7 @@ enum CanaryOp {
     Delete,
 }
 
-impl Ctl {
+impl Rollout<'_> {
     /// For `strategy: Canary`: decides the canary's step and rewrites `desired` (the stable
     /// Deployments); applies or deletes the canaries. `None` without a canary strategy.
     pub(super) async fn canary(
@@ -85,7 +86,7 @@ impl Ctl {
             return Some(invalid_round(stored, message));
         }
         let (target, content) = revision_of(spec);
-        if let Err(e) = self.ensure_revision(fed, key, &target, &content).await {
+        if let Err(e) = self.revisions.ensure(fed, key, &target, &content).await {
             warn!(error = %e, "storing the rollout revision failed");
         }
         let facts = self.canary_facts(key, &members, desired, &split, &target, &stored.rollout);
@@ -152,7 +153,7 @@ impl Ctl {
                 let canary = if cluster.pull {
                     Err(PULL.to_string())
                 } else {
-                    let seen = self.observe(cluster, &canary_key);
+                    let seen = self.observer.observe(cluster, &canary_key);
                     canary_check(health, &seen, target, replicas)
                 };
                 let stable = stable_check(health, observed, desired.hash(&cluster.name));
@@ -217,7 +218,7 @@ impl Ctl {
             if cluster.pull {
                 continue;
             }
-            let seen = self.observe(cluster, &canary_key);
+            let seen = self.observer.observe(cluster, &canary_key);
             let base = targets.get(&cluster.name);
             let wanted = match (target, plans.get(&cluster.name), observed, base) {
                 (Some(t), Some(p), Observed::Present(stable), Some(base)) => {
@@ -278,7 +279,7 @@ impl Ctl {
             };
             Some(async move {
                 if let Outcome::Status(reason, message) =
-                    run_on_member(&self.shared, target, op).await
+                    run_on_member(self.shared, target, op).await
                 {
                     warn!(cluster = %cluster.name, canary = %name, %reason, %message, "writing a canary Deployment failed");
                 }

@@ -1,6 +1,6 @@
 //! Progressive rollout in the sync controller (`spec.rollout.strategy: Progressive`): the
 //! one seam between propagation and [`flotilla_core::rollout::plan`]. Before the member
-//! writes, [`Ctl::progressive`] reads where each placed cluster stands (does its member
+//! writes, [`Rollout::progressive`] reads where each placed cluster stands (does its member
 //! object hold the target revision, is it healthy there), asks the planner which clusters
 //! may have the target now, and rewrites the desired objects of every other cluster to the
 //! revision it holds (read back from its [`revisions`] record), so those clusters are left
@@ -29,12 +29,16 @@ use serde_json::{Value, json};
 use tracing::warn;
 
 pub(crate) use canary::is_canary;
+pub(super) use revisions::RevisionStore;
 pub use revisions::{KIND_LABEL, NAME_LABEL, Revisions, name_label, revisions_selector};
 
 use super::{
-    Key,
-    ctl::Ctl,
+    Key, SyncShared,
+    memory::WrittenStatus,
+    observe::Observer,
     plan::{self as sync_plan, DesiredFor, DesiredSet, HASH_ANNOTATION, Observed},
+    status::Events,
+    type_info::TypeInfo,
 };
 use crate::multicluster::ClusterState;
 
@@ -88,11 +92,22 @@ pub(super) fn invalid_round(stored: FederatedStatus, message: String) -> Rollout
     }
 }
 
-impl Ctl {
+/// What a rollout step reads and writes: the type, the stored revisions, our last status
+/// writes (the step is planned from the stored status), and — for a canary — the member
+/// caches and the member write path (`shared`) of the canary Deployments.
+pub(super) struct Rollout<'a> {
+    pub shared: &'a SyncShared,
+    pub ty: &'a TypeInfo,
+    pub revisions: RevisionStore<'a>,
+    pub written: &'a WrittenStatus,
+    pub observer: Observer<'a>,
+}
+
+impl Rollout<'_> {
     /// For a progressive rollout: plans this step and rewrites `desired` so that only the
     /// clusters the plan allows get the target; `None` without `spec.rollout` (or with
     /// strategy `All`).
-    pub(super) async fn progressive(
+    pub async fn progressive(
         &self,
         key: &Key,
         fed: &DynamicObject,
@@ -110,7 +125,7 @@ impl Ctl {
             return Some(invalid_round(stored, message));
         }
         let (target, content) = revision_of(spec);
-        if let Err(e) = self.ensure_revision(fed, key, &target, &content).await {
+        if let Err(e) = self.revisions.ensure(fed, key, &target, &content).await {
             // Without the record this revision cannot be rendered again once a newer one
             // arrives; the rollout itself goes on.
             warn!(error = %e, "storing the rollout revision failed");
@@ -207,7 +222,7 @@ impl Ctl {
         revision: &str,
         cluster: &str,
     ) -> Option<DesiredFor> {
-        let content = match self.revision(key, revision).await {
+        let content = match self.revisions.get(key, revision).await {
             Ok(Some(c)) => c,
             Ok(None) => return None,
             Err(e) => {
@@ -232,17 +247,19 @@ impl Ctl {
         );
         set.by_cluster.get(cluster).cloned()
     }
+}
 
-    /// Publishes the Events of a rollout step.
-    pub(super) async fn announce_rollout(&self, fed: &DynamicObject, round: &RolloutRound) {
-        for (event, note) in &round.events {
-            let type_ = if event.is_warning() {
-                EventType::Warning
-            } else {
-                EventType::Normal
-            };
-            self.event(fed, type_, event.as_str(), note.clone()).await;
-        }
+/// Publishes the Events of a rollout step.
+pub(super) async fn announce(events: Events<'_>, fed: &DynamicObject, round: &RolloutRound) {
+    for (event, note) in &round.events {
+        let type_ = if event.is_warning() {
+            EventType::Warning
+        } else {
+            EventType::Normal
+        };
+        events
+            .publish(fed, type_, event.as_str(), note.clone())
+            .await;
     }
 }
 

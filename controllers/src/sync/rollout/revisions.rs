@@ -9,14 +9,14 @@ use std::{collections::HashMap, sync::Mutex};
 use flotilla_api::hash::bounded;
 use k8s_openapi::{api::apps::v1::ControllerRevision, apimachinery::pkg::runtime::RawExtension};
 use kube::{
-    Api, ResourceExt,
+    Api, Client, ResourceExt,
     api::{DeleteParams, ListParams, ObjectMeta, PostParams, Preconditions},
     core::DynamicObject,
 };
 use serde_json::Value;
 use tracing::warn;
 
-use super::super::{Key, ctl::Ctl};
+use super::super::{Key, type_info::TypeInfo};
 use super::REVISION_CHARS;
 
 /// Label on a revision: the federated object's kind (lowercase).
@@ -131,14 +131,23 @@ fn stored(found: Option<&ControllerRevision>, uid: &str) -> Stored {
     }
 }
 
-impl Ctl {
+/// The revisions of one type's federated objects: where they are stored (the host, and
+/// for a cluster-scoped type the control-plane namespace) and which are known to exist.
+#[derive(Clone, Copy)]
+pub(in super::super) struct RevisionStore<'a> {
+    pub host: &'a Client,
+    /// The revisions known to exist (every type's).
+    pub known: &'a Revisions,
+    /// The control-plane namespace.
+    pub namespace: &'a str,
+    pub ty: &'a TypeInfo,
+}
+
+impl RevisionStore<'_> {
     /// Where the revision `hash` of a federated object is stored: its namespace (for a
     /// cluster-scoped federated type, the control-plane namespace) and name.
-    fn revision_at(&self, key: &Key, hash: &str) -> (String, String) {
-        let ns = key
-            .0
-            .clone()
-            .unwrap_or_else(|| self.shared.namespace.clone());
+    fn at(&self, key: &Key, hash: &str) -> (String, String) {
+        let ns = key.0.clone().unwrap_or_else(|| self.namespace.to_owned());
         let kind = self.ty.fed_ar.kind.to_lowercase();
         (ns, revision_name(&kind, &key.1, hash))
     }
@@ -146,24 +155,19 @@ impl Ctl {
     /// Stores revision `hash` with `content`, owned by `fed`, unless it is known to exist
     /// for `fed`. One read after a start (or after the object was re-created under the same
     /// name), one create per new revision; nothing in a steady state.
-    pub(super) async fn ensure_revision(
+    pub async fn ensure(
         &self,
         fed: &DynamicObject,
         key: &Key,
         hash: &str,
         content: &Value,
     ) -> Result<(), kube::Error> {
-        let at = self.revision_at(key, hash);
+        let at = self.at(key, hash);
         let uid = fed.uid().unwrap_or_default();
-        if self
-            .shared
-            .revisions
-            .get(&at)
-            .is_some_and(|(_, owner)| owner == uid)
-        {
+        if (self.known.get(&at)).is_some_and(|(_, owner)| owner == uid) {
             return Ok(());
         }
-        let api: Api<ControllerRevision> = Api::namespaced(self.shared.host.clone(), &at.0);
+        let api: Api<ControllerRevision> = Api::namespaced(self.host.clone(), &at.0);
         let found = api.get_opt(&at.1).await?;
         let action = stored(found.as_ref(), &uid);
         if action == Stored::Replace {
@@ -208,7 +212,7 @@ impl Ctl {
                 Err(e) => return Err(e),
             }
         }
-        self.shared.revisions.put(at, content.clone(), uid);
+        self.known.put(at, content.clone(), uid);
         Ok(())
     }
 
@@ -217,13 +221,13 @@ impl Ctl {
     /// that does not answer fails the reconcile (retried, the finalizer stays); one that
     /// refuses (no `deletecollection` in an older ClusterRole) leaves them to the garbage
     /// collector and never holds the deletion.
-    pub(in super::super) async fn remove_revisions(
+    pub async fn remove(
         &self,
         key: &Key,
         fed: &DynamicObject,
     ) -> Result<(), super::super::action::Error> {
-        let (ns, prefix) = self.revision_at(key, "");
-        let known = self.shared.revisions.knows(&ns, &prefix);
+        let (ns, prefix) = self.at(key, "");
+        let known = self.known.knows(&ns, &prefix);
         let strategy = fed
             .data
             .pointer("/spec/rollout/strategy")
@@ -231,7 +235,7 @@ impl Ctl {
         if !revisions_to_remove(fed.finalizers(), strategy, known) {
             return Ok(());
         }
-        let api: Api<ControllerRevision> = Api::namespaced(self.shared.host.clone(), &ns);
+        let api: Api<ControllerRevision> = Api::namespaced(self.host.clone(), &ns);
         let selector = revisions_selector(&self.ty.fed_ar.kind, &key.1);
         let params = ListParams::default().labels(&selector);
         match api
@@ -244,28 +248,22 @@ impl Ctl {
             }
             Err(e) => return Err(super::super::action::Error::Revisions(e)),
         }
-        self.shared.revisions.forget(&ns, &prefix);
+        self.known.forget(&ns, &prefix);
         Ok(())
     }
 
     /// The content (template and overrides) of revision `hash`, when it is stored.
-    pub(super) async fn revision(
-        &self,
-        key: &Key,
-        hash: &str,
-    ) -> Result<Option<Value>, kube::Error> {
-        let at = self.revision_at(key, hash);
-        if let Some((content, _)) = self.shared.revisions.get(&at) {
+    pub async fn get(&self, key: &Key, hash: &str) -> Result<Option<Value>, kube::Error> {
+        let at = self.at(key, hash);
+        if let Some((content, _)) = self.known.get(&at) {
             return Ok(Some(content));
         }
-        let api: Api<ControllerRevision> = Api::namespaced(self.shared.host.clone(), &at.0);
+        let api: Api<ControllerRevision> = Api::namespaced(self.host.clone(), &at.0);
         let Some(found) = api.get_opt(&at.1).await? else {
             return Ok(None);
         };
         let content = found.data.map(|d| d.0).unwrap_or(Value::Null);
-        self.shared
-            .revisions
-            .put(at, content.clone(), String::new());
+        self.known.put(at, content.clone(), String::new());
         Ok(Some(content))
     }
 }
