@@ -263,14 +263,19 @@ async fn an_application_applied_as_it_is_reaches_its_clusters_with_overrides(
             .any(|l| l.starts_with("web ") && l.contains("5/2")),
         "{table}"
     );
-    let pp = kubectl(
-        fed,
-        &["get", "propagationpolicies", "-n", ns, "-o", "json"],
-        None,
-    )?;
-    ensure!(pp.contains("\"selectedCount\": 5"), "{pp}");
-    let short = kubectl(fed, &["get", "pp", "web", "-n", ns], None)?;
-    ensure!(short.contains("True"), "{short}");
+    // The policy's status is written in passes after the decisions settle.
+    wait_for(T, "the policy's status: 5 selected, Ready", || async {
+        let pp = kubectl(
+            fed,
+            &["get", "propagationpolicies", "-n", ns, "-o", "json"],
+            None,
+        )?;
+        ensure!(pp.contains("\"selectedCount\": 5"), "{pp}");
+        let short = kubectl(fed, &["get", "pp", "web", "-n", ns], None)?;
+        ensure!(short.contains("True"), "{short}");
+        Ok(())
+    })
+    .await?;
     // Drift in a member is repaired, as for any federated object.
     let d1 = deployments(&fed.members[0], ns);
     d1.patch(

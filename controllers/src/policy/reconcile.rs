@@ -84,59 +84,55 @@ impl Ctx {
     fn choose(&self, t: &TypeView, native: &DynamicObject) -> Option<Chosen> {
         let pp = self.policies.propagation.state();
         let cpp = self.policies.cluster_propagation.state();
-        let mut ids = Vec::new();
-        let mut specs = Vec::new();
-        let mut cands = Vec::new();
         let created = |m: &kube::core::ObjectMeta| {
             m.creation_timestamp
                 .as_ref()
                 .map(|t| t.0.to_string())
                 .unwrap_or_default()
         };
-        let stamps: Vec<String> = pp
-            .iter()
-            .map(|p| created(&p.metadata))
-            .chain(cpp.iter().map(|p| created(&p.metadata)))
-            .collect();
+        // One entry per live policy: its id, spec and creation time, in one list so the
+        // three can never fall out of step.
+        let mut live: Vec<(PolicyId, &flotilla_api::policy::PropagationSpec, String)> = Vec::new();
         for p in pp
             .iter()
             .filter(|p| p.metadata.deletion_timestamp.is_none())
         {
-            ids.push(PolicyId {
+            let id = PolicyId {
                 kind: PolicyKind::Propagation,
                 namespace: p.namespace(),
                 name: p.name_any(),
-            });
-            specs.push(&p.spec);
+            };
+            live.push((id, &p.spec, created(&p.metadata)));
         }
         for p in cpp
             .iter()
             .filter(|p| p.metadata.deletion_timestamp.is_none())
         {
-            ids.push(PolicyId {
+            let id = PolicyId {
                 kind: PolicyKind::ClusterPropagation,
                 namespace: None,
                 name: p.name_any(),
-            });
-            specs.push(&p.spec.spec);
+            };
+            live.push((id, &p.spec.spec, created(&p.metadata)));
         }
-        for (i, (id, spec)) in ids.iter().zip(&specs).enumerate() {
-            cands.push(Candidate {
+        let cands: Vec<Candidate<'_>> = live
+            .iter()
+            .map(|(id, spec, stamp)| Candidate {
                 scope: scope_of(id.kind),
                 namespace: id.namespace.as_deref(),
                 name: &id.name,
                 priority: spec.priority,
-                created: stamps.get(i).map_or("", String::as_str),
+                created: stamp,
                 selectors: &spec.resource_selectors,
-            });
-        }
+            })
+            .collect();
         let (labels, annotations) = (native.labels().clone(), native.annotations().clone());
         let view = object_view(t, native, &labels, &annotations);
         let (winner, losers) = policy_select::choose(&cands, &view)?;
         Some(Chosen {
-            id: ids[winner].clone(),
-            spec: specs[winner].clone(),
-            losers: losers.into_iter().map(|i| ids[i].clone()).collect(),
+            id: live[winner].0.clone(),
+            spec: live[winner].1.clone(),
+            losers: losers.into_iter().map(|i| live[i].0.clone()).collect(),
         })
     }
 
