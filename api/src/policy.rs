@@ -79,7 +79,7 @@ pub struct PropagationSpec {
     #[serde(default)]
     pub placement: Placement,
     /// Where several policies select one object, the highest priority wins (default 0).
-    #[serde(default, skip_serializing_if = "is_zero")]
+    #[serde(default, skip_serializing_if = "crate::rollout::is_zero")]
     pub priority: i32,
     /// How a template change reaches the clusters (as a Federated&lt;Kind&gt;'s
     /// `spec.rollout`).
@@ -191,7 +191,7 @@ impl DriftPolicy {
 #[serde(rename_all = "camelCase")]
 pub struct PolicyStatus {
     /// Generation of the policy this status describes.
-    #[serde(default, skip_serializing_if = "is_zero_i64")]
+    #[serde(default, skip_serializing_if = "crate::rollout::is_zero")]
     pub observed_generation: i64,
     /// `Ready`: the policy is valid and applied (`Applied`), or why not
     /// (`InvalidSelector`, `UnknownKind`, `InvalidOverride`, …).
@@ -412,12 +412,4 @@ pub struct MapOverrider {
     /// The entries (for `remove` only the keys count).
     #[serde(default)]
     pub value: BTreeMap<String, String>,
-}
-
-fn is_zero(v: &i32) -> bool {
-    *v == 0
-}
-
-fn is_zero_i64(v: &i64) -> bool {
-    *v == 0
 }

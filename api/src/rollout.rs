@@ -259,7 +259,8 @@ pub enum CanaryPhase {
     RolledBack,
 }
 
-fn is_zero<T: Default + PartialEq>(n: &T) -> bool {
+/// Whether a value is its type's default (serde's `skip_serializing_if` for zero fields).
+pub(crate) fn is_zero<T: Default + PartialEq>(n: &T) -> bool {
     *n == T::default()
 }
 

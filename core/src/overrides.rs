@@ -104,7 +104,8 @@ pub enum OverrideError {
     },
 }
 
-fn op_name(op: Option<OverrideOp>) -> &'static str {
+/// The JSON patch name of an override operation (`replace` when unset).
+pub fn op_name(op: Option<OverrideOp>) -> &'static str {
     match op.unwrap_or_default() {
         OverrideOp::Add => "add",
         OverrideOp::Remove => "remove",

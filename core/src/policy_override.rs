@@ -335,7 +335,7 @@ pub fn override_image(image: &str, img: &ImageOverrider) -> Result<String, Strin
         img.value.clone().filter(|v| !v.is_empty()).ok_or_else(|| {
             format!(
                 "imageOverrider {:?} {:?} needs a value",
-                op_str(op),
+                overrides::op_name(Some(op)),
                 img.component
             )
         })
@@ -361,14 +361,6 @@ pub fn override_image(image: &str, img: &ImageOverrider) -> Result<String, Strin
         }
     }
     Ok(r.to_string())
-}
-
-fn op_str(op: OverrideOp) -> &'static str {
-    match op {
-        OverrideOp::Add => "add",
-        OverrideOp::Remove => "remove",
-        OverrideOp::Replace => "replace",
-    }
 }
 
 #[cfg(test)]
