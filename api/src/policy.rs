@@ -105,6 +105,22 @@ pub struct PropagationSpec {
     /// with `HostRunsWorkload`: its pods would run in the host as well (docs/policies.md).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub allow_running_in_host: bool,
+    /// What happens when a selected object already has a Federated&lt;Kind&gt; of its name
+    /// that no policy made: `Abort` (the default: the Federated object wins, the policy
+    /// reports the conflict) or `Overwrite` (the policy takes it over — the way back from
+    /// `flotilla federate`; member copies are rewritten only where the result differs).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub conflict_resolution: Option<ConflictResolution>,
+}
+
+/// What a policy does with a Federated&lt;Kind&gt; it did not make (Karmada's field name).
+#[derive(Deserialize, Serialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub enum ConflictResolution {
+    /// Leave it: it is propagated as written and wins over the policy.
+    #[default]
+    Abort,
+    /// Take it over: it becomes the policy's, as if the policy had made it.
+    Overwrite,
 }
 
 /// The cluster-scoped twin of [`PropagationPolicy`]: selects cluster-scoped objects, and

@@ -12,7 +12,7 @@ use kube::{
     Api, Client, ResourceExt,
     api::{DynamicObject, ListParams},
 };
-use serde_json::{Map, Value, json};
+use serde_json::{Value, json};
 
 use super::enable::{self, FederatedApi, OutputFormat};
 use super::{Context, GlobalArgs, access, resolve};
@@ -89,30 +89,7 @@ pub fn template_from(kind: &str, obj: &Value) -> Value {
     if let Some(labels) = labels {
         template.insert("metadata".into(), json!({ "labels": labels }));
     }
-    let spec = template.get_mut("spec").and_then(Value::as_object_mut);
-    match (kind, spec) {
-        ("Namespace", Some(spec)) => {
-            spec.remove("finalizers");
-        }
-        // A headless Service keeps `None`; any real IP belongs to the host cluster.
-        ("Service", Some(spec))
-            if spec.get("clusterIP").and_then(Value::as_str) != Some("None") =>
-        {
-            spec.remove("clusterIP");
-            spec.remove("clusterIPs");
-        }
-        _ => {}
-    }
-    if kind == "ServiceAccount" {
-        template.remove("secrets");
-    }
-    if template
-        .get("spec")
-        .and_then(Value::as_object)
-        .is_some_and(Map::is_empty)
-    {
-        template.remove("spec");
-    }
+    flotilla_core::policy_materialize::drop_server_fields(kind, &mut template);
     Value::Object(template)
 }
 

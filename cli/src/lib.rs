@@ -29,6 +29,7 @@ pub mod resolve;
 pub mod rollout;
 pub mod rollout_history;
 pub mod status;
+pub mod unfederate;
 pub mod uninstall;
 
 use std::{ffi::OsString, path::PathBuf, time::Duration};
@@ -139,6 +140,10 @@ pub enum Command {
     /// Build a Federated object from an existing resource (all clusters).
     #[command(after_help = federate::EXAMPLES)]
     Federate(federate::FederateArgs),
+    /// The way back: print (or apply) the plain object and the policies that take a
+    /// Federated object over.
+    #[command(after_help = unfederate::EXAMPLES)]
+    Unfederate(unfederate::UnfederateArgs),
     /// Keep (or stop keeping) member objects when a federated object is deleted.
     #[command(name = "orphaning-deletion", after_help = orphan::EXAMPLES)]
     OrphaningDeletion(orphan::OrphanArgs),
@@ -266,6 +271,7 @@ pub async fn execute(cli: Cli, ctx: Context) -> anyhow::Result<()> {
         Command::Enable(args) => enable::enable(&global, args, &ctx).await,
         Command::Disable(args) => enable::disable(&global, args, &ctx).await,
         Command::Federate(args) => federate::run(&global, args, &ctx).await,
+        Command::Unfederate(args) => unfederate::run(&global, args, &ctx).await,
         Command::OrphaningDeletion(args) => orphan::run(&global, args, &ctx).await,
         Command::Status(args) => status::run(&global, args, &ctx).await,
         Command::Diff(args) => diff::run(&global, args, &ctx).await,

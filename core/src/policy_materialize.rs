@@ -30,6 +30,11 @@ pub fn policy_ref(scope: PolicyScope, namespace: Option<&str>, name: &str) -> St
 pub fn template_of(native: &Value) -> Value {
     let mut t = native.as_object().cloned().unwrap_or_default();
     t.remove("status");
+    let kind = native
+        .get("kind")
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    drop_server_fields(kind, &mut t);
     let labels = native
         .pointer("/metadata/labels")
         .filter(|l| l.as_object().is_some_and(|m| !m.is_empty()))
@@ -44,6 +49,36 @@ pub fn template_of(native: &Value) -> Value {
         t.insert("metadata".into(), Value::Object(meta));
     }
     Value::Object(t)
+}
+
+/// Removes from a template what the host's server or controllers set in an object of
+/// `kind` and what must not reach a member: a Namespace's finalizers, a Service's cluster
+/// IPs (a headless Service keeps `None`), a ServiceAccount's token secrets; then an empty
+/// `spec`.
+pub fn drop_server_fields(kind: &str, template: &mut Map<String, Value>) {
+    let spec = template.get_mut("spec").and_then(Value::as_object_mut);
+    match (kind, spec) {
+        ("Namespace", Some(spec)) => {
+            spec.remove("finalizers");
+        }
+        ("Service", Some(spec))
+            if spec.get("clusterIP").and_then(Value::as_str) != Some("None") =>
+        {
+            spec.remove("clusterIP");
+            spec.remove("clusterIPs");
+        }
+        _ => {}
+    }
+    if kind == "ServiceAccount" {
+        template.remove("secrets");
+    }
+    if template
+        .get("spec")
+        .and_then(Value::as_object)
+        .is_some_and(Map::is_empty)
+    {
+        template.remove("spec");
+    }
 }
 
 /// The Federated spec a policy gives a native object.
@@ -145,6 +180,18 @@ pub fn needs_write(desired: &Value, current: Option<&Value>) -> bool {
     if owned_entries_differ("labels") || owned_entries_differ("annotations") {
         return true;
     }
+    let dropped = |k: &&str| {
+        cur.pointer("/metadata/annotations")
+            .and_then(|a| a.get(*k))
+            .is_some()
+            && desired
+                .pointer("/metadata/annotations")
+                .and_then(|a| a.get(*k))
+                .is_none()
+    };
+    if OWNED_ANNOTATIONS.iter().any(dropped) {
+        return true;
+    }
     let owner_uid = |v: &Value| v.pointer("/metadata/ownerReferences/0/uid").cloned();
     let owners = cur
         .pointer("/metadata/ownerReferences")
@@ -154,6 +201,83 @@ pub fn needs_write(desired: &Value, current: Option<&Value>) -> bool {
     !owners
         .iter()
         .any(|o| Some(o.get("uid").cloned().unwrap_or_default()) == owner_uid(desired))
+}
+
+/// The annotations this controller sets on a Federated object; one the desired object no
+/// longer has is removed.
+const OWNED_ANNOTATIONS: [&str; 3] = [
+    POLICY_ANNOTATION,
+    PRESERVE_ANNOTATION,
+    DRIFT_POLICY_ANNOTATION,
+];
+
+/// The object to replace `current` (a Federated object in the host) with so that it is
+/// `desired`: `desired`'s spec, label, annotations and owner over what others keep in
+/// `current`'s metadata (their labels, annotations, owners, finalizers, and the
+/// resourceVersion the replacement is checked against). A replacement rather than a patch:
+/// the whole spec is the policy's, so a field the policy no longer sets goes too, whoever
+/// wrote it before (the object's creator, or the user of a Federated object taken over).
+pub fn replacement(desired: &Value, current: &Value) -> Value {
+    let mut out = current.clone();
+    let Some(obj) = out.as_object_mut() else {
+        return desired.clone();
+    };
+    obj.remove("status");
+    obj.insert(
+        "spec".into(),
+        desired.get("spec").cloned().unwrap_or(Value::Null),
+    );
+    let meta = obj
+        .entry("metadata")
+        .or_insert_with(|| json!({}))
+        .as_object_mut();
+    let Some(meta) = meta else {
+        return desired.clone();
+    };
+    meta.remove("managedFields");
+    let want = |f: &str| {
+        desired
+            .pointer(&format!("/metadata/{f}"))
+            .and_then(Value::as_object)
+            .cloned()
+            .unwrap_or_default()
+    };
+    let mut labels = meta
+        .get("labels")
+        .and_then(Value::as_object)
+        .cloned()
+        .unwrap_or_default();
+    labels.extend(want("labels"));
+    meta.insert("labels".into(), Value::Object(labels));
+    let mut annotations = meta
+        .get("annotations")
+        .and_then(Value::as_object)
+        .cloned()
+        .unwrap_or_default();
+    annotations.retain(|k, _| !OWNED_ANNOTATIONS.contains(&k.as_str()));
+    annotations.extend(want("annotations"));
+    meta.insert("annotations".into(), Value::Object(annotations));
+    let ours = desired
+        .pointer("/metadata/ownerReferences")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
+    let same_object = |a: &Value, b: &Value| {
+        ["apiVersion", "kind", "name"]
+            .iter()
+            .all(|k| a.get(k) == b.get(k))
+    };
+    let mut owners: Vec<Value> = meta
+        .get("ownerReferences")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|o| !ours.iter().any(|w| same_object(o, w)))
+        .collect();
+    owners.extend(ours);
+    meta.insert("ownerReferences".into(), Value::Array(owners));
+    out
 }
 
 /// Whether something in the host already runs this native object: another writer than
@@ -310,6 +434,105 @@ mod tests {
         let back: FederatedSpec =
             serde_json::from_value(obj["spec"].clone()).expect("a FederatedSpec");
         assert_eq!(back, spec);
+    }
+
+    #[test]
+    fn a_services_cluster_ips_stay_in_the_host() {
+        let svc = json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "web"},
+            "spec": {"clusterIP": "10.0.0.12", "clusterIPs": ["10.0.0.12"], "ports": [{"port": 80}]}});
+        let t = template_of(&svc);
+        assert!(t["spec"].get("clusterIP").is_none() && t["spec"].get("clusterIPs").is_none());
+        let headless = json!({"kind": "Service", "spec": {"clusterIP": "None"}});
+        assert_eq!(template_of(&headless)["spec"]["clusterIP"], "None");
+    }
+
+    #[test]
+    fn a_replacement_is_the_policys_spec_over_what_others_keep() {
+        let p = PropagationSpec {
+            drift_policy: Some(DriftPolicy::Report),
+            ..policy()
+        };
+        let spec = federated_spec(&native(), &p, vec![]);
+        let desired = federated_object(
+            &fed_deployments(),
+            "web",
+            Some("demo"),
+            &owner(),
+            "PropagationPolicy/demo/pp",
+            &p,
+            &spec,
+        );
+        // A Federated object a user wrote, with overrides the policy does not set and an
+        // annotation of the policy that no longer applies.
+        let current = json!({
+            "apiVersion": "types.kubefed.io/v1beta1", "kind": "FederatedDeployment",
+            "metadata": {"name": "web", "namespace": "demo", "resourceVersion": "42",
+                "labels": {"team": "a"},
+                "annotations": {"kubectl.kubernetes.io/last-applied-configuration": "{}",
+                    PRESERVE_ANNOTATION: "true"},
+                "finalizers": ["kubefed.io/sync-controller"],
+                "managedFields": [{"manager": "kubectl"}],
+                "ownerReferences": [
+                    {"apiVersion": "apps/v1", "kind": "Deployment", "name": "web", "uid": "old"},
+                    {"apiVersion": "x/v1", "kind": "App", "name": "shop", "uid": "s"}]},
+            "spec": {"template": {}, "overrides": [{"clusterName": "a", "clusterOverrides": [{"path": "/spec/replicas", "value": 1}]}]},
+            "status": {"conditions": []}
+        });
+        assert!(needs_write(&desired, Some(&current)));
+        let r = replacement(&desired, &current);
+        assert_eq!(r["spec"], desired["spec"], "the whole spec is the policy's");
+        assert!(r.get("status").is_none() && r["metadata"].get("managedFields").is_none());
+        assert_eq!(r["metadata"]["resourceVersion"], "42");
+        assert_eq!(r["metadata"]["labels"]["team"], "a");
+        assert_eq!(r["metadata"]["labels"][MATERIALIZED_LABEL], "true");
+        let a = &r["metadata"]["annotations"];
+        assert!(a.get(PRESERVE_ANNOTATION).is_none(), "{a}");
+        assert_eq!(a[DRIFT_POLICY_ANNOTATION], "Report");
+        assert_eq!(a["kubectl.kubernetes.io/last-applied-configuration"], "{}");
+        assert_eq!(r["metadata"]["finalizers"][0], "kubefed.io/sync-controller");
+        let uids: Vec<_> = r["metadata"]["ownerReferences"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|o| o["uid"].as_str().unwrap_or_default())
+            .collect();
+        assert_eq!(
+            uids,
+            ["s", "u-1"],
+            "the stale owner of the same name is replaced"
+        );
+        assert!(
+            !needs_write(&desired, Some(&r)),
+            "the replacement is what the policy wants"
+        );
+    }
+
+    #[test]
+    fn an_annotation_the_policy_dropped_needs_a_write() {
+        let p = PropagationSpec {
+            preserve_resources_on_deletion: true,
+            ..policy()
+        };
+        let spec = federated_spec(&native(), &p, vec![]);
+        let args = |p: &PropagationSpec| {
+            federated_object(
+                &fed_deployments(),
+                "web",
+                Some("demo"),
+                &owner(),
+                "PropagationPolicy/demo/pp",
+                p,
+                &spec,
+            )
+        };
+        let with = args(&p);
+        let without = args(&policy());
+        assert!(!needs_write(&with, Some(&with)));
+        assert!(needs_write(&without, Some(&with)));
+        assert!(
+            needs_write(&with, Some(&without)),
+            "an annotation the policy now sets"
+        );
     }
 
     #[test]

@@ -1,5 +1,5 @@
 //! Writes whose answer the caller does not read: the request kube's [`Api`] would send for
-//! a patch, a status patch or a delete, with the successful answer's body read and dropped
+//! a patch, a status patch, a replace or a delete, with the successful answer's body read and dropped
 //! instead of decoded.
 //!
 //! `Api::patch` decodes the whole object the API server returns (metadata, `managedFields`,
@@ -13,7 +13,7 @@ use std::fmt::Debug;
 use http::Request;
 use kube::{
     Api, Resource,
-    api::{DeleteParams, Patch, PatchParams},
+    api::{DeleteParams, Patch, PatchParams, PostParams},
     core::Request as UrlBuilder,
 };
 use serde::Serialize;
@@ -39,6 +39,19 @@ pub async fn patch_status<K: Resource + Clone, P: Serialize + Debug>(
 ) -> kube::Result<()> {
     let req = UrlBuilder::new(api.resource_url()).patch_subresource("status", name, pp, patch);
     send(api, labelled(req, "patch_status")?).await
+}
+
+/// Replaces `name` with `obj` (checked against `obj`'s `metadata.resourceVersion`: a stale
+/// one is the server's `409`); only success or the API server's error is returned.
+pub async fn replace<K: Resource + Clone, T: Serialize>(
+    api: &Api<K>,
+    name: &str,
+    pp: &PostParams,
+    obj: &T,
+) -> kube::Result<()> {
+    let body = serde_json::to_vec(obj).map_err(kube::Error::SerdeError)?;
+    let req = UrlBuilder::new(api.resource_url()).replace(name, pp, body);
+    send(api, labelled(req, "replace")?).await
 }
 
 /// Deletes `name` (the deletion started or done); only success or the API server's error is
@@ -125,6 +138,29 @@ mod tests {
                 .expect("a content type"),
             "application/merge-patch+json"
         );
+    }
+
+    #[test]
+    fn a_replace_is_a_put_of_the_whole_object() {
+        let pp = PostParams {
+            field_manager: Some("flotilla-policy".into()),
+            ..PostParams::default()
+        };
+        let obj = json!({"metadata": {"name": "cm", "resourceVersion": "7"}, "data": {}});
+        let body = serde_json::to_vec(&obj).expect("serialises");
+        let req = built(labelled(
+            UrlBuilder::new("/api/v1/namespaces/ns/configmaps").replace("cm", &pp, body),
+            "replace",
+        ));
+        assert_eq!(req.method(), http::Method::PUT);
+        assert_eq!(req.uri().path(), "/api/v1/namespaces/ns/configmaps/cm");
+        assert!(
+            req.uri()
+                .to_string()
+                .contains("fieldManager=flotilla-policy")
+        );
+        let sent: serde_json::Value = serde_json::from_slice(req.body()).expect("a JSON body");
+        assert_eq!(sent["metadata"]["resourceVersion"], "7");
     }
 
     #[test]

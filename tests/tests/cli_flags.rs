@@ -54,6 +54,7 @@ const SUBCOMMANDS: &[(&[&str], Expect)] = &[
     (&["enable", "deployments.apps"], Expect::NamesIt),
     (&["disable", "deployments.apps"], Expect::NamesIt),
     (&["federate", "configmaps", "x"], Expect::NamesIt),
+    (&["unfederate", "configmaps", "x"], Expect::NamesIt),
     (
         &["orphaning-deletion", "status", "fcm", "x"],
         Expect::NamesIt,

@@ -24,6 +24,13 @@ use kube::{
 };
 use serde_json::json;
 
+#[path = "policies/migration.rs"]
+mod migration;
+use migration::{
+    a_replica_scheduling_preference_divides_a_policy_made_deployment,
+    federated_objects_are_taken_over_without_member_writes,
+};
+
 const T: Duration = Duration::from_secs(60);
 
 /// `kubectl <args>` against the host, `input` on its standard input; the output.
@@ -183,6 +190,8 @@ async fn plain_manifests_propagate_through_policies() -> anyhow::Result<()> {
             the_highest_priority_wins_and_an_explicit_federated_object_beats_every_policy(fed)
         ),
         scenario!(bad_policies_are_reported_and_others_keep_working(fed)),
+        scenario!(federated_objects_are_taken_over_without_member_writes(fed)),
+        scenario!(a_replica_scheduling_preference_divides_a_policy_made_deployment(fed)),
     ])
     .await;
     Ok(())

@@ -28,7 +28,7 @@ use std::{
 };
 
 use flotilla_api::{
-    FederatedTypeConfig,
+    FederatedTypeConfig, ReplicaSchedulingPreference,
     policy::{ClusterOverridePolicy, ClusterPropagationPolicy, OverridePolicy, PropagationPolicy},
 };
 use flotilla_multicluster::{
@@ -79,6 +79,9 @@ pub(crate) struct Ctx {
     pub clusters: ClusterSet,
     pub policies: PolicyStores,
     pub types: types::Types,
+    /// The ReplicaSchedulingPreferences: one of a policy-made object's name divides its
+    /// replicas, and the policy keeps what it wrote (`replica_division::keep_division`).
+    pub rsps: Store<ReplicaSchedulingPreference>,
     pub outcomes: Mutex<outcome::Outcomes>,
     pub queue: Arc<WorkQueue<Key>>,
     /// Wakes the status pass.
@@ -140,6 +143,7 @@ pub async fn run(host: Client, namespace: String, clusters: ClusterSet) {
         cluster_overrides: cop,
     };
     let queue: Arc<WorkQueue<Key>> = WorkQueue::new();
+    let rsp_writer = reflector::store::Writer::<ReplicaSchedulingPreference>::default();
     let ctx = Arc::new(Ctx {
         host: host.clone(),
         namespace: namespace.clone(),
@@ -147,10 +151,11 @@ pub async fn run(host: Client, namespace: String, clusters: ClusterSet) {
         clusters,
         policies: policies.clone(),
         types: types::Types::new(host.clone(), queue.clone()),
+        rsps: rsp_writer.as_reader(),
         outcomes: Mutex::new(BTreeMap::new()),
         queue: queue.clone(),
         status_wake: Arc::new(Notify::new()),
-        recorder: crate::events::recorder(host, REPORTING_CONTROLLER),
+        recorder: crate::events::recorder(host.clone(), REPORTING_CONTROLLER),
     });
     // Nothing is decided before every policy and type config is listed: an object whose
     // policy is not in the cache yet would be released.
@@ -165,7 +170,20 @@ pub async fn run(host: Client, namespace: String, clusters: ClusterSet) {
                 && store_ready(&f).await
         })
     };
-    let mut tasks = vec![t1, t2, t3, t4, t5, t6];
+    let t7 = {
+        let c = ctx.clone();
+        tokio::spawn(reflect(
+            Api::all(host.clone()),
+            rsp_writer,
+            "ReplicaSchedulingPreference",
+            move |change| {
+                if let Change::Object(rsp) = change {
+                    c.rsp_changed(rsp);
+                }
+            },
+        ))
+    };
+    let mut tasks = vec![t1, t2, t3, t4, t5, t6, t7];
     tasks.push(tokio::spawn(types::run(
         ctx.clone(),
         ftcs,

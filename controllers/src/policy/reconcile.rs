@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use flotilla_api::{
     federated::{ClusterOverrides, FederatedSpec, FederatedStatus},
-    policy::{MATERIALIZED_LABEL, ObjectRef, POLICY_ANNOTATION},
+    policy::{ConflictResolution, MATERIALIZED_LABEL, ObjectRef, POLICY_ANNOTATION},
 };
 use flotilla_core::{
     policy_materialize::{self as mat, NativeOwner},
@@ -180,7 +180,12 @@ impl Ctx {
                 return Action::AwaitChange;
             }
         };
-        let spec = mat::federated_spec(json, &chosen.spec, overrides);
+        let mut spec = mat::federated_spec(json, &chosen.spec, overrides);
+        if self.divided_by_rsp(t, native)
+            && let Some(Ok(cur)) = current.map(FederatedSpec::from_dynamic)
+        {
+            spec = flotilla_core::replica_division::keep_division(spec, &cur);
+        }
         let uid = native.uid().unwrap_or_default();
         let api_version = t.target.api_version.clone();
         let owner = NativeOwner {
@@ -206,9 +211,19 @@ impl Ctx {
         );
         let current_json = current.map(|c| serde_json::to_value(c).unwrap_or(Value::Null));
         if mat::needs_write(&desired, current_json.as_ref()) {
-            match writes::write_federated(self, t, key, &desired, current.is_some()).await {
+            let take_over = chosen.spec.conflict_resolution == Some(ConflictResolution::Overwrite);
+            match writes::write_federated(self, t, key, &desired, current, take_over).await {
                 writes::Written::Done => {
                     info!(object = ?key, policy = %chosen.id, "federated object written")
+                }
+                writes::Written::TookOver => {
+                    let msg = format!(
+                        "{} {} is propagated by {} now (conflictResolution: Overwrite)",
+                        t.fed.kind, key.2, chosen.id
+                    );
+                    info!(object = ?key, policy = %chosen.id, "federated object taken over");
+                    self.event(t, native, EventType::Normal, "TookOver", msg)
+                        .await;
                 }
                 writes::Written::Explicit(msg) => {
                     return self
@@ -239,6 +254,33 @@ impl Ctx {
             .map(FederatedStatus::from_dynamic)
             .unwrap_or_default();
         writes::status_home(self, t, native, &status).await
+    }
+
+    /// Whether a ReplicaSchedulingPreference of `native`'s name divides its replicas.
+    fn divided_by_rsp(&self, t: &TypeView, native: &DynamicObject) -> bool {
+        let Some(ns) = native.namespace() else {
+            return false;
+        };
+        let r = StoreRef::<flotilla_api::ReplicaSchedulingPreference>::new(&native.name_any())
+            .within(&ns);
+        self.rsps
+            .get(&r)
+            .is_some_and(|rsp| rsp.spec.target_kind == t.fed.kind)
+    }
+
+    /// An RSP changed: its target, when a policy made it, is decided again (so that its
+    /// division is kept, or dropped once the RSP is gone).
+    pub(super) fn rsp_changed(&self, rsp: &flotilla_api::ReplicaSchedulingPreference) {
+        let ns = rsp.namespace().unwrap_or_default();
+        for (ftc, _, _) in self.types.targets() {
+            if self
+                .types
+                .get(&ftc)
+                .is_some_and(|t| t.fed.kind == rsp.spec.target_kind)
+            {
+                self.queue.add((ftc, ns.clone(), rsp.name_any()));
+            }
+        }
     }
 
     /// Every cluster's overrides from the override policies that apply to `native`. An

@@ -75,10 +75,15 @@ pub(crate) struct Types {
 /// drops `managedFields`; see `policy_materialize::host_runs_it`).
 pub(crate) const STATUS_WRITER: &str = "policy.flotilla.io/status-writer";
 
+/// Before the managed fields go: who writes the status, and the spec cut down to what the
+/// object's writers own (`written_fields`: the server's defaults stay out of the template).
 fn shrink_native(o: &mut DynamicObject) {
     let managed = serde_json::to_value(&o.metadata.managed_fields).unwrap_or(Value::Null);
-    let view = serde_json::json!({"metadata": {"managedFields": managed}});
     let own = [flotilla_api::policy::POLICY_FIELD_MANAGER];
+    if let Some(entries) = managed.as_array() {
+        flotilla_core::written_fields::prune_spec(&mut o.data, entries, &own);
+    }
+    let view = serde_json::json!({"metadata": {"managedFields": managed}});
     if let Some(writer) = flotilla_core::policy_materialize::host_runs_it(&view, &own) {
         o.annotations_mut().insert(STATUS_WRITER.into(), writer);
     }

@@ -1,5 +1,5 @@
 //! The policy controller's writes to the host: the Federated object it builds (created,
-//! then server-side applied), its release when no policy takes the object any more, the
+//! then replaced as a whole), its release when no policy takes the object any more, the
 //! FederatedNamespace a propagated object's namespace needs, and the aggregated status on
 //! the native object. Each is sent only when what it would write differs.
 
@@ -30,41 +30,46 @@ use super::{
 
 /// How a Federated object's write ended.
 pub(super) enum Written {
-    /// Created or applied.
+    /// Created or replaced.
     Done,
+    /// A Federated object of that name that no policy made is the policy's now
+    /// (`conflictResolution: Overwrite`).
+    TookOver,
     /// A Federated object of that name exists that no policy made: it wins.
     Explicit(String),
     /// The host refused or did not answer; retried with backoff.
     Failed,
 }
 
-/// Creates the Federated object (`exists`: applies it over the one this controller made).
+/// Creates the Federated object, or replaces `current` (the one this controller made, as
+/// cached) with it. A create that finds an object of that name no policy made takes it
+/// over when `take_over`, and otherwise leaves it ([`Written::Explicit`]).
 pub(super) async fn write_federated(
     ctx: &Ctx,
     t: &TypeView,
     key: &Key,
     desired: &Value,
-    exists: bool,
+    current: Option<&DynamicObject>,
+    take_over: bool,
 ) -> Written {
     let ns = desired
         .pointer("/metadata/namespace")
         .and_then(Value::as_str);
     let api = fed_api(ctx, t, ns);
-    let obj: DynamicObject = match serde_json::from_value(desired.clone()) {
-        Ok(o) => o,
-        Err(e) => {
-            warn!(object = ?key, error = %e, "the Federated object does not parse back");
-            return Written::Failed;
-        }
-    };
-    let result = if exists {
-        let pp = PatchParams::apply(POLICY_FIELD_MANAGER).force();
-        flotilla_multicluster::unread::patch(&api, &key.2, &pp, &Patch::Apply(desired)).await
-    } else {
-        match api.create(&post_params(), &obj).await {
-            Err(kube::Error::Api(e)) if e.code == 409 => return conflict(&api, t, key).await,
-            other => other.map(|_| ()),
-        }
+    let result = match current {
+        Some(cur) => replace(&api, &key.2, desired, cur).await,
+        None => match serde_json::from_value::<DynamicObject>(desired.clone()) {
+            Ok(obj) => match api.create(&post_params(), &obj).await {
+                Err(kube::Error::Api(e)) if e.code == 409 => {
+                    return conflict(&api, t, key, desired, take_over).await;
+                }
+                other => other.map(|_| ()),
+            },
+            Err(e) => {
+                warn!(object = ?key, error = %e, "the Federated object does not parse back");
+                return Written::Failed;
+            }
+        },
     };
     match result {
         Ok(()) => Written::Done,
@@ -75,15 +80,47 @@ pub(super) async fn write_federated(
     }
 }
 
-/// A create found an object of that name: ours (the cache is behind) or an explicit one.
-async fn conflict(api: &Api<DynamicObject>, t: &TypeView, key: &Key) -> Written {
-    match api.get(&key.2).await {
-        Ok(o) if is_materialized(&o) => Written::Done,
-        Ok(_) => Written::Explicit(format!(
-            "{} {} exists and was not made by a policy: it is propagated as written, and wins over every policy",
+/// Replaces `current` with `desired` over what others keep in it
+/// ([`mat::replacement`]); a stale resourceVersion is the server's 409, retried.
+async fn replace(
+    api: &Api<DynamicObject>,
+    name: &str,
+    desired: &Value,
+    current: &DynamicObject,
+) -> kube::Result<()> {
+    let cur = serde_json::to_value(current).map_err(kube::Error::SerdeError)?;
+    let body = mat::replacement(desired, &cur);
+    flotilla_multicluster::unread::replace(api, name, &post_params(), &body).await
+}
+
+/// A create found an object of that name: ours (the cache is behind), or one no policy
+/// made, taken over when `take_over` and left as the winner otherwise.
+async fn conflict(
+    api: &Api<DynamicObject>,
+    t: &TypeView,
+    key: &Key,
+    desired: &Value,
+    take_over: bool,
+) -> Written {
+    let found = match api.get(&key.2).await {
+        Ok(o) => o,
+        Err(_) => return Written::Failed,
+    };
+    if is_materialized(&found) {
+        return Written::Done;
+    }
+    if !take_over {
+        return Written::Explicit(format!(
+            "{} {} exists and was not made by a policy: it is propagated as written, and wins over every policy (conflictResolution: Overwrite takes it over)",
             t.fed.kind, key.2
-        )),
-        Err(_) => Written::Failed,
+        ));
+    }
+    match replace(api, &key.2, desired, &found).await {
+        Ok(()) => Written::TookOver,
+        Err(e) => {
+            warn!(object = ?key, error = %e, "taking over the Federated object failed");
+            Written::Failed
+        }
     }
 }
 

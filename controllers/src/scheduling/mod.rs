@@ -14,20 +14,16 @@ use flotilla_multicluster::{
     runner::{Action, KeyedRunner},
     tasks::AbortOnDrop,
 };
-use std::{
-    collections::{BTreeMap, BTreeSet},
-    convert::Infallible,
-    sync::Arc,
-};
+use std::{collections::BTreeMap, convert::Infallible, sync::Arc};
 
 use flotilla_api::{
     ReplicaSchedulingPreference, crdgen,
     federated::{
-        ClusterOverride, ClusterOverrides, ClusterReference, FederatedSpec, FederatedStatus,
-        LabelSelector,
+        ClusterOverrides, ClusterReference, FederatedSpec, FederatedStatus, LabelSelector,
     },
     scheduling::ReplicaSchedulingPreferenceSpec,
 };
+use flotilla_core::replica_division::{apply_plan, current_replicas, is_scheduled};
 use kube::{
     Api, Client, Resource, ResourceExt,
     api::{DynamicObject, Patch, PatchParams},
@@ -348,84 +344,6 @@ fn decided_candidates(clusters: &[ClusterState], status: &FederatedStatus) -> Ve
         .collect()
 }
 
-/// Whether the target already has the placement and overrides of the plan.
-fn is_scheduled(
-    spec: &FederatedSpec,
-    placement_clusters: &[ClusterReference],
-    overrides: &[ClusterOverrides],
-) -> bool {
-    let current_clusters: Option<BTreeSet<&String>> = spec
-        .placement
-        .clusters
-        .as_ref()
-        .map(|l| l.iter().map(|c| &c.name).collect());
-    let wanted_clusters: BTreeSet<&String> = placement_clusters.iter().map(|c| &c.name).collect();
-    current_clusters.as_ref() == Some(&wanted_clusters) && overrides == spec.overrides
-}
-
-/// The replicas per cluster the target's overrides set now.
-fn current_replicas(spec: &FederatedSpec) -> BTreeMap<String, i64> {
-    spec.overrides
-        .iter()
-        .filter_map(|o| {
-            let v = o
-                .cluster_overrides
-                .iter()
-                .find(|op| op.path == "/spec/replicas")?
-                .value
-                .as_ref()?
-                .as_i64()?;
-            Some((o.cluster_name.clone(), v))
-        })
-        .collect()
-}
-
-/// Placement and overrides for a plan: clusters with replicas (or, with `keep_zero`, every
-/// planned cluster — the scheduler places the object there anyway) are placed, each with a
-/// `/spec/replicas` override; the target's other overrides are kept as they are.
-fn apply_plan(
-    spec: &FederatedSpec,
-    plan: &BTreeMap<String, i64>,
-    keep_zero: bool,
-) -> (Vec<ClusterReference>, Vec<ClusterOverrides>) {
-    let placed: Vec<ClusterReference> = plan
-        .iter()
-        .filter(|(_, n)| **n > 0 || keep_zero)
-        .map(|(c, _)| ClusterReference { name: c.clone() })
-        .collect();
-    let mut overrides: Vec<ClusterOverrides> = spec
-        .overrides
-        .iter()
-        .map(|o| ClusterOverrides {
-            cluster_name: o.cluster_name.clone(),
-            cluster_overrides: o
-                .cluster_overrides
-                .iter()
-                .filter(|op| op.path != "/spec/replicas")
-                .cloned()
-                .collect(),
-        })
-        .collect();
-    for c in &placed {
-        let n = plan.get(&c.name).copied().unwrap_or(0);
-        let op = ClusterOverride {
-            op: None,
-            path: "/spec/replicas".into(),
-            value: Some(json!(n)),
-        };
-        match overrides.iter_mut().find(|o| o.cluster_name == c.name) {
-            Some(o) => o.cluster_overrides.insert(0, op),
-            None => overrides.push(ClusterOverrides {
-                cluster_name: c.name.clone(),
-                cluster_overrides: vec![op],
-            }),
-        }
-    }
-    overrides.retain(|o| !o.cluster_overrides.is_empty());
-    overrides.sort_by(|a, b| a.cluster_name.cmp(&b.cluster_name));
-    (placed, overrides)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -440,55 +358,6 @@ mod tests {
         let ar = federated_ar("FederatedReplicaSet").expect("scheduled");
         assert_eq!(ar.plural, "federatedreplicasets");
         assert!(federated_ar("FederatedConfigMap").is_none());
-    }
-
-    #[test]
-    fn a_plan_sets_placement_and_replica_overrides_keeping_other_overrides() {
-        let spec: FederatedSpec = serde_json::from_value(json!({
-            "template": {},
-            "overrides": [
-                {"clusterName": "b", "clusterOverrides": [{"path": "/spec/replicas", "value": 1}, {"path": "/metadata/labels/x", "value": "y"}]},
-                {"clusterName": "gone", "clusterOverrides": [{"path": "/spec/replicas", "value": 4}]}
-            ]
-        }))
-        .expect("valid spec");
-        let plan = BTreeMap::from([
-            ("a".to_string(), 6),
-            ("b".to_string(), 3),
-            ("c".to_string(), 0),
-        ]);
-        let (placed, overrides) = apply_plan(&spec, &plan, false);
-        assert_eq!(
-            placed.iter().map(|c| c.name.as_str()).collect::<Vec<_>>(),
-            vec!["a", "b"]
-        );
-        let by: BTreeMap<_, _> = overrides
-            .iter()
-            .map(|o| (o.cluster_name.as_str(), o))
-            .collect();
-        assert_eq!(by["a"].cluster_overrides[0].value, Some(json!(6)));
-        assert_eq!(
-            by["b"].cluster_overrides.len(),
-            2,
-            "the label override is kept"
-        );
-        assert_eq!(by["b"].cluster_overrides[0].value, Some(json!(3)));
-        assert!(
-            !by.contains_key("gone"),
-            "a cluster left with no override is dropped"
-        );
-    }
-
-    #[test]
-    fn current_replicas_are_read_from_the_overrides() {
-        let spec: FederatedSpec = serde_json::from_value(json!({
-            "overrides": [{"clusterName": "a", "clusterOverrides": [{"path": "/spec/replicas", "value": 2}]}]
-        }))
-        .expect("valid spec");
-        assert_eq!(
-            current_replicas(&spec),
-            BTreeMap::from([("a".to_string(), 2)])
-        );
     }
 
     fn cluster(name: &str, ready: bool, region: &str) -> ClusterState {
@@ -552,18 +421,5 @@ mod tests {
         };
         assert!(candidates(&[cluster("a", true, "eu")], Some(&bad)).is_err());
         assert!(candidates(&[cluster("a", false, "eu")], Some(&bad)).is_ok());
-    }
-
-    #[test]
-    fn a_target_with_the_planned_placement_and_overrides_is_already_scheduled() {
-        let spec: FederatedSpec = serde_json::from_value(json!({
-            "placement": {"clusters": [{"name": "a"}]},
-            "overrides": [{"clusterName": "a", "clusterOverrides": [{"path": "/spec/replicas", "value": 2}]}]
-        }))
-        .expect("valid spec");
-        let (placed, overrides) = apply_plan(&spec, &BTreeMap::from([("a".to_string(), 2)]), false);
-        assert!(is_scheduled(&spec, &placed, &overrides));
-        let (placed, overrides) = apply_plan(&spec, &BTreeMap::from([("a".to_string(), 3)]), false);
-        assert!(!is_scheduled(&spec, &placed, &overrides));
     }
 }
