@@ -60,9 +60,17 @@ impl Ctx {
             return Action::requeue(LISTING);
         }
         let native = native.filter(|n| n.metadata.deletion_timestamp.is_none());
-        let json = native
-            .as_deref()
-            .map(|n| serde_json::to_value(n).unwrap_or(Value::Null));
+        // The type's apiVersion and kind, always: an object from a watch's initial list has
+        // neither (the API server omits them on list items), one from a watch event both, and
+        // the template, the system-object check and the server-field cleanup read them.
+        let json = native.as_deref().map(|n| {
+            let mut j = serde_json::to_value(n).unwrap_or(Value::Null);
+            if let Some(o) = j.as_object_mut() {
+                o.insert("apiVersion".into(), t.target.api_version.clone().into());
+                o.insert("kind".into(), t.target.kind.clone().into());
+            }
+            j
+        });
         let chosen = match (&native, &json) {
             (Some(n), Some(j)) if !policy_select::is_system_object(j, &self.namespace) => {
                 self.choose(&t, n)
