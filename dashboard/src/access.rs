@@ -1,14 +1,17 @@
 //! Who sees what on a dashboard that authenticates (bound to a non-loopback address): the
 //! reads a page needs reviewed, and the state cut down to what the caller may read — the
 //! federated objects of each type and namespace the caller may `get`, their Events where
-//! the caller may `list` Events, and the member clusters if the caller may `list`
-//! KubeFedClusters. The same verbs `kubectl` would need, so RBAC alone decides. Pure.
+//! the caller may `list` Events, the member clusters if the caller may `list`
+//! KubeFedClusters, and the policies of each kind and namespace the caller may `list`
+//! (`list` on `propagationpolicies.policy.flotilla.io` …; the cluster-scoped kinds
+//! cluster-wide). The same verbs `kubectl` would need, so RBAC alone decides: a caller who
+//! may not read policies sees none, and no error. Pure.
 
 use std::collections::BTreeSet;
 
-use flotilla_api::{CORE_GROUP, TYPES_GROUP};
+use flotilla_api::{CORE_GROUP, TYPES_GROUP, policy::POLICY_GROUP};
 
-use super::state::{ObjectKey, State};
+use super::state::{ObjectKey, PolicyKey, State};
 use flotilla_multicluster::http::auth::Check;
 
 /// The read of objects of the type `type_name` (an FTC name) in `namespace`; `None` when the
@@ -39,6 +42,23 @@ fn clusters_check(kubefed_ns: &str) -> Check {
         resource: "kubefedclusters".into(),
         namespace: Some(kubefed_ns.to_owned()),
     }
+}
+
+fn policy_check(key: &PolicyKey) -> Check {
+    Check::Resource {
+        verb: "list",
+        group: POLICY_GROUP.to_owned(),
+        resource: key.kind.plural().to_owned(),
+        namespace: Some(key.namespace.clone()).filter(|ns| !ns.is_empty()),
+    }
+}
+
+/// Every read the policies page needs reviewed: the overview's (the selected objects link
+/// to the federated objects the caller may read), and each policy kind × namespace.
+pub fn policies_checks(state: &State, kubefed_ns: &str) -> BTreeSet<CheckKey> {
+    let mut checks = overview_checks(state, kubefed_ns);
+    checks.extend(state.policies.keys().map(|k| CheckKey(policy_check(k))));
+    checks
 }
 
 /// Every read the overview needs reviewed: the clusters, and each type × namespace holding
@@ -81,6 +101,12 @@ pub fn visible(state: &State, kubefed_ns: &str, allowed: &BTreeSet<CheckKey>) ->
             .iter()
             .filter(|(k, o)| may(object_check(state, &o.type_name, &k.namespace)))
             .map(|(k, o)| (k.clone(), o.clone()))
+            .collect(),
+        policies: state
+            .policies
+            .iter()
+            .filter(|(k, _)| allowed.contains(&CheckKey(policy_check(k))))
+            .map(|(k, p)| (k.clone(), p.clone()))
             .collect(),
         rsps: state.rsps.clone(),
         events: state
@@ -195,6 +221,48 @@ mod tests {
             "the ConfigMaps are in demo, not prod"
         );
         assert_eq!(other.clusters.len(), s.clusters.len());
+    }
+
+    #[test]
+    fn a_caller_sees_the_policies_of_the_kinds_and_namespaces_it_may_list() {
+        use crate::state::{PolicyKind, PolicyRecord};
+        let mut s = state(1);
+        let key = |kind, ns: &str, name: &str| PolicyKey {
+            kind,
+            namespace: ns.into(),
+            name: name.into(),
+        };
+        for k in [
+            key(PolicyKind::PropagationPolicy, "demo", "web"),
+            key(PolicyKind::PropagationPolicy, "prod", "web"),
+            key(PolicyKind::OverridePolicy, "demo", "m2"),
+            key(PolicyKind::ClusterPropagationPolicy, "", "all"),
+        ] {
+            s.policies.insert(k, PolicyRecord::default());
+        }
+        let checks = policies_checks(&s, NS);
+        let list = |resource: &str, ns: Option<&str>| {
+            CheckKey(Check::Resource {
+                verb: "list",
+                group: POLICY_GROUP.into(),
+                resource: resource.into(),
+                namespace: ns.map(str::to_owned),
+            })
+        };
+        assert!(checks.contains(&list("clusterpropagationpolicies", None)));
+        assert!(checks.contains(&list("overridepolicies", Some("demo"))));
+        assert!(
+            !overview_checks(&s, NS).contains(&list("propagationpolicies", Some("demo"))),
+            "the overview shows no policy, so it reviews none"
+        );
+        assert!(visible(&s, NS, &BTreeSet::new()).policies.is_empty());
+        let allowed = BTreeSet::from([list("propagationpolicies", Some("demo"))]);
+        let seen: Vec<String> = visible(&s, NS, &allowed)
+            .policies
+            .keys()
+            .map(PolicyKey::reference)
+            .collect();
+        assert_eq!(seen, ["PropagationPolicy/demo/web"]);
     }
 
     #[test]

@@ -1,7 +1,8 @@
 //! The dashboard's watches on the host, feeding [`State`]: KubeFedClusters and
 //! FederatedTypeConfigs in the control-plane namespace, each enabled federated type (as
-//! `DynamicObject`, started and stopped as types are enabled and disabled),
-//! ReplicaSchedulingPreferences, and Events about `types.kubefed.io` objects. Read-only:
+//! `DynamicObject`, started and stopped as types are enabled and disabled), the four kinds
+//! of propagation and override policies, ReplicaSchedulingPreferences, and Events about
+//! `types.kubefed.io` objects. Read-only:
 //! it lists and watches, nothing else. A relist replaces what it lists in one update, so a
 //! page never sees half a list.
 
@@ -10,6 +11,7 @@ use std::{collections::BTreeMap, fmt::Debug};
 use flotilla_api::{
     FederatedTypeConfig, KubeFedCluster, ReplicaSchedulingPreference, TYPES_GROUP, V1BETA1,
     core::PropagationMode,
+    policy::{ClusterOverridePolicy, ClusterPropagationPolicy, OverridePolicy, PropagationPolicy},
 };
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::Event;
@@ -25,7 +27,9 @@ use tracing::{debug, warn};
 
 use flotilla_controllers::watch::is_expected_relist;
 
-use super::state::{EventRecord, FedObject, ObjectKey, Shared, State};
+use super::state::{
+    EventRecord, FedObject, ObjectKey, PolicyKey, PolicyKind, PolicyRecord, Shared, State,
+};
 
 /// A change one watched object makes to the state.
 type Change<K> = Box<dyn Fn(&mut State, &K) + Send + Sync>;
@@ -138,7 +142,82 @@ pub fn start(host: Client, kubefed_ns: &str, shared: Shared, cancel: Cancellatio
         cancel.clone(),
     ));
     start_rsps_and_events(&host, &shared, &cancel);
+    start_policies(&host, &shared, &cancel);
     tokio::spawn(follow_types(host, shared, cancel));
+}
+
+/// One watch per policy kind. A host without the policy CRDs (or credentials that may not
+/// read them) only logs the watch's failures: the other pages are unaffected.
+fn start_policies(host: &Client, shared: &Shared, cancel: &CancellationToken) {
+    watch_policies::<PropagationPolicy>(host, shared, cancel, PolicyKind::PropagationPolicy, |p| {
+        PolicyRecord {
+            priority: Some(p.spec.priority),
+            generation: p.metadata.generation.unwrap_or(0),
+            status: p.status.clone().unwrap_or_default(),
+        }
+    });
+    watch_policies::<ClusterPropagationPolicy>(
+        host,
+        shared,
+        cancel,
+        PolicyKind::ClusterPropagationPolicy,
+        |p| PolicyRecord {
+            priority: Some(p.spec.spec.priority),
+            generation: p.metadata.generation.unwrap_or(0),
+            status: p.status.clone().unwrap_or_default(),
+        },
+    );
+    watch_policies::<OverridePolicy>(host, shared, cancel, PolicyKind::OverridePolicy, |p| {
+        PolicyRecord {
+            priority: None,
+            generation: p.metadata.generation.unwrap_or(0),
+            status: p.status.clone().unwrap_or_default(),
+        }
+    });
+    watch_policies::<ClusterOverridePolicy>(
+        host,
+        shared,
+        cancel,
+        PolicyKind::ClusterOverridePolicy,
+        |p| PolicyRecord {
+            priority: None,
+            generation: p.metadata.generation.unwrap_or(0),
+            status: p.status.clone().unwrap_or_default(),
+        },
+    );
+}
+
+fn watch_policies<K>(
+    host: &Client,
+    shared: &Shared,
+    cancel: &CancellationToken,
+    kind: PolicyKind,
+    record: fn(&K) -> PolicyRecord,
+) where
+    K: kube::Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+{
+    let key = move |p: &K| PolicyKey {
+        kind,
+        namespace: p.namespace().unwrap_or_default(),
+        name: p.name_any(),
+    };
+    tokio::spawn(watch_into(
+        Api::<K>::all(host.clone()),
+        watcher::Config::default(),
+        shared.clone(),
+        Sink {
+            what: kind.as_str().into(),
+            apply: Box::new(move |s, p| {
+                s.policies.insert(key(p), record(p));
+            }),
+            delete: Box::new(move |s, p| {
+                s.policies.remove(&key(p));
+            }),
+            clear: Box::new(move |s| s.policies.retain(|k, _| k.kind != kind)),
+            relist: None,
+        },
+        cancel.clone(),
+    ));
 }
 
 fn start_rsps_and_events(host: &Client, shared: &Shared, cancel: &CancellationToken) {

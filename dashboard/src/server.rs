@@ -1,6 +1,7 @@
 //! The dashboard's HTTP server on hyper: GET only, read-only. `/` (overview), `/object`
-//! (one object), `?fragment=1` for the live part alone, `/api/overview` and `/api/object`
-//! (the same view models as JSON), `/events` (server-sent events, [`super::sse`]),
+//! (one object), `/policies` (propagation and override policies), `?fragment=1` for the
+//! live part alone, `/api/overview`, `/api/object` and `/api/policies` (the same view
+//! models as JSON), `/events` (server-sent events, [`super::sse`]),
 //! `/app.js`, `/app.css`, `/healthz`. A strict Content-Security-Policy; on a loopback
 //! address, requests naming another host are refused (DNS rebinding). With a [`Guard`] (a
 //! non-loopback address), every other path needs a bearer token of the host cluster, and
@@ -23,7 +24,7 @@ use super::{
     access::{self, CheckKey},
     html, sse,
     state::{ObjectKey, Shared, State},
-    view::{object::object_view, overview},
+    view::{object::object_view, overview, policies::policies},
 };
 use flotilla_multicluster::http::auth::{Authenticator, Denial};
 
@@ -146,6 +147,22 @@ pub fn respond_in(state: &State, version: u64, path: &str, query: &str) -> Respo
                 }
             }
         }
+        "/policies" | "/api/policies" => {
+            let v = policies(state);
+            match (path, fragment) {
+                ("/api/policies", _) => json(&v),
+                (_, true) => ok(HTML, html::policies::fragment(&v)),
+                _ => ok(
+                    HTML,
+                    html::page(
+                        "Policies — Flotilla",
+                        version,
+                        "",
+                        &html::policies::fragment(&v),
+                    ),
+                ),
+            }
+        }
         "/app.js" => ok("text/javascript; charset=utf-8", html::SCRIPT.to_owned()),
         "/app.css" => ok("text/css; charset=utf-8", html::STYLE.to_owned()),
         "/healthz" => ok("text/plain; charset=utf-8", "ok\n".to_owned()),
@@ -224,6 +241,13 @@ async fn authorised(
                     None => (Vec::new(), false),
                 }
             }
+            "/policies" | "/api/policies" => (
+                access::policies_checks(&state, &guard.kubefed_ns)
+                    .into_iter()
+                    .map(|k| k.0)
+                    .collect(),
+                false,
+            ),
             _ => (
                 access::overview_checks(&state, &guard.kubefed_ns)
                     .into_iter()
@@ -378,6 +402,21 @@ mod tests {
         let missing = respond(&shared, "/object", "ns=x&kind=Y&name=z");
         assert_eq!(missing.status, StatusCode::NOT_FOUND);
         assert!(missing.body.contains("No federated object Y x/z."));
+    }
+
+    #[test]
+    fn the_policies_page_its_fragment_and_json_come_from_one_view() {
+        let shared = Shared::new(crate::view::policies::tests::state());
+        let page = respond(&shared, "/policies", "");
+        assert_eq!(page.status, StatusCode::OK);
+        assert!(page.body.starts_with("<!doctype html>"));
+        assert!(page.body.contains("LostToPolicy"));
+        let fragment = respond(&shared, "/policies", "fragment=1");
+        assert!(!fragment.body.contains("<!doctype"));
+        let api = respond(&shared, "/api/policies", "");
+        let doc: serde_json::Value = serde_json::from_str(&api.body).expect("json");
+        assert_eq!(doc["rows"][1]["reference"], "PropagationPolicy/shop/web");
+        assert_eq!(doc["rows"][1]["selected_count"], 2);
     }
 
     #[test]

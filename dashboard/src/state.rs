@@ -1,6 +1,7 @@
 //! What the dashboard knows about the host: the registered clusters, the enabled types,
-//! every federated object (its spec and status decoded once, when it changes), the
-//! ReplicaSchedulingPreferences and recent Events about federated objects. The watches
+//! every federated object (its spec and status decoded once, when it changes, and the
+//! policy that made it, if one did), the propagation and override policies with their
+//! status, the ReplicaSchedulingPreferences and recent Events about federated objects. The watches
 //! ([`super::feed`]) write it; every page reads it. Each change bumps a version number that
 //! the live pages follow ([`Shared::subscribe`]). No I/O here.
 
@@ -11,8 +12,10 @@ use std::{
 
 use flotilla_api::{
     FederatedSpec, FederatedStatus, FederatedTypeConfig, KubeFedCluster,
+    policy::{MATERIALIZED_LABEL, POLICY_ANNOTATION, PolicyStatus},
     scheduling::ReplicaSchedulingPreferenceSpec,
 };
+use flotilla_core::{policy_materialize::policy_ref, policy_select::PolicyScope};
 use k8s_openapi::api::core::v1::Event;
 use kube::{ResourceExt, api::DynamicObject};
 use tokio::sync::watch;
@@ -50,6 +53,9 @@ pub struct FedObject {
     pub spec: Result<FederatedSpec, String>,
     /// The status (empty when missing or unreadable).
     pub status: FederatedStatus,
+    /// The policy controller's annotation naming the policy that made this object
+    /// (`PropagationPolicy/<ns>/<name>`, …), when the policy controller made it.
+    pub policy: Option<String>,
 }
 
 impl FedObject {
@@ -60,6 +66,11 @@ impl FedObject {
             generation: obj.metadata.generation.unwrap_or(0),
             spec: FederatedSpec::from_dynamic(obj).map_err(|e| e.to_string()),
             status: FederatedStatus::from_dynamic(obj),
+            policy: obj
+                .labels()
+                .get(MATERIALIZED_LABEL)
+                .filter(|v| v.as_str() == "true")
+                .and_then(|_| obj.annotations().get(POLICY_ANNOTATION).cloned()),
         }
     }
 
@@ -67,6 +78,120 @@ impl FedObject {
     pub fn stale(&self) -> bool {
         self.status.observed_generation < self.generation || self.status.propagation().is_none()
     }
+}
+
+/// The four kinds of `policy.flotilla.io`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize)]
+pub enum PolicyKind {
+    /// Namespaced, propagates objects of its namespace.
+    PropagationPolicy,
+    /// Cluster-scoped, propagates objects of any namespace.
+    ClusterPropagationPolicy,
+    /// Namespaced, overrides objects of its namespace per cluster.
+    OverridePolicy,
+    /// Cluster-scoped, overrides objects of any namespace per cluster.
+    ClusterOverridePolicy,
+}
+
+impl PolicyKind {
+    /// Every kind, propagation first.
+    pub const ALL: [PolicyKind; 4] = [
+        PolicyKind::PropagationPolicy,
+        PolicyKind::ClusterPropagationPolicy,
+        PolicyKind::OverridePolicy,
+        PolicyKind::ClusterOverridePolicy,
+    ];
+
+    /// The kind's name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PolicyKind::PropagationPolicy => "PropagationPolicy",
+            PolicyKind::ClusterPropagationPolicy => "ClusterPropagationPolicy",
+            PolicyKind::OverridePolicy => "OverridePolicy",
+            PolicyKind::ClusterOverridePolicy => "ClusterOverridePolicy",
+        }
+    }
+
+    /// The resource's plural name (what RBAC names).
+    pub fn plural(self) -> &'static str {
+        match self {
+            PolicyKind::PropagationPolicy => "propagationpolicies",
+            PolicyKind::ClusterPropagationPolicy => "clusterpropagationpolicies",
+            PolicyKind::OverridePolicy => "overridepolicies",
+            PolicyKind::ClusterOverridePolicy => "clusteroverridepolicies",
+        }
+    }
+
+    /// Whether it propagates objects (rather than overriding them).
+    pub fn propagates(self) -> bool {
+        matches!(
+            self,
+            PolicyKind::PropagationPolicy | PolicyKind::ClusterPropagationPolicy
+        )
+    }
+
+    /// The namespaces its selectors reach.
+    pub fn scope(self) -> PolicyScope {
+        match self {
+            PolicyKind::PropagationPolicy | PolicyKind::OverridePolicy => PolicyScope::Namespaced,
+            _ => PolicyScope::Cluster,
+        }
+    }
+}
+
+/// A policy's identity; the policies page is sorted by it.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct PolicyKey {
+    /// Its kind.
+    pub kind: PolicyKind,
+    /// Namespace (empty for the cluster-scoped kinds).
+    pub namespace: String,
+    /// Name.
+    pub name: String,
+}
+
+impl PolicyKey {
+    /// How the policy is named where it is referred to: for the propagation kinds exactly
+    /// what the policy controller writes in [`POLICY_ANNOTATION`]
+    /// (`PropagationPolicy/<ns>/<name>`, `ClusterPropagationPolicy/<name>`).
+    pub fn reference(&self) -> String {
+        let ns = Some(self.namespace.as_str()).filter(|ns| !ns.is_empty());
+        if self.kind.propagates() {
+            return policy_ref(self.kind.scope(), ns, &self.name);
+        }
+        match ns {
+            Some(ns) => format!("{}/{ns}/{}", self.kind.as_str(), self.name),
+            None => format!("{}/{}", self.kind.as_str(), self.name),
+        }
+    }
+
+    /// The propagation policy a [`POLICY_ANNOTATION`] names; `None` for any other value
+    /// (such as the FederatedNamespace the policy controller makes for a namespace).
+    pub fn from_annotation(value: &str) -> Option<PolicyKey> {
+        let parts: Vec<&str> = value.split('/').collect();
+        let (kind, namespace, name) = match parts.as_slice() {
+            ["PropagationPolicy", ns, name] => (PolicyKind::PropagationPolicy, *ns, *name),
+            ["ClusterPropagationPolicy", name] => (PolicyKind::ClusterPropagationPolicy, "", *name),
+            _ => return None,
+        };
+        Some(PolicyKey {
+            kind,
+            namespace: namespace.to_owned(),
+            name: name.to_owned(),
+        })
+    }
+}
+
+/// One policy, as the policies page shows it (its selectors and overriders are not kept:
+/// an overrider's value may be a Secret's).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct PolicyRecord {
+    /// `spec.priority` of a propagation policy.
+    pub priority: Option<i32>,
+    /// `metadata.generation`.
+    pub generation: i64,
+    /// Its status (empty until the policy controller writes one).
+    pub status: PolicyStatus,
 }
 
 /// One Event about a federated object, as the object view lists it.
@@ -127,6 +252,8 @@ pub struct State {
     pub types: BTreeMap<String, FederatedTypeConfig>,
     /// Federated objects.
     pub objects: BTreeMap<ObjectKey, FedObject>,
+    /// Propagation and override policies.
+    pub policies: BTreeMap<PolicyKey, PolicyRecord>,
     /// ReplicaSchedulingPreference specs by (namespace, name).
     pub rsps: BTreeMap<(String, String), ReplicaSchedulingPreferenceSpec>,
     /// Events about federated objects, by the Event's own namespace/name.
@@ -257,6 +384,52 @@ mod tests {
         state.retain_kind("FederatedConfigMap", |k| k.name == "b");
         let names: Vec<&str> = state.objects.keys().map(|k| k.name.as_str()).collect();
         assert_eq!(names, ["b"]);
+    }
+
+    #[test]
+    fn a_policy_reference_is_what_the_policy_controller_writes_and_reads_back() {
+        let pp = PolicyKey {
+            kind: PolicyKind::PropagationPolicy,
+            namespace: "demo".into(),
+            name: "web".into(),
+        };
+        assert_eq!(pp.reference(), "PropagationPolicy/demo/web");
+        assert_eq!(PolicyKey::from_annotation(&pp.reference()), Some(pp));
+        let cpp = PolicyKey {
+            kind: PolicyKind::ClusterPropagationPolicy,
+            namespace: String::new(),
+            name: "all".into(),
+        };
+        assert_eq!(cpp.reference(), "ClusterPropagationPolicy/all");
+        assert_eq!(PolicyKey::from_annotation(&cpp.reference()), Some(cpp));
+        assert_eq!(
+            PolicyKey::from_annotation(flotilla_api::policy::NAMESPACE_FOR_OBJECTS),
+            None
+        );
+        let op = PolicyKey {
+            kind: PolicyKind::OverridePolicy,
+            namespace: "demo".into(),
+            name: "m2".into(),
+        };
+        assert_eq!(op.reference(), "OverridePolicy/demo/m2");
+    }
+
+    #[test]
+    fn a_materialized_object_remembers_its_policy_and_an_explicit_one_has_none() {
+        let mut made = fed_cm("a", 1);
+        made.metadata.labels = Some(BTreeMap::from([(
+            MATERIALIZED_LABEL.to_owned(),
+            "true".to_owned(),
+        )]));
+        made.metadata.annotations = Some(BTreeMap::from([(
+            POLICY_ANNOTATION.to_owned(),
+            "PropagationPolicy/demo/web".to_owned(),
+        )]));
+        let policy = FedObject::from_dynamic("configmaps", &made).policy;
+        assert_eq!(policy.as_deref(), Some("PropagationPolicy/demo/web"));
+        // The annotation alone, without the label, is not the policy controller's.
+        made.metadata.labels = None;
+        assert_eq!(FedObject::from_dynamic("configmaps", &made).policy, None);
     }
 
     #[test]

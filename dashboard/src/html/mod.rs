@@ -1,10 +1,11 @@
 //! HTML of the dashboard: the page frame (style, the small script that follows the live
 //! version and swaps in a fresh fragment) and the escaping every text goes through. The
-//! pages' bodies are in [`overview`] and [`object`]. Pure string building: no templates,
+//! pages' bodies are in [`overview`], [`object`] and [`policies`]. Pure string building: no templates,
 //! no JavaScript build.
 
 pub mod object;
 pub mod overview;
+pub mod policies;
 
 use std::fmt::Write as _;
 
@@ -49,7 +50,8 @@ pub fn badge(out: &mut String, class: &str, label: &str) {
 pub const STYLE: &str = r#"
 body{font-family:system-ui,sans-serif;margin:0;color:#1b1f24;background:#fff}
 header{display:flex;gap:1.5em;align-items:baseline;padding:.6em 1.2em;background:#0b3d5c;color:#fff}
-header h1{font-size:1.2em;margin:0}header a{color:#fff}
+header h1{font-size:1.2em;margin:0}header a{color:#fff}header nav{display:flex;gap:1em}
+ul.selected,ul.conflicts{margin:0;padding-left:1.1em}
 #updated{font-size:.85em;margin:0}
 main,form.filters{padding:0 1.2em}
 form.filters{display:flex;gap:1em;align-items:center;padding-top:.8em;flex-wrap:wrap}
@@ -105,7 +107,7 @@ pub fn page(title: &str, version: u64, filters: &str, live: &str) -> String {
 <html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1">
 <title>{title}</title><link rel="stylesheet" href="/app.css"></head>
 <body data-version="{version}">
-<header><h1><a href="/">Flotilla</a></h1><p id="updated" role="status" aria-live="polite">Live</p></header>
+<header><h1><a href="/">Flotilla</a></h1><nav><a href="/">Overview</a> <a href="/policies">Policies</a></nav><p id="updated" role="status" aria-live="polite">Live</p></header>
 {filters}
 <main id="live">{live}</main>
 <script src="/app.js"></script>

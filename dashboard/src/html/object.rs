@@ -43,6 +43,21 @@ pub fn fragment(v: &ObjectView) -> String {
     if let Some(a) = &v.aggregated {
         let _ = write!(out, "<dt>Workload</dt><dd>{}</dd>", escape(a));
     }
+    if let Some(m) = &v.made_by {
+        out.push_str(r#"<dt>Made by</dt><dd id="made-by">"#);
+        match &m.policy {
+            Some(reference) => {
+                let _ = write!(
+                    out,
+                    r##"<a href="/policies#{}">{}</a>"##,
+                    escape(reference),
+                    escape(&m.text)
+                );
+            }
+            None => out.push_str(&escape(&m.text)),
+        }
+        out.push_str("</dd>");
+    }
     out.push_str("</dl>");
     if let Some(e) = &v.spec_error {
         let _ = write!(out, r#"<p class="fail" role="alert">✗ {}</p>"#, escape(e));
@@ -219,7 +234,25 @@ mod tests {
             }],
             drift: Vec::new(),
             events: Vec::new(),
+            made_by: None,
         }
+    }
+
+    #[test]
+    fn an_object_a_policy_made_links_to_the_policy() {
+        let mut v = view();
+        v.made_by = Some(crate::view::object::MadeBy {
+            policy: Some("PropagationPolicy/demo/web".into()),
+            text: "PropagationPolicy demo/web".into(),
+        });
+        let html = fragment(&v);
+        assert!(
+            html.contains(
+                r#"<a href="/policies#PropagationPolicy/demo/web">PropagationPolicy demo/web</a>"#
+            ),
+            "{html}"
+        );
+        assert!(!fragment(&view()).contains("Made by"));
     }
 
     #[test]

@@ -4,6 +4,7 @@
 
 pub mod object;
 pub mod overview;
+pub mod policies;
 
 use flotilla_api::{ClusterReason, KubeFedCluster, core::condition};
 use serde::Serialize;
@@ -194,6 +195,7 @@ mod tests {
             generation,
             spec: Ok(serde_json::from_value(json!({"template": {}})).expect("spec")),
             status,
+            policy: None,
         }
     }
 

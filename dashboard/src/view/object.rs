@@ -8,7 +8,8 @@ use std::collections::BTreeSet;
 
 use flotilla_api::{
     FederatedSpec, Placement, core::StatusCollectionMode, federated::PlacementStatus,
-    kubefed_config::DEFAULT_UNREACHABLE_TOLERATION_SECONDS, workload::AggregatedStatus,
+    kubefed_config::DEFAULT_UNREACHABLE_TOLERATION_SECONDS, policy::NAMESPACE_FOR_OBJECTS,
+    workload::AggregatedStatus,
 };
 use flotilla_core::redact;
 use kube::ResourceExt;
@@ -16,7 +17,7 @@ use serde::Serialize;
 use serde_json::Value;
 
 use super::{Cell, Health, Overall};
-use crate::state::{EventRecord, FedObject, ObjectKey, State};
+use crate::state::{EventRecord, FedObject, ObjectKey, PolicyKey, State};
 use flotilla_controllers::{
     multicluster::ClusterState,
     preview::{desired, render},
@@ -69,6 +70,40 @@ pub struct ClusterDetail {
     pub rendered: Rendered,
 }
 
+/// The policy controller made this object for a policy.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct MadeBy {
+    /// The policy (`PropagationPolicy/<ns>/<name>`), the anchor of its row on the policies
+    /// page; `None` when the object is a namespace made for the objects policies propagate.
+    pub policy: Option<String>,
+    /// What is shown.
+    pub text: String,
+}
+
+impl MadeBy {
+    /// What the policy controller's annotation `value` says.
+    fn of(value: &str) -> MadeBy {
+        match PolicyKey::from_annotation(value) {
+            Some(key) => MadeBy {
+                text: match key.namespace.as_str() {
+                    "" => format!("{} {}", key.kind.as_str(), key.name),
+                    ns => format!("{} {ns}/{}", key.kind.as_str(), key.name),
+                },
+                policy: Some(key.reference()),
+            },
+            None if value == NAMESPACE_FOR_OBJECTS => MadeBy {
+                policy: None,
+                text: "the policy controller, for the objects policies propagate in this namespace"
+                    .into(),
+            },
+            None => MadeBy {
+                policy: None,
+                text: value.to_owned(),
+            },
+        }
+    }
+}
+
 /// The object page.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct ObjectView {
@@ -102,6 +137,8 @@ pub struct ObjectView {
     pub drift: Vec<String>,
     /// Recent Events, most recent first.
     pub events: Vec<EventRecord>,
+    /// The policy that made it, when the policy controller did.
+    pub made_by: Option<MadeBy>,
 }
 
 /// The page of the object `key`, if the state has it.
@@ -180,6 +217,7 @@ pub fn object_view(state: &State, key: &ObjectKey) -> Option<ObjectView> {
             .take(EVENTS_SHOWN)
             .cloned()
             .collect(),
+        made_by: object.policy.as_deref().map(MadeBy::of),
     })
 }
 
@@ -370,6 +408,7 @@ mod tests {
             generation: 1,
             spec: serde_json::from_value(spec).map_err(|e| e.to_string()),
             status: serde_json::from_value(status).expect("status"),
+            policy: None,
         }
     }
 
@@ -437,6 +476,18 @@ mod tests {
             Rendered::Object(text) => text.clone(),
             other => panic!("{other:?}"),
         }
+    }
+
+    #[test]
+    fn an_object_a_policy_made_names_the_policy_and_links_to_its_row() {
+        let pp = MadeBy::of("PropagationPolicy/shop/web");
+        assert_eq!(pp.text, "PropagationPolicy shop/web");
+        assert_eq!(pp.policy.as_deref(), Some("PropagationPolicy/shop/web"));
+        let cpp = MadeBy::of("ClusterPropagationPolicy/all");
+        assert_eq!(cpp.text, "ClusterPropagationPolicy all");
+        let ns = MadeBy::of(NAMESPACE_FOR_OBJECTS);
+        assert_eq!(ns.policy, None);
+        assert!(ns.text.contains("policy controller"), "{}", ns.text);
     }
 
     #[test]
