@@ -272,6 +272,11 @@ async fn set_paused(
         .get(&name)
         .await
         .with_context(|| format!("reading {what}"))?;
+    if let Some(policy) = made_by_policy(&obj) {
+        anyhow::bail!(
+            "{what} is made by {policy}, which rewrites its spec: set spec.rollout.paused: {paused} on the policy instead (it applies to every object the policy propagates)"
+        );
+    }
     let spec = FederatedSpec::from_dynamic(&obj)?;
     anyhow::ensure!(
         spec.rollout
@@ -288,6 +293,17 @@ async fn set_paused(
         if paused { "paused" } else { "resumed" }
     ));
     Ok(())
+}
+
+/// The policy that made `obj` (`PropagationPolicy/ns/name`), when a policy did.
+fn made_by_policy(obj: &kube::api::DynamicObject) -> Option<String> {
+    use flotilla_api::policy::{MATERIALIZED_LABEL, POLICY_ANNOTATION};
+    use kube::ResourceExt as _;
+    let labelled = obj.labels().get(MATERIALIZED_LABEL).map(String::as_str) == Some("true");
+    obj.annotations()
+        .get(POLICY_ANNOTATION)
+        .filter(|_| labelled)
+        .cloned()
 }
 
 #[cfg(test)]
@@ -315,6 +331,27 @@ mod tests {
             }],
             ..FederatedStatus::default()
         }
+    }
+
+    #[test]
+    fn a_policy_made_object_names_its_policy() {
+        let obj: kube::api::DynamicObject = serde_json::from_value(serde_json::json!({
+            "apiVersion": "types.kubefed.io/v1beta1", "kind": "FederatedDeployment",
+            "metadata": {"name": "web", "labels": {"policy.flotilla.io/materialized": "true"},
+                "annotations": {"policy.flotilla.io/propagation-policy": "PropagationPolicy/shop/web"}}
+        }))
+        .expect("an object");
+        assert_eq!(
+            made_by_policy(&obj).as_deref(),
+            Some("PropagationPolicy/shop/web")
+        );
+        let mut mine = obj.clone();
+        mine.metadata.labels = None;
+        assert_eq!(
+            made_by_policy(&mine),
+            None,
+            "the annotation alone is not enough"
+        );
     }
 
     #[test]

@@ -294,9 +294,10 @@ pub fn host_runs_it(native: &Value, own_managers: &[&str]) -> Option<String> {
 }
 
 /// The status a native workload shows in the host: its Federated object's counters summed
-/// over the clusters (`replicas`, `readyReplicas`, … as the members name them) and the
-/// native object's generation as `observedGeneration`, so `kubectl get`, `kubectl rollout
-/// status` and tools that wait on the object read the fleet. `None` when nothing is summed.
+/// over the clusters (`replicas`, `readyReplicas`, … as the members name them) and, given
+/// once the fleet has caught up ([`fleet_caught_up`]), the native object's generation as
+/// `observedGeneration`, so `kubectl get`, `kubectl rollout status` and tools that wait on
+/// the object read the fleet. `None` when nothing is summed.
 pub fn native_status(
     agg: Option<&flotilla_api::workload::AggregatedStatus>,
     generation: Option<i64>,
@@ -307,6 +308,23 @@ pub fn native_status(
         map.insert("observedGeneration".into(), g.into());
     }
     Some(status)
+}
+
+/// Whether the fleet has caught up with the Federated object `fed`: the sync controller saw
+/// its latest generation and its rollout, if it has one, is complete. Until then the native
+/// object's `observedGeneration` is held back, so `kubectl rollout status` on the host waits
+/// for every cluster instead of reading a canary's or a paused rollout's sum as done.
+pub fn fleet_caught_up(fed: &Value) -> bool {
+    let generation = fed.pointer("/metadata/generation").and_then(Value::as_i64);
+    let observed = fed
+        .pointer("/status/observedGeneration")
+        .and_then(Value::as_i64);
+    let rollout_done = fed
+        .pointer("/status/conditions")
+        .and_then(Value::as_array)
+        .and_then(|cs| cs.iter().find(|c| c.get("type") == Some(&json!("Rollout"))))
+        .is_none_or(|c| c.get("status") == Some(&json!("True")));
+    generation.is_some() && generation == observed && rollout_done
 }
 
 /// Whether `native`'s status lacks or differs in any field of `want`.
@@ -610,6 +628,33 @@ mod tests {
         n["status"] = json!({"replicas": 4, "readyReplicas": 4, "availableReplicas": 4, "updatedReplicas": 4, "observedGeneration": 3, "conditions": []});
         assert!(!status_differs(&n, &want));
         assert_eq!(native_status(None, Some(1)), None);
+        let held = native_status(Some(&agg), None).expect("a status");
+        assert!(held.get("observedGeneration").is_none());
+    }
+
+    #[test]
+    fn the_fleet_has_caught_up_once_the_generation_is_seen_and_the_rollout_done() {
+        let fed = |observed: i64, rollout: Option<&str>| {
+            let mut f = json!({"metadata": {"generation": 4}, "status": {"observedGeneration": observed, "conditions": [{"type": "Propagation", "status": "True"}]}});
+            if let Some(r) = rollout {
+                f["status"]["conditions"]
+                    .as_array_mut()
+                    .expect("a list")
+                    .push(json!({"type": "Rollout", "status": r}));
+            }
+            f
+        };
+        assert!(fleet_caught_up(&fed(4, None)));
+        assert!(fleet_caught_up(&fed(4, Some("True"))));
+        assert!(
+            !fleet_caught_up(&fed(4, Some("False"))),
+            "paused, progressing or failed"
+        );
+        assert!(
+            !fleet_caught_up(&fed(3, None)),
+            "the sync controller is behind"
+        );
+        assert!(!fleet_caught_up(&json!({})));
     }
 
     #[test]

@@ -163,7 +163,13 @@ async fn a_template_change_rolls_out_through_the_policy(fed: &Federation) -> any
     apply(fed, NS, &rollout_policy(false))?;
     let web = FederatedRef::new(&fed.host, &federated("Deployment", "deployments"), NS, NAME);
     wait_reason(&web, "Complete").await?;
-    ensure!(images(fed).await? == vec![Some("nginx:1".to_string()); 3]);
+    // The first version goes everywhere at once; its copies may still be on their way.
+    wait_for(STEP_TIMEOUT, "nginx:1 in every member", || async {
+        let now = images(fed).await?;
+        ensure!(now == vec![Some("nginx:1".to_string()); 3], "{now:?}");
+        Ok(())
+    })
+    .await?;
 
     set_image_and_watch_the_order(fed, &web, "nginx:2").await?;
     a_failing_image_halts_after_the_canary(fed, &web).await?;

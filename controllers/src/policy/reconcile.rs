@@ -218,7 +218,8 @@ impl Ctx {
             &spec,
         );
         let current_json = current.map(|c| serde_json::to_value(c).unwrap_or(Value::Null));
-        if mat::needs_write(&desired, current_json.as_ref()) {
+        let wrote = mat::needs_write(&desired, current_json.as_ref());
+        if wrote {
             let take_over = chosen.spec.conflict_resolution == Some(ConflictResolution::Overwrite);
             match writes::write_federated(self, t, key, &desired, current, take_over).await {
                 writes::Written::Done => {
@@ -261,7 +262,9 @@ impl Ctx {
         let status = current
             .map(FederatedStatus::from_dynamic)
             .unwrap_or_default();
-        writes::status_home(self, t, native, &status).await
+        // Just written: the cached Federated object (and its status) is the old one.
+        let caught_up = !wrote && current_json.as_ref().is_some_and(mat::fleet_caught_up);
+        writes::status_home(self, t, native, &status, caught_up).await
     }
 
     /// Whether a ReplicaSchedulingPreference of `native`'s name divides its replicas.

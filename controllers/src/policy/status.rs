@@ -133,16 +133,26 @@ async fn pass(ctx: &Ctx) -> bool {
         if !outcome::status_changed(e.status.as_ref(), &next) {
             continue;
         }
-        failed |= write(ctx, &e.id, &next).await.is_err();
+        failed |= write(ctx, &e.id, &next, e.status.as_ref()).await.is_err();
     }
     failed
 }
 
-async fn write(ctx: &Ctx, id: &PolicyId, status: &PolicyStatus) -> kube::Result<()> {
+/// Writes `status` over `prev` as a merge patch that names what it drops with `null` (a
+/// list emptied, such as the last conflict, would otherwise stay).
+async fn write(
+    ctx: &Ctx,
+    id: &PolicyId,
+    status: &PolicyStatus,
+    prev: Option<&PolicyStatus>,
+) -> kube::Result<()> {
     use flotilla_api::policy::{
         ClusterOverridePolicy, ClusterPropagationPolicy, OverridePolicy, PropagationPolicy,
     };
-    let patch = json!({"status": status});
+    let mut body = serde_json::to_value(status).map_err(kube::Error::SerdeError)?;
+    let old = serde_json::to_value(prev).map_err(kube::Error::SerdeError)?;
+    flotilla_core::merge_patch::null_dropped_keys(&mut body, &old);
+    let patch = json!({"status": body});
     let ns = id.namespace.as_deref().unwrap_or_default();
     let r = match id.kind {
         PolicyKind::Propagation => {

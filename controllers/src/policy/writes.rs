@@ -235,9 +235,10 @@ pub(super) async fn status_home(
     t: &TypeView,
     native: &DynamicObject,
     status: &FederatedStatus,
+    caught_up: bool,
 ) -> Action {
-    let Some(want) = mat::native_status(status.aggregated.as_ref(), native.metadata.generation)
-    else {
+    let generation = native.metadata.generation.filter(|_| caught_up);
+    let Some(want) = mat::native_status(status.aggregated.as_ref(), generation) else {
         return Action::AwaitChange;
     };
     let json = serde_json::to_value(native).unwrap_or(Value::Null);
