@@ -70,20 +70,38 @@ fn federated(fed: &Federation, ns: &str, kind: &str) -> Api<DynamicObject> {
     )
 }
 
-/// Each member's resourceVersion of Deployment `web` and ConfigMap `settings`.
+/// What Flotilla's writes to a member object change: its generation, the desired-hash
+/// annotation and the time of Flotilla's own managed-fields entry (not the resourceVersion:
+/// the member's deployment controller keeps writing the Deployment's status).
+fn written(meta: &kube::core::ObjectMeta) -> String {
+    let flotilla = meta
+        .managed_fields
+        .iter()
+        .flatten()
+        .filter(|f| f.manager.as_deref() == Some("flotilla"))
+        .map(|f| format!("{:?}", f.time))
+        .collect::<Vec<_>>()
+        .join(",");
+    let hash = meta
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get("flotilla.io/desired-hash"))
+        .cloned()
+        .unwrap_or_default();
+    format!(
+        "generation {:?}, hash {hash}, applied {flotilla}",
+        meta.generation
+    )
+}
+
+/// [`written`] of each member's Deployment `web` and ConfigMap `settings`.
 async fn member_versions(fed: &Federation, ns: &str) -> anyhow::Result<BTreeMap<String, String>> {
     let mut out = BTreeMap::new();
     for (i, m) in fed.members.iter().enumerate() {
         let d = deployments(m, ns).get("web").await?;
         let c = config_maps(m, ns).get("settings").await?;
-        out.insert(
-            format!("member{}/deployment", i + 1),
-            d.resource_version().unwrap_or_default(),
-        );
-        out.insert(
-            format!("member{}/configmap", i + 1),
-            c.resource_version().unwrap_or_default(),
-        );
+        out.insert(format!("member{}/deployment", i + 1), written(&d.metadata));
+        out.insert(format!("member{}/configmap", i + 1), written(&c.metadata));
     }
     Ok(out)
 }
@@ -136,18 +154,13 @@ pub async fn federated_objects_are_taken_over_without_member_writes(
             && printed.contains("conflictResolution: Overwrite"),
         "{printed}"
     );
-    run_ok(
+    // Both ways the docs give: the printed YAML through `kubectl apply --server-side`, and
+    // `--apply`.
+    kubectl(
         fed,
-        &[
-            "unfederate",
-            "federateddeployment",
-            "web",
-            "-n",
-            ns,
-            "--apply",
-        ],
-    )
-    .await?;
+        &["apply", "--server-side", "-n", ns, "-f", "-"],
+        Some(&printed),
+    )?;
     run_ok(
         fed,
         &["unfederate", "configmaps", "settings", "-n", ns, "--apply"],
