@@ -10,11 +10,12 @@ export KUBE_BIN_DIR="$(bash scripts/install-k8s.sh)"
 echo "[test] Kubernetes binaries: $KUBE_BIN_DIR" >&2
 
 # The dashboard's end-to-end test drives a real headless browser: Debian's Chromium and its
-# WebDriver (chromedriver), installed with apt as install-k8s.sh installs its packages.
+# WebDriver (chromedriver), installed with apt as install-k8s.sh installs its packages. The
+# alert tests (tests/tests/alerts.rs) run Debian's `prometheus` and its `promtool`.
 SUDO=""
 if [ "$(id -u)" != 0 ]; then SUDO="sudo"; fi
 missing=()
-for p in chromium chromium-driver; do
+for p in chromium chromium-driver prometheus; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
 if [ ${#missing[@]} -gt 0 ]; then

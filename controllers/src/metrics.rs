@@ -147,6 +147,26 @@ pub struct ClusterLabels {
     pub cluster: String,
 }
 
+/// Label set of a member's readiness: the cluster and how it is reached.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ClusterModeLabels {
+    /// Name of the KubeFedCluster.
+    pub cluster: String,
+    /// `push` (the control plane writes to the member) or `pull` (an agent in the member
+    /// pulls Works and its heartbeat says Ready).
+    pub mode: &'static str,
+}
+
+impl ClusterModeLabels {
+    /// The labels of a member, from whether it is a Pull cluster.
+    pub fn new(cluster: &str, pull: bool) -> Self {
+        ClusterModeLabels {
+            cluster: cluster.to_owned(),
+            mode: if pull { "pull" } else { "push" },
+        }
+    }
+}
+
 /// Outcome of one health probe, as a bounded label value.
 #[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
 pub enum ProbeResult {
@@ -183,6 +203,10 @@ families! {
         /// `flotilla_ready_clusters`: member clusters whose health check says Ready.
         ready_clusters: Gauge = Gauge::default(),
             "ready_clusters", "Member clusters whose health check says Ready";
+        /// `flotilla_cluster_ready{cluster,mode}`: 1 while a member's health check (a Pull
+        /// member's agent heartbeat) says Ready, else 0; what alerts name a member by.
+        cluster_ready: Family<ClusterModeLabels, Gauge> = Family::default(),
+            "cluster_ready", "1 while the member cluster is Ready (probe, or agent heartbeat for pull), else 0";
         /// `flotilla_cluster_probe_duration_seconds{cluster}`: latency of `/healthz` probes.
         probe_duration: Family<ClusterLabels, Histogram, fn() -> Histogram>
             = Family::new_with_constructor(probe_histogram),
@@ -251,6 +275,15 @@ pub struct FailureLabels {
     pub reason: &'static str,
 }
 
+/// Label set of a rollout transition: the kind and the Rollout condition's new reason.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RolloutLabels {
+    /// The federated kind.
+    pub kind: String,
+    /// `RolloutReason::as_str`: `Progressing`, `Complete`, `Paused`, `Failed`, ...
+    pub reason: &'static str,
+}
+
 /// Label set of drift: the member cluster and the field manager that changed its object.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct DriftLabels {
@@ -310,6 +343,10 @@ families! {
         /// writer (each repair, each newly reported drift, each fight declared).
         drift: Family<DriftLabels, Counter> = Family::default(),
             "drift", "Member objects found changed by a writer other than Flotilla, by the writer";
+        /// `flotilla_rollout_transitions_total{kind,reason}`: rollouts whose `Rollout`
+        /// condition took a new reason (a rollout halting counts once under `Failed`).
+        rollout_transitions: Family<RolloutLabels, Counter> = Family::default(),
+            "rollout_transitions", "Rollouts whose Rollout condition changed reason, by the new reason";
     }
 }
 
@@ -365,6 +402,16 @@ mod tests {
         let text = metrics.encode();
         assert!(text.contains("flotilla_clusters 2"), "{text}");
         assert!(text.contains("flotilla_ready_clusters 1"), "{text}");
+        metrics
+            .clusters
+            .cluster_ready
+            .get_or_create(&ClusterModeLabels::new("member2", true))
+            .set(0);
+        let text = metrics.encode();
+        assert!(
+            text.contains("flotilla_cluster_ready{cluster=\"member2\",mode=\"pull\"} 0"),
+            "{text}"
+        );
         assert!(
             text.contains("flotilla_cluster_probe_duration_seconds_count{cluster=\"member1\"} 1"),
             "{text}"

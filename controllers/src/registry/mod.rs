@@ -22,7 +22,7 @@ pub mod heartbeat;
 pub mod probe;
 pub mod unreachable;
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 
 use flotilla_api::KubeFedCluster;
@@ -37,7 +37,7 @@ use tracing::{debug, info, instrument, warn};
 
 use self::client::ClientInputs;
 use self::probe::{Shared, WorkerInput};
-use crate::metrics::Metrics;
+use crate::metrics::{ClusterModeLabels, Metrics};
 use crate::multicluster::ClusterSet;
 use flotilla_multicluster::kubefed::{
     client::ClientError,
@@ -157,11 +157,25 @@ pub fn start(
 
 async fn run_gauges(set: ClusterSet, metrics: Arc<Metrics>) {
     let mut changes = set.changes();
+    let mut shown = HashSet::new();
     loop {
         let snapshot = set.snapshot();
         let ready = snapshot.iter().filter(|c| c.ready).count();
         metrics.clusters.clusters.set(snapshot.len() as i64);
         metrics.clusters.ready_clusters.set(ready as i64);
+        let now: HashSet<_> = snapshot
+            .iter()
+            .map(|c| ClusterModeLabels::new(&c.name, c.pull))
+            .collect();
+        for gone in shown.difference(&now) {
+            metrics.clusters.cluster_ready.remove(gone);
+        }
+        for c in &snapshot {
+            let labels = ClusterModeLabels::new(&c.name, c.pull);
+            let gauge = metrics.clusters.cluster_ready.get_or_create(&labels);
+            gauge.set(i64::from(c.ready));
+        }
+        shown = now;
         if changes.changed().await.is_err() {
             return;
         }

@@ -21,7 +21,7 @@ use super::{
     scheduled::{self, Scheduling},
     type_info::TypeInfo,
 };
-use crate::metrics::{FailureLabels, SyncMetrics};
+use crate::metrics::{FailureLabels, RolloutLabels, SyncMetrics};
 
 /// What a status write is about: the results and the previous status they replace.
 pub(super) struct StatusUpdate<'a> {
@@ -139,9 +139,25 @@ impl StatusWriter<'_> {
             return;
         }
         self.written.remember(key, base, status.clone());
+        self.count_write(previous, &status, update.rollout);
+        if plan::warrants_warning(previous, &status)
+            && let Some((reason, note)) = plan::warning_note(&status)
+        {
+            (self.events.publish(fed, EventType::Warning, &reason, note)).await;
+        }
+    }
+
+    /// The metrics of one status write: the write, the per-cluster failures it reports
+    /// first, and the rollout's new reason when it changed.
+    fn count_write(
+        &self,
+        previous: &FederatedStatus,
+        status: &FederatedStatus,
+        rollout: Option<&super::rollout::RolloutRound>,
+    ) {
         let m = self.metrics;
         m.status_writes.get_or_create(&self.ty.kind_labels()).inc();
-        for reason in plan::new_failures(previous, &status) {
+        for reason in plan::new_failures(previous, status) {
             m.failures
                 .get_or_create(&FailureLabels {
                     kind: self.ty.fed_ar.kind.clone(),
@@ -149,10 +165,15 @@ impl StatusWriter<'_> {
                 })
                 .inc();
         }
-        if plan::warrants_warning(previous, &status)
-            && let Some((reason, note)) = plan::warning_note(&status)
-        {
-            (self.events.publish(fed, EventType::Warning, &reason, note)).await;
+        if let Some(round) = rollout {
+            let reason = round.reason.as_str();
+            if previous.rollout_condition().map(|c| c.reason.as_str()) != Some(reason) {
+                let labels = RolloutLabels {
+                    kind: self.ty.fed_ar.kind.clone(),
+                    reason,
+                };
+                m.rollout_transitions.get_or_create(&labels).inc();
+            }
         }
     }
 
