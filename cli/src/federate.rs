@@ -340,11 +340,12 @@ pub async fn apply(host: &Client, fed: &Value) -> anyhow::Result<DynamicObject> 
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use flotilla_api::crdgen::{default_target_types, federated_type_config};
 
-    fn spec_of(plural: &str) -> FederatedTypeConfigSpec {
+    /// The spec of the default type of target plural `plural`.
+    pub(crate) fn spec_of(plural: &str) -> FederatedTypeConfigSpec {
         default_target_types()
             .iter()
             .map(|t| federated_type_config(t, "kube-federation-system").spec)

@@ -222,15 +222,7 @@ pub async fn run(global: &GlobalArgs, args: UnfederateArgs, ctx: &Context) -> an
 #[cfg(test)]
 mod tests {
     use super::*;
-    use flotilla_api::crdgen::{default_target_types, federated_type_config};
-
-    fn spec_of(plural: &str) -> FederatedTypeConfigSpec {
-        default_target_types()
-            .iter()
-            .map(|t| federated_type_config(t, "kube-federation-system").spec)
-            .find(|s| s.target_type.plural_name == plural)
-            .expect("a default type")
-    }
+    use crate::federate::tests::spec_of;
 
     #[test]
     fn a_federated_deployment_becomes_a_deployment_and_its_two_policies() {

@@ -25,6 +25,7 @@ pub mod drift;
 pub mod federation;
 pub mod fixture;
 pub mod host;
+pub mod kubectl;
 pub mod mcs;
 pub mod member;
 pub mod mixed;

@@ -9,7 +9,7 @@
 //! The screenshot `dashboard-policies.png` is written beside the clusters' files, and to
 //! `docs/images/` with `FLOTILLA_DASHBOARD_SCREENSHOTS=1`.
 
-use std::{path::PathBuf, process::Command, time::Duration};
+use std::{path::PathBuf, time::Duration};
 
 use anyhow::{Context as _, ensure};
 use flotilla_cli::Context;
@@ -65,34 +65,9 @@ const FALLBACK: &str = "apiVersion: policy.flotilla.io/v1alpha1\nkind: Propagati
 
 const OVERRIDES: &str = "apiVersion: policy.flotilla.io/v1alpha1\nkind: OverridePolicy\nmetadata: {name: web-member2}\nspec:\n  resourceSelectors: [{apiVersion: apps/v1, kind: Deployment, name: web}]\n  overrideRules:\n  - targetCluster: {clusterNames: [member2]}\n    overriders:\n      plaintext: [{path: /spec/replicas, operator: replace, value: 2}]\n";
 
-/// `kubectl apply -n NS -f -` against the host with `yaml` (or `kubectl ARGS` without).
+/// `kubectl ARGS` against the host, `input` on its standard input.
 fn kubectl(fed: &Federation, args: &[&str], input: Option<&str>) -> anyhow::Result<String> {
-    use std::io::Write as _;
-    let mut child = Command::new("kubectl")
-        .arg("--kubeconfig")
-        .arg(fed.env.kubeconfig_path())
-        .args(["--context", "host"])
-        .args(args)
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .context("running kubectl")?;
-    if let Some(text) = input {
-        child
-            .stdin
-            .take()
-            .context("stdin")?
-            .write_all(text.as_bytes())?;
-    }
-    drop(child.stdin.take());
-    let out = child.wait_with_output()?;
-    ensure!(
-        out.status.success(),
-        "kubectl {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    flotilla_tests::kubectl::host(fed, args, input)
 }
 
 fn apply(fed: &Federation, yaml: &str) -> anyhow::Result<()> {

@@ -3,7 +3,7 @@
 //! OverridePolicies — on a host that stores workload templates without running them.
 //! Each scenario has its own namespace on one shared federation.
 
-use std::{process::Command, time::Duration};
+use std::time::Duration;
 
 use anyhow::{Context as _, ensure};
 use flotilla_api::policy::{OverridePolicy, PropagationPolicy};
@@ -33,34 +33,9 @@ use migration::{
 
 const T: Duration = Duration::from_secs(60);
 
-/// `kubectl <args>` against the host, `input` on its standard input; the output.
+/// `kubectl ARGS` against the host, `input` on its standard input.
 fn kubectl(fed: &Federation, args: &[&str], input: Option<&str>) -> anyhow::Result<String> {
-    use std::io::Write as _;
-    let mut child = Command::new("kubectl")
-        .arg("--kubeconfig")
-        .arg(fed.env.kubeconfig_path())
-        .args(["--context", "host"])
-        .args(args)
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .context("running kubectl")?;
-    if let Some(text) = input {
-        child
-            .stdin
-            .take()
-            .context("stdin")?
-            .write_all(text.as_bytes())?;
-    }
-    drop(child.stdin.take());
-    let out = child.wait_with_output()?;
-    ensure!(
-        out.status.success(),
-        "kubectl {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    flotilla_tests::kubectl::host(fed, args, input)
 }
 
 fn apply(fed: &Federation, ns: &str, yaml: &str) -> anyhow::Result<()> {

@@ -39,35 +39,9 @@ const MIN_SUCCESS_SECONDS: u64 = 2;
 /// Pods scheduled, made ready and counted available on a loaded machine.
 const STEP_TIMEOUT: Duration = Duration::from_secs(180);
 
-/// `kubectl ARGS` against the host, `input` on its standard input; the output.
+/// `kubectl ARGS` against the host, `input` on its standard input.
 fn kubectl(fed: &Federation, args: &[&str], input: Option<&str>) -> anyhow::Result<String> {
-    use std::io::Write as _;
-    let mut child = Command::new("kubectl")
-        .arg("--kubeconfig")
-        .arg(fed.env.kubeconfig_path())
-        .args(["--context", "host"])
-        .args(args)
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .context("running kubectl")?;
-    if let Some(text) = input {
-        child
-            .stdin
-            .take()
-            .context("stdin")?
-            .write_all(text.as_bytes())?;
-    }
-    drop(child.stdin.take());
-    let out = child.wait_with_output()?;
-    ensure!(
-        out.status.success(),
-        "kubectl {args:?}: {}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    flotilla_tests::kubectl::host(fed, args, input)
 }
 
 fn apply(fed: &Federation, ns: &str, yaml: &str) -> anyhow::Result<()> {
