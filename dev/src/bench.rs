@@ -41,6 +41,9 @@ mod fleet_phases;
 mod fleet_table;
 mod host_events;
 mod phases;
+mod policy_path;
+pub mod policy_report;
+mod policy_table;
 mod procfs;
 mod pull;
 mod report;
@@ -64,6 +67,7 @@ use serde::{Deserialize, Serialize};
 use tracing::{info, warn};
 
 pub use self::fleet::{DrainPhase, FleetReport, HalfFleet, IdleCost, MemoryBudget, SlowMember};
+pub use self::policy_report::{HostCost, PolicyPath, Quiet, ThreePaths};
 pub use self::report::{
     BenchReport, Comparison, Cost, KindReport, Machine, Percentiles, Phase, Reference, Restart,
     Steady, Target, percentiles,
@@ -79,6 +83,11 @@ const FED_NS: &str = "bench";
 const INPUT_NS: &str = "bench-input";
 /// Namespace of the raw baseline objects in the members.
 const RAW_NS: &str = "bench-raw";
+/// Host namespace of the policy path's native objects (`--policy`), and of their member
+/// copies.
+const POLICY_NS: &str = "bench-policy";
+/// Label the benchmark's PropagationPolicy selects native objects by.
+const POLICY_SELECT_LABEL: &str = "flotilla-bench-policy";
 /// Label on every benchmark object; its value tells the parts apart.
 const BENCH_LABEL: &str = "flotilla-bench";
 /// Field manager of the benchmark's own writes.
@@ -199,6 +208,11 @@ pub struct BenchOptions {
     /// per member (run in this process, with its scoped host token) applying it.
     #[arg(long)]
     pub pull: bool,
+    /// Also measure the policy path on the same clusters: the same objects written as plain
+    /// objects into the host, selected by one PropagationPolicy (the host then runs
+    /// without its workload controllers), beside the Federated<Kind> path and raw writes.
+    #[arg(long)]
+    pub policy: bool,
     /// Concurrent writes: federated creates/updates/deletes in the host, and raw writes per
     /// member in the baseline.
     #[arg(long, default_value_t = 16)]
@@ -254,6 +268,7 @@ impl Default for BenchOptions {
             slow_latency: std::time::Duration::from_secs(2),
             idle_secs: 30,
             pull: false,
+            policy: false,
             concurrency: 16,
             workers: 16,
             sequential: 200,
@@ -318,6 +333,8 @@ impl BenchOptions {
             env.lean_gogc = self.member_gogc.or(env.lean_gogc);
         }
         env.member_controller_manager = !self.without_member_controller_manager();
+        // The policy path's native objects are templates: the host must not run them.
+        env.host_workload_controllers = !self.policy;
         env
     }
 
@@ -401,6 +418,9 @@ pub async fn run(opts: BenchOptions) -> anyhow::Result<BenchReport> {
         finished_at: k8s_openapi::jiff::Timestamp::now().to_string(),
     };
     report.targets = report::targets(&report);
+    report
+        .targets
+        .extend(policy_report::policy_targets(&report.kinds));
     write_json(opts.json.as_deref(), &report)?;
     Ok(report)
 }
@@ -473,5 +493,19 @@ mod tests {
         assert!(!plain.lean_members);
         assert_eq!(plain.start_batch, None);
         assert_eq!(plain.members, 4);
+    }
+
+    #[test]
+    fn the_policy_path_starts_a_host_that_stores_templates_without_running_them() {
+        assert!(
+            BenchOptions::default()
+                .env_options(2)
+                .host_workload_controllers
+        );
+        let policy = BenchOptions {
+            policy: true,
+            ..BenchOptions::default()
+        };
+        assert!(!policy.env_options(2).host_workload_controllers);
     }
 }

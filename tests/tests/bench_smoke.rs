@@ -279,3 +279,98 @@ fn assert_fleet_is_complete(f: &FleetReport) {
     assert_eq!(drain.moved_copies, drain.moved_objects, "{drain:?}");
     assert_eq!(drain.placed_after, OBJECTS, "{drain:?}");
 }
+
+/// Native objects of the policy run.
+const POLICY_OBJECTS: usize = 10;
+/// Members of the policy run.
+const POLICY_MEMBERS: usize = 2;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_policy_run_puts_the_policy_path_beside_federated_and_raw_with_every_host_request()
+-> anyhow::Result<()> {
+    flotilla_tests::init_tracing();
+    let json =
+        std::env::temp_dir().join(format!("flotilla-bench-policy-{}.json", std::process::id()));
+    let report = bench::run(BenchOptions {
+        members: Some(POLICY_MEMBERS),
+        objects: Some(POLICY_OBJECTS),
+        policy: true,
+        sequential: 0,
+        steady_secs: 3,
+        phase_timeout_secs: 120,
+        json: Some(json.clone()),
+        ..BenchOptions::default()
+    })
+    .await?;
+    let member_objects = POLICY_OBJECTS * POLICY_MEMBERS;
+    let cm = &report.kinds[0];
+    let p = cm.policy.as_ref().expect("the policy path ran");
+    for (what, t) in [
+        ("create", &p.create),
+        ("update", &p.update),
+        ("delete", &p.delete),
+    ] {
+        assert_phase_is_sane(&format!("policy {what}"), &t.policy, member_objects);
+        assert!(
+            t.raw_s > 0.0 && t.federated_s > 0.0 && t.policy_ratio.is_finite(),
+            "{what}: the three paths timed in one run: {t:?}"
+        );
+        assert_eq!(t.host.native_objects, POLICY_OBJECTS, "{what}");
+        assert!(
+            t.host.writes_per_native_object >= 1.0,
+            "{what}: the policy path writes its Federated object in the host: {:?}",
+            t.host.requests
+        );
+    }
+    let created = &p.create.host.requests;
+    assert!(
+        created
+            .get("federatedconfigmaps POST")
+            .is_some_and(|n| *n >= POLICY_OBJECTS as u64),
+        "the policy controller created a Federated object per native one: {created:?}"
+    );
+    assert!(
+        created
+            .get("federatednamespaces POST")
+            .is_some_and(|n| *n >= 1),
+        "the policy controller federated the objects' namespace: {created:?}"
+    );
+    assert!(
+        !created.contains_key("configmaps POST"),
+        "the benchmark's own creates are taken out: {created:?}"
+    );
+    assert_eq!(
+        (p.steady.member_writes, p.steady.host_total()),
+        (0, 0),
+        "policy path steady state: {:?}",
+        p.steady
+    );
+    // The host's writes after a restart are reported, not asserted here: the policy
+    // controller rewrites Federated objects whose native came from a LIST rather than a
+    // watch event (docs/benchmarks.md, 2026-11-28); the members must see nothing.
+    assert_eq!(p.restart.member_writes, 0, "{:?}", p.restart);
+    assert!(p.probe_after_restart_s > 0.0);
+    assert!(!p.not_counted.is_empty());
+    assert_eq!(report.targets.len(), 8 + 3, "{:?}", report.targets);
+
+    let table = report.table();
+    for needle in [
+        "three paths on the same clusters",
+        "host requests per native object",
+        "policy path, steady state",
+        "policy path, restart",
+        "not counted apart",
+        "ConfigMap policy path: member requests per member object",
+    ] {
+        assert!(table.contains(needle), "table lacks {needle:?}:\n{table}");
+    }
+    let written: BenchReport = serde_json::from_str(&std::fs::read_to_string(&json)?)?;
+    std::fs::remove_file(&json)?;
+    let written = written.kinds[0]
+        .policy
+        .as_ref()
+        .expect("the JSON carries it");
+    assert_eq!(written.create.host.requests, p.create.host.requests);
+    println!("{table}");
+    Ok(())
+}

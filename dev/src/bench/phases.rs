@@ -286,6 +286,8 @@ pub(super) enum Template<'a> {
     Federated(&'a str),
     /// The kind's own object, straight into a member.
     Raw,
+    /// The kind's own object in this host namespace, for a policy to select.
+    Native(&'a str),
 }
 
 /// What one phase writes to every named object.
@@ -332,6 +334,7 @@ async fn write_each(
                     let o = match template {
                         Template::Federated(namespace) => kind.federated_object(namespace, &n, "1"),
                         Template::Raw => kind.raw_object(&n, "1"),
+                        Template::Native(namespace) => kind.native_object(namespace, &n, "1"),
                     }
                     .map_err(to_kube)?;
                     api.create(&PostParams::default(), &o).await.map(|_| ())

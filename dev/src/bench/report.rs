@@ -81,6 +81,9 @@ pub struct KindReport {
     /// The federated creates alone, with no control plane running: what accepting the
     /// input costs the host, a floor under propagation.
     pub host_input: Phase,
+    /// The policy path beside the other two (`--policy`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub policy: Option<super::PolicyPath>,
 }
 
 /// One phase through Flotilla and straight into the members.
@@ -483,6 +486,7 @@ mod tests {
                 restart: Restart::default(),
                 sequential: Some(super::super::SequentialComparison::default()),
                 host_input: Phase::default(),
+                policy: None,
             }],
             cost: Cost::default(),
             reference: None,

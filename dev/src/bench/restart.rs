@@ -42,7 +42,7 @@ pub(super) struct Restarter<'a> {
 
 impl Restarter<'_> {
     /// Stops the running control plane and starts a new one; returns when it was started.
-    async fn restart(&mut self, run: &Run) -> anyhow::Result<Instant> {
+    pub(super) async fn restart(&mut self, run: &Run) -> anyhow::Result<Instant> {
         if let Some(old) = self.cp.take() {
             self.peak_mib = [self.peak_mib, old.own_peak_rss_mib()]
                 .into_iter()

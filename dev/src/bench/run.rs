@@ -41,6 +41,8 @@ pub(super) struct Run {
     pub(super) concurrency: usize,
     pub(super) timeout: Duration,
     pub(super) steady: Duration,
+    /// Whether the policy path runs (`--policy`).
+    pub(super) policy: bool,
     /// The pull-mode agents (`--pull`), kept running for the whole run.
     pub(super) _agents: Vec<flotilla_agent::Agent>,
 }

@@ -15,6 +15,7 @@ use super::{
     BENCH_LABEL, BenchOptions, FED_NS, INPUT_NS, MANAGER, RAW_NS,
     control_plane::RunningControlPlane,
     phases::{FlotillaPhases, RawPhases, flotilla_phases, input_phase, raw_phases},
+    policy_path::{self, PolicyPhases, PolicyTrackers},
     procfs::{clusters_cpu, cpu_delta, peak_rss_mib, process_group, reset_peak_rss, rss_mib},
     report::{Comparison, Cost, KindReport, Phase, ratio},
     restart::Restarter,
@@ -61,11 +62,15 @@ struct KindTrackers {
     host: Arc<Tracker>,
     /// Federated objects created with no control plane running.
     input: Arc<Tracker>,
+    /// The policy path's watchers (`--policy`).
+    policy: Option<PolicyTrackers>,
 }
 
 /// The Flotilla part's figures.
 struct FlotillaPart {
     phases: Vec<FlotillaPhases>,
+    /// The policy path's phases per kind (`--policy`).
+    policy: Vec<Option<PolicyPhases>>,
     control_plane: String,
     cp_cpu: f64,
     rss_before: f64,
@@ -173,6 +178,7 @@ async fn setup(env: &LocalEnv, opts: &BenchOptions, objects: usize) -> anyhow::R
         concurrency: opts.concurrency,
         timeout: Duration::from_secs(opts.phase_timeout_secs),
         steady: Duration::from_secs(opts.steady_secs),
+        policy: opts.policy,
         _agents: agents,
     };
     for client in &run.members {
@@ -217,11 +223,17 @@ async fn start_trackers(run: &Run, kind: Kind) -> anyhow::Result<KindTrackers> {
             &fed,
             move |o: &DynamicObject| kind.federated_version_of(o),
         ),
+        policy: None,
     };
     for tracker in [&t.fed_members, &t.raw_members, &t.host, &t.input] {
         tracker.wait_synced(WATCH_SYNC).await?;
     }
-    Ok(t)
+    let policy = if run.policy {
+        Some(policy_path::start_trackers(run, kind).await?)
+    } else {
+        None
+    };
+    Ok(KindTrackers { policy, ..t })
 }
 
 /// CPU seconds per second the clusters use while nobody writes.
@@ -260,6 +272,7 @@ async fn flotilla_part(
     };
     let cp_cpu_start = run.cp_cpu();
     let mut phases = Vec::new();
+    let mut policy = Vec::new();
     let mut running = Some(cp);
     let mut restarter = Restarter {
         env,
@@ -271,6 +284,17 @@ async fn flotilla_part(
         warm_up_federated(run, t.kind).await?;
         info!(kind = t.kind.name(), "measuring propagation");
         phases.push(flotilla_phases(run, t.kind, &t.fed_members, &t.host, &mut restarter).await?);
+        if let Some(p) = &t.policy {
+            info!(kind = t.kind.name(), "measuring the policy path");
+            // Made only now, so that the Federated<Kind> figures are those of a run
+            // without --policy (the policy controller then has no native cache).
+            let kinds: Vec<Kind> = trackers.iter().map(|t| t.kind).collect();
+            policy_path::create_policy(run, &kinds).await?;
+            let measured = policy_path::policy_phases(run, t.kind, p, &mut restarter).await?;
+            policy.push(Some(measured));
+        } else {
+            policy.push(None);
+        }
     }
     if let Some(fleet) = fleet.as_mut() {
         fleet.half_fleet = phases.iter().filter_map(|p| p.half_fleet.clone()).collect();
@@ -291,6 +315,7 @@ async fn flotilla_part(
     }
     Ok(FlotillaPart {
         phases,
+        policy,
         control_plane,
         cp_cpu,
         rss_before,
@@ -342,18 +367,26 @@ fn assemble(
     let mut kinds = Vec::new();
     let mut member_objects = 0usize;
     let mut created_requests = 0.0;
-    for (t, (f, r)) in trackers.iter().zip(flotilla.phases.into_iter().zip(raw)) {
+    let paths = flotilla.phases.into_iter().zip(flotilla.policy);
+    for (t, ((f, p), r)) in trackers.iter().zip(paths.zip(raw)) {
         member_objects +=
             f.create.member_objects + f.update.member_objects + f.delete.member_objects;
         created_requests += f.create.requests_per_member_object * f.create.member_objects as f64;
         // A kind the raw part did not reach: empty raw phases (every figure zero, no
         // sequential phase), so NaN ratios.
         let (r, host_input) = r.unwrap_or_default();
+        let (create, update, delete) = (
+            Comparison::new(f.create, r.create),
+            Comparison::new(f.update, r.update),
+            Comparison::new(f.delete, r.delete),
+        );
+        let policy = p.map(|p| p.report(&create, &update, &delete));
         kinds.push(KindReport {
             kind: t.kind.name().to_string(),
-            create: Comparison::new(f.create, r.create),
-            update: Comparison::new(f.update, r.update),
-            delete: Comparison::new(f.delete, r.delete),
+            create,
+            update,
+            delete,
+            policy,
             steady: f.steady,
             restart: f.restart,
             sequential: f

@@ -120,6 +120,9 @@ impl BenchReport {
             "control-plane CPU s",
         ));
         figures(s, &head, &parts);
+        if let Some(p) = &k.policy {
+            super::policy_table::policy_section(s, &k.kind, p);
+        }
     }
 
     /// Where the CPU time of one phase went, Flotilla's beside the raw baseline's.

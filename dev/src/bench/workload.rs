@@ -18,7 +18,7 @@ use kube::{api::DynamicObject, core::ApiResource};
 use serde_json::{Value, json};
 use tracing::warn;
 
-use super::{BENCH_LABEL, RAW_NS};
+use super::{BENCH_LABEL, POLICY_SELECT_LABEL, RAW_NS};
 
 /// A kind of workload object.
 #[derive(Debug, Clone, Copy)]
@@ -117,12 +117,38 @@ impl Kind {
     }
 
     pub(super) fn raw_object(self, name: &str, version: &str) -> anyhow::Result<DynamicObject> {
-        let mut v = self.content(name, "raw", version);
+        self.plain_object(RAW_NS, "raw", name, version)
+    }
+
+    /// The kind's own object in the host for the policy path: labelled for the
+    /// benchmark's PropagationPolicy.
+    pub(super) fn native_object(
+        self,
+        namespace: &str,
+        name: &str,
+        version: &str,
+    ) -> anyhow::Result<DynamicObject> {
+        let mut o = self.plain_object(namespace, "policy", name, version)?;
+        o.metadata
+            .labels
+            .get_or_insert_default()
+            .insert(POLICY_SELECT_LABEL.into(), "true".into());
+        Ok(o)
+    }
+
+    fn plain_object(
+        self,
+        namespace: &str,
+        part: &str,
+        name: &str,
+        version: &str,
+    ) -> anyhow::Result<DynamicObject> {
+        let mut v = self.content(name, part, version);
         let ar = self.target();
         v["apiVersion"] = json!(ar.api_version);
         v["kind"] = json!(ar.kind);
         v["metadata"]["name"] = json!(name);
-        v["metadata"]["namespace"] = json!(RAW_NS);
+        v["metadata"]["namespace"] = json!(namespace);
         Ok(serde_json::from_value(v)?)
     }
 
