@@ -60,6 +60,9 @@ impl Ctx {
             return Action::requeue(LISTING);
         }
         let native = native.filter(|n| n.metadata.deletion_timestamp.is_none());
+        // Deleted (or being deleted) while its kind is watched: the host's garbage collector
+        // deletes the Federated object it owns; a second DELETE would only double the cost.
+        let native_gone = t.natives.is_some() && native.is_none();
         // The type's apiVersion and kind, always: an object from a watch's initial list has
         // neither (the API server omits them on list items), one from a watch event both, and
         // the template, the system-object check and the server-field cleanup read them.
@@ -80,8 +83,8 @@ impl Ctx {
         let (Some(native), Some(json), Some(chosen)) = (native, json, chosen) else {
             self.forget(key);
             return match current {
-                Some(cur) => writes::release(self, &t, &cur).await,
-                None => Action::AwaitChange,
+                Some(cur) if !native_gone => writes::release(self, &t, &cur).await,
+                _ => Action::AwaitChange,
             };
         };
         self.propagate(key, &t, &native, &json, chosen, current.as_deref())
