@@ -240,6 +240,14 @@ impl<K: Clone + Eq + Hash + Send + 'static> WorkQueue<K> {
         self.len() == 0
     }
 
+    /// Whether no key is ready or in a worker's hands (delayed adds not counted): a pass
+    /// that sums what the workers decided waits for this, so it does not write a partial sum
+    /// while a burst (a start-up) is still being worked through.
+    pub fn is_idle(&self) -> bool {
+        let s = self.lock();
+        s.ready.is_empty() && s.active.is_empty()
+    }
+
     /// Stops the queue: workers get `None`, adds are ignored, delayed adds are dropped.
     pub fn shutdown(&self) {
         {
@@ -284,6 +292,20 @@ mod tests {
         assert_eq!(q.len(), 2);
         assert_eq!(q.next().await, Some("a"));
         assert_eq!(q.next().await, Some("b"));
+    }
+
+    #[tokio::test]
+    async fn the_queue_is_idle_with_nothing_ready_or_in_progress() {
+        let q = WorkQueue::new();
+        assert!(q.is_idle());
+        q.add_after("later", S);
+        assert!(q.is_idle(), "a delayed add does not count");
+        q.add("a");
+        assert!(!q.is_idle());
+        assert_eq!(q.next().await, Some("a"));
+        assert!(!q.is_idle(), "in a worker's hands");
+        q.done(&"a");
+        assert!(q.is_idle());
     }
 
     #[tokio::test]

@@ -18,6 +18,9 @@ use serde::de::DeserializeOwned;
 use serde_json::json;
 use tracing::warn;
 
+/// How long a pass waits for the caches and the workers to settle.
+const UNSETTLED: Duration = Duration::from_millis(500);
+
 use super::{
     Ctx,
     outcome::{self, PolicyId, PolicyKind, PolicyProblems},
@@ -68,6 +71,12 @@ pub(super) async fn run(ctx: Arc<Ctx>, gate: Gate) {
         .debounce(Duration::from_millis(500))
         .gate(gate);
     while runner.next().await.is_some() {
+        // Only a settled view is written: every cache listed and no object being decided
+        // (after a start, a pass over the first few outcomes would write a partial status).
+        if !ctx.queue.is_idle() || !ctx.types.all_synced() {
+            runner.finish(Action::requeue(UNSETTLED));
+            continue;
+        }
         let failed = pass(&ctx).await;
         runner.finish(if failed {
             Action::backoff()

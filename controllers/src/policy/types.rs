@@ -122,6 +122,15 @@ impl Types {
         })
     }
 
+    /// Whether every cache (Federated objects, and natives where watched) has listed.
+    pub fn all_synced(&self) -> bool {
+        self.lock().values().all(|t| {
+            std::iter::once(&t.materialized)
+                .chain(t.natives.as_ref())
+                .all(|c| c.synced.load(Ordering::Acquire))
+        })
+    }
+
     /// Every type's name and its target's `(group, kind)`.
     pub fn targets(&self) -> Vec<(String, String, String)> {
         self.lock()
