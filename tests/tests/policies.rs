@@ -247,6 +247,13 @@ async fn an_application_applied_as_it_is_reaches_its_clusters_with_overrides(
             .any(|l| l.starts_with("web ") && l.contains("5/2")),
         "{table}"
     );
+    // Per-cluster status one command away, by the plain kind's name.
+    let per_cluster =
+        flotilla_tests::cli::run_ok(fed, &["status", "deployment/web", "-n", ns]).await?;
+    ensure!(
+        per_cluster.contains("member1") && per_cluster.contains("member2"),
+        "{per_cluster}"
+    );
     // The policy's status is written in passes after the decisions settle.
     wait_for(T, "the policy's status: 5 selected, Ready", || async {
         let pp = kubectl(

@@ -68,6 +68,9 @@ pub(crate) struct Types {
     host: Client,
     queue: Arc<WorkQueue<Key>>,
     inner: Mutex<BTreeMap<String, TypeWatch>>,
+    /// Set once the caches were first aligned with the type configs (before, an empty map
+    /// would read as "everything listed").
+    aligned: AtomicBool,
 }
 
 /// Annotation that exists only in this controller's cache of native objects, never in the
@@ -97,6 +100,7 @@ impl Types {
             host,
             queue,
             inner: Mutex::new(BTreeMap::new()),
+            aligned: AtomicBool::new(false),
         }
     }
 
@@ -124,11 +128,12 @@ impl Types {
 
     /// Whether every cache (Federated objects, and natives where watched) has listed.
     pub fn all_synced(&self) -> bool {
-        self.lock().values().all(|t| {
-            std::iter::once(&t.materialized)
-                .chain(t.natives.as_ref())
-                .all(|c| c.synced.load(Ordering::Acquire))
-        })
+        self.aligned.load(Ordering::Acquire)
+            && self.lock().values().all(|t| {
+                std::iter::once(&t.materialized)
+                    .chain(t.natives.as_ref())
+                    .all(|c| c.synced.load(Ordering::Acquire))
+            })
     }
 
     /// Every type's name and its target's `(group, kind)`.
@@ -301,6 +306,7 @@ pub(crate) async fn run(
         for key in ctx.types.all_keys() {
             ctx.queue.add(key);
         }
+        ctx.types.aligned.store(true, Ordering::Release);
         ctx.status_wake.notify_one();
         loop {
             tokio::select! {
