@@ -161,9 +161,10 @@ pub struct KubeFedClusterStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub region: Option<String>,
     /// Flotilla extension: the member's nodes and what its pods request, kept from watches
-    /// by the capacity controller (the health probe never writes it).
+    /// by the capacity controller (the health probe never writes it). Boxed: most readers
+    /// of a KubeFedCluster never look at it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub resources: Option<ClusterResources>,
+    pub resources: Option<Box<ClusterResources>>,
 }
 
 /// A member's resource summary (Flotilla extension).

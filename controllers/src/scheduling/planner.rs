@@ -73,6 +73,8 @@ struct Pref {
 struct Marks {
     capped: BTreeMap<String, DivisionReason>,
     kept: BTreeMap<String, i64>,
+    /// Without rebalancing: the division with it.
+    ideal: Option<BTreeMap<String, i64>>,
 }
 
 fn fnv1a(s: &str) -> u32 {
@@ -102,6 +104,14 @@ pub fn plan(input: &PlanInput<'_>) -> Plan {
             .map(|(c, n)| (c, n.min(remaining)))
             .filter(|(_, n)| *n > 0)
             .collect();
+    }
+    // What the weights alone would give, to tell a kept count apart from a weighed one.
+    if !input.rebalance {
+        let ideal = self::plan(&PlanInput {
+            rebalance: true,
+            ..input.clone()
+        });
+        marks.ideal = Some(ideal.replicas);
     }
     let reasons = reasons(&prefs, &plan, &marks, input.available.is_some());
     Plan {
@@ -137,13 +147,17 @@ fn reasons(
                     ),
                 ),
                 Some(r) => (r, format!("maxReplicas {}", p.max.unwrap_or(n))),
-                None if marks.kept.contains_key(&p.cluster) => (
-                    DivisionReason::Current,
-                    format!(
-                        "kept its {} current replicas (rebalance: false)",
-                        marks.kept[&p.cluster]
-                    ),
-                ),
+                None if marks.kept.contains_key(&p.cluster)
+                    && let Some(ideal) = marks.ideal.as_ref().and_then(|i| i.get(&p.cluster))
+                    && *ideal != n =>
+                {
+                    (
+                        DivisionReason::Current,
+                        format!(
+                            "kept where they run (rebalance: false); the weights alone would give {ideal}"
+                        ),
+                    )
+                }
                 None if p.min > 0 && n == p.min => (
                     DivisionReason::MinReplicas,
                     format!("minReplicas {}", p.min),
@@ -533,8 +547,15 @@ mod tests {
         let r = with_capacity(10, &p, &[], &[], true);
         assert_eq!(r.reasons["a"].0, DivisionReason::MinReplicas);
         let p = prefs(&[("a", 0, None, 1), ("b", 0, None, 1)]);
-        let r = with_capacity(10, &p, &[], &[("a", 8)], false);
+        let r = with_capacity(8, &p, &[], &[("a", 8)], false);
         assert_eq!(r.reasons["a"].0, DivisionReason::Current, "{r:?}");
+        assert!(r.reasons["a"].1.contains("would give 4"), "{r:?}");
+        let r = with_capacity(10, &p, &[], &[("a", 5), ("b", 5)], false);
+        assert_eq!(
+            r.reasons["a"].0,
+            DivisionReason::Weight,
+            "kept 5, as the weights say"
+        );
     }
 
     #[test]
