@@ -175,7 +175,8 @@ impl Kubelet {
         let api: Api<Node> = Api::all(self.client.clone());
         let pp = PatchParams::apply(MANAGER).force();
         for name in &self.nodes {
-            let status = json!({"status": nodes::ready_status(name, &self.capacity, Timestamp::now())});
+            let status =
+                json!({"status": nodes::ready_status(name, &self.capacity, Timestamp::now())});
             let written = match api.patch(name, &pp, &Patch::Apply(nodes::node(name))).await {
                 Ok(_) => api
                     .patch_status(name, &PatchParams::default(), &Patch::Merge(&status))
@@ -208,7 +209,8 @@ impl Kubelet {
             if !self.nodes.contains(&name) {
                 continue;
             }
-            let status = json!({"status": nodes::ready_status(&name, &self.capacity, Timestamp::now())});
+            let status =
+                json!({"status": nodes::ready_status(&name, &self.capacity, Timestamp::now())});
             match api
                 .patch_status(&name, &PatchParams::default(), &Patch::Merge(&status))
                 .await
