@@ -35,7 +35,7 @@ pub struct MemberResources {
 
 /// Keeps of a Node what capacity reads: labels, taints, `unschedulable`, allocatable and
 /// the Ready condition.
-fn shrink_node(n: &mut Node) {
+pub fn shrink_node(n: &mut Node) {
     n.metadata.annotations = None;
     if let Some(s) = n.status.as_mut() {
         s.images = None;
@@ -53,7 +53,7 @@ fn shrink_node(n: &mut Node) {
 
 /// Keeps of a Pod what capacity reads: labels, node, requests (containers, init
 /// containers, overhead), phase and the `PodScheduled` condition.
-fn shrink_pod(p: &mut Pod) {
+pub fn shrink_pod(p: &mut Pod) {
     p.metadata.annotations = None;
     p.metadata.owner_references = None;
     if let Some(spec) = p.spec.as_mut() {
