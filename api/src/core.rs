@@ -2,6 +2,8 @@
 //! configuration singleton (KubeFedConfig) and the type configs (FederatedTypeConfig).
 //! JSON shapes match kubefed v0.10 field for field.
 
+use std::collections::BTreeMap;
+
 use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -158,6 +160,29 @@ pub struct KubeFedClusterStatus {
     /// Region of the cluster (kept for kubefed compatibility; not filled in).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub region: Option<String>,
+    /// Flotilla extension: the member's nodes and what its pods request, kept from watches
+    /// by the capacity controller (the health probe never writes it). Boxed: most readers
+    /// of a KubeFedCluster never look at it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resources: Option<Box<ClusterResources>>,
+}
+
+/// A member's resource summary (Flotilla extension).
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ClusterResources {
+    /// Nodes.
+    pub nodes: i64,
+    /// Nodes whose `Ready` condition is `True`.
+    pub ready_nodes: i64,
+    /// What the nodes offer: `cpu`, `memory`, `pods` (Kubernetes quantities).
+    #[serde(default)]
+    pub allocatable: BTreeMap<String, String>,
+    /// What the pods bound to them request: `cpu`, `memory`, `pods`.
+    #[serde(default)]
+    pub requested: BTreeMap<String, String>,
+    /// Pods in the member, bound or not.
+    pub pods: i64,
 }
 
 /// One condition of a KubeFedCluster.

@@ -84,6 +84,11 @@ pub struct SchedulingConfig {
     /// an unreachable cluster before it moves (default 300).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub default_unreachable_toleration_seconds: Option<i64>,
+    /// How long a pod of a ReplicaSchedulingPreference's workload may stay unschedulable
+    /// in a member before that member's capacity is estimated from it (Go duration; kubefed's
+    /// fixed 60 s by default).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unschedulable_threshold: Option<String>,
 }
 
 fn default_scope() -> String {
@@ -207,10 +212,15 @@ pub struct EffectiveConfig {
     pub retry_period: Duration,
     /// Toleration of the unreachable taint for objects that list none, in seconds.
     pub default_unreachable_toleration_seconds: i64,
+    /// How long a workload's pod stays unschedulable before the RSP estimates capacity.
+    pub unschedulable_threshold: Duration,
     /// CIDRs of the ClusterSet IPs, as written (parsed, and reported when invalid, by the
     /// MCS controller).
     pub clusterset_ip_ranges: Vec<String>,
 }
+
+/// kubefed's unschedulable threshold (its podanalyzer's fixed 60 s).
+pub const DEFAULT_UNSCHEDULABLE_THRESHOLD: Duration = Duration::from_secs(60);
 
 /// Flotilla's default for concurrent reconciles (kubefed's is 1, see its #1392).
 pub const DEFAULT_MAX_CONCURRENT_RECONCILES: usize = 16;
@@ -263,6 +273,7 @@ impl KubeFedConfigSpec {
                 default_unreachable_toleration_seconds: Some(
                     DEFAULT_UNREACHABLE_TOLERATION_SECONDS,
                 ),
+                unschedulable_threshold: None,
             }),
             multi_cluster_services: Some(MultiClusterServicesConfig {
                 cluster_set_ip_ranges: Some(
@@ -318,6 +329,12 @@ impl KubeFedConfigSpec {
                 .and_then(|s| s.default_unreachable_toleration_seconds)
                 .filter(|s| *s >= 0)
                 .unwrap_or(DEFAULT_UNREACHABLE_TOLERATION_SECONDS),
+            unschedulable_threshold: dur(
+                self.scheduling
+                    .as_ref()
+                    .and_then(|s| s.unschedulable_threshold.as_ref()),
+                DEFAULT_UNSCHEDULABLE_THRESHOLD,
+            ),
             clusterset_ip_ranges: self
                 .multi_cluster_services
                 .as_ref()

@@ -24,7 +24,8 @@ use serde::{Deserialize, Serialize};
         json_path = ".metadata.creationTimestamp"
     ),
     printcolumn(name = "Target", type_ = "string", json_path = ".spec.targetKind"),
-    printcolumn(name = "Total", type_ = "integer", json_path = ".spec.totalReplicas")
+    printcolumn(name = "Total", type_ = "integer", json_path = ".spec.totalReplicas"),
+    status = "ReplicaSchedulingPreferenceStatus"
 )]
 #[serde(rename_all = "camelCase")]
 pub struct ReplicaSchedulingPreferenceSpec {
@@ -41,6 +42,84 @@ pub struct ReplicaSchedulingPreferenceSpec {
     /// Only consider clusters matching the target's `clusterSelector`.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub intersect_with_cluster_selector: bool,
+    /// Flotilla extension: what a cluster's weight is. `StaticWeight` (the default, as
+    /// kubefed): `clusters[].weight`. `AvailableReplicas`: how many replicas of the
+    /// target's pod template fit the cluster's Ready, schedulable nodes, the static weight
+    /// breaking ties.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub weight_preference: Option<WeightPreference>,
+}
+
+/// What a cluster's weight is (`spec.weightPreference`).
+#[derive(Deserialize, Serialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub enum WeightPreference {
+    /// `clusters[].weight`, as kubefed.
+    #[default]
+    StaticWeight,
+    /// The replicas of the target's pod template that fit the cluster's free capacity.
+    AvailableReplicas,
+}
+
+/// Flotilla extension (kubefed's RSP has no status): the last division and why.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ReplicaSchedulingPreferenceStatus {
+    /// The generation of the RSP the division was made for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    /// Per cluster of the federation: its replicas and why.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub clusters: Vec<ClusterDivision>,
+}
+
+/// One cluster's share of an RSP's replicas and the reason for it.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ClusterDivision {
+    /// The cluster.
+    pub name: String,
+    /// Replicas written for it (with kubefed's overflow, more than it can run).
+    pub replicas: i64,
+    /// What decided the number.
+    pub reason: DivisionReason,
+    /// The numbers behind the reason.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub message: String,
+}
+
+/// What decided one cluster's replicas.
+#[derive(Deserialize, Serialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub enum DivisionReason {
+    /// Its share by static weight.
+    #[default]
+    Weight,
+    /// Its `minReplicas`.
+    MinReplicas,
+    /// Capped at its `maxReplicas`.
+    MaxReplicas,
+    /// Capped at kubefed's capacity estimate: pods left unschedulable past the threshold.
+    CapacityEstimate,
+    /// Its share by available replicas (`weightPreference: AvailableReplicas`).
+    AvailableReplicas,
+    /// Kept where they are (`rebalance: false`).
+    Current,
+    /// Not Ready, not matching the selector, or without a preference: none.
+    NotSelected,
+}
+
+impl DivisionReason {
+    /// The reason as written in status.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DivisionReason::Weight => "Weight",
+            DivisionReason::MinReplicas => "MinReplicas",
+            DivisionReason::MaxReplicas => "MaxReplicas",
+            DivisionReason::CapacityEstimate => "CapacityEstimate",
+            DivisionReason::AvailableReplicas => "AvailableReplicas",
+            DivisionReason::Current => "Current",
+            DivisionReason::NotSelected => "NotSelected",
+        }
+    }
 }
 
 /// Preferences of one cluster.

@@ -29,6 +29,7 @@ pub mod resolve;
 pub mod rollout;
 pub mod rollout_history;
 pub mod status;
+pub mod status_capacity;
 pub mod unfederate;
 pub mod uninstall;
 

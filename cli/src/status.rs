@@ -36,7 +36,13 @@ Examples:
   flotilla status configmap/web-config -n demo
 
   # In a script: wait until propagated; exit non-zero on a failure or after 2 minutes
-  flotilla status -n demo --wait --timeout 2m";
+  flotilla status -n demo --wait --timeout 2m
+
+  # Each member's nodes, CPU and memory requested of allocatable, and pods
+  flotilla status --clusters
+
+  # How each ReplicaSchedulingPreference divided its replicas, and why
+  flotilla status rsp -n demo";
 
 /// How often `--wait` looks again.
 const POLL: Duration = Duration::from_secs(1);
@@ -69,6 +75,10 @@ pub struct StatusArgs {
     /// kind, name, generation and status as `json` or `yaml` for scripts.
     #[arg(short = 'o', long, value_enum, default_value_t = Format::Table)]
     pub output: Format,
+    /// List the member clusters with their resource summary (nodes, CPU and memory
+    /// requested of allocatable, pods) instead of federated objects.
+    #[arg(long)]
+    pub clusters: bool,
 }
 
 /// How `flotilla status` prints.
@@ -524,7 +534,23 @@ fn selection(
 pub async fn run(global: &GlobalArgs, args: StatusArgs, ctx: &Context) -> anyhow::Result<()> {
     let access = access::host(global).await?;
     let host = access.client()?;
+    if args.clusters {
+        let t = super::status_capacity::clusters(&host, &global.kubefed_namespace).await?;
+        ctx.out.write(t);
+        return Ok(());
+    }
     let sel = selection(global, &args, access::namespace(global, &access))?;
+    if sel
+        .type_name
+        .as_deref()
+        .is_some_and(super::status_capacity::is_rsp)
+    {
+        let table =
+            super::status_capacity::rsps(&host, sel.namespace.as_deref(), sel.name.as_deref())
+                .await?;
+        ctx.out.write(table);
+        return Ok(());
+    }
     if args.wait {
         let objects = wait(
             &host,

@@ -2,6 +2,7 @@
 //! (sync), RSP and constraint scheduling, MCS, ClusterProfiles, member RBAC, leader election.
 #![forbid(unsafe_code)]
 
+pub mod capacity;
 pub mod cluster_id;
 pub mod decisions;
 /// Events (in the multi-cluster library).

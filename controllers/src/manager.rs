@@ -25,6 +25,7 @@ pub struct ControlPlane {
     registry: Option<RegistryHandle>,
     ftc: tokio::task::JoinHandle<()>,
     scheduler: tokio::task::JoinHandle<()>,
+    capacity: tokio::task::JoinHandle<()>,
     member_rbac: tokio::task::JoinHandle<()>,
     sa_import: tokio::task::JoinHandle<()>,
     profiles: tokio::task::JoinHandle<()>,
@@ -72,7 +73,26 @@ impl ControlPlane {
         let namespace = options.namespace.as_str();
         let clusters = ClusterSet::new();
         let registry = registry::start(host.clone(), namespace, clusters.clone(), metrics.clone());
-        let scheduler = tokio::spawn(crate::scheduling::run(host.clone(), clusters.clone()));
+        let (member_tx, member_rx) = tokio::sync::mpsc::unbounded_channel();
+        let resources = Arc::new(crate::capacity::MemberResources::start(
+            clusters.clone(),
+            member_tx,
+        ));
+        let capacity = tokio::spawn(crate::capacity::publish(
+            host.clone(),
+            namespace.to_string(),
+            clusters.clone(),
+            resources.clone(),
+        ));
+        let scheduler = tokio::spawn(crate::scheduling::run(
+            host.clone(),
+            clusters.clone(),
+            crate::scheduling::Members {
+                resources,
+                events: member_rx,
+            },
+            registry.config(),
+        ));
         let member_rbac = tokio::spawn(crate::member_rbac::run(
             host.clone(),
             namespace.to_string(),
@@ -124,6 +144,7 @@ impl ControlPlane {
             registry: Some(registry),
             ftc,
             scheduler,
+            capacity,
             member_rbac,
             sa_import,
             profiles,
@@ -136,6 +157,7 @@ impl ControlPlane {
     pub async fn shutdown(mut self) {
         self.ftc.abort();
         self.scheduler.abort();
+        self.capacity.abort();
         self.member_rbac.abort();
         self.sa_import.abort();
         self.profiles.abort();
@@ -151,6 +173,7 @@ impl Drop for ControlPlane {
     fn drop(&mut self) {
         self.ftc.abort();
         self.scheduler.abort();
+        self.capacity.abort();
         self.member_rbac.abort();
         self.sa_import.abort();
         self.profiles.abort();

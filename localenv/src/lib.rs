@@ -46,7 +46,7 @@ pub use api_surface::ApiSurface;
 pub use cluster::Cluster;
 pub use env::{EnvOptions, HostSeed, LEAN_GOGC, LocalEnv};
 pub use error::Error;
-pub use kubelet::PodSimulation;
+pub use kubelet::{NodeCapacity, PodSimulation};
 pub use process::Process;
 pub use proxy::{FaultMode, FaultProxy, ProxyStats};
 

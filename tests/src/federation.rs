@@ -172,6 +172,26 @@ pub async fn federation_for_templates(members: usize) -> anyhow::Result<Federati
     federate(env, boot).await
 }
 
+/// Like [`federation_with_pods`], with the simulated nodes `pods` describes (e.g. members
+/// of different capacity) and KubeFedConfig's `scheduling.unschedulableThreshold` set to
+/// `unschedulable_threshold` (a Go duration), so that kubefed's capacity estimate is quick.
+pub async fn federation_with_capacity(
+    members: usize,
+    pods: flotilla_localenv::PodSimulation,
+    unschedulable_threshold: &str,
+) -> anyhow::Result<Federation> {
+    let mut boot = bootstrap();
+    boot.collect_workload_status = true;
+    boot.config
+        .scheduling
+        .get_or_insert_with(Default::default)
+        .unschedulable_threshold = Some(unschedulable_threshold.to_owned());
+    let mut options = EnvOptions::with_members(members);
+    options.pods = Some(pods);
+    let env = seeded_env(options, &boot).await;
+    federate(env, boot).await
+}
+
 /// Installs the host side, joins the members (all at once: each join writes to its own
 /// member and its own objects in the host) and starts the control plane.
 async fn federate(env: LocalEnv, boot: Bootstrap) -> anyhow::Result<Federation> {

@@ -3,7 +3,8 @@
 //! endpoints, request tokens of ServiceAccounts for ServiceAccountImports
 //! (`serviceaccounts/token` create — no read of ServiceAccounts or their Secrets), and keep
 //! its own ClusterRole in step with the enabled types, and what Multi-Cluster Services need
-//! ([`mcs_rules`]), and with a workload type enabled, the copies of the dependencies that
+//! ([`mcs_rules`]), reading Nodes and Pods (member capacity), and with a workload type
+//! enabled, the copies of the dependencies that
 //! follow workloads ([`dependency_rules`]) — nothing else.
 //! (kubefedctl gave the host `*` on every resource of every group in every member.)
 
@@ -127,6 +128,13 @@ pub fn member_rules(types: &BTreeSet<(String, String)>, role: &str) -> Vec<Polic
     rules.push(PolicyRule {
         api_groups: Some(vec![flotilla_api::about::ABOUT_GROUP.into()]),
         resources: Some(vec!["clusterproperties".into()]),
+        verbs: strings(&["get", "list", "watch"]),
+        ..PolicyRule::default()
+    });
+    // Capacity: the Nodes and Pods the RSP scheduler and the resource summary read.
+    rules.push(PolicyRule {
+        api_groups: Some(vec![String::new()]),
+        resources: Some(strings(&["nodes", "pods"])),
         verbs: strings(&["get", "list", "watch"]),
         ..PolicyRule::default()
     });

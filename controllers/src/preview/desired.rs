@@ -42,7 +42,9 @@ fn scheduled_spec(inputs: &Inputs<'_>) -> Result<FederatedSpec, String> {
         o.namespace.unwrap_or_default().to_owned(),
         o.name.to_owned(),
     );
-    let scheduled = crate::scheduling::schedule(rsp, &spec, o.previous, o.clusters, &key)
+    // The preview sees no member pods: no capacity estimate, no available replicas.
+    let none = crate::scheduling::CapacityInputs::default();
+    let scheduled = crate::scheduling::schedule(rsp, &spec, o.previous, o.clusters, &key, &none)
         .map_err(|e| format!("ReplicaSchedulingPreference: {e}"))?;
     let Some(scheduled) = scheduled else {
         return Ok(spec);

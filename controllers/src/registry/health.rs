@@ -246,6 +246,8 @@ pub fn next_status(
             .or_else(|| previous.kubernetes_version.clone()),
         zones: previous.zones.clone(),
         region: previous.region.clone(),
+        // The capacity controller's: left out of the probe's merge patch, so kept.
+        resources: None,
     }
 }
 

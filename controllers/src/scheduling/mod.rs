@@ -7,23 +7,34 @@
 //! uses Flotilla's scheduling fields keeps its placement: replicas are divided over the
 //! Ready clusters of its decision (`status.placement.clusters`), so they follow a failover,
 //! and only the replica overrides are written.
+//!
+//! Capacity (#53): kubefed's estimate caps a cluster whose pods of the target stayed
+//! unschedulable past KubeFedConfig's `scheduling.unschedulableThreshold`, and
+//! `weightPreference: AvailableReplicas` weighs clusters by the replicas that fit them,
+//! both read from [`crate::capacity::MemberResources`]. Each division is recorded with its
+//! reasons in the RSP's status ([`why`]).
 
 pub mod planner;
+pub mod why;
 
 use flotilla_multicluster::{
     runner::{Action, KeyedRunner},
     tasks::AbortOnDrop,
 };
-use std::{collections::BTreeMap, convert::Infallible, sync::Arc};
+use std::{collections::BTreeMap, convert::Infallible, sync::Arc, time::Duration};
 
 use flotilla_api::{
-    ReplicaSchedulingPreference, crdgen,
+    ReplicaSchedulingPreference,
+    core::EffectiveConfig,
+    crdgen,
     federated::{
         ClusterOverrides, ClusterReference, FederatedSpec, FederatedStatus, LabelSelector,
     },
-    scheduling::ReplicaSchedulingPreferenceSpec,
+    scheduling::{ReplicaSchedulingPreferenceSpec, WeightPreference},
 };
 use flotilla_core::replica_division::{apply_plan, current_replicas, is_scheduled};
+use k8s_openapi::api::core::v1::PodSpec;
+use k8s_openapi::jiff::Timestamp;
 use kube::{
     Api, Client, Resource, ResourceExt,
     api::{DynamicObject, Patch, PatchParams},
@@ -34,10 +45,12 @@ use kube::{
     },
 };
 use serde_json::json;
+use tokio::sync::{mpsc, watch};
 use tracing::{debug, info, warn};
 
 use crate::{
-    multicluster::{ClusterSet, ClusterState},
+    capacity::MemberResources,
+    multicluster::{ClusterSet, ClusterState, MemberEvent},
     watch::{Change, reflect},
     workqueue::WorkQueue,
 };
@@ -68,6 +81,8 @@ struct Ctx {
     rsps: Store<ReplicaSchedulingPreference>,
     targets: BTreeMap<String, Store<DynamicObject>>,
     recorder: Recorder,
+    resources: Arc<MemberResources>,
+    config: watch::Receiver<EffectiveConfig>,
 }
 
 /// Spawns a cache of `api`'s objects that queues the namespace/name of every change.
@@ -88,8 +103,22 @@ where
     }))
 }
 
+/// What the scheduler reads of the members: their cached Nodes and Pods, and every change
+/// to them.
+pub struct Members {
+    /// The caches.
+    pub resources: Arc<MemberResources>,
+    /// Their changes.
+    pub events: mpsc::UnboundedReceiver<MemberEvent>,
+}
+
 /// Runs the scheduler until the task is aborted.
-pub async fn run(host: Client, clusters: ClusterSet) {
+pub async fn run(
+    host: Client,
+    clusters: ClusterSet,
+    members: Members,
+    config: watch::Receiver<EffectiveConfig>,
+) {
     let queue: Arc<WorkQueue<Key>> = WorkQueue::new();
     let rsp_writer = reflector::store::Writer::<ReplicaSchedulingPreference>::default();
     let rsps = rsp_writer.as_reader();
@@ -120,7 +149,14 @@ pub async fn run(host: Client, clusters: ClusterSet) {
         rsps: rsps.clone(),
         targets,
         recorder: crate::events::recorder(host, REPORTING_CONTROLLER),
+        resources: members.resources,
+        config,
     });
+    tasks.push(tokio::spawn(requeue_on_member_changes(
+        members.events,
+        rsps.clone(),
+        queue.clone(),
+    )));
     {
         let queue = queue.clone();
         let rsps = rsps.clone();
@@ -144,7 +180,71 @@ pub async fn run(host: Client, clusters: ClusterSet) {
         .await;
 }
 
+/// Queues the RSPs a member change may concern: those of the pod's namespace, or every RSP
+/// for a node change or a cache (re)listed.
+async fn requeue_on_member_changes(
+    mut events: mpsc::UnboundedReceiver<MemberEvent>,
+    rsps: Store<ReplicaSchedulingPreference>,
+    queue: Arc<WorkQueue<Key>>,
+) {
+    while let Some(event) = events.recv().await {
+        let namespace = match &event {
+            MemberEvent::Object { namespace, .. } => namespace.clone(),
+            _ => None,
+        };
+        for r in rsps.state() {
+            let ns = r.namespace().unwrap_or_default();
+            if namespace.as_ref().is_none_or(|n| *n == ns) {
+                queue.add((ns, r.name_any()));
+            }
+        }
+    }
+}
+
 impl Ctx {
+    /// kubefed's capacity estimates and, with `AvailableReplicas`, the replicas that fit,
+    /// of the Ready clusters for the target's pods; and when to look again (a pod about to
+    /// cross the threshold).
+    fn capacity(
+        &self,
+        rsp: &ReplicaSchedulingPreferenceSpec,
+        spec: &FederatedSpec,
+        namespace: &str,
+    ) -> (CapacityInputs, Option<Duration>) {
+        let Some(workload) = Workload::of(spec) else {
+            return (CapacityInputs::default(), None);
+        };
+        let threshold = self.config.borrow().unschedulable_threshold;
+        let now = Timestamp::now();
+        let current = current_replicas(spec);
+        let mut inputs = CapacityInputs::default();
+        let mut recheck: Option<Duration> = None;
+        let available_wanted = rsp.weight_preference == Some(WeightPreference::AvailableReplicas);
+        let mut available = BTreeMap::new();
+        for c in self.clusters.snapshot().iter().filter(|c| c.ready) {
+            let e = self
+                .resources
+                .estimate(&c.name, namespace, &workload.selector, now, threshold);
+            if let Some(cap) = e.capacity {
+                inputs.estimates.insert(c.name.clone(), cap);
+            }
+            recheck = match (recheck, e.recheck_in) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            };
+            if available_wanted {
+                // Unknown while the caches list: its current replicas, so nothing moves.
+                let n = self
+                    .resources
+                    .available(&c.name, namespace, &workload.selector, &workload.pod)
+                    .unwrap_or_else(|| current.get(&c.name).copied().unwrap_or(0));
+                available.insert(c.name.clone(), n);
+            }
+        }
+        inputs.available = available_wanted.then_some(available);
+        (inputs, recheck)
+    }
+
     async fn reconcile(&self, key: &Key) -> Action {
         let rsp_ref = ObjectRef::<ReplicaSchedulingPreference>::new(&key.1).within(&key.0);
         let Some(rsp) = self.rsps.get(&rsp_ref) else {
@@ -153,7 +253,9 @@ impl Ctx {
         let Some((ar, spec, status)) = self.target(key, &rsp).await else {
             return Action::AwaitChange;
         };
-        let s = match schedule(&rsp.spec, &spec, &status, &self.clusters.snapshot(), key) {
+        let (capacity, recheck) = self.capacity(&rsp.spec, &spec, &key.0);
+        let clusters = self.clusters.snapshot();
+        let s = match schedule(&rsp.spec, &spec, &status, &clusters, key, &capacity) {
             Ok(Some(s)) => s,
             Ok(None) => {
                 debug!(rsp = ?key, "the target has no Ready decided cluster yet");
@@ -165,18 +267,58 @@ impl Ctx {
                 return Action::AwaitChange;
             }
         };
+        let divisions = why::divisions(&s.plan, &clusters);
+        self.write_status(key, &rsp, divisions).await;
+        let after = match recheck {
+            Some(d) => Action::requeue(d),
+            None => Action::AwaitChange,
+        };
         let patch = if s.composed {
             if s.overrides == spec.overrides {
-                return Action::AwaitChange;
+                return after;
             }
             json!({"spec": {"overrides": s.overrides}})
         } else {
             if is_scheduled(&spec, &s.placement, &s.overrides) {
-                return Action::AwaitChange;
+                return after;
             }
             json!({"spec": {"placement": {"clusters": s.placement}, "overrides": s.overrides}})
         };
-        self.write_schedule(key, &ar, &patch, &s.plan).await
+        match self
+            .write_schedule(key, &ar, &patch, &s.plan.written())
+            .await
+        {
+            Action::AwaitChange => after,
+            other => other,
+        }
+    }
+
+    /// Records the division and its reasons in the RSP's status, when they changed.
+    async fn write_status(
+        &self,
+        key: &Key,
+        rsp: &ReplicaSchedulingPreference,
+        clusters: Vec<flotilla_api::scheduling::ClusterDivision>,
+    ) {
+        let status = flotilla_api::scheduling::ReplicaSchedulingPreferenceStatus {
+            observed_generation: rsp.metadata.generation,
+            clusters,
+        };
+        if rsp.status.as_ref() == Some(&status) {
+            return;
+        }
+        let api: Api<ReplicaSchedulingPreference> = Api::namespaced(self.host.clone(), &key.0);
+        let patch = json!({"status": status});
+        let params = PatchParams {
+            field_manager: Some(SCHEDULER_MANAGER.to_owned()),
+            ..PatchParams::default()
+        };
+        if let Err(e) = api
+            .patch_status(&key.1, &params, &Patch::Merge(&patch))
+            .await
+        {
+            warn!(rsp = ?key, error = %e, "writing the RSP status failed");
+        }
     }
 
     /// The federated object `rsp` schedules and its spec; `None` (after an Event when the
@@ -256,11 +398,39 @@ impl Ctx {
     }
 }
 
+/// The target's workload as capacity reads it: its pods' selector and pod template.
+struct Workload {
+    selector: LabelSelector,
+    pod: PodSpec,
+}
+
+impl Workload {
+    /// From a FederatedDeployment's or FederatedReplicaSet's template; `None` when it has
+    /// no selector or pod template that can be read.
+    fn of(spec: &FederatedSpec) -> Option<Workload> {
+        let t = spec.template.get("spec")?;
+        Some(Workload {
+            selector: serde_json::from_value(t.get("selector")?.clone()).ok()?,
+            pod: serde_json::from_value(t.get("template")?.get("spec")?.clone()).ok()?,
+        })
+    }
+}
+
+/// What capacity tells the planner: kubefed's estimates and, with
+/// `weightPreference: AvailableReplicas`, the replicas that fit each cluster.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct CapacityInputs {
+    /// Capacity estimate per cluster (replicas it can run).
+    pub estimates: BTreeMap<String, i64>,
+    /// Replicas of the template that fit each cluster.
+    pub available: Option<BTreeMap<String, i64>>,
+}
+
 /// What the scheduler writes into an RSP's target.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Schedule {
-    /// Replicas per cluster.
-    pub plan: BTreeMap<String, i64>,
+    /// Replicas per cluster, overflow and reasons.
+    pub plan: planner::Plan,
     /// `spec.placement.clusters`: the clusters with replicas.
     pub placement: Vec<ClusterReference>,
     /// `spec.overrides`: a `/spec/replicas` override per placed cluster, the target's
@@ -281,6 +451,7 @@ pub fn schedule(
     status: &FederatedStatus,
     clusters: &[ClusterState],
     key: &(String, String),
+    capacity: &CapacityInputs,
 ) -> Result<Option<Schedule>, flotilla_api::selector::PlacementError> {
     let composed = spec.placement.is_scheduled();
     let candidates = if composed {
@@ -304,8 +475,10 @@ pub fn schedule(
         current: &current,
         rebalance: rsp.rebalance,
         key: &format!("{}/{}", key.0, key.1),
+        capacity: &capacity.estimates,
+        available: capacity.available.as_ref(),
     });
-    let (placement, overrides) = apply_plan(spec, &plan, composed);
+    let (placement, overrides) = apply_plan(spec, &plan.written(), composed);
     Ok(Some(Schedule {
         plan,
         placement,

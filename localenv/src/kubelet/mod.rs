@@ -10,7 +10,7 @@
 //! to do with a pod is decided in [`pods`], node objects are built in [`nodes`], pod IPs
 //! come from [`ips`].
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use futures::StreamExt as _;
@@ -33,6 +33,8 @@ mod ips;
 mod nodes;
 mod pods;
 
+pub use nodes::NodeCapacity;
+
 /// Field manager of the simulated kubelet's writes.
 const MANAGER: &str = "flotilla-simulated-kubelet";
 /// How often Leases are renewed and every known pod is looked at again (which also retries
@@ -48,6 +50,13 @@ pub struct PodSimulation {
     /// become Ready (default `["fail:"]`, so `image: fail:x` is an app that never gets
     /// ready), for tests of rollouts and of status aggregation.
     pub unready_image_prefixes: Vec<String>,
+    /// What each node offers the scheduler (default [`NodeCapacity::default`]: 8 CPUs,
+    /// 16 GiB, 110 pods: room for anything a test starts).
+    pub capacity: NodeCapacity,
+    /// Per member (by name, e.g. `member2`): its node count and capacity instead of
+    /// [`PodSimulation::nodes`] and [`PodSimulation::capacity`], so that members differ
+    /// and pods beyond a member's room stay Pending (`PodScheduled=False/Unschedulable`).
+    pub members: BTreeMap<String, (usize, NodeCapacity)>,
 }
 
 impl Default for PodSimulation {
@@ -55,7 +64,25 @@ impl Default for PodSimulation {
         PodSimulation {
             nodes: 3,
             unready_image_prefixes: vec!["fail:".to_owned()],
+            capacity: NodeCapacity::default(),
+            members: BTreeMap::new(),
         }
+    }
+}
+
+impl PodSimulation {
+    /// These options with member `name` given `nodes` nodes of `capacity` each.
+    pub fn with_member(mut self, name: &str, nodes: usize, capacity: NodeCapacity) -> Self {
+        self.members.insert(name.to_owned(), (nodes, capacity));
+        self
+    }
+
+    /// The node count and capacity of member `name`.
+    fn of(&self, name: &str) -> (usize, NodeCapacity) {
+        self.members
+            .get(name)
+            .cloned()
+            .unwrap_or_else(|| (self.nodes, self.capacity.clone()))
     }
 }
 
@@ -68,8 +95,10 @@ pub(crate) fn spawn(
     index: usize,
     options: PodSimulation,
 ) -> JoinHandle<()> {
+    let (count, capacity) = options.of(&name);
     let kubelet = Kubelet {
-        nodes: nodes::names(&name, options.nodes),
+        nodes: nodes::names(&name, count),
+        capacity,
         client,
         ips: IpPool::new(index),
         unready: options.unready_image_prefixes,
@@ -83,6 +112,7 @@ struct Kubelet {
     cluster: String,
     client: Client,
     nodes: Vec<String>,
+    capacity: NodeCapacity,
     unready: Vec<String>,
     ips: IpPool,
     registered: bool,
@@ -145,7 +175,8 @@ impl Kubelet {
         let api: Api<Node> = Api::all(self.client.clone());
         let pp = PatchParams::apply(MANAGER).force();
         for name in &self.nodes {
-            let status = json!({"status": nodes::ready_status(name, Timestamp::now())});
+            let status =
+                json!({"status": nodes::ready_status(name, &self.capacity, Timestamp::now())});
             let written = match api.patch(name, &pp, &Patch::Apply(nodes::node(name))).await {
                 Ok(_) => api
                     .patch_status(name, &PatchParams::default(), &Patch::Merge(&status))
@@ -178,7 +209,8 @@ impl Kubelet {
             if !self.nodes.contains(&name) {
                 continue;
             }
-            let status = json!({"status": nodes::ready_status(&name, Timestamp::now())});
+            let status =
+                json!({"status": nodes::ready_status(&name, &self.capacity, Timestamp::now())});
             match api
                 .patch_status(&name, &PatchParams::default(), &Patch::Merge(&status))
                 .await

@@ -43,12 +43,34 @@ pub(crate) fn node(name: &str) -> Node {
     }
 }
 
-/// A Ready status with room for many pods (8 CPUs, 16 GiB, 110 pods).
-pub(crate) fn ready_status(name: &str, now: Timestamp) -> NodeStatus {
+/// What one simulated node offers the scheduler: its capacity, all of it allocatable.
+/// Quantities in Kubernetes' notation (`"2"`, `"500m"`, `"4Gi"`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NodeCapacity {
+    /// CPUs (default `"8"`).
+    pub cpu: String,
+    /// Memory (default `"16Gi"`).
+    pub memory: String,
+    /// Pods (default `"110"`, a kubelet's default).
+    pub pods: String,
+}
+
+impl Default for NodeCapacity {
+    fn default() -> Self {
+        NodeCapacity {
+            cpu: "8".to_owned(),
+            memory: "16Gi".to_owned(),
+            pods: "110".to_owned(),
+        }
+    }
+}
+
+/// A Ready status offering `capacity`, all of it allocatable.
+pub(crate) fn ready_status(name: &str, capacity: &NodeCapacity, now: Timestamp) -> NodeStatus {
     let resources = BTreeMap::from([
-        ("cpu".to_owned(), Quantity("8".to_owned())),
-        ("memory".to_owned(), Quantity("16Gi".to_owned())),
-        ("pods".to_owned(), Quantity("110".to_owned())),
+        ("cpu".to_owned(), Quantity(capacity.cpu.clone())),
+        ("memory".to_owned(), Quantity(capacity.memory.clone())),
+        ("pods".to_owned(), Quantity(capacity.pods.clone())),
         ("ephemeral-storage".to_owned(), Quantity("100Gi".to_owned())),
     ]);
     let condition = |type_: &str, status: &str, reason: &str| NodeCondition {
@@ -135,7 +157,11 @@ mod tests {
 
     #[test]
     fn a_node_is_ready_with_room_for_pods() {
-        let status = ready_status("member1-node1", Timestamp::UNIX_EPOCH);
+        let status = ready_status(
+            "member1-node1",
+            &NodeCapacity::default(),
+            Timestamp::UNIX_EPOCH,
+        );
         let ready = status
             .conditions
             .iter()
@@ -148,10 +174,28 @@ mod tests {
     }
 
     #[test]
+    fn a_node_offers_the_capacity_it_is_given() {
+        let small = NodeCapacity {
+            cpu: "2".to_owned(),
+            memory: "1Gi".to_owned(),
+            pods: "10".to_owned(),
+        };
+        let status = ready_status("member1-node1", &small, Timestamp::UNIX_EPOCH);
+        let allocatable = status.allocatable.unwrap_or_default();
+        assert_eq!(allocatable.get("cpu"), Some(&Quantity("2".to_owned())));
+        assert_eq!(allocatable.get("memory"), Some(&Quantity("1Gi".to_owned())));
+        assert_eq!(allocatable.get("pods"), Some(&Quantity("10".to_owned())));
+    }
+
+    #[test]
     fn a_node_marked_unknown_or_without_a_ready_condition_is_reported_ready_again() {
         let mut n = node("member1-node1");
         assert!(needs_ready_report(&n), "no status");
-        n.status = Some(ready_status("member1-node1", Timestamp::UNIX_EPOCH));
+        n.status = Some(ready_status(
+            "member1-node1",
+            &NodeCapacity::default(),
+            Timestamp::UNIX_EPOCH,
+        ));
         assert!(!needs_ready_report(&n), "Ready");
         let conditions = n.status.as_mut().and_then(|s| s.conditions.as_mut());
         for c in conditions.into_iter().flatten() {

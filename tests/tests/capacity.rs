@@ -1,0 +1,293 @@
+//! Capacity on real clusters: members whose simulated nodes offer different room, their
+//! kube-scheduler leaving pods beyond it Pending (`PodScheduled=False/Unschedulable`);
+//! ReplicaSchedulingPreference's capacity estimate, overflow, `AvailableReplicas` division
+//! and reasons on top.
+
+use std::time::Duration;
+
+use anyhow::ensure;
+use flotilla_api::KubeFedCluster;
+use flotilla_localenv::{NodeCapacity, PodSimulation};
+use flotilla_tests::{
+    EnvOptions,
+    cli::run_ok,
+    env_with,
+    federation::{Federation, apply, federated_namespace, federation_with_capacity},
+    member::{deployments, replicas},
+    objects::FederatedObject,
+    wait::wait_namespace_in,
+    wait_for,
+};
+use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
+use kube::{
+    Api, Client,
+    api::{DynamicObject, ListParams, Patch, PatchParams},
+};
+use serde_json::json;
+
+/// One node of 1 CPU, 1 GiB and 10 pods.
+fn small_node() -> NodeCapacity {
+    NodeCapacity {
+        cpu: "1".into(),
+        memory: "1Gi".into(),
+        pods: "10".into(),
+    }
+}
+
+/// Creates namespace `ns` and a Deployment `web` of `replicas` pods requesting `cpu` each.
+async fn deployment(client: &Client, ns: &str, replicas: i32, cpu: &str) -> anyhow::Result<()> {
+    let pp = PatchParams::apply("flotilla-tests");
+    let namespaces: Api<Namespace> = Api::all(client.clone());
+    let body = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}});
+    namespaces.patch(ns, &pp, &Patch::Apply(body)).await?;
+    let deployments: Api<k8s_openapi::api::apps::v1::Deployment> =
+        Api::namespaced(client.clone(), ns);
+    let body = json!({
+        "apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": "web", "namespace": ns},
+        "spec": {"replicas": replicas, "selector": {"matchLabels": {"app": "web"}},
+            "template": {"metadata": {"labels": {"app": "web"}},
+                "spec": {"containers": [{"name": "web", "image": "nginx",
+                    "resources": {"requests": {"cpu": cpu}}}]}}}
+    });
+    deployments.patch("web", &pp, &Patch::Apply(body)).await?;
+    Ok(())
+}
+
+/// The `PodScheduled` condition's status and reason of every pod of `ns`.
+async fn scheduled(client: &Client, ns: &str) -> anyhow::Result<Vec<(String, String)>> {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
+    let list = pods.list(&ListParams::default()).await?;
+    Ok(list
+        .items
+        .iter()
+        .map(|p| {
+            let c = p
+                .status
+                .as_ref()
+                .and_then(|s| s.conditions.as_ref())
+                .and_then(|cs| cs.iter().find(|c| c.type_ == "PodScheduled"));
+            (
+                c.map(|c| c.status.clone()).unwrap_or_default(),
+                c.and_then(|c| c.reason.clone()).unwrap_or_default(),
+            )
+        })
+        .collect())
+}
+
+#[tokio::test]
+async fn pods_beyond_a_members_node_capacity_stay_pending_unschedulable() -> anyhow::Result<()> {
+    let mut options = EnvOptions::with_members(1);
+    options.pods = Some(PodSimulation::default().with_member("member1", 1, small_node()));
+    let env = env_with(options).await;
+    let member = env.members()[0].client().await?;
+    // 1 CPU holds two pods of 400m; the third stays Pending.
+    deployment(&member, "demo", 3, "400m").await?;
+    wait_for(
+        Duration::from_secs(60),
+        "2 pods scheduled and 1 unschedulable",
+        || async {
+            let s = scheduled(&member, "demo").await?;
+            let ok = s.iter().filter(|(st, _)| st == "True").count();
+            let unschedulable = s
+                .iter()
+                .filter(|(st, r)| st == "False" && r == "Unschedulable")
+                .count();
+            ensure!((ok, unschedulable) == (2, 1), "pods {s:?}");
+            Ok(())
+        },
+    )
+    .await?;
+    Ok(())
+}
+
+/// `scheduling.kubefed.io/v1alpha1` ReplicaSchedulingPreference.
+fn rsp_resource() -> kube::core::ApiResource {
+    kube::core::ApiResource {
+        group: "scheduling.kubefed.io".into(),
+        version: "v1alpha1".into(),
+        api_version: "scheduling.kubefed.io/v1alpha1".into(),
+        kind: "ReplicaSchedulingPreference".into(),
+        plural: "replicaschedulingpreferences".into(),
+    }
+}
+
+/// A FederatedDeployment `web` in `ns` whose pods request 500m CPU each.
+fn web(ns: &str) -> FederatedObject {
+    FederatedObject::deployment(ns, "web", 1, "nginx").template(json!({"spec": {
+        "replicas": 1,
+        "selector": {"matchLabels": {"app": "web"}},
+        "template": {"metadata": {"labels": {"app": "web"}},
+            "spec": {"containers": [{"name": "web", "image": "nginx",
+                "resources": {"requests": {"cpu": "500m"}}}]}}
+    }}))
+}
+
+/// The replicas of Deployment `web` in each member.
+async fn member_replicas(fed: &Federation, ns: &str) -> anyhow::Result<Vec<Option<i32>>> {
+    let mut out = Vec::new();
+    for m in &fed.members {
+        let d = deployments(m, ns).get_opt("web").await?;
+        out.push(d.as_ref().and_then(replicas));
+    }
+    Ok(out)
+}
+
+/// `(cluster, replicas, reason)` of the RSP's status.
+async fn reasons(fed: &Federation, ns: &str) -> anyhow::Result<Vec<(String, i64, String)>> {
+    let api: Api<DynamicObject> = Api::namespaced_with(fed.host.clone(), ns, &rsp_resource());
+    let rsp = api.get("web").await?;
+    let clusters = rsp.data["status"]["clusters"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    Ok(clusters
+        .iter()
+        .map(|c| {
+            (
+                c["name"].as_str().unwrap_or_default().to_owned(),
+                c["replicas"].as_i64().unwrap_or_default(),
+                c["reason"].as_str().unwrap_or_default().to_owned(),
+            )
+        })
+        .collect())
+}
+
+/// Applies the RSP `web` of `ns` with `spec`.
+async fn rsp(fed: &Federation, ns: &str, spec: serde_json::Value) -> anyhow::Result<()> {
+    apply(
+        &fed.host,
+        &rsp_resource(),
+        Some(ns),
+        &json!({
+            "apiVersion": "scheduling.kubefed.io/v1alpha1", "kind": "ReplicaSchedulingPreference",
+            "metadata": {"name": "web", "namespace": ns}, "spec": spec
+        }),
+    )
+    .await?;
+    Ok(())
+}
+
+/// Waits until the members run `want` replicas of `web` in `ns` and the RSP's status says
+/// `reasons` for member1 and member2.
+async fn wait_division(
+    fed: &Federation,
+    ns: &str,
+    want: [i32; 2],
+    reasons_wanted: [&str; 2],
+) -> anyhow::Result<()> {
+    let what = format!("{want:?} replicas for {reasons_wanted:?} in {ns}");
+    wait_for(Duration::from_secs(90), &what, || async {
+        let r = member_replicas(fed, ns).await?;
+        let r: Vec<i32> = r.iter().map(|n| n.unwrap_or(0)).collect();
+        ensure!(r == want, "replicas {r:?}");
+        let why = reasons(fed, ns).await?;
+        let got: Vec<&str> = why.iter().map(|(_, _, r)| r.as_str()).collect();
+        ensure!(got == reasons_wanted, "status {why:?}");
+        Ok(())
+    })
+    .await
+}
+
+#[tokio::test]
+async fn replicas_overflow_by_capacity_estimate_and_divide_by_available_replicas()
+-> anyhow::Result<()> {
+    // member1: one node of 2 CPUs (4 pods of 500m); member2: one of 8 CPUs (16 pods).
+    let node = |cpu: &str| NodeCapacity {
+        cpu: cpu.into(),
+        memory: "1Gi".into(),
+        pods: "110".into(),
+    };
+    let pods = PodSimulation::default()
+        .with_member("member1", 1, node("2"))
+        .with_member("member2", 1, node("8"));
+    let fed = federation_with_capacity(2, pods, "5s").await?;
+    federated_namespace(&fed, "overflow").await?;
+    wait_namespace_in(&fed.members, "overflow").await?;
+
+    // Static weights 2:1 put 7 in member1, which runs 4: 5 s later the 3 others go to
+    // member2, and without rebalancing nothing stays Pending in member1.
+    web("overflow").apply(&fed.host).await?;
+    let spec = |rebalance: bool| {
+        json!({"targetKind": "FederatedDeployment", "totalReplicas": 10, "rebalance": rebalance,
+            "clusters": {"member1": {"weight": 2}, "member2": {"weight": 1}}})
+    };
+    rsp(&fed, "overflow", spec(false)).await?;
+    wait_division(&fed, "overflow", [4, 6], ["Current", "Current"]).await?;
+    ensure!(
+        scheduled(&fed.members[0], "overflow")
+            .await?
+            .iter()
+            .all(|(s, _)| s == "True"),
+        "no pod left Pending in member1"
+    );
+
+    // With rebalance: the weights again (7 in member1), and past the threshold kubefed's
+    // overflow: member1 keeps its 3 unschedulable replicas Pending, member2 runs 6.
+    rsp(&fed, "overflow", spec(true)).await?;
+    wait_division(&fed, "overflow", [7, 6], ["CapacityEstimate", "Weight"]).await?;
+    let out = run_ok(&fed, &["status", "rsp/web", "-n", "overflow"]).await?;
+    ensure!(
+        out.lines()
+            .any(|l| l.contains("member1") && l.contains("CapacityEstimate")),
+        "flotilla status: {out}"
+    );
+
+    // member1's summary in its KubeFedCluster: one node of 2 CPUs, all of it requested.
+    wait_for(
+        Duration::from_secs(30),
+        "member1's resource summary",
+        || async {
+            let kfcs: Api<KubeFedCluster> =
+                Api::namespaced(fed.host.clone(), "kube-federation-system");
+            let s = kfcs.get("member1").await?.status.and_then(|s| s.resources);
+            let s = s.ok_or_else(|| anyhow::anyhow!("no summary yet"))?;
+            let cpu = |m: &std::collections::BTreeMap<String, String>| m.get("cpu").cloned();
+            ensure!(s.nodes == 1 && s.pods == 7, "{s:?}");
+            ensure!(cpu(&s.allocatable).as_deref() == Some("2"), "{s:?}");
+            ensure!(cpu(&s.requested).as_deref() == Some("2"), "{s:?}");
+            Ok(())
+        },
+    )
+    .await?;
+    let out = run_ok(&fed, &["status", "--clusters"]).await?;
+    ensure!(
+        out.lines()
+            .any(|l| l.starts_with("member1") && l.contains("2/2")),
+        "flotilla status --clusters: {out}"
+    );
+
+    // Room appears in member1 (its node now offers 8 CPUs): the Pending replicas start, the
+    // estimate goes, and with rebalance the division returns to the weights.
+    let nodes: Api<Node> = Api::all(fed.members[0].clone());
+    let room = json!({"status": {"allocatable": {"cpu": "8"}, "capacity": {"cpu": "8"}}});
+    nodes
+        .patch_status(
+            "member1-node1",
+            &PatchParams::default(),
+            &Patch::Merge(&room),
+        )
+        .await?;
+    wait_division(&fed, "overflow", [7, 3], ["Weight", "Weight"]).await?;
+
+    // AvailableReplicas in another namespace. Free: member1 8 − 7 × 0.5 = 4.5 CPUs (9
+    // replicas), member2 8 − 3 × 0.5 = 6.5 (13); 11 replicas by 9:13 → 4 and 7.
+    federated_namespace(&fed, "fit").await?;
+    wait_namespace_in(&fed.members, "fit").await?;
+    web("fit").apply(&fed.host).await?;
+    rsp(
+        &fed,
+        "fit",
+        json!({"targetKind": "FederatedDeployment", "totalReplicas": 11,
+            "weightPreference": "AvailableReplicas", "clusters": {"*": {"weight": 1}}}),
+    )
+    .await?;
+    wait_division(
+        &fed,
+        "fit",
+        [4, 7],
+        ["AvailableReplicas", "AvailableReplicas"],
+    )
+    .await?;
+    Ok(())
+}
