@@ -29,6 +29,7 @@ pub mod resolve;
 pub mod rollout;
 pub mod rollout_history;
 pub mod status;
+pub mod traces;
 pub mod unfederate;
 pub mod uninstall;
 
