@@ -24,6 +24,12 @@ if [ ${#missing[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >&2
 fi
 
+# The documentation site (tests/tests/docs_site.rs) is built with mdBook, from crates.io.
+if ! command -v mdbook >/dev/null 2>&1; then
+  echo "[test] cargo install mdbook --locked" >&2
+  cargo install mdbook --locked --no-default-features >&2
+fi
+
 echo "[test] cargo fmt --check" >&2
 cargo fmt --all -- --check
 echo "[test] cargo clippy" >&2

@@ -30,6 +30,7 @@ pub mod rollout;
 pub mod rollout_history;
 pub mod status;
 pub mod status_capacity;
+pub mod traces;
 pub mod unfederate;
 pub mod uninstall;
 

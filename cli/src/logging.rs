@@ -4,7 +4,11 @@
 
 use std::io::IsTerminal;
 
-use tracing_subscriber::EnvFilter;
+use tracing_subscriber::{
+    EnvFilter, Layer as _, layer::SubscriberExt as _, util::SubscriberInitExt as _,
+};
+
+use crate::traces::Traces;
 
 /// How log lines are written.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
@@ -24,20 +28,38 @@ pub fn colours(format: LogFormat, terminal: bool, no_color: Option<&str>) -> boo
 
 /// Installs the global subscriber. `default_filter` applies when `RUST_LOG` is unset or
 /// invalid (e.g. `info` for the controller-manager, `warn` for one-shot commands).
-pub fn init(format: LogFormat, default_filter: &str) {
+/// `otlp_endpoint`: where spans are also exported (see [`crate::traces`]); the exporter
+/// is returned, to be shut down before exiting.
+pub fn init(
+    format: LogFormat,
+    default_filter: &str,
+    otlp_endpoint: Option<&str>,
+) -> anyhow::Result<Option<Traces>> {
     let filter =
         EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default_filter));
     let no_color = std::env::var("NO_COLOR").ok();
     let ansi = colours(format, std::io::stderr().is_terminal(), no_color.as_deref());
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
+    let lines = tracing_subscriber::fmt::layer()
         .with_ansi(ansi)
         .with_writer(std::io::stderr);
-    // A subscriber may already be installed (in tests); keeping it is fine.
-    let _ = match format {
-        LogFormat::Text => builder.try_init(),
-        LogFormat::Json => builder.json().flatten_event(true).try_init(),
+    let lines = match format {
+        LogFormat::Text => lines.boxed(),
+        LogFormat::Json => lines.json().flatten_event(true).boxed(),
     };
+    let (traces, exporting) = match otlp_endpoint.filter(|e| !e.is_empty()) {
+        Some(endpoint) => {
+            let (traces, layer) = Traces::start(endpoint)?;
+            (Some(traces), Some(layer))
+        }
+        None => (None, None),
+    };
+    let subscriber = tracing_subscriber::registry()
+        .with(filter)
+        .with(exporting)
+        .with(lines);
+    // A subscriber may already be installed (in tests); keeping it is fine.
+    let _ = subscriber.try_init();
+    Ok(traces)
 }
 
 #[cfg(test)]

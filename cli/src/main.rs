@@ -19,11 +19,17 @@ async fn main() -> ExitCode {
     let cli = Cli::parse();
     // The controller-manager is a service: log what it does. One-shot commands print their
     // results; their logs are for trouble only.
-    let default_filter = match cli.command {
-        Command::ControllerManager(_) => "info",
-        _ => "warn",
+    let (default_filter, otlp) = match &cli.command {
+        Command::ControllerManager(args) => ("info", args.otlp_endpoint.clone()),
+        _ => ("warn", None),
     };
-    cli::logging::init(cli.global.log_format, default_filter);
+    let traces = match cli::logging::init(cli.global.log_format, default_filter, otlp.as_deref()) {
+        Ok(t) => t,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            return ExitCode::FAILURE;
+        }
+    };
 
     let ctx = Context::stdout();
     let shutdown = ctx.shutdown.clone();
@@ -52,7 +58,12 @@ async fn main() -> ExitCode {
         std::process::exit(130);
     });
 
-    match cli::execute(cli, ctx).await {
+    let result = cli::execute(cli, ctx).await;
+    if let Some(traces) = traces {
+        // The exporter's shutdown blocks on its thread; the runtime's workers must not.
+        let _ = tokio::task::spawn_blocking(move || traces.shutdown()).await;
+    }
+    match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => match error.downcast_ref::<cli::Exit>() {
             Some(exit) => {

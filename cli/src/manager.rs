@@ -54,6 +54,10 @@ pub struct ControllerManagerArgs {
     /// Serve `/metrics` on a non-loopback `--metrics-addr` without authentication.
     #[arg(long)]
     pub metrics_insecure_no_auth: bool,
+    /// Export propagation traces over OTLP/HTTP (protobuf) to this endpoint, OTLP's base
+    /// URL (e.g. `http://otel-collector:4318`; `/v1/traces` is appended). Off when unset.
+    #[arg(long, env = "OTEL_EXPORTER_OTLP_ENDPOINT", value_name = "URL")]
+    pub otlp_endpoint: Option<String>,
     /// Name of the leader Lease in the control-plane namespace.
     #[arg(long, default_value = leader::DEFAULT_LEASE_NAME, value_name = "NAME")]
     pub leader_election_id: String,

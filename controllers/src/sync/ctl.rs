@@ -250,8 +250,14 @@ impl Ctl {
 impl Ctl {
     /// Reconciles one key: gone → strays, deleting → deletion, no finalizer → add it,
     /// else the live path.
-    #[instrument(skip(self), fields(kind = %self.ty.fed_ar.kind))]
+    #[instrument(skip(self), fields(
+        kind = %self.ty.fed_ar.kind,
+        name = %key.1,
+        namespace = key.0.as_deref().unwrap_or_default(),
+        trace_id = tracing::field::Empty,
+    ))]
     pub async fn reconcile(&self, key: &Key) -> Result<Action, Error> {
+        super::trace_id::record(&tracing::Span::current());
         let Some(fed) = self.host.federated(key) else {
             if self.host.twin(key).is_some() {
                 // The member objects are the twin's (kubefed's alpha or v1beta1), not strays.

@@ -72,6 +72,11 @@ pub(super) struct MemberRef {
 }
 
 /// Sends one write to one member, bounded by the cluster's permit and the timeout.
+#[tracing::instrument(name = "member_write", skip_all, fields(
+    cluster = %target.cluster,
+    name = %target.name,
+    operation = op.label(),
+))]
 pub(super) async fn run_on_member(shared: &SyncShared, target: MemberRef, op: MemberOp) -> Outcome {
     let cluster = target.cluster.as_str();
     if let Err(next) = shared.breakers.admit(cluster) {

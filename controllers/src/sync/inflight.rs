@@ -19,6 +19,7 @@ use std::{
 
 use futures::{StreamExt, stream::FuturesUnordered};
 use tokio::sync::{mpsc, watch};
+use tracing::Instrument as _;
 
 use super::{
     Key, SyncShared,
@@ -180,25 +181,29 @@ pub async fn write(
     let timed_out = op.timed_out();
     d.inflight.start(&cluster, &d.key);
     let (inflight, key, c) = (d.inflight.clone(), d.key.clone(), cluster.clone());
-    let mut task = tokio::spawn(async move {
-        let outcome = run_on_member(&d.shared, target, op).await;
-        match remember {
-            Remember::Write(hash, basis, _) if outcome == Outcome::Ok => {
-                let op = hash.map(|h| (LastOp::Wrote(h), basis));
-                d.recent.remember(&c, &d.key, op)
+    let mut task = tokio::spawn(
+        async move {
+            let outcome = run_on_member(&d.shared, target, op).await;
+            match remember {
+                Remember::Write(hash, basis, _) if outcome == Outcome::Ok => {
+                    let op = hash.map(|h| (LastOp::Wrote(h), basis));
+                    d.recent.remember(&c, &d.key, op)
+                }
+                Remember::Delete(basis) if outcome == Outcome::Removing => {
+                    d.recent
+                        .remember(&c, &d.key, Some((LastOp::Deleted, basis)))
+                }
+                Remember::Write(_, _, true) | Remember::Delete(_) => {
+                    d.recent.remember(&c, &d.key, None)
+                }
+                Remember::Write(..) | Remember::Nothing => {}
             }
-            Remember::Delete(basis) if outcome == Outcome::Removing => {
-                d.recent
-                    .remember(&c, &d.key, Some((LastOp::Deleted, basis)))
-            }
-            Remember::Write(_, _, true) | Remember::Delete(_) => {
-                d.recent.remember(&c, &d.key, None)
-            }
-            Remember::Write(..) | Remember::Nothing => {}
+            d.inflight.land(&c, &d.key, outcome.clone());
+            outcome
         }
-        d.inflight.land(&c, &d.key, outcome.clone());
-        outcome
-    });
+        // The member write's span is a child of the reconcile's, even when the write outlives it.
+        .in_current_span(),
+    );
     let detached = async {
         if !d.may_detach {
             return std::future::pending().await;

@@ -42,6 +42,7 @@ mod rollout;
 pub(crate) mod scheduled;
 mod status;
 mod strays;
+mod trace_id;
 mod twins;
 mod type_info;
 

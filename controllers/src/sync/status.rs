@@ -92,6 +92,7 @@ pub(super) struct StatusWriter<'a> {
 
 impl StatusWriter<'_> {
     /// Writes the status built from `update` when it differs from the previous one.
+    #[tracing::instrument(name = "status_write", skip_all, fields(name = %fed.name_any()))]
     pub async fn write(&self, fed: &DynamicObject, update: StatusUpdate<'_>) {
         // When the host cache still holds the version our last status write was based
         // on, the status in the host is the one we wrote: compare with that, or the same
