@@ -15,6 +15,7 @@
 
 pub mod agent_role;
 pub mod alpha;
+pub mod credential;
 pub mod defaults;
 pub mod dependencies;
 pub mod dependency_plan;
