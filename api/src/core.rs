@@ -32,6 +32,9 @@ pub mod reason {
     pub const CLUSTER_CONFIG_MALFORMED: &str = "ClusterConfigMalformed";
     /// Ready=False: the member rejected the credentials (401/403).
     pub const CLUSTER_UNAUTHORIZED: &str = "ClusterUnauthorized";
+    /// Ready=False, Offline=True: the rotating member token expired before a renewal got
+    /// through.
+    pub const CLUSTER_CREDENTIAL_EXPIRED: &str = "ClusterCredentialExpired";
 }
 
 /// The cluster registry entry: how to reach one member cluster.

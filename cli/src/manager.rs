@@ -118,6 +118,11 @@ pub struct ControllerManagerArgs {
     /// grant `config/sharded/`'s Role).
     #[arg(long)]
     pub shard_member_work: bool,
+    /// Renew rotating member tokens at most this long after they were issued (default:
+    /// two thirds into their life). Tokens live 10 minutes at least, so a shorter interval
+    /// is for tests and drills; a renewal that fails is retried with backoff.
+    #[arg(long, value_parser = parse_duration, value_name = "DURATION")]
+    pub credential_renewal_interval: Option<Duration>,
 }
 
 impl ControllerManagerArgs {
@@ -235,6 +240,7 @@ pub async fn run(
         namespace: namespace.clone(),
         profile_namespace: args.cluster_profile_namespace.clone(),
         shard_member_work: args.shard_member_work,
+        credential_renewal_interval: args.credential_renewal_interval,
     };
     let metrics = Arc::new(Metrics::new());
     let leading = Gauge::<i64>::default();

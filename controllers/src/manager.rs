@@ -42,6 +42,9 @@ pub struct Options {
     /// Member work is sharded over every replica ([`crate::sharded`]): the leader's member
     /// RBAC covers only Pull members.
     pub shard_member_work: bool,
+    /// `--credential-renewal-interval`: rotating member tokens are renewed at most this
+    /// long after they were issued (two thirds of their life otherwise).
+    pub credential_renewal_interval: Option<std::time::Duration>,
 }
 
 impl Options {
@@ -51,6 +54,7 @@ impl Options {
             namespace: namespace.to_string(),
             profile_namespace: None,
             shard_member_work: false,
+            credential_renewal_interval: None,
         }
     }
 
@@ -71,7 +75,13 @@ impl ControlPlane {
     pub fn start_with(host: Client, options: &Options, metrics: Arc<Metrics>) -> ControlPlane {
         let namespace = options.namespace.as_str();
         let clusters = ClusterSet::new();
-        let registry = registry::start(host.clone(), namespace, clusters.clone(), metrics.clone());
+        let registry = registry::start_with(
+            host.clone(),
+            namespace,
+            clusters.clone(),
+            metrics.clone(),
+            options.credential_renewal_interval,
+        );
         let scheduler = tokio::spawn(crate::scheduling::run(host.clone(), clusters.clone()));
         let member_rbac = tokio::spawn(crate::member_rbac::run(
             host.clone(),

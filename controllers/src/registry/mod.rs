@@ -10,7 +10,8 @@
 //!   spec or the token changes, and removes it when the KubeFedCluster is deleted;
 //! - the **gauge** task keeps the cluster gauges of [`Metrics`] in step with the set.
 //!
-//! The cluster task runs one health worker per cluster (see [`probe`]). A problem with one
+//! The cluster task runs one health worker per cluster (see [`probe`]) and, for a push
+//! member whose token rotates, one token renewer (see [`renewal`]). A problem with one
 //! cluster's input (missing Secret, bad CA, bad URL) becomes that cluster's
 //! ConfigMalformed condition and never touches another cluster.
 
@@ -20,6 +21,7 @@ pub mod config;
 pub mod health;
 pub mod heartbeat;
 pub mod probe;
+pub mod renewal;
 pub mod unreachable;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -37,6 +39,8 @@ use tracing::{debug, info, instrument, warn};
 
 use self::client::ClientInputs;
 use self::probe::{Shared, WorkerInput};
+use self::renewal::RenewalInput;
+use flotilla_core::credential::Rotation;
 use crate::metrics::Metrics;
 use crate::multicluster::ClusterSet;
 use flotilla_multicluster::kubefed::{
@@ -134,6 +138,18 @@ pub fn start(
     set: ClusterSet,
     metrics: Arc<Metrics>,
 ) -> RegistryHandle {
+    start_with(host, namespace, set, metrics, None)
+}
+
+/// [`start`], with rotating member tokens renewed at most `renewal_interval` after they
+/// were issued (`--credential-renewal-interval`; two thirds of their life otherwise).
+pub fn start_with(
+    host: Client,
+    namespace: impl Into<String>,
+    set: ClusterSet,
+    metrics: Arc<Metrics>,
+    renewal_interval: Option<std::time::Duration>,
+) -> RegistryHandle {
     let namespace = namespace.into();
     let (config_tx, config_rx) = watch::channel(EffectiveConfig::default());
     let config_task = tokio::spawn(config::run(
@@ -146,6 +162,7 @@ pub fn start(
         namespace,
         config: config_rx.clone(),
         metrics: metrics.clone(),
+        renewal_interval,
     });
     let gauge_task = tokio::spawn(run_gauges(set, metrics));
     RegistryHandle {
@@ -168,12 +185,15 @@ async fn run_gauges(set: ClusterSet, metrics: Arc<Metrics>) {
     }
 }
 
-/// A health worker and what its current client was built from.
+/// A health worker and token renewer, and what their current client was built from.
 struct Worker {
     inputs: ClientInputs,
+    rotation: Option<Rotation>,
     uid: Option<String>,
     input: watch::Sender<WorkerInput>,
+    renewal: watch::Sender<RenewalInput>,
     _task: TaskGuard,
+    _renewer: TaskGuard,
 }
 
 /// The cluster task's state: both caches and the workers.
@@ -193,6 +213,7 @@ pub struct RegistryProvider {
     namespace: String,
     config: watch::Receiver<EffectiveConfig>,
     metrics: Arc<Metrics>,
+    renewal_interval: Option<std::time::Duration>,
 }
 
 impl Provider for RegistryProvider {
@@ -202,6 +223,7 @@ impl Provider for RegistryProvider {
             namespace,
             config,
             metrics,
+            renewal_interval,
         } = *self;
         let shared = Arc::new(Shared {
             api: Api::namespaced(host.clone(), &namespace),
@@ -209,6 +231,9 @@ impl Provider for RegistryProvider {
             config,
             metrics,
             recorder: crate::events::recorder(host.clone(), REPORTING_CONTROLLER),
+            namespace: namespace.clone(),
+            renewal_interval,
+            credentials: Default::default(),
         });
         Box::pin(async move {
             tokio::select! {
@@ -264,6 +289,18 @@ fn build_client(inputs: &ClientInputs, pull: bool) -> Result<Client, String> {
     }
 }
 
+/// The rotation a token Secret's annotations describe; a malformed one is said in a
+/// warning and the token is then not renewed (it still works until it expires).
+fn rotation_of(secret: &Secret) -> Option<Rotation> {
+    match Rotation::from_annotations(secret.annotations()) {
+        Ok(rotation) => rotation,
+        Err(error) => {
+            warn!(secret = %secret.name_any(), %error, "the token Secret's rotation annotations are malformed; the token is not renewed");
+            None
+        }
+    }
+}
+
 impl Registry {
     fn all_names(&self) -> BTreeSet<String> {
         self.clusters
@@ -285,6 +322,7 @@ impl Registry {
             self.shared.set.remove(name);
             self.shared.set.report(name, None);
             self.shared.metrics.clusters.forget_cluster(name);
+            self.shared.forget_credential(name);
             return;
         };
         let labels: BTreeMap<String, String> = cluster.labels().clone();
@@ -296,9 +334,11 @@ impl Registry {
             ObjectRef::<Secret>::new(&cluster.spec.secret_ref.name).within(&self.namespace);
         let secret = self.secrets.get(&secret_key);
         let inputs = ClientInputs::new(&cluster.spec, &self.namespace, secret.as_deref());
+        let rotation = secret.as_deref().and_then(rotation_of);
         let uid = cluster.uid();
         if let Some(worker) = self.workers.get(name)
             && worker.inputs == inputs
+            && worker.rotation == rotation
             && worker.uid == uid
         {
             return;
@@ -308,6 +348,7 @@ impl Registry {
         self.shared.set.set_pull(name, pull);
         let client = build_client(&inputs, pull);
         self.shared.set.set_client(name, client.clone().ok());
+        let renewal_client = client.clone().ok();
         let input = WorkerInput {
             client,
             secret: inputs.secret_ref(),
@@ -315,12 +356,20 @@ impl Registry {
             heartbeat: pull
                 .then(|| heartbeat::lease_api(&self.shared.api.clone().into_client(), name)),
         };
+        let renewal = RenewalInput {
+            client: renewal_client,
+            secret: cluster.spec.secret_ref.name.clone(),
+            rotation: rotation.clone(),
+            object: cluster.object_ref(&()),
+        };
         match self.workers.get_mut(name) {
             Some(worker) if worker.uid == uid => {
-                debug!("handing the rebuilt client to the health worker");
+                debug!("handing the rebuilt client to the health worker and the renewer");
                 worker.inputs = inputs;
-                // The worker holds the receiver for as long as it runs.
+                worker.rotation = rotation;
+                // The tasks hold the receivers for as long as they run.
                 let _ = worker.input.send(input);
+                let _ = worker.renewal.send(renewal);
             }
             _ => {
                 let (tx, rx) = watch::channel(input);
@@ -330,13 +379,22 @@ impl Registry {
                     rx,
                     cluster.status.clone().unwrap_or_default(),
                 ));
+                let (renewal_tx, renewal_rx) = watch::channel(renewal);
+                let renewer = tokio::spawn(renewal::run_renewer(
+                    self.shared.clone(),
+                    name.to_owned(),
+                    renewal_rx,
+                ));
                 self.workers.insert(
                     name.to_owned(),
                     Worker {
                         inputs,
+                        rotation,
                         uid,
                         input: tx,
+                        renewal: renewal_tx,
                         _task: TaskGuard(task),
+                        _renewer: TaskGuard(renewer),
                     },
                 );
             }
