@@ -168,7 +168,9 @@ async fn create_member_role(
     let body = json!({
         "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
         "metadata": {"name": role},
-        "rules": member_rbac::rules::member_rules(&enabled, role),
+        // Tokens of imported ServiceAccounts are granted by the control plane as imports
+        // name them.
+        "rules": member_rbac::rules::member_rules(&enabled, role, &Default::default()),
     });
     apply_object(&roles, role, &body, "cluster role", "member").await?;
     Ok(())

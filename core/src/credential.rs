@@ -20,6 +20,14 @@ pub const ISSUED_AT_ANNOTATION: &str = "flotilla.io/token-issued-at";
 /// When the current token expires (RFC 3339), as the member's TokenRequest API said.
 pub const EXPIRES_AT_ANNOTATION: &str = "flotilla.io/token-expires-at";
 
+/// Every rotation annotation.
+pub const ANNOTATIONS: [&str; 4] = [
+    SERVICE_ACCOUNT_ANNOTATION,
+    LIFETIME_ANNOTATION,
+    ISSUED_AT_ANNOTATION,
+    EXPIRES_AT_ANNOTATION,
+];
+
 /// The default lifetime of a member token.
 pub const DEFAULT_LIFETIME: Duration = Duration::from_secs(3600);
 /// The shortest lifetime the TokenRequest API grants.
