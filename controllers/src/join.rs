@@ -65,7 +65,9 @@ pub enum JoinError {
     )]
     NoToken(String, Duration),
     /// The requested token lifetime is shorter than the TokenRequest API grants.
-    #[error("a token lifetime of {0:?} is too short: the TokenRequest API grants 10 minutes or more")]
+    #[error(
+        "a token lifetime of {0:?} is too short: the TokenRequest API grants 10 minutes or more"
+    )]
     LifetimeTooShort(Duration),
     /// The cluster to migrate is not a joined push cluster.
     #[error("cluster {0} is not joined as a push cluster (no KubeFedCluster with a token Secret)")]
@@ -351,10 +353,16 @@ async fn bound_token(
     let (ns, sa) = (&opts.namespace, opts.service_account());
     member_token::ensure_renewal_role(member, ns, &sa)
         .await
-        .map_err(api_err(format!("writing the token renewal role of {sa}"), "member"))?;
+        .map_err(api_err(
+            format!("writing the token renewal role of {sa}"),
+            "member",
+        ))?;
     member_token::request(member, ns, &sa, opts.token_lifetime)
         .await
-        .map_err(api_err(format!("requesting a token of service account {sa}"), "member"))
+        .map_err(api_err(
+            format!("requesting a token of service account {sa}"),
+            "member",
+        ))
 }
 
 /// What [`rotate_credentials`] did.
@@ -410,7 +418,11 @@ pub async fn rotate_credentials(
             true
         }
         Ok(_) => false,
-        Err(e) => return Err(api_err(format!("reading secret {legacy_name}"), "member")(e)),
+        Err(e) => {
+            return Err(api_err(format!("reading secret {legacy_name}"), "member")(
+                e,
+            ));
+        }
     };
     info!(cluster = %opts.cluster_name, expires_at = %rotation.expires_at, "member credential moved to rotation");
     Ok(Rotated {
@@ -501,8 +513,10 @@ pub async fn unjoin(
             .map_err(api_err(format!("deleting cluster role {role}"), "member"))?;
         let renewal = member_token::renewal_role(&sa);
         let role_bindings: Api<RoleBinding> = Api::namespaced(member.clone(), ns);
-        ignore_missing(role_bindings.delete(&renewal, &dp).await.map(|_| ()))
-            .map_err(api_err(format!("deleting role binding {renewal}"), "member"))?;
+        ignore_missing(role_bindings.delete(&renewal, &dp).await.map(|_| ())).map_err(api_err(
+            format!("deleting role binding {renewal}"),
+            "member",
+        ))?;
         let renewal_roles: Api<Role> = Api::namespaced(member.clone(), ns);
         ignore_missing(renewal_roles.delete(&renewal, &dp).await.map(|_| ()))
             .map_err(api_err(format!("deleting role {renewal}"), "member"))?;

@@ -70,7 +70,9 @@ pub async fn ensure_renewal_role(member: &Client, ns: &str, sa: &str) -> Result<
         "subjects": [{"kind": "ServiceAccount", "name": sa, "namespace": ns}],
     });
     let bindings: Api<RoleBinding> = Api::namespaced(member.clone(), ns);
-    bindings.patch(&name, &params, &Patch::Apply(&binding)).await?;
+    bindings
+        .patch(&name, &params, &Patch::Apply(&binding))
+        .await?;
     Ok(())
 }
 
@@ -82,7 +84,9 @@ pub async fn request(
     sa: &str,
     lifetime: Duration,
 ) -> Result<(Token, Rotation), kube::Error> {
-    let issued_at = Timestamp::now().round(Unit::Second).unwrap_or(Timestamp::now());
+    let issued_at = Timestamp::now()
+        .round(Unit::Second)
+        .unwrap_or(Timestamp::now());
     let api: Api<ServiceAccount> = Api::namespaced(member.clone(), namespace);
     let body = TokenRequest {
         spec: TokenRequestSpec {
@@ -94,9 +98,9 @@ pub async fn request(
     let answer = api
         .create_token_request(sa, &PostParams::default(), &body)
         .await?;
-    let status = answer.status.ok_or_else(|| {
-        kube::Error::Service("the TokenRequest answer has no status".into())
-    })?;
+    let status = answer
+        .status
+        .ok_or_else(|| kube::Error::Service("the TokenRequest answer has no status".into()))?;
     let rotation = Rotation {
         namespace: namespace.to_owned(),
         service_account: sa.to_owned(),

@@ -117,7 +117,10 @@ impl Rotation {
                 self.lifetime.as_secs().to_string(),
             ),
             (ISSUED_AT_ANNOTATION.to_owned(), self.issued_at.to_string()),
-            (EXPIRES_AT_ANNOTATION.to_owned(), self.expires_at.to_string()),
+            (
+                EXPIRES_AT_ANNOTATION.to_owned(),
+                self.expires_at.to_string(),
+            ),
         ])
     }
 
@@ -285,8 +288,14 @@ mod tests {
         state.failures = 3;
         state.last_error = Some("connection refused".into());
         let (status, reason, message) = condition(&state, now);
-        assert_eq!((status, reason), ("False", RenewalReason::TokenRenewalFailed));
-        assert!(message.contains("3 time(s)") && message.contains("in 600s"), "{message}");
+        assert_eq!(
+            (status, reason),
+            ("False", RenewalReason::TokenRenewalFailed)
+        );
+        assert!(
+            message.contains("3 time(s)") && message.contains("in 600s"),
+            "{message}"
+        );
         let (status, reason, message) = condition(&state, at("2026-01-01T01:00:01Z"));
         assert_eq!((status, reason), ("False", RenewalReason::TokenExpired));
         assert!(message.contains("connection refused"), "{message}");

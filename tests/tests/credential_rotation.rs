@@ -94,7 +94,10 @@ async fn wait_condition(
     let what = format!("{cluster} {type_}={} ({})", expected.0, expected.1);
     wait_for(T, &what, || async {
         let (status, reason) = condition(host, cluster, type_).await?;
-        ensure!((status.as_str(), reason.as_str()) == expected, "{status} ({reason})");
+        ensure!(
+            (status.as_str(), reason.as_str()) == expected,
+            "{status} ({reason})"
+        );
         Ok(())
     })
     .await
@@ -146,7 +149,13 @@ async fn apply_fcm(fed: &Federation, name: &str, value: &str) -> anyhow::Result<
         "metadata": {"name": name, "namespace": NS},
         "spec": {"template": {"data": {"k": value}}, "placement": {"clusterSelector": {}}}
     });
-    apply(&fed.host, &federated("ConfigMap", "configmaps"), Some(NS), &obj).await?;
+    apply(
+        &fed.host,
+        &federated("ConfigMap", "configmaps"),
+        Some(NS),
+        &obj,
+    )
+    .await?;
     Ok(())
 }
 
@@ -182,7 +191,10 @@ async fn join_issues_a_bound_token_and_no_token_secret(fed: &Federation) -> anyh
     for (i, cluster) in ["member1", "member2"].iter().enumerate() {
         let (_, rotation) = held(&fed.host, cluster).await?;
         let rotation = rotation.context("the host Secret has no rotation annotations")?;
-        let life = rotation.expires_at.duration_since(rotation.issued_at).as_secs();
+        let life = rotation
+            .expires_at
+            .duration_since(rotation.issued_at)
+            .as_secs();
         ensure!(
             (3500..=3700).contains(&life),
             "{cluster}'s token lives {life}s, not the default hour"
@@ -214,11 +226,23 @@ async fn tokens_rotate_while_objects_propagate(fed: &Federation) -> anyhow::Resu
         }
         tokio::time::sleep(Duration::from_secs(1)).await;
     }
-    eprintln!("member1 tokens seen in {round} propagation rounds: {}", seen.len());
+    eprintln!(
+        "member1 tokens seen in {round} propagation rounds: {}",
+        seen.len()
+    );
     for cluster in ["member1", "member2"] {
-        wait_condition(&fed.host, cluster, credential::CONDITION, ("True", "TokenRenewed")).await?;
+        wait_condition(
+            &fed.host,
+            cluster,
+            credential::CONDITION,
+            ("True", "TokenRenewed"),
+        )
+        .await?;
         let (status, reason) = condition(&fed.host, cluster, "Ready").await?;
-        ensure!(status == "True", "{cluster} not Ready during rotation: {reason}");
+        ensure!(
+            status == "True",
+            "{cluster} not Ready during rotation: {reason}"
+        );
     }
     let text = metrics(fed);
     ensure!(
@@ -231,7 +255,10 @@ async fn tokens_rotate_while_objects_propagate(fed: &Federation) -> anyhow::Resu
     );
     // Bound tokens are not revoked by newer ones: the first stays valid until it expires
     // or the ServiceAccount is deleted (the last step of this test).
-    ensure!(accepted(fed, 0, &first).await?, "an earlier token refused early");
+    ensure!(
+        accepted(fed, 0, &first).await?,
+        "an earlier token refused early"
+    );
     Ok(())
 }
 
@@ -267,16 +294,24 @@ async fn the_credential_requests_tokens_of_its_own_service_account_only(
 ) -> anyhow::Result<()> {
     let member = &fed.members[0];
     let user = format!("system:serviceaccount:{DEFAULT_NAMESPACE}:member1-host");
-    ensure!(may_request_token(member, &user, "member1-host").await?, "own SA refused");
+    ensure!(
+        may_request_token(member, &user, "member1-host").await?,
+        "own SA refused"
+    );
     let sas: Api<ServiceAccount> = Api::namespaced(member.clone(), DEFAULT_NAMESPACE);
     let other = "someone-else";
     sas.patch(
         other,
         &PatchParams::apply("credential-rotation-test"),
-        &Patch::Apply(json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": other}})),
+        &Patch::Apply(
+            json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": other}}),
+        ),
     )
     .await?;
-    ensure!(!may_request_token(member, &user, other).await?, "another SA allowed");
+    ensure!(
+        !may_request_token(member, &user, other).await?,
+        "another SA allowed"
+    );
     // And for real, with the credential the control plane holds.
     let (token, _) = held(&fed.host, "member1").await?;
     let as_member: Api<ServiceAccount> =
@@ -322,9 +357,9 @@ async fn a_blocked_renewal_is_reported_and_recovers(
             .context("none yet")
     })
     .await;
-    let failed = metrics(fed)
-        .lines()
-        .any(|l| l.contains("credential_renewals_total") && l.contains("member2") && l.contains("Failed"));
+    let failed = metrics(fed).lines().any(|l| {
+        l.contains("credential_renewals_total") && l.contains("member2") && l.contains("Failed")
+    });
     proxy.set_mode(FaultMode::PassThrough);
     reported?;
     let event = event?;
@@ -334,7 +369,13 @@ async fn a_blocked_renewal_is_reported_and_recovers(
         "the token in an Event"
     );
     ensure!(failed, "no failed renewal counted");
-    wait_condition(&fed.host, "member2", credential::CONDITION, ("True", "TokenRenewed")).await?;
+    wait_condition(
+        &fed.host,
+        "member2",
+        credential::CONDITION,
+        ("True", "TokenRenewed"),
+    )
+    .await?;
     wait_condition(&fed.host, "member2", "Ready", ("True", "ClusterReady")).await
 }
 
@@ -349,11 +390,18 @@ async fn downgrade_to_long_lived(fed: &Federation) -> anyhow::Result<String> {
                      "annotations": {"kubernetes.io/service-account.name": "member1-host"}},
     });
     secrets
-        .patch("member1-host-token", &PatchParams::apply("old-join"), &Patch::Apply(body))
+        .patch(
+            "member1-host-token",
+            &PatchParams::apply("old-join"),
+            &Patch::Apply(body),
+        )
         .await?;
     let legacy = wait_for(T, "the legacy token issued", || async {
         let s = secrets.get("member1-host-token").await?;
-        let t = s.data.and_then(|d| d.get("token").cloned()).context("not yet")?;
+        let t = s
+            .data
+            .and_then(|d| d.get("token").cloned())
+            .context("not yet")?;
         Ok(String::from_utf8(t.0)?)
     })
     .await?;
@@ -374,7 +422,9 @@ async fn downgrade_to_long_lived(fed: &Federation) -> anyhow::Result<String> {
         .patch(
             "member1-token",
             &PatchParams::default(),
-            &Patch::Merge(json!({"metadata": {"annotations": annotations}, "data": {"token": encoded}})),
+            &Patch::Merge(
+                json!({"metadata": {"annotations": annotations}, "data": {"token": encoded}}),
+            ),
         )
         .await?;
     Ok(legacy)
@@ -392,7 +442,10 @@ async fn member1_versions(fed: &Federation) -> anyhow::Result<BTreeMap<String, S
         .collect();
     let nss: Api<Namespace> = Api::all(fed.members[0].clone());
     let ns = nss.get(NS).await?;
-    versions.insert(format!("namespace/{NS}"), ns.resource_version().unwrap_or_default());
+    versions.insert(
+        format!("namespace/{NS}"),
+        ns.resource_version().unwrap_or_default(),
+    );
     Ok(versions)
 }
 
@@ -405,7 +458,10 @@ async fn a_long_lived_token_moves_to_rotation_without_member_writes(
     wait_propagated(fed, "before-migration", "v").await?;
     wait_condition(&fed.host, "member1", "Ready", ("True", "ClusterReady")).await?;
     tokio::time::sleep(RENEWAL * 2).await;
-    ensure!(held(&fed.host, "member1").await?.0 == legacy, "a long-lived token was renewed");
+    ensure!(
+        held(&fed.host, "member1").await?.0 == legacy,
+        "a long-lived token was renewed"
+    );
     let before = member1_versions(fed).await?;
 
     let mut opts = JoinOptions::new("member1", "");
@@ -428,7 +484,10 @@ async fn a_long_lived_token_moves_to_rotation_without_member_writes(
     wait_condition(&fed.host, "member1", "Ready", ("True", "ClusterReady")).await?;
     tokio::time::sleep(RENEWAL * 2).await;
     let after = member1_versions(fed).await?;
-    ensure!(before == after, "member objects written by the migration:\n{before:?}\n{after:?}");
+    ensure!(
+        before == after,
+        "member objects written by the migration:\n{before:?}\n{after:?}"
+    );
     eprintln!("migration: {} member objects, 0 writes", before.len());
     // Objects still propagate.
     apply_fcm(fed, "after-migration", "v").await?;
@@ -446,9 +505,20 @@ async fn deleting_the_service_account_revokes_the_credential(
         Ok(())
     })
     .await?;
-    wait_condition(&fed.host, "member1", "Ready", ("False", "ClusterUnauthorized")).await?;
-    wait_condition(&fed.host, "member1", credential::CONDITION, ("False", "TokenRenewalFailed"))
-        .await?;
+    wait_condition(
+        &fed.host,
+        "member1",
+        "Ready",
+        ("False", "ClusterUnauthorized"),
+    )
+    .await?;
+    wait_condition(
+        &fed.host,
+        "member1",
+        credential::CONDITION,
+        ("False", "TokenRenewalFailed"),
+    )
+    .await?;
     // Joining again issues a new ServiceAccount and token.
     let m1 = &fed.env.members()[0];
     let mut opts = JoinOptions::new("member1", m1.server());
@@ -456,5 +526,11 @@ async fn deleting_the_service_account_revokes_the_credential(
     opts.labels.insert("name".into(), "member1".into());
     join(&fed.host, &fed.members[0], &opts).await?;
     wait_condition(&fed.host, "member1", "Ready", ("True", "ClusterReady")).await?;
-    wait_condition(&fed.host, "member1", credential::CONDITION, ("True", "TokenRenewed")).await
+    wait_condition(
+        &fed.host,
+        "member1",
+        credential::CONDITION,
+        ("True", "TokenRenewed"),
+    )
+    .await
 }

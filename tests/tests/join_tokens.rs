@@ -58,7 +58,10 @@ async fn join_stores_a_bound_token_and_the_federation_works_without_auto_created
     let fed = federation(1).await?;
     let member_secrets: Api<Secret> = Api::namespaced(fed.members[0].clone(), DEFAULT_NAMESPACE);
     ensure!(
-        member_secrets.get_opt(&format!("{SA}-token")).await?.is_none(),
+        member_secrets
+            .get_opt(&format!("{SA}-token"))
+            .await?
+            .is_none(),
         "join created a token Secret"
     );
     let host_secrets: Api<Secret> = Api::namespaced(fed.host.clone(), DEFAULT_NAMESPACE);

@@ -118,7 +118,12 @@ fn import_stores(
         if group == ImportGroup::Admiralty {
             params.failures = FailureLog::Debug;
         }
-        notifying_store_with(Api::<AnyImport>::all_with(host.clone(), &ar), ar, params, changed)
+        notifying_store_with(
+            Api::<AnyImport>::all_with(host.clone(), &ar),
+            ar,
+            params,
+            changed,
+        )
     };
     let (a, a_task) = store(ImportGroup::Flotilla);
     let (b, b_task) = store(ImportGroup::Admiralty);

@@ -241,7 +241,11 @@ mod tests {
         assert!(
             !member_rules(&BTreeSet::new(), "role-x", &BTreeSet::new())
                 .iter()
-                .any(|r| r.resources.iter().flatten().any(|s| s.starts_with("serviceaccounts"))),
+                .any(|r| r
+                    .resources
+                    .iter()
+                    .flatten()
+                    .any(|s| s.starts_with("serviceaccounts"))),
             "a token rule without imports"
         );
         let imported = BTreeSet::from(["app".to_string()]);

@@ -105,11 +105,17 @@ impl Health {
 /// The verdict once the rotating token is past its expiry: any unready outcome is the
 /// expired credential (the member refuses it, or cannot even be asked); a Ready probe
 /// means the member still took it (clock skew) and stands.
-pub fn expired_credential(outcome: Health, credential: Option<&RenewalState>, now: Timestamp) -> Health {
+pub fn expired_credential(
+    outcome: Health,
+    credential: Option<&RenewalState>,
+    now: Timestamp,
+) -> Health {
     match credential {
-        Some(state) if !outcome.is_ready() && now >= state.expires_at => Health::CredentialExpired {
-            message: credential::condition(state, now).2,
-        },
+        Some(state) if !outcome.is_ready() && now >= state.expires_at => {
+            Health::CredentialExpired {
+                message: credential::condition(state, now).2,
+            }
+        }
         _ => outcome,
     }
 }
@@ -432,8 +438,17 @@ mod tests {
             &Health::Ready,
             Some("v1.20.2"),
             "2024-01-01T00:00:00Z",
-            false, &[]);
-        let second = next_status(&first, &Health::Ready, None, "2024-01-01T00:00:10Z", false, &[]);
+            false,
+            &[],
+        );
+        let second = next_status(
+            &first,
+            &Health::Ready,
+            None,
+            "2024-01-01T00:00:10Z",
+            false,
+            &[],
+        );
         assert!(!status_changed(&first, &second));
         assert_eq!(first, second);
         assert_eq!(second.kubernetes_version.as_deref(), Some("v1.20.2"));
@@ -446,7 +461,9 @@ mod tests {
             &Health::Ready,
             None,
             "t0",
-            false, &[]);
+            false,
+            &[],
+        );
         let not_ready = next_status(
             &ready,
             &Health::NotReady {
@@ -455,7 +472,9 @@ mod tests {
             },
             None,
             "t1",
-            false, &[]);
+            false,
+            &[],
+        );
         assert!(status_changed(&ready, &not_ready));
         let ready_cond = not_ready.condition(condition::READY).cloned();
         assert_eq!(
@@ -476,7 +495,9 @@ mod tests {
             &Health::Ready,
             None,
             "t0",
-            false, &[]);
+            false,
+            &[],
+        );
         let refreshed = next_status(&first, &Health::Ready, None, "t9", true, &[]);
         assert!(!status_changed(&first, &refreshed));
         assert!(
@@ -506,7 +527,10 @@ mod tests {
             status: 401,
             secret: "ns/member1-token".into(),
         };
-        assert_eq!(expired_credential(refused(), Some(&state), before), refused());
+        assert_eq!(
+            expired_credential(refused(), Some(&state), before),
+            refused()
+        );
         assert_eq!(expired_credential(refused(), None, after), refused());
         assert_eq!(
             expired_credential(Health::Ready, Some(&state), after),
@@ -516,7 +540,11 @@ mod tests {
         let conds = conditions(&expired);
         assert_eq!(
             (conds[1].0, conds[1].1, conds[1].2),
-            (condition::OFFLINE, "True", reason::CLUSTER_CREDENTIAL_EXPIRED)
+            (
+                condition::OFFLINE,
+                "True",
+                reason::CLUSTER_CREDENTIAL_EXPIRED
+            )
         );
         assert!(conds[1].3.contains("expired at"), "{}", conds[1].3);
     }

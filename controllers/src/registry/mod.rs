@@ -40,9 +40,9 @@ use tracing::{debug, info, instrument, warn};
 use self::client::ClientInputs;
 use self::probe::{Shared, WorkerInput};
 use self::renewal::RenewalInput;
-use flotilla_core::credential::Rotation;
 use crate::metrics::Metrics;
 use crate::multicluster::ClusterSet;
+use flotilla_core::credential::Rotation;
 use flotilla_multicluster::kubefed::{
     client::ClientError,
     watch::{Affected, watch_registry},

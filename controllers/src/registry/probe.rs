@@ -21,10 +21,10 @@ use super::health::{
     Health, HealthTracker, Thresholds, credential_condition, excerpt, expired_credential,
     next_status, status_changed,
 };
-use flotilla_core::credential::RenewalState;
 use super::heartbeat::{HeartbeatTracker, read_lease};
 use crate::metrics::Metrics;
 use crate::multicluster::ClusterSet;
+use flotilla_core::credential::RenewalState;
 
 /// How often an unchanged status is written anyway, so `lastProbeTime` shows the health
 /// check is alive without a write every period.

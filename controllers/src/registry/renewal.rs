@@ -67,7 +67,11 @@ impl Attempts {
 
 /// Renews one cluster's token until the input sender is dropped (the cluster left).
 #[instrument(name = "renewal", skip_all, fields(cluster = %name))]
-pub async fn run_renewer(shared: Arc<Shared>, name: String, mut input: watch::Receiver<RenewalInput>) {
+pub async fn run_renewer(
+    shared: Arc<Shared>,
+    name: String,
+    mut input: watch::Receiver<RenewalInput>,
+) {
     let mut attempts = Attempts::default();
     let mut known: Option<Timestamp> = None;
     loop {
@@ -116,13 +120,23 @@ async fn attempt(
     match renew(shared, client, &input.secret, rotation).await {
         Ok(renewed) => {
             info!(expires_at = %renewed.expires_at, "member token renewed");
-            shared.metrics.clusters.observe_renewal(name, RenewalResult::Renewed, &renewed);
+            shared
+                .metrics
+                .clusters
+                .observe_renewal(name, RenewalResult::Renewed, &renewed);
             if attempts.failures > 0 {
                 let note = format!(
                     "the member token was renewed after {} failed attempt(s)",
                     attempts.failures
                 );
-                publish(shared, input, EventType::Normal, credential::RenewalReason::TokenRenewed, note).await;
+                publish(
+                    shared,
+                    input,
+                    EventType::Normal,
+                    credential::RenewalReason::TokenRenewed,
+                    note,
+                )
+                .await;
             }
             *attempts = Attempts {
                 written: Some(renewed.clone()),
@@ -138,7 +152,10 @@ async fn attempt(
             attempts.retry_at = Some(Instant::now() + delay);
             attempts.last_error = Some(error.clone());
             warn!(%error, failures = attempts.failures, ?delay, "renewing the member token failed; retrying");
-            shared.metrics.clusters.observe_renewal(name, RenewalResult::Failed, rotation);
+            shared
+                .metrics
+                .clusters
+                .observe_renewal(name, RenewalResult::Failed, rotation);
             let report = state(rotation, attempts);
             let (_, reason, note) = credential::condition(&report, Timestamp::now());
             shared.set_credential(name, report);
@@ -168,7 +185,12 @@ async fn renew(
     let ns = &shared.namespace;
     member_token::store(&host, ns, secret, &token, &renewed)
         .await
-        .map_err(|e| format!("writing Secret {ns}/{secret} failed: {}", super::error_chain(&e)))?;
+        .map_err(|e| {
+            format!(
+                "writing Secret {ns}/{secret} failed: {}",
+                super::error_chain(&e)
+            )
+        })?;
     Ok(renewed)
 }
 
