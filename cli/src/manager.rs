@@ -123,6 +123,11 @@ pub struct ControllerManagerArgs {
     /// is for tests and drills; a renewal that fails is retried with backoff.
     #[arg(long, value_parser = parse_duration, value_name = "DURATION")]
     pub credential_renewal_interval: Option<Duration>,
+    /// Run the exec credential plugins KubeFedClusters name (`spec.exec`) when their
+    /// command lies in this directory; without the flag none runs (a plugin runs with the
+    /// controller-manager's rights, so only the plugins you installed there may).
+    #[arg(long, value_name = "DIR")]
+    pub exec_plugin_dir: Option<std::path::PathBuf>,
 }
 
 impl ControllerManagerArgs {
@@ -241,6 +246,7 @@ pub async fn run(
         profile_namespace: args.cluster_profile_namespace.clone(),
         shard_member_work: args.shard_member_work,
         credential_renewal_interval: args.credential_renewal_interval,
+        exec_plugin_dir: args.exec_plugin_dir.clone(),
     };
     let metrics = Arc::new(Metrics::new());
     let leading = Gauge::<i64>::default();

@@ -237,6 +237,7 @@ pub async fn join(
         proxy_url: None,
         taints: Vec::new(),
         mode: None,
+        exec: None,
     };
     let body = json!({
         "apiVersion": format!("{}/{}", flotilla_api::CORE_GROUP, flotilla_api::V1BETA1),

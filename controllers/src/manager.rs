@@ -45,6 +45,9 @@ pub struct Options {
     /// `--credential-renewal-interval`: rotating member tokens are renewed at most this
     /// long after they were issued (two thirds of their life otherwise).
     pub credential_renewal_interval: Option<std::time::Duration>,
+    /// `--exec-plugin-dir`: KubeFedClusters' exec credential plugins under this directory
+    /// run; none without it.
+    pub exec_plugin_dir: Option<std::path::PathBuf>,
 }
 
 impl Options {
@@ -55,6 +58,7 @@ impl Options {
             profile_namespace: None,
             shard_member_work: false,
             credential_renewal_interval: None,
+            exec_plugin_dir: None,
         }
     }
 
@@ -80,7 +84,10 @@ impl ControlPlane {
             namespace,
             clusters.clone(),
             metrics.clone(),
-            options.credential_renewal_interval,
+            registry::RegistryOptions {
+                renewal_interval: options.credential_renewal_interval,
+                exec_plugin_dir: options.exec_plugin_dir.clone(),
+            },
         );
         let scheduler = tokio::spawn(crate::scheduling::run(host.clone(), clusters.clone()));
         let member_rbac = tokio::spawn(crate::member_rbac::run(

@@ -4,9 +4,11 @@
 //! may request tokens of its own ServiceAccount only; a renewal blocked by a black-holed
 //! member is reported on the KubeFedCluster and recovers; a cluster joined with a
 //! long-lived token moves to rotation with `join --rotate-credentials` without a write to
-//! any propagated object; deleting the member ServiceAccount revokes the credential.
+//! any propagated object; deleting the member ServiceAccount revokes the credential; and a
+//! KubeFedCluster whose credential comes from an exec plugin (a script the test writes)
+//! propagates, while a plugin outside `--exec-plugin-dir` is refused.
 
-use std::{collections::BTreeMap, sync::Arc, time::Duration};
+use std::{collections::BTreeMap, path::Path, sync::Arc, time::Duration};
 
 use anyhow::{Context as _, ensure};
 use flotilla_api::{DEFAULT_NAMESPACE, KubeFedCluster};
@@ -105,7 +107,7 @@ async fn wait_condition(
 
 /// Host: CRDs and config; member1 joined directly, member2 through a fault proxy, both
 /// as `flotilla join` does; the control plane renews every [`RENEWAL`].
-async fn rotating_federation() -> anyhow::Result<(Federation, FaultProxy)> {
+async fn rotating_federation(plugins: &Path) -> anyhow::Result<(Federation, FaultProxy)> {
     let boot = bootstrap();
     let env = seeded_env(EnvOptions::with_members(2), &boot).await;
     let host = env.host().client().await?;
@@ -120,6 +122,7 @@ async fn rotating_federation() -> anyhow::Result<(Federation, FaultProxy)> {
     join(&host, &member2, &opts).await?;
     let options = Options {
         credential_renewal_interval: Some(RENEWAL),
+        exec_plugin_dir: Some(plugins.to_path_buf()),
         ..Options::new(DEFAULT_NAMESPACE)
     };
     let cp = ControlPlane::start_with(host.clone(), &options, Arc::new(Metrics::new()));
@@ -178,13 +181,18 @@ async fn wait_propagated(fed: &Federation, name: &str, value: &str) -> anyhow::R
 async fn member_credentials_rotate_are_scoped_reported_migrated_and_revocable() -> anyhow::Result<()>
 {
     init_tracing();
-    let (fed, proxy) = rotating_federation().await?;
+    let plugins = std::env::temp_dir().join(format!("flotilla-exec-{}", std::process::id()));
+    std::fs::create_dir_all(&plugins)?;
+    let (fed, proxy) = rotating_federation(&plugins).await?;
     join_issues_a_bound_token_and_no_token_secret(&fed).await?;
     tokens_rotate_while_objects_propagate(&fed).await?;
     the_credential_requests_tokens_of_its_own_service_account_only(&fed).await?;
     a_blocked_renewal_is_reported_and_recovers(&fed, &proxy).await?;
     a_long_lived_token_moves_to_rotation_without_member_writes(&fed).await?;
-    deleting_the_service_account_revokes_the_credential(&fed).await
+    deleting_the_service_account_revokes_the_credential(&fed).await?;
+    an_exec_plugin_gives_the_credential(&fed, &plugins).await?;
+    std::fs::remove_dir_all(&plugins)?;
+    Ok(())
 }
 
 async fn join_issues_a_bound_token_and_no_token_secret(fed: &Federation) -> anyhow::Result<()> {
@@ -533,4 +541,71 @@ async fn deleting_the_service_account_revokes_the_credential(
         ("True", "TokenRenewed"),
     )
     .await
+}
+
+/// Writes an exec credential plugin printing `token` and counting its runs in `runs`.
+fn write_plugin(dir: &Path, token: &str) -> anyhow::Result<std::path::PathBuf> {
+    use std::os::unix::fs::PermissionsExt as _;
+    let path = dir.join("member1-credential");
+    let runs = dir.join("runs");
+    let script = format!(
+        "#!/bin/sh\necho run >> {runs}\nprintf '%s' '{{\"apiVersion\":\"client.authentication.k8s.io/v1beta1\",\"kind\":\"ExecCredential\",\"status\":{{\"token\":\"{token}\"}}}}'\n",
+        runs = runs.display()
+    );
+    std::fs::write(&path, script)?;
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o700))?;
+    Ok(path)
+}
+
+/// Member1 registered again, as `member1-exec`, its credential from an exec plugin; a
+/// plugin outside the plugin directory is refused as a malformed configuration.
+async fn an_exec_plugin_gives_the_credential(
+    fed: &Federation,
+    plugins: &Path,
+) -> anyhow::Result<()> {
+    let kfcs: Api<KubeFedCluster> = Api::namespaced(fed.host.clone(), DEFAULT_NAMESPACE);
+    kfcs.delete("member1", &DeleteParams::default()).await?;
+    let m1 = &fed.env.members()[0];
+    let plugin = write_plugin(plugins, m1.admin_token())?;
+    let ca = {
+        use base64::Engine as _;
+        base64::engine::general_purpose::STANDARD.encode(m1.ca_pem())
+    };
+    let kfc = |name: &str, command: &str| {
+        json!({
+            "apiVersion": "core.kubefed.io/v1beta1", "kind": "KubeFedCluster",
+            "metadata": {"name": name, "namespace": DEFAULT_NAMESPACE},
+            "spec": {"apiEndpoint": m1.server(), "caBundle": ca,
+                     "exec": {"command": command}},
+        })
+    };
+    let params = PatchParams::apply("credential-rotation-test");
+    let command = plugin.display().to_string();
+    kfcs.patch(
+        "member1-exec",
+        &params,
+        &Patch::Apply(kfc("member1-exec", &command)),
+    )
+    .await?;
+    kfcs.patch(
+        "outside",
+        &params,
+        &Patch::Apply(kfc("outside", "/bin/echo")),
+    )
+    .await?;
+    wait_condition(&fed.host, "member1-exec", "Ready", ("True", "ClusterReady")).await?;
+    let malformed = ("True", "ClusterConfigMalformed");
+    wait_condition(&fed.host, "outside", "ConfigMalformed", malformed).await?;
+    apply_fcm(fed, "from-exec", "v").await?;
+    wait_propagated(fed, "from-exec", "v").await?;
+    let runs = std::fs::read_to_string(plugins.join("runs"))?;
+    ensure!(runs.lines().count() >= 1, "the plugin never ran");
+    let kfc = kfcs.get("member1-exec").await?;
+    let status = serde_json::to_string(&kfc.status)?;
+    ensure!(
+        !status.contains(m1.admin_token()),
+        "the token in the status"
+    );
+    kfcs.delete("outside", &DeleteParams::default()).await?;
+    Ok(())
 }

@@ -18,6 +18,7 @@
 /// Member clients from a KubeFedCluster and its Secret (in the multi-cluster library).
 pub use flotilla_multicluster::kubefed::client;
 pub mod config;
+pub mod exec_plugin;
 pub mod health;
 pub mod heartbeat;
 pub mod probe;
@@ -138,17 +139,27 @@ pub fn start(
     set: ClusterSet,
     metrics: Arc<Metrics>,
 ) -> RegistryHandle {
-    start_with(host, namespace, set, metrics, None)
+    start_with(host, namespace, set, metrics, RegistryOptions::default())
 }
 
-/// [`start`], with rotating member tokens renewed at most `renewal_interval` after they
-/// were issued (`--credential-renewal-interval`; two thirds of their life otherwise).
+/// What the registry may do beyond kubefed's defaults.
+#[derive(Clone, Debug, Default)]
+pub struct RegistryOptions {
+    /// `--credential-renewal-interval`: rotating member tokens are renewed at most this
+    /// long after they were issued (two thirds of their life otherwise).
+    pub renewal_interval: Option<std::time::Duration>,
+    /// `--exec-plugin-dir`: exec credential plugins (`spec.exec`) under this directory
+    /// run; none without it.
+    pub exec_plugin_dir: Option<std::path::PathBuf>,
+}
+
+/// [`start`] with [`RegistryOptions`].
 pub fn start_with(
     host: Client,
     namespace: impl Into<String>,
     set: ClusterSet,
     metrics: Arc<Metrics>,
-    renewal_interval: Option<std::time::Duration>,
+    options: RegistryOptions,
 ) -> RegistryHandle {
     let namespace = namespace.into();
     let (config_tx, config_rx) = watch::channel(EffectiveConfig::default());
@@ -162,7 +173,7 @@ pub fn start_with(
         namespace,
         config: config_rx.clone(),
         metrics: metrics.clone(),
-        renewal_interval,
+        options,
     });
     let gauge_task = tokio::spawn(run_gauges(set, metrics));
     RegistryHandle {
@@ -203,6 +214,7 @@ struct Registry {
     secrets: Store<Secret>,
     workers: HashMap<String, Worker>,
     shared: Arc<Shared>,
+    exec_plugin_dir: Option<std::path::PathBuf>,
 }
 
 /// The registry as a cluster provider: KubeFedClusters and their Secrets in, clusters
@@ -213,7 +225,7 @@ pub struct RegistryProvider {
     namespace: String,
     config: watch::Receiver<EffectiveConfig>,
     metrics: Arc<Metrics>,
-    renewal_interval: Option<std::time::Duration>,
+    options: RegistryOptions,
 }
 
 impl Provider for RegistryProvider {
@@ -223,7 +235,7 @@ impl Provider for RegistryProvider {
             namespace,
             config,
             metrics,
-            renewal_interval,
+            options,
         } = *self;
         let shared = Arc::new(Shared {
             api: Api::namespaced(host.clone(), &namespace),
@@ -232,12 +244,13 @@ impl Provider for RegistryProvider {
             metrics,
             recorder: crate::events::recorder(host.clone(), REPORTING_CONTROLLER),
             namespace: namespace.clone(),
-            renewal_interval,
+            renewal_interval: options.renewal_interval,
             credentials: Default::default(),
         });
+        let exec_plugin_dir = options.exec_plugin_dir;
         Box::pin(async move {
             tokio::select! {
-                _ = run_clusters(host, namespace, shared) => {}
+                _ = run_clusters(host, namespace, shared, exec_plugin_dir) => {}
                 _ = stop.cancelled() => {}
             }
             // The control plane's set holds the registry's clusters only.
@@ -249,7 +262,12 @@ impl Provider for RegistryProvider {
 }
 
 /// Follows the registry until its watch ends.
-async fn run_clusters(host: Client, namespace: String, shared: Arc<Shared>) {
+async fn run_clusters(
+    host: Client,
+    namespace: String,
+    shared: Arc<Shared>,
+    exec_plugin_dir: Option<std::path::PathBuf>,
+) {
     let (caches, changes) = watch_registry(host, &namespace);
     futures::pin_mut!(changes);
     let mut registry = Registry {
@@ -258,6 +276,7 @@ async fn run_clusters(host: Client, namespace: String, shared: Arc<Shared>) {
         secrets: caches.secrets,
         workers: HashMap::new(),
         shared,
+        exec_plugin_dir,
     };
     while let Some(affected) = changes.next().await {
         let names = match affected {
@@ -271,10 +290,19 @@ async fn run_clusters(host: Client, namespace: String, shared: Arc<Shared>) {
 }
 
 /// The member's client, or why there is none (empty for a Pull cluster, which needs none).
-fn build_client(inputs: &ClientInputs, pull: bool) -> Result<Client, String> {
+fn build_client(
+    inputs: &ClientInputs,
+    pull: bool,
+    exec_plugin_dir: Option<&std::path::Path>,
+) -> Result<Client, String> {
     if pull {
         info!("a Pull cluster: readiness comes from its agent's heartbeat");
         return Err(String::new());
+    }
+    if let Some(plugin) = &inputs.spec.exec {
+        exec_plugin::allowed(plugin, exec_plugin_dir).inspect_err(|problem| {
+            warn!(%problem, "the cluster's exec credential plugin is refused");
+        })?;
     }
     match inputs.client() {
         Ok(client) => {
@@ -346,7 +374,7 @@ impl Registry {
 
         let pull = cluster.spec.is_pull();
         self.shared.set.set_pull(name, pull);
-        let client = build_client(&inputs, pull);
+        let client = build_client(&inputs, pull, self.exec_plugin_dir.as_deref());
         self.shared.set.set_client(name, client.clone().ok());
         let renewal_client = client.clone().ok();
         let input = WorkerInput {

@@ -17,6 +17,7 @@ use std::time::Duration;
 
 use base64::Engine as _;
 use flotilla_api::KubeFedClusterSpec;
+use flotilla_api::core::ExecPlugin;
 use flotilla_api::core::TlsValidation;
 use k8s_openapi::api::core::v1::Secret;
 use kube::Client;
@@ -67,6 +68,12 @@ pub enum ClientError {
     /// `spec.proxyURL` is unusable (the URL is not repeated: it may hold credentials).
     #[error("spec.proxyURL is malformed: {reason}")]
     MalformedProxyUrl {
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// `spec.exec` is not a usable exec plugin configuration.
+    #[error("spec.exec is malformed: {reason}")]
+    MalformedExec {
         /// What is wrong with it.
         reason: String,
     },
@@ -142,11 +149,14 @@ impl ClientInputs {
     pub fn config(&self) -> Result<kube::Config, ClientError> {
         let spec = &self.spec;
         let url = parse_api_endpoint(&spec.api_endpoint)?;
-        let token = self.bearer_token()?;
         let mut config = kube::Config::new(url);
         config.default_namespace = "default".into();
         config.connect_timeout = Some(CONNECT_TIMEOUT);
-        config.auth_info.token = Some(token.into());
+        match &spec.exec {
+            // The plugin runs when the client is built, and again when its token expires.
+            Some(plugin) => config.auth_info.exec = Some(exec_config(plugin)?),
+            None => config.auth_info.token = Some(self.bearer_token()?.into()),
+        }
         if let Some(bundle) = spec.ca_bundle.as_deref().filter(|b| !b.trim().is_empty()) {
             config.root_cert = Some(decode_ca_bundle(bundle)?);
         }
@@ -185,6 +195,25 @@ impl ClientInputs {
             .ok_or(ClientError::InvalidToken { secret })?;
         Ok(token.to_owned())
     }
+}
+
+/// kube's exec configuration for a KubeFedCluster's `spec.exec`.
+pub fn exec_config(plugin: &ExecPlugin) -> Result<kube::config::ExecConfig, ClientError> {
+    let env: Vec<_> = plugin
+        .env
+        .iter()
+        .map(|e| serde_json::json!({"name": e.name, "value": e.value}))
+        .collect();
+    let api_version = plugin
+        .api_version
+        .clone()
+        .unwrap_or_else(|| "client.authentication.k8s.io/v1beta1".into());
+    let value = serde_json::json!({
+        "apiVersion": api_version, "command": plugin.command, "args": plugin.args, "env": env,
+    });
+    serde_json::from_value(value).map_err(|e| ClientError::MalformedExec {
+        reason: e.to_string(),
+    })
 }
 
 /// Parses `spec.apiEndpoint`: an absolute `https://` (or `http://`) URL with a host.
