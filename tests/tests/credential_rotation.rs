@@ -13,7 +13,7 @@ use std::{collections::BTreeMap, path::Path, sync::Arc, time::Duration};
 use anyhow::{Context as _, ensure};
 use flotilla_api::{DEFAULT_NAMESPACE, KubeFedCluster};
 use flotilla_controllers::{
-    join::{JoinOptions, join, rotate_credentials},
+    join::{JoinOptions, join},
     manager::{ControlPlane, Options},
     metrics::Metrics,
 };
@@ -472,10 +472,19 @@ async fn a_long_lived_token_moves_to_rotation_without_member_writes(
     );
     let before = member1_versions(fed).await?;
 
-    let mut opts = JoinOptions::new("member1", "");
-    opts.namespace = DEFAULT_NAMESPACE.into();
-    let rotated = rotate_credentials(&fed.host, &fed.members[0], &opts).await?;
-    ensure!(rotated.legacy_secret_deleted, "{rotated:?}");
+    let args = [
+        "join",
+        "member1",
+        "--cluster-context",
+        "member1",
+        "--rotate-credentials",
+    ];
+    let out = flotilla_tests::cli::run_ok(fed, &args).await?;
+    ensure!(
+        out.contains("holds a rotating token")
+            && out.contains("long-lived token Secret was deleted"),
+        "{out}"
+    );
     wait_for(T, "the legacy token refused", || async {
         ensure!(!accepted(fed, 0, &legacy).await?, "still accepted");
         Ok(())
