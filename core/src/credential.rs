@@ -146,8 +146,12 @@ impl Rotation {
 
 /// How long to wait before the next attempt after `failures` failed renewals in a row:
 /// [`FIRST_RETRY`] doubled per failure, at most [`MAX_RETRY`], and never past a quarter
-/// of the time the token has left, so that the attempts thicken as expiry nears.
+/// of the time the token has left, so that the attempts thicken as expiry nears. Once it
+/// has expired, there is nothing left to save: [`MAX_RETRY`].
 pub fn retry_delay(failures: u32, left: Duration) -> Duration {
+    if left.is_zero() {
+        return MAX_RETRY;
+    }
     let doubled = FIRST_RETRY.saturating_mul(1u32 << failures.saturating_sub(1).min(16));
     doubled.min(MAX_RETRY).min(left / 4).max(FIRST_RETRY)
 }
@@ -273,7 +277,8 @@ mod tests {
         let delays: Vec<u64> = (1..=8).map(|n| retry_delay(n, plenty).as_secs()).collect();
         assert_eq!(delays, [1, 2, 4, 8, 16, 32, 60, 60]);
         assert_eq!(retry_delay(8, Duration::from_secs(40)).as_secs(), 10);
-        assert_eq!(retry_delay(8, Duration::ZERO), FIRST_RETRY);
+        assert_eq!(retry_delay(8, Duration::from_millis(100)), FIRST_RETRY);
+        assert_eq!(retry_delay(8, Duration::ZERO), MAX_RETRY);
     }
 
     #[test]

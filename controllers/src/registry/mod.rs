@@ -18,7 +18,6 @@
 /// Member clients from a KubeFedCluster and its Secret (in the multi-cluster library).
 pub use flotilla_multicluster::kubefed::client;
 pub mod config;
-pub mod exec_plugin;
 pub mod health;
 pub mod heartbeat;
 pub mod probe;
@@ -290,19 +289,10 @@ async fn run_clusters(
 }
 
 /// The member's client, or why there is none (empty for a Pull cluster, which needs none).
-fn build_client(
-    inputs: &ClientInputs,
-    pull: bool,
-    exec_plugin_dir: Option<&std::path::Path>,
-) -> Result<Client, String> {
+fn build_client(inputs: &ClientInputs, pull: bool) -> Result<Client, String> {
     if pull {
         info!("a Pull cluster: readiness comes from its agent's heartbeat");
         return Err(String::new());
-    }
-    if let Some(plugin) = &inputs.spec.exec {
-        exec_plugin::allowed(plugin, exec_plugin_dir).inspect_err(|problem| {
-            warn!(%problem, "the cluster's exec credential plugin is refused");
-        })?;
     }
     match inputs.client() {
         Ok(client) => {
@@ -361,7 +351,8 @@ impl Registry {
         let secret_key =
             ObjectRef::<Secret>::new(&cluster.spec.secret_ref.name).within(&self.namespace);
         let secret = self.secrets.get(&secret_key);
-        let inputs = ClientInputs::new(&cluster.spec, &self.namespace, secret.as_deref());
+        let inputs = ClientInputs::new(&cluster.spec, &self.namespace, secret.as_deref())
+            .with_exec_plugin_dir(self.exec_plugin_dir.clone());
         let rotation = secret.as_deref().and_then(rotation_of);
         let uid = cluster.uid();
         if let Some(worker) = self.workers.get(name)
@@ -374,7 +365,7 @@ impl Registry {
 
         let pull = cluster.spec.is_pull();
         self.shared.set.set_pull(name, pull);
-        let client = build_client(&inputs, pull, self.exec_plugin_dir.as_deref());
+        let client = build_client(&inputs, pull);
         self.shared.set.set_client(name, client.clone().ok());
         let renewal_client = client.clone().ok();
         let input = WorkerInput {

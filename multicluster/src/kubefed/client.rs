@@ -71,8 +71,8 @@ pub enum ClientError {
         /// What is wrong with it.
         reason: String,
     },
-    /// `spec.exec` is not a usable exec plugin configuration.
-    #[error("spec.exec is malformed: {reason}")]
+    /// `spec.exec` is not a usable exec plugin configuration, or may not run here.
+    #[error("{reason}")]
     MalformedExec {
         /// What is wrong with it.
         reason: String,
@@ -103,6 +103,9 @@ pub struct ClientInputs {
     /// The Secret's `token` entry: `None` when the Secret is missing, `Some(None)` when it
     /// has no `token` key.
     pub token: Option<Option<Vec<u8>>>,
+    /// Where `spec.exec` plugins may lie; `None`: no plugin runs
+    /// ([`super::exec_plugin::allowed`]).
+    pub exec_plugin_dir: Option<std::path::PathBuf>,
 }
 
 impl fmt::Debug for ClientInputs {
@@ -137,7 +140,14 @@ impl ClientInputs {
                     .and_then(|d| d.get(TOKEN_KEY))
                     .map(|b| b.0.clone())
             }),
+            exec_plugin_dir: None,
         }
+    }
+
+    /// These inputs, running `spec.exec` plugins that lie in `dir`.
+    pub fn with_exec_plugin_dir(mut self, dir: Option<std::path::PathBuf>) -> Self {
+        self.exec_plugin_dir = dir;
+        self
     }
 
     /// `namespace/name` of the token Secret.
@@ -154,7 +164,11 @@ impl ClientInputs {
         config.connect_timeout = Some(CONNECT_TIMEOUT);
         match &spec.exec {
             // The plugin runs when the client is built, and again when its token expires.
-            Some(plugin) => config.auth_info.exec = Some(exec_config(plugin)?),
+            Some(plugin) => {
+                super::exec_plugin::allowed(plugin, self.exec_plugin_dir.as_deref())
+                    .map_err(|reason| ClientError::MalformedExec { reason })?;
+                config.auth_info.exec = Some(exec_config(plugin)?);
+            }
             None => config.auth_info.token = Some(self.bearer_token()?.into()),
         }
         if let Some(bundle) = spec.ca_bundle.as_deref().filter(|b| !b.trim().is_empty()) {
@@ -212,7 +226,7 @@ pub fn exec_config(plugin: &ExecPlugin) -> Result<kube::config::ExecConfig, Clie
         "apiVersion": api_version, "command": plugin.command, "args": plugin.args, "env": env,
     });
     serde_json::from_value(value).map_err(|e| ClientError::MalformedExec {
-        reason: e.to_string(),
+        reason: format!("spec.exec is malformed: {e}"),
     })
 }
 

@@ -1,7 +1,9 @@
 //! Whether a KubeFedCluster's exec credential plugin may run: running one is running a
-//! command in the controller-manager with its credentials, so only commands under the
-//! directory the operator named (`--exec-plugin-dir`) are run — none without the flag.
-//! A refused plugin is the cluster's ConfigMalformed message.
+//! command with the caller's rights (the controller-manager's, or a user's for `flotilla
+//! diff`), so only commands under a directory the operator named
+//! ([`super::client::ClientInputs::with_exec_plugin_dir`], the controller-manager's
+//! `--exec-plugin-dir`) are run — none by default. A refused plugin is the cluster's
+//! ConfigMalformed message.
 
 use std::path::{Component, Path};
 
