@@ -34,6 +34,9 @@ pub mod reason {
     pub const CLUSTER_CONFIG_MALFORMED: &str = "ClusterConfigMalformed";
     /// Ready=False: the member rejected the credentials (401/403).
     pub const CLUSTER_UNAUTHORIZED: &str = "ClusterUnauthorized";
+    /// Ready=False, Offline=True: the rotating member token expired before a renewal got
+    /// through.
+    pub const CLUSTER_CREDENTIAL_EXPIRED: &str = "ClusterCredentialExpired";
 }
 
 /// The cluster registry entry: how to reach one member cluster.
@@ -106,6 +109,40 @@ pub struct KubeFedClusterSpec {
     /// `flotilla agent` applies them (no endpoint or credential of the member in the host).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mode: Option<ClusterMode>,
+    /// Flotilla extension: an exec credential plugin (client-go's exec protocol) the
+    /// control plane runs for the member's credential instead of reading `secretRef`. Its
+    /// command must lie under the controller-manager's `--exec-plugin-dir`; without that
+    /// flag no plugin runs and the cluster is ConfigMalformed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exec: Option<Box<ExecPlugin>>,
+}
+
+/// An exec credential plugin: a command printing an `ExecCredential` whose
+/// `status.token` (and `status.expirationTimestamp`, when it expires) the client uses.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ExecPlugin {
+    /// The `ExecCredential` version the plugin speaks (default
+    /// `client.authentication.k8s.io/v1beta1`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub api_version: Option<String>,
+    /// Absolute path of the plugin.
+    pub command: String,
+    /// Its arguments.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub args: Vec<String>,
+    /// Environment variables set for it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub env: Vec<ExecEnvVar>,
+}
+
+/// One environment variable of an exec plugin.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub struct ExecEnvVar {
+    /// Its name.
+    pub name: String,
+    /// Its value (not a secret: it is visible to whoever reads the KubeFedCluster).
+    pub value: String,
 }
 
 /// How objects reach a member cluster.

@@ -10,7 +10,9 @@ use serde_json::json;
 
 use super::access::{self, ClusterAccess};
 use super::{Context, GlobalArgs, parse_duration, parse_label};
-use flotilla_controllers::join::{JoinOptions, join as join_cluster, unjoin as unjoin_cluster};
+use flotilla_controllers::join::{
+    JoinOptions, join as join_cluster, rotate_credentials, unjoin as unjoin_cluster,
+};
 
 /// Examples of `flotilla join --help`.
 pub const JOIN_EXAMPLES: &str = "\
@@ -19,7 +21,10 @@ Examples:
   flotilla join cluster1 --cluster-context c1 --host-cluster-context host
 
   # Label it for placement selectors, and show what would be created first
-  flotilla join cluster1 --cluster-context c1 --label region=eu --dry-run";
+  flotilla join cluster1 --cluster-context c1 --label region=eu --dry-run
+
+  # Move a cluster joined with a long-lived token to a rotating one (30-minute tokens)
+  flotilla join cluster1 --cluster-context c1 --rotate-credentials --token-lifetime 30m";
 
 /// Examples of `flotilla unjoin --help`.
 pub const UNJOIN_EXAMPLES: &str = "\
@@ -64,9 +69,18 @@ pub struct JoinArgs {
     /// A label for the KubeFedCluster (repeatable); placement selectors match them.
     #[arg(long = "label", short = 'l', value_name = "KEY=VALUE", value_parser = parse_label)]
     pub labels: Vec<(String, String)>,
-    /// How long to wait for the member to issue the service account token.
+    /// Pull mode: how long to wait for the host to issue the agent's token.
     #[arg(long, default_value = "60s", value_parser = parse_duration, value_name = "DURATION")]
     pub token_timeout: Duration,
+    /// Push mode: lifetime of the member token the host holds (10m at least); the control
+    /// plane renews it two thirds in, through the member's TokenRequest API.
+    #[arg(long, default_value = "1h", value_parser = parse_duration, value_name = "DURATION")]
+    pub token_lifetime: Duration,
+    /// Move an already joined push cluster to a bound, rotating token: only its
+    /// ServiceAccount, a Role to renew the token, and the host Secret are written (no
+    /// propagated object); the long-lived token Secret of an earlier join is deleted.
+    #[arg(long)]
+    pub rotate_credentials: bool,
     /// `push` (kubefed's way) or `pull`: an agent in the member pulls its objects from the
     /// host, and the host holds no credential of the member (see docs/pull-mode.md).
     #[arg(long, value_enum, default_value_t = JoinMode::Push)]
@@ -153,7 +167,7 @@ pub async fn join(global: &GlobalArgs, args: JoinArgs, ctx: &Context) -> anyhow:
     opts.labels = args.labels.iter().cloned().collect::<BTreeMap<_, _>>();
     opts.secret_name = args.secret_name.clone();
     opts.error_on_existing = args.error_on_existing;
-    opts.token_timeout = args.token_timeout;
+    opts.token_lifetime = args.token_lifetime;
 
     if args.dry_run {
         ctx.out.write(dry_run_plan(
@@ -165,6 +179,22 @@ pub async fn join(global: &GlobalArgs, args: JoinArgs, ctx: &Context) -> anyhow:
     }
     let host_client = host.client()?;
     let member_client = member.client()?;
+    if args.rotate_credentials {
+        let rotated = rotate_credentials(&host_client, &member_client, &opts).await?;
+        ctx.out.line(format!(
+            "cluster {}: the host Secret {}/{} holds a rotating token (expires {}){}",
+            args.name,
+            opts.namespace,
+            rotated.secret,
+            rotated.expires_at,
+            if rotated.legacy_secret_deleted {
+                "; the long-lived token Secret was deleted"
+            } else {
+                ""
+            }
+        ));
+        return Ok(());
+    }
     let kfc = join_cluster(&host_client, &member_client, &opts).await?;
     ctx.out.line(format!(
         "cluster {} joined (KubeFedCluster {}/{}, endpoint {})",
@@ -201,15 +231,16 @@ pub fn dry_run_plan(
          In the member cluster (context {member_context}):\n\
          \x20 Namespace           {ns}\n\
          \x20 ServiceAccount      {ns}/{sa}\n\
-         \x20 Secret              {ns}/{sa}-token (kubernetes.io/service-account-token)\n\
+         \x20 Role, RoleBinding   {ns}/{sa}-token-renewal (create serviceaccounts/token of {sa} only)\n\
          \x20 ClusterRole         {role}\n\
          \x20 ClusterRoleBinding  {role}\n\
          In the host cluster (context {host_context}):\n\
          \x20 Namespace           {ns}\n\
-         \x20 Secret              {ns}/{secret} (the member's token)\n\
+         \x20 Secret              {ns}/{secret} (a bound token of {sa}, {lifetime:?}, renewed by the control plane)\n\
          \x20 KubeFedCluster      {ns}/{name}:\n{yaml}",
         secret = opts.host_secret(),
         name = opts.cluster_name,
+        lifetime = opts.token_lifetime,
     ))
 }
 
@@ -292,7 +323,7 @@ mod tests {
             "ServiceAccount      kube-federation-system/cluster1-host",
             "ClusterRole         kubefed-controller-manager:cluster1-host",
             "ClusterRoleBinding  kubefed-controller-manager:cluster1-host",
-            "Secret              kube-federation-system/cluster1-host-token",
+            "Role, RoleBinding   kube-federation-system/cluster1-host-token-renewal",
             "Secret              kube-federation-system/cluster1-token",
             "kind: KubeFedCluster",
             "apiEndpoint: https://10.0.0.1:6443",

@@ -122,6 +122,16 @@ pub struct ControllerManagerArgs {
     /// grant `config/sharded/`'s Role).
     #[arg(long)]
     pub shard_member_work: bool,
+    /// Renew rotating member tokens at most this long after they were issued (default:
+    /// two thirds into their life). Tokens live 10 minutes at least, so a shorter interval
+    /// is for tests and drills; a renewal that fails is retried with backoff.
+    #[arg(long, value_parser = parse_duration, value_name = "DURATION")]
+    pub credential_renewal_interval: Option<Duration>,
+    /// Run the exec credential plugins KubeFedClusters name (`spec.exec`) when their
+    /// command lies in this directory; without the flag none runs (a plugin runs with the
+    /// controller-manager's rights, so only the plugins you installed there may).
+    #[arg(long, value_name = "DIR")]
+    pub exec_plugin_dir: Option<std::path::PathBuf>,
 }
 
 impl ControllerManagerArgs {
@@ -239,6 +249,8 @@ pub async fn run(
         namespace: namespace.clone(),
         profile_namespace: args.cluster_profile_namespace.clone(),
         shard_member_work: args.shard_member_work,
+        credential_renewal_interval: args.credential_renewal_interval,
+        exec_plugin_dir: args.exec_plugin_dir.clone(),
     };
     let metrics = Arc::new(Metrics::new());
     let leading = Gauge::<i64>::default();

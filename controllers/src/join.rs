@@ -1,13 +1,16 @@
 //! Joining a member cluster the way `kubefedctl join` does, and unjoining it.
 //!
 //! In the member: the control-plane namespace, a ServiceAccount `<cluster>-<host>`, a
-//! `kubernetes.io/service-account-token` Secret for it (required on Kubernetes ≥ 1.24,
-//! where token Secrets are no longer created automatically), and a ClusterRole +
-//! ClusterRoleBinding with what the controller needs there: read/write of the enabled
-//! types only, `/healthz`, `/version`, and updates of that one role (the control plane
-//! widens or narrows it as types are enabled or disabled); and the Multi-Cluster Services
-//! CRDs when the member has none. In the host: a Secret with the token and the
-//! KubeFedCluster. Every object is written with server-side apply, so joining again is safe.
+//! ClusterRole + ClusterRoleBinding with what the controller needs there: read/write of
+//! the enabled types only, `/healthz`, `/version`, and updates of that one role (the
+//! control plane widens or narrows it as types are enabled or disabled), a Role letting it
+//! request tokens of its own ServiceAccount only ([`crate::member_token`]); and the
+//! Multi-Cluster Services CRDs when the member has none. In the host: a Secret with a
+//! bound token of that ServiceAccount (TokenRequest, [`JoinOptions::token_lifetime`]),
+//! which the control plane renews before it expires, and the KubeFedCluster. No
+//! non-expiring token is made. Every object is written with server-side apply, so joining
+//! again is safe; [`rotate_credentials`] moves a cluster joined with a long-lived token to
+//! rotation without touching anything else.
 
 use std::{collections::BTreeMap, time::Duration};
 
@@ -19,7 +22,7 @@ use flotilla_api::{
 use k8s_openapi::{
     api::{
         core::v1::{Namespace, Secret, ServiceAccount},
-        rbac::v1::{ClusterRole, ClusterRoleBinding},
+        rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding},
     },
     apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition,
     apimachinery::pkg::apis::meta::v1::ObjectMeta,
@@ -31,7 +34,8 @@ use kube::{
 use serde_json::json;
 use tracing::{info, warn};
 
-use crate::{install, member_rbac};
+use crate::{install, member_rbac, member_token};
+use flotilla_core::credential::Rotation;
 
 /// Joining or unjoining failed.
 #[derive(Debug, thiserror::Error)]
@@ -55,11 +59,19 @@ pub enum JoinError {
         "cluster name {0:?} cannot be a Pull cluster: flotilla-cluster-<name> must be a DNS label (lowercase letters, digits, '-'; at most 63 characters)"
     )]
     InvalidPullName(String),
-    /// The member never filled in the service account token.
+    /// The member never filled in the service account token (a Pull cluster's agent token).
     #[error(
         "the member did not issue a token for service account {0} within {1:?}; is its kube-controller-manager running?"
     )]
     NoToken(String, Duration),
+    /// The requested token lifetime is shorter than the TokenRequest API grants.
+    #[error(
+        "a token lifetime of {0:?} is too short: the TokenRequest API grants 10 minutes or more"
+    )]
+    LifetimeTooShort(Duration),
+    /// The cluster to migrate is not a joined push cluster.
+    #[error("cluster {0} is not joined as a push cluster (no KubeFedCluster with a token Secret)")]
+    NotJoined(String),
 }
 
 /// What to join.
@@ -82,8 +94,8 @@ pub struct JoinOptions {
     pub secret_name: Option<String>,
     /// Fail when the cluster is already joined.
     pub error_on_existing: bool,
-    /// How long to wait for the member to issue the token.
-    pub token_timeout: Duration,
+    /// Lifetime of each member token; the control plane renews it two thirds in.
+    pub token_lifetime: Duration,
     /// A bearer token the member already accepts (say, a local test cluster's static admin
     /// token), stored in the host instead of a ServiceAccount token: no ServiceAccount,
     /// binding or token Secret is made in the member, so a member without a
@@ -103,7 +115,7 @@ impl JoinOptions {
             labels: BTreeMap::new(),
             secret_name: None,
             error_on_existing: false,
-            token_timeout: Duration::from_secs(60),
+            token_lifetime: flotilla_core::credential::DEFAULT_LIFETIME,
             token: None,
         }
     }
@@ -158,7 +170,9 @@ async fn create_member_role(
     let body = json!({
         "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
         "metadata": {"name": role},
-        "rules": member_rbac::rules::member_rules(&enabled, role),
+        // Tokens of imported ServiceAccounts are granted by the control plane as imports
+        // name them.
+        "rules": member_rbac::rules::member_rules(&enabled, role, &Default::default()),
     });
     apply_object(&roles, role, &body, "cluster role", "member").await?;
     Ok(())
@@ -204,7 +218,16 @@ pub async fn join(
     }
     ensure_mcs_crds(member, &opts.cluster_name).await;
     let (token, member_ca) = member_identity(host, member, opts).await?;
-    let secret_name = store_token(host, opts, token).await?;
+    let secret_name = match token {
+        Credential::Static(token) => store_token(host, opts, token).await?,
+        Credential::Bound(token, rotation) => {
+            let name = opts.host_secret();
+            member_token::store(host, ns, &name, &token, &rotation)
+                .await
+                .map_err(api_err(format!("writing secret {name}"), "host"))?;
+            name
+        }
+    };
     let ca = opts.ca_pem.clone().or(member_ca);
     let spec = KubeFedClusterSpec {
         api_endpoint: opts.api_endpoint.clone(),
@@ -214,6 +237,7 @@ pub async fn join(
         proxy_url: None,
         taints: Vec::new(),
         mode: None,
+        exec: None,
     };
     let body = json!({
         "apiVersion": format!("{}/{}", flotilla_api::CORE_GROUP, flotilla_api::V1BETA1),
@@ -277,22 +301,32 @@ async fn ensure_mcs_crds(member: &Client, cluster: &str) {
     }
 }
 
+/// The credential the host gets: a token the member already accepts, or a bound token of
+/// the control plane's ServiceAccount with its rotation.
+enum Credential {
+    Static(String),
+    Bound(member_token::Token, Rotation),
+}
+
 /// In the member: the control plane's ServiceAccount, its scoped ClusterRole and binding,
-/// and a token Secret; returns the token and the CA the member put beside it. With
-/// [`JoinOptions::token`], only the ClusterRole (kept in step by [`crate::member_rbac`])
-/// and that token.
+/// the Role to renew its own token, and a bound token; returns it with the member's CA.
+/// With [`JoinOptions::token`], only the ClusterRole (kept in step by
+/// [`crate::member_rbac`]) and that token.
 async fn member_identity(
     host: &Client,
     member: &Client,
     opts: &JoinOptions,
-) -> Result<(String, Option<String>), JoinError> {
+) -> Result<(Credential, Option<String>), JoinError> {
     let ns = &opts.namespace;
     let sa = opts.service_account();
     let role = opts.role_name();
+    if opts.token.is_none() && opts.token_lifetime < flotilla_core::credential::MIN_LIFETIME {
+        return Err(JoinError::LifetimeTooShort(opts.token_lifetime));
+    }
     create_member_role(host, member, ns, &role).await?;
     if let Some(token) = &opts.token {
         // Credentials the member already accepts: nothing to issue.
-        return Ok((token.clone(), None));
+        return Ok((Credential::Static(token.clone()), None));
     }
     let sas: Api<ServiceAccount> = Api::namespaced(member.clone(), ns);
     let body = json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": sa}});
@@ -305,25 +339,108 @@ async fn member_identity(
         "subjects": [{"kind": "ServiceAccount", "name": sa, "namespace": ns}]
     });
     apply_object(&bindings, &role, &body, "cluster role binding", "member").await?;
-    // Token Secrets are no longer created automatically from Kubernetes 1.24 on; one
-    // created explicitly is still filled in by the member's token controller.
-    let member_secrets: Api<Secret> = Api::namespaced(member.clone(), ns);
-    let token_secret = format!("{sa}-token");
-    let body = json!({
-        "apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/service-account-token",
-        "metadata": {"name": token_secret, "annotations": {"kubernetes.io/service-account.name": sa}}
-    });
-    apply_object(
-        &member_secrets,
-        &token_secret,
-        &body,
-        "token secret",
-        "member",
-    )
-    .await?;
-    wait_for_token(&member_secrets, &token_secret, opts.token_timeout)
-        .await?
-        .ok_or_else(|| JoinError::NoToken(sa.clone(), opts.token_timeout))
+    let (token, rotation) = bound_token(member, opts).await?;
+    let ca = member_token::member_ca(member, ns)
+        .await
+        .map_err(api_err("reading the member's root CA", "member"))?;
+    Ok((Credential::Bound(token, rotation), ca))
+}
+
+/// The renewal Role, then a bound token of the control plane's ServiceAccount.
+async fn bound_token(
+    member: &Client,
+    opts: &JoinOptions,
+) -> Result<(member_token::Token, Rotation), JoinError> {
+    let (ns, sa) = (&opts.namespace, opts.service_account());
+    member_token::ensure_renewal_role(member, ns, &sa)
+        .await
+        .map_err(api_err(
+            format!("writing the token renewal role of {sa}"),
+            "member",
+        ))?;
+    member_token::request(member, ns, &sa, opts.token_lifetime)
+        .await
+        .map_err(api_err(
+            format!("requesting a token of service account {sa}"),
+            "member",
+        ))
+}
+
+/// What [`rotate_credentials`] did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Rotated {
+    /// The host Secret now holding a bound token.
+    pub secret: String,
+    /// When that token expires.
+    pub expires_at: k8s_openapi::jiff::Timestamp,
+    /// Whether the long-lived token Secret `flotilla join` used to create was deleted
+    /// (its token is refused from then on).
+    pub legacy_secret_deleted: bool,
+}
+
+/// Moves a push cluster joined with a long-lived token to a bound, rotating one: in the
+/// member the ServiceAccount and the renewal Role (nothing else), in the host the token
+/// Secret the KubeFedCluster names; then the long-lived token Secret `<sa>-token` of an
+/// earlier `flotilla join` is deleted, which revokes its token. No propagated object and
+/// no other member object is written.
+pub async fn rotate_credentials(
+    host: &Client,
+    member: &Client,
+    opts: &JoinOptions,
+) -> Result<Rotated, JoinError> {
+    let ns = &opts.namespace;
+    if opts.token_lifetime < flotilla_core::credential::MIN_LIFETIME {
+        return Err(JoinError::LifetimeTooShort(opts.token_lifetime));
+    }
+    let kfcs: Api<KubeFedCluster> = Api::namespaced(host.clone(), ns);
+    let kfc = kfcs
+        .get_opt(&opts.cluster_name)
+        .await
+        .map_err(api_err("reading the KubeFedCluster", "host"))?
+        .filter(|k| !k.spec.is_pull())
+        .ok_or_else(|| JoinError::NotJoined(opts.cluster_name.clone()))?;
+    let sa = opts.service_account();
+    let sas: Api<ServiceAccount> = Api::namespaced(member.clone(), ns);
+    let body = json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": sa}});
+    apply_object(&sas, &sa, &body, "service account", "member").await?;
+    let (token, rotation) = bound_token(member, opts).await?;
+    let secret = kfc.spec.secret_ref.name.clone();
+    member_token::store(host, ns, &secret, &token, &rotation)
+        .await
+        .map_err(api_err(format!("writing secret {secret}"), "host"))?;
+    let legacy: Api<Secret> = Api::namespaced(member.clone(), ns);
+    let legacy_name = format!("{sa}-token");
+    let legacy_secret_deleted = match legacy.get_opt(&legacy_name).await {
+        Ok(Some(s)) if is_token_secret_of(&s, &sa) => {
+            legacy
+                .delete(&legacy_name, &DeleteParams::default())
+                .await
+                .map_err(api_err(format!("deleting secret {legacy_name}"), "member"))?;
+            true
+        }
+        Ok(_) => false,
+        Err(e) => {
+            return Err(api_err(format!("reading secret {legacy_name}"), "member")(
+                e,
+            ));
+        }
+    };
+    info!(cluster = %opts.cluster_name, expires_at = %rotation.expires_at, "member credential moved to rotation");
+    Ok(Rotated {
+        secret,
+        expires_at: rotation.expires_at,
+        legacy_secret_deleted,
+    })
+}
+
+/// Whether `secret` is a `kubernetes.io/service-account-token` Secret of `sa`.
+fn is_token_secret_of(secret: &Secret, sa: &str) -> bool {
+    use kube::ResourceExt as _;
+    secret.type_.as_deref() == Some("kubernetes.io/service-account-token")
+        && secret
+            .annotations()
+            .get("kubernetes.io/service-account.name")
+            .is_some_and(|n| n == sa)
 }
 
 /// In the host: the Secret holding the member token; returns its name.
@@ -353,34 +470,6 @@ async fn store_token(
     body["kind"] = json!("Secret");
     apply_object(&host_secrets, &secret_name, &body, "secret", "host").await?;
     Ok(secret_name)
-}
-
-async fn wait_for_token(
-    secrets: &Api<Secret>,
-    name: &str,
-    timeout: Duration,
-) -> Result<Option<(String, Option<String>)>, JoinError> {
-    let deadline = tokio::time::Instant::now() + timeout;
-    loop {
-        let secret = secrets
-            .get_opt(name)
-            .await
-            .map_err(api_err(format!("reading token secret {name}"), "member"))?;
-        if let Some(data) = secret.and_then(|s| s.data)
-            && let Some(token) = data
-                .get("token")
-                .and_then(|t| String::from_utf8(t.0.clone()).ok())
-        {
-            let ca = data
-                .get("ca.crt")
-                .and_then(|c| String::from_utf8(c.0.clone()).ok());
-            return Ok(Some((token, ca)));
-        }
-        if tokio::time::Instant::now() >= deadline {
-            return Ok(None);
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
 }
 
 /// Removes what [`join`] created. `member` is `None` when the member cannot be reached
@@ -423,6 +512,16 @@ pub async fn unjoin(
         let roles: Api<ClusterRole> = Api::all(member.clone());
         ignore_missing(roles.delete(&role, &dp).await.map(|_| ()))
             .map_err(api_err(format!("deleting cluster role {role}"), "member"))?;
+        let renewal = member_token::renewal_role(&sa);
+        let role_bindings: Api<RoleBinding> = Api::namespaced(member.clone(), ns);
+        ignore_missing(role_bindings.delete(&renewal, &dp).await.map(|_| ())).map_err(api_err(
+            format!("deleting role binding {renewal}"),
+            "member",
+        ))?;
+        let renewal_roles: Api<Role> = Api::namespaced(member.clone(), ns);
+        ignore_missing(renewal_roles.delete(&renewal, &dp).await.map(|_| ()))
+            .map_err(api_err(format!("deleting role {renewal}"), "member"))?;
+        // The long-lived token Secret of a cluster joined before rotation.
         let member_secrets: Api<Secret> = Api::namespaced(member.clone(), ns);
         ignore_missing(
             member_secrets

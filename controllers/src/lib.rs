@@ -19,6 +19,7 @@ pub mod leader;
 pub mod manager;
 pub mod mcs;
 pub mod member_rbac;
+pub mod member_token;
 pub mod metrics;
 pub mod multicluster;
 #[cfg(test)]

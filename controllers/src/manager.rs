@@ -43,6 +43,12 @@ pub struct Options {
     /// Member work is sharded over every replica ([`crate::sharded`]): the leader's member
     /// RBAC covers only Pull members.
     pub shard_member_work: bool,
+    /// `--credential-renewal-interval`: rotating member tokens are renewed at most this
+    /// long after they were issued (two thirds of their life otherwise).
+    pub credential_renewal_interval: Option<std::time::Duration>,
+    /// `--exec-plugin-dir`: KubeFedClusters' exec credential plugins under this directory
+    /// run; none without it.
+    pub exec_plugin_dir: Option<std::path::PathBuf>,
 }
 
 impl Options {
@@ -52,6 +58,8 @@ impl Options {
             namespace: namespace.to_string(),
             profile_namespace: None,
             shard_member_work: false,
+            credential_renewal_interval: None,
+            exec_plugin_dir: None,
         }
     }
 
@@ -72,7 +80,16 @@ impl ControlPlane {
     pub fn start_with(host: Client, options: &Options, metrics: Arc<Metrics>) -> ControlPlane {
         let namespace = options.namespace.as_str();
         let clusters = ClusterSet::new();
-        let registry = registry::start(host.clone(), namespace, clusters.clone(), metrics.clone());
+        let registry = registry::start_with(
+            host.clone(),
+            namespace,
+            clusters.clone(),
+            metrics.clone(),
+            registry::RegistryOptions {
+                renewal_interval: options.credential_renewal_interval,
+                exec_plugin_dir: options.exec_plugin_dir.clone(),
+            },
+        );
         let (member_tx, member_rx) = tokio::sync::mpsc::unbounded_channel();
         let resources = Arc::new(crate::capacity::MemberResources::start(
             clusters.clone(),

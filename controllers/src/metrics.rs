@@ -189,6 +189,24 @@ pub struct ProbeLabels {
     pub result: ProbeResult,
 }
 
+/// Outcome of one member token renewal, as a bounded label value.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
+pub enum RenewalResult {
+    /// A new token was issued and stored.
+    Renewed,
+    /// The TokenRequest or the Secret write failed.
+    Failed,
+}
+
+/// Label set of a renewal counter.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RenewalLabels {
+    /// Name of the KubeFedCluster.
+    pub cluster: String,
+    /// What the renewal did.
+    pub result: RenewalResult,
+}
+
 fn probe_histogram() -> Histogram {
     // 5 ms … ~10 s: loopback answers in milliseconds, a probe timeout is seconds.
     Histogram::new(exponential_buckets(0.005, 2.0, 12))
@@ -214,6 +232,13 @@ families! {
         /// `flotilla_cluster_probes_total{cluster,result}`: probes by outcome.
         probes: Family<ProbeLabels, Counter> = Family::default(),
             "cluster_probes", "Health probes of member clusters by outcome";
+        /// `flotilla_credential_renewals_total{cluster,result}`: member token renewals.
+        renewals: Family<RenewalLabels, Counter> = Family::default(),
+            "credential_renewals", "Renewals of rotating member tokens by outcome";
+        /// `flotilla_credential_expiry_timestamp_seconds{cluster}`: when the member token
+        /// the control plane holds expires (alert on `- time() < 600`).
+        expiry: Family<ClusterLabels, Gauge> = Family::default(),
+            "credential_expiry_timestamp" in Seconds, "Expiry (Unix time) of the rotating member token the control plane holds";
     }
 }
 
@@ -231,8 +256,35 @@ impl ClusterMetrics {
             .inc();
     }
 
+    /// Records one renewal attempt and the expiry of the token held after it.
+    pub fn observe_renewal(
+        &self,
+        cluster: &str,
+        result: RenewalResult,
+        held: &flotilla_core::credential::Rotation,
+    ) {
+        let cluster = cluster.to_owned();
+        self.expiry
+            .get_or_create(&ClusterLabels {
+                cluster: cluster.clone(),
+            })
+            .set(held.expires_at.as_second());
+        self.renewals
+            .get_or_create(&RenewalLabels { cluster, result })
+            .inc();
+    }
+
     /// Drops the per-cluster series of a cluster that left the registry.
     pub fn forget_cluster(&self, cluster: &str) {
+        self.expiry.remove(&ClusterLabels {
+            cluster: cluster.to_owned(),
+        });
+        for result in [RenewalResult::Renewed, RenewalResult::Failed] {
+            self.renewals.remove(&RenewalLabels {
+                cluster: cluster.to_owned(),
+                result,
+            });
+        }
         self.probe_duration.remove(&ClusterLabels {
             cluster: cluster.to_owned(),
         });

@@ -16,6 +16,7 @@
 pub mod agent_role;
 pub mod alpha;
 pub mod capacity;
+pub mod credential;
 pub mod defaults;
 pub mod dependencies;
 pub mod dependency_plan;

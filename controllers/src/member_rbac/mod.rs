@@ -2,8 +2,9 @@
 //! KubeFedCluster's `flotilla.io/member-cluster-role` annotation by `flotilla join`) grants
 //! exactly the target types of the enabled FederatedTypeConfigs ([`rules`]), and this
 //! controller keeps it in step when a type is enabled or disabled — on every joined member,
-//! including those joined before the change. It reads the role first and writes only when
-//! the rules differ, so a restart writes nothing when nothing changed.
+//! including those joined before the change; and grants token requests for exactly the
+//! ServiceAccounts that ServiceAccountImports name in each member. It reads the role first
+//! and writes only when the rules differ, so a restart writes nothing when nothing changed.
 
 pub mod rules;
 pub mod scope;
@@ -15,7 +16,11 @@ use flotilla_multicluster::{
     runner::{Action, PassRunner, Wake},
     tasks::AbortOnDrop,
 };
-use std::{collections::HashMap, sync::Arc, time::Duration};
+use std::{
+    collections::{BTreeSet, HashMap},
+    sync::Arc,
+    time::Duration,
+};
 
 use flotilla_api::{FIELD_MANAGER, FederatedTypeConfig, KubeFedCluster, MEMBER_ROLE_ANNOTATION};
 use k8s_openapi::api::rbac::v1::{ClusterRole, PolicyRule};
@@ -33,8 +38,9 @@ use tracing::{debug, info, warn};
 
 use crate::{
     multicluster::ClusterSet,
-    watch::{WatchParams, notifying_store},
+    watch::{FailureLog, WatchParams, notifying_store, notifying_store_with},
 };
+use flotilla_api::admiralty::{AnyImport, ImportGroup};
 
 /// How often every member's role is checked again even without a change (a role edited
 /// in the member by hand is put back).
@@ -54,11 +60,20 @@ pub async fn run(host: Client, namespace: String, clusters: ClusterSet, scope: S
         WatchParams::host("kubefed cluster"),
         &changed,
     );
+    // Imports are not gated on: Admiralty's CRD is optional, and its store may never fill.
+    let (imports, import_watches) = import_stores(&host, &changed);
     let (gate, gate_task) = {
         let (ftcs, kfcs) = (ftcs.clone(), kfcs.clone());
         Gate::after(async move { store_ready(&ftcs).await && store_ready(&kfcs).await })
     };
-    let _abort = AbortOnDrop::from([ftc_watch, kfc_watch, gate_task]);
+    let [flotilla_imports, admiralty_imports] = import_watches;
+    let _abort = AbortOnDrop::from([
+        ftc_watch,
+        kfc_watch,
+        gate_task,
+        flotilla_imports,
+        admiralty_imports,
+    ]);
     let recorder = crate::events::recorder(host.clone(), "flotilla-member-rbac");
     // The first pass waits for the stores' first lists, which wake it.
     let mut runner = PassRunner::new("member-rbac", changed)
@@ -73,6 +88,7 @@ pub async fn run(host: Client, namespace: String, clusters: ClusterSet, scope: S
         let members = Members {
             clusters: &clusters,
             scope,
+            imports: &imports,
         };
         reconcile_all(&host, &recorder, &ftcs, &kfcs, members, &mut applied).await;
         // Failures are said as Events and retried on the next change or recheck, as
@@ -81,11 +97,47 @@ pub async fn run(host: Client, namespace: String, clusters: ClusterSet, scope: S
     }
 }
 
-/// The members a pass covers: the Push ones with a client in `clusters`, as `scope` says.
+/// The members a pass covers: the Push ones with a client in `clusters`, as `scope` says,
+/// and the ServiceAccountImports naming them.
 #[derive(Clone, Copy)]
 struct Members<'a> {
     clusters: &'a ClusterSet,
     scope: Scope,
+    imports: &'a [Store<AnyImport>; 2],
+}
+
+/// Stores of both groups' ServiceAccountImports, each change waking a pass.
+fn import_stores(
+    host: &Client,
+    changed: &Arc<Notify>,
+) -> ([Store<AnyImport>; 2], [tokio::task::JoinHandle<()>; 2]) {
+    let store = |group: ImportGroup| {
+        let ar = group.api_resource();
+        let mut params = WatchParams::host("ServiceAccountImport");
+        // Admiralty's CRD is optional: until it is installed, its watch fails quietly.
+        if group == ImportGroup::Admiralty {
+            params.failures = FailureLog::Debug;
+        }
+        notifying_store_with(
+            Api::<AnyImport>::all_with(host.clone(), &ar),
+            ar,
+            params,
+            changed,
+        )
+    };
+    let (a, a_task) = store(ImportGroup::Flotilla);
+    let (b, b_task) = store(ImportGroup::Admiralty);
+    ([a, b], [a_task, b_task])
+}
+
+/// Names of the member ServiceAccounts the imports name in `cluster`.
+fn imported_accounts(imports: &[Store<AnyImport>; 2], cluster: &str) -> BTreeSet<String> {
+    imports
+        .iter()
+        .flat_map(|s| s.state())
+        .filter(|i| i.spec.cluster_name == cluster)
+        .map(|i| i.spec.name.clone())
+        .collect()
 }
 
 async fn reconcile_all(
@@ -96,7 +148,11 @@ async fn reconcile_all(
     members: Members<'_>,
     applied: &mut HashMap<String, Vec<PolicyRule>>,
 ) {
-    let Members { clusters, scope } = members;
+    let Members {
+        clusters,
+        scope,
+        imports,
+    } = members;
     let types = rules::enabled_types(ftcs.state().iter().map(|f| &**f));
     for kfc in kfcs.state() {
         let name = kfc.name_any();
@@ -119,7 +175,7 @@ async fn reconcile_all(
         else {
             continue;
         };
-        let rules = rules::member_rules(&types, role);
+        let rules = rules::member_rules(&types, role, &imported_accounts(imports, &name));
         if applied.get(&name) == Some(&rules) {
             continue;
         }

@@ -1,7 +1,8 @@
 //! What the control plane may do in a member cluster, as RBAC rules: read and write the
 //! target types of the enabled FederatedTypeConfigs, call the health and version
-//! endpoints, request tokens of ServiceAccounts for ServiceAccountImports
-//! (`serviceaccounts/token` create — no read of ServiceAccounts or their Secrets), and keep
+//! endpoints, request tokens of the ServiceAccounts that ServiceAccountImports name in that
+//! member, by name (`serviceaccounts/token` create — no read of ServiceAccounts or their
+//! Secrets; its own token is renewed through a Role of [`crate::member_token`]), and keep
 //! its own ClusterRole in step with the enabled types, and what Multi-Cluster Services need
 //! ([`mcs_rules`]), reading Nodes and Pods (member capacity), and with a workload type
 //! enabled, the copies of the dependencies that
@@ -115,13 +116,19 @@ pub fn type_rules(types: &BTreeSet<(String, String)>) -> Vec<PolicyRule> {
         .collect()
 }
 
-/// The rules of the member ClusterRole named `role`, for the given target types.
+/// The rules of the member ClusterRole named `role`, for the given target types and the
+/// ServiceAccounts (by name) that ServiceAccountImports of this member name: with none,
+/// the credential may request no token but its own (a Role beside the ServiceAccount).
 ///
 /// The last rule lets the credential update this one ClusterRole — with `escalate`, so it
 /// can add the rules of a type enabled later without an administrator. That keeps types
 /// enabled after the join working; the cost is that whoever holds the token could widen
 /// its own role (an auditable change to one named object). See docs/operations.md.
-pub fn member_rules(types: &BTreeSet<(String, String)>, role: &str) -> Vec<PolicyRule> {
+pub fn member_rules(
+    types: &BTreeSet<(String, String)>,
+    role: &str,
+    imported: &BTreeSet<String>,
+) -> Vec<PolicyRule> {
     let strings = |items: &[&str]| items.iter().map(|s| s.to_string()).collect::<Vec<_>>();
     let mut rules = type_rules(types);
     // The About API: the properties a member declares reach its ClusterProfile.
@@ -145,12 +152,15 @@ pub fn member_rules(types: &BTreeSet<(String, String)>, role: &str) -> Vec<Polic
         verbs: vec!["get".into()],
         ..PolicyRule::default()
     });
-    rules.push(PolicyRule {
-        api_groups: Some(vec![String::new()]),
-        resources: Some(vec![TOKEN_REQUEST_RESOURCE.into()]),
-        verbs: vec!["create".into()],
-        ..PolicyRule::default()
-    });
+    if !imported.is_empty() {
+        rules.push(PolicyRule {
+            api_groups: Some(vec![String::new()]),
+            resources: Some(vec![TOKEN_REQUEST_RESOURCE.into()]),
+            resource_names: Some(imported.iter().cloned().collect()),
+            verbs: vec!["create".into()],
+            ..PolicyRule::default()
+        });
+    }
     rules.push(PolicyRule {
         api_groups: Some(vec!["rbac.authorization.k8s.io".into()]),
         resources: Some(vec!["clusterroles".into()]),
@@ -211,7 +221,11 @@ mod tests {
             (String::new(), "services".to_string()),
             ("apps".to_string(), "deployments".to_string()),
         ]);
-        let rules = member_rules(&types, "kubefed-controller-manager:m1-host");
+        let rules = member_rules(
+            &types,
+            "kubefed-controller-manager:m1-host",
+            &BTreeSet::from(["imported".to_string()]),
+        );
         assert_eq!(rules[0].api_groups, Some(vec![String::new()]));
         assert_eq!(
             rules[0].resources,
@@ -231,8 +245,19 @@ mod tests {
     }
 
     #[test]
-    fn service_account_tokens_may_be_requested_but_service_accounts_not_read() {
-        let rules = member_rules(&BTreeSet::new(), "role-x");
+    fn tokens_of_imported_service_accounts_only_may_be_requested_and_none_read() {
+        assert!(
+            !member_rules(&BTreeSet::new(), "role-x", &BTreeSet::new())
+                .iter()
+                .any(|r| r
+                    .resources
+                    .iter()
+                    .flatten()
+                    .any(|s| s.starts_with("serviceaccounts"))),
+            "a token rule without imports"
+        );
+        let imported = BTreeSet::from(["app".to_string()]);
+        let rules = member_rules(&BTreeSet::new(), "role-x", &imported);
         let token: Vec<_> = rules
             .iter()
             .filter(|r| {
@@ -248,6 +273,7 @@ mod tests {
             Some(vec![TOKEN_REQUEST_RESOURCE.to_string()])
         );
         assert_eq!(token[0].verbs, vec!["create".to_string()]);
+        assert_eq!(token[0].resource_names, Some(vec!["app".to_string()]));
         assert_eq!(token[0].api_groups, Some(vec![String::new()]));
     }
 
@@ -270,7 +296,7 @@ mod tests {
 
     #[test]
     fn the_role_may_only_update_itself() {
-        let rules = member_rules(&BTreeSet::new(), "role-x");
+        let rules = member_rules(&BTreeSet::new(), "role-x", &BTreeSet::new());
         let own = rules.last().expect("a rule for the role itself");
         assert_eq!(own.resource_names, Some(vec!["role-x".to_string()]));
         assert!(own.verbs.contains(&"escalate".to_string()));

@@ -6,6 +6,8 @@ use flotilla_api::core::{condition, reason};
 use flotilla_api::{ClusterCondition, KubeFedClusterStatus};
 
 use crate::metrics::ProbeResult;
+use flotilla_core::credential::{self, RenewalState};
+use k8s_openapi::jiff::Timestamp;
 
 /// Longest excerpt of a `/healthz` body or error kept in a condition message.
 const MAX_DETAIL: usize = 256;
@@ -39,6 +41,12 @@ pub enum Health {
         /// The exact problem.
         problem: String,
     },
+    /// The member refused or could not be asked, and the rotating token the control plane
+    /// holds has expired (every renewal before its expiry failed).
+    CredentialExpired {
+        /// The `CredentialRenewed` condition's message.
+        message: String,
+    },
 }
 
 impl Health {
@@ -55,6 +63,7 @@ impl Health {
             Health::Unauthorized { .. } => reason::CLUSTER_UNAUTHORIZED,
             Health::Offline { .. } => reason::CLUSTER_NOT_REACHABLE,
             Health::Malformed { .. } => reason::CLUSTER_CONFIG_MALFORMED,
+            Health::CredentialExpired { .. } => reason::CLUSTER_CREDENTIAL_EXPIRED,
         }
     }
 
@@ -64,7 +73,9 @@ impl Health {
         match self {
             Health::Ready => Some(ProbeResult::Ready),
             Health::NotReady { .. } => Some(ProbeResult::NotReady),
-            Health::Unauthorized { .. } => Some(ProbeResult::Unauthorized),
+            Health::Unauthorized { .. } | Health::CredentialExpired { .. } => {
+                Some(ProbeResult::Unauthorized)
+            }
             Health::Offline { .. } => Some(ProbeResult::Offline),
             Health::Malformed { .. } => None,
         }
@@ -84,8 +95,35 @@ impl Health {
             ),
             Health::Offline { error } => format!("cluster is not reachable: {error}"),
             Health::Malformed { problem } => problem.clone(),
+            Health::CredentialExpired { message } => format!(
+                "{message}; renew it with `flotilla join --rotate-credentials` (docs/operations.md)"
+            ),
         }
     }
+}
+
+/// The verdict once the rotating token is past its expiry: any unready outcome is the
+/// expired credential (the member refuses it, or cannot even be asked); a Ready probe
+/// means the member still took it (clock skew) and stands.
+pub fn expired_credential(
+    outcome: Health,
+    credential: Option<&RenewalState>,
+    now: Timestamp,
+) -> Health {
+    match credential {
+        Some(state) if !outcome.is_ready() && now >= state.expires_at => {
+            Health::CredentialExpired {
+                message: credential::condition(state, now).2,
+            }
+        }
+        _ => outcome,
+    }
+}
+
+/// The `CredentialRenewed` condition of a cluster whose token is rotated.
+pub fn credential_condition(state: &RenewalState, now: Timestamp) -> Cond {
+    let (status, reason, message) = credential::condition(state, now);
+    (credential::CONDITION, status, reason.as_str(), message)
 }
 
 /// Cuts a probe detail to a bounded, single-line excerpt.
@@ -159,7 +197,7 @@ impl HealthTracker {
 }
 
 /// One condition without its times: (type, status, reason, message).
-type Cond = (&'static str, &'static str, &'static str, String);
+pub type Cond = (&'static str, &'static str, &'static str, String);
 
 /// The conditions describing a state, Ready first.
 ///
@@ -183,6 +221,15 @@ pub fn conditions(health: &Health) -> Vec<Cond> {
                 condition::OFFLINE,
                 "True",
                 reason::CLUSTER_NOT_REACHABLE,
+                health.message(),
+            ),
+        ],
+        Health::CredentialExpired { .. } => vec![
+            ready("False"),
+            (
+                condition::OFFLINE,
+                "True",
+                reason::CLUSTER_CREDENTIAL_EXPIRED,
                 health.message(),
             ),
         ],
@@ -210,9 +257,11 @@ pub fn next_status(
     version: Option<&str>,
     now: &str,
     refresh: bool,
+    extra: &[Cond],
 ) -> KubeFedClusterStatus {
     let conditions = conditions(health)
         .into_iter()
+        .chain(extra.iter().cloned())
         .map(|(type_, status, reason, message)| {
             let old = previous.condition(type_);
             let same_status = old.is_some_and(|o| o.status == status);
@@ -392,8 +441,16 @@ mod tests {
             Some("v1.20.2"),
             "2024-01-01T00:00:00Z",
             false,
+            &[],
         );
-        let second = next_status(&first, &Health::Ready, None, "2024-01-01T00:00:10Z", false);
+        let second = next_status(
+            &first,
+            &Health::Ready,
+            None,
+            "2024-01-01T00:00:10Z",
+            false,
+            &[],
+        );
         assert!(!status_changed(&first, &second));
         assert_eq!(first, second);
         assert_eq!(second.kubernetes_version.as_deref(), Some("v1.20.2"));
@@ -407,6 +464,7 @@ mod tests {
             None,
             "t0",
             false,
+            &[],
         );
         let not_ready = next_status(
             &ready,
@@ -417,6 +475,7 @@ mod tests {
             None,
             "t1",
             false,
+            &[],
         );
         assert!(status_changed(&ready, &not_ready));
         let ready_cond = not_ready.condition(condition::READY).cloned();
@@ -439,8 +498,9 @@ mod tests {
             None,
             "t0",
             false,
+            &[],
         );
-        let refreshed = next_status(&first, &Health::Ready, None, "t9", true);
+        let refreshed = next_status(&first, &Health::Ready, None, "t9", true, &[]);
         assert!(!status_changed(&first, &refreshed));
         assert!(
             refreshed
@@ -454,6 +514,41 @@ mod tests {
                 .iter()
                 .all(|c| c.last_transition_time.as_deref() == Some("t0"))
         );
+    }
+
+    #[test]
+    fn an_expired_rotating_token_turns_an_unready_probe_into_offline_with_that_reason() {
+        let state = RenewalState {
+            expires_at: "2026-01-01T01:00:00Z".parse().expect("a time"),
+            failures: 4,
+            last_error: Some("no answer".into()),
+        };
+        let before: Timestamp = "2026-01-01T00:59:00Z".parse().expect("a time");
+        let after: Timestamp = "2026-01-01T01:00:01Z".parse().expect("a time");
+        let refused = || Health::Unauthorized {
+            status: 401,
+            secret: "ns/member1-token".into(),
+        };
+        assert_eq!(
+            expired_credential(refused(), Some(&state), before),
+            refused()
+        );
+        assert_eq!(expired_credential(refused(), None, after), refused());
+        assert_eq!(
+            expired_credential(Health::Ready, Some(&state), after),
+            Health::Ready
+        );
+        let expired = expired_credential(offline(), Some(&state), after);
+        let conds = conditions(&expired);
+        assert_eq!(
+            (conds[1].0, conds[1].1, conds[1].2),
+            (
+                condition::OFFLINE,
+                "True",
+                reason::CLUSTER_CREDENTIAL_EXPIRED
+            )
+        );
+        assert!(conds[1].3.contains("expired at"), "{}", conds[1].3);
     }
 
     #[test]

@@ -10,7 +10,8 @@
 //!   spec or the token changes, and removes it when the KubeFedCluster is deleted;
 //! - the **gauge** task keeps the cluster gauges of [`Metrics`] in step with the set.
 //!
-//! The cluster task runs one health worker per cluster (see [`probe`]). A problem with one
+//! The cluster task runs one health worker per cluster (see [`probe`]) and, for a push
+//! member whose token rotates, one token renewer (see [`renewal`]). A problem with one
 //! cluster's input (missing Secret, bad CA, bad URL) becomes that cluster's
 //! ConfigMalformed condition and never touches another cluster.
 
@@ -20,6 +21,7 @@ pub mod config;
 pub mod health;
 pub mod heartbeat;
 pub mod probe;
+pub mod renewal;
 pub mod unreachable;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
@@ -37,8 +39,10 @@ use tracing::{debug, info, instrument, warn};
 
 use self::client::ClientInputs;
 use self::probe::{Shared, WorkerInput};
+use self::renewal::RenewalInput;
 use crate::metrics::{ClusterModeLabels, Metrics};
 use crate::multicluster::ClusterSet;
+use flotilla_core::credential::Rotation;
 use flotilla_multicluster::kubefed::{
     client::ClientError,
     watch::{Affected, watch_registry},
@@ -134,6 +138,28 @@ pub fn start(
     set: ClusterSet,
     metrics: Arc<Metrics>,
 ) -> RegistryHandle {
+    start_with(host, namespace, set, metrics, RegistryOptions::default())
+}
+
+/// What the registry may do beyond kubefed's defaults.
+#[derive(Clone, Debug, Default)]
+pub struct RegistryOptions {
+    /// `--credential-renewal-interval`: rotating member tokens are renewed at most this
+    /// long after they were issued (two thirds of their life otherwise).
+    pub renewal_interval: Option<std::time::Duration>,
+    /// `--exec-plugin-dir`: exec credential plugins (`spec.exec`) under this directory
+    /// run; none without it.
+    pub exec_plugin_dir: Option<std::path::PathBuf>,
+}
+
+/// [`start`] with [`RegistryOptions`].
+pub fn start_with(
+    host: Client,
+    namespace: impl Into<String>,
+    set: ClusterSet,
+    metrics: Arc<Metrics>,
+    options: RegistryOptions,
+) -> RegistryHandle {
     let namespace = namespace.into();
     let (config_tx, config_rx) = watch::channel(EffectiveConfig::default());
     let config_task = tokio::spawn(config::run(
@@ -146,6 +172,7 @@ pub fn start(
         namespace,
         config: config_rx.clone(),
         metrics: metrics.clone(),
+        options,
     });
     let gauge_task = tokio::spawn(run_gauges(set, metrics));
     RegistryHandle {
@@ -182,12 +209,15 @@ async fn run_gauges(set: ClusterSet, metrics: Arc<Metrics>) {
     }
 }
 
-/// A health worker and what its current client was built from.
+/// A health worker and token renewer, and what their current client was built from.
 struct Worker {
     inputs: ClientInputs,
+    rotation: Option<Rotation>,
     uid: Option<String>,
     input: watch::Sender<WorkerInput>,
+    renewal: watch::Sender<RenewalInput>,
     _task: TaskGuard,
+    _renewer: TaskGuard,
 }
 
 /// The cluster task's state: both caches and the workers.
@@ -197,6 +227,7 @@ struct Registry {
     secrets: Store<Secret>,
     workers: HashMap<String, Worker>,
     shared: Arc<Shared>,
+    exec_plugin_dir: Option<std::path::PathBuf>,
 }
 
 /// The registry as a cluster provider: KubeFedClusters and their Secrets in, clusters
@@ -207,6 +238,7 @@ pub struct RegistryProvider {
     namespace: String,
     config: watch::Receiver<EffectiveConfig>,
     metrics: Arc<Metrics>,
+    options: RegistryOptions,
 }
 
 impl Provider for RegistryProvider {
@@ -216,6 +248,7 @@ impl Provider for RegistryProvider {
             namespace,
             config,
             metrics,
+            options,
         } = *self;
         let shared = Arc::new(Shared {
             api: Api::namespaced(host.clone(), &namespace),
@@ -223,10 +256,14 @@ impl Provider for RegistryProvider {
             config,
             metrics,
             recorder: crate::events::recorder(host.clone(), REPORTING_CONTROLLER),
+            namespace: namespace.clone(),
+            renewal_interval: options.renewal_interval,
+            credentials: Default::default(),
         });
+        let exec_plugin_dir = options.exec_plugin_dir;
         Box::pin(async move {
             tokio::select! {
-                _ = run_clusters(host, namespace, shared) => {}
+                _ = run_clusters(host, namespace, shared, exec_plugin_dir) => {}
                 _ = stop.cancelled() => {}
             }
             // The control plane's set holds the registry's clusters only.
@@ -238,7 +275,12 @@ impl Provider for RegistryProvider {
 }
 
 /// Follows the registry until its watch ends.
-async fn run_clusters(host: Client, namespace: String, shared: Arc<Shared>) {
+async fn run_clusters(
+    host: Client,
+    namespace: String,
+    shared: Arc<Shared>,
+    exec_plugin_dir: Option<std::path::PathBuf>,
+) {
     let (caches, changes) = watch_registry(host, &namespace);
     futures::pin_mut!(changes);
     let mut registry = Registry {
@@ -247,6 +289,7 @@ async fn run_clusters(host: Client, namespace: String, shared: Arc<Shared>) {
         secrets: caches.secrets,
         workers: HashMap::new(),
         shared,
+        exec_plugin_dir,
     };
     while let Some(affected) = changes.next().await {
         let names = match affected {
@@ -278,6 +321,18 @@ fn build_client(inputs: &ClientInputs, pull: bool) -> Result<Client, String> {
     }
 }
 
+/// The rotation a token Secret's annotations describe; a malformed one is said in a
+/// warning and the token is then not renewed (it still works until it expires).
+fn rotation_of(secret: &Secret) -> Option<Rotation> {
+    match Rotation::from_annotations(secret.annotations()) {
+        Ok(rotation) => rotation,
+        Err(error) => {
+            warn!(secret = %secret.name_any(), %error, "the token Secret's rotation annotations are malformed; the token is not renewed");
+            None
+        }
+    }
+}
+
 impl Registry {
     fn all_names(&self) -> BTreeSet<String> {
         self.clusters
@@ -299,6 +354,7 @@ impl Registry {
             self.shared.set.remove(name);
             self.shared.set.report(name, None);
             self.shared.metrics.clusters.forget_cluster(name);
+            self.shared.forget_credential(name);
             return;
         };
         let labels: BTreeMap<String, String> = cluster.labels().clone();
@@ -309,10 +365,13 @@ impl Registry {
         let secret_key =
             ObjectRef::<Secret>::new(&cluster.spec.secret_ref.name).within(&self.namespace);
         let secret = self.secrets.get(&secret_key);
-        let inputs = ClientInputs::new(&cluster.spec, &self.namespace, secret.as_deref());
+        let inputs = ClientInputs::new(&cluster.spec, &self.namespace, secret.as_deref())
+            .with_exec_plugin_dir(self.exec_plugin_dir.clone());
+        let rotation = secret.as_deref().and_then(rotation_of);
         let uid = cluster.uid();
         if let Some(worker) = self.workers.get(name)
             && worker.inputs == inputs
+            && worker.rotation == rotation
             && worker.uid == uid
         {
             return;
@@ -322,6 +381,7 @@ impl Registry {
         self.shared.set.set_pull(name, pull);
         let client = build_client(&inputs, pull);
         self.shared.set.set_client(name, client.clone().ok());
+        let renewal_client = client.clone().ok();
         let input = WorkerInput {
             client,
             secret: inputs.secret_ref(),
@@ -329,12 +389,20 @@ impl Registry {
             heartbeat: pull
                 .then(|| heartbeat::lease_api(&self.shared.api.clone().into_client(), name)),
         };
+        let renewal = RenewalInput {
+            client: renewal_client,
+            secret: cluster.spec.secret_ref.name.clone(),
+            rotation: rotation.clone(),
+            object: cluster.object_ref(&()),
+        };
         match self.workers.get_mut(name) {
             Some(worker) if worker.uid == uid => {
-                debug!("handing the rebuilt client to the health worker");
+                debug!("handing the rebuilt client to the health worker and the renewer");
                 worker.inputs = inputs;
-                // The worker holds the receiver for as long as it runs.
+                worker.rotation = rotation;
+                // The tasks hold the receivers for as long as they run.
                 let _ = worker.input.send(input);
+                let _ = worker.renewal.send(renewal);
             }
             _ => {
                 let (tx, rx) = watch::channel(input);
@@ -344,13 +412,22 @@ impl Registry {
                     rx,
                     cluster.status.clone().unwrap_or_default(),
                 ));
+                let (renewal_tx, renewal_rx) = watch::channel(renewal);
+                let renewer = tokio::spawn(renewal::run_renewer(
+                    self.shared.clone(),
+                    name.to_owned(),
+                    renewal_rx,
+                ));
                 self.workers.insert(
                     name.to_owned(),
                     Worker {
                         inputs,
+                        rotation,
                         uid,
                         input: tx,
+                        renewal: renewal_tx,
                         _task: TaskGuard(task),
+                        _renewer: TaskGuard(renewer),
                     },
                 );
             }

@@ -17,10 +17,14 @@ use kube::{Api, Client};
 use tokio::sync::watch;
 use tracing::{debug, info, instrument, warn};
 
-use super::health::{Health, HealthTracker, Thresholds, excerpt, next_status, status_changed};
+use super::health::{
+    Health, HealthTracker, Thresholds, credential_condition, excerpt, expired_credential,
+    next_status, status_changed,
+};
 use super::heartbeat::{HeartbeatTracker, read_lease};
 use crate::metrics::Metrics;
 use crate::multicluster::ClusterSet;
+use flotilla_core::credential::RenewalState;
 
 /// How often an unchanged status is written anyway, so `lastProbeTime` shows the health
 /// check is alive without a write every period.
@@ -54,6 +58,35 @@ pub struct Shared {
     pub metrics: Arc<Metrics>,
     /// Events on KubeFedClusters.
     pub recorder: Recorder,
+    /// The control-plane namespace (KubeFedClusters and token Secrets).
+    pub namespace: String,
+    /// `--credential-renewal-interval`: renew tokens at most this long after issue.
+    pub renewal_interval: Option<Duration>,
+    /// What each renewer knows of its cluster's rotating token, for the health worker's
+    /// `CredentialRenewed` condition and the expiry verdict.
+    pub credentials: std::sync::Mutex<std::collections::HashMap<String, RenewalState>>,
+}
+
+impl Shared {
+    /// Records what the renewer of `cluster` knows.
+    pub fn set_credential(&self, cluster: &str, state: RenewalState) {
+        lock(&self.credentials).insert(cluster.to_owned(), state);
+    }
+
+    /// Forgets `cluster`'s rotating token (it has none, or left).
+    pub fn forget_credential(&self, cluster: &str) {
+        lock(&self.credentials).remove(cluster);
+    }
+
+    /// What the renewer of `cluster` knows, if its token is rotated.
+    pub fn credential(&self, cluster: &str) -> Option<RenewalState> {
+        lock(&self.credentials).get(cluster).cloned()
+    }
+}
+
+fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    // A poisoned map only means a panic while inserting; its entries are still whole.
+    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// Probes one cluster until the input sender is dropped (the cluster left the registry).
@@ -142,6 +175,8 @@ impl<'a> Worker<'a> {
             }
             None => self.new_version(&outcome, current, settings).await,
         };
+        let credential = self.shared.credential(self.name);
+        let outcome = expired_credential(outcome, credential.as_ref(), Timestamp::now());
         debug!(outcome = ?outcome, "probed");
 
         let thresholds = Thresholds {
@@ -173,7 +208,12 @@ impl<'a> Worker<'a> {
             .await;
             self.announced = Some(published.reason().to_owned());
         }
-        self.write_status(&published, version.as_deref()).await;
+        let extra: Vec<_> = credential
+            .iter()
+            .map(|c| credential_condition(c, Timestamp::now()))
+            .collect();
+        self.write_status(&published, version.as_deref(), &extra)
+            .await;
     }
 
     /// The member's version, read once after every comeback (a restart may have been an
@@ -200,9 +240,15 @@ impl<'a> Worker<'a> {
     }
 
     /// Writes the status when it changed, or unchanged every [`PROBE_TIME_REFRESH`].
-    async fn write_status(&mut self, published: &Health, version: Option<&str>) {
+    async fn write_status(
+        &mut self,
+        published: &Health,
+        version: Option<&str>,
+        extra: &[super::health::Cond],
+    ) {
         let refresh = self.written_at.elapsed() >= PROBE_TIME_REFRESH;
-        let next = next_status(&self.written, published, version, &now_rfc3339(), refresh);
+        let now = now_rfc3339();
+        let next = next_status(&self.written, published, version, &now, refresh, extra);
         if !refresh && !status_changed(&self.written, &next) {
             return;
         }

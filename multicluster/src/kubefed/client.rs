@@ -17,6 +17,7 @@ use std::time::Duration;
 
 use base64::Engine as _;
 use flotilla_api::KubeFedClusterSpec;
+use flotilla_api::core::ExecPlugin;
 use flotilla_api::core::TlsValidation;
 use k8s_openapi::api::core::v1::Secret;
 use kube::Client;
@@ -70,6 +71,12 @@ pub enum ClientError {
         /// What is wrong with it.
         reason: String,
     },
+    /// `spec.exec` is not a usable exec plugin configuration, or may not run here.
+    #[error("{reason}")]
+    MalformedExec {
+        /// What is wrong with it.
+        reason: String,
+    },
     /// kube refused the configuration (for instance a CA certificate rustls cannot parse).
     #[error("no client can be built from this configuration")]
     ClientBuild {
@@ -96,6 +103,9 @@ pub struct ClientInputs {
     /// The Secret's `token` entry: `None` when the Secret is missing, `Some(None)` when it
     /// has no `token` key.
     pub token: Option<Option<Vec<u8>>>,
+    /// Where `spec.exec` plugins may lie; `None`: no plugin runs
+    /// ([`super::exec_plugin::allowed`]).
+    pub exec_plugin_dir: Option<std::path::PathBuf>,
 }
 
 impl fmt::Debug for ClientInputs {
@@ -130,7 +140,14 @@ impl ClientInputs {
                     .and_then(|d| d.get(TOKEN_KEY))
                     .map(|b| b.0.clone())
             }),
+            exec_plugin_dir: None,
         }
+    }
+
+    /// These inputs, running `spec.exec` plugins that lie in `dir`.
+    pub fn with_exec_plugin_dir(mut self, dir: Option<std::path::PathBuf>) -> Self {
+        self.exec_plugin_dir = dir;
+        self
     }
 
     /// `namespace/name` of the token Secret.
@@ -142,11 +159,18 @@ impl ClientInputs {
     pub fn config(&self) -> Result<kube::Config, ClientError> {
         let spec = &self.spec;
         let url = parse_api_endpoint(&spec.api_endpoint)?;
-        let token = self.bearer_token()?;
         let mut config = kube::Config::new(url);
         config.default_namespace = "default".into();
         config.connect_timeout = Some(CONNECT_TIMEOUT);
-        config.auth_info.token = Some(token.into());
+        match &spec.exec {
+            // The plugin runs when the client is built, and again when its token expires.
+            Some(plugin) => {
+                super::exec_plugin::allowed(plugin, self.exec_plugin_dir.as_deref())
+                    .map_err(|reason| ClientError::MalformedExec { reason })?;
+                config.auth_info.exec = Some(exec_config(plugin)?);
+            }
+            None => config.auth_info.token = Some(self.bearer_token()?.into()),
+        }
         if let Some(bundle) = spec.ca_bundle.as_deref().filter(|b| !b.trim().is_empty()) {
             config.root_cert = Some(decode_ca_bundle(bundle)?);
         }
@@ -185,6 +209,25 @@ impl ClientInputs {
             .ok_or(ClientError::InvalidToken { secret })?;
         Ok(token.to_owned())
     }
+}
+
+/// kube's exec configuration for a KubeFedCluster's `spec.exec`.
+pub fn exec_config(plugin: &ExecPlugin) -> Result<kube::config::ExecConfig, ClientError> {
+    let env: Vec<_> = plugin
+        .env
+        .iter()
+        .map(|e| serde_json::json!({"name": e.name, "value": e.value}))
+        .collect();
+    let api_version = plugin
+        .api_version
+        .clone()
+        .unwrap_or_else(|| "client.authentication.k8s.io/v1beta1".into());
+    let value = serde_json::json!({
+        "apiVersion": api_version, "command": plugin.command, "args": plugin.args, "env": env,
+    });
+    serde_json::from_value(value).map_err(|e| ClientError::MalformedExec {
+        reason: format!("spec.exec is malformed: {e}"),
+    })
 }
 
 /// Parses `spec.apiEndpoint`: an absolute `https://` (or `http://`) URL with a host.

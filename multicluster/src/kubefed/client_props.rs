@@ -161,7 +161,7 @@ proptest! {
             }
         };
         prop_assert!(known);
-        let inputs = ClientInputs { spec: spec.clone(), namespace: "kube-federation-system".into(), token };
+        let inputs = ClientInputs { spec: spec.clone(), namespace: "kube-federation-system".into(), token, exec_plugin_dir: None };
         match inputs.config() {
             Ok(config) => {
                 prop_assert!(parse_api_endpoint(&spec.api_endpoint).is_ok());

@@ -12,6 +12,7 @@
 pub mod client;
 #[cfg(test)]
 mod client_props;
+pub mod exec_plugin;
 pub mod source;
 pub mod watch;
 
