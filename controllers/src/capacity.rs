@@ -177,7 +177,8 @@ impl MemberResources {
 }
 
 /// Writes every member's summary into its KubeFedCluster's `status.resources` (a merge
-/// patch of that field alone), when it differs from what was last written; looks every
+/// patch of that field alone), when it differs from what was last written (at first, what
+/// the KubeFedCluster shows: read once per cluster and process); looks every
 /// [`PUBLISH_PERIOD`]. Runs until aborted.
 pub async fn publish(
     host: Client,
@@ -198,6 +199,19 @@ pub async fn publish(
             let Some(summary) = resources.summary(&state.name) else {
                 continue;
             };
+            if !written.contains_key(&state.name) {
+                // First look in this process: what the KubeFedCluster already shows (a
+                // restart, a new leader or an upgrade finding it unchanged writes nothing).
+                let shown = api
+                    .get_opt(&state.name)
+                    .await
+                    .ok()
+                    .flatten()
+                    .and_then(|c| c.status.and_then(|s| s.resources).map(|r| *r));
+                if let Some(shown) = shown {
+                    written.insert(state.name.clone(), shown);
+                }
+            }
             if written.get(&state.name) == Some(&summary) {
                 continue;
             }

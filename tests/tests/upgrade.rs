@@ -367,6 +367,35 @@ async fn wait_members_settled(members: &[Client]) -> anyhow::Result<()> {
 }
 
 /// The previous version's host side, then its members joined, then what it wrote there.
+/// Takes the rotation annotations off every member's token Secret, as the previous
+/// version wrote it.
+async fn previous_credentials(host: &kube::Client) -> anyhow::Result<()> {
+    use k8s_openapi::api::core::v1::Secret;
+    let clusters: Api<flotilla_api::KubeFedCluster> =
+        Api::namespaced(host.clone(), DEFAULT_NAMESPACE);
+    let secrets: Api<Secret> = Api::namespaced(host.clone(), DEFAULT_NAMESPACE);
+    for c in clusters.list(&Default::default()).await? {
+        let name = c.spec.secret_ref.name.clone();
+        if name.is_empty() {
+            continue;
+        }
+        let nulls: serde_json::Map<String, serde_json::Value> =
+            flotilla_core::credential::ANNOTATIONS
+                .iter()
+                .map(|a| (a.to_string(), serde_json::Value::Null))
+                .collect();
+        let patch = json!({"metadata": {"annotations": nulls}});
+        secrets
+            .patch(
+                &name,
+                &kube::api::PatchParams::default(),
+                &kube::api::Patch::Merge(&patch),
+            )
+            .await?;
+    }
+    Ok(())
+}
+
 async fn restore_previous(fixture: &Fixture) -> anyhow::Result<Mixed> {
     let env = env(2).await;
     let host = env.host().client().await?;
@@ -382,6 +411,9 @@ async fn restore_previous(fixture: &Fixture) -> anyhow::Result<Mixed> {
         .find(|c| c.metadata.name.as_deref() == Some("appliedworks.multicluster.x-k8s.io"))
         .context("no AppliedWork CRD in the snapshot")?;
     let fed = join_mixed(env, host, &bootstrap(), applied_work_crd).await?;
+    // The previous version's join left a token without rotation: today's join's bound
+    // token, its rotation annotations taken off, stands for it.
+    previous_credentials(&fed.host).await?;
     fixture::restore_statuses(&fed.host, &registry[2]).await?;
     flotilla_tests::objects::create_namespace(&fed.host, NS).await?;
     for g in objects {
@@ -447,10 +479,31 @@ async fn new_binaries_on_the_previous_versions_objects_and_new_crds_write_nothin
     .await?;
     // Late writes, and the agent over every Work a few times.
     tokio::time::sleep(Duration::from_secs(3) + AGENT_RESYNC * 4).await;
+    // New in this version: each push member's resource summary on its KubeFedCluster
+    // (`status.resources`), published once by the new binary — new data, the one host
+    // write an upgrade to it makes. Everything else stays as it was.
+    let clusters: Api<flotilla_api::KubeFedCluster> =
+        Api::namespaced(fed.host.clone(), DEFAULT_NAMESPACE);
+    wait_for(
+        T,
+        "the push member's resource summary published",
+        || async {
+            let c = clusters.get("member1").await?;
+            ensure!(
+                c.status
+                    .as_ref()
+                    .and_then(|s| s.resources.as_ref())
+                    .is_some()
+            );
+            Ok(())
+        },
+    )
+    .await?;
     let after = write_counts(&fed).await?;
+    let expected = vec![before[0], before[1], before[2] + 1];
     ensure!(
-        before == after,
-        "writes after the upgrade (member1, member2, host): before {before:?}, after {after:?}"
+        after == expected,
+        "writes after the upgrade (member1, member2, host): before {before:?}, after {after:?}, expected {expected:?} (the host's one: member1's resource summary)"
     );
     wait_all_propagated(&fed.host).await?;
 
