@@ -16,7 +16,7 @@ use kube::{
 };
 use serde::de::DeserializeOwned;
 use serde_json::json;
-use tracing::warn;
+use tracing::{info, warn};
 
 /// How long a pass waits for the caches and the workers to settle.
 const UNSETTLED: Duration = Duration::from_millis(500);
@@ -142,6 +142,14 @@ async fn pass(ctx: &Ctx) -> bool {
         if !outcome::status_changed(e.status.as_ref(), &next) {
             continue;
         }
+        info!(
+            policy = %e.id,
+            selected = next.selected_count,
+            conflicts = next.conflicts.len(),
+            was_selected = e.status.as_ref().map(|s| s.selected_count),
+            was_conflicts = e.status.as_ref().map(|s| s.conflicts.len()),
+            "writing the policy's status"
+        );
         failed |= write(ctx, &e.id, &next, e.status.as_ref()).await.is_err();
     }
     failed

@@ -71,6 +71,12 @@ pub(crate) struct Types {
     /// Set once the caches were first aligned with the type configs (before, an empty map
     /// would read as "everything listed").
     aligned: AtomicBool,
+    /// Set when a cache finished listing, until [`run`] has queued every key again: the
+    /// keys decided while it listed wait on a delay, and a status pass in between would
+    /// read a partial view.
+    relisted: Arc<AtomicBool>,
+    /// Wakes [`run`] when a cache finished listing.
+    listed: Arc<Notify>,
 }
 
 /// Annotation that exists only in this controller's cache of native objects, never in the
@@ -101,6 +107,8 @@ impl Types {
             queue,
             inner: Mutex::new(BTreeMap::new()),
             aligned: AtomicBool::new(false),
+            relisted: Arc::new(AtomicBool::new(false)),
+            listed: Arc::new(Notify::new()),
         }
     }
 
@@ -129,6 +137,7 @@ impl Types {
     /// Whether every cache (Federated objects, and natives where watched) has listed.
     pub fn all_synced(&self) -> bool {
         self.aligned.load(Ordering::Acquire)
+            && !self.relisted.load(Ordering::Acquire)
             && self.lock().values().all(|t| {
                 std::iter::once(&t.materialized)
                     .chain(t.natives.as_ref())
@@ -231,6 +240,7 @@ impl Types {
         params.label_selector = label.map(|l| format!("{l}=true"));
         params.config = watcher::Config::default();
         let (queue, flag, ftc) = (self.queue.clone(), synced.clone(), ftc.to_string());
+        let (relisted, listed) = (self.relisted.clone(), self.listed.clone());
         let task = tokio::spawn(watch_into(
             Api::<DynamicObject>::all_with(self.host.clone(), &ar),
             writer,
@@ -241,7 +251,11 @@ impl Types {
                     Change::Object(o) => {
                         queue.add((ftc.clone(), o.namespace().unwrap_or_default(), o.name_any()))
                     }
-                    Change::Synced => flag.store(true, Ordering::Release),
+                    Change::Synced => {
+                        flag.store(true, Ordering::Release);
+                        relisted.store(true, Ordering::Release);
+                        listed.notify_one();
+                    }
                 }
                 std::ops::ControlFlow::Continue(())
             },
@@ -303,6 +317,8 @@ pub(crate) async fn run(
                 .collect::<Vec<_>>(),
             &selected_kinds(&ctx),
         );
+        // Cleared before the keys are read: a cache that lists meanwhile sets it again.
+        ctx.types.relisted.store(false, Ordering::Release);
         for key in ctx.types.all_keys() {
             ctx.queue.add(key);
         }
@@ -311,6 +327,7 @@ pub(crate) async fn run(
         loop {
             tokio::select! {
                 _ = changed.notified() => break,
+                _ = ctx.types.listed.notified() => break,
                 r = clusters.changed() => {
                     if r.is_err() {
                         return;
