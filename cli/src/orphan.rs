@@ -5,8 +5,8 @@
 use anyhow::Context as _;
 use flotilla_api::ORPHAN_ANNOTATION;
 use kube::{
-    Api, ResourceExt,
-    api::{DynamicObject, Patch, PatchParams},
+    ResourceExt,
+    api::{Patch, PatchParams},
 };
 use serde_json::json;
 
@@ -50,13 +50,8 @@ pub async fn run(global: &GlobalArgs, args: OrphanArgs, ctx: &Context) -> anyhow
     let host = access.client()?;
     let ftc = resolve::ftc_for(&host, &global.kubefed_namespace, &args.type_name).await?;
     let fed = &ftc.spec.federated_type;
-    let ar = fed.to_kube();
     let ns = access::namespace(global, &access);
-    let api: Api<DynamicObject> = if fed.namespaced() {
-        Api::namespaced_with(host.clone(), &ns, &ar)
-    } else {
-        Api::all_with(host.clone(), &ar)
-    };
+    let api = resolve::federated_api(&host, fed, &ns);
     let shown = if fed.namespaced() {
         format!("{} {ns}/{}", fed.kind, args.name)
     } else {

@@ -156,6 +156,16 @@ pub fn served_apis(ftc: &FederatedTypeConfig) -> Vec<(ApiResource, String)> {
     apis
 }
 
+/// The host API of `fed`'s objects: in namespace `ns` when the type is namespaced.
+pub fn federated_api(host: &Client, fed: &ApiResource, ns: &str) -> Api<kube::api::DynamicObject> {
+    let ar = fed.to_kube();
+    if fed.namespaced() {
+        Api::namespaced_with(host.clone(), ns, &ar)
+    } else {
+        Api::all_with(host.clone(), &ar)
+    }
+}
+
 /// The FTCs whose names include `input` (case-insensitive).
 pub fn match_ftcs<'a>(
     ftcs: &'a [FederatedTypeConfig],

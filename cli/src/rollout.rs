@@ -205,11 +205,7 @@ pub(crate) async fn object_api(
         .context("give the object as TYPE/NAME, e.g. deployment/web")?;
     let ftc = resolve::ftc_for(host, &global.kubefed_namespace, type_name).await?;
     let fed = &ftc.spec.federated_type;
-    let api = if fed.namespaced() {
-        Api::namespaced_with(host.clone(), ns, &fed.to_kube())
-    } else {
-        Api::all_with(host.clone(), &fed.to_kube())
-    };
+    let api = resolve::federated_api(host, fed, ns);
     let what = format!("{}/{name}", fed.kind.to_lowercase());
     Ok((api, name.to_string(), what, fed.kind.clone()))
 }

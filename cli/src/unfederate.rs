@@ -9,7 +9,6 @@
 use anyhow::Context as _;
 use flotilla_api::{FederatedTypeConfigSpec, ORPHAN_ANNOTATION};
 use flotilla_core::drift::POLICY_ANNOTATION as DRIFT_POLICY_ANNOTATION;
-use kube::{Api, api::DynamicObject};
 use serde_json::{Map, Value, json};
 
 use super::enable::OutputFormat;
@@ -183,13 +182,8 @@ pub async fn run(global: &GlobalArgs, args: UnfederateArgs, ctx: &Context) -> an
     let host = access.client()?;
     let ftc = resolve::ftc_for(&host, &global.kubefed_namespace, &args.type_name).await?;
     let fed = &ftc.spec.federated_type;
-    let ar = fed.to_kube();
     let ns = access::namespace(global, &access);
-    let api: Api<DynamicObject> = if fed.namespaced() {
-        Api::namespaced_with(host.clone(), &ns, &ar)
-    } else {
-        Api::all_with(host.clone(), &ar)
-    };
+    let api = resolve::federated_api(&host, fed, &ns);
     let obj = api
         .get(&args.name)
         .await

@@ -144,11 +144,7 @@ pub async fn from_host(
     // The v1beta1 object, else kubefed's alpha one of that name.
     for (fed, _) in resolve::served_apis(&ftc) {
         let ar = fed.to_kube();
-        let api: Api<DynamicObject> = if fed.namespaced() {
-            Api::namespaced_with(host.clone(), namespace, &ar)
-        } else {
-            Api::all_with(host.clone(), &ar)
-        };
+        let api = resolve::federated_api(host, &fed, namespace);
         match api.get(name).await {
             Ok(obj) => {
                 return Ok(Federated {

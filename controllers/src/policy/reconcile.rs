@@ -514,8 +514,17 @@ pub(super) fn post_params() -> PostParams {
 
 /// The host API of a type's Federated objects in `ns`.
 pub(super) fn fed_api(ctx: &Ctx, t: &TypeView, ns: Option<&str>) -> Api<DynamicObject> {
+    host_api(ctx, &t.fed, ns)
+}
+
+/// The host API of `ar`'s objects in `ns` (all namespaces, or cluster-scoped, without).
+pub(super) fn host_api(
+    ctx: &Ctx,
+    ar: &kube::core::ApiResource,
+    ns: Option<&str>,
+) -> Api<DynamicObject> {
     match ns {
-        Some(ns) => Api::namespaced_with(ctx.host.clone(), ns, &t.fed),
-        None => Api::all_with(ctx.host.clone(), &t.fed),
+        Some(ns) => Api::namespaced_with(ctx.host.clone(), ns, ar),
+        None => Api::all_with(ctx.host.clone(), ar),
     }
 }

@@ -24,7 +24,7 @@ use tracing::{info, warn};
 
 use super::{
     Ctx, Key,
-    reconcile::{fed_api, is_materialized, post_params},
+    reconcile::{fed_api, host_api, is_materialized, post_params},
     types::TypeView,
 };
 
@@ -245,10 +245,7 @@ pub(super) async fn status_home(
     if !mat::status_differs(&json, &want) {
         return Action::AwaitChange;
     }
-    let api: Api<DynamicObject> = match native.namespace() {
-        Some(ns) => Api::namespaced_with(ctx.host.clone(), &ns, &t.target),
-        None => Api::all_with(ctx.host.clone(), &t.target),
-    };
+    let api = host_api(ctx, &t.target, native.namespace().as_deref());
     let patch = json!({"status": want});
     // Named, so that the status-writer check does not take this write for the host's own.
     let pp = PatchParams {
