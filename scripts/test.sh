@@ -6,6 +6,10 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 export CARGO_BUILD_JOBS="${CARGO_BUILD_JOBS:-2}"
+# CI builds once from a clean clone: incremental compilation's caches would only take disk
+# (several GB beside the build itself), so it is off there.
+if [ -n "${CI:-}" ]; then export CARGO_INCREMENTAL="${CARGO_INCREMENTAL:-0}"; fi
+echo "[test] free disk: $(df -h --output=avail . | tail -1 | tr -d ' ')" >&2
 export KUBE_BIN_DIR="$(bash scripts/install-k8s.sh)"
 echo "[test] Kubernetes binaries: $KUBE_BIN_DIR" >&2
 

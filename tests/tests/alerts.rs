@@ -5,17 +5,15 @@
 //! controller-manager sees a black-holed member's alert fire and resolve, and answers every
 //! dashboard query with data.
 
-#[path = "fault_harness/mod.rs"]
-mod fault_harness;
-#[path = "prometheus_harness/mod.rs"]
-mod prometheus_harness;
-
 use std::collections::BTreeMap;
 use std::process::Stdio;
 use std::time::Duration;
 
+use crate::fault_harness::{ProxiedFederation, federated_namespace_everywhere, proxied_federation};
+use crate::prometheus_harness::{
+    Prometheus, alert_state, free_port, have, read_yaml, repo, rules, shipped_rules,
+};
 use anyhow::{Context as _, bail, ensure};
-use fault_harness::{ProxiedFederation, federated_namespace_everywhere, proxied_federation};
 use flotilla_localenv::FaultMode;
 use flotilla_tests::{
     federation::{apply, federated},
@@ -25,9 +23,6 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use kube::{
     Api,
     api::{Patch, PatchParams},
-};
-use prometheus_harness::{
-    Prometheus, alert_state, free_port, have, read_yaml, repo, rules, shipped_rules,
 };
 use serde_json::{Value, json};
 use tokio::time::Instant;

@@ -16,16 +16,13 @@
 //! `FLOTILLA_CHAOS_SEED=<n>` replays a run's choices (the seed is printed). Run with
 //! `--no-capture` to see the report.
 
-mod fault_harness;
-mod soak;
-
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use fault_harness::{Rng, wait_cluster_ready};
-use soak::{
+use crate::fault_harness::{Rng, wait_cluster_ready};
+use crate::soak::{
     Checker,
     faults::{Fault, inject, pause},
     setup::soak_federation,

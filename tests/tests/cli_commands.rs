@@ -2,9 +2,7 @@
 //! (`cli_commands/diff.rs`) and the kubefedctl-style invocations
 //! (`cli_commands/kubefedctl.rs`), each a scenario in its own namespace, run at once.
 
-#[path = "cli_commands/diff.rs"]
 mod diff;
-#[path = "cli_commands/kubefedctl.rs"]
 mod kubefedctl;
 
 use flotilla_tests::{federation::federation, scenario, scenarios::run_all};

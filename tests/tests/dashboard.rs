@@ -9,7 +9,7 @@
 //!
 //! Screenshots of the overview and of an object page are written beside the clusters'
 //! files, and to `docs/images/` when `FLOTILLA_DASHBOARD_SCREENSHOTS=1`:
-//! `FLOTILLA_DASHBOARD_SCREENSHOTS=1 cargo nextest run -p flotilla-tests --test dashboard`.
+//! `FLOTILLA_DASHBOARD_SCREENSHOTS=1 cargo nextest run -p flotilla-tests -E 'test(/^dashboard/)'`.
 
 use std::{path::PathBuf, time::Duration};
 

@@ -6,17 +6,15 @@
 //! Latencies and recovery times are printed (run with `--nocapture` to see them), not
 //! asserted: they depend on the machine. docs/faults.md records measured values.
 
-mod fault_harness;
-
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
-use anyhow::{Context as _, ensure};
-use fault_harness::{
+use crate::fault_harness::{
     FAILURE_THRESHOLD, FirstSeen, HEALTH_PERIOD, HEALTH_TIMEOUT, ProxiedFederation, apply_fcm,
     delete_fcm, federated_namespace_everywhere, percentile, proxied_federation,
     time_until_not_ready, violations, wait_cluster_ready, wait_converged,
 };
+use anyhow::{Context as _, ensure};
 use flotilla_localenv::FaultMode;
 use flotilla_tests::{federation::federation, init_tracing, wait_for};
 use k8s_openapi::api::core::v1::ConfigMap;

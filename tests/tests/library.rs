@@ -9,12 +9,11 @@
 //! Foos wait) and joins again at run time; a Foo deleted while the central cluster is down
 //! is let go, and its Deployment is collected when the central cluster returns.
 
-#[path = "../../multicluster/examples/foo_controller/foo.rs"]
-#[allow(dead_code)] // The example's helpers the test does not call.
-mod foo;
+use crate::foo;
 
 use std::time::Duration;
 
+use crate::foo::Foo;
 use anyhow::{Context as _, ensure};
 use flotilla_api::{KubeFedCluster, MEMBER_ROLE_ANNOTATION};
 use flotilla_multicluster::{
@@ -28,7 +27,6 @@ use flotilla_tests::{
     wait::{wait_absent, wait_object, wait_present},
     wait_for,
 };
-use foo::Foo;
 use k8s_openapi::api::{
     apps::v1::Deployment,
     rbac::v1::{ClusterRole, ClusterRoleBinding},

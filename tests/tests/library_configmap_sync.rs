@@ -5,14 +5,11 @@
 //! joins gets one; a black-holed cluster does not hold up the others and catches up when
 //! healed; a slow cluster keeps up; deleting the source collects every copy.
 
-#[path = "../../multicluster/examples/configmap_sync/sync.rs"]
-#[allow(dead_code)] // The example's items the test does not call.
-mod sync;
-
-mod library_support;
+use crate::configmap_sync as sync;
 
 use std::collections::BTreeMap;
 
+use crate::library_support::*;
 use anyhow::ensure;
 use flotilla_localenv::testkit::TestClusters;
 use flotilla_multicluster::{
@@ -28,7 +25,6 @@ use kube::{
     Api, Client,
     api::{DeleteParams, Patch, PatchParams, PostParams},
 };
-use library_support::*;
 use serde_json::json;
 
 const NS: &str = "apps";

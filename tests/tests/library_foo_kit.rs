@@ -7,23 +7,19 @@
 //! its Deployment is collected when the partition heals. (tests/tests/library.rs runs the
 //! same example on Flotilla's KubeFedCluster registry.)
 
-#[path = "../../multicluster/examples/foo_controller/foo.rs"]
-#[allow(dead_code)] // The example's helpers the test does not call.
-mod foo;
+use crate::foo;
 
-mod library_support;
-
+use crate::foo::Foo;
+use crate::library_support::*;
 use anyhow::ensure;
 use flotilla_localenv::{EnvOptions, testkit::TestClusters};
 use flotilla_multicluster::{ClusterSet, ObjectKey, provider::kubeconfig::KubeconfigProvider};
 use flotilla_tests::wait::{wait_absent, wait_object, wait_present};
-use foo::Foo;
 use k8s_openapi::api::apps::v1::Deployment;
 use kube::{
     Api, Client, ResourceExt,
     api::{DeleteParams, Patch, PatchParams},
 };
-use library_support::*;
 use serde_json::json;
 
 const CENTRAL: &str = "member1";

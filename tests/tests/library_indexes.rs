@@ -9,10 +9,9 @@
 //! WARN line naming the cluster and the resource, a gauge, `MemberWatch::unserved` — not
 //! every few seconds, and the watch starts once the CRD is installed.
 
-mod library_support;
-
 use std::time::Duration;
 
+use crate::library_support::*;
 use anyhow::ensure;
 use flotilla_localenv::testkit::{TestClusters, wait_until};
 use flotilla_multicluster::{
@@ -22,7 +21,6 @@ use flotilla_multicluster::{
 };
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::{Client, runtime::watcher};
-use library_support::*;
 
 const SYNC_TIMEOUT: Duration = Duration::from_secs(3);
 

@@ -5,10 +5,9 @@
 //! namespaces as clusters, and Flotilla's KubeFedClusters. Each provider feeds a
 //! controller that records what it reconciles; engagements end when clusters leave.
 
-mod library_support;
-
 use std::collections::BTreeMap;
 
+use crate::library_support::*;
 use anyhow::{Context as _, ensure};
 use base64::Engine as _;
 use flotilla_api::KubeFedCluster;
@@ -33,7 +32,6 @@ use kube::{
     config::Kubeconfig,
     runtime::watcher,
 };
-use library_support::*;
 use serde_json::json;
 
 /// Waits for a Warning Event `reason` about `name` in the host's `default` namespace, and

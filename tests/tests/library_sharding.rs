@@ -4,14 +4,13 @@
 //! (no clean-up, as a crash): its clusters are handed over once their fences expire. All
 //! along, no cluster is reconciled by two replicas at once, and none is missed.
 
-mod library_support;
-
 use std::{
     collections::{BTreeMap, BTreeSet},
     sync::{Arc, Mutex},
     time::Duration,
 };
 
+use crate::library_support::*;
 use anyhow::ensure;
 use flotilla_localenv::testkit::{TestClusters, wait_until};
 use flotilla_multicluster::{
@@ -21,7 +20,6 @@ use flotilla_multicluster::{
 };
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
 use kube::{Api, api::PostParams, runtime::watcher};
-use library_support::*;
 use serde_json::json;
 
 const CLUSTERS: [&str; 6] = ["c1", "c2", "c3", "c4", "c5", "c6"];

@@ -7,12 +7,10 @@
 //!
 //! How long the import took after the start is printed (`--nocapture`), not asserted.
 
-mod fault_harness;
-
 use std::time::{Duration, Instant};
 
+use crate::fault_harness::{proxied_federation, start_control_plane, wait_cluster_ready};
 use anyhow::ensure;
-use fault_harness::{proxied_federation, start_control_plane, wait_cluster_ready};
 use flotilla_api::{DEFAULT_NAMESPACE, KubeFedCluster, mcs::ServiceImport};
 use flotilla_localenv::FaultMode;
 use flotilla_tests::{init_tracing, mcs::apply, objects::create_namespace, wait_for};

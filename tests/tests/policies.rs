@@ -24,7 +24,6 @@ use kube::{
 };
 use serde_json::json;
 
-#[path = "policies/migration.rs"]
 mod migration;
 use migration::{
     a_replica_scheduling_preference_divides_a_policy_made_deployment,

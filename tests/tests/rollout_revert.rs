@@ -7,9 +7,6 @@
 //! complete with every member on the template's image, annotated with its revision (the
 //! soak's rollout invariant, `soak::checks::rollouts`).
 
-mod fault_harness;
-mod soak;
-
 use std::time::Duration;
 
 use anyhow::ensure;
@@ -27,8 +24,8 @@ use kube::{
 };
 use serde_json::json;
 
-use fault_harness::start_control_plane;
-use soak::{
+use crate::fault_harness::start_control_plane;
+use crate::soak::{
     checks,
     setup::{NS, Soak, soak_federation},
     workload::fd_api,

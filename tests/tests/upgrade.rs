@@ -6,7 +6,7 @@
 //! and still propagate what is new (the restart guarantee, across versions).
 //!
 //! Refresh the fixture at a release (with the released code checked out):
-//! `cargo nextest run -p flotilla-tests --test upgrade --run-ignored only -- capture`.
+//! `cargo nextest run -p flotilla-tests --run-ignored only upgrade::capture`.
 
 use std::{collections::BTreeMap, path::PathBuf, sync::Arc, time::Duration};
 
