@@ -132,6 +132,12 @@ pub struct ControllerManagerArgs {
     /// controller-manager's rights, so only the plugins you installed there may).
     #[arg(long, value_name = "DIR")]
     pub exec_plugin_dir: Option<std::path::PathBuf>,
+    /// KEP-5339's access provider file (`{"providers": [{"name", "execConfig"}]}`): other
+    /// cluster managers' ClusterProfiles offering one of these providers become members,
+    /// their credential from the provider's exec plugin (which must lie under
+    /// `--exec-plugin-dir`). Without the flag no ClusterProfile is imported.
+    #[arg(long, value_name = "FILE")]
+    pub access_providers: Option<std::path::PathBuf>,
 }
 
 impl ControllerManagerArgs {
@@ -236,6 +242,20 @@ async fn start_dashboard(
     Ok(())
 }
 
+/// The access provider file of `--access-providers`, read and parsed.
+fn access_providers(
+    path: Option<&std::path::Path>,
+) -> anyhow::Result<Option<flotilla_multicluster::provider::profiles::AccessProviders>> {
+    let Some(path) = path else {
+        return Ok(None);
+    };
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("reading --access-providers {}", path.display()))?;
+    let parsed = flotilla_multicluster::provider::profiles::AccessProviders::parse(&text)
+        .map_err(|e| anyhow::anyhow!("--access-providers {}: {e}", path.display()))?;
+    Ok(Some(parsed))
+}
+
 /// Runs `flotilla controller-manager` until `ctx.shutdown` fires. Losing leadership is
 /// not an end: the controllers stop and the instance campaigns again.
 pub async fn run(
@@ -251,6 +271,7 @@ pub async fn run(
         shard_member_work: args.shard_member_work,
         credential_renewal_interval: args.credential_renewal_interval,
         exec_plugin_dir: args.exec_plugin_dir.clone(),
+        access_providers: access_providers(args.access_providers.as_deref())?,
     };
     let metrics = Arc::new(Metrics::new());
     let leading = Gauge::<i64>::default();

@@ -49,6 +49,9 @@ pub struct Options {
     /// `--exec-plugin-dir`: KubeFedClusters' exec credential plugins under this directory
     /// run; none without it.
     pub exec_plugin_dir: Option<std::path::PathBuf>,
+    /// `--access-providers`: other cluster managers' ClusterProfiles offering one of these
+    /// access providers become members ([`crate::profiles::import`]); none without it.
+    pub access_providers: Option<flotilla_multicluster::provider::profiles::AccessProviders>,
 }
 
 impl Options {
@@ -60,6 +63,7 @@ impl Options {
             shard_member_work: false,
             credential_renewal_interval: None,
             exec_plugin_dir: None,
+            access_providers: None,
         }
     }
 
@@ -125,15 +129,28 @@ impl ControlPlane {
             clusters.clone(),
             metrics.clone(),
         ));
-        let profiles = tokio::spawn(crate::profiles::run(
+        let profile_namespaces = crate::profiles::Namespaces {
+            clusters: namespace.to_string(),
+            profiles: options.profile_namespace().to_string(),
+        };
+        let import = options.access_providers.clone().map(|access| {
+            crate::profiles::import::run(host.clone(), profile_namespaces.clone(), access)
+        });
+        let publish = crate::profiles::run(
             host.clone(),
-            crate::profiles::Namespaces {
-                clusters: namespace.to_string(),
-                profiles: options.profile_namespace().to_string(),
-            },
+            profile_namespaces,
             clusters.clone(),
             metrics.clone(),
-        ));
+        );
+        // Publishing Flotilla's profiles and importing others' end together.
+        let profiles = tokio::spawn(async move {
+            match import {
+                Some(import) => {
+                    tokio::join!(publish, import);
+                }
+                None => publish.await,
+            }
+        });
         let mcs = tokio::spawn(crate::mcs::run(
             host.clone(),
             clusters.clone(),

@@ -41,10 +41,13 @@ use serde_json::json;
 const T: Duration = Duration::from_secs(60);
 /// The renewal interval of the test's control plane.
 const RENEWAL: Duration = Duration::from_secs(3);
-const NS: &str = "rotation";
+pub(crate) const NS: &str = "rotation";
 
 /// The host Secret of `cluster`: its token and its rotation, if any.
-async fn held(host: &Client, cluster: &str) -> anyhow::Result<(String, Option<Rotation>)> {
+pub(crate) async fn held(
+    host: &Client,
+    cluster: &str,
+) -> anyhow::Result<(String, Option<Rotation>)> {
     let secrets: Api<Secret> = Api::namespaced(host.clone(), DEFAULT_NAMESPACE);
     let secret = secrets.get(&format!("{cluster}-token")).await?;
     let token = secret
@@ -57,7 +60,7 @@ async fn held(host: &Client, cluster: &str) -> anyhow::Result<(String, Option<Ro
 }
 
 /// A client of member `index` authenticating with `token`.
-fn as_token(fed: &Federation, index: usize, token: &str) -> anyhow::Result<Client> {
+pub(crate) fn as_token(fed: &Federation, index: usize, token: &str) -> anyhow::Result<Client> {
     let mut config = fed.env.members()[index].kube_config();
     config.auth_info = kube::config::AuthInfo {
         token: Some(token.to_string().into()),
@@ -67,7 +70,7 @@ fn as_token(fed: &Federation, index: usize, token: &str) -> anyhow::Result<Clien
 }
 
 /// Whether member `index` accepts `token` (any answer but 401 Unauthorized).
-async fn accepted(fed: &Federation, index: usize, token: &str) -> anyhow::Result<bool> {
+pub(crate) async fn accepted(fed: &Federation, index: usize, token: &str) -> anyhow::Result<bool> {
     let api: Api<Namespace> = Api::all(as_token(fed, index, token)?);
     match api.get_opt("default").await {
         Err(kube::Error::Api(s)) if s.code == 401 => Ok(false),
@@ -76,7 +79,11 @@ async fn accepted(fed: &Federation, index: usize, token: &str) -> anyhow::Result
 }
 
 /// `(status, reason)` of condition `type_` on `cluster`'s KubeFedCluster.
-async fn condition(host: &Client, cluster: &str, type_: &str) -> anyhow::Result<(String, String)> {
+pub(crate) async fn condition(
+    host: &Client,
+    cluster: &str,
+    type_: &str,
+) -> anyhow::Result<(String, String)> {
     let kfcs: Api<KubeFedCluster> = Api::namespaced(host.clone(), DEFAULT_NAMESPACE);
     let kfc = kfcs.get(cluster).await?;
     let c = kfc
@@ -146,7 +153,7 @@ fn metrics(fed: &Federation) -> String {
 }
 
 /// Applies FederatedConfigMap `name` (data `k: value`) placed on every member.
-async fn apply_fcm(fed: &Federation, name: &str, value: &str) -> anyhow::Result<()> {
+pub(crate) async fn apply_fcm(fed: &Federation, name: &str, value: &str) -> anyhow::Result<()> {
     let obj = json!({
         "apiVersion": "types.kubefed.io/v1beta1", "kind": "FederatedConfigMap",
         "metadata": {"name": name, "namespace": NS},
@@ -163,7 +170,11 @@ async fn apply_fcm(fed: &Federation, name: &str, value: &str) -> anyhow::Result<
 }
 
 /// Waits until ConfigMap `name` in every member has `k: value`.
-async fn wait_propagated(fed: &Federation, name: &str, value: &str) -> anyhow::Result<()> {
+pub(crate) async fn wait_propagated(
+    fed: &Federation,
+    name: &str,
+    value: &str,
+) -> anyhow::Result<()> {
     for member in &fed.members {
         let cms: Api<ConfigMap> = Api::namespaced(member.clone(), NS);
         wait_for(T, &format!("{name}={value} propagated"), || async {
@@ -553,7 +564,7 @@ async fn deleting_the_service_account_revokes_the_credential(
 }
 
 /// Writes an exec credential plugin printing `token` and counting its runs in `runs`.
-fn write_plugin(dir: &Path, token: &str) -> anyhow::Result<std::path::PathBuf> {
+pub(crate) fn write_plugin(dir: &Path, token: &str) -> anyhow::Result<std::path::PathBuf> {
     use std::os::unix::fs::PermissionsExt as _;
     let path = dir.join("member1-credential");
     let runs = dir.join("runs");

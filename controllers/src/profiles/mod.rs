@@ -7,6 +7,7 @@
 //! writes, so an unchanged federation costs no writes. It does not probe members: health
 //! and version come from the KubeFedCluster status the registry writes.
 
+pub mod import;
 pub mod plan;
 pub mod properties;
 
@@ -185,8 +186,12 @@ async fn reconcile_all(
         namespace: &writer.namespace,
         properties: known,
     };
+    // An imported cluster's profile is the other cluster manager's ([`import`]).
     let ops = plan::plan(
-        clusters.iter().map(|k| &**k),
+        clusters
+            .iter()
+            .map(|k| &**k)
+            .filter(|k| !import::is_imported(k)),
         &current,
         &memory.applied,
         inputs,
