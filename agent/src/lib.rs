@@ -19,6 +19,7 @@ pub mod apply;
 pub mod cache;
 pub mod check;
 pub mod drift;
+pub mod host_credential;
 pub mod lease;
 pub mod mcs;
 pub mod metrics;

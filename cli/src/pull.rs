@@ -19,7 +19,7 @@ use super::{
     join::{JoinArgs, MemberRoleArg},
     parse_duration,
 };
-use flotilla_agent::{Agent, AgentOptions, check};
+use flotilla_agent::{Agent, AgentOptions, check, host_credential};
 use flotilla_controllers::pull_join::{MemberRole, PullJoinOptions, agent_manifests, join_pull};
 use flotilla_multicluster::http::{
     MetricsAccess,
@@ -59,6 +59,22 @@ pub struct AgentArgs {
     /// something the agent needs is missing.
     #[arg(long)]
     pub check: bool,
+    /// The file the agent keeps its renewed host token in (the host client reads it from
+    /// there; written 0600). Default: a file in the temporary directory.
+    #[arg(long, value_name = "PATH")]
+    pub host_token_file: Option<PathBuf>,
+    /// Lifetime asked for each renewed host token (10 minutes at least).
+    #[arg(long, default_value = "1h", value_parser = parse_duration, value_name = "DURATION")]
+    pub host_token_lifetime: Duration,
+    /// Renew the host token at most this long after it was issued (two thirds of its life
+    /// otherwise); for tests and drills.
+    #[arg(long, value_parser = parse_duration, value_name = "DURATION")]
+    pub host_token_renewal_interval: Option<Duration>,
+    /// The member Secret (in `--agent-namespace`) whose `kubeconfig` key the agent's host
+    /// kubeconfig came from: each renewed token is written back there, so that a restarted
+    /// agent starts from a valid token. Empty: not written back.
+    #[arg(long, default_value = flotilla_controllers::pull_join::KUBECONFIG_SECRET, value_name = "NAME")]
+    pub host_kubeconfig_secret: String,
 }
 
 /// Runs `flotilla agent` until shutdown. The member is the `--kubeconfig`/`--context`
@@ -68,10 +84,10 @@ pub async fn agent(global: &GlobalArgs, args: AgentArgs, ctx: &Context) -> anyho
         .await
         .context("member cluster")?
         .client()?;
-    let host = access::load(Some(&args.host_kubeconfig), args.host_context.as_deref())
+    let host_access = access::load(Some(&args.host_kubeconfig), args.host_context.as_deref())
         .await
-        .context("host cluster (--host-kubeconfig)")?
-        .client()?;
+        .context("host cluster (--host-kubeconfig)")?;
+    let (host, renewal) = renewing_host(&args, host_access.config.clone(), &member)?;
     if args.check {
         let findings = check::run(&args.cluster_name, &host, &member).await;
         ctx.out.write(check::render(&findings));
@@ -92,11 +108,17 @@ pub async fn agent(global: &GlobalArgs, args: AgentArgs, ctx: &Context) -> anyho
         }
         Exposure::Loopback => MetricsAccess::Open,
     };
+    let renewer_host = host.clone();
     let mut opts = AgentOptions::new(&args.cluster_name, host, member);
     opts.own_namespace = args.agent_namespace;
     opts.resync = args.resync;
     opts.lease_duration = args.lease_duration;
     let agent = Agent::start(opts);
+    // Ends with the shutdown.
+    let _renewer = renewal.map(|credential| {
+        let stop = ctx.shutdown.clone();
+        tokio::spawn(host_credential::run(renewer_host, credential, stop))
+    });
     let addr = agent
         .serve(args.metrics_addr, access)
         .await
@@ -105,6 +127,46 @@ pub async fn agent(global: &GlobalArgs, args: AgentArgs, ctx: &Context) -> anyho
     ctx.shutdown.cancelled().await;
     agent.stop().await;
     Ok(())
+}
+
+/// The agent's host client reading its token from `--host-token-file`, and what the
+/// renewer renews; no renewer for a host credential that is no bearer token.
+fn renewing_host(
+    args: &AgentArgs,
+    mut config: kube::Config,
+    member: &kube::Client,
+) -> anyhow::Result<(kube::Client, Option<host_credential::HostCredential>)> {
+    let file = args.host_token_file.clone().unwrap_or_else(|| {
+        let name = format!("flotilla-agent-{}-host-token", args.cluster_name);
+        std::env::temp_dir().join(name)
+    });
+    let renewing = host_credential::use_token_file(&mut config, &file)
+        .with_context(|| format!("writing the host token file {}", file.display()))?;
+    let host =
+        flotilla_multicluster::credentials::client(config).context("building the host client")?;
+    if !renewing {
+        return Ok((host, None));
+    }
+    let persist = match args.host_kubeconfig_secret.as_str() {
+        "" => None,
+        secret => Some(host_credential::Persist {
+            member: member.clone(),
+            namespace: args.agent_namespace.clone(),
+            secret: secret.to_owned(),
+            key: flotilla_controllers::pull_join::KUBECONFIG_KEY.to_owned(),
+            kubeconfig: kube::config::Kubeconfig::read_from(&args.host_kubeconfig)
+                .context("reading --host-kubeconfig")?,
+        }),
+    };
+    let credential = host_credential::HostCredential {
+        namespace: flotilla_api::work::cluster_namespace(&args.cluster_name),
+        service_account: flotilla_controllers::pull_join::AGENT_ACCOUNT.to_owned(),
+        lifetime: args.host_token_lifetime,
+        renewal_interval: args.host_token_renewal_interval,
+        token_file: file,
+        persist,
+    };
+    Ok((host, Some(credential)))
 }
 
 /// Runs `flotilla join --mode pull`.
@@ -120,11 +182,12 @@ pub async fn join(global: &GlobalArgs, args: JoinArgs, ctx: &Context) -> anyhow:
     opts.host_ca_pem = host.ca_pem();
     opts.labels = args.labels.iter().cloned().collect();
     opts.token_timeout = args.token_timeout;
+    opts.token_lifetime = args.token_lifetime;
     if args.dry_run {
         ctx.out.line(format!(
             "Dry run: nothing is changed. In the host: Namespace {ns}, ServiceAccount/Role/RoleBinding {ns}/flotilla-agent \
-             (Works of {ns}: read, status: write; Lease {ns}/flotilla-agent; Events; ConfigMaps of {ns}: read), ConfigMap {ns}/flotilla-agent-types (the enabled types), a token Secret, and KubeFedCluster {}/{} with mode Pull. \
-             In the member: the agent's namespace, kubeconfig Secret, ServiceAccount, ClusterRole(Binding) (the enabled types, or every resource with --member-role all), AppliedWork CRD and Deployment.",
+             (Works of {ns}: read, status: write; Lease {ns}/flotilla-agent; Events; ConfigMaps of {ns}: read; tokens of itself), ConfigMap {ns}/flotilla-agent-types (the enabled types), a bound token of the agent (renewed by the agent), and KubeFedCluster {}/{} with mode Pull. \
+             In the member: the agent's namespace, kubeconfig Secret (and a Role to write its renewed token there), ServiceAccount, ClusterRole(Binding) (the enabled types, or every resource with --member-role all), AppliedWork CRD and Deployment.",
             opts.namespace,
             args.name,
             ns = flotilla_api::work::cluster_namespace(&args.name),

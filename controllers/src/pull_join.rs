@@ -1,8 +1,9 @@
 //! Registering a Pull cluster (`flotilla join --mode pull`): everything happens in the host
 //! — the cluster's namespace `flotilla-cluster-<name>`, the agent's ServiceAccount there
-//! with a Role that reads only that namespace's Works, writes their status and renews its
-//! own Lease, a token for it, and the KubeFedCluster with `mode: Pull` (no endpoint, CA or
-//! token of the member). What comes back is the agent's kubeconfig for the host and the
+//! with a Role that reads only that namespace's Works, writes their status, renews its
+//! own Lease and requests tokens of itself only, a bound token for it (TokenRequest, which
+//! the agent renews: `flotilla_agent::host_credential`), and the KubeFedCluster with
+//! `mode: Pull` (no endpoint, CA or token of the member). What comes back is the agent's kubeconfig for the host and the
 //! manifests to apply in the member ([`agent_manifests`]); no credential of the member is
 //! ever read or stored.
 
@@ -17,7 +18,7 @@ use flotilla_core::agent_role::{
     AGENT_ROLE, AGENT_ROLE_ANNOTATION, agent_all_rules, agent_member_rules,
 };
 use k8s_openapi::api::{
-    core::v1::{Namespace, Secret, ServiceAccount},
+    core::v1::{Namespace, ServiceAccount},
     rbac::v1::{PolicyRule, Role, RoleBinding},
 };
 use kube::{
@@ -50,8 +51,11 @@ pub struct PullJoinOptions {
     pub host_ca_pem: Option<String>,
     /// Labels of the KubeFedCluster.
     pub labels: BTreeMap<String, String>,
-    /// How long to wait for the host to issue the agent's token.
+    /// How long to wait for the host's CA to be published in the cluster's namespace (when
+    /// `host_ca_pem` is `None`).
     pub token_timeout: Duration,
+    /// Lifetime of the agent's bound host token (the agent renews it two thirds in).
+    pub token_lifetime: Duration,
 }
 
 impl PullJoinOptions {
@@ -64,6 +68,7 @@ impl PullJoinOptions {
             host_ca_pem: None,
             labels: BTreeMap::new(),
             token_timeout: Duration::from_secs(60),
+            token_lifetime: flotilla_core::credential::DEFAULT_LIFETIME,
         }
     }
 }
@@ -138,6 +143,7 @@ pub fn agent_role_rules() -> Value {
         {"apiGroups": ["events.k8s.io"], "resources": ["events"], "verbs": ["create", "patch"]},
         {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "list", "watch"]},
         {"apiGroups": ["multicluster.flotilla.io"], "resources": ["serviceexportreports"], "verbs": ["get", "list", "watch", "create", "update", "patch", "delete"]},
+        {"apiGroups": [""], "resources": ["serviceaccounts/token"], "resourceNames": [AGENT_ACCOUNT], "verbs": ["create"]},
     ])
 }
 
@@ -176,7 +182,17 @@ pub async fn join_pull(host: &Client, opts: &PullJoinOptions) -> Result<PullJoin
     crate::pull_rbac::publish(host, &opts.cluster_name, &type_rules)
         .await
         .map_err(err("publishing the enabled types"))?;
-    let (token, ca) = agent_token(host, &ns, opts.token_timeout).await?;
+    if opts.token_lifetime < flotilla_core::credential::MIN_LIFETIME {
+        return Err(JoinError::LifetimeTooShort(opts.token_lifetime));
+    }
+    let (token, _) = crate::member_token::request(host, &ns, AGENT_ACCOUNT, opts.token_lifetime)
+        .await
+        .map_err(err(format!("requesting a token of {ns}/{AGENT_ACCOUNT}")))?;
+    let token = token.expose().to_owned();
+    let ca = match &opts.host_ca_pem {
+        Some(_) => None,
+        None => host_ca(host, &ns, opts.token_timeout).await?,
+    };
     let kfcs: Api<KubeFedCluster> = Api::namespaced(host.clone(), &opts.namespace);
     let body = json!({
         "apiVersion": format!("{}/{}", flotilla_api::CORE_GROUP, flotilla_api::V1BETA1),
@@ -197,38 +213,16 @@ pub async fn join_pull(host: &Client, opts: &PullJoinOptions) -> Result<PullJoin
     })
 }
 
-/// A token Secret for the agent's ServiceAccount, created explicitly: Kubernetes ≥ 1.24
-/// no longer creates one, and every version fills in an explicit one.
-async fn agent_token(
-    host: &Client,
-    ns: &str,
-    timeout: Duration,
-) -> Result<(String, Option<String>), JoinError> {
-    let secrets: Api<Secret> = Api::namespaced(host.clone(), ns);
-    let name = format!("{AGENT_ACCOUNT}-token");
-    let body = json!({
-        "apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/service-account-token",
-        "metadata": {"name": name, "annotations": {"kubernetes.io/service-account.name": AGENT_ACCOUNT}},
-    });
-    apply(&secrets, &name, &body).await?;
+/// The host's CA as the cluster's namespace publishes it (`kube-root-ca.crt`, written by
+/// the host's controller-manager shortly after the namespace is created).
+async fn host_ca(host: &Client, ns: &str, timeout: Duration) -> Result<Option<String>, JoinError> {
     let deadline = tokio::time::Instant::now() + timeout;
     loop {
-        let secret = secrets
-            .get_opt(&name)
+        let ca = crate::member_token::member_ca(host, ns)
             .await
-            .map_err(err(format!("reading {name}")))?;
-        let data = secret.and_then(|s| s.data).unwrap_or_default();
-        if let Some(token) = data
-            .get("token")
-            .and_then(|t| String::from_utf8(t.0.clone()).ok())
-        {
-            let ca = data
-                .get("ca.crt")
-                .and_then(|c| String::from_utf8(c.0.clone()).ok());
-            return Ok((token, ca));
-        }
-        if tokio::time::Instant::now() >= deadline {
-            return Err(JoinError::NoToken(AGENT_ACCOUNT.into(), timeout));
+            .map_err(err(format!("reading {ns}/kube-root-ca.crt")))?;
+        if ca.is_some() || tokio::time::Instant::now() >= deadline {
+            return Ok(ca);
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
@@ -270,6 +264,14 @@ pub fn agent_manifests(
          "metadata": {"name": KUBECONFIG_SECRET, "namespace": namespace},
          "stringData": {KUBECONFIG_KEY: kubeconfig}},
         {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": AGENT_ACCOUNT, "namespace": namespace}},
+        // The agent keeps its renewed host token in its kubeconfig Secret.
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+         "metadata": {"name": KUBECONFIG_SECRET, "namespace": namespace},
+         "rules": [{"apiGroups": [""], "resources": ["secrets"], "resourceNames": [KUBECONFIG_SECRET], "verbs": ["get", "patch"]}]},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+         "metadata": {"name": KUBECONFIG_SECRET, "namespace": namespace},
+         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": KUBECONFIG_SECRET},
+         "subjects": [{"kind": "ServiceAccount", "name": AGENT_ACCOUNT, "namespace": namespace}]},
         role.cluster_role(),
         {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
          "metadata": {"name": AGENT_ACCOUNT},
@@ -282,14 +284,16 @@ pub fn agent_manifests(
            "spec": {"serviceAccountName": AGENT_ACCOUNT,
             "securityContext": {"runAsNonRoot": true},
             "containers": [{"name": "agent", "image": image,
-              "args": ["agent", "--cluster-name", cluster, "--host-kubeconfig", "/etc/flotilla/host/kubeconfig", "--agent-namespace", namespace, "--metrics-addr", "0.0.0.0:8080"],
+              "args": ["agent", "--cluster-name", cluster, "--host-kubeconfig", "/etc/flotilla/host/kubeconfig", "--agent-namespace", namespace, "--metrics-addr", "0.0.0.0:8080", "--host-token-file", "/var/run/flotilla/host-token"],
               "env": [{"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}],
               "ports": [{"name": "metrics", "containerPort": 8080}],
               "livenessProbe": {"httpGet": {"path": "/healthz", "port": "metrics"}, "periodSeconds": 10},
               "readinessProbe": {"httpGet": {"path": "/readyz", "port": "metrics"}, "periodSeconds": 5},
               "securityContext": {"allowPrivilegeEscalation": false, "readOnlyRootFilesystem": true, "capabilities": {"drop": ["ALL"]}},
-              "volumeMounts": [{"name": "host", "mountPath": "/etc/flotilla/host", "readOnly": true}]}],
-            "volumes": [{"name": "host", "secret": {"secretName": KUBECONFIG_SECRET}}]}}}},
+              "volumeMounts": [{"name": "host", "mountPath": "/etc/flotilla/host", "readOnly": true},
+                               {"name": "token", "mountPath": "/var/run/flotilla"}]}],
+            "volumes": [{"name": "host", "secret": {"secretName": KUBECONFIG_SECRET}},
+                        {"name": "token", "emptyDir": {"medium": "Memory"}}]}}}},
     ]})
 }
 

@@ -12,7 +12,7 @@
 use std::{sync::Arc, time::Duration};
 
 use anyhow::{Context as _, ensure};
-use flotilla_api::DEFAULT_NAMESPACE;
+use flotilla_api::{DEFAULT_NAMESPACE, KubeFedCluster};
 use flotilla_controllers::{
     join::{JoinOptions, join, rotate_credentials},
     manager::{ControlPlane, Options},
@@ -186,9 +186,11 @@ async fn the_returned_member_stays_expired_until_rotated(
     // Several health periods and renewal retries with the member reachable again.
     tokio::time::sleep(Duration::from_secs(20)).await;
     let (status, reason) = condition(&fed.host, "member1", "Ready").await?;
+    let kfcs: Api<KubeFedCluster> = Api::namespaced(fed.host.clone(), DEFAULT_NAMESPACE);
+    let conditions = serde_json::to_string(&kfcs.get("member1").await?.status)?;
     ensure!(
         (status.as_str(), reason.as_str()) == ("False", "ClusterCredentialExpired"),
-        "an expired token made the cluster {status} ({reason})"
+        "an expired token made the cluster {status} ({reason}): {conditions}"
     );
     let cms: Api<ConfigMap> = Api::namespaced(fed.members[0].clone(), NS);
     let value = cms

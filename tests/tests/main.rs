@@ -65,6 +65,7 @@ mod policies;
 mod policy_rollout;
 mod profile_access_providers;
 mod propagation;
+mod pull_agent_credential;
 mod pull_agent_ops;
 mod pull_mode;
 mod pull_parity;

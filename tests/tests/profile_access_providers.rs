@@ -122,16 +122,15 @@ async fn a_cluster_profile_with_a_configured_exec_access_provider_is_a_member() 
             .find(|e| {
                 e.reason.as_deref() == Some(NOT_IMPORTED)
                     && e.involved_object.name.as_deref() == Some("elsewhere")
-                    && e.message.as_deref().is_some_and(|m| m.contains("cloud-iam"))
+                    && e.message
+                        .as_deref()
+                        .is_some_and(|m| m.contains("cloud-iam"))
             })
             .context("none yet")
     })
     .await?;
     let message = event.message.unwrap_or_default();
-    ensure!(
-        message.contains("test-exec"),
-        "{message}"
-    );
+    ensure!(message.contains("test-exec"), "{message}");
     ensure!(
         kfcs.get_opt("elsewhere").await?.is_none(),
         "an unusable profile imported"
