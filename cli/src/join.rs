@@ -69,11 +69,13 @@ pub struct JoinArgs {
     /// A label for the KubeFedCluster (repeatable); placement selectors match them.
     #[arg(long = "label", short = 'l', value_name = "KEY=VALUE", value_parser = parse_label)]
     pub labels: Vec<(String, String)>,
-    /// Pull mode: how long to wait for the host to issue the agent's token.
+    /// Pull mode: how long to wait for the host's CA in the cluster's namespace (when the
+    /// host kubeconfig names none).
     #[arg(long, default_value = "60s", value_parser = parse_duration, value_name = "DURATION")]
     pub token_timeout: Duration,
-    /// Push mode: lifetime of the member token the host holds (10m at least); the control
-    /// plane renews it two thirds in, through the member's TokenRequest API.
+    /// Lifetime (10m at least) of the member token the host holds (push mode; the control
+    /// plane renews it two thirds in, through the member's TokenRequest API) or of the
+    /// agent's host token (pull mode; the agent renews it).
     #[arg(long, default_value = "1h", value_parser = parse_duration, value_name = "DURATION")]
     pub token_lifetime: Duration,
     /// Move an already joined push cluster to a bound, rotating token: only its
