@@ -7,6 +7,13 @@
 //! and base64-encoded (as the members store it). The one place a value may appear is
 //! `flotilla diff --show-secrets`, and the test checks that it does there, so the search
 //! is known to find a value that is present.
+//!
+//! The same search covers the credentials the control plane and its servers hold: the
+//! webhook's private keys (its CA's and its serving certificate's, from the Secret it
+//! generates), the bearer tokens callers show the dashboard (on a non-loopback address,
+//! where it reviews them: an administrator's, a ServiceAccount's it forbids, and a made-up
+//! one), and the members' rotating tokens in the host Secrets — none in a page, an answer,
+//! `status`, a KubeFedCluster status, an Event in any namespace or a log line.
 
 use std::{
     io::Write,
@@ -17,10 +24,11 @@ use std::{
 
 use anyhow::{Context as _, ensure};
 use base64::Engine as _;
+use flotilla_api::DEFAULT_NAMESPACE;
 use flotilla_cli::Context;
 use flotilla_controllers::http_server as http;
 use flotilla_tests::{
-    cli::{run, start_dashboard},
+    cli::{get_as, run, service_account_token, start_dashboard, start_dashboard_on},
     federation::Federation,
     objects::FederatedObject,
     setup::federation_with_namespace,
@@ -58,7 +66,11 @@ fn spellings(value: &str) -> [String; 2] {
     [value.to_owned(), b64(value)]
 }
 
-/// Fails naming the surface when any value shows in `text`.
+/// The credentials searched for besides the values ([`credentials`]): set once they are known.
+static CREDENTIALS: std::sync::OnceLock<Vec<(String, String)>> = std::sync::OnceLock::new();
+
+/// Fails naming the surface when any value or credential shows in `text` (a credential
+/// named, not printed).
 fn no_value_in(surface: &str, text: &str) -> anyhow::Result<()> {
     for value in ALL {
         for spelling in spellings(value) {
@@ -68,7 +80,92 @@ fn no_value_in(surface: &str, text: &str) -> anyhow::Result<()> {
             );
         }
     }
+    for (what, credential) in CREDENTIALS.get().into_iter().flatten() {
+        for spelling in spellings(credential) {
+            ensure!(!text.contains(&spelling), "{surface} shows {what}");
+        }
+    }
     Ok(())
+}
+
+/// The body of a PEM block (no header, no line breaks): what would betray a key however it
+/// is printed, searched for by its first 64 characters (a wrapped line).
+fn pem_body(pem: &str) -> String {
+    let body: String = pem
+        .lines()
+        .filter(|l| !l.starts_with("-----"))
+        .collect::<Vec<_>>()
+        .join("");
+    body.chars().take(64).collect()
+}
+
+/// The webhook's private keys and the members' tokens, as the host's Secrets hold them.
+async fn credentials(fed: &Federation) -> anyhow::Result<Vec<(String, String)>> {
+    let secrets: Api<Secret> = Api::namespaced(fed.host.clone(), DEFAULT_NAMESPACE);
+    let webhook = wait_for(SEEN, "the webhook's certificate Secret", || async {
+        secrets
+            .get_opt(flotilla_webhook::DEFAULT_CERT_SECRET)
+            .await?
+            .and_then(|s| s.data)
+            .context("not yet")
+    })
+    .await?;
+    let mut found = Vec::new();
+    for key in ["tls.key", "ca.key"] {
+        let pem = String::from_utf8(webhook.get(key).context(key)?.0.clone())?;
+        ensure!(pem.contains("PRIVATE KEY"), "{key} is no private key");
+        found.push((format!("the webhook's {key}"), pem_body(&pem)));
+    }
+    for member in ["member1", "member2"] {
+        let secret = secrets.get(&format!("{member}-token")).await?;
+        let data = secret.data.context("no data")?;
+        let token = String::from_utf8(data.get("token").context("no token")?.0.clone())?;
+        found.push((format!("{member}'s token"), token));
+    }
+    Ok(found)
+}
+
+/// Bearer tokens shown to a dashboard on a non-loopback address (where it reviews them):
+/// the host administrator's (allowed), a ServiceAccount's (forbidden) and a made-up one.
+async fn dashboard_tokens(
+    fed: &Federation,
+    ctx: &Context,
+) -> anyhow::Result<Vec<(String, String)>> {
+    let url = start_dashboard_on(fed, ctx, "0.0.0.0").await?;
+    let addr: SocketAddr = url
+        .trim_start_matches("http://")
+        .trim_end_matches('/')
+        .parse()?;
+    let admin = fed.env.host().admin_token().to_owned();
+    let nobody = service_account_token(&fed.host, NS, "default").await?;
+    let made_up = "flotilla-e2e-made-up-token-0d9e7a".to_owned();
+    let path = format!("/api/object?ns={NS}&kind=FederatedSecret&name=db");
+    for (token, expected) in [(&admin, 200), (&nobody, 403), (&made_up, 401)] {
+        let (status, _, body) = get_as(addr, &path, Some(token)).await?;
+        ensure!(status == expected, "{status}, not {expected}: {body}");
+    }
+    Ok(vec![
+        ("the administrator's token".into(), admin),
+        ("a ServiceAccount's token".into(), nobody),
+        ("a made-up token".into(), made_up),
+    ])
+}
+
+/// No credential in any KubeFedCluster's status nor in any Event of the host.
+async fn statuses_and_events_show_no_credential(fed: &Federation) -> anyhow::Result<()> {
+    let kfcs: Api<flotilla_api::KubeFedCluster> =
+        Api::namespaced(fed.host.clone(), DEFAULT_NAMESPACE);
+    let listed = kfcs.list(&ListParams::default()).await?;
+    let statuses: Vec<_> = listed.items.iter().map(|k| &k.status).collect();
+    no_value_in(
+        "the KubeFedClusters' status",
+        &serde_json::to_string(&statuses)?,
+    )?;
+    let events = Api::<Event>::all(fed.host.clone())
+        .list(&ListParams::default())
+        .await?
+        .items;
+    no_value_in("the host's Events", &serde_json::to_string(&events)?)
 }
 
 /// Everything the process logs, kept for the search (the subscriber is installed before the
@@ -105,7 +202,10 @@ impl<'a> MakeWriter<'a> for Logs {
 fn capture_logs() -> anyhow::Result<Logs> {
     let logs = Logs::default();
     tracing_subscriber::fmt()
-        .with_env_filter("info,flotilla_controllers=debug,flotilla_multicluster=debug")
+        .with_env_filter(
+            "info,flotilla_controllers=debug,flotilla_multicluster=debug,flotilla_webhook=debug,\
+             flotilla_dashboard=debug,flotilla_cli=debug",
+        )
         .with_ansi(false)
         .with_writer(logs.clone())
         .try_init()
@@ -272,8 +372,16 @@ async fn events_show_no_value(fed: &Federation) -> anyhow::Result<()> {
 async fn no_secret_value_is_shown_anywhere_but_in_diff_show_secrets() -> anyhow::Result<()> {
     let logs = capture_logs()?;
     let fed = federation_with_namespace(2, NS).await?;
+    let (_, webhook) =
+        flotilla_webhook::local::start_local(fed.host.clone(), DEFAULT_NAMESPACE).await?;
     create_secrets(&fed).await?;
     let ctx = Context::captured();
+    let mut held = credentials(&fed).await?;
+    held.extend(dashboard_tokens(&fed, &ctx).await?);
+    ensure!(
+        CREDENTIALS.set(held).is_ok(),
+        "the credentials were set before"
+    );
     let url = start_dashboard(&fed, &ctx).await?;
     let addr: SocketAddr = url
         .trim_start_matches("http://")
@@ -283,10 +391,12 @@ async fn no_secret_value_is_shown_anywhere_but_in_diff_show_secrets() -> anyhow:
         dashboard_shows_no_value(addr).await?;
         status_shows_no_value(&fed).await?;
         diff_shows_values_only_when_asked(&fed).await?;
-        events_show_no_value(&fed).await
+        events_show_no_value(&fed).await?;
+        statuses_and_events_show_no_credential(&fed).await
     }
     .await;
     ctx.shutdown.cancel();
+    webhook.abort();
     checks?;
     let lines = logs.text();
     ensure!(
