@@ -140,8 +140,15 @@ fn renewing_host(
         let name = format!("flotilla-agent-{}-host-token", args.cluster_name);
         std::env::temp_dir().join(name)
     });
-    let renewing = host_credential::use_token_file(&mut config, &file)
-        .with_context(|| format!("writing the host token file {}", file.display()))?;
+    // A file that cannot be written (no writable volume there) leaves the token as the
+    // kubeconfig has it, unrenewed: the agent runs until that token expires.
+    let renewing = match host_credential::use_token_file(&mut config, &file) {
+        Ok(renewing) => renewing,
+        Err(error) => {
+            warn!(file = %file.display(), %error, "cannot keep the host token in --host-token-file; it is not renewed");
+            false
+        }
+    };
     let host =
         flotilla_multicluster::credentials::client(config).context("building the host client")?;
     if !renewing {
