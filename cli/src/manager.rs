@@ -153,6 +153,11 @@ impl ControllerManagerArgs {
 
     /// Refuses flags that cannot work, before anything listens or asks the host.
     fn refuse_bad_flags(&self) -> anyhow::Result<()> {
+        anyhow::ensure!(
+            self.access_providers.is_none() || self.exec_plugin_dir.is_some(),
+            "--access-providers needs --exec-plugin-dir: the access providers' exec plugins run \
+             only from that directory"
+        );
         self.rotation_policy()
             .check()
             .map_err(|reason| anyhow::anyhow!("--webhook-* flags: {reason}"))
