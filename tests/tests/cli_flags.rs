@@ -321,3 +321,37 @@ async fn bad_webhook_rotation_flags_stop_the_controller_manager_before_any_host(
     std::fs::remove_dir_all(&home)?;
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn access_providers_without_a_plugin_directory_stop_the_controller_manager()
+-> anyhow::Result<()> {
+    let home = scratch("access-providers")?;
+    let missing = home.join("no-such.kubeconfig").display().to_string();
+    let file = home.join("providers.json");
+    std::fs::write(
+        &file,
+        r#"{"providers": [{"name": "vault", "execConfig": {"command": "/opt/p/vault"}}]}"#,
+    )?;
+    let args: Vec<String> = [
+        "--kubeconfig",
+        &missing,
+        "controller-manager",
+        "--metrics-addr",
+        "127.0.0.1:0",
+        "--access-providers",
+        &file.display().to_string(),
+    ]
+    .map(str::to_owned)
+    .to_vec();
+    let refused = run_until(&home, &args, &home.join("refused.log"), |_, status| {
+        status.is_some_and(|s| !s.success())
+    })
+    .await?;
+    ensure!(
+        refused.contains("--access-providers needs --exec-plugin-dir")
+            && !refused.contains("no-such.kubeconfig"),
+        "{refused}"
+    );
+    std::fs::remove_dir_all(&home)?;
+    Ok(())
+}
