@@ -215,3 +215,39 @@ async fn keep_in_secret(persist: &Persist, token: &str) -> Result<(), String> {
         .map_err(|e| flotilla_multicluster::error_chain(&e))?;
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt as _;
+
+    fn config(token: Option<&str>) -> kube::Config {
+        let mut config = kube::Config::new("https://127.0.0.1:6443".parse().unwrap_or_default());
+        config.auth_info.token = token.map(|t| t.to_owned().into());
+        config
+    }
+
+    #[test]
+    fn a_static_token_moves_into_a_private_file_the_config_then_reads() -> std::io::Result<()> {
+        let dir = std::env::temp_dir().join(format!("flotilla-host-cred-{}", std::process::id()));
+        std::fs::create_dir_all(&dir)?;
+        let path = dir.join("token");
+        let mut with = config(Some("abc.def.ghi"));
+        assert!(use_token_file(&mut with, &path)?);
+        assert_eq!(std::fs::read_to_string(&path)?, "abc.def.ghi");
+        let mode = std::fs::metadata(&path)?.permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600);
+        assert!(with.auth_info.token.is_none());
+        assert_eq!(with.auth_info.token_file, Some(path.display().to_string()));
+        std::fs::remove_dir_all(&dir)
+    }
+
+    #[test]
+    fn a_config_without_a_static_token_has_nothing_to_renew() -> std::io::Result<()> {
+        let path = std::env::temp_dir().join("flotilla-host-cred-never-written");
+        let mut without = config(None);
+        assert!(!use_token_file(&mut without, &path)?);
+        assert!(!path.exists());
+        Ok(())
+    }
+}
