@@ -10,10 +10,15 @@
 //! refuses the request outright (403: an agent joined before rotation, whose token never
 //! expires) stops the renewer with one warning.
 //!
+//! Each attempt is counted in `flotilla_agent_host_token_renewals_total{result}` and the
+//! current token's expiry is `flotilla_agent_host_token_expiry_timestamp_seconds`, so an
+//! alert fires well before a token that cannot be renewed runs out.
+//!
 //! The token is never logged, put in an error or a metric; the file is written `0600`.
 
 use std::{
     path::{Path, PathBuf},
+    sync::Arc,
     time::Duration,
 };
 
@@ -32,6 +37,8 @@ use kube::{
 };
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
+
+use super::metrics::AgentMetrics;
 
 /// How long one TokenRequest may take.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
@@ -112,8 +119,14 @@ enum Outcome {
 }
 
 /// Renews the agent's host token until `stop`: once at start (the expiry of the token it
-/// started with is not known), then at each renewal time.
-pub async fn run(host: Client, credential: HostCredential, stop: CancellationToken) {
+/// started with is not known), then at each renewal time; each outcome is counted in
+/// `metrics`.
+pub async fn run(
+    host: Client,
+    credential: HostCredential,
+    metrics: Arc<AgentMetrics>,
+    stop: CancellationToken,
+) {
     let mut current: Option<Rotation> = None;
     let mut failures = 0u32;
     let mut wait = Duration::ZERO;
@@ -124,12 +137,17 @@ pub async fn run(host: Client, credential: HostCredential, stop: CancellationTok
         }
         match renew(&host, &credential).await {
             Outcome::Renewed(rotation) => {
+                metrics.host_token_renewal("renewed");
+                metrics
+                    .host_token_expiry
+                    .set(rotation.expires_at.as_second());
                 info!(expires_at = %rotation.expires_at, "the agent's host token was renewed");
                 failures = 0;
                 wait = until(rotation.renew_at(credential.renewal_interval));
                 current = Some(rotation);
             }
             Outcome::Failed(error) => {
+                metrics.host_token_renewal("failed");
                 failures += 1;
                 let left = current
                     .as_ref()
@@ -138,6 +156,7 @@ pub async fn run(host: Client, credential: HostCredential, stop: CancellationTok
                 warn!(%error, failures, ?wait, "renewing the agent's host token failed; retrying");
             }
             Outcome::Refused(error) => {
+                metrics.host_token_renewal("refused");
                 warn!(%error, "the host refuses the agent tokens of its own ServiceAccount (joined before rotation?); its host token is not renewed");
                 return;
             }

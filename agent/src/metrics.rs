@@ -1,7 +1,8 @@
 //! The agent's Prometheus metrics, under the prefix `flotilla_agent`: server-side applies,
 //! failed manifests by reason (the member's reason when its API server refused, else the
 //! agent's own), the Work queue's depth (read when scraped), when each Work last settled and
-//! when the heartbeat Lease was last renewed (Unix seconds). Served at `/metrics` through
+//! when the heartbeat Lease was last renewed (Unix seconds), and the renewals of the agent's
+//! own host token by result with that token's expiry (Unix seconds). Served at `/metrics` through
 //! [`flotilla_multicluster::http`].
 
 use std::sync::{Arc, Mutex, OnceLock};
@@ -21,6 +22,13 @@ pub const PREFIX: &str = "flotilla_agent";
 pub struct ReasonLabels {
     /// `Forbidden`, `Invalid`, `Conflict`, `NotFound`... or the agent's own reason.
     pub reason: String,
+}
+
+/// Label set of a host-token renewal: `renewed`, `failed` or `refused`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ResultLabels {
+    /// What the renewal came to.
+    pub result: String,
 }
 
 /// Label set naming one Work.
@@ -43,6 +51,10 @@ pub struct AgentMetrics {
     pub last_sync: Family<WorkLabels, Gauge>,
     /// When the heartbeat Lease was last renewed (Unix seconds).
     pub lease_renewed: Gauge,
+    /// Renewals of the agent's host token, by result.
+    pub host_token_renewals: Family<ResultLabels, Counter>,
+    /// When the agent's current host token expires (Unix seconds; 0: not known).
+    pub host_token_expiry: Gauge,
     queue: OnceLock<Arc<WorkQueue<String>>>,
 }
 
@@ -63,6 +75,8 @@ impl AgentMetrics {
             queue_depth: Gauge::default(),
             last_sync: Family::default(),
             lease_renewed: Gauge::default(),
+            host_token_renewals: Family::default(),
+            host_token_expiry: Gauge::default(),
             queue: OnceLock::new(),
         };
         registry.register(
@@ -92,6 +106,17 @@ impl AgentMetrics {
             Unit::Seconds,
             m.lease_renewed.clone(),
         );
+        registry.register(
+            "host_token_renewals",
+            "Renewals of the agent's own host token, by result (renewed, failed, refused)",
+            m.host_token_renewals.clone(),
+        );
+        registry.register_with_unit(
+            "host_token_expiry_timestamp",
+            "When the agent's current host token expires (0 until a renewal tells)",
+            Unit::Seconds,
+            m.host_token_expiry.clone(),
+        );
         *m.registry.lock().unwrap_or_else(|e| e.into_inner()) = registry;
         m
     }
@@ -118,6 +143,15 @@ impl AgentMetrics {
     /// Forgets a Work that left the inventory.
     pub fn forget(&self, work: &str) {
         self.last_sync.remove(&labels(work));
+    }
+
+    /// Counts a host-token renewal that came to `result`.
+    pub fn host_token_renewal(&self, result: &str) {
+        self.host_token_renewals
+            .get_or_create(&ResultLabels {
+                result: result.to_owned(),
+            })
+            .inc();
     }
 
     /// Records a renewal of the Lease now.
@@ -161,6 +195,8 @@ mod tests {
         m.failed("Forbidden");
         m.failed("Forbidden");
         m.settled("w1");
+        m.host_token_renewal("failed");
+        m.host_token_expiry.set(1_900_000_000);
         let queue = WorkQueue::new();
         queue.add("a".to_owned());
         m.watch_queue(queue);
@@ -176,6 +212,14 @@ mod tests {
         );
         assert!(
             page.contains("flotilla_agent_work_last_sync_timestamp_seconds{work=\"w1\"}"),
+            "{page}"
+        );
+        assert!(
+            page.contains("flotilla_agent_host_token_renewals_total{result=\"failed\"} 1\n"),
+            "{page}"
+        );
+        assert!(
+            page.contains("flotilla_agent_host_token_expiry_timestamp_seconds 1900000000\n"),
             "{page}"
         );
         assert!(page.ends_with("# EOF\n"), "{page}");

@@ -117,7 +117,13 @@ pub async fn agent(global: &GlobalArgs, args: AgentArgs, ctx: &Context) -> anyho
     // Ends with the shutdown.
     let _renewer = renewal.map(|credential| {
         let stop = ctx.shutdown.clone();
-        tokio::spawn(host_credential::run(renewer_host, credential, stop))
+        let metrics = agent.observer().metrics.clone();
+        tokio::spawn(host_credential::run(
+            renewer_host,
+            credential,
+            metrics,
+            stop,
+        ))
     });
     let addr = agent
         .serve(args.metrics_addr, access)

@@ -19,6 +19,7 @@ use flotilla_controllers::{
     metrics::Metrics,
     pull_join::{AGENT_ACCOUNT, KUBECONFIG_KEY, KUBECONFIG_SECRET, PullJoinOptions, join_pull},
 };
+use flotilla_multicluster::http::MetricsText as _;
 use flotilla_tests::{
     EnvOptions,
     federation::{Federation, bootstrap, federated_namespace, install_host, seeded_env},
@@ -126,9 +127,11 @@ async fn the_pull_agent_renews_its_bound_host_token_and_keeps_working() -> anyho
             kubeconfig,
         }),
     };
+    let metrics = agent.observer().metrics.clone();
     let renewer = tokio::spawn(host_credential::run(
         agent_host.clone(),
         credential,
+        metrics.clone(),
         stop.clone(),
     ));
     let fed = Federation {
@@ -142,10 +145,38 @@ async fn the_pull_agent_renews_its_bound_host_token_and_keeps_working() -> anyho
     let scoped = only_its_own_tokens(&agent_host, &host_ns).await;
     stop.cancel();
     renewer.await?;
+    let counted = renewals_counted(&metrics.encode());
     agent.stop().await;
     std::fs::remove_dir_all(&dir)?;
     outcome?;
+    let (renewed, failed, expiry) = counted;
+    ensure!(
+        renewed >= 3 && failed == 0,
+        "the agent counted {renewed} renewals and {failed} failures"
+    );
+    let now = k8s_openapi::jiff::Timestamp::now().as_second();
+    ensure!(
+        expiry > now,
+        "the host token's expiry on /metrics ({expiry}) is not in the future ({now})"
+    );
     scoped
+}
+
+/// Renewed and failed host-token renewals, and the token's expiry, from the agent's
+/// `/metrics` text.
+fn renewals_counted(page: &str) -> (u64, u64, i64) {
+    let value = |prefix: &str| {
+        page.lines()
+            .find_map(|l| l.strip_prefix(prefix))
+            .and_then(|v| v.trim().parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
+    let count = |result: &str| {
+        let prefix = format!("flotilla_agent_host_token_renewals_total{{result=\"{result}\"}} ");
+        value(&prefix) as u64
+    };
+    let expiry = value("flotilla_agent_host_token_expiry_timestamp_seconds ") as i64;
+    (count("renewed"), count("failed"), expiry)
 }
 
 /// Several renewals (token file and member Secret) while objects propagate through Works
