@@ -289,6 +289,7 @@ fn runner(
     KeyedRunner::new(format!("sync-{}", ty.fed_ar.kind), queue.clone())
         .concurrency(workers)
         .gate(gate)
+        .queue_ages(shared.metrics.queue_ages.clone())
         .metrics(Arc::new(metrics))
 }
 
