@@ -49,6 +49,7 @@ pub fn init(
     let (traces, exporting) = match otlp_endpoint.filter(|e| !e.is_empty()) {
         Some(endpoint) => {
             let (traces, layer) = Traces::start(endpoint)?;
+            flotilla_controllers::sync::export_host_events();
             (Some(traces), Some(layer))
         }
         None => (None, None),

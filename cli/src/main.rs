@@ -10,7 +10,7 @@ use tokio::signal::unix::{SignalKind, signal};
 
 /// The allocator of every command: the control plane allocates and frees a little for
 /// every watch event, request and reconcile, and glibc's allocator spent about a quarter
-/// of its CPU time doing so (docs/benchmarks.md, "Flotilla's own CPU").
+/// of its CPU time doing so (docs/benchmark-log.md, "Flotilla's own CPU").
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 

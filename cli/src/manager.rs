@@ -310,7 +310,7 @@ pub async fn run(
     };
     let _ = authenticator.set(http_auth::Authenticator::new(host.clone()));
     info!(host_version = %version.git_version, %namespace, "connected to the host cluster");
-    let _webhook = start_webhook(&host, &namespace, &args).await?;
+    let _webhook = start_webhook(&host, &namespace, &args, &metrics).await?;
     start_dashboard(&host, &namespace, &args, ctx).await?;
     // Ready means "can serve as leader or standby": the host answered.
     health.set_ready(true);
@@ -360,6 +360,7 @@ async fn start_webhook(
     host: &Client,
     namespace: &str,
     args: &ControllerManagerArgs,
+    metrics: &Metrics,
 ) -> anyhow::Result<Option<WebhookTask>> {
     let Some(bind) = args.webhook_addr else {
         return Ok(None);
@@ -371,6 +372,7 @@ async fn start_webhook(
         cert_secret: webhook::DEFAULT_CERT_SECRET.into(),
         namespace: namespace.into(),
         rotation: args.rotation_policy(),
+        metrics: Some(metrics.with_registry(webhook::expiry::WebhookMetrics::register)),
     };
     let (_, task) = webhook::start(host.clone(), &options)
         .await

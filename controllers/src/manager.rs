@@ -113,6 +113,7 @@ impl ControlPlane {
                 events: member_rx,
             },
             registry.config(),
+            metrics.queue_ages.clone(),
         ));
         let member_rbac = tokio::spawn(crate::member_rbac::run(
             host.clone(),
@@ -161,6 +162,7 @@ impl ControlPlane {
             host.clone(),
             namespace.to_string(),
             clusters.clone(),
+            metrics.queue_ages.clone(),
         ));
         let shared = SyncShared::new(
             host,

@@ -7,7 +7,9 @@
 //! [`Metrics::with_registry`]. [`Metrics::encode`] renders the OpenMetrics text for
 //! `/metrics`.
 
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
+
+use flotilla_multicluster::runner::QueueAges;
 
 use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue};
 use prometheus_client::metrics::counter::Counter;
@@ -80,6 +82,9 @@ pub struct Metrics {
     pub imports: ImportMetrics,
     /// Families of the ClusterProfile inventory.
     pub profiles: ProfileMetrics,
+    /// `flotilla_queue_oldest_age_seconds{queue}`: every keyed runner's queue given it,
+    /// read at each scrape.
+    pub queue_ages: Arc<QueueAges>,
 }
 
 impl Default for Metrics {
@@ -98,12 +103,15 @@ impl Metrics {
         let profiles = ProfileMetrics::register(&mut registry);
         // The member watches' own family (every watch of the process shares it).
         flotilla_multicluster::member_watch::register_metrics(&mut registry);
+        let queue_ages = QueueAges::new();
+        registry.register_collector(Box::new(queue_ages.clone()));
         Metrics {
             registry: Mutex::new(registry),
             clusters,
             sync,
             imports,
             profiles,
+            queue_ages,
         }
     }
 

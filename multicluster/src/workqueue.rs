@@ -26,8 +26,9 @@ const BACKOFF_MAX: Duration = Duration::from_secs(60);
 type Deadline = (Instant, u64);
 
 struct State<K> {
-    /// Keys ready to be handed out, in order.
-    ready: VecDeque<K>,
+    /// Keys ready to be handed out, in order, each with when it became ready (for
+    /// [`WorkQueue::oldest_wait`]: one clock read per key queued, nothing per scrape).
+    ready: VecDeque<(K, Instant)>,
     /// The keys of `ready`.
     queued: HashSet<K>,
     /// Keys handed to a worker and not yet done.
@@ -47,11 +48,17 @@ struct State<K> {
 impl<K: Clone + Eq + Hash> State<K> {
     /// Makes a key ready (or dirty when active); true when a worker should be woken.
     fn enqueue(&mut self, key: K) -> bool {
+        self.enqueue_since(key, None)
+    }
+
+    /// [`State::enqueue`], the key ready since `since` (now when `None`).
+    fn enqueue_since(&mut self, key: K, since: Option<Instant>) -> bool {
         if self.active.contains(&key) {
             self.dirty.insert(key);
             false
         } else if self.queued.insert(key.clone()) {
-            self.ready.push_back(key);
+            self.ready
+                .push_back((key, since.unwrap_or_else(Instant::now)));
             true
         } else {
             false
@@ -87,9 +94,11 @@ impl<K: Clone + Eq + Hash> State<K> {
             if entry.key().0 > now {
                 break;
             }
+            let at = entry.key().0;
             let key = entry.remove();
             self.scheduled.remove(&key);
-            self.enqueue(key);
+            // Ready since it fell due, not since a worker happened to look.
+            self.enqueue_since(key, Some(at));
         }
     }
 }
@@ -196,7 +205,7 @@ impl<K: Clone + Eq + Hash + Send + 'static> WorkQueue<K> {
                     return None;
                 }
                 s.promote_due(Instant::now());
-                if let Some(key) = s.ready.pop_front() {
+                if let Some((key, _)) = s.ready.pop_front() {
                     s.queued.remove(&key);
                     s.active.insert(key.clone());
                     let more = !s.ready.is_empty();
@@ -233,6 +242,26 @@ impl<K: Clone + Eq + Hash + Send + 'static> WorkQueue<K> {
     /// Keys ready to be handed out (not counting delayed ones or those in progress).
     pub fn len(&self) -> usize {
         self.lock().ready.len()
+    }
+
+    /// How long the key at the head of the queue has been ready and not handed out, or a
+    /// delayed add has been due and not yet moved onto the queue, whichever is longer; zero
+    /// when nothing waits. Keys leave in order, so a head that keeps ageing means workers
+    /// that take no key (stuck, starved or never started), not merely a long queue. Delayed
+    /// adds count from their deadline, keys re-added while in progress from their `done`.
+    pub fn oldest_wait(&self) -> Duration {
+        let s = self.lock();
+        let now = Instant::now();
+        let head = s.ready.front().map(|(_, since)| *since);
+        let due = s
+            .deadlines
+            .first_key_value()
+            .map(|((at, _), _)| *at)
+            .filter(|at| *at <= now);
+        head.into_iter()
+            .chain(due)
+            .min()
+            .map_or(Duration::ZERO, |since| now.saturating_duration_since(since))
     }
 
     /// Whether no key is ready to be handed out.
@@ -292,6 +321,38 @@ mod tests {
         assert_eq!(q.len(), 2);
         assert_eq!(q.next().await, Some("a"));
         assert_eq!(q.next().await, Some("b"));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_oldest_wait_is_the_heads_and_ends_when_a_worker_takes_it() {
+        let q = WorkQueue::new();
+        assert_eq!(q.oldest_wait(), ZERO);
+        q.add("a");
+        tokio::time::advance(3 * S).await;
+        q.add("b");
+        tokio::time::advance(2 * S).await;
+        assert_eq!(q.oldest_wait(), 5 * S);
+        assert_eq!(q.next().await, Some("a"));
+        assert_eq!(q.oldest_wait(), 2 * S, "b is the head now");
+        assert_eq!(q.next().await, Some("b"));
+        assert_eq!(q.oldest_wait(), ZERO, "keys in progress do not wait");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_delayed_add_waits_from_its_deadline_even_before_a_worker_looks() {
+        let q = WorkQueue::new();
+        q.add_after("a", 10 * S);
+        tokio::time::advance(4 * S).await;
+        assert_eq!(q.oldest_wait(), ZERO, "not due yet");
+        tokio::time::advance(10 * S).await;
+        assert_eq!(q.oldest_wait(), 4 * S, "due 4 s ago, no worker looked");
+        q.add("b");
+        tokio::time::advance(S).await;
+        // A worker's look moves "a" onto the queue ready since its deadline, ahead of "b".
+        assert_eq!(q.next().await, Some("b"));
+        assert_eq!(q.oldest_wait(), 5 * S);
+        assert_eq!(q.next().await, Some("a"));
+        assert_eq!(q.oldest_wait(), ZERO);
     }
 
     #[tokio::test]

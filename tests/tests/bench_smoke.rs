@@ -347,7 +347,7 @@ async fn a_policy_run_puts_the_policy_path_beside_federated_and_raw_with_every_h
     );
     // The host's writes after a restart are reported, not asserted here: the policy
     // controller rewrites Federated objects whose native came from a LIST rather than a
-    // watch event (docs/benchmarks.md, 2026-11-28); the members must see nothing.
+    // watch event (docs/benchmark-log.md, 2026-11-28); the members must see nothing.
     assert_eq!(p.restart.member_writes, 0, "{:?}", p.restart);
     assert!(p.probe_after_restart_s > 0.0);
     assert!(!p.not_counted.is_empty());

@@ -85,4 +85,5 @@ mod standards;
 mod traces;
 mod uninstall;
 mod upgrade;
+mod webhook_certificate_expiry;
 mod workloads;

@@ -22,7 +22,7 @@ use kube::{
 use serde_json::json;
 
 const T: Duration = Duration::from_secs(60);
-const CONFIGURATION: &str = "flotilla-serviceaccountimport-test";
+pub(crate) const CONFIGURATION: &str = "flotilla-serviceaccountimport-test";
 
 fn pod(name: &str, imports: Option<&str>) -> anyhow::Result<Pod> {
     let mut p = json!({
@@ -61,7 +61,7 @@ async fn namespace(host: &Client, name: &str, enabled: bool) -> anyhow::Result<(
 /// A MutatingWebhookConfiguration calling `https://127.0.0.1:<port>/mutate-pods` for Pods
 /// of labelled namespaces, without a CA bundle (the webhook patches it in); one webhook
 /// per port, so every replica is called.
-async fn configuration(host: &Client, ports: &[u16]) -> anyhow::Result<()> {
+pub(crate) async fn configuration(host: &Client, ports: &[u16]) -> anyhow::Result<()> {
     let webhooks: Vec<_> = ports.iter().enumerate().map(|(i, port)| json!({
         "name": format!("r{i}.serviceaccountimports.multicluster.flotilla.io"),
         "clientConfig": {"url": format!("https://127.0.0.1:{port}/mutate-pods")},
@@ -138,6 +138,7 @@ async fn annotated_pods_in_enabled_namespaces_get_the_imports_secret_mounted(
         cert_secret: webhook::DEFAULT_CERT_SECRET.into(),
         namespace: DEFAULT_NAMESPACE.into(),
         rotation: Policy::default(),
+        metrics: None,
     };
     let (_, serving) = webhook::start(host.clone(), &options).await?;
     let stored = Api::<MutatingWebhookConfiguration>::all(host.clone())
@@ -299,6 +300,7 @@ async fn certificates_rotate_while_pods_keep_being_admitted(host: Client) -> any
             cert_secret: webhook::DEFAULT_CERT_SECRET.into(),
             namespace: DEFAULT_NAMESPACE.into(),
             rotation: policy,
+            metrics: None,
         };
         replicas.push(webhook::start(host.clone(), &options).await?.1);
         // Out of step with each other, as replicas are: one loads a certificate while the

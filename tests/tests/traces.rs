@@ -3,8 +3,9 @@
 //! opentelemetry-proto messages and answers as a collector does), runs the real
 //! `flotilla controller-manager` with `--otlp-endpoint` pointing at it, propagates one
 //! FederatedConfigMap to two real member clusters, and finds one trace holding the
-//! reconcile span and a member-write span per member, each naming the object; the trace
-//! id is in the controller-manager's log lines.
+//! reconcile span and a member-write span per member, each naming the object, under the
+//! host watch event that queued the reconcile (the trace's root); the trace id is in the
+//! controller-manager's log lines.
 
 use std::{
     net::SocketAddr,
@@ -240,6 +241,26 @@ async fn scenario(
             "{write:?}"
         );
     }
+    // The reconcile's parent is the host watch event that queued it, the trace's root.
+    wait_for(T, "the host event at the root of the trace", || async {
+        let spans = receiver.spans();
+        let event = spans
+            .iter()
+            .map(|(_, s)| s)
+            .find(|s| s.span_id == reconcile.parent_span_id)
+            .context("no span is the reconcile's parent yet")?;
+        ensure!(event.name == "host_event", "{event:?}");
+        ensure!(event.trace_id == reconcile.trace_id, "{event:?}");
+        ensure!(event.parent_span_id.is_empty(), "not a root: {event:?}");
+        ensure!(attr(event, "name").as_deref() == Some(NAME), "{event:?}");
+        ensure!(
+            attr(event, "kind").as_deref() == Some("FederatedConfigMap"),
+            "{event:?}"
+        );
+        ensure!(event.start_time_unix_nano <= reconcile.start_time_unix_nano);
+        Ok(())
+    })
+    .await?;
     wait_for(T, "a status write of the object", || async {
         let spans = receiver.spans();
         let status = spans

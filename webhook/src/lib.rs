@@ -8,9 +8,11 @@
 //!
 //! [`certs`] keeps the certificates in a Secret, [`rotation`] decides when they change and
 //! which CAs the configuration trusts (pure), [`renew`] carries that out, [`server`] serves,
-//! [`patch`] decides the Pod patch (pure), [`local`] wires it for `flotilla dev up`.
+//! [`patch`] decides the Pod patch (pure), [`local`] wires it for `flotilla dev up`,
+//! [`expiry`] exports when the certificate being served expires.
 
 pub mod certs;
+pub mod expiry;
 pub mod local;
 pub mod patch;
 pub mod renew;
@@ -66,6 +68,9 @@ pub struct WebhookOptions {
     pub namespace: String,
     /// Certificate lifetimes and rotation waits.
     pub rotation: rotation::Policy,
+    /// Where the served certificate's expiry is reported (the controller-manager's
+    /// `/metrics`); `None` reports nothing.
+    pub metrics: Option<expiry::WebhookMetrics>,
 }
 
 /// Makes sure of the certificate and the configuration's CA bundle, then serves, and keeps
@@ -86,11 +91,14 @@ pub async fn start(
     };
     let cert = renewer.once().await?;
     let (tls, serving_tls) = watch::channel(server::tls_config(&cert)?);
+    let metrics = options.metrics.clone().unwrap_or_default();
+    metrics.serving(&cert);
     let (addr, serving) = server::serve(options.bind, serving_tls, host).await?;
     let rotating = tokio::spawn(renewer.run(move |cert| match server::tls_config(cert) {
         Ok(config) => {
             info!(validity = ?cert.validity, "webhook serving a renewed certificate");
             tls.send_replace(config);
+            metrics.serving(cert);
         }
         Err(error) => {
             warn!(%error, "a renewed webhook certificate is unusable; serving the previous one")

@@ -70,6 +70,7 @@ pub async fn start_local(
         cert_secret: DEFAULT_CERT_SECRET.into(),
         namespace: namespace.into(),
         rotation: super::rotation::Policy::default(),
+        metrics: None,
     };
     super::start(host, &options).await
 }

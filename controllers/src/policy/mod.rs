@@ -33,7 +33,7 @@ use flotilla_api::{
 };
 use flotilla_multicluster::{
     gate::{Gate, store_ready},
-    runner::KeyedRunner,
+    runner::{KeyedRunner, QueueAges},
     tasks::AbortOnDrop,
 };
 use kube::{
@@ -117,7 +117,7 @@ where
 
 /// Runs the policy controller until the task is aborted. `namespace` is the control-plane
 /// namespace, where the FederatedTypeConfigs are.
-pub async fn run(host: Client, namespace: String, clusters: ClusterSet) {
+pub async fn run(host: Client, namespace: String, clusters: ClusterSet, ages: Arc<QueueAges>) {
     let changed = Arc::new(Notify::new());
     let (pp, t1) = watch_waking(Api::all(host.clone()), "PropagationPolicy", changed.clone());
     let (cpp, t2) = watch_waking(
@@ -194,6 +194,7 @@ pub async fn run(host: Client, namespace: String, clusters: ClusterSet) {
     let _guard = AbortOnDrop::from(tasks);
     KeyedRunner::new("policy", queue)
         .concurrency(4)
+        .queue_ages(ages)
         .gate(gate)
         .run(move |key: Key| {
             let ctx = ctx.clone();

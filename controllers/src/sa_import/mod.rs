@@ -226,8 +226,10 @@ async fn run_group(
         written: Default::default(),
     });
     // One worker, as before the runner: imports are few and each waits on a TokenRequest.
+    let ages = ctx.metrics.queue_ages.clone();
     KeyedRunner::new(format!("serviceaccountimport-{}", group.as_str()), queue)
         .gate(gate)
+        .queue_ages(ages)
         .run(move |key: Key| {
             let ctx = ctx.clone();
             async move { Ok::<_, Infallible>(ctx.reconcile(&key).await) }

@@ -18,7 +18,7 @@ pub mod planner;
 pub mod why;
 
 use flotilla_multicluster::{
-    runner::{Action, KeyedRunner},
+    runner::{Action, KeyedRunner, QueueAges},
     tasks::AbortOnDrop,
 };
 use std::{collections::BTreeMap, convert::Infallible, sync::Arc, time::Duration};
@@ -118,6 +118,7 @@ pub async fn run(
     clusters: ClusterSet,
     members: Members,
     config: watch::Receiver<EffectiveConfig>,
+    ages: Arc<QueueAges>,
 ) {
     let queue: Arc<WorkQueue<Key>> = WorkQueue::new();
     let rsp_writer = reflector::store::Writer::<ReplicaSchedulingPreference>::default();
@@ -173,6 +174,7 @@ pub async fn run(
     // One worker and no gate, as before the runner: a key whose caches are not listed yet
     // finds nothing and waits for the change the list brings.
     KeyedRunner::new("replica-scheduling", queue)
+        .queue_ages(ages)
         .run(move |key: Key| {
             let ctx = ctx.clone();
             async move { Ok::<_, Infallible>(ctx.reconcile(&key).await) }

@@ -35,6 +35,8 @@ const RESYNC_PERIOD: Duration = Duration::from_secs(300);
 /// What feeds one controller's caches and queue: the host reflectors' writers, the twin
 /// API's (kubefed's alpha), the member watch's events, the writes that landed late.
 pub(super) struct Feeds {
+    /// The host events' spans (when traced), opened by the host watch.
+    pub origins: Arc<super::origin::Origins>,
     pub host_writer: reflector::store::Writer<DynamicObject>,
     pub fns_writer: reflector::store::Writer<DynamicObject>,
     pub work_writer: reflector::store::Writer<flotilla_api::work::Work>,
@@ -62,6 +64,7 @@ impl Feeds {
                 federated.clone(),
                 self.host_writer,
                 queue.clone(),
+                self.origins.clone(),
             )),
             tokio::spawn(follow_members(
                 all.clone(),
@@ -137,6 +140,7 @@ async fn watch_federated(
     federated: host::ApiStore,
     writer: reflector::store::Writer<DynamicObject>,
     queue: Arc<WorkQueue<Key>>,
+    origins: Arc<super::origin::Origins>,
 ) {
     let api: Api<DynamicObject> = Api::all_with(host, &federated.ar);
     let store = federated.store;
@@ -146,7 +150,11 @@ async fn watch_federated(
         "federated object",
         packed::pack,
         move |c| match c {
-            Change::Object(o) => queue.add(key_of(o)),
+            Change::Object(o) => {
+                let key = key_of(o);
+                origins.event(&key);
+                queue.add(key);
+            }
             Change::Synced => {
                 for o in store.state() {
                     queue.add(key_of(&o));

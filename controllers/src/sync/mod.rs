@@ -32,6 +32,7 @@ mod host;
 mod inflight;
 mod memory;
 mod observe;
+mod origin;
 mod orphans;
 pub mod plan;
 pub mod pull;
@@ -64,10 +65,11 @@ use kube::{
 };
 use tokio::sync::{Semaphore, mpsc, watch};
 use tokio_util::sync::CancellationToken;
-use tracing::{info, warn};
+use tracing::{Instrument as _, info, warn};
 
 pub use action::{Action, Error, ReconcileResult};
 pub use delete_options::parse_delete_options;
+pub use origin::export_host_events;
 /// A rollout's revision of a spec and the labels of its ControllerRevisions (`rollout undo`).
 pub use rollout::{KIND_LABEL, NAME_LABEL, name_label, revision_of, revisions_selector};
 
@@ -222,7 +224,9 @@ impl TypeController {
             host: host.clone(),
             members: members.clone(),
         };
+        let origins = Arc::new(origin::Origins::new(&ty.fed_ar.kind));
         let feeds = Feeds {
+            origins: origins.clone(),
             host_writer,
             fns_writer,
             work_writer,
@@ -248,7 +252,10 @@ impl TypeController {
         ));
         tasks.push(tokio::spawn(runner.run(move |key: Key| {
             let ctl = ctl.clone();
+            // The host event that queued the key (if traced) is the reconcile span's parent.
+            let origin = origins.take(&key);
             async move { Ok::<_, Infallible>(action_of(&key, ctl.reconcile(&key).await)) }
+                .instrument(origin)
         })));
         info!(federated = %ty.fed_ar.kind, target = %ty.target_ar.kind, workers, "sync controller started");
         TypeController {
@@ -289,6 +296,7 @@ fn runner(
     KeyedRunner::new(format!("sync-{}", ty.fed_ar.kind), queue.clone())
         .concurrency(workers)
         .gate(gate)
+        .queue_ages(shared.metrics.queue_ages.clone())
         .metrics(Arc::new(metrics))
 }
 

@@ -348,7 +348,7 @@ mod tests {
             let kept = encode(&digest(entries, &object, &["flotilla"]))
                 .map_or(0, |d| d.len() + super::super::DIGEST_ANNOTATION.len());
             // `cargo test -p flotilla-core --lib digest -- --nocapture` prints the figures
-            // docs/benchmarks.md quotes.
+            // docs/benchmark-log.md quotes.
             println!("{what}: managedFields {full} bytes of JSON, digest annotation {kept} bytes");
             assert!(kept * 4 < full, "{what}: {kept} of {full}");
         }

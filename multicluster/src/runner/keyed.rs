@@ -9,7 +9,7 @@ use tokio::{task::JoinSet, time::Instant};
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
-use super::{Action, Outcome, Reconciled, Report, RunMetrics, metrics::Started};
+use super::{Action, Outcome, QueueAges, Reconciled, Report, RunMetrics, metrics::Started};
 use crate::{gate::Gate, workqueue::WorkQueue};
 
 /// Runs a reconcile per key from a work queue; see the module docs.
@@ -45,6 +45,7 @@ pub struct KeyedRunner<K> {
     concurrency: usize,
     gate: Option<Gate>,
     metrics: Option<Arc<dyn RunMetrics>>,
+    queue_ages: Option<Arc<QueueAges>>,
     shutdown: CancellationToken,
 }
 
@@ -61,6 +62,7 @@ where
             concurrency: 1,
             gate: None,
             metrics: None,
+            queue_ages: None,
             shutdown: CancellationToken::new(),
         }
     }
@@ -84,6 +86,13 @@ where
         self
     }
 
+    /// Reports how long the oldest key of its queue has waited, under the runner's name, in
+    /// `ages` while it runs (read at each scrape: nothing is recorded per key).
+    pub fn queue_ages(mut self, ages: Arc<QueueAges>) -> Self {
+        self.queue_ages = Some(ages);
+        self
+    }
+
     /// Stops the workers when `token` is cancelled: a reconcile in progress is finished
     /// first, no new key is taken.
     pub fn shutdown(mut self, token: CancellationToken) -> Self {
@@ -102,6 +111,7 @@ where
     {
         info!(runner = %self.name, workers = self.concurrency, "runner started");
         let concurrency = self.concurrency;
+        let _watched = (self.queue_ages.as_ref()).map(|ages| ages.watch(&self.name, &self.queue));
         let runner = Arc::new(self);
         let reconcile = Arc::new(reconcile);
         let mut workers = JoinSet::new();
