@@ -33,6 +33,7 @@ pub mod placement;
 pub mod policy_materialize;
 pub mod policy_override;
 pub mod policy_select;
+pub mod rebalance;
 pub mod redact;
 pub mod replica_division;
 pub mod rollout;
