@@ -32,6 +32,7 @@ mod parser_props;
 pub mod placement;
 pub mod policy_materialize;
 pub mod policy_override;
+pub mod policy_replicas;
 pub mod policy_select;
 pub mod rebalance;
 pub mod redact;

@@ -24,6 +24,7 @@ mod foo;
 mod alerts;
 mod bench_smoke;
 mod capacity;
+mod capacity_policy;
 mod chaos;
 mod cli;
 mod cli_commands;
