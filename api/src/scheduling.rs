@@ -116,7 +116,7 @@ impl RebalanceOutcome {
 }
 
 /// One cluster's share of an RSP's replicas and the reason for it.
-#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ClusterDivision {
     /// The cluster.
@@ -128,6 +128,14 @@ pub struct ClusterDivision {
     /// The numbers behind the reason.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub message: String,
+    /// kubefed's capacity estimate the division used for it (pods unschedulable past the
+    /// threshold), if any: what `flotilla diff` and the dashboard preview with.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub capacity_estimate: Option<i64>,
+    /// With `AvailableReplicas`: the replicas of the template that fit it, as the division
+    /// read them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub available_replicas: Option<i64>,
 }
 
 /// What decided one cluster's replicas.

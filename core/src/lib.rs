@@ -16,6 +16,7 @@
 pub mod agent_role;
 pub mod alpha;
 pub mod capacity;
+pub mod capacity_profile;
 pub mod credential;
 pub mod defaults;
 pub mod dependencies;

@@ -232,6 +232,20 @@ async fn replicas_overflow_by_capacity_estimate_and_divide_by_available_replicas
             .any(|l| l.contains("member1") && l.contains("CapacityEstimate")),
         "flotilla status: {out}"
     );
+    // `flotilla diff` divides with the capacity the division read: nothing to change, and
+    // each cluster's replicas with its reason.
+    let diff =
+        flotilla_tests::cli::run(&fed, &["diff", "federateddeployment/web", "-n", "overflow"])
+            .await;
+    ensure!(
+        diff.code == 0
+            && diff.out.lines().any(|l| l.contains("member1")
+                && l.contains("7")
+                && l.contains("CapacityEstimate")),
+        "flotilla diff ({}): {}",
+        diff.code,
+        diff.out
+    );
 
     // member1's summary in its KubeFedCluster: one node of 2 CPUs, all of it requested.
     wait_for(

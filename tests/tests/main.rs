@@ -25,6 +25,7 @@ mod alerts;
 mod bench_smoke;
 mod capacity;
 mod capacity_policy;
+mod capacity_profiles;
 mod chaos;
 mod cli;
 mod cli_commands;
