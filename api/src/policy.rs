@@ -111,6 +111,31 @@ pub struct PropagationSpec {
     /// `flotilla federate`; member copies are rewritten only where the result differs).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub conflict_resolution: Option<ConflictResolution>,
+    /// Divide a selected Deployment's or ReplicaSet's `spec.replicas` over the placed
+    /// clusters (Karmada's `placement.replicaScheduling` with `Divided`/`Weighted`):
+    /// the controller keeps a ReplicaSchedulingPreference of the object's name for it, whose
+    /// status says per cluster its replicas and why.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replica_scheduling: Option<ReplicaScheduling>,
+}
+
+/// How a policy divides a workload's replicas over its clusters.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ReplicaScheduling {
+    /// `StaticWeight` (the default: `clusters[].weight`, Karmada's `staticWeightList`) or
+    /// `AvailableReplicas` (how many replicas fit each cluster's free capacity, Karmada's
+    /// `dynamicWeight: AvailableReplicas`; the static weight breaks ties).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub weight_preference: Option<crate::scheduling::WeightPreference>,
+    /// `minReplicas`, `maxReplicas` and `weight` per cluster name, or `*` for every
+    /// cluster not listed (absent: weight 1 each), as a ReplicaSchedulingPreference's.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub clusters: BTreeMap<String, crate::scheduling::ClusterPreferences>,
+    /// Move running replicas when the weights or the capacity say so (kubefed's
+    /// `rebalance`); without it they stay until `flotilla rebalance`.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub rebalance: bool,
 }
 
 /// What a policy does with a Federated&lt;Kind&gt; it did not make (Karmada's field name).

@@ -70,10 +70,53 @@ pub struct ReplicaSchedulingPreferenceStatus {
     /// Per cluster of the federation: its replicas and why.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub clusters: Vec<ClusterDivision>,
+    /// The last one-off rebalance asked with [`REBALANCE_ANNOTATION`] and what became of it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rebalance: Option<RebalanceStatus>,
+}
+
+/// Annotation on a ReplicaSchedulingPreference asking for one rebalance now (Flotilla's
+/// answer to Karmada's WorkloadRebalancer): its value is any token, new for each request
+/// (`flotilla rebalance` writes the time). The division is then computed once as if no
+/// replica ran anywhere yet — by weight, available replicas and capacity estimates, after
+/// each cluster's `minReplicas` — unless the target's rollout is under way or stopped.
+pub const REBALANCE_ANNOTATION: &str = "scheduling.flotilla.io/rebalance";
+
+/// What became of a one-off rebalance.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RebalanceStatus {
+    /// The value of the annotation this answers.
+    pub request: String,
+    /// `Rebalanced` or `Refused`.
+    pub outcome: RebalanceOutcome,
+    /// The division before and after, or why it was refused.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub message: String,
+}
+
+/// The outcome of a one-off rebalance.
+#[derive(Deserialize, Serialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub enum RebalanceOutcome {
+    /// The division was recomputed from the current capacity.
+    #[default]
+    Rebalanced,
+    /// Not done: the target's rollout is in progress or stopped.
+    Refused,
+}
+
+impl RebalanceOutcome {
+    /// The outcome as written in status.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RebalanceOutcome::Rebalanced => "Rebalanced",
+            RebalanceOutcome::Refused => "Refused",
+        }
+    }
 }
 
 /// One cluster's share of an RSP's replicas and the reason for it.
-#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ClusterDivision {
     /// The cluster.
@@ -85,6 +128,14 @@ pub struct ClusterDivision {
     /// The numbers behind the reason.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub message: String,
+    /// kubefed's capacity estimate the division used for it (pods unschedulable past the
+    /// threshold), if any: what `flotilla diff` and the dashboard preview with.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub capacity_estimate: Option<i64>,
+    /// With `AvailableReplicas`: the replicas of the template that fit it, as the division
+    /// read them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub available_replicas: Option<i64>,
 }
 
 /// What decided one cluster's replicas.

@@ -25,6 +25,7 @@ pub mod orphan;
 pub mod output;
 pub mod progress;
 pub mod pull;
+pub mod rebalance;
 pub mod resolve;
 pub mod rollout;
 pub mod rollout_history;
@@ -158,6 +159,9 @@ pub enum Command {
     /// Serve the live web dashboard (clusters, federated objects, per-cluster state).
     #[command(after_help = dashboard::EXAMPLES)]
     Dashboard(dashboard::DashboardArgs),
+    /// Divide a workload's replicas again, once, from the members' current capacity.
+    #[command(after_help = rebalance::EXAMPLES)]
+    Rebalance(rebalance::RebalanceArgs),
     /// Follow, pause, resume and undo a progressive rollout (spec.rollout).
     #[command(subcommand, after_help = rollout::EXAMPLES)]
     Rollout(rollout::RolloutCommand),
@@ -279,6 +283,7 @@ pub async fn execute(cli: Cli, ctx: Context) -> anyhow::Result<()> {
         Command::Diff(args) => diff::run(&global, args, &ctx).await,
         Command::Dashboard(args) => dashboard::run(&global, args, &ctx).await,
         Command::Rollout(cmd) => rollout::run(&global, cmd, &ctx).await,
+        Command::Rebalance(args) => rebalance::run(&global, args, &ctx).await,
         Command::Agent(args) => pull::agent(&global, args, &ctx).await,
         Command::Uninstall(args) => uninstall::run(&global, args, &ctx).await,
         Command::Dns(args) => flotilla_dns::run(access::host(&global).await?.client()?, args).await,

@@ -6,7 +6,7 @@
 
 use std::fmt::Write as _;
 
-use flotilla_api::{KubeFedCluster, ReplicaSchedulingPreference};
+use flotilla_api::{KubeFedCluster, ReplicaSchedulingPreference, scheduling::ClusterDivision};
 use kube::{Api, Client, ResourceExt, api::ListParams};
 
 /// Whether `type_name` names ReplicaSchedulingPreferences.
@@ -105,6 +105,26 @@ pub fn rsp_table(rsps: &[ReplicaSchedulingPreference]) -> String {
         }
     }
     align(&out)
+}
+
+/// How `flotilla diff` shows an RSP-divided object's replicas: a line naming it, then a
+/// row per cluster with its replicas, reason and message.
+pub fn division_lines(what: &str, divisions: &[ClusterDivision]) -> String {
+    let mut rows = String::from("\tCLUSTER\tREPLICAS\tREASON\tMESSAGE\n");
+    for d in divisions {
+        let _ = writeln!(
+            rows,
+            "\t{}\t{}\t{}\t{}",
+            d.name,
+            d.replicas,
+            d.reason.as_str(),
+            d.message
+        );
+    }
+    format!(
+        "replicas of {what}, divided by its ReplicaSchedulingPreference:\n{}",
+        align(&rows)
+    )
 }
 
 /// Tab-separated lines as columns three spaces apart.

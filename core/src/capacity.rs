@@ -123,7 +123,8 @@ impl Resources {
     }
 }
 
-fn format_cpu(millis: i128) -> String {
+/// Millicores as a quantity: `"2"`, `"3500m"`.
+pub fn format_cpu(millis: i128) -> String {
     if millis % 1000 == 0 {
         (millis / 1000).to_string()
     } else {
@@ -131,7 +132,8 @@ fn format_cpu(millis: i128) -> String {
     }
 }
 
-fn format_memory(bytes: i128) -> String {
+/// Bytes as a quantity in the largest binary unit that divides them: `"1536Mi"`.
+pub fn format_memory(bytes: i128) -> String {
     for (suffix, shift) in [("Gi", 30), ("Mi", 20), ("Ki", 10)] {
         if bytes != 0 && bytes % (1 << shift) == 0 {
             return format!("{}{suffix}", bytes >> shift);

@@ -16,6 +16,7 @@
 pub mod agent_role;
 pub mod alpha;
 pub mod capacity;
+pub mod capacity_profile;
 pub mod credential;
 pub mod defaults;
 pub mod dependencies;
@@ -32,7 +33,9 @@ mod parser_props;
 pub mod placement;
 pub mod policy_materialize;
 pub mod policy_override;
+pub mod policy_replicas;
 pub mod policy_select;
+pub mod rebalance;
 pub mod redact;
 pub mod replica_division;
 pub mod rollout;

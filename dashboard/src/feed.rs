@@ -230,7 +230,7 @@ fn start_rsps_and_events(host: &Client, shared: &Shared, cancel: &CancellationTo
         Sink {
             what: "ReplicaSchedulingPreferences".into(),
             apply: Box::new(move |s, r| {
-                s.rsps.insert(key(r), r.spec.clone());
+                s.rsps.insert(key(r), (r.spec.clone(), r.status.clone()));
             }),
             delete: Box::new(move |s, r| {
                 s.rsps.remove(&key(r));

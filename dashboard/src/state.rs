@@ -13,7 +13,7 @@ use std::{
 use flotilla_api::{
     FederatedSpec, FederatedStatus, FederatedTypeConfig, KubeFedCluster,
     policy::{MATERIALIZED_LABEL, POLICY_ANNOTATION, PolicyStatus},
-    scheduling::ReplicaSchedulingPreferenceSpec,
+    scheduling::{ReplicaSchedulingPreferenceSpec, ReplicaSchedulingPreferenceStatus},
 };
 use flotilla_core::{policy_materialize::policy_ref, policy_select::PolicyScope};
 use k8s_openapi::api::core::v1::Event;
@@ -254,8 +254,15 @@ pub struct State {
     pub objects: BTreeMap<ObjectKey, FedObject>,
     /// Propagation and override policies.
     pub policies: BTreeMap<PolicyKey, PolicyRecord>,
-    /// ReplicaSchedulingPreference specs by (namespace, name).
-    pub rsps: BTreeMap<(String, String), ReplicaSchedulingPreferenceSpec>,
+    /// ReplicaSchedulingPreferences (spec, and status: the last division and the capacity
+    /// it read) by (namespace, name).
+    pub rsps: BTreeMap<
+        (String, String),
+        (
+            ReplicaSchedulingPreferenceSpec,
+            Option<ReplicaSchedulingPreferenceStatus>,
+        ),
+    >,
     /// Events about federated objects, by the Event's own namespace/name.
     pub events: BTreeMap<(String, String), EventRecord>,
     /// Whether every watch has listed once (before that, pages say "loading").

@@ -188,6 +188,8 @@ pub async fn federation_with_capacity(
         .unschedulable_threshold = Some(unschedulable_threshold.to_owned());
     let mut options = EnvOptions::with_members(members);
     options.pods = Some(pods);
+    // The host holds plain manifests as templates for policies: it runs none of them.
+    options.host_workload_controllers = false;
     let env = seeded_env(options, &boot).await;
     federate(env, boot).await
 }

@@ -232,6 +232,20 @@ async fn replicas_overflow_by_capacity_estimate_and_divide_by_available_replicas
             .any(|l| l.contains("member1") && l.contains("CapacityEstimate")),
         "flotilla status: {out}"
     );
+    // `flotilla diff` divides with the capacity the division read: nothing to change, and
+    // each cluster's replicas with its reason.
+    let diff =
+        flotilla_tests::cli::run(&fed, &["diff", "federateddeployment/web", "-n", "overflow"])
+            .await;
+    ensure!(
+        diff.code == 0
+            && diff.out.lines().any(|l| l.contains("member1")
+                && l.contains("7")
+                && l.contains("CapacityEstimate")),
+        "flotilla diff ({}): {}",
+        diff.code,
+        diff.out
+    );
 
     // member1's summary in its KubeFedCluster: one node of 2 CPUs, all of it requested.
     wait_for(
@@ -289,5 +303,117 @@ async fn replicas_overflow_by_capacity_estimate_and_divide_by_available_replicas
         ["AvailableReplicas", "AvailableReplicas"],
     )
     .await?;
+    Ok(())
+}
+
+/// The RSP `web` of `ns` as JSON.
+async fn rsp_object(fed: &Federation, ns: &str) -> anyhow::Result<serde_json::Value> {
+    let api: Api<DynamicObject> = Api::namespaced_with(fed.host.clone(), ns, &rsp_resource());
+    Ok(api.get("web").await?.data)
+}
+
+#[tokio::test]
+async fn a_one_off_rebalance_moves_replicas_to_freed_room_unless_a_rollout_is_under_way()
+-> anyhow::Result<()> {
+    let node = |cpu: &str| NodeCapacity {
+        cpu: cpu.into(),
+        memory: "1Gi".into(),
+        pods: "110".into(),
+    };
+    let pods = PodSimulation::default()
+        .with_member("member1", 1, node("2"))
+        .with_member("member2", 1, node("8"));
+    let fed = federation_with_capacity(2, pods, "5s").await?;
+    let ns = "rebalance";
+    federated_namespace(&fed, ns).await?;
+    wait_namespace_in(&fed.members, ns).await?;
+
+    // Weights 2:1 of 10 without rebalancing: member1 runs the 4 that fit, member2 the rest.
+    web(ns).apply(&fed.host).await?;
+    rsp(
+        &fed,
+        ns,
+        json!({"targetKind": "FederatedDeployment", "totalReplicas": 10,
+            "clusters": {"member1": {"weight": 2}, "member2": {"weight": 1}}}),
+    )
+    .await?;
+    wait_division(&fed, ns, [4, 6], ["Current", "Current"]).await?;
+
+    // member1's node grows to 8 CPUs: the control plane sees it (its summary says so), and
+    // with `rebalance: false` nothing moves.
+    let nodes: Api<Node> = Api::all(fed.members[0].clone());
+    let room = json!({"status": {"allocatable": {"cpu": "8"}, "capacity": {"cpu": "8"}}});
+    nodes
+        .patch_status(
+            "member1-node1",
+            &PatchParams::default(),
+            &Patch::Merge(&room),
+        )
+        .await?;
+    wait_for(Duration::from_secs(30), "member1's 8 CPUs seen", || async {
+        let kfcs: Api<KubeFedCluster> = Api::namespaced(fed.host.clone(), "kube-federation-system");
+        let s = kfcs.get("member1").await?.status.and_then(|s| s.resources);
+        let cpu = s.and_then(|s| s.allocatable.get("cpu").cloned());
+        ensure!(cpu.as_deref() == Some("8"), "allocatable cpu {cpu:?}");
+        Ok(())
+    })
+    .await?;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let now = member_replicas(&fed, ns).await?;
+    ensure!(
+        now == [Some(4), Some(6)],
+        "nothing moves by itself: {now:?}"
+    );
+
+    // The one-off rebalance divides by the weights again, from the room there is now.
+    let out = run_ok(&fed, &["rebalance", "deployment", "web", "-n", ns]).await?;
+    ensure!(
+        out.contains("Rebalanced: replicas moved: member1 4→7, member2 6→3"),
+        "flotilla rebalance: {out}"
+    );
+    wait_division(&fed, ns, [7, 3], ["Weight", "Weight"]).await?;
+
+    // A rollout held paused: the command refuses before asking, and a request written
+    // directly is refused by the scheduler, in status and by an Event; nothing moves.
+    let fd = web(ns).api_resource();
+    let fds: Api<DynamicObject> = Api::namespaced_with(fed.host.clone(), ns, &fd);
+    let held = json!({"spec": {
+        "rollout": {"strategy": "Progressive", "maxConcurrency": 1, "paused": true},
+        "template": {"spec": {"template": {"spec": {"containers": [{"name": "web",
+            "image": "nginx:2", "resources": {"requests": {"cpu": "500m"}}}]}}}}}});
+    fds.patch("web", &PatchParams::default(), &Patch::Merge(&held))
+        .await?;
+    wait_for(Duration::from_secs(60), "the rollout paused", || async {
+        let status = flotilla_api::federated::FederatedStatus::from_dynamic(&fds.get("web").await?);
+        let reason = status.rollout_condition().map(|c| c.reason.clone());
+        ensure!(reason.as_deref() == Some("Paused"), "rollout {reason:?}");
+        Ok(())
+    })
+    .await?;
+    let refused = flotilla_tests::cli::run(&fed, &["rebalance", "rsp", "web", "-n", ns]).await;
+    ensure!(
+        refused.code != 0
+            && refused
+                .out
+                .contains("rebalance refused: the target's rollout is Paused"),
+        "flotilla rebalance during a paused rollout ({}): {}",
+        refused.code,
+        refused.out
+    );
+    let api: Api<DynamicObject> = Api::namespaced_with(fed.host.clone(), ns, &rsp_resource());
+    let ask = json!({"metadata": {"annotations": {"scheduling.flotilla.io/rebalance": "by-hand"}}});
+    api.patch("web", &PatchParams::default(), &Patch::Merge(&ask))
+        .await?;
+    wait_for(Duration::from_secs(30), "the request refused", || async {
+        let answer = rsp_object(&fed, ns).await?["status"]["rebalance"].clone();
+        ensure!(
+            answer["request"] == "by-hand" && answer["outcome"] == "Refused",
+            "{answer}"
+        );
+        Ok(())
+    })
+    .await?;
+    let now = member_replicas(&fed, ns).await?;
+    ensure!(now == [Some(7), Some(3)], "nothing moved: {now:?}");
     Ok(())
 }

@@ -63,6 +63,7 @@ const SUBCOMMANDS: &[(&[&str], Expect)] = &[
     (&["status", "-A"], Expect::NamesIt),
     (&["dashboard", "--address", "127.0.0.1:0"], Expect::NamesIt),
     (&["rollout", "status", "fdeploy/x"], Expect::NamesIt),
+    (&["rebalance", "rsp", "x"], Expect::NamesIt),
     (
         &[
             "agent",

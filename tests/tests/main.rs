@@ -24,6 +24,8 @@ mod foo;
 mod alerts;
 mod bench_smoke;
 mod capacity;
+mod capacity_policy;
+mod capacity_profiles;
 mod chaos;
 mod cli;
 mod cli_commands;

@@ -7,8 +7,10 @@
 use anyhow::Context as _;
 use flotilla_api::{
     FederatedSpec, FederatedStatus, FederatedTypeConfig, KUBEFED_CONFIG_NAME, KubeFedConfig,
-    ReplicaSchedulingPreference, SCHEDULING_GROUP, core::EffectiveConfig, crdgen,
-    scheduling::ReplicaSchedulingPreferenceSpec,
+    ReplicaSchedulingPreference, SCHEDULING_GROUP,
+    core::EffectiveConfig,
+    crdgen,
+    scheduling::{ReplicaSchedulingPreferenceSpec, ReplicaSchedulingPreferenceStatus},
 };
 use kube::{Api, Client, api::DynamicObject};
 use serde_json::Value;
@@ -224,13 +226,25 @@ pub async fn config(host: &Client, kubefed_ns: &str) -> anyhow::Result<Effective
 }
 
 /// The spec of the ReplicaSchedulingPreference `namespace/name`, from the manifest or the
-/// host.
+/// host, and the host's status (the capacity its last division read: member facts, which
+/// a manifest cannot change).
 pub async fn rsp(
     host: &Client,
     docs: &[Value],
     namespace: &str,
     name: &str,
-) -> anyhow::Result<Option<ReplicaSchedulingPreferenceSpec>> {
+) -> anyhow::Result<
+    Option<(
+        ReplicaSchedulingPreferenceSpec,
+        Option<ReplicaSchedulingPreferenceStatus>,
+    )>,
+> {
+    let api: Api<ReplicaSchedulingPreference> = Api::namespaced(host.clone(), namespace);
+    let found = api
+        .get_opt(name)
+        .await
+        .with_context(|| format!("reading ReplicaSchedulingPreference {namespace}/{name}"))?;
+    let status = found.as_ref().and_then(|r| r.status.clone());
     let api_version = format!("{SCHEDULING_GROUP}/v1alpha1");
     if let Some(doc) = docs.iter().find(|d| {
         is_object(
@@ -243,14 +257,9 @@ pub async fn rsp(
     }) {
         let spec = serde_json::from_value(doc.get("spec").cloned().unwrap_or(Value::Null))
             .context("malformed ReplicaSchedulingPreference spec")?;
-        return Ok(Some(spec));
+        return Ok(Some((spec, status)));
     }
-    let api: Api<ReplicaSchedulingPreference> = Api::namespaced(host.clone(), namespace);
-    let found = api
-        .get_opt(name)
-        .await
-        .with_context(|| format!("reading ReplicaSchedulingPreference {namespace}/{name}"))?;
-    Ok(found.map(|r| r.spec))
+    Ok(found.map(|r| (r.spec, status)))
 }
 
 #[cfg(test)]

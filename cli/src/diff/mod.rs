@@ -112,9 +112,14 @@ async fn diff(global: &GlobalArgs, args: DiffArgs, ctx: &Context) -> anyhow::Res
     let config = input::config(&host, kubefed_ns).await?;
     let mut code = 0;
     for fed in &objects {
-        let (changes, failure) = object_changes(&host, &docs, fed, &clusters, &config).await?;
+        let (changes, failure, division) =
+            object_changes(&host, &docs, fed, &clusters, &config).await?;
         ctx.out
             .write(report(fed, &changes, failure.as_ref(), args.show_secrets)?);
+        if let Some(d) = division {
+            ctx.out
+                .write(super::status_capacity::division_lines(&fed.display(), &d));
+        }
         // What the member's other writers changed, as the controller last saw it.
         ctx.out
             .write(super::drift::drift_lines([(fed.display(), &fed.status())]));
@@ -135,6 +140,15 @@ pub fn split_type_name<'a>(
     }
 }
 
+/// What [`object_changes`] finds: the change per cluster, why the object could not be
+/// placed as asked (if so), and its replicas per cluster with their reasons when a
+/// ReplicaSchedulingPreference divides it.
+type ObjectChanges = (
+    BTreeMap<String, Change>,
+    Option<PlacementFailure>,
+    Option<Vec<flotilla_api::scheduling::ClusterDivision>>,
+);
+
 /// The change in every cluster the object is or would be in, and why the object could not
 /// be placed as asked (the status reason the controller would report), if it could not.
 async fn object_changes(
@@ -143,7 +157,7 @@ async fn object_changes(
     fed: &Federated,
     clusters: &[ClusterState],
     config: &EffectiveConfig,
-) -> anyhow::Result<(BTreeMap<String, Change>, Option<PlacementFailure>)> {
+) -> anyhow::Result<ObjectChanges> {
     let spec = fed.spec()?;
     let status = fed.status();
     let target = &fed.ftc.spec.target_type;
@@ -172,9 +186,11 @@ async fn object_changes(
             default_unreachable_seconds: config.default_unreachable_toleration_seconds,
         },
         federated_kind: &fed.ftc.spec.federated_type.kind,
-        rsp: rsp.as_ref(),
+        rsp: rsp.as_ref().map(|(spec, _)| spec),
+        rsp_status: rsp.as_ref().and_then(|(_, status)| status.as_ref()),
     };
     let planned = desired::desired(&inputs).map_err(anyhow::Error::msg)?;
+    let division = desired::division(&inputs).map_err(anyhow::Error::msg)?;
     let set = planned.desired;
     let ar = target.to_kube();
     let where_ = MemberObject {
@@ -201,7 +217,7 @@ async fn object_changes(
             changes.insert(cluster.name.clone(), change);
         }
     }
-    Ok((changes, planned.failure))
+    Ok((changes, planned.failure, division))
 }
 
 /// What an update keeps of the member object: `spec.retainReplicas` and the fields of

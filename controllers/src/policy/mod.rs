@@ -17,6 +17,7 @@
 
 mod outcome;
 mod reconcile;
+mod replicas;
 mod status;
 mod types;
 mod writes;
@@ -80,7 +81,8 @@ pub(crate) struct Ctx {
     pub policies: PolicyStores,
     pub types: types::Types,
     /// The ReplicaSchedulingPreferences: one of a policy-made object's name divides its
-    /// replicas, and the policy keeps what it wrote (`replica_division::keep_division`).
+    /// replicas, and the policy keeps what it wrote (`replica_division::keep_division`);
+    /// a policy's `replicaScheduling` makes one ([`replicas`]).
     pub rsps: Store<ReplicaSchedulingPreference>,
     pub outcomes: Mutex<outcome::Outcomes>,
     pub queue: Arc<WorkQueue<Key>>,
@@ -162,12 +164,15 @@ pub async fn run(host: Client, namespace: String, clusters: ClusterSet, ages: Ar
     let (gate, t6) = {
         let p = policies.clone();
         let f = ftcs.clone();
+        // And the RSPs: a division kept, or an RSP a policy made, must not read as absent.
+        let r = ctx.rsps.clone();
         Gate::after(async move {
             store_ready(&p.propagation).await
                 && store_ready(&p.cluster_propagation).await
                 && store_ready(&p.overrides).await
                 && store_ready(&p.cluster_overrides).await
                 && store_ready(&f).await
+                && store_ready(&r).await
         })
     };
     let t7 = {

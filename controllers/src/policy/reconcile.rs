@@ -26,6 +26,7 @@ use tracing::{debug, info};
 use super::{
     Ctx, Key,
     outcome::{Blocked, Outcome, PolicyId, PolicyKind},
+    replicas,
     types::{STATUS_WRITER, TypeView},
     writes,
 };
@@ -82,6 +83,10 @@ impl Ctx {
         };
         let (Some(native), Some(json), Some(chosen)) = (native, json, chosen) else {
             self.forget(key);
+            if !native_gone && let Some(ns) = ns {
+                // Gone natives take their RSP along (it is theirs); released ones do not.
+                replicas::release(self, ns, &key.2).await;
+            }
             return match current {
                 Some(cur) if !native_gone => writes::release(self, &t, &cur).await,
                 _ => Action::AwaitChange,
@@ -262,12 +267,17 @@ impl Ctx {
         {
             writes::ensure_namespace(self, ns).await;
         }
+        let replicas =
+            replicas::ensure(self, t, native, json, &owner, &policy_ref, &chosen.spec).await;
         let status = current
             .map(FederatedStatus::from_dynamic)
             .unwrap_or_default();
         // Just written: the cached Federated object (and its status) is the old one.
         let caught_up = !wrote && current_json.as_ref().is_some_and(mat::fleet_caught_up);
-        writes::status_home(self, t, native, &status, caught_up).await
+        match writes::status_home(self, t, native, &status, caught_up).await {
+            Action::AwaitChange => replicas,
+            other => other,
+        }
     }
 
     /// Whether a ReplicaSchedulingPreference of `native`'s name divides its replicas.

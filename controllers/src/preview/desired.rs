@@ -4,7 +4,14 @@
 //! ReplicaSchedulingPreference scheduler's write to the spec that the RSP controller would
 //! make ([`crate::scheduling::schedule`]). Pure: it only assembles those functions.
 
-use flotilla_api::{FederatedSpec, scheduling::ReplicaSchedulingPreferenceSpec};
+use flotilla_api::{
+    FederatedSpec,
+    scheduling::{
+        ClusterDivision, ReplicaSchedulingPreferenceSpec, ReplicaSchedulingPreferenceStatus,
+        WeightPreference,
+    },
+};
+use flotilla_core::replica_division::current_replicas;
 
 use crate::sync::plan::pipeline;
 
@@ -17,6 +24,8 @@ pub struct Inputs<'a> {
     pub federated_kind: &'a str,
     /// The ReplicaSchedulingPreference of the same namespace and name, if any.
     pub rsp: Option<&'a ReplicaSchedulingPreferenceSpec>,
+    /// Its status: the capacity its last division read (the preview sees no member pods).
+    pub rsp_status: Option<&'a ReplicaSchedulingPreferenceStatus>,
 }
 
 /// What the sync controller would decide, or why the RSP scheduler could not run.
@@ -28,25 +37,51 @@ pub fn desired(inputs: &Inputs<'_>) -> Result<pipeline::Outcome, String> {
     }))
 }
 
-/// The spec after the RSP scheduler's write, when an RSP targets this object.
-fn scheduled_spec(inputs: &Inputs<'_>) -> Result<FederatedSpec, String> {
+/// The RSP scheduler's division of this object's replicas, per cluster with its reason,
+/// as the RSP controller would record it; `None` when no RSP divides it.
+pub fn division(inputs: &Inputs<'_>) -> Result<Option<Vec<ClusterDivision>>, String> {
+    Ok(schedule(inputs)?.map(|(s, capacity)| {
+        crate::scheduling::why::divisions(&s.plan, inputs.object.clusters, &capacity)
+    }))
+}
+
+/// What the RSP scheduler would write, with the capacity it read (the preview sees no
+/// member pods: that of the RSP's last recorded division).
+fn schedule(
+    inputs: &Inputs<'_>,
+) -> Result<
+    Option<(
+        crate::scheduling::Schedule,
+        crate::scheduling::CapacityInputs,
+    )>,
+    String,
+> {
     let o = &inputs.object;
-    let mut spec = o.spec.clone();
     let Some(rsp) = inputs
         .rsp
         .filter(|r| r.target_kind == inputs.federated_kind)
     else {
-        return Ok(spec);
+        return Ok(None);
     };
     let key = (
         o.namespace.unwrap_or_default().to_owned(),
         o.name.to_owned(),
     );
-    // The preview sees no member pods: no capacity estimate, no available replicas.
-    let none = crate::scheduling::CapacityInputs::default();
-    let scheduled = crate::scheduling::schedule(rsp, &spec, o.previous, o.clusters, &key, &none)
-        .map_err(|e| format!("ReplicaSchedulingPreference: {e}"))?;
-    let Some(scheduled) = scheduled else {
+    let capacity = crate::scheduling::why::recorded_capacity(
+        inputs.rsp_status,
+        rsp.weight_preference == Some(WeightPreference::AvailableReplicas),
+        &current_replicas(o.spec),
+    );
+    let scheduled =
+        crate::scheduling::schedule(rsp, o.spec, o.previous, o.clusters, &key, &capacity)
+            .map_err(|e| format!("ReplicaSchedulingPreference: {e}"))?;
+    Ok(scheduled.map(|s| (s, capacity)))
+}
+
+/// The spec after the RSP scheduler's write, when an RSP targets this object.
+fn scheduled_spec(inputs: &Inputs<'_>) -> Result<FederatedSpec, String> {
+    let mut spec = inputs.object.spec.clone();
+    let Some((scheduled, _)) = schedule(inputs)? else {
         return Ok(spec);
     };
     if !scheduled.composed {
@@ -146,6 +181,7 @@ mod tests {
             },
             federated_kind: "FederatedDeployment",
             rsp: None,
+            rsp_status: None,
         }
     }
 

@@ -14,6 +14,7 @@ use flotilla_api::{
         ClusterProfileStatus, ClusterVersion, ProfileCondition, Property, condition,
     },
 };
+use flotilla_core::capacity_profile::{is_resource_property, resource_properties};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::{Resource, ResourceExt};
 
@@ -88,13 +89,19 @@ pub fn desired_profile(
         profile.metadata.owner_references = owner(kfc).map(|o| vec![o]);
     }
     let mut status = status(kfc);
-    status.properties = match inputs.properties.get(&name) {
+    let published: &[Property] = current
+        .and_then(|p| p.status.as_ref())
+        .map(|s| s.properties.as_slice())
+        .unwrap_or_default();
+    let mut properties: Vec<Property> = match inputs.properties.get(&name) {
         Some(known) => known.clone(),
-        None => current
-            .and_then(|p| p.status.as_ref())
-            .map(|s| s.properties.clone())
-            .unwrap_or_default(),
+        None => published.to_vec(),
     };
+    // The member's resource summary, coarse (capacity_profile's rule), after its own.
+    properties.retain(|p| !is_resource_property(&p.name));
+    let summary = kfc.status.as_ref().and_then(|s| s.resources.as_deref());
+    properties.extend(resource_properties(summary, published));
+    status.properties = properties;
     profile.status = Some(status);
     Some(profile)
 }

@@ -30,9 +30,14 @@ use flotilla_api::{
     federated::{
         ClusterOverrides, ClusterReference, FederatedSpec, FederatedStatus, LabelSelector,
     },
-    scheduling::{ReplicaSchedulingPreferenceSpec, WeightPreference},
+    scheduling::{
+        RebalanceOutcome, RebalanceStatus, ReplicaSchedulingPreferenceSpec, WeightPreference,
+    },
 };
-use flotilla_core::replica_division::{apply_plan, current_replicas, is_scheduled};
+use flotilla_core::{
+    rebalance,
+    replica_division::{apply_plan, current_replicas, is_scheduled},
+};
 use k8s_openapi::api::core::v1::PodSpec;
 use k8s_openapi::jiff::Timestamp;
 use kube::{
@@ -255,7 +260,12 @@ impl Ctx {
         let Some((ar, spec, status)) = self.target(key, &rsp).await else {
             return Action::AwaitChange;
         };
-        let (capacity, recheck) = self.capacity(&rsp.spec, &spec, &key.0);
+        let (mut capacity, recheck) = self.capacity(&rsp.spec, &spec, &key.0);
+        // A one-off rebalance asked and let through by the rollout: divide as if nothing
+        // ran anywhere yet (`rebalance: true` does so every time already).
+        let asked =
+            rebalance::pending(&rsp).map(|t| (t.to_owned(), rebalance::rollout_gate(&status)));
+        capacity.from_scratch = matches!(asked, Some((_, Ok(()))));
         let clusters = self.clusters.snapshot();
         let s = match schedule(&rsp.spec, &spec, &status, &clusters, key, &capacity) {
             Ok(Some(s)) => s,
@@ -269,8 +279,12 @@ impl Ctx {
                 return Action::AwaitChange;
             }
         };
-        let divisions = why::divisions(&s.plan, &clusters);
-        self.write_status(key, &rsp, divisions).await;
+        let divisions = why::divisions(&s.plan, &clusters, &capacity);
+        let answer = match asked {
+            Some((request, gate)) => Some(self.answer(&rsp, &spec, &s, request, gate).await),
+            None => rsp.status.as_ref().and_then(|st| st.rebalance.clone()),
+        };
+        self.write_status(key, &rsp, divisions, answer).await;
         let after = match recheck {
             Some(d) => Action::requeue(d),
             None => Action::AwaitChange,
@@ -295,16 +309,51 @@ impl Ctx {
         }
     }
 
+    /// The answer to a one-off rebalance request, announced by an Event on the RSP.
+    async fn answer(
+        &self,
+        rsp: &ReplicaSchedulingPreference,
+        spec: &FederatedSpec,
+        s: &Schedule,
+        request: String,
+        gate: Result<(), String>,
+    ) -> RebalanceStatus {
+        let (outcome, message) = match gate {
+            Ok(()) => {
+                let mut m = rebalance::describe(&current_replicas(spec), &s.plan.written());
+                if rsp.spec.rebalance {
+                    m.push_str(" (rebalance: true divides from the current capacity every time)");
+                }
+                (RebalanceOutcome::Rebalanced, m)
+            }
+            Err(why) => (RebalanceOutcome::Refused, why),
+        };
+        let kind = match outcome {
+            RebalanceOutcome::Rebalanced => EventType::Normal,
+            RebalanceOutcome::Refused => EventType::Warning,
+        };
+        info!(rsp = %rsp.name_any(), outcome = outcome.as_str(), %message, "one-off rebalance");
+        self.publish(rsp, kind, outcome.as_str(), message.clone())
+            .await;
+        RebalanceStatus {
+            request,
+            outcome,
+            message,
+        }
+    }
+
     /// Records the division and its reasons in the RSP's status, when they changed.
     async fn write_status(
         &self,
         key: &Key,
         rsp: &ReplicaSchedulingPreference,
         clusters: Vec<flotilla_api::scheduling::ClusterDivision>,
+        rebalance: Option<RebalanceStatus>,
     ) {
         let status = flotilla_api::scheduling::ReplicaSchedulingPreferenceStatus {
             observed_generation: rsp.metadata.generation,
             clusters,
+            rebalance,
         };
         if rsp.status.as_ref() == Some(&status) {
             return;
@@ -387,16 +436,18 @@ impl Ctx {
     }
 
     async fn event(&self, rsp: &ReplicaSchedulingPreference, reason: &str, note: String) {
+        self.publish(rsp, EventType::Warning, reason, note).await;
+    }
+
+    async fn publish(
+        &self,
+        rsp: &ReplicaSchedulingPreference,
+        kind: EventType,
+        reason: &str,
+        note: String,
+    ) {
         let reference = rsp.object_ref(&());
-        crate::events::publish(
-            &self.recorder,
-            &reference,
-            EventType::Warning,
-            reason,
-            "Schedule",
-            note,
-        )
-        .await;
+        crate::events::publish(&self.recorder, &reference, kind, reason, "Schedule", note).await;
     }
 }
 
@@ -426,6 +477,9 @@ pub struct CapacityInputs {
     pub estimates: BTreeMap<String, i64>,
     /// Replicas of the template that fit each cluster.
     pub available: Option<BTreeMap<String, i64>>,
+    /// A one-off rebalance: the division ignores where replicas run now, as if none ran
+    /// yet (`rebalance: false` otherwise keeps them).
+    pub from_scratch: bool,
 }
 
 /// What the scheduler writes into an RSP's target.
@@ -469,7 +523,11 @@ pub fn schedule(
     if composed && candidates.is_empty() {
         return Ok(None);
     }
-    let current = current_replicas(spec);
+    let current = if capacity.from_scratch {
+        BTreeMap::new()
+    } else {
+        current_replicas(spec)
+    };
     let plan = planner::plan(&planner::PlanInput {
         total_replicas: i64::from(rsp.total_replicas),
         preferences: &rsp.clusters,
@@ -582,6 +640,48 @@ mod tests {
             ..LabelSelector::default()
         };
         assert_eq!(candidates(&clusters, Some(&eu)).expect("valid"), ["a"]);
+    }
+
+    #[test]
+    fn a_one_off_rebalance_divides_as_if_nothing_ran_yet_and_keeps_each_minimum() {
+        let clusters = [cluster("a", true, "eu"), cluster("b", true, "eu")];
+        let spec: FederatedSpec = serde_json::from_value(json!({
+            "template": {},
+            "overrides": [
+                {"clusterName": "a", "clusterOverrides": [{"path": "/spec/replicas", "value": 9}]},
+                {"clusterName": "b", "clusterOverrides": [{"path": "/spec/replicas", "value": 1}]}
+            ]
+        }))
+        .expect("valid spec");
+        let rsp: ReplicaSchedulingPreferenceSpec = serde_json::from_value(json!({
+            "targetKind": "FederatedDeployment", "totalReplicas": 10,
+            "clusters": {"a": {"weight": 1}, "b": {"weight": 1, "minReplicas": 6}}
+        }))
+        .expect("valid rsp");
+        let key = ("demo".to_string(), "web".to_string());
+        let run = |from_scratch| {
+            let capacity = CapacityInputs {
+                from_scratch,
+                ..CapacityInputs::default()
+            };
+            schedule(
+                &rsp,
+                &spec,
+                &FederatedStatus::default(),
+                &clusters,
+                &key,
+                &capacity,
+            )
+            .expect("valid")
+            .expect("scheduled")
+            .plan
+            .written()
+        };
+        let kept = run(false);
+        assert_eq!((kept["a"], kept["b"]), (4, 6), "minimum first, then kept");
+        let fresh = run(true);
+        assert_eq!(fresh["b"], 8, "minimum 6, then half of the other 4");
+        assert_eq!(fresh["a"], 2);
     }
 
     #[test]

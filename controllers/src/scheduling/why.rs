@@ -1,15 +1,55 @@
 //! Why an RSP's replicas went where they went: per cluster of the federation, the replicas
 //! written and the reason ([`DivisionReason`]) with its numbers, as recorded in the RSP's
-//! status and shown by `flotilla status`. Pure.
+//! status and shown by `flotilla status`, `flotilla diff` and the dashboard; and the
+//! capacity a recorded division read, for previews that cannot read member pods. Pure.
 
-use flotilla_api::scheduling::{ClusterDivision, DivisionReason};
+use std::collections::BTreeMap;
 
-use super::planner::Plan;
+use flotilla_api::scheduling::{
+    ClusterDivision, DivisionReason, ReplicaSchedulingPreferenceStatus,
+};
+
+use super::{CapacityInputs, planner::Plan};
 use crate::multicluster::ClusterState;
 
+/// The capacity the last recorded division read (`status.clusters[]`'s
+/// `capacityEstimate` and `availableReplicas`), so that a preview divides as the
+/// controller did. `available_wanted`: the RSP weighs by available replicas; a cluster
+/// the status does not give keeps its `current` replicas, as the controller does while
+/// its caches list.
+pub fn recorded_capacity(
+    status: Option<&ReplicaSchedulingPreferenceStatus>,
+    available_wanted: bool,
+    current: &BTreeMap<String, i64>,
+) -> CapacityInputs {
+    let divisions = status.map(|s| s.clusters.as_slice()).unwrap_or_default();
+    let estimates = divisions
+        .iter()
+        .filter_map(|d| Some((d.name.clone(), d.capacity_estimate?)))
+        .collect();
+    let available = available_wanted.then(|| {
+        let mut a: BTreeMap<String, i64> = current.clone();
+        for d in divisions {
+            if let Some(n) = d.available_replicas {
+                a.insert(d.name.clone(), n);
+            }
+        }
+        a
+    });
+    CapacityInputs {
+        estimates,
+        available,
+        from_scratch: false,
+    }
+}
+
 /// The status entries of a plan over `clusters` (every cluster of the federation, so that
-/// those left out say why), sorted by name.
-pub fn divisions(plan: &Plan, clusters: &[ClusterState]) -> Vec<ClusterDivision> {
+/// those left out say why), sorted by name, with the capacity each was divided by.
+pub fn divisions(
+    plan: &Plan,
+    clusters: &[ClusterState],
+    capacity: &CapacityInputs,
+) -> Vec<ClusterDivision> {
     let written = plan.written();
     let mut out: Vec<ClusterDivision> = written
         .iter()
@@ -29,6 +69,11 @@ pub fn divisions(plan: &Plan, clusters: &[ClusterState]) -> Vec<ClusterDivision>
                 replicas: *replicas,
                 reason,
                 message,
+                capacity_estimate: capacity.estimates.get(name).copied(),
+                available_replicas: capacity
+                    .available
+                    .as_ref()
+                    .and_then(|a| a.get(name).copied()),
             }
         })
         .collect();
@@ -43,6 +88,8 @@ pub fn divisions(plan: &Plan, clusters: &[ClusterState]) -> Vec<ClusterDivision>
             replicas: 0,
             reason: DivisionReason::NotSelected,
             message: message.to_owned(),
+            capacity_estimate: None,
+            available_replicas: None,
         });
     }
     out.sort_by(|a, b| a.name.cmp(&b.name));
@@ -92,7 +139,15 @@ mod tests {
             cluster("c", false),
             cluster("d", true),
         ];
-        let d = divisions(&plan, &clusters);
+        let capacity = CapacityInputs {
+            estimates: BTreeMap::from([("a".to_string(), 4)]),
+            ..CapacityInputs::default()
+        };
+        let d = divisions(&plan, &clusters, &capacity);
+        assert_eq!(
+            (d[0].capacity_estimate, d[1].capacity_estimate),
+            (Some(4), None)
+        );
         let names: Vec<_> = d.iter().map(|c| c.name.as_str()).collect();
         assert_eq!(names, ["a", "b", "c", "d"]);
         assert_eq!(d[0].replicas, 7, "the overflow is written too");
@@ -101,5 +156,31 @@ mod tests {
         assert_eq!(d[2].reason, DivisionReason::NotSelected);
         assert!(d[2].message.contains("not Ready"));
         assert!(d[3].message.contains("no preference"));
+    }
+
+    #[test]
+    fn a_preview_reads_the_capacity_the_recorded_division_used() {
+        let status = ReplicaSchedulingPreferenceStatus {
+            clusters: vec![
+                ClusterDivision {
+                    name: "a".into(),
+                    capacity_estimate: Some(4),
+                    available_replicas: Some(9),
+                    ..ClusterDivision::default()
+                },
+                ClusterDivision {
+                    name: "b".into(),
+                    ..ClusterDivision::default()
+                },
+            ],
+            ..Default::default()
+        };
+        let current = BTreeMap::from([("a".to_string(), 1), ("b".to_string(), 3)]);
+        let c = recorded_capacity(Some(&status), true, &current);
+        assert_eq!(c.estimates, BTreeMap::from([("a".to_string(), 4)]));
+        let a = c.available.expect("available replicas wanted");
+        assert_eq!((a["a"], a["b"]), (9, 3), "b unknown: its current replicas");
+        let plain = recorded_capacity(None, false, &current);
+        assert!(plain.estimates.is_empty() && plain.available.is_none());
     }
 }

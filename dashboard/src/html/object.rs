@@ -3,6 +3,8 @@
 
 use std::fmt::Write as _;
 
+use flotilla_api::scheduling::ClusterDivision;
+
 use super::{badge, escape};
 use crate::view::{
     Cell,
@@ -63,6 +65,7 @@ pub fn fragment(v: &ObjectView) -> String {
         let _ = write!(out, r#"<p class="fail" role="alert">✗ {}</p>"#, escape(e));
     }
     clusters(&mut out, &v.clusters);
+    division(&mut out, &v.division);
     drift(&mut out, &v.drift);
     let _ = write!(
         out,
@@ -84,6 +87,27 @@ pub fn fragment(v: &ObjectView) -> String {
     rendered(&mut out, &v.clusters);
     events(&mut out, v);
     out
+}
+
+/// Replicas per cluster and why, when a ReplicaSchedulingPreference divides the object.
+fn division(out: &mut String, division: &[ClusterDivision]) {
+    if division.is_empty() {
+        return;
+    }
+    out.push_str(
+        r#"<section><h3>Replicas</h3><table id="division"><thead><tr><th>Cluster</th><th>Replicas</th><th>Reason</th><th>Why</th></tr></thead><tbody>"#,
+    );
+    for d in division {
+        let _ = write!(
+            out,
+            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+            escape(&d.name),
+            d.replicas,
+            d.reason.as_str(),
+            escape(&d.message)
+        );
+    }
+    out.push_str("</tbody></table></section>");
 }
 
 /// `status.drift`: what other writers changed in the members (nothing when none did).
@@ -235,6 +259,7 @@ mod tests {
             drift: Vec::new(),
             events: Vec::new(),
             made_by: None,
+            division: Vec::new(),
         }
     }
 
@@ -273,5 +298,26 @@ mod tests {
             vec!["drift in m2 Repaired: data.color (<blue> → red) changed by kubectl-edit".into()];
         let html = fragment(&v);
         assert!(html.contains("<ul id=\"drift\"><li>drift in m2 Repaired: data.color (&lt;blue&gt; → red) changed by kubectl-edit</li>"), "{html}");
+    }
+    #[test]
+    fn an_rsp_divided_object_shows_each_clusters_replicas_and_reason() {
+        let mut v = view();
+        v.division = vec![ClusterDivision {
+            name: "member1".into(),
+            replicas: 7,
+            reason: flotilla_api::scheduling::DivisionReason::CapacityEstimate,
+            message: "capacity estimate 4 <pods>".into(),
+            ..ClusterDivision::default()
+        }];
+        let html = fragment(&v);
+        assert!(html.contains(r#"<table id="division">"#), "{html}");
+        assert!(
+            html.contains("<td>member1</td><td>7</td><td>CapacityEstimate</td><td>capacity estimate 4 &lt;pods&gt;</td>"),
+            "{html}"
+        );
+        assert!(
+            !fragment(&view()).contains("division"),
+            "none without an RSP"
+        );
     }
 }

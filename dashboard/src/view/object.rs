@@ -9,7 +9,7 @@ use std::collections::BTreeSet;
 use flotilla_api::{
     FederatedSpec, Placement, core::StatusCollectionMode, federated::PlacementStatus,
     kubefed_config::DEFAULT_UNREACHABLE_TOLERATION_SECONDS, policy::NAMESPACE_FOR_OBJECTS,
-    workload::AggregatedStatus,
+    scheduling::ClusterDivision, workload::AggregatedStatus,
 };
 use flotilla_core::redact;
 use kube::ResourceExt;
@@ -139,6 +139,8 @@ pub struct ObjectView {
     pub events: Vec<EventRecord>,
     /// The policy that made it, when the policy controller did.
     pub made_by: Option<MadeBy>,
+    /// Replicas per cluster and why, when a ReplicaSchedulingPreference divides it.
+    pub division: Vec<ClusterDivision>,
 }
 
 /// The page of the object `key`, if the state has it.
@@ -218,6 +220,9 @@ pub fn object_view(state: &State, key: &ObjectKey) -> Option<ObjectView> {
             .cloned()
             .collect(),
         made_by: object.policy.as_deref().map(MadeBy::of),
+        division: spec
+            .map(|s| division(state, key, object, s))
+            .unwrap_or_default(),
     })
 }
 
@@ -319,6 +324,43 @@ fn rendered(
     spec: &FederatedSpec,
     secret: bool,
 ) -> Result<impl Fn(&str) -> Rendered, String> {
+    let set = preview(state, key, object, spec, |i| {
+        Ok(desired::desired(i)?.desired)
+    })?;
+    Ok(move |cluster: &str| match set.by_cluster.get(cluster) {
+        None => Rendered::NotPlaced,
+        Some(DesiredFor::Failed(reason, message)) => {
+            Rendered::Failed(format!("{}: {message}", reason.as_str()))
+        }
+        Some(DesiredFor::Object { object, .. }) => match render::yaml(&shown(object, secret)) {
+            Ok(text) => Rendered::Object(text),
+            Err(e) => Rendered::Failed(format!("cannot show: {e}")),
+        },
+    })
+}
+
+/// The RSP scheduler's division of the object's replicas per cluster, with reasons (empty
+/// when no RSP divides it or it cannot be computed).
+fn division(
+    state: &State,
+    key: &ObjectKey,
+    object: &FedObject,
+    spec: &FederatedSpec,
+) -> Vec<ClusterDivision> {
+    preview(state, key, object, spec, desired::division)
+        .ok()
+        .flatten()
+        .unwrap_or_default()
+}
+
+/// Runs `f` on the inputs the controllers would read for the object.
+fn preview<R>(
+    state: &State,
+    key: &ObjectKey,
+    object: &FedObject,
+    spec: &FederatedSpec,
+    f: impl FnOnce(&desired::Inputs<'_>) -> Result<R, String>,
+) -> Result<R, String> {
     let ftc = state
         .types
         .get(&object.type_name)
@@ -347,19 +389,10 @@ fn rendered(
             default_unreachable_seconds: DEFAULT_UNREACHABLE_TOLERATION_SECONDS,
         },
         federated_kind: &ftc.spec.federated_type.kind,
-        rsp,
+        rsp: rsp.map(|(spec, _)| spec),
+        rsp_status: rsp.and_then(|(_, status)| status.as_ref()),
     };
-    let set = desired::desired(&inputs)?.desired;
-    Ok(move |cluster: &str| match set.by_cluster.get(cluster) {
-        None => Rendered::NotPlaced,
-        Some(DesiredFor::Failed(reason, message)) => {
-            Rendered::Failed(format!("{}: {message}", reason.as_str()))
-        }
-        Some(DesiredFor::Object { object, .. }) => match render::yaml(&shown(object, secret)) {
-            Ok(text) => Rendered::Object(text),
-            Err(e) => Rendered::Failed(format!("cannot show: {e}")),
-        },
-    })
+    f(&inputs)
 }
 
 /// The object as it may be shown: a Secret's values redacted (by its type, or by its own
