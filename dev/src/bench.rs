@@ -46,6 +46,8 @@ pub mod policy_report;
 mod policy_table;
 mod procfs;
 mod pull;
+pub mod pull_report;
+mod pull_table;
 mod report;
 mod requests;
 mod restart;
@@ -68,6 +70,7 @@ use tracing::{info, warn};
 
 pub use self::fleet::{DrainPhase, FleetReport, HalfFleet, IdleCost, MemoryBudget, SlowMember};
 pub use self::policy_report::{HostCost, PolicyPath, Quiet, ThreePaths};
+pub use self::pull_report::{AgentCost, PullRequests};
 pub use self::report::{
     BenchReport, Comparison, Cost, KindReport, Machine, Percentiles, Phase, Reference, Restart,
     Steady, Target, percentiles,
@@ -372,6 +375,11 @@ pub async fn run(opts: BenchOptions) -> anyhow::Result<BenchReport> {
     let (scenario, members, objects) = opts.resolved();
     anyhow::ensure!(members >= 1, "at least one member is needed");
     anyhow::ensure!(objects >= 1, "at least one object is needed");
+    anyhow::ensure!(
+        !(opts.pull && opts.slow_member.is_some()),
+        "--slow-member delays the control plane's traffic to one member, and in pull mode \
+         (--pull) the control plane sends its members none: leave out --slow-member"
+    );
     let machine = procfs::machine();
     info!(%scenario, members, objects, "starting the local clusters");
     let started = std::time::Instant::now();
@@ -421,6 +429,9 @@ pub async fn run(opts: BenchOptions) -> anyhow::Result<BenchReport> {
     report
         .targets
         .extend(policy_report::policy_targets(&report.kinds));
+    report
+        .targets
+        .extend(pull_report::pull_targets(&report.kinds));
     write_json(opts.json.as_deref(), &report)?;
     Ok(report)
 }

@@ -33,7 +33,11 @@ use super::{
     warmup::poll,
     workload::{Kind, Starts, names, to_kube, write_all},
 };
-use super::{fleet::HalfFleet, fleet_phases::half_fleet};
+use super::{
+    fleet::{HalfFleet, all_requests},
+    fleet_phases::half_fleet,
+    pull_report::PullRequests,
+};
 
 /// Flotilla's phases of one kind.
 pub(super) struct FlotillaPhases {
@@ -188,6 +192,7 @@ fn phase(
     let host_total: u64 = host_requests.values().sum();
     let total = member_total + host_total;
     let cp_cpu = after.cp_cpu - before.cp_cpu;
+    let agent_cpu_s = after.agent_cpu - before.agent_cpu;
     // In-process, the control plane's threads are part of this process's CPU time.
     let cp_in_process = if run.child_pid().is_some() {
         0.0
@@ -206,7 +211,11 @@ fn phase(
         member_requests_per_member_object: ratio(member_total as f64, member_objects as f64),
         host_requests_per_federated_object: ratio(host_total as f64, names.len() as f64),
         control_plane_cpu_s: cp_cpu,
-        generator_cpu_s: after.process_cpu - before.process_cpu - cp_in_process,
+        agent_cpu_s,
+        pull: run
+            .pull()
+            .then(|| window_requests(before, after, &kind.target().plural, member_objects)),
+        generator_cpu_s: after.process_cpu - before.process_cpu - cp_in_process - agent_cpu_s,
         clusters_cpu_s: after.clusters_cpu_total() - before.clusters_cpu_total(),
         clusters_cpu_by_process: cpu_delta(&before.clusters_cpu, &after.clusters_cpu),
         machine_busy_cpu_s: after.machine_busy - before.machine_busy,
@@ -219,6 +228,25 @@ fn phase(
         machine_busy_active_cpu_s: o.active.machine_busy - before.machine_busy,
         clusters_active_cpu_s: o.active.clusters_cpu - before.clusters_cpu_total(),
     }
+}
+
+/// Every request the host and the members served between two snapshots, split for pull
+/// mode (see [`PullRequests`]).
+pub(super) fn window_requests(
+    before: &Snapshot,
+    after: &Snapshot,
+    target: &str,
+    member_objects: usize,
+) -> PullRequests {
+    PullRequests::new(
+        &all_requests(
+            std::slice::from_ref(&before.host),
+            std::slice::from_ref(&after.host),
+        ),
+        &all_requests(&before.members, &after.members),
+        target,
+        member_objects,
+    )
 }
 
 /// Requests for `resource` the members served, by verb, summed over the members.
@@ -496,6 +524,9 @@ async fn steady_state(
         host_writes: host.writes() - hw,
         member_requests,
         control_plane_cpu_s: after.cp_cpu - before.cp_cpu,
+        pull: run
+            .pull()
+            .then(|| window_requests(&before, &after, &kind.target().plural, 0)),
     })
 }
 

@@ -19,6 +19,8 @@ pub(super) struct Snapshot {
     /// The control plane's Events on the federated objects so far (`None`: not read).
     pub(super) host_events: Option<HostEvents>,
     pub(super) cp_cpu: f64,
+    /// CPU seconds of the pull-mode agents' threads (0 without them).
+    pub(super) agent_cpu: f64,
     pub(super) process_cpu: f64,
     pub(super) clusters_cpu: BTreeMap<String, f64>,
     pub(super) machine_busy: f64,
@@ -36,6 +38,7 @@ impl Snapshot {
             host,
             host_events,
             cp_cpu: run.cp_cpu(),
+            agent_cpu: run.agent_cpu(),
             process_cpu: cpu_of("/proc/self/stat"),
             clusters_cpu: clusters_cpu(&run.procs),
             machine_busy: machine_busy(),
