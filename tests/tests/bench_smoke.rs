@@ -439,6 +439,16 @@ async fn a_small_pull_fleet_counts_works_and_applied_work_records_and_costs_its_
     let steady = cm.steady.pull.as_ref().expect("the steady state counted");
     assert_eq!(steady.writes(), (0, 0, 0), "pull steady state: {steady:?}");
     assert!(cm.restart.pull.is_some(), "{:?}", cm.restart);
+    let agents_restarted = cm.agent_restart.as_ref().expect("every agent restarted");
+    assert!(
+        agents_restarted.agents == PULL_MEMBERS && agents_restarted.ready_s > 0.0,
+        "{agents_restarted:?}"
+    );
+    assert_eq!(
+        agents_restarted.requests.writes(),
+        (0, 0, 0),
+        "new agents over applied Works write nothing: {agents_restarted:?}"
+    );
 
     let f = report.fleet.as_ref().expect("the fleet phases ran");
     assert!(f.ready_s > 0.0 && f.one_object_s > 0.0, "{f:?}");
@@ -459,7 +469,7 @@ async fn a_small_pull_fleet_counts_works_and_applied_work_records_and_costs_its_
             .iter()
             .filter(|t| t.name.starts_with("pull: "))
             .count(),
-        3,
+        4,
         "pull mode's targets: {:?}",
         report.targets
     );
@@ -471,6 +481,7 @@ async fn a_small_pull_fleet_counts_works_and_applied_work_records_and_costs_its_
         "not in these figures",
         "pull, steady state: 0 Work writes in the host, 0 member object writes, 0 AppliedWork writes",
         "host requests per cluster per minute",
+        "restart of every agent (2 agents",
         "agents: 2 in the benchmark's process",
     ] {
         assert!(table.contains(needle), "table lacks {needle:?}:\n{table}");

@@ -36,7 +36,8 @@ use super::{
 use super::{
     fleet::{HalfFleet, all_requests},
     fleet_phases::half_fleet,
-    pull_report::PullRequests,
+    pull::agent_restart_phase,
+    pull_report::{AgentRestart, PullRequests},
 };
 
 /// Flotilla's phases of one kind.
@@ -50,6 +51,8 @@ pub(super) struct FlotillaPhases {
     pub(super) sequential: Option<SequentialPhase>,
     /// Placement to half the fleet and back (`--fleet-phases`), between restart and update.
     pub(super) half_fleet: Option<HalfFleet>,
+    /// Every agent restarted (`--pull`), after the control plane's restart.
+    pub(super) agent_restart: Option<AgentRestart>,
 }
 
 /// The raw baseline's phases of one kind (empty by default: a kind the raw part did not
@@ -404,6 +407,10 @@ pub(super) async fn flotilla_phases(
     info!(kind = kind.name(), seconds = create.seconds, "created");
 
     let (steady, restart) = steady_and_restart(run, kind, members, host, restarter).await?;
+    let agent_restart = agent_restart_phase(run, kind).await?;
+    if let Some(r) = &agent_restart {
+        info!(kind = kind.name(), ready_s = r.ready_s, writes = ?r.requests.writes(), "agents restarted");
+    }
 
     let half_fleet = if run.fleet_phases {
         Some(half_fleet(phases, || wait_propagated(run, kind, host)).await?)
@@ -439,6 +446,7 @@ pub(super) async fn flotilla_phases(
         restart,
         sequential,
         half_fleet,
+        agent_restart,
     })
 }
 

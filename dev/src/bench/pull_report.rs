@@ -144,8 +144,12 @@ pub struct AgentCost {
     pub agents: usize,
     /// Worker threads of the runtime they share.
     pub worker_threads: usize,
-    /// This process's RSS growth from before the agents' runtime to the agents started
-    /// and settled (no Work yet), MiB.
+    /// The last agent started → every agent ready (host reached, inventory synced),
+    /// seconds.
+    #[serde(default)]
+    pub ready_s: f64,
+    /// This process's RSS growth from before the agents' runtime to every agent ready (no
+    /// Work yet; the benchmark's own member client per member is in it), MiB.
     pub start_rss_mib: f64,
     /// start_rss_mib / agents: RSS per cluster at idle, MiB.
     pub rss_per_cluster_mib: f64,
@@ -153,6 +157,24 @@ pub struct AgentCost {
     pub idle_cpu_ms_per_cluster_per_min: f64,
     /// The agents' CPU over the whole Flotilla part, seconds.
     pub cpu_s: f64,
+}
+
+/// Every agent stopped at once and started again with the kind's objects applied
+/// (`--pull`): what the new agents write (the goal is nothing).
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct AgentRestart {
+    /// Agents restarted.
+    pub agents: usize,
+    /// Federated objects applied when they were.
+    pub objects: usize,
+    /// Stop → every new agent ready, seconds.
+    pub ready_s: f64,
+    /// Window from just before the stop to the steady-state window after ready, seconds.
+    pub window_s: f64,
+    /// The agents' CPU in the window, seconds.
+    pub agent_cpu_s: f64,
+    /// Every request of the window.
+    pub requests: PullRequests,
 }
 
 impl AgentCost {
@@ -209,6 +231,15 @@ pub(super) fn pull_targets(kinds: &[KindReport]) -> Vec<Target> {
             "member requests per member object, AppliedWork records included",
         ),
     ];
+    if let Some(r) = &cm.agent_restart {
+        let (w, o, rec) = r.requests.writes();
+        out.push(Target {
+            name: "pull: writes after a restart of every agent (Works / member objects / AppliedWorks)".into(),
+            goal: "0 / 0 / 0".into(),
+            measured: format!("{w} / {o} / {rec}"),
+            met: (w, o, rec) == (0, 0, 0),
+        });
+    }
     if let Some(steady) = &cm.steady.pull {
         let (w, o, r) = steady.writes();
         out.push(Target {
@@ -340,6 +371,7 @@ mod tests {
             sequential: None,
             host_input: Phase::default(),
             policy: None,
+            agent_restart: None,
         };
         let t = pull_targets(std::slice::from_ref(&kind));
         assert_eq!(t.len(), 3);

@@ -7,7 +7,7 @@ use std::{collections::BTreeMap, fmt::Write as _};
 
 use super::{
     fleet::FleetReport,
-    pull_report::{AgentCost, PullRequests},
+    pull_report::{AgentCost, AgentRestart, PullRequests},
 };
 
 // Writing into a String cannot fail, so `let _ = writeln!(...)` drops an always-Ok result.
@@ -93,9 +93,18 @@ pub(super) fn fleet_lines(s: &mut String, f: &FleetReport) {
 fn agent_line(s: &mut String, a: &AgentCost) {
     let _ = writeln!(
         s,
-        "  agents: {} {}; RSS {:.1} MiB at start = {:.2} MiB per cluster; {:.2} CPU s over the measured phases",
-        a.agents, a.placement, a.start_rss_mib, a.rss_per_cluster_mib, a.cpu_s
+        "  agents: {} {}; last started -> all ready {:.2} s; RSS {:.1} MiB at start = {:.2} MiB per cluster; {:.2} CPU s over the measured phases",
+        a.agents, a.placement, a.ready_s, a.start_rss_mib, a.rss_per_cluster_mib, a.cpu_s
     );
+}
+
+/// Every agent restarted: how long until ready, and what the new agents wrote.
+pub(super) fn agent_restart_line(s: &mut String, r: &AgentRestart) {
+    let what = format!(
+        "restart of every agent ({} agents, {} objects applied; all ready after {:.2} s; {:.0} s window; agents {:.2} CPU s)",
+        r.agents, r.objects, r.ready_s, r.window_s, r.agent_cpu_s
+    );
+    writes_line(s, &what, &r.requests);
 }
 
 #[cfg(test)]

@@ -84,6 +84,9 @@ pub struct KindReport {
     /// The policy path beside the other two (`--policy`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub policy: Option<super::PolicyPath>,
+    /// Every pull-mode agent restarted with the objects applied (`--pull`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent_restart: Option<super::pull_report::AgentRestart>,
 }
 
 /// One phase through Flotilla and straight into the members.
@@ -504,6 +507,7 @@ mod tests {
                 sequential: Some(super::super::SequentialComparison::default()),
                 host_input: Phase::default(),
                 policy: None,
+                agent_restart: None,
             }],
             cost: Cost::default(),
             reference: None,

@@ -405,6 +405,7 @@ fn assemble(
                 .zip(r.sequential)
                 .map(|(f, r)| SequentialComparison::new(f, r)),
             host_input,
+            agent_restart: f.agent_restart,
         });
     }
     let created: usize = kinds.iter().map(|k| k.create.flotilla.member_objects).sum();

@@ -128,6 +128,9 @@ impl BenchReport {
                 super::pull_table::writes_line(s, what, p);
             }
         }
+        if let Some(r) = &k.agent_restart {
+            super::pull_table::agent_restart_line(s, r);
+        }
         if let Some(p) = &k.policy {
             super::policy_table::policy_section(s, &k.kind, p);
         }
