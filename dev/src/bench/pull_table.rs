@@ -176,7 +176,34 @@ mod tests {
         fleet_lines(&mut s, &f);
         for needle in [
             "3.0 host requests per cluster per minute (leases PATCH 6)",
-            "agents: 2 in-process; RSS 8.0 MiB at start = 4.00 MiB per cluster",
+            "agents: 2 in-process; last started -> all ready",
+            "RSS 8.0 MiB at start = 4.00 MiB per cluster",
+        ] {
+            assert!(s.contains(needle), "{needle:?} missing:\n{s}");
+        }
+    }
+
+    #[test]
+    fn an_agent_restart_says_how_long_until_ready_and_what_was_written() {
+        let r = AgentRestart {
+            agents: 3,
+            objects: 200,
+            ready_s: 1.5,
+            window_s: 12.0,
+            agent_cpu_s: 0.25,
+            requests: PullRequests::new(
+                &counts(&[("works LIST", 3)]),
+                &counts(&[("appliedworks LIST", 3)]),
+                "configmaps",
+                0,
+            ),
+        };
+        let mut s = String::new();
+        agent_restart_line(&mut s, &r);
+        for needle in [
+            "restart of every agent (3 agents, 200 objects applied; all ready after 1.50 s; 12 s window; agents 0.25 CPU s)",
+            "0 Work writes in the host, 0 member object writes, 0 AppliedWork writes",
+            "host works LIST 3; members appliedworks LIST 3",
         ] {
             assert!(s.contains(needle), "{needle:?} missing:\n{s}");
         }
