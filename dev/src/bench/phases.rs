@@ -34,10 +34,8 @@ use super::{
     workload::{Kind, Starts, names, to_kube, write_all},
 };
 use super::{
-    fleet::{HalfFleet, all_requests},
-    fleet_phases::half_fleet,
-    pull::agent_restart_phase,
-    pull_report::{AgentRestart, PullRequests},
+    fleet::HalfFleet, fleet_phases::half_fleet, pull::agent_restart_phase,
+    pull_report::AgentRestart, snapshot::window_requests,
 };
 
 /// Flotilla's phases of one kind.
@@ -231,25 +229,6 @@ fn phase(
         machine_busy_active_cpu_s: o.active.machine_busy - before.machine_busy,
         clusters_active_cpu_s: o.active.clusters_cpu - before.clusters_cpu_total(),
     }
-}
-
-/// Every request the host and the members served between two snapshots, split for pull
-/// mode (see [`PullRequests`]).
-pub(super) fn window_requests(
-    before: &Snapshot,
-    after: &Snapshot,
-    target: &str,
-    member_objects: usize,
-) -> PullRequests {
-    PullRequests::new(
-        &all_requests(
-            std::slice::from_ref(&before.host),
-            std::slice::from_ref(&after.host),
-        ),
-        &all_requests(&before.members, &after.members),
-        target,
-        member_objects,
-    )
 }
 
 /// Requests for `resource` the members served, by verb, summed over the members.

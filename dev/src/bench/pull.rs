@@ -21,11 +21,10 @@ use kube::{
 use tokio::runtime::Runtime;
 
 use super::{
-    phases::window_requests,
     procfs::rss_mib,
     pull_report::{AgentCost, AgentRestart},
     run::Run,
-    snapshot::Snapshot,
+    snapshot::{Snapshot, window_requests},
     workload::Kind,
 };
 use crate::bootstrap::{Bootstrap, LocalFederation};

@@ -20,8 +20,14 @@ use kube::api::{Api, DeleteParams, DynamicObject, PostParams, WatchEvent, WatchP
 use serde_json::json;
 
 use super::{
-    BENCH_LABEL, FED_NS, control_plane::RunningControlPlane, phases::window_requests,
-    report::Restart, requests::delta, run::Run, snapshot::Snapshot, warmup::poll, workload::Kind,
+    BENCH_LABEL, FED_NS,
+    control_plane::RunningControlPlane,
+    report::Restart,
+    requests::delta,
+    run::Run,
+    snapshot::{Snapshot, window_requests},
+    warmup::poll,
+    workload::Kind,
 };
 
 /// Name of the object created right after the restart.

@@ -5,8 +5,10 @@
 use std::{collections::BTreeMap, time::Instant};
 
 use super::{
+    fleet::all_requests,
     host_events::HostEvents,
     procfs::{clusters_cpu, cpu_of, machine_busy},
+    pull_report::PullRequests,
     requests::{RequestCounts, request_counts},
     run::Run,
 };
@@ -49,4 +51,23 @@ impl Snapshot {
     pub(super) fn clusters_cpu_total(&self) -> f64 {
         self.clusters_cpu.values().sum()
     }
+}
+
+/// Every request the host and the members served between two snapshots, split for pull
+/// mode (see [`PullRequests`]).
+pub(super) fn window_requests(
+    before: &Snapshot,
+    after: &Snapshot,
+    target: &str,
+    member_objects: usize,
+) -> PullRequests {
+    PullRequests::new(
+        &all_requests(
+            std::slice::from_ref(&before.host),
+            std::slice::from_ref(&after.host),
+        ),
+        &all_requests(&before.members, &after.members),
+        target,
+        member_objects,
+    )
 }
