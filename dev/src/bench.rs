@@ -208,7 +208,10 @@ pub struct BenchOptions {
     #[arg(long, default_value_t = 30)]
     pub idle_secs: u64,
     /// Join every member in pull mode: a Work inventory per member in the host and an agent
-    /// per member (run in this process, with its scoped host token) applying it.
+    /// per member (run in this process on a runtime of their own, with its scoped host
+    /// token) applying it. Every host and member request is counted (Works and AppliedWork
+    /// records too), and every agent is restarted after the control plane. Not with
+    /// --slow-member.
     #[arg(long)]
     pub pull: bool,
     /// Also measure the policy path on the same clusters: the same objects written as plain
