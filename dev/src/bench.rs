@@ -46,6 +46,8 @@ pub mod policy_report;
 mod policy_table;
 mod procfs;
 mod pull;
+pub mod pull_report;
+mod pull_table;
 mod report;
 mod requests;
 mod restart;
@@ -68,6 +70,7 @@ use tracing::{info, warn};
 
 pub use self::fleet::{DrainPhase, FleetReport, HalfFleet, IdleCost, MemoryBudget, SlowMember};
 pub use self::policy_report::{HostCost, PolicyPath, Quiet, ThreePaths};
+pub use self::pull_report::{AgentCost, PullRequests};
 pub use self::report::{
     BenchReport, Comparison, Cost, KindReport, Machine, Percentiles, Phase, Reference, Restart,
     Steady, Target, percentiles,
@@ -205,7 +208,10 @@ pub struct BenchOptions {
     #[arg(long, default_value_t = 30)]
     pub idle_secs: u64,
     /// Join every member in pull mode: a Work inventory per member in the host and an agent
-    /// per member (run in this process, with its scoped host token) applying it.
+    /// per member (run in this process on a runtime of their own, with its scoped host
+    /// token) applying it. Every host and member request is counted (Works and AppliedWork
+    /// records too), and every agent is restarted after the control plane. Not with
+    /// --slow-member.
     #[arg(long)]
     pub pull: bool,
     /// Also measure the policy path on the same clusters: the same objects written as plain
@@ -372,6 +378,11 @@ pub async fn run(opts: BenchOptions) -> anyhow::Result<BenchReport> {
     let (scenario, members, objects) = opts.resolved();
     anyhow::ensure!(members >= 1, "at least one member is needed");
     anyhow::ensure!(objects >= 1, "at least one object is needed");
+    anyhow::ensure!(
+        !(opts.pull && opts.slow_member.is_some()),
+        "--slow-member delays the control plane's traffic to one member, and in pull mode \
+         (--pull) the control plane sends its members none: leave out --slow-member"
+    );
     let machine = procfs::machine();
     info!(%scenario, members, objects, "starting the local clusters");
     let started = std::time::Instant::now();
@@ -421,6 +432,9 @@ pub async fn run(opts: BenchOptions) -> anyhow::Result<BenchReport> {
     report
         .targets
         .extend(policy_report::policy_targets(&report.kinds));
+    report
+        .targets
+        .extend(pull_report::pull_targets(&report.kinds));
     write_json(opts.json.as_deref(), &report)?;
     Ok(report)
 }

@@ -374,3 +374,124 @@ async fn a_policy_run_puts_the_policy_path_beside_federated_and_raw_with_every_h
     println!("{table}");
     Ok(())
 }
+
+/// Members of the pull fleet run.
+const PULL_MEMBERS: usize = 2;
+/// Federated ConfigMaps of the pull fleet run.
+const PULL_OBJECTS: usize = 6;
+
+/// One phase of a pull run counted every request: the host's Works, the members' objects
+/// and their AppliedWork records, each per member object.
+fn assert_pull_phase_is_counted(what: &str, p: &Phase, member_objects: usize) {
+    assert_phase_is_sane(what, p, member_objects);
+    let pull = p.pull.as_ref().expect("a pull run counts every request");
+    assert!(
+        pull.host_work_requests_per_member_object > 0.0
+            && pull.host_works.keys().all(|k| k.starts_with("works")),
+        "{what}: every member object of a Pull cluster goes through a Work: {pull:?}"
+    );
+    assert!(
+        pull.member_requests_per_member_object
+            >= p.member_requests_per_member_object + pull.record_requests_per_member_object - 1e-9,
+        "{what}: the members' figure adds the AppliedWork records to the kind's: {pull:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_small_pull_fleet_counts_works_and_applied_work_records_and_costs_its_agents()
+-> anyhow::Result<()> {
+    flotilla_tests::init_tracing();
+    let json =
+        std::env::temp_dir().join(format!("flotilla-bench-pull-{}.json", std::process::id()));
+    let report = bench::run(BenchOptions {
+        members: Some(PULL_MEMBERS),
+        objects: Some(PULL_OBJECTS),
+        pull: true,
+        lean_members: true,
+        no_member_controller_manager: true,
+        fleet_phases: true,
+        idle_secs: 5,
+        sequential: 0,
+        steady_secs: 3,
+        phase_timeout_secs: 120,
+        json: Some(json.clone()),
+        ..BenchOptions::default()
+    })
+    .await?;
+    let cm = &report.kinds[0];
+    let member_objects = PULL_OBJECTS * PULL_MEMBERS;
+    for (what, c) in [
+        ("create", &cm.create),
+        ("update", &cm.update),
+        ("delete", &cm.delete),
+    ] {
+        assert_pull_phase_is_counted(&format!("pull {what}"), &c.flotilla, member_objects);
+        // The agents keep running through the raw part (its window is counted the same
+        // way), with no Work to apply.
+        let raw = c.raw.pull.as_ref().expect("the raw window counted");
+        assert_eq!(raw.writes().0, 0, "{what}: the raw baseline writes no Work");
+    }
+    let created = cm.create.flotilla.pull.as_ref().expect("counted");
+    assert!(
+        created.record_requests_per_member_object > 0.0,
+        "the agents record what they applied: {created:?}"
+    );
+    let steady = cm.steady.pull.as_ref().expect("the steady state counted");
+    assert_eq!(steady.writes(), (0, 0, 0), "pull steady state: {steady:?}");
+    assert!(cm.restart.pull.is_some(), "{:?}", cm.restart);
+    let agents_restarted = cm.agent_restart.as_ref().expect("every agent restarted");
+    assert!(
+        agents_restarted.agents == PULL_MEMBERS && agents_restarted.ready_s > 0.0,
+        "{agents_restarted:?}"
+    );
+    assert_eq!(
+        agents_restarted.requests.writes(),
+        (0, 0, 0),
+        "new agents over applied Works write nothing: {agents_restarted:?}"
+    );
+
+    let f = report.fleet.as_ref().expect("the fleet phases ran");
+    assert!(f.ready_s > 0.0 && f.one_object_s > 0.0, "{f:?}");
+    let agents = f.agents.as_ref().expect("the agents' cost");
+    assert_eq!(agents.agents, PULL_MEMBERS);
+    assert!(
+        agents.rss_per_cluster_mib.is_finite() && agents.cpu_s > 0.0,
+        "{agents:?}"
+    );
+    assert!(f.idle.agent_cpu_ms_per_cluster_per_min.is_finite());
+    let h = f.half_fleet.first().expect("the half-fleet moves ran");
+    assert_pull_phase_is_counted("pull to half", &h.to_half, PULL_OBJECTS * h.moved);
+    assert_pull_phase_is_counted("pull back", &h.back, PULL_OBJECTS * h.moved);
+
+    assert_eq!(
+        report
+            .targets
+            .iter()
+            .filter(|t| t.name.starts_with("pull: "))
+            .count(),
+        4,
+        "pull mode's targets: {:?}",
+        report.targets
+    );
+    let table = report.table();
+    for needle in [
+        "host requests for Works per member object",
+        "host Works: works",
+        "AppliedWorks: appliedworks",
+        "not in these figures",
+        "pull, steady state: 0 Work writes in the host, 0 member object writes, 0 AppliedWork writes",
+        "host requests per cluster per minute",
+        "restart of every agent (2 agents",
+        "agents: 2 in the benchmark's process",
+    ] {
+        assert!(table.contains(needle), "table lacks {needle:?}:\n{table}");
+    }
+    let written: BenchReport = serde_json::from_str(&std::fs::read_to_string(&json)?)?;
+    std::fs::remove_file(&json)?;
+    assert_eq!(
+        written.kinds[0].create.flotilla.pull.as_ref(),
+        Some(created)
+    );
+    println!("{table}");
+    Ok(())
+}

@@ -42,6 +42,9 @@ pub struct FleetReport {
     /// The scheduler in the loop: placements with maxClusters and spread, then clusters
     /// drained at once (absent with fewer than 2 members).
     pub drain: Option<DrainPhase>,
+    /// The pull-mode agents' memory and CPU (`--pull`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agents: Option<super::pull_report::AgentCost>,
 }
 
 /// Scheduled placements (`maxClusters`, a spread over zones) decided and propagated, then
@@ -111,6 +114,15 @@ pub struct IdleCost {
     pub host_requests_per_min: f64,
     /// Control-plane CPU, milliseconds per member per minute.
     pub control_plane_cpu_ms_per_cluster_per_min: f64,
+    /// host_requests_per_min per member: in pull mode what each agent sends the host.
+    #[serde(default)]
+    pub host_requests_per_cluster_per_min: f64,
+    /// The host's requests by `resource[/subresource] verb` (watches excluded).
+    #[serde(default)]
+    pub host_requests: BTreeMap<String, u64>,
+    /// The pull-mode agents' CPU, milliseconds per member per minute (0 without agents).
+    #[serde(default)]
+    pub agent_cpu_ms_per_cluster_per_min: f64,
 }
 
 /// The control plane's memory, split into a part per cluster and a part per object.

@@ -98,13 +98,13 @@ pub(super) async fn idle(run: &Run, window: Duration) -> anyhow::Result<IdleCost
     let members = run.members.len();
     let member_requests = all_requests(&before.members, &after.members);
     let member_total: u64 = member_requests.values().sum();
-    let host_total: u64 = all_requests(
+    let host_requests = all_requests(
         std::slice::from_ref(&before.host),
         std::slice::from_ref(&after.host),
-    )
-    .values()
-    .sum();
+    );
+    let host_total: u64 = host_requests.values().sum();
     let cp_cpu_ms = (after.cp_cpu - before.cp_cpu) * 1000.0;
+    let agent_cpu_ms = (after.agent_cpu - before.agent_cpu) * 1000.0;
     Ok(IdleCost {
         window_s,
         member_requests_per_cluster_per_min: per_cluster_per_min(
@@ -115,6 +115,13 @@ pub(super) async fn idle(run: &Run, window: Duration) -> anyhow::Result<IdleCost
         member_requests,
         host_requests_per_min: per_cluster_per_min(host_total as f64, 1, window_s),
         control_plane_cpu_ms_per_cluster_per_min: per_cluster_per_min(cp_cpu_ms, members, window_s),
+        host_requests_per_cluster_per_min: per_cluster_per_min(
+            host_total as f64,
+            members,
+            window_s,
+        ),
+        host_requests,
+        agent_cpu_ms_per_cluster_per_min: per_cluster_per_min(agent_cpu_ms, members, window_s),
     })
 }
 

@@ -39,6 +39,7 @@ impl BenchReport {
             i.host_requests_per_min,
             i.control_plane_cpu_ms_per_cluster_per_min
         );
+        super::pull_table::fleet_lines(s, f);
         let m = &f.memory;
         let _ = writeln!(
             s,
@@ -96,6 +97,9 @@ fn move_line(s: &mut String, label: &str, p: &Phase, raw_what: &str, raw_per_s: 
         p.member_requests_per_member_object,
         p.host_requests_per_federated_object
     );
+    if let Some(pull) = &p.pull {
+        super::pull_table::phase_lines(s, pull, p.agent_cpu_s);
+    }
 }
 
 /// The fleet section of a report with every figure zero renders; the table's text is the

@@ -33,7 +33,10 @@ use super::{
     warmup::poll,
     workload::{Kind, Starts, names, to_kube, write_all},
 };
-use super::{fleet::HalfFleet, fleet_phases::half_fleet};
+use super::{
+    fleet::HalfFleet, fleet_phases::half_fleet, pull::agent_restart_phase,
+    pull_report::AgentRestart, snapshot::window_requests,
+};
 
 /// Flotilla's phases of one kind.
 pub(super) struct FlotillaPhases {
@@ -46,6 +49,8 @@ pub(super) struct FlotillaPhases {
     pub(super) sequential: Option<SequentialPhase>,
     /// Placement to half the fleet and back (`--fleet-phases`), between restart and update.
     pub(super) half_fleet: Option<HalfFleet>,
+    /// Every agent restarted (`--pull`), after the control plane's restart.
+    pub(super) agent_restart: Option<AgentRestart>,
 }
 
 /// The raw baseline's phases of one kind (empty by default: a kind the raw part did not
@@ -188,6 +193,7 @@ fn phase(
     let host_total: u64 = host_requests.values().sum();
     let total = member_total + host_total;
     let cp_cpu = after.cp_cpu - before.cp_cpu;
+    let agent_cpu_s = after.agent_cpu - before.agent_cpu;
     // In-process, the control plane's threads are part of this process's CPU time.
     let cp_in_process = if run.child_pid().is_some() {
         0.0
@@ -206,7 +212,11 @@ fn phase(
         member_requests_per_member_object: ratio(member_total as f64, member_objects as f64),
         host_requests_per_federated_object: ratio(host_total as f64, names.len() as f64),
         control_plane_cpu_s: cp_cpu,
-        generator_cpu_s: after.process_cpu - before.process_cpu - cp_in_process,
+        agent_cpu_s,
+        pull: run
+            .pull()
+            .then(|| window_requests(before, after, &kind.target().plural, member_objects)),
+        generator_cpu_s: after.process_cpu - before.process_cpu - cp_in_process - agent_cpu_s,
         clusters_cpu_s: after.clusters_cpu_total() - before.clusters_cpu_total(),
         clusters_cpu_by_process: cpu_delta(&before.clusters_cpu, &after.clusters_cpu),
         machine_busy_cpu_s: after.machine_busy - before.machine_busy,
@@ -376,6 +386,10 @@ pub(super) async fn flotilla_phases(
     info!(kind = kind.name(), seconds = create.seconds, "created");
 
     let (steady, restart) = steady_and_restart(run, kind, members, host, restarter).await?;
+    let agent_restart = agent_restart_phase(run, kind).await?;
+    if let Some(r) = &agent_restart {
+        info!(kind = kind.name(), ready_s = r.ready_s, writes = ?r.requests.writes(), "agents restarted");
+    }
 
     let half_fleet = if run.fleet_phases {
         Some(half_fleet(phases, || wait_propagated(run, kind, host)).await?)
@@ -411,6 +425,7 @@ pub(super) async fn flotilla_phases(
         restart,
         sequential,
         half_fleet,
+        agent_restart,
     })
 }
 
@@ -496,6 +511,9 @@ async fn steady_state(
         host_writes: host.writes() - hw,
         member_requests,
         control_plane_cpu_s: after.cp_cpu - before.cp_cpu,
+        pull: run
+            .pull()
+            .then(|| window_requests(&before, &after, &kind.target().plural, 0)),
     })
 }
 

@@ -424,6 +424,7 @@ mod tests {
             restart: Default::default(),
             sequential: None,
             host_input: Phase::default(),
+            agent_restart: None,
             policy: Some(PolicyPath {
                 create: t.clone(),
                 update: t.clone(),

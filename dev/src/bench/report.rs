@@ -84,6 +84,9 @@ pub struct KindReport {
     /// The policy path beside the other two (`--policy`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub policy: Option<super::PolicyPath>,
+    /// Every pull-mode agent restarted with the objects applied (`--pull`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent_restart: Option<super::pull_report::AgentRestart>,
 }
 
 /// One phase through Flotilla and straight into the members.
@@ -147,8 +150,16 @@ pub struct Phase {
     pub host_requests_per_federated_object: f64,
     /// CPU seconds of the control plane's threads, until the host settled.
     pub control_plane_cpu_s: f64,
+    /// CPU seconds of the pull-mode agents' threads (`--pull`; 0 without agents).
+    #[serde(default)]
+    pub agent_cpu_s: f64,
+    /// Every request of the phase in pull mode (`--pull`): the host's Works and the
+    /// members' AppliedWork records beside the kind, per member object, and what those
+    /// figures leave out.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pull: Option<super::pull_report::PullRequests>,
     /// CPU seconds of the benchmark's load generator and watchers (this process, less the
-    /// control plane's threads when it runs in-process).
+    /// control plane's threads when it runs in-process and the agents' threads).
     pub generator_cpu_s: f64,
     /// CPU seconds of etcd, the API servers and kube-controller-managers.
     pub clusters_cpu_s: f64,
@@ -198,6 +209,10 @@ pub struct Steady {
     pub member_requests: u64,
     /// CPU seconds the control plane spent in the window (the resync's work).
     pub control_plane_cpu_s: f64,
+    /// Every request of the window in pull mode (`--pull`), Works and AppliedWork records
+    /// included (no member object is written, so its ratios are NaN).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pull: Option<super::pull_report::PullRequests>,
 }
 
 /// A hard restart of the control plane with every object of the kind propagated
@@ -222,6 +237,11 @@ pub struct Restart {
     /// CPU seconds of the control plane in the window (start-up: lists and one reconcile
     /// of every object).
     pub control_plane_cpu_s: f64,
+    /// Every request of the window in pull mode (`--pull`), Works and AppliedWork records
+    /// included; the probe's member objects (one per member) are in it, and are its
+    /// per-object denominator.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pull: Option<super::pull_report::PullRequests>,
 }
 
 /// What the control plane cost over the Flotilla part.
@@ -487,6 +507,7 @@ mod tests {
                 sequential: Some(super::super::SequentialComparison::default()),
                 host_input: Phase::default(),
                 policy: None,
+                agent_restart: None,
             }],
             cost: Cost::default(),
             reference: None,

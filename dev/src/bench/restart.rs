@@ -20,8 +20,14 @@ use kube::api::{Api, DeleteParams, DynamicObject, PostParams, WatchEvent, WatchP
 use serde_json::json;
 
 use super::{
-    BENCH_LABEL, FED_NS, control_plane::RunningControlPlane, report::Restart, requests::delta,
-    run::Run, snapshot::Snapshot, warmup::poll, workload::Kind,
+    BENCH_LABEL, FED_NS,
+    control_plane::RunningControlPlane,
+    report::Restart,
+    requests::delta,
+    run::Run,
+    snapshot::{Snapshot, window_requests},
+    warmup::poll,
+    workload::Kind,
 };
 
 /// Name of the object created right after the restart.
@@ -140,6 +146,9 @@ fn figures(run: &Run, kind: Kind, before: &Snapshot, after: &Snapshot, first: f6
         host_writes,
         first_new_object_s: first,
         control_plane_cpu_s: after.cp_cpu - before.cp_cpu,
+        pull: run
+            .pull()
+            .then(|| window_requests(before, after, &target, run.members.len())),
     }
 }
 

@@ -44,7 +44,7 @@ pub(super) struct Run {
     /// Whether the policy path runs (`--policy`).
     pub(super) policy: bool,
     /// The pull-mode agents (`--pull`), kept running for the whole run.
-    pub(super) _agents: Vec<flotilla_agent::Agent>,
+    pub(super) agents: Option<super::pull::Agents>,
 }
 
 /// The member the control plane reaches through a fault proxy, and the delay of its phase.
@@ -79,6 +79,20 @@ impl Run {
         match self.child_pid() {
             Some(pid) => cpu_of(&format!("/proc/{pid}/stat")),
             None => threads_cpu(CP_THREAD),
+        }
+    }
+
+    /// Whether the members are joined in pull mode (`--pull`).
+    pub(super) fn pull(&self) -> bool {
+        self.agents.is_some()
+    }
+
+    /// CPU seconds the pull-mode agents used so far (0 without them).
+    pub(super) fn agent_cpu(&self) -> f64 {
+        if self.pull() {
+            threads_cpu(super::pull::AGENT_THREAD)
+        } else {
+            0.0
         }
     }
 

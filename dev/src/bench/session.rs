@@ -29,6 +29,7 @@ use super::{
     drain,
     fleet::{FleetReport, MemoryBudget},
     fleet_phases,
+    pull_report::AgentCost,
 };
 use crate::bootstrap::Bootstrap;
 
@@ -149,9 +150,10 @@ async fn setup(env: &LocalEnv, opts: &BenchOptions, objects: usize) -> anyhow::R
         sc.max_concurrent_reconciles = Some(opts.workers as i64);
     }
     let (fed, agents) = if opts.pull {
-        super::pull::federate(&boot, env).await?
+        let (fed, agents) = super::pull::federate(&boot, env).await?;
+        (fed, Some(agents))
     } else {
-        (boot.federate(env, |_| {}).await?, Vec::new())
+        (boot.federate(env, |_| {}).await?, None)
     };
     let slow = if opts.runs_fleet_phases() {
         fleet_phases::prepare(env, &fed.host, &fed.cluster_names, opts).await?
@@ -179,7 +181,7 @@ async fn setup(env: &LocalEnv, opts: &BenchOptions, objects: usize) -> anyhow::R
         timeout: Duration::from_secs(opts.phase_timeout_secs),
         steady: Duration::from_secs(opts.steady_secs),
         policy: opts.policy,
-        _agents: agents,
+        agents,
     };
     for client in &run.members {
         ensure_namespace(client, RAW_NS).await?;
@@ -271,6 +273,7 @@ async fn flotilla_part(
         None
     };
     let cp_cpu_start = run.cp_cpu();
+    let agent_cpu_start = run.agent_cpu();
     let mut phases = Vec::new();
     let mut policy = Vec::new();
     let mut running = Some(cp);
@@ -301,6 +304,9 @@ async fn flotilla_part(
         let (members, host) = (&trackers[0].fed_members, &trackers[0].host);
         fleet.slow_member = fleet_phases::slow_member(run, members, host).await?;
         fleet.drain = drain::drain_phase(run, members, host).await?;
+    }
+    if let Some(agents) = fleet.as_mut().and_then(|f| f.agents.as_mut()) {
+        agents.cpu_s = run.agent_cpu() - agent_cpu_start;
     }
     let earlier_peak = restarter.peak_mib;
     let cp_cpu = run.cp_cpu() - cp_cpu_start;
@@ -342,7 +348,12 @@ async fn fleet_start(
         "idle fleet"
     );
     let one_object_s = fleet_phases::one_object(run, &configmaps.fed_members).await?;
+    let agents = run.agents.as_ref().map(|a| AgentCost {
+        idle_cpu_ms_per_cluster_per_min: idle.agent_cpu_ms_per_cluster_per_min,
+        ..a.cost.clone()
+    });
     Ok(FleetReport {
+        agents,
         member_controller_manager: !opts.without_member_controller_manager(),
         ready_s,
         idle,
@@ -394,6 +405,7 @@ fn assemble(
                 .zip(r.sequential)
                 .map(|(f, r)| SequentialComparison::new(f, r)),
             host_input,
+            agent_restart: f.agent_restart,
         });
     }
     let created: usize = kinds.iter().map(|k| k.create.flotilla.member_objects).sum();

@@ -5,8 +5,10 @@
 use std::{collections::BTreeMap, time::Instant};
 
 use super::{
+    fleet::all_requests,
     host_events::HostEvents,
     procfs::{clusters_cpu, cpu_of, machine_busy},
+    pull_report::PullRequests,
     requests::{RequestCounts, request_counts},
     run::Run,
 };
@@ -19,6 +21,8 @@ pub(super) struct Snapshot {
     /// The control plane's Events on the federated objects so far (`None`: not read).
     pub(super) host_events: Option<HostEvents>,
     pub(super) cp_cpu: f64,
+    /// CPU seconds of the pull-mode agents' threads (0 without them).
+    pub(super) agent_cpu: f64,
     pub(super) process_cpu: f64,
     pub(super) clusters_cpu: BTreeMap<String, f64>,
     pub(super) machine_busy: f64,
@@ -36,6 +40,7 @@ impl Snapshot {
             host,
             host_events,
             cp_cpu: run.cp_cpu(),
+            agent_cpu: run.agent_cpu(),
             process_cpu: cpu_of("/proc/self/stat"),
             clusters_cpu: clusters_cpu(&run.procs),
             machine_busy: machine_busy(),
@@ -46,4 +51,23 @@ impl Snapshot {
     pub(super) fn clusters_cpu_total(&self) -> f64 {
         self.clusters_cpu.values().sum()
     }
+}
+
+/// Every request the host and the members served between two snapshots, split for pull
+/// mode (see [`PullRequests`]).
+pub(super) fn window_requests(
+    before: &Snapshot,
+    after: &Snapshot,
+    target: &str,
+    member_objects: usize,
+) -> PullRequests {
+    PullRequests::new(
+        &all_requests(
+            std::slice::from_ref(&before.host),
+            std::slice::from_ref(&after.host),
+        ),
+        &all_requests(&before.members, &after.members),
+        target,
+        member_objects,
+    )
 }

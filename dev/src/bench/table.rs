@@ -68,6 +68,9 @@ impl BenchReport {
         ] {
             comparison_rows(s, label, c);
             self.cpu_lines(s, c);
+            if let Some(p) = &c.flotilla.pull {
+                super::pull_table::phase_lines(s, p, c.flotilla.agent_cpu_s);
+            }
         }
         if let Some(q) = &k.sequential {
             sequential_rows(s, q);
@@ -120,6 +123,14 @@ impl BenchReport {
             "control-plane CPU s",
         ));
         figures(s, &head, &parts);
+        for (what, p) in [("steady state", &st.pull), ("restart", &r.pull)] {
+            if let Some(p) = p {
+                super::pull_table::writes_line(s, what, p);
+            }
+        }
+        if let Some(r) = &k.agent_restart {
+            super::pull_table::agent_restart_line(s, r);
+        }
         if let Some(p) = &k.policy {
             super::policy_table::policy_section(s, &k.kind, p);
         }
