@@ -7,7 +7,7 @@ use flotilla_api::{
     ClusterReason, MANAGED_LABEL,
     drift::ClusterDrift,
     work::{
-        AGENT_FIELD_MANAGER, APPLIED, AppliedResourceMeta, Condition, ManifestCondition,
+        AGENT_FIELD_MANAGER, APPLIED, AppliedResourceMeta, Condition, ManifestCondition, RELEASED,
         ResourceIdentifier, WorkStatus,
     },
 };
@@ -175,7 +175,7 @@ pub fn unrecorded<'a>(
 /// Whether two identifiers name the same manifest object by kind (an identifier from a
 /// manifest has no resource name before discovery).
 pub fn same_manifest(a: &ResourceIdentifier, b: &ResourceIdentifier) -> bool {
-    a.group == b.group && a.kind == b.kind && a.namespace == b.namespace && a.name == b.name
+    flotilla_api::work::same_object(a, b)
 }
 
 /// Whether a live object no record lists may be pruned: still Flotilla's, and written by the
@@ -232,6 +232,9 @@ pub struct ManifestResult {
     pub drift: Option<ClusterDrift>,
     /// The member API server's reason when it refused (`Forbidden`, `Invalid`...).
     pub member_reason: Option<String>,
+    /// The manifest was marked for orphaning and its object released (unlabelled, left in
+    /// place, forgotten): reported as [`RELEASED`].
+    pub released: bool,
 }
 
 /// The Work status for this round's results; conditions keep their transition time from
@@ -244,13 +247,14 @@ pub fn work_status(
 ) -> WorkStatus {
     let old_manifest = |id: &ResourceIdentifier| {
         previous
-            .and_then(|p| p.manifest_conditions.iter().find(|m| &m.identifier == id))
+            .and_then(|p| p.manifest_conditions.iter().find(|m| same_manifest(&m.identifier, id)))
             .and_then(|m| m.conditions.iter().find(|c| c.type_ == APPLIED))
     };
     let manifest_conditions = results
         .iter()
         .map(|r| {
             let (status, reason, message) = match &r.result {
+                Ok(()) if r.released => ("True", RELEASED.to_string(), String::new()),
                 Ok(()) => ("True", "Applied".to_string(), String::new()),
                 Err((reason, message)) => ("False", reason.as_str().to_string(), message.clone()),
             };
@@ -511,6 +515,7 @@ mod tests {
             status: None,
             drift: None,
             member_reason: None,
+            released: false,
         }];
         let first = work_status(None, &results, Some(2), "t0");
         let second = work_status(Some(&first), &results, Some(2), "t1");

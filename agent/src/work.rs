@@ -15,11 +15,21 @@ use kube::{
     api::{Patch, PatchParams, PostParams},
     runtime::reflector::ObjectRef,
 };
+use futures::StreamExt;
 use serde_json::json;
 use tracing::{debug, info, warn};
 
-use super::{State, apply::identify, drift, plan, records::Record, rejection};
+use super::{
+    State,
+    apply::{Applied, identify},
+    drift, plan,
+    records::Record,
+    rejection,
+};
 use flotilla_api::drift::ClusterDrift;
+
+/// How many manifests of one bundle are applied at once.
+const APPLY_CONCURRENCY: usize = 8;
 
 /// How soon a Work whose manifests failed is tried again at first (then backing off).
 const RETRY_FAILED: Duration = Duration::from_secs(2);
@@ -80,13 +90,18 @@ async fn remove_work(state: &State, name: &str) -> Result<Done, kube::Error> {
     let mut ok = true;
     let known = plan::known_applied(&record.applied, &record.unsaved);
     for r in &known {
+        if let Some(other) = listed_elsewhere(state, name, &r.identifier) {
+            // Handed over: the other Work applies (or finds up to date) and records it.
+            state.queue.add(other);
+            continue;
+        }
         if let Err(e) = state.member.prune(r, orphan).await {
             warn!(work = %name, object = %r.identifier.name, error = %e, "pruning failed");
             ok = false;
         }
     }
     for id in plan::unrecorded(&record.intended, &known) {
-        if state.records.listed_elsewhere(name, id) {
+        if state.records.listed_elsewhere(name, id) || listed_elsewhere(state, name, id).is_some() {
             continue;
         }
         if let Err(e) = state.member.prune_unrecorded(id, orphan).await {
@@ -131,21 +146,42 @@ async fn sync_work(state: &State, work: &Work) -> Result<Done, kube::Error> {
         .annotations()
         .get(WORK_COLLECT_STATUS)
         .is_some_and(|v| v == "true");
+    let policy = drift::work_policy(work.annotations());
+    // A bundle's manifests are of one kind and independent: applied a few at a time. A
+    // legacy or MCS Work's are applied in order.
+    let concurrency = if work.is_bundle() { APPLY_CONCURRENCY } else { 1 };
+    let mut rounds: Vec<futures::future::BoxFuture<'_, Applied>> = Vec::new();
+    for (i, manifest) in work.spec.workload.manifests.iter().enumerate() {
+        let config = work.manifest_config(i).cloned();
+        let policy = config
+            .as_ref()
+            .map_or_else(|| policy.clone(), |c| drift::work_policy(&c.drift));
+        let previous = previous_drift(previous.as_ref(), &identify(i, manifest)).cloned();
+        let name = name.clone();
+        rounds.push(Box::pin(async move {
+            if config.is_some_and(|c| c.orphan) {
+                return state.member.release(i, manifest).await;
+            }
+            let cx = drift::Context {
+                cluster: &state.cluster,
+                policy: &policy,
+                previous: previous.as_ref(),
+                secret: flotilla_core::redact::is_secret_object(manifest),
+            };
+            state
+                .member
+                .apply_manifest(&name, i, manifest, collect, &cx)
+                .await
+        }));
+    }
+    let applied: Vec<_> = futures::stream::iter(rounds)
+        .buffered(concurrency)
+        .collect()
+        .await;
     let mut results = Vec::new();
     let mut records = Vec::new();
     let mut lagging = false;
-    let policy = drift::work_policy(work.annotations());
-    for (i, manifest) in work.spec.workload.manifests.iter().enumerate() {
-        let cx = drift::Context {
-            cluster: &state.cluster,
-            policy: &policy,
-            previous: previous_drift(previous.as_ref(), i),
-            secret: flotilla_core::redact::is_secret_object(manifest),
-        };
-        let applied = state
-            .member
-            .apply_manifest(&name, i, manifest, collect, &cx)
-            .await;
+    for applied in applied {
         lagging |= applied.lagging;
         if applied.wrote {
             state.observer.metrics.applies.inc();
@@ -186,6 +222,10 @@ async fn prune_dropped(
     let known = plan::known_applied(&record.applied, &record.unsaved);
     let mut ok = true;
     for gone in plan::to_prune(&known, current) {
+        if let Some(other) = listed_elsewhere(state, name, &gone.identifier) {
+            state.queue.add(other);
+            continue;
+        }
         if let Err(e) = state.member.prune(gone, false).await {
             warn!(work = %name, object = %gone.identifier.name, error = %e, "pruning failed");
             records.push(gone.clone());
@@ -244,14 +284,36 @@ fn intended(work: &Work) -> Vec<ResourceIdentifier> {
         .collect()
 }
 
-/// The `drift` entry the agent last reported for the Work's manifest `ordinal`.
-fn previous_drift(previous: Option<&WorkStatus>, ordinal: usize) -> Option<&ClusterDrift> {
+/// The `drift` entry the agent last reported for the manifest of object `id` (found by
+/// the object, not the ordinal: a bundle's ordinals shift as objects come and go).
+fn previous_drift<'a>(
+    previous: Option<&'a WorkStatus>,
+    id: &ResourceIdentifier,
+) -> Option<&'a ClusterDrift> {
     previous?
         .manifest_conditions
         .iter()
-        .find(|m| usize::try_from(m.identifier.ordinal).ok() == Some(ordinal))?
+        .find(|m| plan::same_manifest(&m.identifier, id))?
         .drift
         .as_ref()
+}
+
+/// Another Work of the namespace whose manifests name `id` (not for orphaning): the object
+/// moved there (a bundle took over a legacy Work, or a chunk took it from another), so it
+/// is handed over, not pruned.
+fn listed_elsewhere(state: &State, name: &str, id: &ResourceIdentifier) -> Option<String> {
+    state
+        .works
+        .state()
+        .into_iter()
+        .filter(|w| w.name_any() != name)
+        .find(|w| {
+            w.spec.workload.manifests.iter().enumerate().any(|(i, m)| {
+                plan::same_manifest(&identify(i, m), id)
+                    && !w.manifest_config(i).is_some_and(|c| c.orphan)
+            })
+        })
+        .map(|w| w.name_any())
 }
 
 /// Creates the Work's AppliedWork (nothing applied yet), naming the objects about to be
