@@ -64,6 +64,7 @@ mod policies;
 mod policy_rollout;
 mod propagation;
 mod pull_agent_ops;
+mod pull_bundles;
 mod pull_mode;
 mod pull_parity;
 mod rbac;

@@ -14,7 +14,10 @@
 
 use std::{
     collections::{BTreeMap, BTreeSet, HashMap},
-    sync::{Arc, Mutex},
+    sync::{
+        Arc, Mutex,
+        atomic::{AtomicUsize, Ordering},
+    },
     time::{Duration, Instant},
 };
 
@@ -43,6 +46,16 @@ use super::Key;
 /// Environment variable overriding [`BUNDLE_MAX_BYTES`] (bytes; for tests that need a
 /// split without megabytes of manifests — not meant for production).
 pub const MAX_BYTES_ENV: &str = "FLOTILLA_WORK_BUNDLE_MAX_BYTES";
+/// A process-wide override of the bound (0: none), for end-to-end tests that need a
+/// split with small objects; each test runs in its own process.
+static MAX_BYTES_OVERRIDE: AtomicUsize = AtomicUsize::new(0);
+
+/// Sets the bound of every bundler started afterwards in this process (tests only; 0
+/// restores the default).
+pub fn set_max_bytes_for_tests(bytes: usize) {
+    MAX_BYTES_OVERRIDE.store(bytes, Ordering::Relaxed);
+}
+
 /// How long pending changes are gathered before the bundles are written.
 pub const FLUSH_INTERVAL: Duration = Duration::from_millis(200);
 /// How soon a failed bundle write is tried again.
@@ -234,10 +247,13 @@ pub struct Bundler {
 impl Bundler {
     /// The bundler of `target`'s Works, reading the host's Work cache `works`.
     pub fn new(host: Client, target: ApiResource, collect_status: bool, works: Store<Work>) -> Self {
-        let limit = std::env::var(MAX_BYTES_ENV)
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(BUNDLE_MAX_BYTES);
+        let limit = match MAX_BYTES_OVERRIDE.load(Ordering::Relaxed) {
+            0 => std::env::var(MAX_BYTES_ENV)
+                .ok()
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(BUNDLE_MAX_BYTES),
+            n => n,
+        };
         Bundler {
             host,
             target,
