@@ -212,11 +212,17 @@ impl Member {
             result.identifier.resource = resolved.ar.plural.clone();
             let id = &result.identifier;
             let oid = object_id(&resolved.ar, &id.namespace, &id.name);
-            let (live, _) = self.read(&resolved, &oid, manifest).await.map_err(|r| r.1)?;
+            let (live, _) = self
+                .read(&resolved, &oid, manifest)
+                .await
+                .map_err(|r| r.1)?;
             self.cache.disown(&oid);
             self.drift.forget(&oid);
             let managed = live.as_ref().and_then(|l| {
-                l.pointer(&format!("/metadata/labels/{}", MANAGED_LABEL.replace('/', "~1")))
+                l.pointer(&format!(
+                    "/metadata/labels/{}",
+                    MANAGED_LABEL.replace('/', "~1")
+                ))
             });
             if managed.and_then(Value::as_str) != Some("true") {
                 return Ok(());

@@ -247,7 +247,11 @@ pub fn work_status(
 ) -> WorkStatus {
     let old_manifest = |id: &ResourceIdentifier| {
         previous
-            .and_then(|p| p.manifest_conditions.iter().find(|m| same_manifest(&m.identifier, id)))
+            .and_then(|p| {
+                p.manifest_conditions
+                    .iter()
+                    .find(|m| same_manifest(&m.identifier, id))
+            })
             .and_then(|m| m.conditions.iter().find(|c| c.type_ == APPLIED))
     };
     let manifest_conditions = results

@@ -10,12 +10,12 @@ use flotilla_api::work::{
     ResourceIdentifier, WORK_COLLECT_STATUS, Work, WorkStatus,
 };
 use flotilla_multicluster::runner::Action;
+use futures::StreamExt;
 use kube::{
     ResourceExt,
     api::{Patch, PatchParams, PostParams},
     runtime::reflector::ObjectRef,
 };
-use futures::StreamExt;
 use serde_json::json;
 use tracing::{debug, info, warn};
 
@@ -149,7 +149,11 @@ async fn sync_work(state: &State, work: &Work) -> Result<Done, kube::Error> {
     let policy = drift::work_policy(work.annotations());
     // A bundle's manifests are of one kind and independent: applied a few at a time. A
     // legacy or MCS Work's are applied in order.
-    let concurrency = if work.is_bundle() { APPLY_CONCURRENCY } else { 1 };
+    let concurrency = if work.is_bundle() {
+        APPLY_CONCURRENCY
+    } else {
+        1
+    };
     let mut rounds: Vec<futures::future::BoxFuture<'_, Applied>> = Vec::new();
     for (i, manifest) in work.spec.workload.manifests.iter().enumerate() {
         let config = work.manifest_config(i).cloned();

@@ -461,7 +461,10 @@ mod tests {
                 }],
             },
         );
-        assert_eq!(w.manifest_config(0).map(|c| c.source_name.as_str()), Some("a"));
+        assert_eq!(
+            w.manifest_config(0).map(|c| c.source_name.as_str()),
+            Some("a")
+        );
         assert_eq!(w.manifest_config(1), None);
         // A report written when "b" was the first manifest is still "b"'s.
         w.status = Some(WorkStatus {
@@ -472,7 +475,10 @@ mod tests {
             }],
             ..WorkStatus::default()
         });
-        assert_eq!(w.manifest_report(1).and_then(|m| m.hash.as_deref()), Some("hb"));
+        assert_eq!(
+            w.manifest_report(1).and_then(|m| m.hash.as_deref()),
+            Some("hb")
+        );
         assert_eq!(w.manifest_report(0), None);
         assert!(!w.is_bundle());
     }

@@ -97,18 +97,30 @@ mod tests {
     #[test]
     fn an_object_stays_in_its_chunk_so_one_change_rewrites_one_chunk() {
         // A new object sorting first does not push the others along.
-        let items = [item("b", 4, Some(0)), item("c", 4, Some(1)), item("a", 4, None)];
+        let items = [
+            item("b", 4, Some(0)),
+            item("c", 4, Some(1)),
+            item("a", 4, None),
+        ];
         let a = assign(&items, 8);
         assert_eq!(chunks(&a), [("a", 0), ("b", 0), ("c", 1)]);
         // One that grows past its chunk's room moves to the first chunk with room; its
         // neighbour stays.
-        let items = [item("a", 4, Some(0)), item("b", 6, Some(0)), item("c", 2, Some(1))];
+        let items = [
+            item("a", 4, Some(0)),
+            item("b", 6, Some(0)),
+            item("c", 2, Some(1)),
+        ];
         assert_eq!(chunks(&assign(&items, 8)), [("a", 0), ("b", 1), ("c", 1)]);
     }
 
     #[test]
     fn holes_are_filled_before_a_new_chunk_is_opened() {
-        let items = [item("a", 4, Some(2)), item("z", 4, None), item("y", 9, None)];
+        let items = [
+            item("a", 4, Some(2)),
+            item("z", 4, None),
+            item("y", 9, None),
+        ];
         let a = assign(&items, 8);
         // z fits beside a in chunk 2; y is larger than the limit and gets chunk 0 alone.
         assert_eq!(chunks(&a), [("a", 2), ("y", 0), ("z", 2)]);

@@ -133,15 +133,24 @@ async fn versions(fed: &Fed) -> anyhow::Result<BTreeMap<String, String>> {
     let mut out = BTreeMap::new();
     let lp = ListParams::default();
     for cm in config_maps(&fed.pull, NS).list(&lp).await?.items {
-        out.insert(format!("cm/{}", cm.name_any()), cm.resource_version().unwrap_or_default());
+        out.insert(
+            format!("cm/{}", cm.name_any()),
+            cm.resource_version().unwrap_or_default(),
+        );
     }
     let works: Api<Work> = Api::namespaced(fed.host.clone(), &cluster_namespace(PULL));
     for w in works.list(&lp).await?.items {
-        out.insert(format!("work/{}", w.name_any()), w.resource_version().unwrap_or_default());
+        out.insert(
+            format!("work/{}", w.name_any()),
+            w.resource_version().unwrap_or_default(),
+        );
     }
     let applied: Api<AppliedWork> = Api::all(fed.pull.clone());
     for a in applied.list(&lp).await?.items {
-        out.insert(format!("aw/{}", a.name_any()), a.resource_version().unwrap_or_default());
+        out.insert(
+            format!("aw/{}", a.name_any()),
+            a.resource_version().unwrap_or_default(),
+        );
     }
     Ok(out)
 }
@@ -165,7 +174,9 @@ async fn bundles_split_at_the_bound_fail_one_manifest_alone_and_an_agent_restart
     let bad = FederatedObject::config_map(NS, "bad", json!({"not a valid key!": "x"}))
         .apply(&fed.host)
         .await?;
-    let status = bad.wait_cluster_reasons(&[(PULL, "CreationFailed")]).await?;
+    let status = bad
+        .wait_cluster_reasons(&[(PULL, "CreationFailed")])
+        .await?;
     let message = &cluster_status(&status, PULL).context("member1")?.message;
     ensure!(message.contains("valid config key"), "{message}");
     for (i, r) in refs.iter().enumerate() {
@@ -175,9 +186,17 @@ async fn bundles_split_at_the_bound_fail_one_manifest_alone_and_an_agent_restart
 
     // Split at the bound: several chunks, each within it (one manifest may stand alone).
     let bundles = config_map_bundles(&fed.host).await?;
-    let manifests: usize = bundles.iter().map(|w| w.spec.workload.manifests.len()).sum();
+    let manifests: usize = bundles
+        .iter()
+        .map(|w| w.spec.workload.manifests.len())
+        .sum();
     ensure!(manifests == COUNT + 1, "{manifests} manifests in bundles");
-    ensure!(bundles.len() >= 3, "{} bundles for {} KiB", bundles.len(), COUNT);
+    ensure!(
+        bundles.len() >= 3,
+        "{} bundles for {} KiB",
+        bundles.len(),
+        COUNT
+    );
     for w in &bundles {
         let size: usize = w
             .spec
@@ -218,21 +237,33 @@ async fn bundles_split_at_the_bound_fail_one_manifest_alone_and_an_agent_restart
     wait_ready(&fed).await?;
     tokio::time::sleep(Duration::from_secs(6)).await;
     let after = versions(&fed).await?;
-    ensure!(before == after, "changed after a restart: {before:?} -> {after:?}");
+    ensure!(
+        before == after,
+        "changed after a restart: {before:?} -> {after:?}"
+    );
 
     // The object that was refused leaves alone; the others stay.
     bad.delete().await?;
     bad.wait_gone(T).await?;
     wait_for(T, "the bad manifest out of every bundle", || async {
         let bundles = config_map_bundles(&fed.host).await?;
-        let n: usize = bundles.iter().map(|w| w.spec.workload.manifests.len()).sum();
+        let n: usize = bundles
+            .iter()
+            .map(|w| w.spec.workload.manifests.len())
+            .sum();
         ensure!(n == COUNT, "{n} manifests");
         Ok(())
     })
     .await?;
-    let left = config_maps(&fed.pull, NS).list(&ListParams::default()).await?;
+    let left = config_maps(&fed.pull, NS)
+        .list(&ListParams::default())
+        .await?;
     ensure!(
-        left.items.iter().filter(|c| c.name_any().starts_with("cm")).count() == COUNT,
+        left.items
+            .iter()
+            .filter(|c| c.name_any().starts_with("cm"))
+            .count()
+            == COUNT,
         "{:?}",
         left.items.iter().map(|c| c.name_any()).collect::<Vec<_>>()
     );

@@ -154,7 +154,9 @@ fn keys_of(w: &Work) -> Vec<(Key, usize, u64)> {
         let key = (config.source_namespace.clone(), config.source_name.clone());
         let mut h = DefaultHasher::new();
         manifest.to_string().hash(&mut h);
-        serde_json::to_string(config).unwrap_or_default().hash(&mut h);
+        serde_json::to_string(config)
+            .unwrap_or_default()
+            .hash(&mut h);
         if let Some(report) = w.manifest_report(i) {
             let mut report = report.clone();
             let news = report.drift.is_some()
@@ -167,7 +169,9 @@ fn keys_of(w: &Work) -> Vec<(Key, usize, u64)> {
                     c.observed_generation = None;
                 }
             }
-            serde_json::to_string(&report).unwrap_or_default().hash(&mut h);
+            serde_json::to_string(&report)
+                .unwrap_or_default()
+                .hash(&mut h);
         }
         out.push((key, i, h.finish()));
     }

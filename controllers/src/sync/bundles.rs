@@ -25,7 +25,8 @@ use flotilla_api::{
     FIELD_MANAGER,
     work::{
         BUNDLE_MAX_BYTES, ManifestConfig, WORK_BUNDLE_CHUNK, WORK_BUNDLE_LABEL,
-        WORK_BUNDLE_NAMESPACE, WORK_COLLECT_STATUS, WORK_TYPE_LABEL, Work, WorkSpec, bundle_name, cluster_namespace, identify, type_label,
+        WORK_BUNDLE_NAMESPACE, WORK_COLLECT_STATUS, WORK_TYPE_LABEL, Work, WorkSpec, bundle_name,
+        cluster_namespace, identify, type_label,
     },
 };
 use flotilla_core::bundle::{Item, assign};
@@ -163,9 +164,12 @@ pub fn plan_group(
             None => writes.push((index, ChunkWrite::Delete)),
             Some(new) => {
                 let spec = spec_of(new);
-                let unchanged = old.is_some_and(|o| o.current_metadata && spec_of(&o.entries) == spec);
+                let unchanged =
+                    old.is_some_and(|o| o.current_metadata && spec_of(&o.entries) == spec);
                 if !unchanged {
-                    let gains = new.keys().any(|k| old.is_none_or(|o| !o.entries.contains_key(k)));
+                    let gains = new
+                        .keys()
+                        .any(|k| old.is_none_or(|o| !o.entries.contains_key(k)));
                     writes.push((index, ChunkWrite::Apply { spec, gains }));
                 }
             }
@@ -246,7 +250,12 @@ pub struct Bundler {
 
 impl Bundler {
     /// The bundler of `target`'s Works, reading the host's Work cache `works`.
-    pub fn new(host: Client, target: ApiResource, collect_status: bool, works: Store<Work>) -> Self {
+    pub fn new(
+        host: Client,
+        target: ApiResource,
+        collect_status: bool,
+        works: Store<Work>,
+    ) -> Self {
         let limit = match MAX_BYTES_OVERRIDE.load(Ordering::Relaxed) {
             0 => std::env::var(MAX_BYTES_ENV)
                 .ok()
@@ -280,7 +289,10 @@ impl Bundler {
         if let Some(name) = retire {
             p.retire.entry(group.clone()).or_default().insert(name);
         }
-        p.changes.entry(group).or_default().insert(key.clone(), change);
+        p.changes
+            .entry(group)
+            .or_default()
+            .insert(key.clone(), change);
         drop(p);
         self.wake.notify_one();
     }
@@ -427,7 +439,8 @@ impl Bundler {
             };
             seen.insert(w.name_any());
             let collect = ann.get(WORK_COLLECT_STATUS).map(String::as_str);
-            let current_metadata = collect == Some(if self.collect_status { "true" } else { "false" });
+            let current_metadata =
+                collect == Some(if self.collect_status { "true" } else { "false" });
             out.insert(
                 index,
                 Chunk {

@@ -44,7 +44,8 @@ fn after(base: &BTreeMap<usize, Chunk>, writes: &[(usize, ChunkWrite)]) -> BTree
 
 #[test]
 fn many_changes_at_once_are_one_write_and_the_same_changes_again_none() {
-    let changes: BTreeMap<Key, Change> = (0..50).map(|i| upsert(&format!("cm{i:02}"), "v")).collect();
+    let changes: BTreeMap<Key, Change> =
+        (0..50).map(|i| upsert(&format!("cm{i:02}"), "v")).collect();
     let writes = plan_group(&BTreeMap::new(), &changes, 1 << 20);
     assert_eq!(writes.len(), 1, "50 objects, one bundle write");
     let ChunkWrite::Apply { spec, gains } = &writes[0].1 else {
@@ -64,14 +65,20 @@ fn many_changes_at_once_are_one_write_and_the_same_changes_again_none() {
 fn one_changed_object_rewrites_only_its_chunk_and_a_removal_empties_a_chunk() {
     let changes: BTreeMap<Key, Change> = (0..6).map(|i| upsert(&format!("cm{i}"), "v")).collect();
     let limit = 2 * entry_size(&entry("cm0", "v")) + 10;
-    let base = after(&BTreeMap::new(), &plan_group(&BTreeMap::new(), &changes, limit));
+    let base = after(
+        &BTreeMap::new(),
+        &plan_group(&BTreeMap::new(), &changes, limit),
+    );
     assert_eq!(base.len(), 3, "six objects, two per chunk");
     let one = BTreeMap::from([upsert("cm3", "w")]);
     let writes = plan_group(&base, &one, limit);
     assert_eq!(writes.len(), 1);
     assert_eq!(writes[0].0, 1, "cm3 lives in chunk 1");
     let gone = BTreeMap::from([(key("cm4"), Change::Remove), (key("cm5"), Change::Remove)]);
-    assert_eq!(plan_group(&base, &gone, limit), vec![(2, ChunkWrite::Delete)]);
+    assert_eq!(
+        plan_group(&base, &gone, limit),
+        vec![(2, ChunkWrite::Delete)]
+    );
 }
 
 #[test]
@@ -79,7 +86,11 @@ fn a_chunk_that_gains_an_object_is_written_before_the_one_that_loses_it() {
     let small = 2 * entry_size(&entry("a", "v")) + 10;
     let base = after(
         &BTreeMap::new(),
-        &plan_group(&BTreeMap::new(), &BTreeMap::from([upsert("a", "v"), upsert("b", "v")]), small),
+        &plan_group(
+            &BTreeMap::new(),
+            &BTreeMap::from([upsert("a", "v"), upsert("b", "v")]),
+            small,
+        ),
     );
     assert_eq!(base.len(), 1);
     // "a" grows past its chunk's room: it moves to a new chunk 1, written first.
@@ -96,7 +107,11 @@ fn a_chunk_that_gains_an_object_is_written_before_the_one_that_loses_it() {
 fn a_chunk_with_outdated_metadata_is_written_again() {
     let base = after(
         &BTreeMap::new(),
-        &plan_group(&BTreeMap::new(), &BTreeMap::from([upsert("a", "v")]), 1 << 20),
+        &plan_group(
+            &BTreeMap::new(),
+            &BTreeMap::from([upsert("a", "v")]),
+            1 << 20,
+        ),
     );
     let mut stale = base.clone();
     if let Some(c) = stale.get_mut(&0) {

@@ -194,7 +194,10 @@ mod tests {
         );
         assert_eq!(reported_drift(&work(2, 2, None), 0), Some(None));
         assert_eq!(reported_drift(&work(3, 2, Some(d)), 0), None);
-        assert_eq!(reported_drift(&Work::new("w", WorkSpec::default()), 0), None);
+        assert_eq!(
+            reported_drift(&Work::new("w", WorkSpec::default()), 0),
+            None
+        );
     }
 
     #[test]
