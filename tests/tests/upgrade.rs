@@ -314,9 +314,7 @@ async fn write_counts(fed: &Mixed) -> anyhow::Result<Vec<u64>> {
     }
     counts.push(writes(&fed.pull, &["appliedworks"]).await?);
     let mut host: Vec<String> = KINDS.iter().map(|(_, p)| format!("federated{p}")).collect();
-    host.extend(
-        ["federatedtypeconfigs", "kubefedconfigs", "kubefedclusters"].map(String::from),
-    );
+    host.extend(["federatedtypeconfigs", "kubefedconfigs", "kubefedclusters"].map(String::from));
     let refs: Vec<&str> = host.iter().map(String::as_str).collect();
     counts.push(writes(&fed.host, &refs).await?);
     counts.push(writes(&fed.host, &["works"]).await?);
@@ -539,7 +537,10 @@ async fn new_binaries_on_the_previous_versions_objects_and_new_crds_write_nothin
     // And then, at rest, nothing more.
     tokio::time::sleep(Duration::from_secs(3) + AGENT_RESYNC * 2).await;
     let rest = write_counts(&fed).await?;
-    ensure!(rest == after, "writes at rest after the take-over: {after:?} -> {rest:?}");
+    ensure!(
+        rest == after,
+        "writes at rest after the take-over: {after:?} -> {rest:?}"
+    );
     wait_all_propagated(&fed.host).await?;
 
     // Still propagating: a new object reaches both members.
