@@ -498,7 +498,7 @@ fn refusal(e: &kube::Error) -> Refusal {
     (super::rejection::member_reason(e), message(e))
 }
 
-fn message(e: &kube::Error) -> String {
+pub(crate) fn message(e: &kube::Error) -> String {
     match e {
         kube::Error::Api(s) => s.message.clone(),
         other => other.to_string(),
