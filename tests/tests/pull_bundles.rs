@@ -4,15 +4,17 @@
 //! bound to 4 KiB through `bundles::set_max_bytes_for_tests`, so a dozen 1 KiB ConfigMaps
 //! need several chunks); one bad manifest fails alone and is reported on its own federated
 //! object while the others apply; a restart of the agent writes nothing (every member
-//! object's, Work's and AppliedWork's resourceVersion unchanged).
+//! object's, Work's and AppliedWork's resourceVersion unchanged); one object deleted with
+//! `kubefed.io/orphan` leaves its bundle and keeps its member object, unlabelled, the
+//! others untouched.
 
 use std::{collections::BTreeMap, time::Duration};
 
 use anyhow::{Context as _, ensure};
 use flotilla_agent::{Agent, AgentOptions};
 use flotilla_api::{
-    KubeFedCluster,
-    work::{AppliedWork, Work, cluster_namespace},
+    KubeFedCluster, MANAGED_LABEL, ORPHAN_ANNOTATION,
+    work::{AppliedWork, Work, cluster_namespace, identify},
 };
 use flotilla_controllers::{
     install,
@@ -270,5 +272,59 @@ async fn bundles_split_at_the_bound_fail_one_manifest_alone_and_an_agent_restart
         "{:?}",
         left.items.iter().map(|c| c.name_any()).collect::<Vec<_>>()
     );
+    one_manifest_orphaned(&fed, &payload).await
+}
+
+/// One ConfigMap of a bundle is deleted with `kubefed.io/orphan`: its member object stays,
+/// unlabelled; its manifest leaves the bundle; every other member ConfigMap is untouched
+/// (same resourceVersion).
+async fn one_manifest_orphaned(fed: &Fed, payload: &str) -> anyhow::Result<()> {
+    let name = "cm00";
+    let others = |v: BTreeMap<String, String>| -> BTreeMap<String, String> {
+        v.into_iter()
+            .filter(|(k, _)| k.starts_with("cm/cm") && k != &format!("cm/{name}"))
+            .collect()
+    };
+    let before = others(versions(fed).await?);
+    ensure!(before.len() == COUNT - 1, "{before:?}");
+    let kept = FederatedObject::config_map(NS, name, json!({"k": payload}))
+        .annotate(ORPHAN_ANNOTATION, "true")
+        .apply(&fed.host)
+        .await?;
+    kept.delete().await?;
+    kept.wait_gone(T).await?;
+    wait_for(T, "the orphaned manifest out of every bundle", || async {
+        let listed: Vec<String> = config_map_bundles(&fed.host)
+            .await?
+            .iter()
+            .filter(|w| {
+                w.spec
+                    .workload
+                    .manifests
+                    .iter()
+                    .enumerate()
+                    .any(|(i, m)| identify(i, m).name == name)
+            })
+            .map(|w| w.name_any())
+            .collect();
+        ensure!(listed.is_empty(), "still in {listed:?}");
+        Ok(())
+    })
+    .await?;
+    let cm = config_maps(&fed.pull, NS).get(name).await?;
+    let label = cm.labels().get(MANAGED_LABEL);
+    ensure!(
+        label.is_none_or(|v| v != "true"),
+        "the orphaned ConfigMap is still labelled managed: {label:?}"
+    );
+    ensure!(cm.data.as_ref().and_then(|d| d.get("k")).map(String::len) == Some(payload.len()));
+    let after = others(versions(fed).await?);
+    ensure!(
+        before == after,
+        "other ConfigMaps written: {before:?} -> {after:?}"
+    );
+    // And it stays: the agent forgot it, nothing prunes it later.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    ensure!(config_maps(&fed.pull, NS).get_opt(name).await?.is_some());
     Ok(())
 }

@@ -523,6 +523,11 @@ async fn new_binaries_on_the_previous_versions_objects_and_new_crds_write_nothin
     // Member objects: no write (the agent finds them up to date in the bundles). The host:
     // member1's resource summary. Works and AppliedWorks: the bundles written, the old
     // ones deleted — measured, not fixed.
+    ensure!(
+        after[1] == before[1],
+        "the take-over of member2's one-object Works by bundles wrote {} member objects",
+        after[1] - before[1]
+    );
     let expected = vec![before[0], before[1], before[3] + 1];
     let got = vec![after[0], after[1], after[3]];
     ensure!(
