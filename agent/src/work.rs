@@ -135,46 +135,7 @@ async fn sync_work(state: &State, work: &Work) -> Result<Done, kube::Error> {
     // The newer of the cached status and this process's own last write of it.
     let previous = state.reports.previous(work);
     let (record, intent_failed) = prepare_record(state, work, &name).await?;
-    let collect = work
-        .annotations()
-        .get(WORK_COLLECT_STATUS)
-        .is_some_and(|v| v == "true");
-    let policy = drift::work_policy(work.annotations());
-    // A bundle's manifests are of one kind and independent: applied a few at a time. A
-    // legacy or MCS Work's are applied in order.
-    let concurrency = if work.is_bundle() {
-        APPLY_CONCURRENCY
-    } else {
-        1
-    };
-    let mut rounds: Vec<futures::future::BoxFuture<'_, Applied>> = Vec::new();
-    for (i, manifest) in work.spec.workload.manifests.iter().enumerate() {
-        let config = work.manifest_config(i).cloned();
-        let policy = config
-            .as_ref()
-            .map_or_else(|| policy.clone(), |c| drift::work_policy(&c.drift));
-        let previous = previous_drift(previous.as_ref(), &identify(i, manifest)).cloned();
-        let name = name.clone();
-        rounds.push(Box::pin(async move {
-            if config.is_some_and(|c| c.orphan) {
-                return state.member.release(i, manifest).await;
-            }
-            let cx = drift::Context {
-                cluster: &state.cluster,
-                policy: &policy,
-                previous: previous.as_ref(),
-                secret: flotilla_core::redact::is_secret_object(manifest),
-            };
-            state
-                .member
-                .apply_manifest(&name, i, manifest, collect, &cx)
-                .await
-        }));
-    }
-    let applied: Vec<_> = futures::stream::iter(rounds)
-        .buffered(concurrency)
-        .collect()
-        .await;
+    let applied = apply_all(state, work, &name, previous.as_ref()).await;
     let mut results = Vec::new();
     let mut records = Vec::new();
     let mut lagging = false;
@@ -214,6 +175,56 @@ async fn sync_work(state: &State, work: &Work) -> Result<Done, kube::Error> {
         (true, true) => Done::Lagging,
         (true, false) => Done::Settled,
     })
+}
+
+/// Applies (or releases) every manifest of the Work: a bundle's a few at a time, a legacy
+/// or MCS Work's in order.
+async fn apply_all(
+    state: &State,
+    work: &Work,
+    name: &str,
+    previous: Option<&WorkStatus>,
+) -> Vec<Applied> {
+    let collect = work
+        .annotations()
+        .get(WORK_COLLECT_STATUS)
+        .is_some_and(|v| v == "true");
+    let policy = drift::work_policy(work.annotations());
+    // A bundle's manifests are of one kind and independent: applied a few at a time. A
+    // legacy or MCS Work's are applied in order.
+    let concurrency = if work.is_bundle() {
+        APPLY_CONCURRENCY
+    } else {
+        1
+    };
+    let mut rounds: Vec<futures::future::BoxFuture<'_, Applied>> = Vec::new();
+    for (i, manifest) in work.spec.workload.manifests.iter().enumerate() {
+        let config = work.manifest_config(i).cloned();
+        let policy = config
+            .as_ref()
+            .map_or_else(|| policy.clone(), |c| drift::work_policy(&c.drift));
+        let previous = previous_drift(previous, &identify(i, manifest)).cloned();
+        let name = name.to_owned();
+        rounds.push(Box::pin(async move {
+            if config.is_some_and(|c| c.orphan) {
+                return state.member.release(i, manifest).await;
+            }
+            let cx = drift::Context {
+                cluster: &state.cluster,
+                policy: &policy,
+                previous: previous.as_ref(),
+                secret: flotilla_core::redact::is_secret_object(manifest),
+            };
+            state
+                .member
+                .apply_manifest(&name, i, manifest, collect, &cx)
+                .await
+        }));
+    }
+    futures::stream::iter(rounds)
+        .buffered(concurrency)
+        .collect()
+        .await
 }
 
 /// The Work's record before its manifests are applied: created with the manifests as
