@@ -130,6 +130,7 @@ impl Member {
             status: None,
             drift: cx.previous.cloned(),
             member_reason: None,
+            released: false,
         };
         let failed = |mut result: ManifestResult, reason, msg| {
             result.result = Err((reason, msg));
@@ -185,6 +186,61 @@ impl Member {
             result,
             record,
             lagging,
+            wrote,
+        }
+    }
+
+    /// Releases the member object of a manifest marked for orphaning: unlabelled (when it
+    /// is still Flotilla's), left in place and forgotten; reported as released. Nothing is
+    /// recorded for it, so dropping the manifest afterwards prunes nothing.
+    pub async fn release(&self, ordinal: usize, manifest: &Value) -> Applied {
+        let mut result = ManifestResult {
+            identifier: identify(ordinal, manifest),
+            result: Ok(()),
+            hash: manifest_hash(manifest).map(str::to_owned),
+            generation: None,
+            status: None,
+            drift: None,
+            member_reason: None,
+            released: true,
+        };
+        let mut wrote = false;
+        let outcome = async {
+            check_manifest(manifest)?;
+            let api_version = manifest["apiVersion"].as_str().unwrap_or_default();
+            let resolved = self.resolve(api_version, &result.identifier.kind).await?;
+            result.identifier.resource = resolved.ar.plural.clone();
+            let id = &result.identifier;
+            let oid = object_id(&resolved.ar, &id.namespace, &id.name);
+            let (live, _) = self
+                .read(&resolved, &oid, manifest)
+                .await
+                .map_err(|r| r.1)?;
+            self.cache.disown(&oid);
+            self.drift.forget(&oid);
+            let managed = live.as_ref().and_then(|l| {
+                l.pointer(&format!(
+                    "/metadata/labels/{}",
+                    MANAGED_LABEL.replace('/', "~1")
+                ))
+            });
+            if managed.and_then(Value::as_str) != Some("true") {
+                return Ok(());
+            }
+            let api = self.api(&resolved, &id.namespace);
+            let live = live.unwrap_or(Value::Null);
+            wrote = true;
+            self.remove(&api, id, &live, true).await
+        }
+        .await;
+        if let Err(msg) = outcome {
+            result.released = false;
+            result.result = Err((ClusterReason::DeletionFailed, msg));
+        }
+        Applied {
+            result,
+            record: None,
+            lagging: false,
             wrote,
         }
     }
@@ -432,27 +488,7 @@ async fn live_object(api: &Api<DynamicObject>, name: &str) -> Result<Option<Valu
 
 /// The identifier of a manifest (its resource name is filled in by discovery).
 pub fn identify(ordinal: usize, manifest: &Value) -> ResourceIdentifier {
-    let api_version = manifest["apiVersion"].as_str().unwrap_or_default();
-    let (group, version) = match api_version.split_once('/') {
-        Some((g, v)) => (g, v),
-        None => ("", api_version),
-    };
-    let text = |p: &str| {
-        manifest
-            .pointer(p)
-            .and_then(Value::as_str)
-            .unwrap_or_default()
-            .to_owned()
-    };
-    ResourceIdentifier {
-        ordinal: i32::try_from(ordinal).unwrap_or(i32::MAX),
-        group: group.to_owned(),
-        version: version.to_owned(),
-        kind: text("/kind"),
-        resource: String::new(),
-        namespace: text("/metadata/namespace"),
-        name: text("/metadata/name"),
-    }
+    flotilla_api::work::identify(ordinal, manifest)
 }
 
 /// Why the member refused: its Status reason (when it answered) and message.
@@ -462,7 +498,7 @@ fn refusal(e: &kube::Error) -> Refusal {
     (super::rejection::member_reason(e), message(e))
 }
 
-fn message(e: &kube::Error) -> String {
+pub(crate) fn message(e: &kube::Error) -> String {
     match e {
         kube::Error::Api(s) => s.message.clone(),
         other => other.to_string(),

@@ -7,7 +7,7 @@ use flotilla_api::{
     ClusterReason, MANAGED_LABEL,
     drift::ClusterDrift,
     work::{
-        AGENT_FIELD_MANAGER, APPLIED, AppliedResourceMeta, Condition, ManifestCondition,
+        AGENT_FIELD_MANAGER, APPLIED, AppliedResourceMeta, Condition, ManifestCondition, RELEASED,
         ResourceIdentifier, WorkStatus,
     },
 };
@@ -172,10 +172,66 @@ pub fn unrecorded<'a>(
         .collect()
 }
 
+/// The objects a Work's record must name as intended before a round applies the manifests
+/// `current`: `None` when each is intended already or known applied (nothing to write);
+/// else the current ones not known applied, and the intended ones still unresolved (not
+/// current, never recorded: possibly applied by an earlier round, pruned later).
+pub fn intent_update(
+    intended: &[ResourceIdentifier],
+    known: &[AppliedResourceMeta],
+    current: &[ResourceIdentifier],
+) -> Option<Vec<ResourceIdentifier>> {
+    let in_list = |id: &ResourceIdentifier, list: &[ResourceIdentifier]| {
+        list.iter().any(|i| same_manifest(i, id))
+    };
+    let is_known = |id: &ResourceIdentifier| known.iter().any(|k| same_manifest(&k.identifier, id));
+    if current.iter().all(|c| in_list(c, intended) || is_known(c)) {
+        return None;
+    }
+    let mut out: Vec<_> = current.iter().filter(|c| !is_known(c)).cloned().collect();
+    out.extend(
+        intended
+            .iter()
+            .filter(|i| !in_list(i, current) && !is_known(i))
+            .cloned(),
+    );
+    Some(out)
+}
+
+/// Adds to `status` the Work condition [`RECORDED`] (`False`) when the agent could not write
+/// the Work's AppliedWork this round (`failed`): what it applied is reported all the same,
+/// and the record is retried. Absent otherwise.
+pub fn with_record_failure(
+    mut status: WorkStatus,
+    previous: Option<&WorkStatus>,
+    failed: Option<&str>,
+    generation: Option<i64>,
+    now: &str,
+) -> WorkStatus {
+    if let Some(message) = failed {
+        let old = previous.and_then(|p| p.conditions.iter().find(|c| c.type_ == RECORDED));
+        let mut c = condition(
+            old,
+            "False",
+            "RecordFailed".into(),
+            message.to_owned(),
+            generation,
+            now,
+        );
+        c.type_ = RECORDED.into();
+        status.conditions.push(c);
+    }
+    status
+}
+
+/// Condition type on a Work: whether the agent could record what it applied in the Work's
+/// AppliedWork (present only while it could not).
+pub const RECORDED: &str = "Recorded";
+
 /// Whether two identifiers name the same manifest object by kind (an identifier from a
 /// manifest has no resource name before discovery).
 pub fn same_manifest(a: &ResourceIdentifier, b: &ResourceIdentifier) -> bool {
-    a.group == b.group && a.kind == b.kind && a.namespace == b.namespace && a.name == b.name
+    flotilla_api::work::same_object(a, b)
 }
 
 /// Whether a live object no record lists may be pruned: still Flotilla's, and written by the
@@ -232,6 +288,9 @@ pub struct ManifestResult {
     pub drift: Option<ClusterDrift>,
     /// The member API server's reason when it refused (`Forbidden`, `Invalid`...).
     pub member_reason: Option<String>,
+    /// The manifest was marked for orphaning and its object released (unlabelled, left in
+    /// place, forgotten): reported as [`RELEASED`].
+    pub released: bool,
 }
 
 /// The Work status for this round's results; conditions keep their transition time from
@@ -244,13 +303,18 @@ pub fn work_status(
 ) -> WorkStatus {
     let old_manifest = |id: &ResourceIdentifier| {
         previous
-            .and_then(|p| p.manifest_conditions.iter().find(|m| &m.identifier == id))
+            .and_then(|p| {
+                p.manifest_conditions
+                    .iter()
+                    .find(|m| same_manifest(&m.identifier, id))
+            })
             .and_then(|m| m.conditions.iter().find(|c| c.type_ == APPLIED))
     };
     let manifest_conditions = results
         .iter()
         .map(|r| {
             let (status, reason, message) = match &r.result {
+                Ok(()) if r.released => ("True", RELEASED.to_string(), String::new()),
                 Ok(()) => ("True", "Applied".to_string(), String::new()),
                 Err((reason, message)) => ("False", reason.as_str().to_string(), message.clone()),
             };
@@ -320,6 +384,72 @@ pub(crate) fn condition(
 
 #[cfg(test)]
 mod tests {
+    fn cm(name: &str) -> ResourceIdentifier {
+        ResourceIdentifier {
+            version: "v1".into(),
+            kind: "ConfigMap".into(),
+            namespace: "d".into(),
+            name: name.into(),
+            ..ResourceIdentifier::default()
+        }
+    }
+
+    fn names(ids: &[ResourceIdentifier]) -> Vec<&str> {
+        ids.iter().map(|i| i.name.as_str()).collect()
+    }
+
+    #[test]
+    fn a_new_manifest_is_named_as_intended_before_it_is_applied() {
+        let applied = |n: &str| AppliedResourceMeta {
+            identifier: ResourceIdentifier {
+                resource: "configmaps".into(),
+                ..cm(n)
+            },
+            ..AppliedResourceMeta::default()
+        };
+        // Every manifest intended or recorded: nothing to write (a steady state).
+        assert_eq!(
+            intent_update(&[cm("a")], &[applied("b")], &[cm("a"), cm("b")]),
+            None
+        );
+        // "c" is new: named with what is not recorded yet; "x", intended earlier, never
+        // recorded and no longer a manifest, stays named until pruned; "old" (recorded) is
+        // left to the record.
+        let update = intent_update(
+            &[cm("a"), cm("x"), cm("old")],
+            &[applied("b"), applied("old")],
+            &[cm("a"), cm("b"), cm("c")],
+        );
+        assert_eq!(update.as_deref().map(names), Some(vec!["a", "c", "x"]));
+    }
+
+    #[test]
+    fn a_record_failure_is_a_work_condition_only_while_it_lasts() {
+        let base = WorkStatus::default();
+        let failed = with_record_failure(base.clone(), None, Some("forbidden"), Some(2), "t0");
+        let c = failed
+            .conditions
+            .iter()
+            .find(|c| c.type_ == RECORDED)
+            .expect("a Recorded condition");
+        assert_eq!(
+            (c.status.as_str(), c.message.as_str()),
+            ("False", "forbidden")
+        );
+        let again = with_record_failure(
+            base.clone(),
+            Some(&failed),
+            Some("forbidden"),
+            Some(2),
+            "t1",
+        );
+        assert_eq!(again, failed, "unchanged: no status write");
+        assert_eq!(
+            with_record_failure(base.clone(), Some(&failed), None, Some(2), "t1"),
+            base
+        );
+    }
+
     use super::*;
 
     fn with_hash(hash: &str, data: &str) -> Value {
@@ -511,6 +641,7 @@ mod tests {
             status: None,
             drift: None,
             member_reason: None,
+            released: false,
         }];
         let first = work_status(None, &results, Some(2), "t0");
         let second = work_status(Some(&first), &results, Some(2), "t1");

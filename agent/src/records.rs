@@ -127,6 +127,16 @@ impl Records {
         lock(&self.unsaved).remove(name);
     }
 
+    /// Remembers that this process wrote the record's intended objects (`record`'s), keeping
+    /// what it could not record.
+    pub fn remember_intended(&self, name: &str, record: &Record) {
+        let saved = Record {
+            unsaved: Vec::new(),
+            ..record.clone()
+        };
+        lock(&self.written).insert(name.to_owned(), Written::Saved(saved));
+    }
+
     /// Remembers what this process applied for the Work but could not record.
     pub fn remember_unsaved(&self, name: &str, applied: Vec<AppliedResourceMeta>) {
         lock(&self.unsaved).insert(name.to_owned(), applied);

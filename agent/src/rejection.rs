@@ -154,6 +154,7 @@ mod tests {
             status: None,
             drift: None,
             member_reason: failure.map(|(reason, _)| reason.to_owned()),
+            released: false,
         }
     }
 

@@ -139,6 +139,7 @@ mod tests {
             status: None,
             drift,
             member_reason: None,
+            released: false,
         }
     }
 

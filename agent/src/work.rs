@@ -10,6 +10,7 @@ use flotilla_api::work::{
     ResourceIdentifier, WORK_COLLECT_STATUS, Work, WorkStatus,
 };
 use flotilla_multicluster::runner::Action;
+use futures::StreamExt;
 use kube::{
     ResourceExt,
     api::{Patch, PatchParams, PostParams},
@@ -18,8 +19,17 @@ use kube::{
 use serde_json::json;
 use tracing::{debug, info, warn};
 
-use super::{State, apply::identify, drift, plan, records::Record, rejection};
+use super::{
+    State,
+    apply::{Applied, identify},
+    drift, plan,
+    records::Record,
+    rejection,
+};
 use flotilla_api::drift::ClusterDrift;
+
+/// How many manifests of one bundle are applied at once.
+const APPLY_CONCURRENCY: usize = 8;
 
 /// How soon a Work whose manifests failed is tried again at first (then backing off).
 const RETRY_FAILED: Duration = Duration::from_secs(2);
@@ -80,13 +90,18 @@ async fn remove_work(state: &State, name: &str) -> Result<Done, kube::Error> {
     let mut ok = true;
     let known = plan::known_applied(&record.applied, &record.unsaved);
     for r in &known {
+        if let Some(other) = listed_elsewhere(state, name, &r.identifier) {
+            // Handed over: the other Work applies (or finds up to date) and records it.
+            state.queue.add(other);
+            continue;
+        }
         if let Err(e) = state.member.prune(r, orphan).await {
             warn!(work = %name, object = %r.identifier.name, error = %e, "pruning failed");
             ok = false;
         }
     }
     for id in plan::unrecorded(&record.intended, &known) {
-        if state.records.listed_elsewhere(name, id) {
+        if state.records.listed_elsewhere(name, id) || listed_elsewhere(state, name, id).is_some() {
             continue;
         }
         if let Err(e) = state.member.prune_unrecorded(id, orphan).await {
@@ -119,33 +134,12 @@ async fn sync_work(state: &State, work: &Work) -> Result<Done, kube::Error> {
     let name = work.name_any();
     // The newer of the cached status and this process's own last write of it.
     let previous = state.reports.previous(work);
-    let mut record = state.records.get(&name);
-    if !record.exists {
-        let unsaved = std::mem::take(&mut record.unsaved);
-        record = Record {
-            unsaved,
-            ..create_record(state, &name, &intended(work)).await?
-        };
-    }
-    let collect = work
-        .annotations()
-        .get(WORK_COLLECT_STATUS)
-        .is_some_and(|v| v == "true");
+    let (record, intent_failed) = prepare_record(state, work, &name).await?;
+    let applied = apply_all(state, work, &name, previous.as_ref()).await;
     let mut results = Vec::new();
     let mut records = Vec::new();
     let mut lagging = false;
-    let policy = drift::work_policy(work.annotations());
-    for (i, manifest) in work.spec.workload.manifests.iter().enumerate() {
-        let cx = drift::Context {
-            cluster: &state.cluster,
-            policy: &policy,
-            previous: previous_drift(previous.as_ref(), i),
-            secret: flotilla_core::redact::is_secret_object(manifest),
-        };
-        let applied = state
-            .member
-            .apply_manifest(&name, i, manifest, collect, &cx)
-            .await;
+    for applied in applied {
         lagging |= applied.lagging;
         if applied.wrote {
             state.observer.metrics.applies.inc();
@@ -154,14 +148,25 @@ async fn sync_work(state: &State, work: &Work) -> Result<Done, kube::Error> {
         records.extend(applied.record);
     }
     let current: Vec<_> = results.iter().map(|r| r.identifier.clone()).collect();
-    let ok = prune_dropped(state, &name, &record, &current, &mut records).await
-        && results.iter().all(|r| r.result.is_ok());
-    if records != record.applied {
-        save_record(state, &name, records, record.intended).await?;
-    } else if !record.unsaved.is_empty() {
-        state.records.remember(&name, records, record.intended);
-    }
-    report(state, work, previous.as_ref(), &results).await?;
+    let (pruned, intended) = prune_dropped(state, &name, &record, &current, &mut records).await;
+    let record_failed = if records != record.applied {
+        save_record(state, &name, records, intended).await.err()
+    } else {
+        if !record.unsaved.is_empty() || intended != record.intended {
+            state.records.remember(&name, records, intended);
+        }
+        None
+    };
+    let record_failed = intent_failed.or(record_failed);
+    report(
+        state,
+        work,
+        previous.as_ref(),
+        &results,
+        record_failed.as_deref(),
+    )
+    .await?;
+    let ok = pruned && record_failed.is_none() && results.iter().all(|r| r.result.is_ok());
     if ok && !lagging {
         state.observer.metrics.settled(&name);
     }
@@ -172,23 +177,140 @@ async fn sync_work(state: &State, work: &Work) -> Result<Done, kube::Error> {
     })
 }
 
+/// Applies (or releases) every manifest of the Work: a bundle's a few at a time, a legacy
+/// or MCS Work's in order.
+async fn apply_all(
+    state: &State,
+    work: &Work,
+    name: &str,
+    previous: Option<&WorkStatus>,
+) -> Vec<Applied> {
+    let collect = work
+        .annotations()
+        .get(WORK_COLLECT_STATUS)
+        .is_some_and(|v| v == "true");
+    let policy = drift::work_policy(work.annotations());
+    // A bundle's manifests are of one kind and independent: applied a few at a time. A
+    // legacy or MCS Work's are applied in order.
+    let concurrency = if work.is_bundle() {
+        APPLY_CONCURRENCY
+    } else {
+        1
+    };
+    let mut rounds: Vec<futures::future::BoxFuture<'_, Applied>> = Vec::new();
+    for (i, manifest) in work.spec.workload.manifests.iter().enumerate() {
+        let config = work.manifest_config(i).cloned();
+        let policy = config
+            .as_ref()
+            .map_or_else(|| policy.clone(), |c| drift::work_policy(&c.drift));
+        let previous = previous_drift(previous, &identify(i, manifest)).cloned();
+        let name = name.to_owned();
+        rounds.push(Box::pin(async move {
+            if config.is_some_and(|c| c.orphan) {
+                return state.member.release(i, manifest).await;
+            }
+            let cx = drift::Context {
+                cluster: &state.cluster,
+                policy: &policy,
+                previous: previous.as_ref(),
+                secret: flotilla_core::redact::is_secret_object(manifest),
+            };
+            state
+                .member
+                .apply_manifest(&name, i, manifest, collect, &cx)
+                .await
+        }));
+    }
+    futures::stream::iter(rounds)
+        .buffered(concurrency)
+        .collect()
+        .await
+}
+
+/// The Work's record before its manifests are applied: created with the manifests as
+/// intended when it does not exist; else, when a manifest is neither intended nor recorded
+/// yet, its intended objects written first (one request), so that an agent stopped
+/// between applying and recording it still finds it. A refused intent write does not hold
+/// the bundle back (what is applied is kept in memory meanwhile): it is returned, to be
+/// reported on the Work and retried.
+async fn prepare_record(
+    state: &State,
+    work: &Work,
+    name: &str,
+) -> Result<(Record, Option<String>), kube::Error> {
+    let mut record = state.records.get(name);
+    let current = intended(work);
+    if !record.exists {
+        let unsaved = std::mem::take(&mut record.unsaved);
+        let created = create_record(state, name, &current).await?;
+        return Ok((Record { unsaved, ..created }, None));
+    }
+    let known = plan::known_applied(&record.applied, &record.unsaved);
+    let Some(intended) = plan::intent_update(&record.intended, &known, &current) else {
+        return Ok((record, None));
+    };
+    let applying = serde_json::to_string(&intended).unwrap_or_else(|_| "[]".to_owned());
+    let patch = json!({"metadata": {"annotations": {APPLYING_ANNOTATION: applying}}});
+    match state
+        .applied_api
+        .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+    {
+        Ok(_) => {
+            record.intended = intended;
+            state.records.remember_intended(name, &record);
+            Ok((record, None))
+        }
+        Err(e) => {
+            warn!(work = %name, error = %e, "recording the objects about to be applied failed");
+            let failed = format!(
+                "naming the objects about to be applied in AppliedWork {name}: {}",
+                super::apply::message(&e)
+            );
+            Ok((record, Some(failed)))
+        }
+    }
+}
+
 /// Prunes what the agent applied for the Work (recorded or not) that left its manifests
 /// (`current`), and completes `records` with what stays: an object that could not be
-/// pruned, or whose manifest failed this round, is never lost. Whether every prune
-/// succeeded.
+/// pruned, or whose manifest failed this round, is never lost. An object the record names
+/// as intended but never recorded (an agent stopped between applying and recording it)
+/// that left the manifests is pruned if the agent wrote it. Returns whether every prune
+/// succeeded, and the intended objects still to keep (the current ones and those whose
+/// prune failed).
 async fn prune_dropped(
     state: &State,
     name: &str,
     record: &Record,
     current: &[ResourceIdentifier],
     records: &mut Vec<AppliedResourceMeta>,
-) -> bool {
+) -> (bool, Vec<ResourceIdentifier>) {
     let known = plan::known_applied(&record.applied, &record.unsaved);
     let mut ok = true;
     for gone in plan::to_prune(&known, current) {
+        if let Some(other) = listed_elsewhere(state, name, &gone.identifier) {
+            state.queue.add(other);
+            continue;
+        }
         if let Err(e) = state.member.prune(gone, false).await {
             warn!(work = %name, object = %gone.identifier.name, error = %e, "pruning failed");
             records.push(gone.clone());
+            ok = false;
+        }
+    }
+    let is_current = |id: &ResourceIdentifier| current.iter().any(|c| plan::same_manifest(c, id));
+    let mut unresolved = Vec::new();
+    for id in plan::unrecorded(&record.intended, &known) {
+        if is_current(id)
+            || state.records.listed_elsewhere(name, id)
+            || listed_elsewhere(state, name, id).is_some()
+        {
+            continue;
+        }
+        if let Err(e) = state.member.prune_unrecorded(id, false).await {
+            warn!(work = %name, object = %id.name, error = %e, "pruning failed");
+            unresolved.push(id.clone());
             ok = false;
         }
     }
@@ -201,18 +323,25 @@ async fn prune_dropped(
             records.push(p.clone());
         }
     }
-    ok
+    let intended = record
+        .intended
+        .iter()
+        .filter(|i| is_current(i) || unresolved.iter().any(|u| plan::same_manifest(u, i)))
+        .cloned()
+        .collect();
+    (ok, intended)
 }
 
 /// Records what was applied in the Work's AppliedWork. When that fails, what was applied
-/// is kept in memory instead (a Work removed before the retry still prunes it), and an
-/// AppliedWork found gone is created again on the retry.
+/// is kept in memory instead (a Work removed before the retry still prunes it), an
+/// AppliedWork found gone is created again on the retry, and the failure is returned (to
+/// be reported on the Work; the Work's other results are not held back).
 async fn save_record(
     state: &State,
     name: &str,
     applied: Vec<AppliedResourceMeta>,
     intended: Vec<ResourceIdentifier>,
-) -> Result<(), kube::Error> {
+) -> Result<(), String> {
     let patch = json!({"status": AppliedWorkStatus { applied_resources: applied.clone() }});
     match state
         .applied_api
@@ -224,11 +353,15 @@ async fn save_record(
             Ok(())
         }
         Err(e) => {
+            warn!(work = %name, error = %e, "recording what was applied failed");
             state.records.remember_unsaved(name, applied);
             if matches!(&e, kube::Error::Api(s) if s.code == 404) {
                 state.records.lost(name);
             }
-            Err(e)
+            Err(format!(
+                "recording what was applied in AppliedWork {name}: {}",
+                super::apply::message(&e)
+            ))
         }
     }
 }
@@ -244,14 +377,36 @@ fn intended(work: &Work) -> Vec<ResourceIdentifier> {
         .collect()
 }
 
-/// The `drift` entry the agent last reported for the Work's manifest `ordinal`.
-fn previous_drift(previous: Option<&WorkStatus>, ordinal: usize) -> Option<&ClusterDrift> {
+/// The `drift` entry the agent last reported for the manifest of object `id` (found by
+/// the object, not the ordinal: a bundle's ordinals shift as objects come and go).
+fn previous_drift<'a>(
+    previous: Option<&'a WorkStatus>,
+    id: &ResourceIdentifier,
+) -> Option<&'a ClusterDrift> {
     previous?
         .manifest_conditions
         .iter()
-        .find(|m| usize::try_from(m.identifier.ordinal).ok() == Some(ordinal))?
+        .find(|m| plan::same_manifest(&m.identifier, id))?
         .drift
         .as_ref()
+}
+
+/// Another Work of the namespace whose manifests name `id` (not for orphaning): the object
+/// moved there (a bundle took over a legacy Work, or a chunk took it from another), so it
+/// is handed over, not pruned.
+fn listed_elsewhere(state: &State, name: &str, id: &ResourceIdentifier) -> Option<String> {
+    state
+        .works
+        .state()
+        .into_iter()
+        .filter(|w| w.name_any() != name)
+        .find(|w| {
+            w.spec.workload.manifests.iter().enumerate().any(|(i, m)| {
+                plan::same_manifest(&identify(i, m), id)
+                    && !w.manifest_config(i).is_some_and(|c| c.orphan)
+            })
+        })
+        .map(|w| w.name_any())
 }
 
 /// Creates the Work's AppliedWork (nothing applied yet), naming the objects about to be
@@ -305,10 +460,12 @@ async fn report(
     work: &Work,
     previous: Option<&WorkStatus>,
     results: &[plan::ManifestResult],
+    record_failed: Option<&str>,
 ) -> Result<(), kube::Error> {
     let (generation, now) = (work.metadata.generation, now_rfc3339());
     let status = plan::work_status(previous, results, generation, &now);
-    let mut status = rejection::with_rejections(status, previous, results, generation, &now);
+    let status = rejection::with_rejections(status, previous, results, generation, &now);
+    let mut status = plan::with_record_failure(status, previous, record_failed, generation, &now);
     status.drift_policy = drift::applied_policy(work.annotations());
     state
         .observer

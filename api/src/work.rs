@@ -1,20 +1,39 @@
 //! SIG-Multicluster's Work API (`multicluster.x-k8s.io/v1alpha1`, kubernetes-sigs/work-api):
-//! the per-cluster inventory of pull mode. In the host, one **Work** per federated object per
-//! Pull cluster, in the cluster's own namespace (`flotilla-cluster-<name>`), holds the
-//! rendered member object (template + placement + overrides) in `spec.workload.manifests`;
-//! the cluster's agent applies it and reports per manifest in `status.manifestConditions`.
-//! In the member, one **AppliedWork** per Work records what the agent created, so it can
-//! prune exactly those objects (and nothing else) when they leave the inventory, across
-//! agent restarts.
+//! the per-cluster inventory of pull mode.
+//!
+//! **Bundles.** In the host, a Pull cluster's namespace (`flotilla-cluster-<name>`) holds,
+//! per federated type and per federated namespace (cluster-scoped types: one group), one or
+//! more **bundle** Works ([`WORK_BUNDLE_LABEL`]); each carries the rendered member objects
+//! (template + placement + overrides) of that group in `spec.workload.manifests`, and, in the
+//! same order, Flotilla's per-manifest [`ManifestConfig`] (which federated object it renders,
+//! its drift policy, whether it is being orphaned). A group is split into chunks so that no
+//! Work nears the API server's 1.5 MiB object limit: the split rule is
+//! `flotilla_core::bundle::assign` (an object stays in the chunk that holds it while that
+//! chunk stays under the limit; a new object, or one that no longer fits, goes to the
+//! lowest-numbered chunk with room, else a new chunk; an emptied chunk is deleted), so a
+//! change to one object rewrites one Work. Bundles are per federated **type** because each
+//! type's sync controller is the only writer of its Works (its own watch, cache, leader
+//! work and batching): a bundle shared by types would need several independent writers to
+//! merge into one object, with conflicts and lost updates. Works written one per federated
+//! object by earlier versions (the legacy shape, [`WORK_SOURCE_NAME`] annotations) are still
+//! read, and are taken over by bundles and deleted; the agent recognises the objects it
+//! applied through either (same content hash: no member write).
+//!
+//! The cluster's agent applies every manifest on its own (one bad manifest is reported on its
+//! own condition, the others still apply; an up-to-date one is not written) and reports per
+//! manifest in `status.manifestConditions`. In the member, one cluster-scoped
+//! **AppliedWork** per Work (per bundle) records what the agent created, so it can prune
+//! exactly those objects (and nothing else) when they leave the inventory, across agent
+//! restarts; this is the shape of SIG-Multicluster's Work API draft (KEP-6456).
 //!
 //! Flotilla's additions to the standard shape, all optional, on a manifest condition:
 //! `statusFeedback` (the member object's `.status`, when the FederatedTypeConfig collects
 //! status), `generation` (the member object's `metadata.generation`), `hash` (the content
 //! hash the agent applied) and `drift` (the last drift the agent saw in the member object,
 //! in the shape of a federated object's `status.drift` entry). The federated object's drift
-//! policy reaches the agent as the same annotations on the Work
-//! (`flotilla_core::drift::POLICY_ANNOTATION`, `flotilla_core::drift::IGNORE_ANNOTATION`). Types,
-//! names and pure helpers only; no I/O.
+//! policy reaches the agent in its manifest's [`ManifestConfig`] (a legacy Work: as the
+//! same annotations on the Work, `flotilla_core::drift::POLICY_ANNOTATION`,
+//! `flotilla_core::drift::IGNORE_ANNOTATION`). Types, names and pure helpers only; no I/O.
 
 use kube::CustomResource;
 use schemars::JsonSchema;
@@ -44,6 +63,21 @@ pub const AGENT_FIELD_MANAGER: &str = "flotilla-agent";
 pub const APPLYING_ANNOTATION: &str = "work.flotilla.io/applying";
 /// Condition type on a Work and on each manifest: the manifest is applied.
 pub const APPLIED: &str = "Applied";
+/// Label on a bundle Work (value `"true"`): it carries the manifests of one federated type
+/// and namespace, with a [`ManifestConfig`] per manifest.
+pub const WORK_BUNDLE_LABEL: &str = "work.flotilla.io/bundle";
+/// Annotation on a bundle Work: the federated namespace of its group (absent for
+/// cluster-scoped types).
+pub const WORK_BUNDLE_NAMESPACE: &str = "work.flotilla.io/bundle-namespace";
+/// Annotation on a bundle Work: its chunk number within its group (`"0"`, `"1"`...).
+pub const WORK_BUNDLE_CHUNK: &str = "work.flotilla.io/bundle-chunk";
+/// Reason of a manifest's `Applied` condition once the agent released the member object
+/// of a manifest marked [`ManifestConfig::orphan`] (unlabelled, left in place, forgotten).
+pub const RELEASED: &str = "Released";
+/// The default bound on the manifests of one bundle Work, in bytes of JSON: a third of
+/// the API server's 1.5 MiB object limit, leaving room for the status the agent reports
+/// (per-manifest conditions, status feedback, drift) and for one manifest that grows.
+pub const BUNDLE_MAX_BYTES: usize = 512 * 1024;
 
 /// The host namespace of a Pull cluster's inventory.
 pub fn cluster_namespace(cluster: &str) -> String {
@@ -71,6 +105,13 @@ pub fn type_label(plural: &str, group: &str) -> String {
             &crate::hash::content_hash(&Value::String(readable))[..16]
         )
     }
+}
+
+/// Name of chunk `chunk` of the bundle of one type's objects in `namespace` (`None`:
+/// a cluster-scoped type) — distinct from every legacy Work name (the hashed identity
+/// differs).
+pub fn bundle_name(plural: &str, group: &str, namespace: Option<&str>, chunk: usize) -> String {
+    work_name(plural, group, namespace, &format!("~bundle-{chunk}"))
 }
 
 /// Name of the Work rendering federated object `namespace/name` of a type: readable
@@ -134,6 +175,93 @@ pub struct WorkSpec {
     /// The manifests to apply.
     #[serde(default)]
     pub workload: WorkloadTemplate,
+    /// Flotilla (bundles): one entry per manifest, in the same order — which federated
+    /// object it renders and how the agent treats it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub manifest_configs: Vec<ManifestConfig>,
+}
+
+/// Flotilla: how the agent treats one manifest of a bundle, and where it comes from.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ManifestConfig {
+    /// The member object (group, kind, namespace, name; the ordinal is the manifest's).
+    pub identifier: ResourceIdentifier,
+    /// Namespace of the federated object the manifest renders (absent: cluster-scoped).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source_namespace: Option<String>,
+    /// Name of the federated object the manifest renders.
+    pub source_name: String,
+    /// The federated object's drift policy, as its annotations
+    /// (`flotilla.io/drift-policy`, `flotilla.io/drift-ignore`); empty: the default.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub drift: std::collections::BTreeMap<String, String>,
+    /// The federated object leaves this cluster keeping its member object: the agent
+    /// unlabels the object instead of applying it, forgets it, and reports [`RELEASED`];
+    /// the manifest is then dropped from the bundle without a prune.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub orphan: bool,
+}
+
+impl Work {
+    /// Whether the Work is a bundle ([`WORK_BUNDLE_LABEL`]).
+    pub fn is_bundle(&self) -> bool {
+        self.metadata
+            .labels
+            .as_ref()
+            .and_then(|l| l.get(WORK_BUNDLE_LABEL))
+            .is_some_and(|v| v == "true")
+    }
+
+    /// The config of manifest `ordinal` (bundles), checked against the manifest's object.
+    pub fn manifest_config(&self, ordinal: usize) -> Option<&ManifestConfig> {
+        let config = self.spec.manifest_configs.get(ordinal)?;
+        let manifest = self.spec.workload.manifests.get(ordinal)?;
+        same_object(&config.identifier, &identify(ordinal, manifest)).then_some(config)
+    }
+
+    /// The manifest condition the agent reported for manifest `ordinal`, matched by the
+    /// object it names (an earlier report's ordinals may differ).
+    pub fn manifest_report(&self, ordinal: usize) -> Option<&ManifestCondition> {
+        let id = identify(ordinal, self.spec.workload.manifests.get(ordinal)?);
+        self.status
+            .as_ref()?
+            .manifest_conditions
+            .iter()
+            .find(|m| same_object(&m.identifier, &id))
+    }
+}
+
+/// Whether two identifiers name the same object by group, kind, namespace and name (the
+/// ordinal, the version and the resource name do not matter).
+pub fn same_object(a: &ResourceIdentifier, b: &ResourceIdentifier) -> bool {
+    a.group == b.group && a.kind == b.kind && a.namespace == b.namespace && a.name == b.name
+}
+
+/// The identifier of manifest `ordinal` (its resource name is left empty: only the
+/// agent's discovery knows it).
+pub fn identify(ordinal: usize, manifest: &Value) -> ResourceIdentifier {
+    let api_version = manifest["apiVersion"].as_str().unwrap_or_default();
+    let (group, version) = match api_version.split_once('/') {
+        Some((g, v)) => (g, v),
+        None => ("", api_version),
+    };
+    let text = |p: &str| {
+        manifest
+            .pointer(p)
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_owned()
+    };
+    ResourceIdentifier {
+        ordinal: i32::try_from(ordinal).unwrap_or(i32::MAX),
+        group: group.to_owned(),
+        version: version.to_owned(),
+        kind: text("/kind"),
+        resource: String::new(),
+        namespace: text("/metadata/namespace"),
+        name: text("/metadata/name"),
+    }
 }
 
 /// The objects of a Work.
@@ -309,6 +437,53 @@ mod tests {
     }
 
     #[test]
+    fn bundle_names_are_per_chunk_and_never_a_legacy_works() {
+        let b0 = bundle_name("configmaps", "", Some("demo"), 0);
+        assert!(b0.starts_with("configmaps-demo--bundle-0-"), "{b0}");
+        assert_ne!(b0, bundle_name("configmaps", "", Some("demo"), 1));
+        assert_ne!(b0, work_name("configmaps", "", Some("demo"), "-bundle-0"));
+        assert_ne!(b0, bundle_name("configmaps", "", None, 0));
+    }
+
+    #[test]
+    fn a_manifest_config_and_report_are_found_by_the_object_they_name() {
+        let cm = |name: &str| serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, "namespace": "d"}});
+        let mut w = Work::new(
+            "w",
+            WorkSpec {
+                workload: WorkloadTemplate {
+                    manifests: vec![cm("a"), cm("b")],
+                },
+                manifest_configs: vec![ManifestConfig {
+                    identifier: identify(0, &cm("a")),
+                    source_name: "a".into(),
+                    ..ManifestConfig::default()
+                }],
+            },
+        );
+        assert_eq!(
+            w.manifest_config(0).map(|c| c.source_name.as_str()),
+            Some("a")
+        );
+        assert_eq!(w.manifest_config(1), None);
+        // A report written when "b" was the first manifest is still "b"'s.
+        w.status = Some(WorkStatus {
+            manifest_conditions: vec![ManifestCondition {
+                identifier: identify(0, &cm("b")),
+                hash: Some("hb".into()),
+                ..ManifestCondition::default()
+            }],
+            ..WorkStatus::default()
+        });
+        assert_eq!(
+            w.manifest_report(1).and_then(|m| m.hash.as_deref()),
+            Some("hb")
+        );
+        assert_eq!(w.manifest_report(0), None);
+        assert!(!w.is_bundle());
+    }
+
+    #[test]
     fn type_labels_stay_valid_label_values() {
         assert_eq!(type_label("configmaps", ""), "configmaps");
         assert_eq!(type_label("deployments", "apps"), "deployments.apps");
@@ -331,6 +506,7 @@ mod tests {
                 workload: WorkloadTemplate {
                     manifests: vec![serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap"})],
                 },
+                manifest_configs: vec![],
             },
         );
         let v = serde_json::to_value(&work).expect("serializable");

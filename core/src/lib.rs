@@ -15,6 +15,7 @@
 
 pub mod agent_role;
 pub mod alpha;
+pub mod bundle;
 pub mod capacity;
 pub mod capacity_profile;
 pub mod credential;

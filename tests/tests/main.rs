@@ -69,6 +69,7 @@ mod profile_access_providers;
 mod propagation;
 mod pull_agent_credential;
 mod pull_agent_ops;
+mod pull_bundles;
 mod pull_mode;
 mod pull_parity;
 mod rbac;

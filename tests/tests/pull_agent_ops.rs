@@ -11,10 +11,10 @@
 use std::{net::SocketAddr, time::Duration};
 
 use anyhow::{Context as _, ensure};
-use flotilla_agent::{Agent, AgentOptions, rejection::REJECTED};
+use flotilla_agent::{Agent, AgentOptions, plan::RECORDED, rejection::REJECTED};
 use flotilla_api::{
     DEFAULT_NAMESPACE, FederatedTypeConfig,
-    work::{AppliedWork, WORK_SOURCE_NAME, Work, cluster_namespace, work_name},
+    work::{AppliedWork, Work, cluster_namespace, identify},
 };
 use flotilla_cli::{self as cli, Context};
 use flotilla_controllers::{
@@ -273,8 +273,8 @@ async fn the_agent_reports_metrics_readiness_and_the_members_reasons() -> anyhow
     Ok(())
 }
 
-/// Waits until neither a Work of the federated ConfigMap `name` is in the host nor its
-/// AppliedWork in the member (`applied_works`: whether the latter is looked at).
+/// Waits until no Work in the host has a manifest of the ConfigMap `name` (it left its
+/// bundle) and, when `applied_works`, no AppliedWork in the member records it.
 async fn wait_work_gone(
     host: &Client,
     admin: &Client,
@@ -283,25 +283,41 @@ async fn wait_work_gone(
 ) -> anyhow::Result<()> {
     let works: Api<Work> = Api::namespaced(host.clone(), &cluster_namespace(PULL));
     let records: Api<AppliedWork> = Api::all(admin.clone());
-    let work = work_name("configmaps", "", Some(NS), name);
+    let is_it =
+        |kind: &str, namespace: &str, n: &str| kind == "ConfigMap" && namespace == NS && n == name;
     wait_for(
         T,
-        &format!("the Work of {name} and its record gone"),
+        &format!("the manifest of {name} and its record gone"),
         || async {
             let left: Vec<_> = works
                 .list(&ListParams::default())
                 .await?
                 .items
                 .into_iter()
-                .filter(|w| w.annotations().get(WORK_SOURCE_NAME).map(String::as_str) == Some(name))
+                .filter(|w| {
+                    w.spec.workload.manifests.iter().enumerate().any(|(i, m)| {
+                        let id = identify(i, m);
+                        is_it(&id.kind, &id.namespace, &id.name)
+                    })
+                })
                 .map(|w| w.name_any())
                 .collect();
-            ensure!(left.is_empty(), "Works {left:?}");
+            ensure!(left.is_empty(), "Works {left:?} still list it");
             if applied_works {
-                ensure!(
-                    records.get_opt(&work).await?.is_none(),
-                    "AppliedWork {work}"
-                );
+                let recorded: Vec<_> = records
+                    .list(&ListParams::default())
+                    .await?
+                    .items
+                    .into_iter()
+                    .filter(|a| {
+                        a.status.iter().flat_map(|s| &s.applied_resources).any(|r| {
+                            let id = &r.identifier;
+                            is_it(&id.kind, &id.namespace, &id.name)
+                        })
+                    })
+                    .map(|a| a.name_any())
+                    .collect();
+                ensure!(recorded.is_empty(), "AppliedWorks {recorded:?} record it");
             }
             Ok(())
         },
@@ -323,11 +339,60 @@ async fn an_object_applied_but_not_recorded_is_pruned_with_its_work(
         .apply(host)
         .await?;
     wait_present(T, &config_maps(admin, NS), name).await?;
+    // The refused record does not hold the bundle back: the manifest is reported applied,
+    // and the record failure is a condition of the Work.
+    wait_recorded(host, name, false).await?;
     cm.delete().await?;
     cm.wait_gone(T).await?;
     wait_work_gone(host, admin, name, true).await?;
     allow_records(admin, true).await?;
-    wait_absent(T, &config_maps(admin, NS), name).await
+    wait_absent(T, &config_maps(admin, NS), name).await?;
+    wait_recorded(host, "good", true).await
+}
+
+/// Waits for the bundle listing the ConfigMap `name` to report it applied, with a
+/// `Recorded` failure condition on the Work (`recorded`: without one).
+async fn wait_recorded(host: &Client, name: &str, recorded: bool) -> anyhow::Result<()> {
+    let works: Api<Work> = Api::namespaced(host.clone(), &cluster_namespace(PULL));
+    wait_for(
+        T,
+        &format!("the bundle of {name} applied, recorded: {recorded}"),
+        || async {
+            let list = works.list(&ListParams::default()).await?.items;
+            let work = list
+                .iter()
+                .find(|w| {
+                    w.spec
+                        .workload
+                        .manifests
+                        .iter()
+                        .enumerate()
+                        .any(|(i, m)| identify(i, m).name == name)
+                })
+                .context("no Work lists it")?;
+            let status = work.status.clone().unwrap_or_default();
+            let applied = status.manifest_conditions.iter().any(|m| {
+                m.identifier.name == name
+                    && m.conditions
+                        .iter()
+                        .any(|c| c.type_ == "Applied" && c.status == "True")
+            });
+            ensure!(applied, "not reported applied: {status:?}");
+            let failure = status.conditions.iter().find(|c| c.type_ == RECORDED);
+            ensure!(
+                failure.is_none() == recorded,
+                "Recorded condition {failure:?}"
+            );
+            if let Some(f) = failure {
+                ensure!(
+                    f.status == "False" && f.message.contains("appliedworks/status"),
+                    "{f:?}"
+                );
+            }
+            Ok(())
+        },
+    )
+    .await
 }
 
 /// The same with the agent stopped between its apply and the record it could not write,

@@ -200,31 +200,36 @@ async fn drift_in_a_pull_member_is_repaired_or_reported_and_named_as_in_a_push_m
         assert!(metrics.contains(&series), "{series} missing:\n{metrics}");
     }
 
-    // The policy turns to Report: it reaches the agent through the Work; a scale stays.
-    // The agent reads the Work from its own watch, and an annotation does not bump the
-    // Work's generation: the scale waits until the agent says, in the Work's status, that
-    // it applies the new policy.
+    // The policy turns to Report: it reaches the agent through the manifest's config in
+    // its bundle Work (a spec change: the Work's generation moves); a scale stays. The
+    // agent reads the Work from its own watch: the scale waits until the agent reports on
+    // the manifest at the Work's new generation.
     object
         .annotate(POLICY_ANNOTATION, "Report")
         .apply(host)
         .await?;
-    wait_for(T, "the agent applies the policy of the Work", || async {
+    wait_for(T, "the agent holds the manifest's new policy", || async {
         let works: Api<flotilla_api::work::Work> =
             Api::namespaced(host.clone(), &flotilla_api::work::cluster_namespace(PULL));
         let list = works.list(&Default::default()).await?;
+        let held = list.items.iter().any(|w| {
+            (0..w.spec.workload.manifests.len()).any(|i| {
+                let carried = w.manifest_config(i).is_some_and(|c| {
+                    c.source_name == "web"
+                        && c.drift.get(POLICY_ANNOTATION).map(String::as_str) == Some("Report")
+                });
+                let reported = w.manifest_report(i).is_some_and(|m| {
+                    m.conditions.iter().any(|c| {
+                        c.type_ == flotilla_api::work::APPLIED
+                            && c.observed_generation == w.metadata.generation
+                    })
+                });
+                carried && reported
+            })
+        });
         ensure!(
-            list.items.iter().any(|w| {
-                let carried = w
-                    .metadata
-                    .annotations
-                    .as_ref()
-                    .and_then(|a| a.get(POLICY_ANNOTATION))
-                    .is_some_and(|v| v == "Report");
-                let applied =
-                    w.status.as_ref().and_then(|s| s.drift_policy.as_deref()) == Some("Report");
-                carried && applied
-            }),
-            "no Work carries the policy with the agent applying it"
+            held,
+            "no bundle carries the policy with the agent's report on it"
         );
         Ok(())
     })

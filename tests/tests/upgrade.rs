@@ -297,9 +297,9 @@ fn groups<'a>(fixture: &'a Fixture, cluster: &str) -> anyhow::Result<&'a [Group]
         .with_context(|| format!("no {cluster} in the fixture"))?)
 }
 
-/// Writes served so far: per member (the target kinds; member2 also the agent's
-/// AppliedWorks), then the host (federated kinds, Works, type configs, the KubeFedConfig
-/// and the KubeFedClusters). The agent's heartbeat Lease is renewed by design and not counted.
+/// Writes served so far: per member the target kinds, then member2's AppliedWorks, the
+/// host's federated kinds, type configs, the KubeFedConfig and the KubeFedClusters, and
+/// last the host's Works. The agent's heartbeat Lease is renewed by design and not counted.
 async fn write_counts(fed: &Mixed) -> anyhow::Result<Vec<u64>> {
     let member = [
         "namespaces",
@@ -307,25 +307,41 @@ async fn write_counts(fed: &Mixed) -> anyhow::Result<Vec<u64>> {
         "secrets",
         "services",
         "deployments",
-        "appliedworks",
     ];
     let mut counts = Vec::new();
     for m in fed.members() {
         counts.push(writes(&m, &member).await?);
     }
+    counts.push(writes(&fed.pull, &["appliedworks"]).await?);
     let mut host: Vec<String> = KINDS.iter().map(|(_, p)| format!("federated{p}")).collect();
-    host.extend(
-        [
-            "works",
-            "federatedtypeconfigs",
-            "kubefedconfigs",
-            "kubefedclusters",
-        ]
-        .map(String::from),
-    );
+    host.extend(["federatedtypeconfigs", "kubefedconfigs", "kubefedclusters"].map(String::from));
     let refs: Vec<&str> = host.iter().map(String::as_str).collect();
     counts.push(writes(&fed.host, &refs).await?);
+    counts.push(writes(&fed.host, &["works"]).await?);
     Ok(counts)
+}
+
+/// The previous version's one-object Works are taken over: every Work of member2's
+/// inventory is a bundle (or an MCS Work), and every AppliedWork names a Work that exists.
+async fn taken_over_by_bundles(fed: &Mixed) -> anyhow::Result<()> {
+    let works: Api<work::Work> = Api::namespaced(fed.host.clone(), &work::cluster_namespace(PULL));
+    let works = works.list(&ListParams::default()).await?.items;
+    let legacy: Vec<String> = works
+        .iter()
+        .filter(|w| !w.is_bundle() && w.annotations().contains_key(work::WORK_SOURCE_NAME))
+        .map(|w| w.name_any())
+        .collect();
+    ensure!(legacy.is_empty(), "one-object Works left: {legacy:?}");
+    let names: Vec<String> = works.iter().map(|w| w.name_any()).collect();
+    let applied: Api<work::AppliedWork> = Api::all(fed.pull.clone());
+    for a in applied.list(&ListParams::default()).await?.items {
+        ensure!(
+            names.contains(&a.spec.work_name),
+            "AppliedWork {} of a Work that is gone",
+            a.name_any()
+        );
+    }
+    Ok(())
 }
 
 /// A sample of the control plane's metrics, e.g. `flotilla_queue_depth{kind="..."}`.
@@ -499,11 +515,36 @@ async fn new_binaries_on_the_previous_versions_objects_and_new_crds_write_nothin
         },
     )
     .await?;
+    wait_for(T, "the one-object Works taken over by bundles", || async {
+        taken_over_by_bundles(&fed).await
+    })
+    .await?;
     let after = write_counts(&fed).await?;
-    let expected = vec![before[0], before[1], before[2] + 1];
+    // Member objects: no write (the agent finds them up to date in the bundles). The host:
+    // member1's resource summary. Works and AppliedWorks: the bundles written, the old
+    // ones deleted — measured, not fixed.
     ensure!(
-        after == expected,
+        after[1] == before[1],
+        "the take-over of member2's one-object Works by bundles wrote {} member objects",
+        after[1] - before[1]
+    );
+    let expected = vec![before[0], before[1], before[3] + 1];
+    let got = vec![after[0], after[1], after[3]];
+    ensure!(
+        got == expected,
         "writes after the upgrade (member1, member2, host): before {before:?}, after {after:?}, expected {expected:?} (the host's one: member1's resource summary)"
+    );
+    eprintln!(
+        "upgrade: {} AppliedWork writes in member2, {} Work writes in the host",
+        after[2] - before[2],
+        after[4] - before[4]
+    );
+    // And then, at rest, nothing more.
+    tokio::time::sleep(Duration::from_secs(3) + AGENT_RESYNC * 2).await;
+    let rest = write_counts(&fed).await?;
+    ensure!(
+        rest == after,
+        "writes at rest after the take-over: {after:?} -> {rest:?}"
     );
     wait_all_propagated(&fed.host).await?;
 

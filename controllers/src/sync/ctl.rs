@@ -64,6 +64,8 @@ pub(super) struct Ctl {
     availability: Availability,
     /// Recent repairs (fights) and announced drift-policy errors.
     drift_memory: DriftMemory,
+    /// The Pull clusters' bundle writes.
+    bundler: Arc<super::bundles::Bundler>,
 }
 
 /// The narrow inputs: each concern's view of what the controller holds.
@@ -77,8 +79,10 @@ impl Ctl {
         members: Arc<MemberWatch<DynamicObject>>,
         recent: Arc<RecentWrites>,
         inflight: Arc<InFlight>,
+        bundler: Arc<super::bundles::Bundler>,
     ) -> Self {
         Ctl {
+            bundler,
             shared,
             ty,
             host,
@@ -127,6 +131,7 @@ impl Ctl {
             shared: &self.shared,
             host: &self.host,
             ty: &self.ty,
+            bundler: &self.bundler,
         }
     }
 

@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use flotilla_api::{
     federated::FederatedSpec,
-    work::{WORK_SOURCE_NAME, WORK_SOURCE_NAMESPACE, Work, cluster_namespace},
+    work::{WORK_SOURCE_NAME, WORK_SOURCE_NAMESPACE, Work},
 };
 use flotilla_multicluster::{gate::store_ready, packed};
 use futures::FutureExt;
@@ -60,6 +60,8 @@ pub(super) struct HostCaches {
     pub fns_alpha: Option<Store<DynamicObject>>,
     /// This type's Works in the host (Pull clusters' inventory).
     pub works: Store<Work>,
+    /// Where each object's manifest is in those Works.
+    pub bundles: Arc<super::bundle_index::BundleIndex>,
 }
 
 impl HostCaches {
@@ -96,10 +98,15 @@ impl HostCaches {
         NamespacePlacement::of(needed, scope, key.0.as_deref(), fns)
     }
 
-    /// The cached Work named `name` in a Pull cluster's namespace.
-    pub fn work(&self, cluster: &str, name: &str) -> Option<Arc<Work>> {
-        let r = ObjectRef::<Work>::new(name).within(&cluster_namespace(cluster));
-        self.works.get(&r)
+    /// The manifest of `key` in a Pull cluster's Works (a bundle's, else the legacy Work
+    /// `legacy`'s).
+    pub fn locate(
+        &self,
+        cluster: &str,
+        key: &Key,
+        legacy: &str,
+    ) -> Option<super::bundle_index::Located> {
+        self.bundles.locate(&self.works, cluster, key, legacy)
     }
 
     /// Whether the Work cache has listed once.
@@ -109,11 +116,15 @@ impl HostCaches {
 
     /// Every federated key some Work of this type renders (stray detection).
     pub fn work_keys(&self) -> Vec<Key> {
-        self.works
+        let mut keys: Vec<Key> = self
+            .works
             .state()
             .iter()
+            .filter(|w| !w.is_bundle())
             .filter_map(|w| source_key(w))
-            .collect()
+            .collect();
+        keys.extend(self.bundles.keys());
+        keys
     }
 
     /// Whether every cache placement and deletion read is complete (see

@@ -18,6 +18,8 @@
 
 mod action;
 mod breaker;
+mod bundle_index;
+pub mod bundles;
 mod cluster_run;
 mod ctl;
 mod delete_options;
@@ -216,7 +218,14 @@ impl TypeController {
             fns: fns_writer.as_reader(),
             fns_alpha: alpha.fns_alpha_store(),
             works: work_writer.as_reader(),
+            bundles: Arc::default(),
         });
+        let bundler = Arc::new(bundles::Bundler::new(
+            shared.host.clone(),
+            ty.target_ar.clone(),
+            ty.collect_status,
+            work_writer.as_reader(),
+        ));
         let (inflight, landed) = inflight::InFlight::new();
         let recent = Arc::new(memory::RecentWrites::default());
         let all = AllKeys {
@@ -240,6 +249,7 @@ impl TypeController {
             Gate::after(ready(shared.clone(), host.clone(), needs_ns_placement));
         let mut tasks = feeds.spawn(&shared, all, recent.clone(), &queue);
         tasks.push(gate_task);
+        tasks.push(tokio::spawn(bundler.clone().run()));
         let workers = shared.config.borrow().max_concurrent_reconciles.max(1);
         let runner = runner(&shared, &ty, &queue, workers, gate).shutdown(cancel.clone());
         let ctl = Arc::new(Ctl::new(
@@ -249,6 +259,7 @@ impl TypeController {
             members,
             recent,
             inflight,
+            bundler,
         ));
         tasks.push(tokio::spawn(runner.run(move |key: Key| {
             let ctl = ctl.clone();

@@ -38,17 +38,11 @@ pub fn work_policy_annotations(policy: &Policy) -> BTreeMap<String, String> {
     }
 }
 
-/// Whether the Work already carries `policy` (as its agent reads it).
-pub fn work_has_policy(work: &Work, policy: &Policy) -> bool {
-    let annotations = work.metadata.annotations.clone().unwrap_or_default();
-    Policy::from_annotations(&annotations).unwrap_or_default() == *policy
-}
-
-/// The agent's drift report on a Work: `None` when the agent has not reported on the
-/// Work's current generation (not looked at: the previous entry stands), else the entry of
-/// its first manifest (`Some(None)`: no drift to show).
-pub fn reported_drift(work: &Work) -> Option<Option<&ClusterDrift>> {
-    let report = work.status.as_ref()?.manifest_conditions.first()?;
+/// The agent's drift report on manifest `ordinal` of a Work: `None` when the agent has not
+/// reported on the Work's current generation (not looked at: the previous entry stands),
+/// else the manifest's entry (`Some(None)`: no drift to show).
+pub fn reported_drift(work: &Work, ordinal: usize) -> Option<Option<&ClusterDrift>> {
+    let report = work.manifest_report(ordinal)?;
     let current = report
         .conditions
         .iter()
@@ -77,8 +71,8 @@ pub fn drift_outcome(entry: &ClusterDrift) -> Option<Outcome> {
 }
 
 /// The member object a Work's drift is about (its manifest), as an Event's related object.
-fn member_ref(work: &Work, entry: &ClusterDrift) -> ObjectReference {
-    let manifest = work.spec.workload.manifests.first();
+fn member_ref(work: &Work, ordinal: usize, entry: &ClusterDrift) -> ObjectReference {
+    let manifest = work.spec.workload.manifests.get(ordinal);
     let text = |p: &str| {
         manifest
             .and_then(|m| m.pointer(p))
@@ -104,15 +98,15 @@ pub(super) fn pull_drift(
     key: &Key,
     round: &mut DriftRound,
 ) {
-    let Some(work) = host.work(cluster, &ty.work_name(key)) else {
+    let Some(l) = host.locate(cluster, key, &ty.work_name(key)) else {
         return;
     };
-    let Some(report) = reported_drift(&work) else {
+    let Some(report) = reported_drift(&l.work, l.ordinal) else {
         return;
     };
     round.checked.insert(cluster.to_string());
     if let Some(entry) = report {
-        let related = member_ref(&work, entry);
+        let related = member_ref(&l.work, l.ordinal, entry);
         round
             .reported
             .insert(cluster.to_string(), (entry.clone(), related));
@@ -168,11 +162,16 @@ mod tests {
 
     fn work(generation: i64, observed: i64, drift: Option<ClusterDrift>) -> Work {
         let mut w = Work::new("w", WorkSpec::default());
+        w.spec.workload.manifests = vec![serde_json::json!({"kind": "ConfigMap"})];
         w.metadata.generation = Some(generation);
         w.status = Some(WorkStatus {
             drift_policy: None,
             conditions: vec![],
             manifest_conditions: vec![ManifestCondition {
+                identifier: flotilla_api::work::ResourceIdentifier {
+                    kind: "ConfigMap".into(),
+                    ..Default::default()
+                },
                 conditions: vec![Condition {
                     type_: APPLIED.into(),
                     status: "True".into(),
@@ -189,10 +188,16 @@ mod tests {
     #[test]
     fn only_a_report_on_the_current_work_is_read() {
         let d = entry(DriftState::Repaired);
-        assert_eq!(reported_drift(&work(2, 2, Some(d.clone()))), Some(Some(&d)));
-        assert_eq!(reported_drift(&work(2, 2, None)), Some(None));
-        assert_eq!(reported_drift(&work(3, 2, Some(d))), None);
-        assert_eq!(reported_drift(&Work::new("w", WorkSpec::default())), None);
+        assert_eq!(
+            reported_drift(&work(2, 2, Some(d.clone())), 0),
+            Some(Some(&d))
+        );
+        assert_eq!(reported_drift(&work(2, 2, None), 0), Some(None));
+        assert_eq!(reported_drift(&work(3, 2, Some(d)), 0), None);
+        assert_eq!(
+            reported_drift(&Work::new("w", WorkSpec::default()), 0),
+            None
+        );
     }
 
     #[test]
@@ -221,10 +226,5 @@ mod tests {
         let annotations = work_policy_annotations(&report);
         assert_eq!(annotations[POLICY_ANNOTATION], "Report");
         assert_eq!(annotations[IGNORE_ANNOTATION], "/spec/replicas");
-        let mut w = Work::new("w", WorkSpec::default());
-        assert!(work_has_policy(&w, &Policy::default()));
-        assert!(!work_has_policy(&w, &report));
-        w.metadata.annotations = Some(annotations);
-        assert!(work_has_policy(&w, &report));
     }
 }

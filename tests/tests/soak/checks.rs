@@ -146,26 +146,24 @@ async fn pull_report(host: &Client, name: &str) -> String {
         Err(e) => return format!("unreadable: {e}"),
     };
     let deployments = type_label("deployments", "apps");
-    let Some(w) = list.into_iter().find(|w| {
-        w.labels().get(WORK_TYPE_LABEL) == Some(&deployments)
-            && w.annotations().get(WORK_SOURCE_NAME).map(String::as_str) == Some(name)
-    }) else {
+    let found = list
+        .iter()
+        .filter(|w| w.labels().get(WORK_TYPE_LABEL) == Some(&deployments))
+        .find_map(|w| Some((w, manifest_of(w, name)?)));
+    let Some((w, i)) = found else {
         return "absent".to_owned();
     };
     let manifest_hash = w
         .spec
         .workload
         .manifests
-        .first()
+        .get(i)
         .and_then(|m| m.pointer("/metadata/annotations"))
         .and_then(|a| a.get(flotilla_core::member::HASH_ANNOTATION))
         .and_then(|h| h.as_str())
         .unwrap_or_default()
         .to_owned();
-    let report = w
-        .status
-        .as_ref()
-        .and_then(|s| s.manifest_conditions.first());
+    let report = w.manifest_report(i);
     let feedback = report.and_then(|r| r.status_feedback.as_ref());
     let field = |f: &str| feedback.and_then(|s| s.get(f)).cloned();
     format!(
@@ -178,6 +176,32 @@ async fn pull_report(host: &Client, name: &str) -> String {
         field("updatedReplicas"),
         field("availableReplicas"),
     )
+}
+
+/// The ordinal of the manifest rendering federated object `name` in Work `w` (a bundle's
+/// manifest config, or a one-object Work's source annotation).
+fn manifest_of(w: &Work, name: &str) -> Option<usize> {
+    if !w.is_bundle() {
+        let source = w.annotations().get(WORK_SOURCE_NAME).map(String::as_str);
+        return (source == Some(name)).then_some(0);
+    }
+    (0..w.spec.workload.manifests.len())
+        .find(|i| w.manifest_config(*i).is_some_and(|c| c.source_name == name))
+}
+
+/// The federated objects Work `w` renders: (its namespace, its name, the manifest ordinal).
+fn sources(w: &Work) -> Vec<(Option<String>, String, usize)> {
+    if !w.is_bundle() {
+        let ns = w.annotations().get(WORK_SOURCE_NAMESPACE).cloned();
+        let name = w.annotations().get(WORK_SOURCE_NAME).cloned();
+        return vec![(ns, name.unwrap_or_default(), 0)];
+    }
+    (0..w.spec.workload.manifests.len())
+        .map(|i| match w.manifest_config(i) {
+            Some(c) => (c.source_namespace.clone(), c.source_name.clone(), i),
+            None => (None, String::new(), i),
+        })
+        .collect()
 }
 
 /// A member Deployment's image, generations and replica counts in one line.
@@ -340,10 +364,10 @@ async fn kubeconfig_works(secret: &Secret, endpoint: &str) -> anyhow::Result<()>
     Ok(())
 }
 
-/// The pull member's inventory: exactly one Work per federated object placed on it
-/// (ConfigMaps, Deployments, the namespace), each `Applied=True` for its generation; in
-/// the member exactly one AppliedWork per Work, each applied object live with the
-/// recorded UID.
+/// The pull member's inventory: every federated object placed on it (ConfigMaps,
+/// Deployments, the namespace) rendered by exactly one manifest of one Work (its bundle),
+/// each manifest and Work `Applied=True` for the Work's generation; in the member exactly
+/// one AppliedWork per Work, each applied object live with the recorded UID.
 pub async fn works(host: &Client, pull: &Client) -> anyhow::Result<Vec<String>> {
     let mut found = Vec::new();
     let mut want: BTreeSet<(String, String)> = BTreeSet::new();
@@ -364,7 +388,8 @@ pub async fn works(host: &Client, pull: &Client) -> anyhow::Result<Vec<String>> 
         }
     }
     let ns = cluster_namespace(PULL);
-    let mut have = BTreeMap::new();
+    let mut names = BTreeSet::new();
+    let mut have: BTreeMap<(String, String), usize> = BTreeMap::new();
     // The MCS controller's import Works are not the sync controller's: not counted here.
     let sync_works = ListParams::default().labels(&format!("!{MCS_WORK_LABEL}"));
     for w in Api::<Work>::namespaced(host.clone(), &ns)
@@ -372,13 +397,26 @@ pub async fn works(host: &Client, pull: &Client) -> anyhow::Result<Vec<String>> 
         .await?
     {
         let kind = w.labels().get(WORK_TYPE_LABEL).cloned().unwrap_or_default();
-        let source_ns = w.annotations().get(WORK_SOURCE_NAMESPACE).cloned();
-        let source = w.annotations().get(WORK_SOURCE_NAME).cloned();
-        let key = (kind, source.unwrap_or_default());
-        if source_ns.as_deref() != Some(NS) || !want.contains(&key) {
-            found.push(format!("Work {}: stray ({key:?})", w.name_any()));
-        }
         let generation = w.metadata.generation;
+        for (source_ns, source, i) in sources(&w) {
+            let key = (kind.clone(), source);
+            if source_ns.as_deref() != Some(NS) || !want.contains(&key) {
+                found.push(format!(
+                    "Work {} manifest {i}: stray ({key:?})",
+                    w.name_any()
+                ));
+            }
+            let applied = w.manifest_report(i).and_then(|m| {
+                m.conditions
+                    .iter()
+                    .find(|c| c.type_ == APPLIED && c.observed_generation == generation)
+            });
+            if applied.is_none_or(|c| c.status != "True") {
+                let reason = applied.map(|c| (&c.status, &c.reason));
+                found.push(format!("Work {} {key:?}: Applied {reason:?}", w.name_any()));
+            }
+            *have.entry(key).or_default() += 1;
+        }
         let applied = w.status.as_ref().and_then(|s| {
             s.conditions
                 .iter()
@@ -388,20 +426,25 @@ pub async fn works(host: &Client, pull: &Client) -> anyhow::Result<Vec<String>> 
             let reason = applied.map(|c| (&c.status, &c.reason));
             found.push(format!("Work {}: Applied {reason:?}", w.name_any()));
         }
-        have.insert(w.name_any(), key);
+        names.insert(w.name_any());
     }
-    let keys: BTreeSet<_> = have.values().cloned().collect();
+    for (key, n) in &have {
+        if *n > 1 {
+            found.push(format!("{key:?}: in {n} manifests"));
+        }
+    }
+    let keys: BTreeSet<_> = have.keys().cloned().collect();
     for missing in want.difference(&keys) {
         found.push(format!("Work of {missing:?}: missing"));
     }
-    found.extend(applied_works(pull, &ns, &have).await?);
+    found.extend(applied_works(pull, &ns, &names).await?);
     Ok(found)
 }
 
 async fn applied_works(
     pull: &Client,
     ns: &str,
-    works: &BTreeMap<String, (String, String)>,
+    works: &BTreeSet<String>,
 ) -> anyhow::Result<Vec<String>> {
     let mut found = Vec::new();
     let mut seen: BTreeMap<String, usize> = BTreeMap::new();
@@ -410,7 +453,7 @@ async fn applied_works(
         .await?
     {
         let work = aw.spec.work_name.clone();
-        if aw.spec.work_namespace != ns || !works.contains_key(&work) {
+        if aw.spec.work_namespace != ns || !works.contains(&work) {
             found.push(format!("AppliedWork {}: its Work is gone", aw.name_any()));
             continue;
         }
@@ -445,7 +488,7 @@ async fn applied_works(
             }
         }
     }
-    for work in works.keys() {
+    for work in works {
         match seen.get(work) {
             Some(1) => {}
             n => found.push(format!("Work {work}: {n:?} AppliedWorks")),

@@ -1,0 +1,524 @@
+//! The Work writes of one type's Pull clusters, batched into bundles. A reconcile does not
+//! write a Work: it hands the bundler a change for its object (upsert this manifest, remove
+//! it) and returns; the bundler coalesces every pending change of a short interval and then
+//! writes each affected bundle once ([`plan_group`]: the group's chunks as the host holds
+//! them, the changes applied, the split rule `flotilla_core::bundle::assign`, a write only
+//! for a chunk whose content changed). Many objects changing at once thus cost a few Work
+//! writes, and a steady state — or a restart, which starts with nothing pending — none.
+//!
+//! A chunk's content is read from the host's Work cache, or from this process's own last
+//! write of it while the cache has not shown that write yet (compared by generation), so
+//! two flushes in a row never lose each other's changes. Legacy one-object Works being
+//! taken over are deleted only after the bundle that now holds their object is written:
+//! the agent sees the bundle first and hands the object over without a member write.
+
+use std::{
+    collections::{BTreeMap, BTreeSet, HashMap},
+    sync::{
+        Arc, Mutex,
+        atomic::{AtomicUsize, Ordering},
+    },
+    time::{Duration, Instant},
+};
+
+use flotilla_api::{
+    FIELD_MANAGER,
+    work::{
+        BUNDLE_MAX_BYTES, ManifestConfig, WORK_BUNDLE_CHUNK, WORK_BUNDLE_LABEL,
+        WORK_BUNDLE_NAMESPACE, WORK_COLLECT_STATUS, WORK_TYPE_LABEL, Work, WorkSpec, bundle_name,
+        cluster_namespace, identify, type_label,
+    },
+};
+use flotilla_core::bundle::{Item, assign};
+use flotilla_multicluster::unread;
+use futures::StreamExt;
+use kube::{
+    Api, Client, ResourceExt,
+    api::{DeleteParams, Patch, PatchParams},
+    core::ApiResource,
+    runtime::reflector::{ObjectRef, Store},
+};
+use serde_json::{Value, json};
+use tokio::sync::Notify;
+use tracing::{info, warn};
+
+use super::Key;
+
+/// Environment variable overriding [`BUNDLE_MAX_BYTES`] (bytes; for tests that need a
+/// split without megabytes of manifests — not meant for production).
+pub const MAX_BYTES_ENV: &str = "FLOTILLA_WORK_BUNDLE_MAX_BYTES";
+/// A process-wide override of the bound (0: none), for end-to-end tests that need a
+/// split with small objects; each test runs in its own process.
+static MAX_BYTES_OVERRIDE: AtomicUsize = AtomicUsize::new(0);
+
+/// Sets the bound of every bundler started afterwards in this process (tests only; 0
+/// restores the default).
+pub fn set_max_bytes_for_tests(bytes: usize) {
+    MAX_BYTES_OVERRIDE.store(bytes, Ordering::Relaxed);
+}
+
+/// How long pending changes are gathered before the bundles are written.
+pub const FLUSH_INTERVAL: Duration = Duration::from_millis(200);
+/// How soon a failed bundle write is tried again.
+const RETRY: Duration = Duration::from_secs(1);
+/// How many groups are written at once.
+const GROUPS_AT_ONCE: usize = 8;
+
+/// A bundle group: a Pull cluster and a federated namespace (`None`: cluster-scoped).
+pub type Group = (String, Option<String>);
+
+/// One object's part of a bundle.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Entry {
+    /// The member object (its hash annotation records the content).
+    pub manifest: Value,
+    /// Its source and drift policy, or its orphaning.
+    pub config: ManifestConfig,
+}
+
+/// A pending change of one object in its group.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Change {
+    /// The object's manifest is this.
+    Upsert(Box<Entry>),
+    /// The object leaves the cluster (the agent prunes it).
+    Remove,
+}
+
+/// One chunk of a group as the host holds it.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Chunk {
+    /// Its entries by object.
+    pub entries: BTreeMap<Key, Entry>,
+    /// Whether its metadata is what this version writes (else it is written again).
+    pub current_metadata: bool,
+}
+
+/// What to do with one chunk.
+#[derive(Clone, Debug, PartialEq)]
+pub enum ChunkWrite {
+    /// Write the chunk with this spec; `gains`: it takes objects it did not hold (written
+    /// before the chunks that lose them, so an object is never absent from every Work).
+    Apply { spec: WorkSpec, gains: bool },
+    /// Delete the emptied chunk.
+    Delete,
+}
+
+/// The spec of a chunk holding `entries` (in key order; the configs follow the manifests).
+pub fn spec_of(entries: &BTreeMap<Key, Entry>) -> WorkSpec {
+    let mut spec = WorkSpec::default();
+    for (i, e) in entries.values().enumerate() {
+        let mut config = e.config.clone();
+        config.identifier = identify(i, &e.manifest);
+        spec.workload.manifests.push(e.manifest.clone());
+        spec.manifest_configs.push(config);
+    }
+    spec
+}
+
+/// The pure decision of one flush of a group: `base`, its chunks as held now (by chunk
+/// number); `changes`, the pending changes; `limit`, the bound of one chunk. Returns the
+/// writes in the order to make them (gaining chunks first, deletions last); an unchanged
+/// chunk is not written.
+pub fn plan_group(
+    base: &BTreeMap<usize, Chunk>,
+    changes: &BTreeMap<Key, Change>,
+    limit: usize,
+) -> Vec<(usize, ChunkWrite)> {
+    let mut entries: BTreeMap<Key, (Option<usize>, Entry)> = BTreeMap::new();
+    for (index, chunk) in base {
+        for (key, e) in &chunk.entries {
+            entries.insert(key.clone(), (Some(*index), e.clone()));
+        }
+    }
+    for (key, change) in changes {
+        match change {
+            Change::Upsert(e) => {
+                let current = entries.get(key).and_then(|(c, _)| *c);
+                entries.insert(key.clone(), (current, (**e).clone()));
+            }
+            Change::Remove => {
+                entries.remove(key);
+            }
+        }
+    }
+    let items: Vec<Item<Key>> = entries
+        .iter()
+        .map(|(key, (current, e))| Item {
+            key: key.clone(),
+            size: entry_size(e),
+            current: *current,
+        })
+        .collect();
+    let mut chunks: BTreeMap<usize, BTreeMap<Key, Entry>> = BTreeMap::new();
+    for (key, index) in assign(&items, limit) {
+        if let Some((_, e)) = entries.remove(&key) {
+            chunks.entry(index).or_default().insert(key, e);
+        }
+    }
+    let indexes: BTreeSet<usize> = base.keys().chain(chunks.keys()).copied().collect();
+    let mut writes = Vec::new();
+    for index in indexes {
+        let old = base.get(&index);
+        match chunks.get(&index) {
+            None => writes.push((index, ChunkWrite::Delete)),
+            Some(new) => {
+                let spec = spec_of(new);
+                let unchanged =
+                    old.is_some_and(|o| o.current_metadata && spec_of(&o.entries) == spec);
+                if !unchanged {
+                    let gains = new
+                        .keys()
+                        .any(|k| old.is_none_or(|o| !o.entries.contains_key(k)));
+                    writes.push((index, ChunkWrite::Apply { spec, gains }));
+                }
+            }
+        }
+    }
+    writes.sort_by_key(|(_, w)| match w {
+        ChunkWrite::Apply { gains: true, .. } => 0,
+        ChunkWrite::Apply { gains: false, .. } => 1,
+        ChunkWrite::Delete => 2,
+    });
+    writes
+}
+
+/// Bytes of JSON one entry adds to a chunk.
+fn entry_size(e: &Entry) -> usize {
+    serde_json::to_vec(&e.manifest).map_or(0, |v| v.len())
+        + serde_json::to_vec(&e.config).map_or(0, |v| v.len())
+}
+
+/// The entries of a bundle Work, by the object each renders (manifests without a config
+/// naming their source are left out: the next write of the chunk drops them).
+pub fn entries_of(spec: &WorkSpec) -> BTreeMap<Key, Entry> {
+    let mut out = BTreeMap::new();
+    for (i, manifest) in spec.workload.manifests.iter().enumerate() {
+        let Some(config) = spec.manifest_configs.get(i) else {
+            continue;
+        };
+        if !flotilla_api::work::same_object(&config.identifier, &identify(i, manifest)) {
+            continue;
+        }
+        let key = (config.source_namespace.clone(), config.source_name.clone());
+        // As a reconcile makes it (ordinal 0): sizes and comparisons do not depend on
+        // where the manifest sits.
+        let mut config = config.clone();
+        config.identifier = identify(0, manifest);
+        let entry = Entry {
+            manifest: manifest.clone(),
+            config,
+        };
+        out.insert(key, entry);
+    }
+    out
+}
+
+/// This process's last write of a chunk.
+#[derive(Clone, Debug)]
+struct Written {
+    group: Group,
+    index: usize,
+    /// The spec written (`None`: deleted).
+    spec: Option<WorkSpec>,
+    at: Instant,
+}
+
+/// How long this process's own write stands in for a Work cache that does not show it.
+const WRITTEN_TTL: Duration = Duration::from_secs(30);
+
+#[derive(Default)]
+struct Pending {
+    changes: BTreeMap<Group, BTreeMap<Key, Change>>,
+    /// Legacy Works to delete once their group is written: (cluster, Work name).
+    retire: BTreeMap<Group, BTreeSet<String>>,
+}
+
+/// The bundler of one type.
+pub struct Bundler {
+    host: Client,
+    target: ApiResource,
+    collect_status: bool,
+    limit: usize,
+    works: Store<Work>,
+    pending: Mutex<Pending>,
+    /// (cluster namespace, Work name) → this process's last write.
+    written: Mutex<HashMap<(String, String), Written>>,
+    failed: Mutex<HashMap<Group, String>>,
+    wake: Notify,
+}
+
+impl Bundler {
+    /// The bundler of `target`'s Works, reading the host's Work cache `works`.
+    pub fn new(
+        host: Client,
+        target: ApiResource,
+        collect_status: bool,
+        works: Store<Work>,
+    ) -> Self {
+        let limit = match MAX_BYTES_OVERRIDE.load(Ordering::Relaxed) {
+            0 => std::env::var(MAX_BYTES_ENV)
+                .ok()
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(BUNDLE_MAX_BYTES),
+            n => n,
+        };
+        Bundler {
+            host,
+            target,
+            collect_status,
+            limit,
+            works,
+            pending: Mutex::default(),
+            written: Mutex::default(),
+            failed: Mutex::default(),
+            wake: Notify::new(),
+        }
+    }
+
+    /// The group of `key` in `cluster`.
+    pub fn group(cluster: &str, key: &Key) -> Group {
+        (cluster.to_owned(), key.0.clone())
+    }
+
+    /// Queues a change of `key` in `cluster`; `retire`: a legacy Work to delete once the
+    /// group is written.
+    pub fn change(&self, cluster: &str, key: &Key, change: Change, retire: Option<String>) {
+        let group = Self::group(cluster, key);
+        let mut p = lock(&self.pending);
+        if let Some(name) = retire {
+            p.retire.entry(group.clone()).or_default().insert(name);
+        }
+        p.changes
+            .entry(group)
+            .or_default()
+            .insert(key.clone(), change);
+        drop(p);
+        self.wake.notify_one();
+    }
+
+    /// Drops a pending change of `key` (its object is gone before it was written);
+    /// whether one was pending.
+    pub fn cancel(&self, cluster: &str, key: &Key) -> bool {
+        let group = Self::group(cluster, key);
+        let mut p = lock(&self.pending);
+        p.changes
+            .get_mut(&group)
+            .is_some_and(|c| c.remove(key).is_some())
+    }
+
+    /// The last failure writing the group, if its last flush failed.
+    pub fn failure(&self, cluster: &str, key: &Key) -> Option<String> {
+        lock(&self.failed).get(&Self::group(cluster, key)).cloned()
+    }
+
+    /// Writes pending changes, each group at most once per [`FLUSH_INTERVAL`], until the
+    /// task is aborted.
+    pub async fn run(self: Arc<Self>) {
+        loop {
+            self.wake.notified().await;
+            tokio::time::sleep(FLUSH_INTERVAL).await;
+            self.flush().await;
+        }
+    }
+
+    async fn flush(&self) {
+        let pending = std::mem::take(&mut *lock(&self.pending));
+        let mut retire = pending.retire;
+        let jobs = pending.changes.into_iter().map(|(group, changes)| {
+            let retire = retire.remove(&group).unwrap_or_default();
+            async move {
+                let result = self.flush_group(&group, &changes, &retire).await;
+                (group, changes, retire, result)
+            }
+        });
+        let done: Vec<_> = futures::stream::iter(jobs)
+            .buffer_unordered(GROUPS_AT_ONCE)
+            .collect()
+            .await;
+        let mut again = false;
+        for (group, changes, retire, result) in done {
+            match result {
+                Ok(()) => {
+                    lock(&self.failed).remove(&group);
+                }
+                Err(message) => {
+                    warn!(cluster = %group.0, namespace = ?group.1, %message, "writing a bundle failed; retrying");
+                    lock(&self.failed).insert(group.clone(), message);
+                    self.requeue(group, changes, retire);
+                    again = true;
+                }
+            }
+        }
+        if again {
+            tokio::time::sleep(RETRY).await;
+            self.wake.notify_one();
+        }
+    }
+
+    /// Puts back the changes of a failed flush, under any newer change of the same key.
+    fn requeue(&self, group: Group, changes: BTreeMap<Key, Change>, retire: BTreeSet<String>) {
+        let mut p = lock(&self.pending);
+        let newer = p.changes.entry(group.clone()).or_default();
+        for (key, change) in changes {
+            newer.entry(key).or_insert(change);
+        }
+        p.retire.entry(group).or_default().extend(retire);
+    }
+
+    async fn flush_group(
+        &self,
+        group: &Group,
+        changes: &BTreeMap<Key, Change>,
+        retire: &BTreeSet<String>,
+    ) -> Result<(), String> {
+        let base = self.base(group);
+        let namespace = cluster_namespace(&group.0);
+        let api: Api<Work> = Api::namespaced(self.host.clone(), &namespace);
+        for (index, write) in plan_group(&base, changes, self.limit) {
+            let name = bundle_name(
+                &self.target.plural,
+                &self.target.group,
+                group.1.as_deref(),
+                index,
+            );
+            let spec = match write {
+                ChunkWrite::Apply { spec, .. } => {
+                    let body = self.body(group, index, &name, &spec);
+                    let pp = PatchParams::apply(FIELD_MANAGER).force();
+                    unread::patch(&api, &name, &pp, &Patch::Apply(&body))
+                        .await
+                        .map_err(|e| format!("writing Work {name}: {}", message(&e)))?;
+                    info!(cluster = %group.0, work = %name, manifests = spec.workload.manifests.len(), "wrote a bundle");
+                    Some(spec)
+                }
+                ChunkWrite::Delete => {
+                    match unread::delete(&api, &name, &DeleteParams::default()).await {
+                        Ok(_) => {}
+                        Err(kube::Error::Api(s)) if s.code == 404 => {}
+                        Err(e) => return Err(format!("deleting Work {name}: {}", message(&e))),
+                    }
+                    info!(cluster = %group.0, work = %name, "deleted an emptied bundle");
+                    None
+                }
+            };
+            let w = Written {
+                group: group.clone(),
+                index,
+                spec,
+                at: Instant::now(),
+            };
+            lock(&self.written).insert((namespace.clone(), name), w);
+        }
+        for name in retire {
+            match unread::delete(&api, name, &DeleteParams::default()).await {
+                Ok(_) => info!(cluster = %group.0, work = %name, "a bundle took over the Work"),
+                Err(kube::Error::Api(s)) if s.code == 404 => {}
+                Err(e) => return Err(format!("deleting Work {name}: {}", message(&e))),
+            }
+        }
+        Ok(())
+    }
+
+    /// The group's chunks: each from the cache, or from this process's own last write
+    /// while the cache has not shown it.
+    fn base(&self, group: &Group) -> BTreeMap<usize, Chunk> {
+        let namespace = cluster_namespace(&group.0);
+        let mut out = BTreeMap::new();
+        let mut seen = BTreeSet::new();
+        for w in self.works.state() {
+            if w.namespace().as_deref() != Some(namespace.as_str()) || !w.is_bundle() {
+                continue;
+            }
+            let ann = w.annotations();
+            if ann.get(WORK_BUNDLE_NAMESPACE) != group.1.as_ref() {
+                continue;
+            }
+            let Some(index) = ann.get(WORK_BUNDLE_CHUNK).and_then(|c| c.parse().ok()) else {
+                continue;
+            };
+            seen.insert(w.name_any());
+            let collect = ann.get(WORK_COLLECT_STATUS).map(String::as_str);
+            let current_metadata =
+                collect == Some(if self.collect_status { "true" } else { "false" });
+            out.insert(
+                index,
+                Chunk {
+                    entries: entries_of(&w.spec),
+                    current_metadata,
+                },
+            );
+        }
+        let mut written = lock(&self.written);
+        written.retain(|(ns, name), w| {
+            let fresh = w.at.elapsed() < WRITTEN_TTL;
+            if ns != &namespace || &w.group != group {
+                return fresh;
+            }
+            let cached = self.works.get(&ObjectRef::new(name).within(ns));
+            let shown = match (&cached, &w.spec) {
+                (Some(c), Some(spec)) => &c.spec == spec,
+                (None, None) => true,
+                _ => false,
+            };
+            if shown || !fresh {
+                return false;
+            }
+            match &w.spec {
+                Some(spec) => {
+                    let chunk = Chunk {
+                        entries: entries_of(spec),
+                        current_metadata: true,
+                    };
+                    out.insert(w.index, chunk);
+                }
+                None if seen.contains(name) => {
+                    out.remove(&w.index);
+                }
+                None => {}
+            }
+            true
+        });
+        out
+    }
+
+    /// The Work of chunk `index` of `group`.
+    fn body(&self, group: &Group, index: usize, name: &str, spec: &WorkSpec) -> Value {
+        let mut annotations = json!({
+            WORK_BUNDLE_CHUNK: index.to_string(),
+            WORK_COLLECT_STATUS: self.collect_status.to_string(),
+        });
+        if let Some(ns) = &group.1 {
+            annotations[WORK_BUNDLE_NAMESPACE] = json!(ns);
+        }
+        json!({
+            "apiVersion": "multicluster.x-k8s.io/v1alpha1",
+            "kind": "Work",
+            "metadata": {
+                "name": name,
+                "namespace": cluster_namespace(&group.0),
+                "labels": {
+                    WORK_TYPE_LABEL: type_label(&self.target.plural, &self.target.group),
+                    WORK_BUNDLE_LABEL: "true",
+                },
+                "annotations": annotations,
+            },
+            "spec": spec,
+        })
+    }
+}
+
+fn message(e: &kube::Error) -> String {
+    match e {
+        kube::Error::Api(s) => s.message.clone(),
+        other => other.to_string(),
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+#[cfg(test)]
+#[path = "bundles_tests.rs"]
+mod tests;

@@ -1,0 +1,131 @@
+use super::*;
+
+fn key(name: &str) -> Key {
+    (Some("demo".to_string()), name.to_string())
+}
+
+fn entry(name: &str, data: &str) -> Entry {
+    let manifest = json!({"apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": name, "namespace": "demo"}, "data": {"k": data}});
+    Entry {
+        config: ManifestConfig {
+            identifier: identify(0, &manifest),
+            source_namespace: Some("demo".into()),
+            source_name: name.into(),
+            ..ManifestConfig::default()
+        },
+        manifest,
+    }
+}
+
+fn upsert(name: &str, data: &str) -> (Key, Change) {
+    (key(name), Change::Upsert(Box::new(entry(name, data))))
+}
+
+/// The base a flush's writes leave (as the cache would show them).
+fn after(base: &BTreeMap<usize, Chunk>, writes: &[(usize, ChunkWrite)]) -> BTreeMap<usize, Chunk> {
+    let mut out = base.clone();
+    for (index, w) in writes {
+        match w {
+            ChunkWrite::Apply { spec, .. } => {
+                let chunk = Chunk {
+                    entries: entries_of(spec),
+                    current_metadata: true,
+                };
+                out.insert(*index, chunk);
+            }
+            ChunkWrite::Delete => {
+                out.remove(index);
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn many_changes_at_once_are_one_write_and_the_same_changes_again_none() {
+    let changes: BTreeMap<Key, Change> =
+        (0..50).map(|i| upsert(&format!("cm{i:02}"), "v")).collect();
+    let writes = plan_group(&BTreeMap::new(), &changes, 1 << 20);
+    assert_eq!(writes.len(), 1, "50 objects, one bundle write");
+    let ChunkWrite::Apply { spec, gains } = &writes[0].1 else {
+        panic!("a write, not a deletion");
+    };
+    assert!(gains);
+    assert_eq!(spec.workload.manifests.len(), 50);
+    assert_eq!(spec.manifest_configs[7].identifier.ordinal, 7);
+    assert_eq!(spec.manifest_configs[7].identifier.name, "cm07");
+    // A restart, or a reconcile that re-sends what is written: nothing to write.
+    let base = after(&BTreeMap::new(), &writes);
+    assert_eq!(plan_group(&base, &changes, 1 << 20), vec![]);
+    assert_eq!(plan_group(&base, &BTreeMap::new(), 1 << 20), vec![]);
+}
+
+#[test]
+fn one_changed_object_rewrites_only_its_chunk_and_a_removal_empties_a_chunk() {
+    let changes: BTreeMap<Key, Change> = (0..6).map(|i| upsert(&format!("cm{i}"), "v")).collect();
+    let limit = 2 * entry_size(&entry("cm0", "v")) + 10;
+    let base = after(
+        &BTreeMap::new(),
+        &plan_group(&BTreeMap::new(), &changes, limit),
+    );
+    assert_eq!(base.len(), 3, "six objects, two per chunk");
+    let one = BTreeMap::from([upsert("cm3", "w")]);
+    let writes = plan_group(&base, &one, limit);
+    assert_eq!(writes.len(), 1);
+    assert_eq!(writes[0].0, 1, "cm3 lives in chunk 1");
+    let gone = BTreeMap::from([(key("cm4"), Change::Remove), (key("cm5"), Change::Remove)]);
+    assert_eq!(
+        plan_group(&base, &gone, limit),
+        vec![(2, ChunkWrite::Delete)]
+    );
+}
+
+#[test]
+fn a_chunk_that_gains_an_object_is_written_before_the_one_that_loses_it() {
+    let small = 2 * entry_size(&entry("a", "v")) + 10;
+    let base = after(
+        &BTreeMap::new(),
+        &plan_group(
+            &BTreeMap::new(),
+            &BTreeMap::from([upsert("a", "v"), upsert("b", "v")]),
+            small,
+        ),
+    );
+    assert_eq!(base.len(), 1);
+    // "a" grows past its chunk's room: it moves to a new chunk 1, written first.
+    let grown = BTreeMap::from([upsert("a", &"x".repeat(200))]);
+    let writes = plan_group(&base, &grown, small);
+    let order: Vec<_> = writes
+        .iter()
+        .map(|(i, w)| (*i, matches!(w, ChunkWrite::Apply { gains: true, .. })))
+        .collect();
+    assert_eq!(order, [(1, true), (0, false)]);
+}
+
+#[test]
+fn a_chunk_with_outdated_metadata_is_written_again() {
+    let base = after(
+        &BTreeMap::new(),
+        &plan_group(
+            &BTreeMap::new(),
+            &BTreeMap::from([upsert("a", "v")]),
+            1 << 20,
+        ),
+    );
+    let mut stale = base.clone();
+    if let Some(c) = stale.get_mut(&0) {
+        c.current_metadata = false;
+    }
+    let change = BTreeMap::from([upsert("a", "v")]);
+    assert_eq!(plan_group(&base, &change, 1 << 20), vec![]);
+    assert_eq!(plan_group(&stale, &change, 1 << 20).len(), 1);
+}
+
+#[test]
+fn a_manifest_whose_config_names_another_object_is_not_read_as_an_entry() {
+    let mut spec = spec_of(&BTreeMap::from([(key("a"), entry("a", "v"))]));
+    assert_eq!(entries_of(&spec).len(), 1);
+    spec.manifest_configs[0].identifier.name = "b".into();
+    assert!(entries_of(&spec).is_empty());
+}
