@@ -189,6 +189,12 @@ pub fn plan(
     let mut wanted = BTreeSet::new();
     for profile in profiles.iter().filter(|p| is_foreign(p)) {
         let name = profile.name_any();
+        // A profile that offers no access provider (yet: its cluster manager writes them
+        // into the status after creating it) is no candidate: no cluster, no Event (an
+        // imported cluster whose profile stopped offering any goes, as below).
+        if !offers_access(profile) {
+            continue;
+        }
         let current = by_name.get(&name);
         if let Some(c) = current.filter(|c| !is_imported(c)) {
             let why = format!(
@@ -217,6 +223,14 @@ pub fn plan(
         }
     }
     ops
+}
+
+/// Whether a profile's status offers any access (or credential) provider.
+fn offers_access(profile: &ClusterProfile) -> bool {
+    profile
+        .status
+        .as_ref()
+        .is_some_and(|s| !s.access_providers.is_empty() || !s.credential_providers.is_empty())
 }
 
 /// Imports the foreign ClusterProfiles of `namespaces.profiles` as KubeFedClusters of
@@ -437,6 +451,16 @@ mod tests {
         };
         assert_eq!(profile, "edge2");
         assert!(why.contains("cloud-iam") && why.contains("vault"), "{why}");
+    }
+
+    #[test]
+    fn a_profile_offering_no_access_provider_yet_is_passed_over_without_a_refusal() {
+        let mut bare = profile("edge3", "fleet", "vault");
+        if let Some(status) = bare.status.as_mut() {
+            status.access_providers.clear();
+            status.credential_providers.clear();
+        }
+        assert!(plan(&[&bare], &[], &access(), NS).is_empty());
     }
 
     #[test]
