@@ -194,6 +194,20 @@ pub async fn federation_with_capacity(
     federate(env, boot).await
 }
 
+/// [`federation_with_capacity`] of two members of unequal room: member1 has one node of
+/// 2 CPUs (4 pods of 500m), member2 one of 8 CPUs (16 pods); the estimate's threshold 5 s.
+pub async fn federation_of_2_and_8_cpus() -> anyhow::Result<Federation> {
+    let node = |cpu: &str| flotilla_localenv::NodeCapacity {
+        cpu: cpu.into(),
+        memory: "1Gi".into(),
+        pods: "110".into(),
+    };
+    let pods = flotilla_localenv::PodSimulation::default()
+        .with_member("member1", 1, node("2"))
+        .with_member("member2", 1, node("8"));
+    federation_with_capacity(2, pods, "5s").await
+}
+
 /// Installs the host side, joins the members (all at once: each join writes to its own
 /// member and its own objects in the host) and starts the control plane.
 async fn federate(env: LocalEnv, boot: Bootstrap) -> anyhow::Result<Federation> {

@@ -12,7 +12,7 @@ use flotilla_tests::{
     EnvOptions,
     cli::run_ok,
     env_with,
-    federation::{Federation, apply, federated_namespace, federation_with_capacity},
+    federation::{Federation, apply, federated_namespace, federation_of_2_and_8_cpus},
     member::{deployments, replicas},
     objects::FederatedObject,
     wait::wait_namespace_in,
@@ -192,16 +192,7 @@ async fn wait_division(
 #[tokio::test]
 async fn replicas_overflow_by_capacity_estimate_and_divide_by_available_replicas()
 -> anyhow::Result<()> {
-    // member1: one node of 2 CPUs (4 pods of 500m); member2: one of 8 CPUs (16 pods).
-    let node = |cpu: &str| NodeCapacity {
-        cpu: cpu.into(),
-        memory: "1Gi".into(),
-        pods: "110".into(),
-    };
-    let pods = PodSimulation::default()
-        .with_member("member1", 1, node("2"))
-        .with_member("member2", 1, node("8"));
-    let fed = federation_with_capacity(2, pods, "5s").await?;
+    let fed = federation_of_2_and_8_cpus().await?;
     federated_namespace(&fed, "overflow").await?;
     wait_namespace_in(&fed.members, "overflow").await?;
 
@@ -315,15 +306,7 @@ async fn rsp_object(fed: &Federation, ns: &str) -> anyhow::Result<serde_json::Va
 #[tokio::test]
 async fn a_one_off_rebalance_moves_replicas_to_freed_room_unless_a_rollout_is_under_way()
 -> anyhow::Result<()> {
-    let node = |cpu: &str| NodeCapacity {
-        cpu: cpu.into(),
-        memory: "1Gi".into(),
-        pods: "110".into(),
-    };
-    let pods = PodSimulation::default()
-        .with_member("member1", 1, node("2"))
-        .with_member("member2", 1, node("8"));
-    let fed = federation_with_capacity(2, pods, "5s").await?;
+    let fed = federation_of_2_and_8_cpus().await?;
     let ns = "rebalance";
     federated_namespace(&fed, ns).await?;
     wait_namespace_in(&fed.members, ns).await?;

@@ -6,10 +6,9 @@
 use std::time::Duration;
 
 use anyhow::ensure;
-use flotilla_localenv::{NodeCapacity, PodSimulation};
 use flotilla_tests::{
     cli::run_ok,
-    federation::{Federation, federation_with_capacity},
+    federation::{Federation, federation_of_2_and_8_cpus},
     member::{deployments, replicas},
     wait_for,
 };
@@ -113,16 +112,7 @@ async fn wait_split(
 #[tokio::test]
 async fn a_policys_replica_scheduling_divides_a_plain_deployment_by_available_replicas()
 -> anyhow::Result<()> {
-    // member1: one node of 2 CPUs (4 pods of 500m); member2: one of 8 CPUs (16 pods).
-    let node = |cpu: &str| NodeCapacity {
-        cpu: cpu.into(),
-        memory: "1Gi".into(),
-        pods: "110".into(),
-    };
-    let pods = PodSimulation::default()
-        .with_member("member1", 1, node("2"))
-        .with_member("member2", 1, node("8"));
-    let fed = federation_with_capacity(2, pods, "5s").await?;
+    let fed = federation_of_2_and_8_cpus().await?;
     let namespaces: Api<Namespace> = Api::all(fed.host.clone());
     let ns = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}});
     namespaces
