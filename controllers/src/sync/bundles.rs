@@ -30,7 +30,10 @@ use flotilla_api::{
     },
 };
 use flotilla_core::bundle::{Item, assign};
-use flotilla_multicluster::unread;
+use flotilla_multicluster::{
+    runner::{Action, PassRunner, Retry},
+    unread,
+};
 use futures::StreamExt;
 use kube::{
     Api, Client, ResourceExt,
@@ -245,7 +248,7 @@ pub struct Bundler {
     /// (cluster namespace, Work name) → this process's last write.
     written: Mutex<HashMap<(String, String), Written>>,
     failed: Mutex<HashMap<Group, String>>,
-    wake: Notify,
+    wake: Arc<Notify>,
 }
 
 impl Bundler {
@@ -272,7 +275,7 @@ impl Bundler {
             pending: Mutex::default(),
             written: Mutex::default(),
             failed: Mutex::default(),
-            wake: Notify::new(),
+            wake: Arc::new(Notify::new()),
         }
     }
 
@@ -312,17 +315,22 @@ impl Bundler {
         lock(&self.failed).get(&Self::group(cluster, key)).cloned()
     }
 
-    /// Writes pending changes, each group at most once per [`FLUSH_INTERVAL`], until the
-    /// task is aborted.
+    /// Writes pending changes, each group at most once per [`FLUSH_INTERVAL`] (the pass
+    /// runner's debounce), a failed flush again after [`RETRY`], until the task is aborted.
     pub async fn run(self: Arc<Self>) {
-        loop {
-            self.wake.notified().await;
-            tokio::time::sleep(FLUSH_INTERVAL).await;
-            self.flush().await;
+        let mut runner = PassRunner::new("work-bundles", self.wake.clone())
+            .debounce(FLUSH_INTERVAL)
+            .retry(Retry::Fixed(RETRY));
+        while runner.next().await.is_some() {
+            runner.finish(match self.flush().await {
+                true => Action::AwaitChange,
+                false => Action::backoff(),
+            });
         }
     }
 
-    async fn flush(&self) {
+    /// Writes every pending group; `false` when one failed (its changes are put back).
+    async fn flush(&self) -> bool {
         let pending = std::mem::take(&mut *lock(&self.pending));
         let mut retire = pending.retire;
         let jobs = pending.changes.into_iter().map(|(group, changes)| {
@@ -336,7 +344,7 @@ impl Bundler {
             .buffer_unordered(GROUPS_AT_ONCE)
             .collect()
             .await;
-        let mut again = false;
+        let mut all_written = true;
         for (group, changes, retire, result) in done {
             match result {
                 Ok(()) => {
@@ -346,14 +354,11 @@ impl Bundler {
                     warn!(cluster = %group.0, namespace = ?group.1, %message, "writing a bundle failed; retrying");
                     lock(&self.failed).insert(group.clone(), message);
                     self.requeue(group, changes, retire);
-                    again = true;
+                    all_written = false;
                 }
             }
         }
-        if again {
-            tokio::time::sleep(RETRY).await;
-            self.wake.notify_one();
-        }
+        all_written
     }
 
     /// Puts back the changes of a failed flush, under any newer change of the same key.
