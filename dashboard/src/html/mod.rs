@@ -6,6 +6,7 @@
 pub mod object;
 pub mod overview;
 pub mod policies;
+pub mod replicas;
 
 use std::fmt::Write as _;
 

@@ -1,9 +1,8 @@
 //! The object page's HTML: summary, per-cluster table (state, reason, message, overrides,
-//! remote status), template, placement and decision, the object each cluster gets, Events.
+//! remote status), replicas per cluster when an RSP divides them ([`super::replicas`]),
+//! template, placement and decision, the object each cluster gets, Events.
 
 use std::fmt::Write as _;
-
-use flotilla_api::scheduling::ClusterDivision;
 
 use super::{badge, escape};
 use crate::view::{
@@ -65,7 +64,9 @@ pub fn fragment(v: &ObjectView) -> String {
         let _ = write!(out, r#"<p class="fail" role="alert">✗ {}</p>"#, escape(e));
     }
     clusters(&mut out, &v.clusters);
-    division(&mut out, &v.division);
+    if let Some(r) = &v.replicas {
+        super::replicas::section(&mut out, r);
+    }
     drift(&mut out, &v.drift);
     let _ = write!(
         out,
@@ -87,27 +88,6 @@ pub fn fragment(v: &ObjectView) -> String {
     rendered(&mut out, &v.clusters);
     events(&mut out, v);
     out
-}
-
-/// Replicas per cluster and why, when a ReplicaSchedulingPreference divides the object.
-fn division(out: &mut String, division: &[ClusterDivision]) {
-    if division.is_empty() {
-        return;
-    }
-    out.push_str(
-        r#"<section><h3>Replicas</h3><table id="division"><thead><tr><th>Cluster</th><th>Replicas</th><th>Reason</th><th>Why</th></tr></thead><tbody>"#,
-    );
-    for d in division {
-        let _ = write!(
-            out,
-            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
-            escape(&d.name),
-            d.replicas,
-            d.reason.as_str(),
-            escape(&d.message)
-        );
-    }
-    out.push_str("</tbody></table></section>");
 }
 
 /// `status.drift`: what other writers changed in the members (nothing when none did).
@@ -259,7 +239,7 @@ mod tests {
             drift: Vec::new(),
             events: Vec::new(),
             made_by: None,
-            division: Vec::new(),
+            replicas: None,
         }
     }
 
@@ -299,25 +279,24 @@ mod tests {
         let html = fragment(&v);
         assert!(html.contains("<ul id=\"drift\"><li>drift in m2 Repaired: data.color (&lt;blue&gt; → red) changed by kubectl-edit</li>"), "{html}");
     }
+
     #[test]
-    fn an_rsp_divided_object_shows_each_clusters_replicas_and_reason() {
+    fn the_replicas_section_appears_only_when_an_rsp_divides_the_object() {
+        assert!(!fragment(&view()).contains(r#"id="replicas""#));
         let mut v = view();
-        v.division = vec![ClusterDivision {
-            name: "member1".into(),
-            replicas: 7,
-            reason: flotilla_api::scheduling::DivisionReason::CapacityEstimate,
-            message: "capacity estimate 4 <pods>".into(),
-            ..ClusterDivision::default()
-        }];
+        v.replicas = Some(crate::view::replicas::Replicas {
+            rsp: "demo/web".into(),
+            summary: "3 replicas by static weight, rebalance: false".into(),
+            recorded: true,
+            rows: Vec::new(),
+            next: Vec::new(),
+            preview_error: None,
+            rebalance: None,
+        });
         let html = fragment(&v);
-        assert!(html.contains(r#"<table id="division">"#), "{html}");
         assert!(
-            html.contains("<td>member1</td><td>7</td><td>CapacityEstimate</td><td>capacity estimate 4 &lt;pods&gt;</td>"),
+            html.contains("ReplicaSchedulingPreference <strong>demo/web</strong>: 3 replicas"),
             "{html}"
-        );
-        assert!(
-            !fragment(&view()).contains("division"),
-            "none without an RSP"
         );
     }
 }

@@ -5,6 +5,7 @@
 pub mod object;
 pub mod overview;
 pub mod policies;
+pub mod replicas;
 
 use flotilla_api::{ClusterReason, KubeFedCluster, core::condition};
 use serde::Serialize;

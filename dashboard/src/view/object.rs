@@ -2,21 +2,25 @@
 //! decision), overrides per cluster, state per cluster with reason, message and collected
 //! remote status, its recent Events, and the object each cluster gets — computed by the
 //! same pure functions `flotilla diff` uses ([`flotilla_controllers::preview::desired`],
-//! [`flotilla_controllers::preview::render`]), from the watched state, without asking any member. Pure.
+//! [`flotilla_controllers::preview::render`]), from the watched state, without asking any member;
+//! and the Replicas section ([`super::replicas`]) when a ReplicaSchedulingPreference divides it. Pure.
 
 use std::collections::BTreeSet;
 
 use flotilla_api::{
     FederatedSpec, Placement, core::StatusCollectionMode, federated::PlacementStatus,
     kubefed_config::DEFAULT_UNREACHABLE_TOLERATION_SECONDS, policy::NAMESPACE_FOR_OBJECTS,
-    scheduling::ClusterDivision, workload::AggregatedStatus,
+    workload::AggregatedStatus,
 };
 use flotilla_core::redact;
 use kube::ResourceExt;
 use serde::Serialize;
 use serde_json::Value;
 
-use super::{Cell, Health, Overall};
+use super::{
+    Cell, Health, Overall,
+    replicas::{Replicas, replicas},
+};
 use crate::state::{EventRecord, FedObject, ObjectKey, PolicyKey, State};
 use flotilla_controllers::{
     multicluster::ClusterState,
@@ -140,7 +144,7 @@ pub struct ObjectView {
     /// The policy that made it, when the policy controller did.
     pub made_by: Option<MadeBy>,
     /// Replicas per cluster and why, when a ReplicaSchedulingPreference divides it.
-    pub division: Vec<ClusterDivision>,
+    pub replicas: Option<Replicas>,
 }
 
 /// The page of the object `key`, if the state has it.
@@ -220,9 +224,7 @@ pub fn object_view(state: &State, key: &ObjectKey) -> Option<ObjectView> {
             .cloned()
             .collect(),
         made_by: object.policy.as_deref().map(MadeBy::of),
-        division: spec
-            .map(|s| division(state, key, object, s))
-            .unwrap_or_default(),
+        replicas: spec.and_then(|s| replicas_section(state, key, object, s)),
     })
 }
 
@@ -339,18 +341,26 @@ fn rendered(
     })
 }
 
-/// The RSP scheduler's division of the object's replicas per cluster, with reasons (empty
-/// when no RSP divides it or it cannot be computed).
-fn division(
+/// The Replicas section, when an RSP of the object's name targets its kind: the division
+/// recorded in the RSP's status, and the one the RSP scheduler would make now (by the same
+/// function as `flotilla diff`).
+fn replicas_section(
     state: &State,
     key: &ObjectKey,
     object: &FedObject,
     spec: &FederatedSpec,
-) -> Vec<ClusterDivision> {
-    preview(state, key, object, spec, desired::division)
-        .ok()
-        .flatten()
-        .unwrap_or_default()
+) -> Option<Replicas> {
+    let (rsp, status) = state
+        .rsps
+        .get(&(key.namespace.clone(), key.name.clone()))
+        .filter(|(rsp, _)| rsp.target_kind == key.kind)?;
+    let preview = preview(state, key, object, spec, desired::division);
+    Some(replicas(
+        &format!("{}/{}", key.namespace, key.name),
+        rsp,
+        status.as_ref(),
+        preview,
+    ))
 }
 
 /// Runs `f` on the inputs the controllers would read for the object.
@@ -628,5 +638,62 @@ mod tests {
         assert!(view.spec_error.is_some());
         assert_eq!(view.overall, Overall::Failing);
         assert!(object_view(&s, &key("demo", "FederatedConfigMap", "nope")).is_none());
+    }
+
+    /// A FederatedDeployment `api` of demo on every cluster, divided by an RSP of 4
+    /// replicas by equal weights, whose status records `recorded` (if any).
+    fn divided(recorded: Option<Value>, target_kind: &str) -> State {
+        let mut s = state();
+        s.objects.insert(
+            key("demo", "FederatedDeployment", "api"),
+            fed(
+                json!({"template": {"spec": {"replicas": 1}},
+                       "placement": {"clusterSelector": {}}}),
+                json!({}),
+                "deployments.apps",
+            ),
+        );
+        let spec = serde_json::from_value(json!({"targetKind": target_kind,
+            "totalReplicas": 4, "clusters": {"*": {"weight": 1}}}))
+        .expect("rsp");
+        let status = recorded
+            .map(|clusters| serde_json::from_value(json!({"clusters": clusters})).expect("status"));
+        s.rsps.insert(("demo".into(), "api".into()), (spec, status));
+        s
+    }
+
+    fn replicas_of(s: &State) -> Option<Replicas> {
+        object_view(s, &key("demo", "FederatedDeployment", "api"))
+            .expect("view")
+            .replicas
+    }
+
+    #[test]
+    fn an_rsp_divided_object_shows_the_recorded_division_and_the_scheduler_s_next_one() {
+        let preview = replicas_of(&divided(None, "FederatedDeployment")).expect("a section");
+        assert!(!preview.recorded);
+        let shares: Vec<_> = preview
+            .rows
+            .iter()
+            .map(|r| (r.division.name.as_str(), r.division.replicas))
+            .collect();
+        assert_eq!(shares, [("m1", 2), ("m2", 2)], "the scheduler's preview");
+        assert_eq!(preview.rows[0].preference, "weight 1 (\"*\")");
+
+        let stale = json!([{"name": "m1", "replicas": 3, "reason": "Weight"},
+                           {"name": "m2", "replicas": 1, "reason": "Weight"}]);
+        let r = replicas_of(&divided(Some(stale), "FederatedDeployment")).expect("a section");
+        assert!(r.recorded);
+        assert_eq!(r.rows[0].division.replicas, 3, "the recorded division");
+        let next: Vec<_> = r.next.iter().map(|d| d.replicas).collect();
+        assert_eq!(next, [2, 2], "the one the scheduler would now write");
+
+        let current =
+            serde_json::to_value(preview.rows.iter().map(|r| &r.division).collect::<Vec<_>>())
+                .expect("json");
+        let r = replicas_of(&divided(Some(current), "FederatedDeployment")).expect("a section");
+        assert!(r.recorded && r.next.is_empty(), "{r:?}");
+
+        assert_eq!(replicas_of(&divided(None, "FederatedReplicaSet")), None);
     }
 }
