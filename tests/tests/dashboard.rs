@@ -52,7 +52,11 @@ fn screenshot_dirs(fed: &Federation) -> Vec<PathBuf> {
     dirs
 }
 
-async fn save_screenshot(browser: &Browser, fed: &Federation, file: &str) -> anyhow::Result<()> {
+pub(crate) async fn save_screenshot(
+    browser: &Browser,
+    fed: &Federation,
+    file: &str,
+) -> anyhow::Result<()> {
     let png = browser.screenshot().await?;
     ensure!(png.starts_with(b"\x89PNG"), "{file}: not a PNG");
     for dir in screenshot_dirs(fed) {

@@ -36,6 +36,7 @@ mod credential_expiry;
 mod credential_rotation;
 mod dashboard;
 mod dashboard_policies;
+mod dashboard_replicas;
 mod dependencies;
 mod docs_site;
 mod drift;
