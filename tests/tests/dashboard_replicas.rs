@@ -3,8 +3,10 @@
 //! pods requesting 500m CPU divided by a ReplicaSchedulingPreference, its page showing per
 //! cluster exactly the replicas, reason, numbers and capacity the RSP's status records (read
 //! through the API, not assumed), and following by itself, without a reload, as the division
-//! changes: kubefed's overflow past member1's capacity estimate, a smaller total, and member1
-//! left out by the target's clusterSelector.
+//! changes: kubefed's overflow past member1's capacity estimate, a smaller total, a division
+//! by the replicas that fit each member (`AvailableReplicas`), and member1 left out by the
+//! target's clusterSelector. The overview's Clusters table shows each member's resource
+//! summary as its KubeFedCluster status has it.
 //!
 //! A screenshot of the section is written beside the clusters' files, and to `docs/images/`
 //! when `FLOTILLA_DASHBOARD_SCREENSHOTS=1`.
@@ -172,6 +174,38 @@ fn written(division: &[Value]) -> i64 {
     division.iter().filter_map(|d| d["replicas"].as_i64()).sum()
 }
 
+/// The overview's Clusters table shows each member's resource summary as its KubeFedCluster
+/// status has it (requested of allocatable CPU, the pods).
+async fn overview_shows_each_members_summary(
+    browser: &Browser,
+    fed: &Federation,
+) -> anyhow::Result<()> {
+    let clusters: Api<KubeFedCluster> = Api::namespaced(fed.host.clone(), "kube-federation-system");
+    for member in ["member1", "member2"] {
+        wait_for(SETTLED, &format!("{member}'s summary"), || async {
+            let r = clusters.get(member).await?.status.and_then(|s| s.resources);
+            let r = r.context("no summary yet")?;
+            let cpu = |m: &std::collections::BTreeMap<String, String>| {
+                m.get("cpu").cloned().unwrap_or_else(|| "?".into())
+            };
+            let want = [
+                format!("cpu {}/{}", cpu(&r.requested), cpu(&r.allocatable)),
+                format!("{} pods", r.pods),
+            ];
+            let selector =
+                format!(r#"#clusters tr[data-cluster="{member}"] td[data-col="capacity"]"#);
+            let shown = browser.text(&selector).await?.unwrap_or_default();
+            ensure!(
+                want.iter().all(|w| shown.contains(w.as_str())),
+                "shown {shown:?}, status {want:?}"
+            );
+            Ok(())
+        })
+        .await?;
+    }
+    Ok(())
+}
+
 #[tokio::test]
 async fn the_object_page_shows_each_clusters_replicas_and_reason_as_the_rsp_records_them_live()
 -> anyhow::Result<()> {
@@ -238,6 +272,20 @@ async fn the_object_page_shows_each_clusters_replicas_and_reason_as_the_rsp_reco
         .await?;
         ensure!(smaller != overflow, "the division did not change");
 
+        // Weighed by the replicas that fit each member's free room instead.
+        patch_rsp(&fed, json!({"weightPreference": "AvailableReplicas"})).await?;
+        page_shows_the_recorded_division(&browser, &fed, "division by available replicas", |d| {
+            for member in ["member1", "member2"] {
+                ensure!(
+                    field(d, member, "availableReplicas").is_i64(),
+                    "no available replicas for {member} yet"
+                );
+            }
+            ensure!(written(d) == 4, "not the total");
+            Ok(())
+        })
+        .await?;
+
         // member1 no longer matches the target's clusterSelector: none there, and why.
         let clusters: Api<KubeFedCluster> =
             Api::namespaced(fed.host.clone(), "kube-federation-system");
@@ -265,7 +313,8 @@ async fn the_object_page_shows_each_clusters_replicas_and_reason_as_the_rsp_reco
             .execute("return window.flotillaMarker || null;", vec![])
             .await?;
         ensure!(marker == "kept", "the page was reloaded (marker {marker})");
-        Ok(())
+        browser.goto(&url).await?;
+        overview_shows_each_members_summary(&browser, &fed).await
     }
     .await;
     browser.close().await;

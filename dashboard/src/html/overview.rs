@@ -121,10 +121,10 @@ pub fn fragment(o: &Overview) -> String {
 fn clusters(out: &mut String, rows: &[ClusterRow]) {
     out.push_str(
         r#"<section aria-labelledby="clusters-h"><h2 id="clusters-h">Clusters</h2>
-<table id="clusters"><thead><tr><th scope="col">Cluster</th><th scope="col">State</th><th scope="col">Version</th><th scope="col">Labels</th><th scope="col">Taints</th><th scope="col">Objects placed</th></tr></thead><tbody>"#,
+<table id="clusters"><thead><tr><th scope="col">Cluster</th><th scope="col">State</th><th scope="col">Version</th><th scope="col">Labels</th><th scope="col">Taints</th><th scope="col">Capacity</th><th scope="col">Objects placed</th></tr></thead><tbody>"#,
     );
     if rows.is_empty() {
-        out.push_str(r#"<tr><td colspan="6">No cluster is registered (flotilla join).</td></tr>"#);
+        out.push_str(r#"<tr><td colspan="7">No cluster is registered (flotilla join).</td></tr>"#);
     }
     for r in rows {
         let class = if r.health.is_problem() { "fail" } else { "ok" };
@@ -139,7 +139,7 @@ fn clusters(out: &mut String, rows: &[ClusterRow]) {
         }
         let _ = write!(
             out,
-            "</td><td>{}</td><td>{}</td><td>{}</td><td>{} ({} propagated, {} failing)</td></tr>",
+            r#"</td><td>{}</td><td>{}</td><td>{}</td><td data-col="capacity">{}</td><td>{} ({} propagated, {} failing)</td></tr>"#,
             escape(&r.version),
             escape(&r.labels.join(", ")),
             if r.taints.is_empty() {
@@ -147,6 +147,10 @@ fn clusters(out: &mut String, rows: &[ClusterRow]) {
             } else {
                 escape(&r.taints.join(", "))
             },
+            r.capacity.as_deref().map_or_else(
+                || r#"<span class="none">not summarised yet</span>"#.to_owned(),
+                escape
+            ),
             r.placed,
             r.propagated,
             r.failing
@@ -249,6 +253,12 @@ mod tests {
         );
         assert!(html.contains("✗</span> ApplyOverridesFailed"), "{html}");
         assert!(html.contains("✓</span> Ready"), "{html}");
+        assert!(
+            html.contains(
+                r#"<td data-col="capacity"><span class="none">not summarised yet</span></td>"#
+            ),
+            "{html}"
+        );
         assert!(
             html.contains(r#"href="/object?ns=prod&amp;kind=FederatedDeployment&amp;name=web""#),
             "{html}"

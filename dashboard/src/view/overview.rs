@@ -65,6 +65,8 @@ pub struct ClusterRow {
     pub labels: Vec<String>,
     /// Taints, described.
     pub taints: Vec<String>,
+    /// Its resource summary (`status.resources`), described; `None` before one is kept.
+    pub capacity: Option<String>,
     /// Federated objects placed there.
     pub placed: usize,
     /// Of which propagated.
@@ -217,10 +219,30 @@ fn cluster_row(cluster: &flotilla_api::KubeFedCluster) -> ClusterRow {
             .map(|(k, v)| format!("{k}={v}"))
             .collect(),
         taints: cluster.spec.taints.iter().map(|t| t.describe()).collect(),
+        capacity: status.and_then(|s| s.resources.as_deref()).map(capacity),
         placed: 0,
         propagated: 0,
         failing: 0,
     }
+}
+
+/// `1/1 nodes Ready; cpu 1500m/2, memory 0/1Gi requested of allocatable; 3 pods`: what
+/// capacity-aware division reads of a member, as `flotilla status --clusters` shows it.
+fn capacity(r: &flotilla_api::core::ClusterResources) -> String {
+    let pair = |k: &str| {
+        let get = |m: &std::collections::BTreeMap<String, String>| {
+            m.get(k).cloned().unwrap_or_else(|| "?".into())
+        };
+        format!("{k} {}/{}", get(&r.requested), get(&r.allocatable))
+    };
+    format!(
+        "{}/{} nodes Ready; {}, {} requested of allocatable; {} pods",
+        r.ready_nodes,
+        r.nodes,
+        pair("cpu"),
+        pair("memory"),
+        r.pods
+    )
 }
 
 #[cfg(test)]
@@ -353,5 +375,24 @@ pub(crate) mod tests {
         assert_eq!(last.filter.page, 2);
         assert_eq!(last.rows.len(), 51);
         assert_eq!(last.rows[50].name, "web");
+    }
+
+    #[test]
+    fn a_cluster_with_a_resource_summary_shows_requested_of_allocatable() {
+        let mut s = state(0);
+        let resources: flotilla_api::core::ClusterResources = serde_json::from_value(json!({
+            "nodes": 2, "readyNodes": 1, "pods": 7,
+            "allocatable": {"cpu": "2", "memory": "1Gi"},
+            "requested": {"cpu": "1500m"}}))
+        .expect("summary");
+        if let Some(status) = s.clusters.get_mut("m1").and_then(|c| c.status.as_mut()) {
+            status.resources = Some(Box::new(resources));
+        }
+        let o = overview(&s, &Filter::default());
+        assert_eq!(
+            o.clusters[0].capacity.as_deref(),
+            Some("1/2 nodes Ready; cpu 1500m/2, memory ?/1Gi requested of allocatable; 7 pods")
+        );
+        assert_eq!(o.clusters[1].capacity, None, "not summarised yet");
     }
 }
