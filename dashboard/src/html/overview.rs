@@ -148,7 +148,7 @@ fn clusters(out: &mut String, rows: &[ClusterRow]) {
                 escape(&r.taints.join(", "))
             },
             r.capacity.as_deref().map_or_else(
-                || r#"<span class="none">not summarised yet</span>"#.to_owned(),
+                || r#"<span class="none">no summary</span>"#.to_owned(),
                 escape
             ),
             r.placed,
@@ -254,9 +254,7 @@ mod tests {
         assert!(html.contains("✗</span> ApplyOverridesFailed"), "{html}");
         assert!(html.contains("✓</span> Ready"), "{html}");
         assert!(
-            html.contains(
-                r#"<td data-col="capacity"><span class="none">not summarised yet</span></td>"#
-            ),
+            html.contains(r#"<td data-col="capacity"><span class="none">no summary</span></td>"#),
             "{html}"
         );
         assert!(

@@ -393,6 +393,6 @@ pub(crate) mod tests {
             o.clusters[0].capacity.as_deref(),
             Some("1/2 nodes Ready; cpu 1500m/2, memory ?/1Gi requested of allocatable; 7 pods")
         );
-        assert_eq!(o.clusters[1].capacity, None, "not summarised yet");
+        assert_eq!(o.clusters[1].capacity, None, "no summary");
     }
 }
