@@ -156,6 +156,12 @@ pub enum DivisionReason {
     Current,
     /// Not Ready, not matching the selector, or without a preference: none.
     NotSelected,
+    /// None: a taint of the cluster (`spec.taints`) the placement's tolerations do not
+    /// tolerate kept the placement's scheduler off it.
+    Tainted,
+    /// None: not one pod of the template can be scheduled there (no Ready, schedulable
+    /// node has room for it, or every pod stayed unschedulable past the threshold).
+    Unschedulable,
 }
 
 impl DivisionReason {
@@ -169,6 +175,8 @@ impl DivisionReason {
             DivisionReason::AvailableReplicas => "AvailableReplicas",
             DivisionReason::Current => "Current",
             DivisionReason::NotSelected => "NotSelected",
+            DivisionReason::Tainted => "Tainted",
+            DivisionReason::Unschedulable => "Unschedulable",
         }
     }
 }

@@ -400,3 +400,89 @@ async fn a_one_off_rebalance_moves_replicas_to_freed_room_unless_a_rollout_is_un
     ensure!(now == [Some(7), Some(3)], "nothing moved: {now:?}");
     Ok(())
 }
+
+/// `web` of `ns` whose pods each request `cpu`, placed as `placement` says.
+fn web_requesting(ns: &str, cpu: &str, placement: serde_json::Value) -> FederatedObject {
+    web(ns)
+        .template(json!({"spec": {
+            "replicas": 1,
+            "selector": {"matchLabels": {"app": "web"}},
+            "template": {"metadata": {"labels": {"app": "web"}},
+                "spec": {"containers": [{"name": "web", "image": "nginx",
+                    "resources": {"requests": {"cpu": cpu}}}]}}
+        }}))
+        .placement(placement)
+}
+
+#[tokio::test]
+async fn a_cluster_where_no_pod_fits_or_a_taint_keeps_out_gets_none_and_says_why()
+-> anyhow::Result<()> {
+    let fed = federation_of_2_and_8_cpus().await?;
+    let all = json!({"clusterSelector": {}});
+    let available = json!({"targetKind": "FederatedDeployment", "totalReplicas": 2,
+        "weightPreference": "AvailableReplicas", "rebalance": true,
+        "clusters": {"*": {"weight": 1}}});
+
+    // 3 CPUs a pod: none fits member1's 2-CPU node, two fit member2's 8.
+    federated_namespace(&fed, "nofit").await?;
+    wait_namespace_in(&fed.members, "nofit").await?;
+    web_requesting("nofit", "3", all.clone())
+        .apply(&fed.host)
+        .await?;
+    rsp(&fed, "nofit", available.clone()).await?;
+    wait_division(
+        &fed,
+        "nofit",
+        [0, 2],
+        ["Unschedulable", "AvailableReplicas"],
+    )
+    .await?;
+    let out = run_ok(&fed, &["status", "rsp/web", "-n", "nofit"]).await?;
+    ensure!(
+        out.lines()
+            .any(|l| l.contains("member1") && l.contains("Unschedulable")),
+        "flotilla status: {out}"
+    );
+    // 64 CPUs a pod fit nowhere: with `rebalance: true` (without it, the 2 running
+    // replicas stay where they are) none anywhere, each cluster saying why.
+    web_requesting("nofit", "64", all).apply(&fed.host).await?;
+    wait_division(&fed, "nofit", [0, 0], ["Unschedulable", "Unschedulable"]).await?;
+
+    // A placement of Flotilla's scheduler that does not tolerate member1's taint: member1
+    // gets none and its taint is named.
+    let clusters: Api<KubeFedCluster> =
+        Api::namespaced(fed.host.clone(), flotilla_api::DEFAULT_NAMESPACE);
+    let taint =
+        json!({"spec": {"taints": [{"key": "example.com/reserved", "effect": "NoSchedule"}]}});
+    clusters
+        .patch("member1", &PatchParams::default(), &Patch::Merge(&taint))
+        .await?;
+    federated_namespace(&fed, "tainted").await?;
+    wait_namespace_in(&fed.members, "tainted").await?;
+    web_requesting(
+        "tainted",
+        "100m",
+        json!({"clusterSelector": {}, "maxClusters": 2}),
+    )
+    .apply(&fed.host)
+    .await?;
+    rsp(
+        &fed,
+        "tainted",
+        json!({"targetKind": "FederatedDeployment", "totalReplicas": 4,
+        "clusters": {"*": {"weight": 1}}}),
+    )
+    .await?;
+    wait_division(&fed, "tainted", [0, 4], ["Tainted", "Weight"]).await?;
+    let why = reasons(&fed, "tainted").await?;
+    let api: Api<DynamicObject> =
+        Api::namespaced_with(fed.host.clone(), "tainted", &rsp_resource());
+    let status = api.get("web").await?.data["status"]["clusters"][0]["message"].clone();
+    ensure!(
+        status
+            .as_str()
+            .is_some_and(|m| m.contains("example.com/reserved:NoSchedule")),
+        "member1's message names the taint: {status} ({why:?})"
+    );
+    Ok(())
+}

@@ -41,7 +41,12 @@ pub fn desired(inputs: &Inputs<'_>) -> Result<pipeline::Outcome, String> {
 /// as the RSP controller would record it; `None` when no RSP divides it.
 pub fn division(inputs: &Inputs<'_>) -> Result<Option<Vec<ClusterDivision>>, String> {
     Ok(schedule(inputs)?.map(|(s, capacity)| {
-        crate::scheduling::why::divisions(&s.plan, inputs.object.clusters, &capacity)
+        crate::scheduling::why::divisions(
+            &s.plan,
+            inputs.object.clusters,
+            &capacity,
+            &inputs.object.spec.placement,
+        )
     }))
 }
 

@@ -279,7 +279,7 @@ impl Ctx {
                 return Action::AwaitChange;
             }
         };
-        let divisions = why::divisions(&s.plan, &clusters, &capacity);
+        let divisions = why::divisions(&s.plan, &clusters, &capacity, &spec.placement);
         let answer = match asked {
             Some((request, gate)) => Some(self.answer(&rsp, &spec, &s, request, gate).await),
             None => rsp.status.as_ref().and_then(|st| st.rebalance.clone()),

@@ -121,6 +121,23 @@ pub fn plan(input: &PlanInput<'_>) -> Plan {
     }
 }
 
+/// A cluster that gets nothing because not one pod of the template can run there: its
+/// capacity estimate is 0 (every pod stayed unschedulable past the threshold), or, dividing
+/// by available replicas, not one fits its Ready, schedulable nodes.
+fn unschedulable(p: &Pref, n: i64, available: bool) -> Option<(DivisionReason, String)> {
+    if n != 0 {
+        return None;
+    }
+    let message = if p.capacity == Some(0) {
+        "capacity estimate 0: every pod stayed unschedulable past the threshold"
+    } else if available && p.weight == 0 {
+        "no Ready, schedulable node has room for one pod of the template (0 replicas fit)"
+    } else {
+        return None;
+    };
+    Some((DivisionReason::Unschedulable, message.to_owned()))
+}
+
 /// Why each planned cluster got what it got.
 fn reasons(
     prefs: &[Pref],
@@ -133,6 +150,9 @@ fn reasons(
         .iter()
         .map(|p| {
             let n = plan[&p.cluster];
+            if let Some(why) = unschedulable(p, n, available) {
+                return (p.cluster.clone(), why);
+            }
             let capped = marks.capped.get(&p.cluster).copied().or_else(|| {
                 p.capacity
                     .is_some_and(|c| n >= c)
@@ -587,6 +607,32 @@ mod tests {
             r.replicas["b"], 1,
             "the heavier static weight wins the odd replica"
         );
+    }
+
+    #[test]
+    fn a_cluster_where_not_one_pod_fits_is_named_unschedulable() {
+        let p = prefs(&[("a", 0, None, 1), ("b", 0, None, 1)]);
+        let r = with_capacity(6, &p, &[("a", 0)], &[], true);
+        assert_eq!((r.replicas["a"], r.replicas["b"]), (0, 6));
+        assert_eq!(r.reasons["a"].0, DivisionReason::Unschedulable, "{r:?}");
+        assert!(r.reasons["a"].1.contains("capacity estimate 0"), "{r:?}");
+        assert_eq!(r.reasons["b"].0, DivisionReason::Weight);
+        let clusters = vec!["a".to_string(), "b".to_string()];
+        let available = BTreeMap::from([("a".to_string(), 0), ("b".to_string(), 3)]);
+        let r = plan(&PlanInput {
+            total_replicas: 3,
+            preferences: &p,
+            clusters: &clusters,
+            current: &BTreeMap::new(),
+            rebalance: true,
+            key: "demo/web",
+            capacity: &BTreeMap::new(),
+            available: Some(&available),
+        });
+        assert_eq!((r.replicas["a"], r.replicas["b"]), (0, 3));
+        assert_eq!(r.reasons["a"].0, DivisionReason::Unschedulable, "{r:?}");
+        assert!(r.reasons["a"].1.contains("0 replicas fit"), "{r:?}");
+        assert_eq!(r.reasons["b"].0, DivisionReason::AvailableReplicas);
     }
 
     #[test]

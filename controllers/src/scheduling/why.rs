@@ -5,9 +5,11 @@
 
 use std::collections::BTreeMap;
 
-use flotilla_api::scheduling::{
-    ClusterDivision, DivisionReason, ReplicaSchedulingPreferenceStatus,
+use flotilla_api::{
+    federated::Placement,
+    scheduling::{ClusterDivision, DivisionReason, ReplicaSchedulingPreferenceStatus},
 };
+use flotilla_core::taint::{TaintVerdict, verdict};
 
 use super::{CapacityInputs, planner::Plan};
 use crate::multicluster::ClusterState;
@@ -49,6 +51,7 @@ pub fn divisions(
     plan: &Plan,
     clusters: &[ClusterState],
     capacity: &CapacityInputs,
+    placement: &Placement,
 ) -> Vec<ClusterDivision> {
     let written = plan.written();
     let mut out: Vec<ClusterDivision> = written
@@ -78,22 +81,48 @@ pub fn divisions(
         })
         .collect();
     for c in clusters.iter().filter(|c| !written.contains_key(&c.name)) {
-        let message = if c.ready {
-            "no preference for it (no entry and no \"*\"), or not matching the target's clusterSelector"
-        } else {
-            "the cluster is not Ready"
-        };
+        let (reason, message) = left_out(c, placement);
         out.push(ClusterDivision {
             name: c.name.clone(),
             replicas: 0,
-            reason: DivisionReason::NotSelected,
-            message: message.to_owned(),
+            reason,
+            message,
             capacity_estimate: None,
             available_replicas: None,
         });
     }
     out.sort_by(|a, b| a.name.cmp(&b.name));
     out
+}
+
+/// Why a cluster of the federation got no replica at all: not Ready; kept off by a taint
+/// the placement does not tolerate (a target placed by Flotilla's scheduler, the only
+/// placement that reads cluster taints); not chosen by that scheduler; or, for a
+/// placement of its own, without a preference or not matching the clusterSelector.
+fn left_out(c: &ClusterState, placement: &Placement) -> (DivisionReason, String) {
+    if !c.ready {
+        return (
+            DivisionReason::NotSelected,
+            "the cluster is not Ready".into(),
+        );
+    }
+    if !placement.is_scheduled() {
+        return (
+            DivisionReason::NotSelected,
+            "no preference for it (no entry and no \"*\"), or not matching the target's clusterSelector".into(),
+        );
+    }
+    // Only whether a taint keeps new placements off matters here, not when.
+    match verdict(&c.taints, &placement.tolerations, i64::MAX, 0) {
+        TaintVerdict::NoNewPlacement { taint, .. } | TaintVerdict::Evict { taint } => (
+            DivisionReason::Tainted,
+            format!("its taint {taint} is not tolerated by the placement's tolerations"),
+        ),
+        TaintVerdict::Fits | TaintVerdict::Disfavoured => (
+            DivisionReason::NotSelected,
+            "not chosen by the placement's scheduler (status.placement)".into(),
+        ),
+    }
 }
 
 #[cfg(test)]
@@ -143,7 +172,7 @@ mod tests {
             estimates: BTreeMap::from([("a".to_string(), 4)]),
             ..CapacityInputs::default()
         };
-        let d = divisions(&plan, &clusters, &capacity);
+        let d = divisions(&plan, &clusters, &capacity, &Placement::default());
         assert_eq!(
             (d[0].capacity_estimate, d[1].capacity_estimate),
             (Some(4), None)
@@ -156,6 +185,67 @@ mod tests {
         assert_eq!(d[2].reason, DivisionReason::NotSelected);
         assert!(d[2].message.contains("not Ready"));
         assert!(d[3].message.contains("no preference"));
+    }
+
+    #[test]
+    fn a_scheduled_placement_names_the_taint_that_kept_a_cluster_out() {
+        use flotilla_api::taint::{Taint, TaintEffect, Toleration, TolerationOperator};
+        let plan = Plan {
+            replicas: BTreeMap::from([("a".to_string(), 3)]),
+            ..Plan::default()
+        };
+        let mut tainted = cluster("b", true);
+        tainted.taints = vec![Taint {
+            key: "example.com/gpu".into(),
+            value: Some("none".into()),
+            effect: TaintEffect::NoSchedule,
+            time_added: None,
+        }];
+        let mut prefer = cluster("c", true);
+        prefer.taints = vec![Taint {
+            key: "example.com/cost".into(),
+            value: None,
+            effect: TaintEffect::PreferNoSchedule,
+            time_added: None,
+        }];
+        let clusters = [cluster("a", true), tainted, prefer];
+        let scheduled = Placement {
+            max_clusters: Some(1),
+            ..Placement::default()
+        };
+        let d = divisions(&plan, &clusters, &CapacityInputs::default(), &scheduled);
+        assert_eq!(d[1].reason, DivisionReason::Tainted, "{d:?}");
+        assert!(
+            d[1].message.contains("example.com/gpu=none:NoSchedule"),
+            "{d:?}"
+        );
+        assert_eq!(
+            d[2].reason,
+            DivisionReason::NotSelected,
+            "a preference only"
+        );
+        assert!(d[2].message.contains("scheduler"), "{d:?}");
+        let tolerant = Placement {
+            tolerations: vec![Toleration {
+                key: Some("example.com/gpu".into()),
+                operator: Some(TolerationOperator::Exists),
+                ..Toleration::default()
+            }],
+            ..scheduled
+        };
+        let d = divisions(&plan, &clusters, &CapacityInputs::default(), &tolerant);
+        assert_eq!(d[1].reason, DivisionReason::NotSelected, "tolerated: {d:?}");
+        let own = divisions(
+            &plan,
+            &clusters,
+            &CapacityInputs::default(),
+            &Placement::default(),
+        );
+        assert_eq!(
+            own[1].reason,
+            DivisionReason::NotSelected,
+            "taints are the scheduler's"
+        );
     }
 
     #[test]
