@@ -20,6 +20,7 @@ pub mod cache;
 pub mod check;
 pub mod drift;
 pub mod host_credential;
+pub mod intent;
 pub mod lease;
 pub mod mcs;
 pub mod metrics;

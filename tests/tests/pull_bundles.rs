@@ -15,7 +15,7 @@ use anyhow::{Context as _, ensure};
 use flotilla_agent::{Agent, AgentOptions};
 use flotilla_api::{
     KubeFedCluster, MANAGED_LABEL, ORPHAN_ANNOTATION,
-    work::{AppliedWork, Work, cluster_namespace, identify},
+    work::{APPLYING_ANNOTATION, AppliedWork, Work, cluster_namespace, identify},
 };
 use flotilla_controllers::{
     install,
@@ -222,6 +222,25 @@ async fn bundles_split_at_the_bound_fail_one_manifest_alone_and_an_agent_restart
                 .any(|c| c.type_ == "Applied" && c.status == "True");
             ensure!(applied == (m.identifier.name != "bad"), "{m:?}");
         }
+    }
+    // Each bundle's AppliedWork names the objects it was to apply in the compact form (one
+    // group of the kind and namespace, names only).
+    let records: Api<AppliedWork> = Api::all(fed.pull.clone());
+    for w in &bundles {
+        let record = records.get(&w.name_any()).await?;
+        let applying = record
+            .annotations()
+            .get(APPLYING_ANNOTATION)
+            .context("no applying annotation")?;
+        ensure!(applying.starts_with(r#"{"objects":[{"#), "{applying}");
+        let named = flotilla_agent::intent::decode(applying);
+        ensure!(
+            !named.is_empty()
+                && named
+                    .iter()
+                    .all(|n| n.kind == "ConfigMap" && n.namespace == NS),
+            "{applying}"
+        );
     }
     eprintln!(
         "{} ConfigMaps in {} bundles: {:?}",
