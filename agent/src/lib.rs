@@ -3,7 +3,8 @@
 //! credential can read), makes the member match them — server-side apply with field
 //! manager `flotilla-agent`, drift handled on the watch event as the federated object's
 //! policy says and reported with its writers ([`drift`]) — prunes what it applied
-//! earlier and no longer should (recorded in an AppliedWork per Work in the member, so a
+//! earlier and no longer should (recorded in an AppliedWork per Work in the member, which
+//! names beforehand what is about to be applied in [`intent`]'s compact form, so a
 //! restart forgets nothing and nothing it did not create is ever touched), reports per
 //! manifest in the Work's status, and renews a heartbeat Lease. It also reports the member's
 //! ServiceExports to the host for Multi-Cluster Services ([`mcs`]).
@@ -20,6 +21,7 @@ pub mod cache;
 pub mod check;
 pub mod drift;
 pub mod host_credential;
+pub mod intent;
 pub mod lease;
 pub mod mcs;
 pub mod metrics;

@@ -207,19 +207,19 @@ fn record_of(a: &AppliedWork, namespace: &str) -> Option<Record> {
 fn adopted(a: &AppliedWork, namespace: &str, current: &[ResourceIdentifier]) -> Option<Record> {
     let mut record = record_of(a, namespace)?;
     for id in current {
-        if !record.intended.iter().any(|i| plan::same_object(i, id)) {
+        if !record.intended.iter().any(|i| plan::same_manifest(i, id)) {
             record.intended.push(id.clone());
         }
     }
     Some(record)
 }
 
-/// The Work's manifests its AppliedWork was created for (none when unreadable: from an
-/// older agent).
+/// The objects its AppliedWork names as about to be applied ([`super::intent`]; none
+/// when unreadable).
 fn intended(a: &AppliedWork) -> Vec<ResourceIdentifier> {
     a.annotations()
         .get(APPLYING_ANNOTATION)
-        .and_then(|v| serde_json::from_str(v).ok())
+        .map(|v| super::intent::decode(v))
         .unwrap_or_default()
 }
 
@@ -285,10 +285,8 @@ mod tests {
             },
         );
         let ids: Vec<_> = intended.iter().map(|n| id(n)).collect();
-        a.annotations_mut().insert(
-            APPLYING_ANNOTATION.into(),
-            serde_json::to_string(&ids).expect("identifiers serialize"),
-        );
+        a.annotations_mut()
+            .insert(APPLYING_ANNOTATION.into(), crate::intent::encode(&ids));
         a.status = Some(AppliedWorkStatus {
             applied_resources: applied
                 .iter()

@@ -134,8 +134,12 @@ async fn sync_work(state: &State, work: &Work) -> Result<Done, kube::Error> {
     let name = work.name_any();
     // The newer of the cached status and this process's own last write of it.
     let previous = state.reports.previous(work);
-    let (record, intent_failed) = prepare_record(state, work, &name).await?;
-    let applied = apply_all(state, work, &name, previous.as_ref()).await;
+    let Prepared {
+        record,
+        failed: intent_failed,
+        deferred,
+    } = prepare_record(state, work, &name).await;
+    let applied = apply_all(state, work, &name, previous.as_ref(), &deferred).await;
     let mut results = Vec::new();
     let mut records = Vec::new();
     let mut lagging = false;
@@ -149,7 +153,12 @@ async fn sync_work(state: &State, work: &Work) -> Result<Done, kube::Error> {
     }
     let current: Vec<_> = results.iter().map(|r| r.identifier.clone()).collect();
     let (pruned, intended) = prune_dropped(state, &name, &record, &current, &mut records).await;
-    let record_failed = if records != record.applied {
+    let record_failed = if !record.exists {
+        // No AppliedWork (its creation was refused, reported as `intent_failed`): what was
+        // applied is kept in memory until the creation, retried, succeeds.
+        state.records.remember_unsaved(&name, records);
+        None
+    } else if records != record.applied {
         save_record(state, &name, records, intended).await.err()
     } else {
         if !record.unsaved.is_empty() || intended != record.intended {
@@ -166,7 +175,10 @@ async fn sync_work(state: &State, work: &Work) -> Result<Done, kube::Error> {
         record_failed.as_deref(),
     )
     .await?;
-    let ok = pruned && record_failed.is_none() && results.iter().all(|r| r.result.is_ok());
+    let ok = pruned
+        && record_failed.is_none()
+        && deferred.is_empty()
+        && results.iter().all(|r| r.result.is_ok());
     if ok && !lagging {
         state.observer.metrics.settled(&name);
     }
@@ -177,13 +189,14 @@ async fn sync_work(state: &State, work: &Work) -> Result<Done, kube::Error> {
     })
 }
 
-/// Applies (or releases) every manifest of the Work: a bundle's a few at a time, a legacy
-/// or MCS Work's in order.
+/// Applies (or releases) every manifest of the Work but the `deferred` ones: a bundle's a
+/// few at a time, a legacy or MCS Work's in order.
 async fn apply_all(
     state: &State,
     work: &Work,
     name: &str,
     previous: Option<&WorkStatus>,
+    deferred: &[ResourceIdentifier],
 ) -> Vec<Applied> {
     let collect = work
         .annotations()
@@ -199,11 +212,15 @@ async fn apply_all(
     };
     let mut rounds: Vec<futures::future::BoxFuture<'_, Applied>> = Vec::new();
     for (i, manifest) in work.spec.workload.manifests.iter().enumerate() {
+        let id = identify(i, manifest);
+        if deferred.iter().any(|d| plan::same_manifest(d, &id)) {
+            continue;
+        }
         let config = work.manifest_config(i).cloned();
         let policy = config
             .as_ref()
             .map_or_else(|| policy.clone(), |c| drift::work_policy(&c.drift));
-        let previous = previous_drift(previous, &identify(i, manifest)).cloned();
+        let previous = previous_drift(previous, &id).cloned();
         let name = name.to_owned();
         rounds.push(Box::pin(async move {
             if config.is_some_and(|c| c.orphan) {
@@ -227,29 +244,57 @@ async fn apply_all(
         .await
 }
 
+/// The Work's record as a round starts, and what the round may apply.
+struct Prepared {
+    record: Record,
+    /// Why the record could not be created or name the objects about to be applied.
+    failed: Option<String>,
+    /// Manifests left for a later round: naming them would overflow the annotation.
+    deferred: Vec<ResourceIdentifier>,
+}
+
 /// The Work's record before its manifests are applied: created with the manifests as
 /// intended when it does not exist; else, when a manifest is neither intended nor recorded
 /// yet, its intended objects written first (one request), so that an agent stopped
-/// between applying and recording it still finds it. A refused intent write does not hold
-/// the bundle back (what is applied is kept in memory meanwhile): it is returned, to be
-/// reported on the Work and retried.
-async fn prepare_record(
-    state: &State,
-    work: &Work,
-    name: &str,
-) -> Result<(Record, Option<String>), kube::Error> {
+/// between applying and recording it still finds it — as many new ones as the annotation
+/// holds, the others deferred ([`super::intent::within_bound`]). A refused creation or
+/// intent write does not hold the bundle back (what is applied is kept in memory
+/// meanwhile, and pruned all the same should it leave): it is returned, to be reported on
+/// the Work and retried. What this gives up while the member refuses: an agent restarted
+/// meanwhile no longer knows what it applied that no record names, should the Work leave
+/// while it is away.
+async fn prepare_record(state: &State, work: &Work, name: &str) -> Prepared {
     let mut record = state.records.get(name);
     let current = intended(work);
+    let prepared = |record, failed, deferred| Prepared {
+        record,
+        failed,
+        deferred,
+    };
     if !record.exists {
         let unsaved = std::mem::take(&mut record.unsaved);
-        let created = create_record(state, name, &current).await?;
-        return Ok((Record { unsaved, ..created }, None));
+        return match create_record(state, name, &current).await {
+            Ok(created) => prepared(Record { unsaved, ..created }, None, Vec::new()),
+            Err(e) => {
+                warn!(work = %name, error = %e, "creating the Work's AppliedWork failed; applying all the same");
+                let failed = format!(
+                    "creating AppliedWork {name}, the record of what is applied: {}",
+                    super::apply::message(&e)
+                );
+                prepared(Record { unsaved, ..record }, Some(failed), Vec::new())
+            }
+        };
     }
     let known = plan::known_applied(&record.applied, &record.unsaved);
-    let Some(intended) = plan::intent_update(&record.intended, &known, &current) else {
-        return Ok((record, None));
+    let Some(update) = plan::intent_update(&record.intended, &known, &current) else {
+        return prepared(record, None, Vec::new());
     };
-    let applying = serde_json::to_string(&intended).unwrap_or_else(|_| "[]".to_owned());
+    // Objects named before stay named (they may have been applied); new ones as room allows.
+    let (named, new): (Vec<_>, Vec<_>) = update
+        .into_iter()
+        .partition(|u| record.intended.iter().any(|i| plan::same_manifest(i, u)));
+    let (intended, deferred) = super::intent::within_bound(APPLYING_ANNOTATION, &named, &new);
+    let applying = super::intent::encode(&intended);
     let patch = json!({"metadata": {"annotations": {APPLYING_ANNOTATION: applying}}});
     match state
         .applied_api
@@ -259,7 +304,7 @@ async fn prepare_record(
         Ok(_) => {
             record.intended = intended;
             state.records.remember_intended(name, &record);
-            Ok((record, None))
+            prepared(record, None, deferred)
         }
         Err(e) => {
             warn!(work = %name, error = %e, "recording the objects about to be applied failed");
@@ -267,7 +312,8 @@ async fn prepare_record(
                 "naming the objects about to be applied in AppliedWork {name}: {}",
                 super::apply::message(&e)
             );
-            Ok((record, Some(failed)))
+            // Nothing is named: as with any refused record write, all is applied.
+            prepared(record, Some(failed), Vec::new())
         }
     }
 }
@@ -426,7 +472,7 @@ async fn create_record(
             work_namespace: state.namespace.clone(),
         },
     );
-    let applying = serde_json::to_string(intended).unwrap_or_else(|_| "[]".to_owned());
+    let applying = super::intent::encode(intended);
     record
         .annotations_mut()
         .insert(APPLYING_ANNOTATION.to_owned(), applying);

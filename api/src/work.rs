@@ -57,7 +57,9 @@ pub const AGENT_LEASE: &str = "flotilla-agent";
 /// Field manager of the agent's writes in the member.
 pub const AGENT_FIELD_MANAGER: &str = "flotilla-agent";
 /// Annotation on an AppliedWork, written when it is created (before anything is applied):
-/// the Work's manifests then, a JSON list of [`ResourceIdentifier`]s. An agent stopped
+/// the Work's manifests then, grouped by apiVersion, kind and namespace with their names
+/// (`{"objects":[{"apiVersion":…,"kind":…,"namespace":…,"names":[…]}]}`; older agents
+/// wrote a JSON list of [`ResourceIdentifier`]s, still read). An agent stopped
 /// between applying one and recording it still knows, after a restart, which objects the
 /// Work may have left in the member.
 pub const APPLYING_ANNOTATION: &str = "work.flotilla.io/applying";

@@ -4,7 +4,9 @@
 //! Secrets). Its `/readyz` turns ready, `/metrics` counts what it applies; a Work the member
 //! finds invalid and one it forbids get a `Rejected` condition and an Event named after
 //! the member's reason while the other Works keep flowing; `flotilla agent --check` names
-//! the missing Secret permissions and exits non-zero. And least privilege by default: with
+//! the missing Secret permissions and exits non-zero. A record (AppliedWork) the member
+//! refuses to create or to write does not hold a bundle back: it is applied, and the
+//! refusal is a `Recorded=False` condition of its Work. And least privilege by default: with
 //! the member ClusterRole `join --mode pull` generates, a type enabled after the join is
 //! applied once the agent has followed, a type not enabled is forbidden.
 
@@ -54,7 +56,7 @@ async fn restricted_member(
 ) -> anyhow::Result<(Client, String)> {
     create_namespace(admin, AGENT_NS).await?;
     let pp = PatchParams::apply("flotilla-tests");
-    allow_records(admin, true).await?;
+    allow_records(admin, Records::All).await?;
     let binding = json!({
         "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
         "metadata": {"name": "agent-ops"},
@@ -70,23 +72,37 @@ async fn restricted_member(
     Ok((Client::try_from(config)?, token))
 }
 
-/// The agent's member ClusterRole: Namespaces, ConfigMaps and AppliedWorks, and the
-/// AppliedWorks' status only when `record` (without it, the agent applies but cannot
-/// record what it applied).
-async fn allow_records(admin: &Client, record: bool) -> anyhow::Result<()> {
+/// What the agent's member credential may do with its AppliedWorks.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Records {
+    /// Everything.
+    All,
+    /// Not write their status: the agent applies but cannot record what it applied.
+    NoStatus,
+    /// Not create them: a new bundle has no record at all.
+    NoCreate,
+}
+
+/// The agent's member ClusterRole: Namespaces, ConfigMaps, and AppliedWorks as `records`
+/// says.
+async fn allow_records(admin: &Client, records: Records) -> anyhow::Result<()> {
     let all = [
         "get", "list", "watch", "create", "update", "patch", "delete",
     ];
-    let mut records = vec!["appliedworks"];
-    if record {
-        records.push("appliedworks/status");
+    let mut resources = vec!["appliedworks"];
+    if records != Records::NoStatus {
+        resources.push("appliedworks/status");
     }
+    let verbs: Vec<_> = all
+        .iter()
+        .filter(|v| records != Records::NoCreate || **v != "create")
+        .collect();
     let role = json!({
         "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
         "metadata": {"name": "agent-ops"},
         "rules": [
             {"apiGroups": [""], "resources": ["namespaces", "configmaps"], "verbs": all},
-            {"apiGroups": ["multicluster.x-k8s.io"], "resources": records, "verbs": all},
+            {"apiGroups": ["multicluster.x-k8s.io"], "resources": resources, "verbs": verbs},
         ],
     });
     let roles: Api<k8s_openapi::api::rbac::v1::ClusterRole> = Api::all(admin.clone());
@@ -266,6 +282,7 @@ async fn the_agent_reports_metrics_readiness_and_the_members_reasons() -> anyhow
     std::fs::remove_file(member_kc).context("removing the test's member kubeconfig")?;
 
     an_object_applied_but_not_recorded_is_pruned_with_its_work(&host, &admin).await?;
+    a_refused_record_creation_does_not_hold_the_bundle_back(&host, &admin).await?;
     agent.stop().await;
     let agent =
         a_restart_prunes_what_was_applied_but_not_recorded(&host, &admin, start_agent).await?;
@@ -334,29 +351,71 @@ async fn an_object_applied_but_not_recorded_is_pruned_with_its_work(
     admin: &Client,
 ) -> anyhow::Result<()> {
     let name = "unrecorded";
-    allow_records(admin, false).await?;
+    allow_records(admin, Records::NoStatus).await?;
     let cm = FederatedObject::config_map(NS, name, json!({"k": "v"}))
         .apply(host)
         .await?;
     wait_present(T, &config_maps(admin, NS), name).await?;
     // The refused record does not hold the bundle back: the manifest is reported applied,
     // and the record failure is a condition of the Work.
-    wait_recorded(host, name, false).await?;
+    wait_recorded(host, name, Some("appliedworks/status")).await?;
     cm.delete().await?;
     cm.wait_gone(T).await?;
     wait_work_gone(host, admin, name, true).await?;
-    allow_records(admin, true).await?;
+    allow_records(admin, Records::All).await?;
     wait_absent(T, &config_maps(admin, NS), name).await?;
-    wait_recorded(host, "good", true).await
+    wait_recorded(host, "good", None).await
+}
+
+/// A new bundle whose AppliedWork the member refuses to create (the agent may not create
+/// AppliedWorks) is applied all the same, and the refusal is a `Recorded=False` condition
+/// of its Work naming the member's reason; once creation is allowed again, the record is
+/// created with what was applied and the condition goes.
+async fn a_refused_record_creation_does_not_hold_the_bundle_back(
+    host: &Client,
+    admin: &Client,
+) -> anyhow::Result<()> {
+    let (ns, name) = ("norecord", "first");
+    allow_records(admin, Records::NoCreate).await?;
+    create_namespace(host, ns).await?;
+    FederatedObject::namespace(ns).apply(host).await?;
+    wait_namespace_in(std::slice::from_ref(admin), ns).await?;
+    FederatedObject::config_map(ns, name, json!({"k": "v"}))
+        .apply(host)
+        .await?;
+    wait_present(T, &config_maps(admin, ns), name).await?;
+    wait_recorded(host, name, Some("cannot create resource \"appliedworks\"")).await?;
+    let records: Api<AppliedWork> = Api::all(admin.clone());
+    let recorded = || async {
+        let list = records.list(&ListParams::default()).await?.items;
+        anyhow::Ok(list.into_iter().any(|a| {
+            a.status
+                .iter()
+                .flat_map(|s| &s.applied_resources)
+                .any(|r| r.identifier.namespace == ns && r.identifier.name == name)
+        }))
+    };
+    ensure!(
+        !recorded().await?,
+        "recorded although creation is forbidden"
+    );
+    allow_records(admin, Records::All).await?;
+    wait_recorded(host, name, None).await?;
+    wait_for(T, "the record created with what was applied", || async {
+        ensure!(recorded().await?, "no AppliedWork records {ns}/{name}");
+        Ok(())
+    })
+    .await
 }
 
 /// Waits for the bundle listing the ConfigMap `name` to report it applied, with a
-/// `Recorded` failure condition on the Work (`recorded`: without one).
-async fn wait_recorded(host: &Client, name: &str, recorded: bool) -> anyhow::Result<()> {
+/// `Recorded=False` condition on the Work whose message contains `failure` (`None`:
+/// without one).
+async fn wait_recorded(host: &Client, name: &str, failure: Option<&str>) -> anyhow::Result<()> {
     let works: Api<Work> = Api::namespaced(host.clone(), &cluster_namespace(PULL));
     wait_for(
         T,
-        &format!("the bundle of {name} applied, recorded: {recorded}"),
+        &format!("the bundle of {name} applied, record failure: {failure:?}"),
         || async {
             let list = works.list(&ListParams::default()).await?.items;
             let work = list
@@ -378,16 +437,16 @@ async fn wait_recorded(host: &Client, name: &str, recorded: bool) -> anyhow::Res
                         .any(|c| c.type_ == "Applied" && c.status == "True")
             });
             ensure!(applied, "not reported applied: {status:?}");
-            let failure = status.conditions.iter().find(|c| c.type_ == RECORDED);
-            ensure!(
-                failure.is_none() == recorded,
-                "Recorded condition {failure:?}"
-            );
-            if let Some(f) = failure {
-                ensure!(
-                    f.status == "False" && f.message.contains("appliedworks/status"),
+            let found = status.conditions.iter().find(|c| c.type_ == RECORDED);
+            match (found, failure) {
+                (None, None) => {}
+                (Some(f), Some(fragment)) => ensure!(
+                    f.status == "False"
+                        && f.reason == "RecordFailed"
+                        && f.message.contains(fragment),
                     "{f:?}"
-                );
+                ),
+                (found, _) => anyhow::bail!("Recorded condition {found:?}"),
             }
             Ok(())
         },
@@ -403,7 +462,7 @@ async fn a_restart_prunes_what_was_applied_but_not_recorded(
     start_agent: impl Fn() -> Agent,
 ) -> anyhow::Result<Agent> {
     let name = "unrecorded-restart";
-    allow_records(admin, false).await?;
+    allow_records(admin, Records::NoStatus).await?;
     let agent = start_agent();
     let cm = FederatedObject::config_map(NS, name, json!({"k": "v"}))
         .apply(host)
@@ -413,7 +472,7 @@ async fn a_restart_prunes_what_was_applied_but_not_recorded(
     cm.delete().await?;
     cm.wait_gone(T).await?;
     wait_work_gone(host, admin, name, false).await?;
-    allow_records(admin, true).await?;
+    allow_records(admin, Records::All).await?;
     let agent = start_agent();
     wait_absent(T, &config_maps(admin, NS), name).await?;
     wait_work_gone(host, admin, name, true).await?;

@@ -4,7 +4,8 @@
 //! bound to 4 KiB through `bundles::set_max_bytes_for_tests`, so a dozen 1 KiB ConfigMaps
 //! need several chunks); one bad manifest fails alone and is reported on its own federated
 //! object while the others apply; a restart of the agent writes nothing (every member
-//! object's, Work's and AppliedWork's resourceVersion unchanged); one object deleted with
+//! object's, Work's — its status included — and AppliedWork's resourceVersion unchanged),
+//! also after an object joined a bundle and left it again; one object deleted with
 //! `kubefed.io/orphan` leaves its bundle and keeps its member object, unlabelled, the
 //! others untouched.
 
@@ -14,7 +15,7 @@ use anyhow::{Context as _, ensure};
 use flotilla_agent::{Agent, AgentOptions};
 use flotilla_api::{
     KubeFedCluster, MANAGED_LABEL, ORPHAN_ANNOTATION,
-    work::{AppliedWork, Work, cluster_namespace, identify},
+    work::{APPLYING_ANNOTATION, AppliedWork, Work, cluster_namespace, identify},
 };
 use flotilla_controllers::{
     install,
@@ -28,7 +29,7 @@ use flotilla_tests::{
     host::cluster_status,
     member::config_maps,
     objects::FederatedObject,
-    wait::{wait_namespace_in, wait_object, wait_present},
+    wait::{wait_absent, wait_namespace_in, wait_object, wait_present},
     wait_for,
 };
 use kube::{
@@ -222,6 +223,25 @@ async fn bundles_split_at_the_bound_fail_one_manifest_alone_and_an_agent_restart
             ensure!(applied == (m.identifier.name != "bad"), "{m:?}");
         }
     }
+    // Each bundle's AppliedWork names the objects it was to apply in the compact form (one
+    // group of the kind and namespace, names only).
+    let records: Api<AppliedWork> = Api::all(fed.pull.clone());
+    for w in &bundles {
+        let record = records.get(&w.name_any()).await?;
+        let applying = record
+            .annotations()
+            .get(APPLYING_ANNOTATION)
+            .context("no applying annotation")?;
+        ensure!(applying.starts_with(r#"{"objects":[{"#), "{applying}");
+        let named = flotilla_agent::intent::decode(applying);
+        ensure!(
+            !named.is_empty()
+                && named
+                    .iter()
+                    .all(|n| n.kind == "ConfigMap" && n.namespace == NS),
+            "{applying}"
+        );
+    }
     eprintln!(
         "{} ConfigMaps in {} bundles: {:?}",
         COUNT + 1,
@@ -234,18 +254,11 @@ async fn bundles_split_at_the_bound_fail_one_manifest_alone_and_an_agent_restart
 
     // An agent restart writes nothing: every resourceVersion stays.
     tokio::time::sleep(Duration::from_secs(3)).await;
-    let before = versions(&fed).await?;
-    if let Some(a) = fed.agent.take() {
-        a.stop().await;
-    }
-    fed.start_agent();
-    wait_ready(&fed).await?;
-    tokio::time::sleep(Duration::from_secs(6)).await;
-    let after = versions(&fed).await?;
-    ensure!(
-        before == after,
-        "changed after a restart: {before:?} -> {after:?}"
-    );
+    restart_writes_nothing(&mut fed).await?;
+    // Nor after an object joined a bundle and left it again (the bench's restart probe):
+    // once its removal is recorded and reported, a restart finds nothing to write.
+    probe_joins_and_leaves_a_bundle(&fed).await?;
+    restart_writes_nothing(&mut fed).await?;
 
     // The object that was refused leaves alone; the others stay.
     bad.delete().await?;
@@ -273,6 +286,81 @@ async fn bundles_split_at_the_bound_fail_one_manifest_alone_and_an_agent_restart
         left.items.iter().map(|c| c.name_any()).collect::<Vec<_>>()
     );
     one_manifest_orphaned(&fed, &payload).await
+}
+
+/// Restarts the agent and checks that it wrote nothing: every member ConfigMap's, Work's
+/// (its status included) and AppliedWork's resourceVersion is what it was.
+async fn restart_writes_nothing(fed: &mut Fed) -> anyhow::Result<()> {
+    let before = versions(fed).await?;
+    if let Some(a) = fed.agent.take() {
+        a.stop().await;
+    }
+    fed.start_agent();
+    wait_ready(fed).await?;
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    let after = versions(fed).await?;
+    let changed: Vec<_> = before
+        .keys()
+        .chain(after.keys())
+        .filter(|k| before.get(*k) != after.get(*k))
+        .map(|k| format!("{k}: {:?} -> {:?}", before.get(k), after.get(k)))
+        .collect();
+    ensure!(changed.is_empty(), "written by a restart: {changed:?}");
+    Ok(())
+}
+
+/// A small ConfigMap joins a bundle that holds others, is applied and reported, then is
+/// deleted; returns once its removal is complete: the member object gone, no Work
+/// reporting it and no AppliedWork recording it. What the agent writes after the member
+/// object is gone (the record, then the report) belongs to the removal, not to a restart
+/// that follows it.
+async fn probe_joins_and_leaves_a_bundle(fed: &Fed) -> anyhow::Result<()> {
+    let name = "probe";
+    let probe = FederatedObject::config_map(NS, name, json!({"k": "p"}))
+        .apply(&fed.host)
+        .await?;
+    probe.wait_cluster_reasons(&[(PULL, "")]).await?;
+    wait_present(T, &config_maps(&fed.pull, NS), name).await?;
+    let bundles = config_map_bundles(&fed.host).await?;
+    let holder = bundles
+        .iter()
+        .find(|w| {
+            w.spec
+                .workload
+                .manifests
+                .iter()
+                .enumerate()
+                .any(|(i, m)| identify(i, m).name == name)
+        })
+        .context("no bundle holds the probe")?;
+    ensure!(
+        holder.spec.workload.manifests.len() > 1,
+        "the probe has a bundle of its own"
+    );
+    probe.delete().await?;
+    probe.wait_gone(T).await?;
+    wait_absent(T, &config_maps(&fed.pull, NS), name).await?;
+    let applied: Api<AppliedWork> = Api::all(fed.pull.clone());
+    wait_for(T, "the probe's removal recorded and reported", || async {
+        for w in config_map_bundles(&fed.host).await? {
+            let reported = w.status.iter().flat_map(|s| &s.manifest_conditions);
+            ensure!(
+                !reported.into_iter().any(|m| m.identifier.name == name),
+                "{} still reports it",
+                w.name_any()
+            );
+        }
+        for a in applied.list(&ListParams::default()).await?.items {
+            let recorded = a.status.iter().flat_map(|s| &s.applied_resources);
+            ensure!(
+                !recorded.into_iter().any(|r| r.identifier.name == name),
+                "{} still records it",
+                a.name_any()
+            );
+        }
+        Ok(())
+    })
+    .await
 }
 
 /// One ConfigMap of a bundle is deleted with `kubefed.io/orphan`: its member object stays,
