@@ -15,8 +15,11 @@ use std::{
 
 use futures::StreamExt;
 
+use flotilla_api::work::{AppliedWork, Work};
 use flotilla_localenv::LocalEnv;
-use kube::api::{Api, DeleteParams, DynamicObject, PostParams, WatchEvent, WatchParams};
+use kube::api::{
+    Api, DeleteParams, DynamicObject, ListParams, PostParams, WatchEvent, WatchParams,
+};
 use serde_json::json;
 
 use super::{
@@ -91,6 +94,9 @@ pub(super) async fn restart_phase(
     counter.abort();
     api.delete(PROBE, &DeleteParams::default()).await?;
     wait_in_members(run, kind, false).await?;
+    if run.pull() {
+        wait_removal_reported(run).await?;
+    }
     let mut restart = figures(run, kind, &before, &after, first_new_object_s);
     restart.host_writes = restart.host_writes.saturating_sub(probe_host_writes);
     Ok(restart)
@@ -163,6 +169,34 @@ fn probe(kind: Kind) -> anyhow::Result<DynamicObject> {
         *labels = json!({BENCH_LABEL: "probe"});
     }
     Ok(o)
+}
+
+/// In pull mode, waits until the probe's removal is complete: no Work reports it and no
+/// AppliedWork records it. An agent writes the record, then the report, just after the
+/// member object is gone; without this wait those writes could fall into the window of the
+/// phase that follows (every agent restarted) and be counted as the restart's.
+async fn wait_removal_reported(run: &Run) -> anyhow::Result<()> {
+    let what = "the restart probe's removal recorded and reported";
+    poll(run.timeout.max(Duration::from_secs(60)), what, || async {
+        let works: Api<Work> = Api::all(run.host.clone());
+        for w in works.list(&ListParams::default()).await?.items {
+            let reported = w.status.iter().flat_map(|s| &s.manifest_conditions);
+            if reported.into_iter().any(|m| m.identifier.name == PROBE) {
+                return Ok(false);
+            }
+        }
+        for m in &run.members {
+            let applied: Api<AppliedWork> = Api::all(m.clone());
+            for a in applied.list(&ListParams::default()).await?.items {
+                let recorded = a.status.iter().flat_map(|s| &s.applied_resources);
+                if recorded.into_iter().any(|r| r.identifier.name == PROBE) {
+                    return Ok(false);
+                }
+            }
+        }
+        Ok(true)
+    })
+    .await
 }
 
 /// Waits until the probe is in every member (`present`) or in none.
