@@ -201,7 +201,10 @@ mod tests {
             ]
         );
         assert_eq!(
-            requests.iter().map(|r| r.writes_resources).collect::<Vec<_>>(),
+            requests
+                .iter()
+                .map(|r| r.writes_resources)
+                .collect::<Vec<_>>(),
             [false, false, true]
         );
     }

@@ -177,7 +177,12 @@ async fn measure(
         pod_memory_mib: POD_MEMORY_MIB,
         placement: "nodeName set by the benchmark, Running reported by the simulated kubelet"
             .into(),
-        build: if cfg!(debug_assertions) { "debug" } else { "release" }.into(),
+        build: if cfg!(debug_assertions) {
+            "debug"
+        } else {
+            "release"
+        }
+        .into(),
         control_plane,
         startup: logs.window(&startup, &idle, startup_rss),
         idle: logs.window(&idle, &created, idle_rss),
@@ -216,10 +221,10 @@ impl Logs {
         let host = audit::read_log(&audit::log_of(env.host().dir()), |l| {
             l.contains("kubefedclusters") || l.contains("clusterprofiles")
         })?
-            .into_iter()
-            .filter(|r| matches!(r.verb.as_str(), "create" | "update" | "patch"))
-            .filter(|r| r.what == "kubefedclusters/status" || r.what.starts_with("clusterprofiles"))
-            .collect();
+        .into_iter()
+        .filter(|r| matches!(r.verb.as_str(), "create" | "update" | "patch"))
+        .filter(|r| r.what == "kubefedclusters/status" || r.what.starts_with("clusterprofiles"))
+        .collect();
         Ok(Logs { members, host })
     }
 
@@ -254,15 +259,20 @@ async fn create_pods(
     pods: usize,
     concurrency: usize,
 ) -> anyhow::Result<()> {
-    let work = (0..pods).flat_map(|n| {
-        members
-            .iter()
-            .zip(names)
-            .map(move |(client, member)| (client, member, n))
-    });
+    // Owned items: a stream over borrowed ones makes the caller's future not `Send` for
+    // every lifetime (the CLI spawns it).
+    let work: Vec<(Client, String, usize)> = (0..pods)
+        .flat_map(|n| {
+            members
+                .iter()
+                .zip(names)
+                .map(move |(client, member)| (client.clone(), member.clone(), n))
+        })
+        .collect();
     stream::iter(work)
         .map(|(client, member, n)| async move {
-            let api: Api<Pod> = Api::namespaced(client.clone(), POD_NS);
+            let api: Api<Pod> = Api::namespaced(client, POD_NS);
+            let member = member.as_str();
             api.create(&PostParams::default(), &pod(member, n)?)
                 .await
                 .with_context(|| format!("creating pod {n} in {member}"))
@@ -367,8 +377,11 @@ async fn time_summary(member: &Client) -> anyhow::Result<(f64, usize, f64, Clust
     pods.iter_mut()
         .for_each(flotilla_controllers::capacity::shrink_pod);
     // The library's watch also drops managedFields before caching.
-    pods.iter_mut().for_each(|p| p.metadata.managed_fields = None);
-    nodes.iter_mut().for_each(|n| n.metadata.managed_fields = None);
+    pods.iter_mut()
+        .for_each(|p| p.metadata.managed_fields = None);
+    nodes
+        .iter_mut()
+        .for_each(|n| n.metadata.managed_fields = None);
     let bytes: usize = pods
         .iter()
         .map(|p| serde_json::to_vec(p).map_or(0, |v| v.len()))

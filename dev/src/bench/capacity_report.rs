@@ -360,6 +360,9 @@ mod tests {
         let missed: Vec<_> = r.goals().into_iter().filter(|g| !g.1).collect();
         assert_eq!(missed.len(), 2, "{missed:?}");
         let table = r.table();
-        assert!(table.contains("[MISSED]") && table.contains("pods list"), "{table}");
+        assert!(
+            table.contains("[MISSED]") && table.contains("pods list"),
+            "{table}"
+        );
     }
 }

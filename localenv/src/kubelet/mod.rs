@@ -245,7 +245,9 @@ impl Kubelet {
                 api.delete(&name, &dp).await.map(|_| ())
             }
             PodAction::Run { .. }
-                if self.written.covers(&namespace, &name, pod.resource_version().as_deref()) =>
+                if self
+                    .written
+                    .covers(&namespace, &name, pod.resource_version().as_deref()) =>
             {
                 return;
             }
