@@ -301,6 +301,19 @@ pub async fn execute(cli: Cli, ctx: Context) -> anyhow::Result<()> {
             Ok(())
         }
         #[cfg(feature = "dev")]
+        Command::Bench(opts)
+            if opts.scenario == Some(flotilla_dev::bench::Scenario::Capacity10x1000) =>
+        {
+            let report = tokio::select! {
+                report = flotilla_dev::bench::capacity_cost::run(&opts) => report?,
+                () = ctx.shutdown.cancelled() => {
+                    anyhow::bail!("benchmark stopped by a signal before it finished; no report")
+                }
+            };
+            ctx.out.write(report.table());
+            Ok(())
+        }
+        #[cfg(feature = "dev")]
         Command::Bench(opts) if opts.compare_bin.is_some() => {
             let report = tokio::select! {
                 report = flotilla_dev::bench::compare::run(opts) => report?,

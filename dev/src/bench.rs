@@ -33,6 +33,9 @@
 //! (one run's clusters and its two parts), `warmup` (unmeasured preparation), `phases`
 //! (the measured phases) and `report` / `table` (the results).
 
+mod audit;
+pub mod capacity_cost;
+pub mod capacity_report;
 pub mod compare;
 mod control_plane;
 mod drain;
@@ -126,6 +129,13 @@ pub enum Scenario {
     #[value(name = "status-cost")]
     #[serde(rename = "status-cost")]
     StatusCost,
+    /// What the members' resource summary costs (watches of Nodes and Pods, the summary,
+    /// KubeFedCluster and ClusterProfile writes) with 1,000 pods in each of 10 members,
+    /// against the same control plane before the pods exist (a table of its own, see
+    /// `capacity_cost`; `--objects` is pods per member, `--steady-secs` each window).
+    #[value(name = "capacity-10x1000")]
+    #[serde(rename = "capacity-10x1000")]
+    Capacity10x1000,
 }
 
 impl Scenario {
@@ -137,6 +147,7 @@ impl Scenario {
             Scenario::TenMembers => ("10-members", 10, 1_000),
             Scenario::Fleet100 => ("fleet-100", 100, 1_000),
             Scenario::StatusCost => ("status-cost", 1, 1_000),
+            Scenario::Capacity10x1000 => ("capacity-10x1000", 10, 1_000),
         }
     }
 }
@@ -486,6 +497,10 @@ mod tests {
         assert_eq!(
             of(Scenario::Fleet100).resolved(),
             ("fleet-100".to_string(), 100, 1_000)
+        );
+        assert_eq!(
+            of(Scenario::Capacity10x1000).resolved(),
+            ("capacity-10x1000".to_string(), 10, 1_000)
         );
     }
 

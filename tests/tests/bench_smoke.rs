@@ -495,3 +495,41 @@ async fn a_small_pull_fleet_counts_works_and_applied_work_records_and_costs_its_
     println!("{table}");
     Ok(())
 }
+
+/// The capacity-summary benchmark at a tiny size (2 members × 20 pods, 3 s windows): the
+/// control plane's first lists and watches of Nodes and Pods are counted from the audit
+/// logs, the pods reach the published summaries (which equal the benchmark's own
+/// computation), and nothing is written or requested at steady state.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_small_capacity_summary_run_counts_the_watches_and_settles_without_writes()
+-> anyhow::Result<()> {
+    flotilla_tests::init_tracing();
+    let report = bench::capacity_cost::run(&BenchOptions {
+        scenario: Some(bench::Scenario::Capacity10x1000),
+        members: Some(2),
+        objects: Some(20),
+        steady_secs: 3,
+        phase_timeout_secs: 120,
+        ..BenchOptions::default()
+    })
+    .await?;
+    assert_eq!((report.members, report.pods_per_member), (2, 20));
+    let first = &report.startup.member_requests;
+    for what in ["pods list", "pods watch", "nodes list", "nodes watch"] {
+        assert!(
+            first.get(what).copied().unwrap_or(0) >= 2,
+            "one {what} per member at start-up: {first:?}"
+        );
+    }
+    assert!(
+        report.creation.summary_writes >= 2,
+        "each member's summary rewritten for its pods: {:?}",
+        report.creation
+    );
+    assert!(report.summary_matches_published, "{report:?}");
+    assert!(report.summary_pods >= 20 && report.summary_ms > 0.0);
+    let goals = report.goals();
+    assert!(goals.iter().all(|(_, met, _)| *met), "{goals:?}");
+    assert!(report.table().contains("steady state"));
+    Ok(())
+}

@@ -72,8 +72,19 @@ impl RunningControlPlane {
 
     /// Waits until the control plane sees every member Ready.
     pub(super) async fn wait_ready(&mut self, run: &Run) -> anyhow::Result<()> {
+        self.wait_ready_for(&run.host, run.members.len(), run.timeout)
+            .await
+    }
+
+    /// Waits until the control plane sees `members` members Ready, through `host`.
+    pub(super) async fn wait_ready_for(
+        &mut self,
+        host: &Client,
+        members: usize,
+        timeout: Duration,
+    ) -> anyhow::Result<()> {
         let started = Instant::now();
-        let api: Api<KubeFedCluster> = Api::namespaced(run.host.clone(), DEFAULT_NAMESPACE);
+        let api: Api<KubeFedCluster> = Api::namespaced(host.clone(), DEFAULT_NAMESPACE);
         loop {
             let ready = match self {
                 RunningControlPlane::InProcess(cp) => cp.ready(),
@@ -87,13 +98,13 @@ impl RunningControlPlane {
                     ready_in_host(&api).await?
                 }
             };
-            if ready >= run.members.len() {
+            if ready >= members {
                 return Ok(());
             }
             // A large fleet on a small machine takes its time (every member's first lists
             // at once): the phase timeout bounds it, two minutes at least.
-            if started.elapsed() > run.timeout.max(Duration::from_secs(120)) {
-                bail!("only {ready} of {} members turned Ready", run.members.len());
+            if started.elapsed() > timeout.max(Duration::from_secs(120)) {
+                bail!("only {ready} of {members} members turned Ready");
             }
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
@@ -119,6 +130,29 @@ impl RunningControlPlane {
             .parse()
             .ok()?;
         Some(kib / 1024.0)
+    }
+
+    /// CPU seconds of the control plane so far: its process's, or its runtime's threads'.
+    pub(super) fn cpu_s(&self) -> f64 {
+        match self.child_pid() {
+            Some(pid) => super::procfs::cpu_of(&format!("/proc/{pid}/stat")),
+            None => super::procfs::threads_cpu(CP_THREAD),
+        }
+    }
+
+    /// The control plane's RSS now, MiB: its process's, or (in-process) this whole
+    /// process's, an upper bound.
+    pub(super) fn rss_mib(&self) -> f64 {
+        let Some(pid) = self.child_pid() else {
+            return super::procfs::rss_mib();
+        };
+        std::fs::read_to_string(format!("/proc/{pid}/status"))
+            .ok()
+            .and_then(|s| {
+                let line = s.lines().find(|l| l.starts_with("VmRSS:"))?;
+                line.split_whitespace().nth(1)?.parse::<f64>().ok()
+            })
+            .map_or(0.0, |kib| kib / 1024.0)
     }
 
     /// Stops it.

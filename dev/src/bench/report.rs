@@ -47,7 +47,7 @@ pub struct BenchReport {
 }
 
 /// The machine the run used.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct Machine {
     /// Logical CPUs.
     pub cpus: usize,

@@ -27,7 +27,7 @@ use tokio::task::JoinHandle;
 use tracing::{debug, info};
 
 use ips::IpPool;
-use pods::PodAction;
+use pods::{PodAction, Written};
 
 mod ips;
 mod nodes;
@@ -104,6 +104,7 @@ pub(crate) fn spawn(
         unready: options.unready_image_prefixes,
         registered: false,
         cluster: name,
+        written: Written::default(),
     };
     tokio::spawn(kubelet.run())
 }
@@ -116,6 +117,7 @@ struct Kubelet {
     unready: Vec<String>,
     ips: IpPool,
     registered: bool,
+    written: Written,
 }
 
 impl Kubelet {
@@ -126,6 +128,8 @@ impl Kubelet {
             .default_backoff();
         let mut events = std::pin::pin!(events);
         let mut tick = tokio::time::interval(TICK);
+        // A look at every pod that overran the period is not followed by another at once.
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let node_set: BTreeSet<String> = self.nodes.iter().cloned().collect();
         loop {
             tokio::select! {
@@ -137,6 +141,8 @@ impl Kubelet {
                         if let Some(ip) = pods::pod_ip(&pod) {
                             self.ips.release(ip);
                         }
+                        let namespace = pod.namespace().unwrap_or_default();
+                        self.written.forget(&namespace, &pod.name_any());
                     }
                     Some(Ok(Event::Init | Event::InitDone)) => {}
                     Some(Err(e)) => debug!(cluster = %self.cluster, error = %e, "pod watch failed"),
@@ -238,6 +244,13 @@ impl Kubelet {
                 };
                 api.delete(&name, &dp).await.map(|_| ())
             }
+            PodAction::Run { .. }
+                if self
+                    .written
+                    .covers(&namespace, &name, pod.resource_version().as_deref()) =>
+            {
+                return;
+            }
             PodAction::Run { ready } => {
                 let (ip, fresh) = match pods::pod_ip(pod) {
                     Some(ip) => (ip.to_owned(), false),
@@ -258,6 +271,10 @@ impl Kubelet {
                 if fresh && written.is_err() {
                     // The pod did not get it: free for the next pod (or this one's retry).
                     self.ips.release(&ip);
+                }
+                if written.is_ok() {
+                    let version = pod.resource_version();
+                    self.written.record(&namespace, &name, version.as_deref());
                 }
                 written
             }
