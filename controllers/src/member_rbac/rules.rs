@@ -74,6 +74,27 @@ const WORKLOAD_TYPES: [(&str, &str); 7] = [
     ("", "pods"),
 ];
 
+/// The types a Pull cluster's agent applies: the enabled ones, and — when a workload type
+/// is among them — the kinds of the dependency copies the control plane carries to it in
+/// Works (the agent applies, watches and prunes them as any other manifest).
+pub fn agent_types(types: &BTreeSet<(String, String)>) -> BTreeSet<(String, String)> {
+    let mut out = types.clone();
+    if !dependency_rules(types).is_empty() {
+        for plural in DEPENDENCY_RESOURCES {
+            out.insert((String::new(), plural.to_string()));
+        }
+    }
+    out
+}
+
+/// The core resources of the dependencies that follow workloads.
+const DEPENDENCY_RESOURCES: [&str; 4] = [
+    "configmaps",
+    "secrets",
+    "serviceaccounts",
+    "persistentvolumeclaims",
+];
+
 /// When a workload type is enabled: the copies of its dependencies are read, created,
 /// replaced and deleted in members (ConfigMaps, Secrets, ServiceAccounts, PVCs).
 pub fn dependency_rules(types: &BTreeSet<(String, String)>) -> Vec<PolicyRule> {
@@ -81,15 +102,9 @@ pub fn dependency_rules(types: &BTreeSet<(String, String)>) -> Vec<PolicyRule> {
     if !workloads {
         return Vec::new();
     }
-    let resources = [
-        "configmaps",
-        "secrets",
-        "serviceaccounts",
-        "persistentvolumeclaims",
-    ];
     vec![PolicyRule {
         api_groups: Some(vec![String::new()]),
-        resources: Some(resources.iter().map(|s| s.to_string()).collect()),
+        resources: Some(DEPENDENCY_RESOURCES.iter().map(|s| s.to_string()).collect()),
         verbs: ["get", "create", "update", "delete"]
             .iter()
             .map(|s| s.to_string())
@@ -292,6 +307,21 @@ mod tests {
                 .any(|r| r == "persistentvolumeclaims")
         );
         assert!(!rules[0].verbs.iter().any(|v| v == "list" || v == "watch"));
+    }
+
+    #[test]
+    fn a_pull_agent_applies_the_dependency_kinds_only_with_a_workload_type() {
+        let config_maps = BTreeSet::from([(String::new(), "configmaps".to_string())]);
+        assert_eq!(agent_types(&config_maps), config_maps);
+        let deployments = BTreeSet::from([("apps".to_string(), "deployments".to_string())]);
+        let types = agent_types(&deployments);
+        assert!(types.contains(&("apps".to_string(), "deployments".to_string())));
+        for plural in DEPENDENCY_RESOURCES {
+            assert!(
+                types.contains(&(String::new(), plural.to_string())),
+                "{plural}"
+            );
+        }
     }
 
     #[test]

@@ -66,6 +66,8 @@ pub(super) struct Ctl {
     drift_memory: DriftMemory,
     /// The Pull clusters' bundle writes.
     bundler: Arc<super::bundles::Bundler>,
+    /// The Pull clusters' canary Deployments (a Deployment type).
+    canaries: Option<Arc<super::rollout::PullCanaries>>,
 }
 
 /// The narrow inputs: each concern's view of what the controller holds.
@@ -80,9 +82,11 @@ impl Ctl {
         recent: Arc<RecentWrites>,
         inflight: Arc<InFlight>,
         bundler: Arc<super::bundles::Bundler>,
+        canaries: Option<Arc<super::rollout::PullCanaries>>,
     ) -> Self {
         Ctl {
             bundler,
+            canaries,
             shared,
             ty,
             host,
@@ -132,6 +136,7 @@ impl Ctl {
             host: &self.host,
             ty: &self.ty,
             bundler: &self.bundler,
+            canaries: self.canaries.as_deref(),
         }
     }
 
@@ -151,6 +156,7 @@ impl Ctl {
             revisions: self.revisions(),
             written: &self.written,
             observer: self.observer(),
+            canaries: self.canaries.as_deref(),
         }
     }
 
@@ -158,6 +164,7 @@ impl Ctl {
         Dependencies {
             host: &self.shared.host,
             hosts: &self.shared.dependency_hosts,
+            pull: &self.shared.pull_dependencies,
             clusters: &self.shared.clusters,
             ty: &self.ty,
             events: self.events(),
