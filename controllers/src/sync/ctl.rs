@@ -82,11 +82,10 @@ impl Ctl {
         recent: Arc<RecentWrites>,
         inflight: Arc<InFlight>,
         bundler: Arc<super::bundles::Bundler>,
-        canaries: Option<Arc<super::rollout::PullCanaries>>,
     ) -> Self {
         Ctl {
             bundler,
-            canaries,
+            canaries: None,
             shared,
             ty,
             host,
@@ -128,6 +127,12 @@ impl Ctl {
             ty: &self.ty,
             availability: &self.availability,
         }
+    }
+
+    /// The controller carrying its canary Deployments to Pull clusters through `canaries`.
+    pub fn with_canaries(mut self, canaries: Option<Arc<super::rollout::PullCanaries>>) -> Self {
+        self.canaries = canaries;
+        self
     }
 
     fn works(&self) -> Works<'_> {

@@ -265,16 +265,10 @@ impl TypeController {
         tasks.push(tokio::spawn(bundler.clone().run()));
         let workers = shared.config.borrow().max_concurrent_reconciles.max(1);
         let runner = runner(&shared, &ty, &queue, workers, gate).shutdown(cancel.clone());
-        let ctl = Arc::new(Ctl::new(
-            shared,
-            ty.clone(),
-            host,
-            members,
-            recent,
-            inflight,
-            bundler,
-            canaries,
-        ));
+        let ctl = Arc::new(
+            Ctl::new(shared, ty.clone(), host, members, recent, inflight, bundler)
+                .with_canaries(canaries),
+        );
         tasks.push(tokio::spawn(runner.run(move |key: Key| {
             let ctl = ctl.clone();
             // The host event that queued the key (if traced) is the reconcile span's parent.

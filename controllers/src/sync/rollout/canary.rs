@@ -21,7 +21,7 @@ use flotilla_api::{
 use flotilla_core::{
     health::TypeHealth,
     rollout::{
-        canary::{CANARY_LABEL, canary_name, replicas_to_share, shares},
+        canary::{CANARY_LABEL, Share, canary_name, replicas_to_share, shares},
         canary_flow::{self, ClusterFacts, Input, Render},
         health::member_verdict,
     },
@@ -93,15 +93,8 @@ impl Rollout<'_> {
             warn!(error = %e, "storing the rollout revision failed");
         }
         let pull = self.pull_canaries(&members).await;
-        let facts = self.canary_facts(
-            key,
-            &members,
-            desired,
-            &split,
-            &target,
-            &stored.rollout,
-            pull,
-        );
+        let expected = shares(&split, stored_percent(&stored.rollout, &target));
+        let facts = self.canary_facts(key, &members, desired, &expected, &target, pull);
         let clusters: Vec<ClusterFacts<'_>> = (facts.iter())
             .map(|(name, canary, stable)| ClusterFacts {
                 name,
@@ -147,32 +140,35 @@ impl Rollout<'_> {
         key: &Key,
         members: &Members<'_>,
         desired: &DesiredSet,
-        split: &BTreeMap<String, i64>,
+        expected: &BTreeMap<String, Share>,
         target: &str,
-        stored: &Option<RolloutStatus>,
         pull: Option<&PullCanaries>,
     ) -> Vec<Facts> {
-        let percent = (stored.as_ref())
-            .filter(|s| s.target_revision == target)
-            .and_then(|s| s.canary.as_ref())
-            .map_or(0, |c| c.percent);
-        let expected = shares(split, percent);
         let health = self.ty.health.as_deref();
-        let canary_key = (key.0.clone(), canary_name(&key.1));
         (members.snapshot.iter().zip(members.observed))
-            .filter(|(c, _)| split.contains_key(&c.name))
+            .filter(|(c, _)| expected.contains_key(&c.name))
             .map(|(cluster, observed)| {
                 let replicas = expected.get(&cluster.name).map_or(0, |s| s.canary);
-                let seen = if cluster.pull {
-                    pull.map_or(Observed::NotSynced, |c| c.observe(&cluster.name, key))
-                } else {
-                    self.observer.observe(cluster, &canary_key)
-                };
+                let seen = self.observe_canary(cluster, key, pull);
                 let canary = canary_check(health, &seen, target, replicas);
                 let stable = stable_check(health, observed, desired.hash(&cluster.name));
                 (cluster.name.clone(), canary, stable)
             })
             .collect()
+    }
+
+    /// `cluster`'s canary of `key`: from the member cache, or (a Pull cluster) from its
+    /// Work (not synced while `pull`, the Pull side, cannot be read).
+    fn observe_canary(
+        &self,
+        cluster: &ClusterState,
+        key: &Key,
+        pull: Option<&PullCanaries>,
+    ) -> Observed {
+        if cluster.pull {
+            return pull.map_or(Observed::NotSynced, |c| c.observe(&cluster.name, key));
+        }
+        (self.observer).observe(cluster, &(key.0.clone(), canary_name(&key.1)))
     }
 
     /// Rewrites each placed cluster's desired object to its stable Deployment: the
@@ -225,15 +221,13 @@ impl Rollout<'_> {
         target: Option<&str>,
         plans: &BTreeMap<String, ClusterPlan>,
     ) -> Vec<(usize, CanaryOp)> {
-        let canary_key = (key.0.clone(), canary_name(&key.1));
         let ar = &self.ty.target_ar;
         let mut ops = Vec::new();
         for (i, (cluster, observed)) in members.snapshot.iter().zip(members.observed).enumerate() {
-            let seen = match (cluster.pull, pull) {
-                (false, _) => self.observer.observe(cluster, &canary_key),
-                (true, Some(c)) => c.observe(&cluster.name, key),
-                (true, None) => continue,
-            };
+            if cluster.pull && pull.is_none() {
+                continue;
+            }
+            let seen = self.observe_canary(cluster, key, pull);
             let base = targets.get(&cluster.name);
             let wanted = match (target, plans.get(&cluster.name), observed, base) {
                 (Some(t), Some(p), Observed::Present(stable), Some(base)) => {
@@ -327,6 +321,14 @@ impl Rollout<'_> {
         let any_pull = members.snapshot.iter().any(|c| c.pull);
         (any_pull && canaries.ready().await).then_some(canaries)
     }
+}
+
+/// The percentage of the stored step of a canary of `target` (0: none yet).
+fn stored_percent(stored: &Option<RolloutStatus>, target: &str) -> u32 {
+    (stored.as_ref())
+        .filter(|s| s.target_revision == target)
+        .and_then(|s| s.canary.as_ref())
+        .map_or(0, |c| c.percent)
 }
 
 /// Whether a canary by replica share applies: a Deployment with replicas to share.
