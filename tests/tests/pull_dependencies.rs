@@ -3,14 +3,19 @@
 //! scoped host token `join_pull` issued): the ConfigMap and Secret a FederatedDeployment's
 //! pod template references reach the Pull member through Works and are reported there; a
 //! host edit reaches the copy; moved to the Push member, the workload takes them along and
-//! the Pull member's copies are pruned; moved back, they return; deleting the workload
-//! removes them. The Secret's value never shows in the workload's status.
+//! the Pull member's copies are pruned; moved back, they return; a FederatedConfigMap of
+//! the same name takes its copy over (released by the agent, not pruned); deleting the
+//! workload removes the rest. The Secret's value never shows in the workload's status.
 
 use std::{collections::BTreeMap, time::Duration};
 
 use anyhow::{Context as _, ensure};
 use flotilla_agent::{Agent, AgentOptions};
-use flotilla_api::{crdgen, dependency_plan::DependencyStatus};
+use flotilla_api::{
+    MANAGED_LABEL, crdgen,
+    dependency_plan::DependencyStatus,
+    work::{WORK_TYPE_LABEL, Work, cluster_namespace},
+};
 use flotilla_controllers::manager::ControlPlane;
 use flotilla_core::dependencies::{DEPENDENCY_LABEL, OWNERS_ANNOTATION};
 use flotilla_tests::{
@@ -26,7 +31,7 @@ use flotilla_tests::{
 use k8s_openapi::{ByteString, api::core::v1::Secret};
 use kube::{
     Api, Client, ResourceExt,
-    api::{Patch, PatchParams, PostParams},
+    api::{ListParams, Patch, PatchParams, PostParams},
 };
 use serde_json::json;
 
@@ -143,6 +148,27 @@ async fn wait_copies_gone(member: &Client) -> anyhow::Result<()> {
     wait_absent(T, &secrets(member), "creds").await
 }
 
+/// The names of the dependency copies the Pull member's Works carry (ConfigMaps and
+/// Secrets, under their own Work type labels).
+async fn dependency_manifests(host: &Client) -> anyhow::Result<Vec<String>> {
+    let works: Api<Work> = Api::namespaced(host.clone(), &cluster_namespace(PULL));
+    let mut names = Vec::new();
+    for plural in ["configmaps", "secrets"] {
+        let label = format!("{WORK_TYPE_LABEL}={plural}.dependencies.flotilla.io");
+        for w in works.list(&ListParams::default().labels(&label)).await? {
+            for m in &w.spec.workload.manifests {
+                names.extend(
+                    m.pointer("/metadata/name")
+                        .and_then(|n| n.as_str())
+                        .map(String::from),
+                );
+            }
+        }
+    }
+    names.sort();
+    Ok(names)
+}
+
 fn entry<'a>(deps: &'a [DependencyStatus], name: &str) -> anyhow::Result<&'a DependencyStatus> {
     deps.iter()
         .find(|d| d.name == name)
@@ -178,6 +204,7 @@ async fn dependencies_follow_a_workload_into_a_pull_member_are_updated_and_leave
     wait_present(T, &deployments(pull, NS), "web").await?;
     wait_copies(pull, "blue").await?;
     wait_reported_on(&web, PULL).await?;
+    ensure!(dependency_manifests(host).await? == ["creds", "settings"]);
     ensure!(
         config_maps(push, NS).get_opt("settings").await?.is_none(),
         "{PUSH} got a dependency of a workload it does not run"
@@ -207,10 +234,48 @@ async fn dependencies_follow_a_workload_into_a_pull_member_are_updated_and_leave
     wait_copies_gone(push).await?;
     wait_reported_on(&web, PULL).await?;
 
-    // Deleting the workload removes the copies it held.
+    // A FederatedConfigMap `settings` created now takes the Pull member's copy over: the
+    // agent releases the copy (no prune) and applies the federated content; the workload
+    // reports it explicit.
+    FederatedObject::config_map(NS, "settings", json!({"from": "federated"}))
+        .on_clusters(&[PULL])
+        .apply(host)
+        .await?;
+    wait_for(
+        T,
+        "settings handed over to its FederatedConfigMap",
+        || async {
+            let deps = web.status().await?.dependencies;
+            let d = entry(&deps, "settings")?;
+            ensure!(d.state == "Explicit", "{d:?}");
+            let cm = config_maps(pull, NS).get("settings").await?;
+            data_is("from", "federated")(&cm)?;
+            ensure!(cm.labels().get(MANAGED_LABEL).map(String::as_str) == Some("true"));
+            ensure!(
+                !cm.annotations().contains_key(OWNERS_ANNOTATION),
+                "still a dependency copy: {:?}",
+                cm.annotations()
+            );
+            ensure!(
+                dependency_manifests(host).await? == ["creds"],
+                "the dependency Works still carry settings"
+            );
+            Ok(())
+        },
+    )
+    .await?;
+
+    // Deleting the workload removes the copies it held, not the federated ConfigMap.
     web.delete().await?;
     web.wait_gone(T).await?;
-    wait_copies_gone(pull).await?;
+    wait_absent(T, &secrets(pull), "creds").await?;
     wait_absent(T, &deployments(pull, NS), "web").await?;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let cm = config_maps(pull, NS).get_opt("settings").await?;
+    ensure!(
+        cm.as_ref()
+            .is_some_and(|c| data_is("from", "federated")(c).is_ok()),
+        "the explicitly federated ConfigMap went with the workload: {cm:?}"
+    );
     Ok(())
 }

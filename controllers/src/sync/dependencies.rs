@@ -116,6 +116,7 @@ impl Dependencies<'_> {
         let plan = dplan::plan(&previous.dependencies, &wanted, lands);
         let owner = deps::owner_id(&self.ty.fed_ar.kind, &key.1);
         let outcomes = self.carry_out(ns, &owner, plan, &found, snapshot).await;
+        let handing_over = self.hand_over(ns, &wanted, snapshot).await;
         let failed = (outcomes.values())
             .any(|o| matches!(o, PairOutcome::Failed(_) | PairOutcome::ReleaseFailed(_)));
         let status = dplan::report(ns, &previous.dependencies, &wanted, lands, &outcomes);
@@ -128,8 +129,25 @@ impl Dependencies<'_> {
         }
         DependencyRound {
             status: Some(status),
-            recheck: failed.then_some(RETRY),
+            recheck: (failed || handing_over).then_some(RETRY),
         }
+    }
+
+    /// Hands the Pull clusters' copies of explicitly federated dependencies over to their
+    /// Federated&lt;Kind&gt; (push mode's copy is simply taken over by it in the member; a
+    /// Pull member's object must not stay in two Works). Whether one is still under way.
+    async fn hand_over(
+        &self,
+        ns: &str,
+        wanted: &BTreeMap<Dependency, Lookup>,
+        snapshot: &[ClusterState],
+    ) -> bool {
+        let explicit = (wanted.iter()).filter(|(_, l)| **l == Lookup::Explicit);
+        let pairs = explicit.flat_map(|(dep, _)| {
+            (snapshot.iter().filter(|c| c.pull)).map(move |c| (dep, c.name.as_str()))
+        });
+        let steps = pairs.map(|(dep, cluster)| self.pull.hand_over(cluster, ns, dep));
+        join_all(steps).await.into_iter().any(|under_way| under_way)
     }
 
     /// The workload is deleted (and not orphaned): every copy it holds is let go of. Best

@@ -8,8 +8,11 @@
 //! naming all of them; each owner set is kept here, seeded once per process from the
 //! manifest the Works hold, and changed under one lock together with the queued write, so
 //! two workloads taking or letting go of a copy at once never lose each other. The agent's
-//! verdict on a manifest (a member refusal) comes back as the pair's outcome. Neither a
-//! copy's content nor the agent's report of it is logged.
+//! verdict on a manifest (a member refusal) comes back as the pair's outcome. A copy whose
+//! object a Federated&lt;Kind&gt; now propagates explicitly is handed over: released by the
+//! agent (unlabelled, forgotten, not pruned), then dropped from the bundle — never two
+//! Works applying one object. Neither a copy's content nor the agent's report of it is
+//! logged.
 
 use std::{
     collections::{BTreeSet, HashMap},
@@ -18,7 +21,7 @@ use std::{
 
 use flotilla_api::{
     MANAGED_LABEL,
-    work::{APPLIED, ManifestConfig, Work, identify},
+    work::{APPLIED, ManifestConfig, RELEASED, Work, identify},
 };
 use flotilla_core::{
     dependencies::{self as deps, Dependency, DependencyKind, EnsureOp, OWNERS_ANNOTATION},
@@ -130,6 +133,33 @@ impl PullDependencies {
         }
     }
 
+    /// A Federated&lt;Kind&gt; propagates `dep` explicitly: `cluster`'s copy, if any, is
+    /// handed over (released by the agent, then out of the bundle). Whether a hand-over is
+    /// still under way (look again later).
+    pub(crate) async fn hand_over(&self, cluster: &str, ns: &str, dep: &Dependency) -> bool {
+        let Some((side, bundler)) = self.ready(dep.kind).await else {
+            return false;
+        };
+        let key: Key = (Some(ns.to_owned()), dep.name.clone());
+        let mut slots = self.lock();
+        let slot = self.slot(&mut slots, side, cluster, ns, dep);
+        let held = side.find(cluster, &key);
+        let step = hand_over_step(held.as_ref().map(|(w, i)| (&**w, *i)));
+        *slot = Slot::default();
+        match step {
+            HandOver::Done => false,
+            HandOver::Release(entry) => {
+                bundler.change(cluster, &key, Change::Upsert(entry), None);
+                true
+            }
+            HandOver::Waiting => true,
+            HandOver::Drop => {
+                bundler.change(cluster, &key, Change::Remove, None);
+                false
+            }
+        }
+    }
+
     async fn ready(&self, kind: DependencyKind) -> Option<(&SideWorks, &super::bundles::Bundler)> {
         let side = self.kinds.get(&kind)?;
         Some((side, side.ready().await?))
@@ -156,7 +186,9 @@ impl PullDependencies {
         );
         slots.entry(id).or_insert_with(|| {
             let key = (Some(ns.to_owned()), dep.name.clone());
-            let held = side.find(cluster, &key);
+            // A copy being handed over is no longer kept for anyone.
+            let held = (side.find(cluster, &key))
+                .filter(|(w, i)| !w.manifest_config(*i).is_some_and(|c| c.orphan));
             seed(held.and_then(|(w, i)| w.spec.workload.manifests.get(i).cloned()))
         })
     }
@@ -257,6 +289,47 @@ fn entry(key: &Key, manifest: Value) -> Entry {
             ..ManifestConfig::default()
         },
         manifest,
+    }
+}
+
+/// The next step of handing a copy over to an explicit Federated&lt;Kind&gt;.
+#[derive(Debug, PartialEq)]
+pub(crate) enum HandOver {
+    /// No copy in the bundle.
+    Done,
+    /// Mark the copy for release (the agent unlabels and forgets it, prunes nothing).
+    Release(Box<Entry>),
+    /// Marked; the agent has not reported it released yet.
+    Waiting,
+    /// Released: drop it from the bundle.
+    Drop,
+}
+
+/// The hand-over step for the copy manifest `ordinal` of a Work (`None`: none).
+pub(crate) fn hand_over_step(held: Option<(&Work, usize)>) -> HandOver {
+    let Some((work, ordinal)) = held else {
+        return HandOver::Done;
+    };
+    let (Some(config), Some(manifest)) = (
+        work.manifest_config(ordinal),
+        work.spec.workload.manifests.get(ordinal),
+    ) else {
+        return HandOver::Done;
+    };
+    if !config.orphan {
+        let mut config = config.clone();
+        config.orphan = true;
+        config.identifier = identify(0, manifest);
+        let manifest = manifest.clone();
+        return HandOver::Release(Box::new(Entry { manifest, config }));
+    }
+    let released = (work.manifest_report(ordinal))
+        .and_then(|m| m.conditions.iter().find(|c| c.type_ == APPLIED))
+        .is_some_and(|c| c.reason == RELEASED && c.observed_generation == work.metadata.generation);
+    if released {
+        HandOver::Drop
+    } else {
+        HandOver::Waiting
     }
 }
 

@@ -163,3 +163,48 @@ fn the_agents_refusal_counts_only_for_the_current_content_and_generation() {
     );
     assert_eq!(refusal(&work(report("True", 3, "h1")), 0, Some("h1")), None);
 }
+
+#[test]
+fn a_copy_is_handed_over_by_a_release_and_then_dropped() {
+    let cm = json!({"apiVersion": "v1", "kind": "ConfigMap",
+                    "metadata": {"name": "settings", "namespace": "demo"}});
+    assert_eq!(hand_over_step(None), HandOver::Done);
+    let mut work = Work::new("w", WorkSpec::default());
+    work.metadata.generation = Some(4);
+    work.spec.workload.manifests.push(cm.clone());
+    work.spec
+        .manifest_configs
+        .push(entry(&(Some("demo".into()), "settings".into()), cm.clone()).config);
+    // Held: marked for release, the manifest as it is.
+    let HandOver::Release(marked) = hand_over_step(Some((&work, 0))) else {
+        panic!("a release first");
+    };
+    assert!(marked.config.orphan);
+    assert_eq!(marked.manifest, cm);
+    // Marked: waits for the agent's report on this generation, then drops it.
+    work.spec.manifest_configs[0].orphan = true;
+    assert_eq!(hand_over_step(Some((&work, 0))), HandOver::Waiting);
+    let released = |generation: i64| WorkStatus {
+        manifest_conditions: vec![ManifestCondition {
+            identifier: identify(0, &cm),
+            conditions: vec![Condition {
+                type_: APPLIED.into(),
+                status: "True".into(),
+                observed_generation: Some(generation),
+                last_transition_time: "2026-01-01T00:00:00Z".into(),
+                reason: RELEASED.into(),
+                message: String::new(),
+            }],
+            ..ManifestCondition::default()
+        }],
+        ..WorkStatus::default()
+    };
+    work.status = Some(released(3));
+    assert_eq!(
+        hand_over_step(Some((&work, 0))),
+        HandOver::Waiting,
+        "an older report"
+    );
+    work.status = Some(released(4));
+    assert_eq!(hand_over_step(Some((&work, 0))), HandOver::Drop);
+}

@@ -78,8 +78,8 @@ impl SideWorks {
         matches!(ready, Ok(Ok(()))).then_some(&*started.bundler)
     }
 
-    /// The Work holding the manifest of `key` in `cluster`, and its ordinal (from the cache;
-    /// `None` before the first use).
+    /// The Work holding the manifest of `key` in `cluster` (being orphaned or not), and its
+    /// ordinal (from the cache; `None` before the first use).
     pub(crate) fn find(&self, cluster: &str, key: &Key) -> Option<(Arc<Work>, usize)> {
         let started = self.started.get()?;
         let namespace = cluster_namespace(cluster);
@@ -88,9 +88,8 @@ impl SideWorks {
             .filter(|w| w.annotations().get(WORK_BUNDLE_NAMESPACE) == key.0.as_ref())
             .find_map(|w| {
                 let ordinal = (0..w.spec.manifest_configs.len()).find(|i| {
-                    w.manifest_config(*i).is_some_and(|c| {
-                        c.source_namespace == key.0 && c.source_name == key.1 && !c.orphan
-                    })
+                    w.manifest_config(*i)
+                        .is_some_and(|c| c.source_namespace == key.0 && c.source_name == key.1)
                 })?;
                 Some((w, ordinal))
             })
