@@ -169,6 +169,20 @@ async fn dependency_manifests(host: &Client) -> anyhow::Result<Vec<String>> {
     Ok(names)
 }
 
+/// Each dependency Work of the Pull member and its generation.
+async fn dependency_generations(host: &Client) -> anyhow::Result<Vec<(String, Option<i64>)>> {
+    let works: Api<Work> = Api::namespaced(host.clone(), &cluster_namespace(PULL));
+    let mut out = Vec::new();
+    for plural in ["configmaps", "secrets"] {
+        let label = format!("{WORK_TYPE_LABEL}={plural}.dependencies.flotilla.io");
+        for w in works.list(&ListParams::default().labels(&label)).await? {
+            out.push((w.name_any(), w.metadata.generation));
+        }
+    }
+    out.sort();
+    Ok(out)
+}
+
 fn entry<'a>(deps: &'a [DependencyStatus], name: &str) -> anyhow::Result<&'a DependencyStatus> {
     deps.iter()
         .find(|d| d.name == name)
@@ -205,6 +219,17 @@ async fn dependencies_follow_a_workload_into_a_pull_member_are_updated_and_leave
     wait_copies(pull, "blue").await?;
     wait_reported_on(&web, PULL).await?;
     ensure!(dependency_manifests(host).await? == ["creds", "settings"]);
+    // A reconcile with nothing new rewrites no dependency Work.
+    let before = dependency_generations(host).await?;
+    let touch = json!({"metadata": {"annotations": {"touched": "1"}}});
+    web.api
+        .patch(&web.name, &PatchParams::default(), &Patch::Merge(&touch))
+        .await?;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    ensure!(
+        dependency_generations(host).await? == before,
+        "a Work rewritten"
+    );
     ensure!(
         config_maps(push, NS).get_opt("settings").await?.is_none(),
         "{PUSH} got a dependency of a workload it does not run"

@@ -157,6 +157,14 @@ impl Rollout<'_> {
             .collect()
     }
 
+    /// The Pull clusters' canaries, once they can be read (`None`: no Pull cluster, or their
+    /// cache has not listed: a Pull cluster's canary is then left as it is this round).
+    async fn pull_canaries(&self, members: &Members<'_>) -> Option<&PullCanaries> {
+        let canaries = self.canaries?;
+        let any_pull = members.snapshot.iter().any(|c| c.pull);
+        (any_pull && canaries.ready().await).then_some(canaries)
+    }
+
     /// `cluster`'s canary of `key`: from the member cache, or (a Pull cluster) from its
     /// Work (not synced while `pull`, the Pull side, cannot be read).
     fn observe_canary(
@@ -310,16 +318,6 @@ impl Rollout<'_> {
             })
         });
         join_all(jobs).await;
-    }
-}
-
-impl Rollout<'_> {
-    /// The Pull clusters' canaries, once they can be read (`None`: no Pull cluster, or their
-    /// cache has not listed: a Pull cluster's canary is then left as it is this round).
-    async fn pull_canaries(&self, members: &Members<'_>) -> Option<&PullCanaries> {
-        let canaries = self.canaries?;
-        let any_pull = members.snapshot.iter().any(|c| c.pull);
-        (any_pull && canaries.ready().await).then_some(canaries)
     }
 }
 
