@@ -8,8 +8,9 @@
 //! cache and the writer; what goes in the manifests is its callers'.
 
 use std::{
+    collections::{BTreeSet, HashMap},
     ops::ControlFlow,
-    sync::{Arc, OnceLock},
+    sync::{Arc, Mutex, OnceLock},
     time::Duration,
 };
 
@@ -18,7 +19,7 @@ use flotilla_multicluster::watch::{Change as WatchChange, WatchParams, watch_int
 use kube::{
     Api, Client, ResourceExt,
     core::{ApiResource, GroupVersionKind},
-    runtime::reflector::{self, Store},
+    runtime::reflector::{self, ObjectRef, Store},
 };
 use tokio::task::JoinHandle;
 
@@ -42,7 +43,21 @@ pub(crate) struct SideWorks {
 struct Started {
     bundler: Arc<Bundler>,
     works: Store<Work>,
+    /// The Works ever seen per group, so a lookup reads its group's few, not every Work
+    /// (names only added: one gone is simply not in the cache any more).
+    groups: Arc<Mutex<Groups>>,
     tasks: Vec<JoinHandle<()>>,
+}
+
+/// Work names by (cluster namespace, bundle namespace).
+type Groups = HashMap<(String, Option<String>), BTreeSet<String>>;
+
+fn bundle_namespace(w: &Work) -> Option<String> {
+    w.annotations().get(WORK_BUNDLE_NAMESPACE).cloned()
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// The pseudo resource naming one kind of side Works: `plural` in group
@@ -83,9 +98,16 @@ impl SideWorks {
     pub(crate) fn find(&self, cluster: &str, key: &Key) -> Option<(Arc<Work>, usize)> {
         let started = self.started.get()?;
         let namespace = cluster_namespace(cluster);
-        (started.works.state().into_iter())
-            .filter(|w| w.namespace().as_deref() == Some(namespace.as_str()) && w.is_bundle())
-            .filter(|w| w.annotations().get(WORK_BUNDLE_NAMESPACE) == key.0.as_ref())
+        let group = (namespace.clone(), key.0.clone());
+        let names = lock(&started.groups)
+            .get(&group)
+            .cloned()
+            .unwrap_or_default();
+        (names.iter())
+            .filter_map(|name| started.works.get(&ObjectRef::new(name).within(&namespace)))
+            .filter(|w| {
+                w.is_bundle() && w.annotations().get(WORK_BUNDLE_NAMESPACE) == key.0.as_ref()
+            })
             .find_map(|w| {
                 let ordinal = (0..w.spec.manifest_configs.len()).find(|i| {
                     w.manifest_config(*i)
@@ -109,6 +131,8 @@ impl SideWorks {
         let label = type_label(&self.target.plural, &self.target.group);
         params.label_selector = Some(format!("{}={label}", flotilla_api::work::WORK_TYPE_LABEL));
         let on_change = self.on_change.clone();
+        let groups: Arc<Mutex<Groups>> = Arc::default();
+        let seen = groups.clone();
         let watch = watch_into(
             api,
             writer,
@@ -116,6 +140,8 @@ impl SideWorks {
             |_| {},
             move |c| {
                 if let WatchChange::Object(w) = c {
+                    let group = (w.namespace().unwrap_or_default(), bundle_namespace(w));
+                    lock(&seen).entry(group).or_default().insert(w.name_any());
                     on_change(w);
                 }
                 ControlFlow::Continue(())
@@ -125,6 +151,7 @@ impl SideWorks {
             tasks: vec![tokio::spawn(watch), tokio::spawn(bundler.clone().run())],
             bundler,
             works,
+            groups,
         }
     }
 }
