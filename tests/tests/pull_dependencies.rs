@@ -12,14 +12,19 @@ use std::{collections::BTreeMap, time::Duration};
 use anyhow::{Context as _, ensure};
 use flotilla_agent::{Agent, AgentOptions};
 use flotilla_api::{
-    MANAGED_LABEL, crdgen,
+    DEFAULT_NAMESPACE, FederatedTypeConfig, MANAGED_LABEL, crdgen,
     dependency_plan::DependencyStatus,
     work::{WORK_TYPE_LABEL, Work, cluster_namespace},
 };
-use flotilla_controllers::manager::ControlPlane;
+use flotilla_controllers::{
+    install,
+    manager::ControlPlane,
+    pull_join::{MemberRole, PullJoinOptions, agent_manifests, join_pull},
+};
 use flotilla_core::dependencies::{DEPENDENCY_LABEL, OWNERS_ANNOTATION};
 use flotilla_tests::{
     EnvOptions,
+    cli::service_account_token,
     federation::{apply, bootstrap, install_host, seeded_env},
     host::FederatedRef,
     member::{config_maps, data_is, deployments},
@@ -32,6 +37,7 @@ use k8s_openapi::{ByteString, api::core::v1::Secret};
 use kube::{
     Api, Client, ResourceExt,
     api::{ListParams, Patch, PatchParams, PostParams},
+    config::{KubeConfigOptions, Kubeconfig},
 };
 use serde_json::json;
 
@@ -302,5 +308,76 @@ async fn dependencies_follow_a_workload_into_a_pull_member_are_updated_and_leave
             .is_some_and(|c| data_is("from", "federated")(c).is_ok()),
         "the explicitly federated ConfigMap went with the workload: {cm:?}"
     );
+    Ok(())
+}
+
+/// With the member ClusterRole `join --mode pull` generates and Secrets not federated, the
+/// agent may still apply and prune the copies of a workload's Secret and ConfigMap (the
+/// role grants the dependency kinds once a workload type is enabled), without being allowed
+/// to list Secrets.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_agent_with_the_generated_role_applies_and_prunes_dependency_copies()
+-> anyhow::Result<()> {
+    const ONLY: &str = "member1";
+    let boot = bootstrap();
+    let env = seeded_env(EnvOptions::with_members(1), &boot).await;
+    let cluster = &env.members()[0];
+    let host = env.host().client().await?;
+    install_host(&env, &boot, &host).await?;
+    let ftcs: Api<FederatedTypeConfig> = Api::namespaced(host.clone(), DEFAULT_NAMESPACE);
+    let disabled = Patch::Merge(json!({"spec": {"propagation": "Disabled"}}));
+    ftcs.patch("secrets", &PatchParams::default(), &disabled)
+        .await?;
+    let mut opts = PullJoinOptions::new(ONLY, env.host().server());
+    opts.namespace = boot.namespace.clone();
+    opts.host_ca_pem = Some(env.host().ca_pem().to_owned());
+    let joined = join_pull(&host, &opts).await?;
+    let admin = cluster.client().await?;
+    install::install_crds(&admin, &[crdgen::applied_work_crd()], "flotilla-tests", T).await?;
+    let role = MemberRole::Types(joined.type_rules.clone());
+    let manifests = agent_manifests(ONLY, DEFAULT_NAMESPACE, "unused", &joined.kubeconfig, &role);
+    let items: Vec<_> = (manifests["items"].as_array().into_iter().flatten())
+        .filter(|i| {
+            !matches!(
+                i["kind"].as_str(),
+                Some("Deployment" | "Secret" | "CustomResourceDefinition")
+            )
+        })
+        .cloned()
+        .collect();
+    let list = json!({"apiVersion": "v1", "kind": "List", "items": items});
+    flotilla_cli::pull::apply_list(&admin, &list).await?;
+    let token = service_account_token(&admin, DEFAULT_NAMESPACE, "flotilla-agent").await?;
+    let mut config = cluster.kube_config();
+    config.auth_info.token = Some(token.into());
+    let member = Client::try_from(config)?;
+    let host_config = Kubeconfig::from_yaml(&joined.kubeconfig)?;
+    let host_config =
+        kube::Config::from_custom_kubeconfig(host_config, &KubeConfigOptions::default()).await?;
+    let agent = Agent::start(AgentOptions::new(
+        ONLY,
+        Client::try_from(host_config)?,
+        member.clone(),
+    ));
+    let control_plane = boot.start_control_plane(&host, 1).await?;
+    create_namespace(&host, NS).await?;
+    FederatedObject::namespace(NS).apply(&host).await?;
+    wait_namespace_in(std::slice::from_ref(&admin), NS).await?;
+    host_objects(&host).await?;
+
+    let web = web_on(&host, ONLY).await?;
+    wait_present(T, &deployments(&admin, NS), "web").await?;
+    wait_copies(&admin, "blue").await?;
+    wait_reported_on(&web, ONLY).await?;
+    let listed = secrets(&member).list(&ListParams::default().limit(1)).await;
+    ensure!(
+        matches!(listed, Err(kube::Error::Api(ref s)) if s.code == 403),
+        "the agent may list Secrets: {listed:?}"
+    );
+    web.delete().await?;
+    web.wait_gone(T).await?;
+    wait_copies_gone(&admin).await?;
+    drop(control_plane);
+    agent.stop().await;
     Ok(())
 }

@@ -74,17 +74,16 @@ const WORKLOAD_TYPES: [(&str, &str); 7] = [
     ("", "pods"),
 ];
 
-/// The types a Pull cluster's agent applies: the enabled ones, and — when a workload type
-/// is among them — the kinds of the dependency copies the control plane carries to it in
-/// Works (the agent applies, watches and prunes them as any other manifest).
-pub fn agent_types(types: &BTreeSet<(String, String)>) -> BTreeSet<(String, String)> {
-    let mut out = types.clone();
-    if !dependency_rules(types).is_empty() {
-        for plural in DEPENDENCY_RESOURCES {
-            out.insert((String::new(), plural.to_string()));
-        }
+/// A Pull cluster's agent's rules for the dependency copies the control plane carries to it
+/// in Works, when a workload type is enabled: push mode's [`dependency_rules`] plus `patch`
+/// (the agent applies server-side). Neither `list` nor `watch`: a kind not federated itself
+/// stays unlistable (the agent then reads those copies live instead of from a watch cache).
+pub fn agent_dependency_rules(types: &BTreeSet<(String, String)>) -> Vec<PolicyRule> {
+    let mut rules = dependency_rules(types);
+    for r in &mut rules {
+        r.verbs.push("patch".into());
     }
-    out
+    rules
 }
 
 /// The core resources of the dependencies that follow workloads.
@@ -312,16 +311,21 @@ mod tests {
     #[test]
     fn a_pull_agent_applies_the_dependency_kinds_only_with_a_workload_type() {
         let config_maps = BTreeSet::from([(String::new(), "configmaps".to_string())]);
-        assert_eq!(agent_types(&config_maps), config_maps);
+        assert!(agent_dependency_rules(&config_maps).is_empty());
         let deployments = BTreeSet::from([("apps".to_string(), "deployments".to_string())]);
-        let types = agent_types(&deployments);
-        assert!(types.contains(&("apps".to_string(), "deployments".to_string())));
+        let rules = agent_dependency_rules(&deployments);
+        assert_eq!(rules.len(), 1);
         for plural in DEPENDENCY_RESOURCES {
             assert!(
-                types.contains(&(String::new(), plural.to_string())),
+                rules[0].resources.iter().flatten().any(|r| r == plural),
                 "{plural}"
             );
         }
+        assert!(
+            rules[0].verbs.iter().any(|v| v == "patch"),
+            "server-side apply"
+        );
+        assert!(!rules[0].verbs.iter().any(|v| v == "list" || v == "watch"));
     }
 
     #[test]
