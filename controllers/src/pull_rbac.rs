@@ -17,7 +17,7 @@ use kube::{
 use serde_json::{Value, json};
 use tracing::{debug, info, warn};
 
-use crate::member_rbac::rules::{enabled_types, type_rules};
+use crate::member_rbac::rules::{agent_dependency_rules, enabled_types, type_rules};
 
 /// The ConfigMap publishing `rules` to the agent of `cluster`.
 pub fn types_configmap(cluster: &str, rules: &[PolicyRule]) -> Value {
@@ -29,14 +29,23 @@ pub fn types_configmap(cluster: &str, rules: &[PolicyRule]) -> Value {
     })
 }
 
-/// The rules of the types enabled in the host now (read from its type configs).
+/// The rules of the types enabled in the host now (read from its type configs), with the
+/// dependency copies' when a workload type is enabled.
 pub async fn enabled_type_rules(
     host: &Client,
     namespace: &str,
 ) -> Result<Vec<PolicyRule>, kube::Error> {
     let ftcs: Api<FederatedTypeConfig> = Api::namespaced(host.clone(), namespace);
     let list = ftcs.list(&ListParams::default()).await?;
-    Ok(type_rules(&enabled_types(&list.items)))
+    Ok(agent_rules(&enabled_types(&list.items)))
+}
+
+/// The rules published to an agent: the types', and the dependency copies' when a workload
+/// type is among them.
+fn agent_rules(types: &BTreeSet<(String, String)>) -> Vec<PolicyRule> {
+    let mut rules = type_rules(types);
+    rules.extend(agent_dependency_rules(types));
+    rules
 }
 
 /// Writes the ConfigMap of `cluster` when its rules differ from `rules`.
@@ -74,7 +83,7 @@ pub async fn reconcile(
     types: &BTreeSet<(String, String)>,
     applied: &mut HashMap<String, Vec<PolicyRule>>,
 ) {
-    let rules = type_rules(types);
+    let rules = agent_rules(types);
     if applied.get(cluster) == Some(&rules) {
         return;
     }

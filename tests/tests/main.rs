@@ -71,6 +71,7 @@ mod propagation;
 mod pull_agent_credential;
 mod pull_agent_ops;
 mod pull_bundles;
+mod pull_dependencies;
 mod pull_mode;
 mod pull_parity;
 mod rbac;

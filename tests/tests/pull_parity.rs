@@ -3,7 +3,8 @@
 //! `join_pull` issued): drift in the Pull member is repaired or reported and named in the
 //! federated object's `status.drift`, Events and `flotilla_drift_total` as for a Push
 //! member, and a progressive rollout goes through both kinds of member, stops on a failing
-//! wave and is fixed, paused and resumed. The two drift scenarios share one federation,
+//! wave and is fixed, paused and resumed; a canary by replica share runs its canary
+//! Deployment in both members and is promoted. The two drift scenarios share one federation,
 //! each in its own namespace. The agent's resync is longer than any test: everything it does
 //! here starts from a watch event.
 
@@ -32,6 +33,7 @@ use k8s_openapi::api::apps::v1::ControllerRevision;
 use kube::{
     Api, Client,
     api::{ListParams, Patch, PatchParams},
+    core::ApiResource,
 };
 use serde_json::json;
 
@@ -527,4 +529,172 @@ async fn web_patch(
     )
     .await?;
     Ok(())
+}
+
+/// A canary by replica share through the Pull member: a ReplicaSchedulingPreference splits
+/// 10 replicas 6/4 (member1 Push, member2 Pull); a new image runs as `web-canary` beside
+/// `web` in both members at 50 % and 100 % of each member's split — in the Pull member
+/// carried in a Work, its health read from the agent's report — then is promoted (`web` on
+/// the new image with its full split, the Pull member's canary pruned); a canary that never
+/// gets ready is rolled back (the agent's report says why). A canary running when the
+/// federated object is deleted leaves the Pull member with it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_canary_by_replica_share_goes_through_a_pull_member_and_is_promoted() -> anyhow::Result<()>
+{
+    use canary::*;
+    let p = &parity(&[NS], true).await?;
+    let host = &p.fed.host;
+    apply(host, &rsp_resource(), Some(NS), &rsp()).await?;
+    let web = deploy(host, "nginx:1").await?;
+    web.wait_rollout("Complete", STEP).await?;
+    wait_counts(p, [(SPLIT[0], None), (SPLIT[1], None)], "the 6/4 split").await?;
+
+    set_image(&web, "nginx:2").await?;
+    // (step, canary replicas per member): 50 % of 10 = 5 as 3/2, 100 % as 6/4.
+    for (step, canary) in [(1, [3, 2]), (2, [6, 4])] {
+        let want = [
+            (SPLIT[0] - canary[0], Some(canary[0])),
+            (SPLIT[1] - canary[1], Some(canary[1])),
+        ];
+        wait_counts(p, want, &format!("canary step {step}")).await?;
+        let c = deployments(&p.fed.pull, NS).get(CANARY).await?;
+        assert_eq!(first_image(&c), Some("nginx:2"), "the Pull member's canary");
+        let stable = deployments(&p.fed.pull, NS).get(NAME).await?;
+        assert_eq!(
+            first_image(&stable),
+            Some("nginx:1"),
+            "stable keeps the old image"
+        );
+    }
+    let status = web.wait_rollout("Complete", STEP).await?;
+    assert_eq!(status.rollout.and_then(|r| r.canary), None);
+    wait_counts(p, [(SPLIT[0], None), (SPLIT[1], None)], "promoted").await?;
+    for member in [&p.fed.push, &p.fed.pull] {
+        let d = deployments(member, NS).get(NAME).await?;
+        assert_eq!(first_image(&d), Some("nginx:2"));
+    }
+
+    // A canary that never gets ready rolls back: the canaries go, `web` keeps nginx:2.
+    set_image(&web, "fail:never-ready").await?;
+    let status = web.wait_rollout("RolledBack", STEP).await?;
+    let c = status.rollout_condition().context("condition")?;
+    assert!(
+        c.message.contains("ready"),
+        "the member's reason: {}",
+        c.message
+    );
+    wait_counts(p, [(SPLIT[0], None), (SPLIT[1], None)], "rolled back").await?;
+    for member in [&p.fed.push, &p.fed.pull] {
+        let d = deployments(member, NS).get(NAME).await?;
+        assert_eq!(first_image(&d), Some("nginx:2"));
+    }
+
+    // A canary running when the federated object is deleted goes with it.
+    set_image(&web, "nginx:3").await?;
+    wait_for(
+        STEP,
+        "the first step's canary in the Pull member",
+        || async {
+            let c = deployments(&p.fed.pull, NS).get_opt(CANARY).await?;
+            ensure!(c.as_ref().and_then(replicas) == Some(SPLIT[1] / 2), "{c:?}");
+            Ok(())
+        },
+    )
+    .await?;
+    web.delete().await?;
+    wait_for(STEP, "no web and no web-canary in any member", || async {
+        for member in [&p.fed.push, &p.fed.pull] {
+            let api = deployments(member, NS);
+            let (stable, canary) = (api.get_opt(NAME).await?, api.get_opt(CANARY).await?);
+            ensure!(stable.is_none() && canary.is_none(), "left");
+        }
+        Ok(())
+    })
+    .await?;
+    Ok(())
+}
+
+mod canary {
+    use super::*;
+
+    pub const NS: &str = "pull-canary";
+    pub const NAME: &str = "web";
+    pub const CANARY: &str = "web-canary";
+    /// The split the ReplicaSchedulingPreference computes: member1 (Push) 6, member2 (Pull) 4.
+    pub const SPLIT: [i32; 2] = [6, 4];
+    /// Pods scheduled, made ready and counted available on a loaded machine.
+    pub const STEP: Duration = Duration::from_secs(240);
+
+    /// Applies the FederatedDeployment `web` with `image` and a canary rollout.
+    pub async fn deploy(host: &Client, image: &str) -> anyhow::Result<FederatedRef> {
+        let object = FederatedObject::deployment(NS, NAME, 1, image);
+        let mut manifest = object.to_json();
+        manifest["spec"]["rollout"] = json!({
+            "strategy": "Canary",
+            "canary": {"steps": [50, 100], "minSuccessSeconds": 5},
+            "progressDeadlineSeconds": 40,
+            "onFailure": "Rollback",
+        });
+        apply(host, &object.api_resource(), Some(NS), &manifest).await?;
+        Ok(object.in_host(host))
+    }
+
+    /// Changes only the template's image (the RSP's overrides stay as they are).
+    pub async fn set_image(web: &FederatedRef, image: &str) -> anyhow::Result<()> {
+        let patch = json!([{"op": "replace",
+            "path": "/spec/template/spec/template/spec/containers/0/image", "value": image}]);
+        let patch: json_patch::Patch = serde_json::from_value(patch)?;
+        web.api
+            .patch(
+                &web.name,
+                &PatchParams::default(),
+                &Patch::Json::<()>(patch),
+            )
+            .await?;
+        Ok(())
+    }
+
+    /// Waits until each member (Push, then Pull) holds `want`: the stable Deployment's
+    /// replicas and the canary's (`None`: no canary).
+    pub async fn wait_counts(
+        p: &Parity,
+        want: [(i32, Option<i32>); 2],
+        what: &str,
+    ) -> anyhow::Result<()> {
+        wait_for(STEP, what, || async {
+            let mut counts = Vec::new();
+            for member in [&p.fed.push, &p.fed.pull] {
+                let api = deployments(member, NS);
+                let stable = api.get_opt(NAME).await?;
+                let stable = stable
+                    .as_ref()
+                    .and_then(replicas)
+                    .context("no stable web")?;
+                let canary = api.get_opt(CANARY).await?;
+                counts.push((stable, canary.as_ref().and_then(replicas)));
+            }
+            ensure!(counts == want, "{counts:?}, want {want:?}");
+            Ok(())
+        })
+        .await
+    }
+
+    pub fn rsp_resource() -> ApiResource {
+        ApiResource {
+            group: "scheduling.kubefed.io".into(),
+            version: "v1alpha1".into(),
+            api_version: "scheduling.kubefed.io/v1alpha1".into(),
+            kind: "ReplicaSchedulingPreference".into(),
+            plural: "replicaschedulingpreferences".into(),
+        }
+    }
+
+    pub fn rsp() -> serde_json::Value {
+        json!({
+            "apiVersion": "scheduling.kubefed.io/v1alpha1", "kind": "ReplicaSchedulingPreference",
+            "metadata": {"name": NAME, "namespace": NS},
+            "spec": {"targetKind": "FederatedDeployment", "totalReplicas": 10,
+                "clusters": {"member1": {"weight": 3}, "member2": {"weight": 2}}}
+        })
+    }
 }

@@ -74,6 +74,26 @@ const WORKLOAD_TYPES: [(&str, &str); 7] = [
     ("", "pods"),
 ];
 
+/// A Pull cluster's agent's rules for the dependency copies the control plane carries to it
+/// in Works, when a workload type is enabled: push mode's [`dependency_rules`] plus `patch`
+/// (the agent applies server-side). Neither `list` nor `watch`: a kind not federated itself
+/// stays unlistable (the agent then reads those copies live instead of from a watch cache).
+pub fn agent_dependency_rules(types: &BTreeSet<(String, String)>) -> Vec<PolicyRule> {
+    let mut rules = dependency_rules(types);
+    for r in &mut rules {
+        r.verbs.push("patch".into());
+    }
+    rules
+}
+
+/// The core resources of the dependencies that follow workloads.
+const DEPENDENCY_RESOURCES: [&str; 4] = [
+    "configmaps",
+    "secrets",
+    "serviceaccounts",
+    "persistentvolumeclaims",
+];
+
 /// When a workload type is enabled: the copies of its dependencies are read, created,
 /// replaced and deleted in members (ConfigMaps, Secrets, ServiceAccounts, PVCs).
 pub fn dependency_rules(types: &BTreeSet<(String, String)>) -> Vec<PolicyRule> {
@@ -81,15 +101,9 @@ pub fn dependency_rules(types: &BTreeSet<(String, String)>) -> Vec<PolicyRule> {
     if !workloads {
         return Vec::new();
     }
-    let resources = [
-        "configmaps",
-        "secrets",
-        "serviceaccounts",
-        "persistentvolumeclaims",
-    ];
     vec![PolicyRule {
         api_groups: Some(vec![String::new()]),
-        resources: Some(resources.iter().map(|s| s.to_string()).collect()),
+        resources: Some(DEPENDENCY_RESOURCES.iter().map(|s| s.to_string()).collect()),
         verbs: ["get", "create", "update", "delete"]
             .iter()
             .map(|s| s.to_string())
@@ -290,6 +304,26 @@ mod tests {
                 .iter()
                 .flatten()
                 .any(|r| r == "persistentvolumeclaims")
+        );
+        assert!(!rules[0].verbs.iter().any(|v| v == "list" || v == "watch"));
+    }
+
+    #[test]
+    fn a_pull_agent_applies_the_dependency_kinds_only_with_a_workload_type() {
+        let config_maps = BTreeSet::from([(String::new(), "configmaps".to_string())]);
+        assert!(agent_dependency_rules(&config_maps).is_empty());
+        let deployments = BTreeSet::from([("apps".to_string(), "deployments".to_string())]);
+        let rules = agent_dependency_rules(&deployments);
+        assert_eq!(rules.len(), 1);
+        for plural in DEPENDENCY_RESOURCES {
+            assert!(
+                rules[0].resources.iter().flatten().any(|r| r == plural),
+                "{plural}"
+            );
+        }
+        assert!(
+            rules[0].verbs.iter().any(|v| v == "patch"),
+            "server-side apply"
         );
         assert!(!rules[0].verbs.iter().any(|v| v == "list" || v == "watch"));
     }

@@ -66,6 +66,8 @@ pub(super) struct Ctl {
     drift_memory: DriftMemory,
     /// The Pull clusters' bundle writes.
     bundler: Arc<super::bundles::Bundler>,
+    /// The Pull clusters' canary Deployments (a Deployment type).
+    canaries: Option<Arc<super::rollout::PullCanaries>>,
 }
 
 /// The narrow inputs: each concern's view of what the controller holds.
@@ -83,6 +85,7 @@ impl Ctl {
     ) -> Self {
         Ctl {
             bundler,
+            canaries: None,
             shared,
             ty,
             host,
@@ -126,12 +129,19 @@ impl Ctl {
         }
     }
 
+    /// The controller carrying its canary Deployments to Pull clusters through `canaries`.
+    pub fn with_canaries(mut self, canaries: Option<Arc<super::rollout::PullCanaries>>) -> Self {
+        self.canaries = canaries;
+        self
+    }
+
     fn works(&self) -> Works<'_> {
         Works {
             shared: &self.shared,
             host: &self.host,
             ty: &self.ty,
             bundler: &self.bundler,
+            canaries: self.canaries.as_deref(),
         }
     }
 
@@ -151,6 +161,7 @@ impl Ctl {
             revisions: self.revisions(),
             written: &self.written,
             observer: self.observer(),
+            canaries: self.canaries.as_deref(),
         }
     }
 
@@ -158,6 +169,7 @@ impl Ctl {
         Dependencies {
             host: &self.shared.host,
             hosts: &self.shared.dependency_hosts,
+            pull: &self.shared.pull_dependencies,
             clusters: &self.shared.clusters,
             ty: &self.ty,
             events: self.events(),

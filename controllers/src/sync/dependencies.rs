@@ -3,7 +3,9 @@
 //! references are looked up in the host, copied to exactly the clusters the workload lands
 //! on, let go of where it left, and reported in `status.dependencies`. The decisions are
 //! [`flotilla_core::dependencies`] and [`flotilla_core::dependency_plan`]; this module
-//! reads and writes. It never logs nor reports an object's content (Secrets).
+//! reads and writes — in a Push cluster itself, in a Pull cluster through the copies'
+//! Works ([`super::pull_dependencies`]). It never logs nor reports an object's content
+//! (Secrets).
 
 use std::{
     collections::{BTreeMap, BTreeSet},
@@ -36,6 +38,7 @@ use super::{
     dependency_hosts::{DependencyHosts, api_resource},
     feeds::AllKeys,
     plan::{DesiredFor, DesiredSet},
+    pull_dependencies::PullDependencies,
     status::Events,
     type_info::TypeInfo,
 };
@@ -73,6 +76,8 @@ pub(super) struct DependencyRound {
 pub(super) struct Dependencies<'a> {
     pub host: &'a Client,
     pub hosts: &'a DependencyHosts,
+    /// The copies carried to Pull clusters.
+    pub pull: &'a PullDependencies,
     pub clusters: &'a ClusterSet,
     pub ty: &'a TypeInfo,
     pub events: Events<'a>,
@@ -110,12 +115,10 @@ impl Dependencies<'_> {
         };
         let plan = dplan::plan(&previous.dependencies, &wanted, lands);
         let owner = deps::owner_id(&self.ty.fed_ar.kind, &key.1);
-        let outcomes = carry_out(ns, &owner, plan, &found, snapshot).await;
-        // A Pull cluster never gets a client: reported, not retried on a timer.
-        let pull = |c: &str| snapshot.iter().any(|s| s.name == c && s.pull);
-        let failed = outcomes.iter().any(|((_, c), o)| {
-            matches!(o, PairOutcome::Failed(_) | PairOutcome::ReleaseFailed(_)) && !pull(c)
-        });
+        let outcomes = self.carry_out(ns, &owner, plan, &found, snapshot).await;
+        let handing_over = self.hand_over(ns, &wanted, snapshot).await;
+        let failed = (outcomes.values())
+            .any(|o| matches!(o, PairOutcome::Failed(_) | PairOutcome::ReleaseFailed(_)));
         let status = dplan::report(ns, &previous.dependencies, &wanted, lands, &outcomes);
         for p in dplan::new_problems(&previous.dependencies, &status) {
             let note = format!("{} {}: {}", p.kind, p.name, p.message);
@@ -126,8 +129,25 @@ impl Dependencies<'_> {
         }
         DependencyRound {
             status: Some(status),
-            recheck: failed.then_some(RETRY),
+            recheck: (failed || handing_over).then_some(RETRY),
         }
+    }
+
+    /// Hands the Pull clusters' copies of explicitly federated dependencies over to their
+    /// Federated&lt;Kind&gt; (push mode's copy is simply taken over by it in the member; a
+    /// Pull member's object must not stay in two Works). Whether one is still under way.
+    async fn hand_over(
+        &self,
+        ns: &str,
+        wanted: &BTreeMap<Dependency, Lookup>,
+        snapshot: &[ClusterState],
+    ) -> bool {
+        let explicit = (wanted.iter()).filter(|(_, l)| **l == Lookup::Explicit);
+        let pairs = explicit.flat_map(|(dep, _)| {
+            (snapshot.iter().filter(|c| c.pull)).map(move |c| (dep, c.name.as_str()))
+        });
+        let steps = pairs.map(|(dep, cluster)| self.pull.hand_over(cluster, ns, dep));
+        join_all(steps).await.into_iter().any(|under_way| under_way)
     }
 
     /// The workload is deleted (and not orphaned): every copy it holds is let go of. Best
@@ -142,7 +162,7 @@ impl Dependencies<'_> {
         }
         let owner = deps::owner_id(&self.ty.fed_ar.kind, &key.1);
         let snapshot = self.clusters.snapshot();
-        let outcomes = (carry_out(ns, &owner, plan, &BTreeMap::new(), &snapshot)).await;
+        let outcomes = (self.carry_out(ns, &owner, plan, &BTreeMap::new(), &snapshot)).await;
         for ((dep, cluster), outcome) in outcomes {
             if let PairOutcome::ReleaseFailed(message) = outcome {
                 warn!(%cluster, kind = dep.kind.as_str(), name = %dep.name, %message, "a dependency copy of a deleted workload was not removed");
@@ -193,46 +213,61 @@ impl Dependencies<'_> {
             }
         }
     }
+
+    /// Runs every pair of the plan, all at once: in a Push cluster through its client, in
+    /// a Pull cluster through its Works.
+    async fn carry_out(
+        &self,
+        ns: &str,
+        owner: &str,
+        plan: dplan::Plan,
+        found: &BTreeMap<Dependency, Value>,
+        snapshot: &[ClusterState],
+    ) -> BTreeMap<Pair, PairOutcome> {
+        let member = |cluster: &str| match snapshot.iter().find(|c| c.name == cluster) {
+            Some(c) if c.pull => Member::Pull,
+            Some(c) if c.ready => c.client.clone().map_or(Member::None, Member::Push),
+            _ => Member::None,
+        };
+        let pull = self.pull;
+        let ensure = plan.ensure.into_iter().map(|(dep, cluster)| {
+            let (member, host) = (member(&cluster), found.get(&dep));
+            async move {
+                let outcome = match (member, host) {
+                    (Member::Push(c), Some(h)) => ensure(c, ns, &dep, h, owner).await,
+                    (Member::Pull, Some(h)) => pull.ensure(&cluster, ns, &dep, h, owner).await,
+                    _ => PairOutcome::Failed(NO_CLIENT.into()),
+                };
+                ((dep, cluster), outcome)
+            }
+        });
+        let release = plan.release.into_iter().map(|(dep, cluster)| {
+            let member = member(&cluster);
+            async move {
+                let outcome = match member {
+                    Member::Push(c) => release(c, ns, &dep, owner).await,
+                    Member::Pull => pull.release(&cluster, ns, &dep, owner).await,
+                    Member::None => PairOutcome::ReleaseFailed(NO_CLIENT.into()),
+                };
+                ((dep, cluster), outcome)
+            }
+        });
+        let (a, b) = futures::join!(join_all(ensure), join_all(release));
+        a.into_iter().chain(b).collect()
+    }
 }
 
-/// Runs every pair of the plan, all at once.
-async fn carry_out(
-    ns: &str,
-    owner: &str,
-    plan: dplan::Plan,
-    found: &BTreeMap<Dependency, Value>,
-    snapshot: &[ClusterState],
-) -> BTreeMap<Pair, PairOutcome> {
-    let client = |cluster: &str| {
-        (snapshot.iter())
-            .find(|c| c.name == cluster && c.ready && !c.pull)
-            .and_then(|c| c.client.clone())
-    };
-    let ensure = plan.ensure.into_iter().map(|(dep, cluster)| {
-        let (client, host) = (client(&cluster), found.get(&dep));
-        async move {
-            let outcome = match (client, host) {
-                (Some(c), Some(h)) => ensure(c, ns, &dep, h, owner).await,
-                _ => PairOutcome::Failed(NO_CLIENT.into()),
-            };
-            ((dep, cluster), outcome)
-        }
-    });
-    let release = plan.release.into_iter().map(|(dep, cluster)| {
-        let client = client(&cluster);
-        async move {
-            let outcome = match client {
-                Some(c) => release(c, ns, &dep, owner).await,
-                None => PairOutcome::ReleaseFailed(NO_CLIENT.into()),
-            };
-            ((dep, cluster), outcome)
-        }
-    });
-    let (a, b) = futures::join!(join_all(ensure), join_all(release));
-    a.into_iter().chain(b).collect()
+/// How a cluster's copies are written.
+enum Member {
+    /// Through this client.
+    Push(Client),
+    /// Through the cluster's Works.
+    Pull,
+    /// Not now (an unready Push cluster).
+    None,
 }
 
-const NO_CLIENT: &str = "no client for the cluster (unready, or a Pull cluster: dependencies follow only Push clusters)";
+const NO_CLIENT: &str = "no client for the cluster (it is not ready)";
 
 /// Host changes of referenced objects requeue their workloads of this controller's type.
 /// `kind`: the federated kind of this controller.

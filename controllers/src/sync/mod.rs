@@ -38,11 +38,13 @@ mod origin;
 mod orphans;
 pub mod plan;
 pub mod pull;
+mod pull_dependencies;
 mod pull_drift;
 mod reconcile;
 mod registry_wait;
 mod rollout;
 pub(crate) mod scheduled;
+mod side_works;
 mod status;
 mod strays;
 mod trace_id;
@@ -113,6 +115,8 @@ pub struct SyncShared {
     orphans: orphans::Orphans,
     /// Host caches of the kinds workloads depend on, and who references what.
     dependency_hosts: dependency_hosts::DependencyHosts,
+    /// The dependency copies carried to Pull clusters.
+    pull_dependencies: pull_dependencies::PullDependencies,
 }
 
 impl SyncShared {
@@ -140,7 +144,8 @@ impl SyncShared {
             breakers: breaker::Breakers::default(),
             revisions: rollout::Revisions::default(),
             orphans: orphans::Orphans::default(),
-            dependency_hosts: dependency_hosts::DependencyHosts::new(host),
+            dependency_hosts: dependency_hosts::DependencyHosts::new(host.clone()),
+            pull_dependencies: pull_dependencies::PullDependencies::new(host),
         })
     }
 
@@ -226,6 +231,14 @@ impl TypeController {
             ty.collect_status,
             work_writer.as_reader(),
         ));
+        // A canary by replica share is for Deployments only; its Pull side starts on use.
+        let canaries = (ty.target_ar.kind == "Deployment").then(|| {
+            Arc::new(rollout::PullCanaries::new(
+                shared.host.clone(),
+                &ty.target_ar,
+                queue.clone(),
+            ))
+        });
         let (inflight, landed) = inflight::InFlight::new();
         let recent = Arc::new(memory::RecentWrites::default());
         let all = AllKeys {
@@ -252,15 +265,10 @@ impl TypeController {
         tasks.push(tokio::spawn(bundler.clone().run()));
         let workers = shared.config.borrow().max_concurrent_reconciles.max(1);
         let runner = runner(&shared, &ty, &queue, workers, gate).shutdown(cancel.clone());
-        let ctl = Arc::new(Ctl::new(
-            shared,
-            ty.clone(),
-            host,
-            members,
-            recent,
-            inflight,
-            bundler,
-        ));
+        let ctl = Arc::new(
+            Ctl::new(shared, ty.clone(), host, members, recent, inflight, bundler)
+                .with_canaries(canaries),
+        );
         tasks.push(tokio::spawn(runner.run(move |key: Key| {
             let ctl = ctl.clone();
             // The host event that queued the key (if traced) is the reconcile span's parent.

@@ -232,6 +232,8 @@ pub(super) struct Works<'a> {
     pub host: &'a HostCaches,
     pub ty: &'a TypeInfo,
     pub bundler: &'a Bundler,
+    /// The type's canary Deployments in Pull clusters, which leave with the object.
+    pub canaries: Option<&'a super::rollout::PullCanaries>,
 }
 
 impl Works<'_> {
@@ -310,6 +312,9 @@ impl Works<'_> {
     /// first marked so, the agent releases the object, and only then does it leave. A
     /// legacy Work is deleted (labelled first for orphaning).
     pub async fn delete(&self, cluster: &str, key: &Key, orphan: bool) -> Outcome {
+        if let Some(canaries) = self.canaries {
+            canaries.forget(cluster, key).await;
+        }
         let Some(l) = self.locate(cluster, key) else {
             self.bundler.cancel(cluster, key);
             return Outcome::Gone;

@@ -5,11 +5,12 @@
 //! carries out its render: the stable Deployment's desired object is rewritten (its
 //! revision, its share of the replicas) and goes through the normal member writes; the
 //! canary Deployment `<name>-canary` is written or deleted here, in the same member, through
-//! the same member write path ([`run_on_member`]). The
+//! the same member write path ([`run_on_member`]) — in a Pull cluster, carried in a Work
+//! and read back from the agent's report ([`super::canary_pull`]). In a Push cluster the
 //! canary is owned by the stable Deployment in the member (an owner reference), so the
 //! member's garbage collector removes it with the stable one (the federated object deleted,
-//! the cluster left the placement). Everything it needs is in status and the members: a
-//! restart carries on.
+//! the cluster left the placement); in a Pull cluster it leaves its Work then. Everything
+//! it needs is in status, the members and the Works: a restart carries on.
 
 use std::{collections::BTreeMap, time::Duration};
 
@@ -20,7 +21,7 @@ use flotilla_api::{
 use flotilla_core::{
     health::TypeHealth,
     rollout::{
-        canary::{CANARY_LABEL, canary_name, replicas_to_share, shares},
+        canary::{CANARY_LABEL, Share, canary_name, replicas_to_share, shares},
         canary_flow::{self, ClusterFacts, Input, Render},
         health::member_verdict,
     },
@@ -31,7 +32,8 @@ use serde_json::{Value, json};
 use tracing::warn;
 
 use super::{
-    Members, Rollout, RolloutRound, annotation, invalid_round, revision_of, set_annotation,
+    Members, Rollout, RolloutRound, annotation, canary_pull::PullCanaries, invalid_round,
+    revision_of, set_annotation,
 };
 use crate::{
     multicluster::ClusterState,
@@ -81,7 +83,8 @@ impl Rollout<'_> {
         if let Err(message) = checked {
             // Propagated as without a canary: any canary goes.
             let none = BTreeMap::new();
-            let ops = self.canary_ops(key, &members, &none, None, &BTreeMap::new());
+            let pull = self.pull_canaries(&members).await;
+            let ops = self.canary_ops(key, &members, pull, &none, None, &BTreeMap::new());
             self.run_canary_ops(key, &members, ops).await;
             return Some(invalid_round(stored, message));
         }
@@ -89,7 +92,9 @@ impl Rollout<'_> {
         if let Err(e) = self.revisions.ensure(fed, key, &target, &content).await {
             warn!(error = %e, "storing the rollout revision failed");
         }
-        let facts = self.canary_facts(key, &members, desired, &split, &target, &stored.rollout);
+        let pull = self.pull_canaries(&members).await;
+        let expected = shares(&split, stored_percent(&stored.rollout, &target));
+        let facts = self.canary_facts(key, &members, desired, &expected, &target, pull);
         let clusters: Vec<ClusterFacts<'_>> = (facts.iter())
             .map(|(name, canary, stable)| ClusterFacts {
                 name,
@@ -116,7 +121,7 @@ impl Rollout<'_> {
         let targets = target_objects(desired);
         self.render_stable(key, spec, desired, &plans, &target)
             .await;
-        let ops = self.canary_ops(key, &members, &targets, Some(&target), &plans);
+        let ops = self.canary_ops(key, &members, pull, &targets, Some(&target), &plans);
         self.run_canary_ops(key, &members, ops).await;
         Some(RolloutRound {
             status: Some(course.status),
@@ -135,31 +140,43 @@ impl Rollout<'_> {
         key: &Key,
         members: &Members<'_>,
         desired: &DesiredSet,
-        split: &BTreeMap<String, i64>,
+        expected: &BTreeMap<String, Share>,
         target: &str,
-        stored: &Option<RolloutStatus>,
+        pull: Option<&PullCanaries>,
     ) -> Vec<Facts> {
-        let percent = (stored.as_ref())
-            .filter(|s| s.target_revision == target)
-            .and_then(|s| s.canary.as_ref())
-            .map_or(0, |c| c.percent);
-        let expected = shares(split, percent);
         let health = self.ty.health.as_deref();
-        let canary_key = (key.0.clone(), canary_name(&key.1));
         (members.snapshot.iter().zip(members.observed))
-            .filter(|(c, _)| split.contains_key(&c.name))
+            .filter(|(c, _)| expected.contains_key(&c.name))
             .map(|(cluster, observed)| {
                 let replicas = expected.get(&cluster.name).map_or(0, |s| s.canary);
-                let canary = if cluster.pull {
-                    Err(PULL.to_string())
-                } else {
-                    let seen = self.observer.observe(cluster, &canary_key);
-                    canary_check(health, &seen, target, replicas)
-                };
+                let seen = self.observe_canary(cluster, key, pull);
+                let canary = canary_check(health, &seen, target, replicas);
                 let stable = stable_check(health, observed, desired.hash(&cluster.name));
                 (cluster.name.clone(), canary, stable)
             })
             .collect()
+    }
+
+    /// The Pull clusters' canaries, once they can be read (`None`: no Pull cluster, or their
+    /// cache has not listed: a Pull cluster's canary is then left as it is this round).
+    async fn pull_canaries(&self, members: &Members<'_>) -> Option<&PullCanaries> {
+        let canaries = self.canaries?;
+        let any_pull = members.snapshot.iter().any(|c| c.pull);
+        (any_pull && canaries.ready().await).then_some(canaries)
+    }
+
+    /// `cluster`'s canary of `key`: from the member cache, or (a Pull cluster) from its
+    /// Work (not synced while `pull`, the Pull side, cannot be read).
+    fn observe_canary(
+        &self,
+        cluster: &ClusterState,
+        key: &Key,
+        pull: Option<&PullCanaries>,
+    ) -> Observed {
+        if cluster.pull {
+            return pull.map_or(Observed::NotSynced, |c| c.observe(&cluster.name, key));
+        }
+        (self.observer).observe(cluster, &(key.0.clone(), canary_name(&key.1)))
     }
 
     /// Rewrites each placed cluster's desired object to its stable Deployment: the
@@ -207,18 +224,18 @@ impl Rollout<'_> {
         &self,
         key: &Key,
         members: &Members<'_>,
+        pull: Option<&PullCanaries>,
         targets: &BTreeMap<String, Value>,
         target: Option<&str>,
         plans: &BTreeMap<String, ClusterPlan>,
     ) -> Vec<(usize, CanaryOp)> {
-        let canary_key = (key.0.clone(), canary_name(&key.1));
         let ar = &self.ty.target_ar;
         let mut ops = Vec::new();
         for (i, (cluster, observed)) in members.snapshot.iter().zip(members.observed).enumerate() {
-            if cluster.pull {
+            if cluster.pull && pull.is_none() {
                 continue;
             }
-            let seen = self.observer.observe(cluster, &canary_key);
+            let seen = self.observe_canary(cluster, key, pull);
             let base = targets.get(&cluster.name);
             let wanted = match (target, plans.get(&cluster.name), observed, base) {
                 (Some(t), Some(p), Observed::Present(stable), Some(base)) => {
@@ -228,8 +245,9 @@ impl Rollout<'_> {
             };
             match wanted {
                 Some((base, stable, replicas, t)) => {
-                    let Some(obj) = canary_object(base, stable, replicas, t, &ar.api_version)
-                    else {
+                    // A Pull cluster's stable Deployment is known by its manifest (no UID).
+                    let owner = (!cluster.pull).then_some(stable);
+                    let Some(obj) = canary_object(base, owner, replicas, t, &ar.api_version) else {
                         continue;
                     };
                     match &seen {
@@ -258,7 +276,21 @@ impl Rollout<'_> {
         let name = &canary_name(&key.1);
         let (ns, _) = self.ty.member_name(key);
         let background = DeleteParams::background();
-        let jobs = ops.into_iter().filter_map(|(i, op)| {
+        let (pull, push): (Vec<_>, Vec<_>) =
+            (ops.into_iter()).partition(|(i, _)| members.snapshot.get(*i).is_some_and(|c| c.pull));
+        if let Some(canaries) = self.canaries {
+            for (i, op) in pull {
+                let Some(cluster) = members.snapshot.get(i) else {
+                    continue;
+                };
+                let canary = match op {
+                    CanaryOp::Create(o) | CanaryOp::Update(o) => Some(o),
+                    CanaryOp::Delete => None,
+                };
+                canaries.set(&cluster.name, key, canary).await;
+            }
+        }
+        let jobs = push.into_iter().filter_map(|(i, op)| {
             let cluster: &ClusterState = members.snapshot.get(i)?;
             let target = MemberRef {
                 cluster: cluster.name.clone(),
@@ -289,8 +321,13 @@ impl Rollout<'_> {
     }
 }
 
-const PULL: &str =
-    "a canary runs only on Push clusters: the canary Deployment is written by the control plane";
+/// The percentage of the stored step of a canary of `target` (0: none yet).
+fn stored_percent(stored: &Option<RolloutStatus>, target: &str) -> u32 {
+    (stored.as_ref())
+        .filter(|s| s.target_revision == target)
+        .and_then(|s| s.canary.as_ref())
+        .map_or(0, |c| c.percent)
+}
 
 /// Whether a canary by replica share applies: a Deployment with replicas to share.
 fn shareable(kind: &str, split: &BTreeMap<String, i64>) -> Result<(), String> {
@@ -424,25 +461,28 @@ fn rehash(object: &mut Value) -> String {
 
 /// The canary Deployment of a cluster: the target's desired object `base`, renamed,
 /// labelled `flotilla.io/canary: "true"` (on it, in its selector, on its pod template),
-/// with `replicas`, owned by the member's `stable` Deployment. `None` without the stable
-/// Deployment's name and uid.
+/// with `replicas`, owned by the member's `stable` Deployment when given (a Push cluster;
+/// `None` without its name and uid) — a Pull cluster's canary has no owner reference.
 fn canary_object(
     base: &Value,
-    stable: &Value,
+    stable: Option<&Value>,
     replicas: i64,
     target: &str,
     api_version: &str,
 ) -> Option<Value> {
-    let stable_name = stable.pointer("/metadata/name")?.as_str()?;
-    let uid = stable.pointer("/metadata/uid")?.as_str()?;
     let mut obj = base.clone();
     obj.as_object_mut()?;
     obj["apiVersion"] = json!(api_version);
     obj["kind"] = json!("Deployment");
-    obj["metadata"]["name"] = json!(canary_name(stable_name));
-    obj["metadata"]["ownerReferences"] = json!([{
-        "apiVersion": api_version, "kind": "Deployment", "name": stable_name, "uid": uid,
-    }]);
+    if let Some(stable) = stable {
+        let stable_name = stable.pointer("/metadata/name")?.as_str()?;
+        let uid = stable.pointer("/metadata/uid")?.as_str()?;
+        obj["metadata"]["ownerReferences"] = json!([{
+            "apiVersion": api_version, "kind": "Deployment", "name": stable_name, "uid": uid,
+        }]);
+    }
+    let stable_name = base.pointer("/metadata/name")?.as_str()?.to_owned();
+    obj["metadata"]["name"] = json!(canary_name(&stable_name));
     for path in [
         "/metadata/labels",
         "/spec/selector/matchLabels",

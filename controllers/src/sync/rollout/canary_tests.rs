@@ -70,7 +70,7 @@ fn each_cluster_runs_its_share_of_the_step_and_keeps_its_split() {
 fn the_canary_object_is_labelled_renamed_owned_and_hashed() {
     let base = deployment(Value::Null);
     let stable = deployment(ready(2));
-    let obj = canary_object(&base, &stable, 3, "r2", "apps/v1").expect("a canary");
+    let obj = canary_object(&base, Some(&stable), 3, "r2", "apps/v1").expect("a canary");
     assert_eq!(obj["metadata"]["name"], "web-canary");
     for path in [
         "/metadata/labels",
@@ -88,16 +88,19 @@ fn the_canary_object_is_labelled_renamed_owned_and_hashed() {
     assert_eq!(obj["metadata"]["ownerReferences"][0]["name"], "web");
     let hash = annotation(&obj, HASH_ANNOTATION).expect("hashed");
     assert_ne!(hash, "h");
-    let again = canary_object(&base, &stable, 3, "r2", "apps/v1").expect("a canary");
+    let again = canary_object(&base, Some(&stable), 3, "r2", "apps/v1").expect("a canary");
     assert_eq!(
         annotation(&again, HASH_ANNOTATION),
         Some(hash.clone()),
         "stable hash"
     );
-    let more = canary_object(&base, &stable, 4, "r2", "apps/v1").expect("a canary");
+    let more = canary_object(&base, Some(&stable), 4, "r2", "apps/v1").expect("a canary");
     assert_ne!(annotation(&more, HASH_ANNOTATION), Some(hash));
     let unborn = json!({"metadata": {"name": "web"}});
-    assert_eq!(canary_object(&base, &unborn, 3, "r2", "apps/v1"), None);
+    assert_eq!(
+        canary_object(&base, Some(&unborn), 3, "r2", "apps/v1"),
+        None
+    );
 }
 
 #[test]
@@ -172,4 +175,59 @@ fn the_split_is_each_placed_clusters_desired_replicas() {
         ),
     );
     assert_eq!(split_of(&desired), split(&[("m1", 7), ("m2", 0)]));
+}
+
+#[test]
+fn a_pull_clusters_canary_has_no_owner_and_is_otherwise_the_push_one() {
+    let base = deployment(Value::Null);
+    let stable = deployment(ready(2));
+    let pull = canary_object(&base, None, 3, "r2", "apps/v1").expect("a canary");
+    let push = canary_object(&base, Some(&stable), 3, "r2", "apps/v1").expect("a canary");
+    assert_eq!(pull["metadata"]["name"], "web-canary");
+    assert_eq!(pull["metadata"].get("ownerReferences"), None);
+    assert_eq!(pull["spec"], push["spec"]);
+    assert_eq!(pull["metadata"]["labels"], push["metadata"]["labels"]);
+    assert_eq!(
+        annotation(&pull, REVISION_ANNOTATION).as_deref(),
+        Some("r2")
+    );
+}
+
+/// A Pull cluster's canary as the agent reports it: healthy only once the report is about
+/// the manifest the Work carries now.
+#[test]
+fn a_pull_canary_is_judged_on_the_agents_report_of_the_current_manifest() {
+    use flotilla_api::work::{ManifestCondition, Work, WorkSpec, WorkStatus, identify};
+    let health = rules();
+    let h = Some(&*health);
+    let mut manifest =
+        canary_object(&deployment(Value::Null), None, 2, "r2", "apps/v1").expect("a canary");
+    if let Some(m) = manifest.as_object_mut() {
+        m.remove("status");
+    }
+    let mut work = Work::new("w", WorkSpec::default());
+    work.spec.workload.manifests.push(manifest.clone());
+    let report = |hash: Option<String>| ManifestCondition {
+        identifier: identify(0, &manifest),
+        hash,
+        generation: Some(1),
+        status_feedback: Some(ready(2)),
+        ..ManifestCondition::default()
+    };
+    work.status = Some(WorkStatus {
+        manifest_conditions: vec![report(Some("an older manifest".into()))],
+        ..WorkStatus::default()
+    });
+    let seen = Observed::Present(crate::sync::pull::observed_of(&work, 0));
+    assert!(canary_check(h, &seen, "r2", 2).is_err(), "no status yet");
+    work.status = Some(WorkStatus {
+        manifest_conditions: vec![report(annotation(&manifest, HASH_ANNOTATION))],
+        ..WorkStatus::default()
+    });
+    let seen = Observed::Present(crate::sync::pull::observed_of(&work, 0));
+    assert_eq!(canary_check(h, &seen, "r2", 2), Ok(()));
+    assert!(
+        canary_check(h, &seen, "r2", 3).is_err(),
+        "another step's share"
+    );
 }

@@ -9,6 +9,7 @@
 //! the same. An object without `spec.rollout` never comes here.
 
 mod canary;
+mod canary_pull;
 mod revisions;
 
 use std::{collections::BTreeSet, time::Duration};
@@ -29,6 +30,7 @@ use serde_json::{Value, json};
 use tracing::warn;
 
 pub(crate) use canary::is_canary;
+pub(crate) use canary_pull::PullCanaries;
 pub(super) use revisions::RevisionStore;
 pub use revisions::{KIND_LABEL, NAME_LABEL, Revisions, name_label, revisions_selector};
 
@@ -101,6 +103,8 @@ pub(super) struct Rollout<'a> {
     pub revisions: RevisionStore<'a>,
     pub written: &'a WrittenStatus,
     pub observer: Observer<'a>,
+    /// The canary Deployments of Pull clusters (a Deployment type).
+    pub canaries: Option<&'a PullCanaries>,
 }
 
 impl Rollout<'_> {

@@ -1,0 +1,348 @@
+//! Dependencies that follow a workload into Pull clusters. The host holds no member
+//! credential there, so a copy is not written but carried: one bundle of side Works per
+//! dependency kind, namespace and Pull cluster ([`SideWorks`], type label
+//! `<plural>.dependencies.flotilla.io`), each manifest the copy push mode would create, and
+//! the cluster's agent applies it, updates it and prunes it when it leaves the bundle.
+//!
+//! A copy kept for several workloads (of one or several federated types) is one manifest
+//! naming all of them; each owner set is kept here, seeded once per process from the
+//! manifest the Works hold, and changed under one lock together with the queued write, so
+//! two workloads taking or letting go of a copy at once never lose each other. The agent's
+//! verdict on a manifest (a member refusal) comes back as the pair's outcome. A copy whose
+//! object a Federated&lt;Kind&gt; now propagates explicitly is handed over: released by the
+//! agent (unlabelled, forgotten, not pruned), then dropped from the bundle — never two
+//! Works applying one object. Neither a copy's content nor the agent's report of it is
+//! logged.
+
+use std::{
+    collections::{BTreeSet, HashMap},
+    sync::{Arc, Mutex},
+};
+
+use flotilla_api::{
+    MANAGED_LABEL,
+    work::{APPLIED, ManifestConfig, RELEASED, Work, identify},
+};
+use flotilla_core::{
+    dependencies::{self as deps, Dependency, DependencyKind, EnsureOp, OWNERS_ANNOTATION},
+    dependency_plan::PairOutcome,
+    member::HASH_ANNOTATION,
+};
+use kube::Client;
+use serde_json::{Value, json};
+
+use super::{
+    Key,
+    bundles::{Change, Entry},
+    side_works::{SideWorks, side_resource},
+};
+
+/// One copy in one Pull cluster: (cluster, kind, namespace, name).
+type SlotKey = (String, DependencyKind, String, String);
+
+/// What this process knows of one copy: the workloads keeping it and its last manifest.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub(crate) struct Slot {
+    owners: BTreeSet<String>,
+    manifest: Option<Value>,
+}
+
+/// The dependency copies of every Pull cluster.
+pub(crate) struct PullDependencies {
+    kinds: HashMap<DependencyKind, SideWorks>,
+    slots: Mutex<HashMap<SlotKey, Slot>>,
+}
+
+impl PullDependencies {
+    pub(crate) fn new(host: Client) -> Self {
+        let kinds = (DependencyKind::ALL.into_iter())
+            .map(|kind| {
+                let target = side_resource("dependencies", kind.as_str(), kind.plural());
+                // Nothing to requeue: a workload looks again after a failure on its own.
+                let side = SideWorks::new(host.clone(), target, false, Arc::new(|_: &Work| {}));
+                (kind, side)
+            })
+            .collect();
+        PullDependencies {
+            kinds,
+            slots: Mutex::default(),
+        }
+    }
+
+    /// Makes `cluster`'s bundle carry `host`'s copy of `dep` for `owner`.
+    pub(crate) async fn ensure(
+        &self,
+        cluster: &str,
+        ns: &str,
+        dep: &Dependency,
+        host: &Value,
+        owner: &str,
+    ) -> PairOutcome {
+        let Some((side, bundler)) = self.ready(dep.kind).await else {
+            return PairOutcome::Failed(NOT_LISTED.into());
+        };
+        let key: Key = (Some(ns.to_owned()), dep.name.clone());
+        let hash = {
+            let mut slots = self.lock();
+            let slot = self.slot(&mut slots, side, cluster, ns, dep);
+            let Some(manifest) = ensure_slot(slot, dep.kind, host, owner) else {
+                return PairOutcome::Failed("the host object cannot be copied".into());
+            };
+            let hash = desired_hash(&manifest);
+            bundler.change(
+                cluster,
+                &key,
+                Change::Upsert(Box::new(entry(&key, manifest))),
+                None,
+            );
+            hash
+        };
+        if let Some(message) = bundler.failure(cluster, &key) {
+            return PairOutcome::Failed(message);
+        }
+        let refused = (side.find(cluster, &key)).and_then(|(w, i)| refusal(&w, i, hash.as_deref()));
+        refused.map_or(PairOutcome::Placed, PairOutcome::Failed)
+    }
+
+    /// Lets `owner` go of `cluster`'s copy of `dep`: the copy leaves the bundle (the agent
+    /// prunes it) once no workload keeps it.
+    pub(crate) async fn release(
+        &self,
+        cluster: &str,
+        ns: &str,
+        dep: &Dependency,
+        owner: &str,
+    ) -> PairOutcome {
+        let Some((side, bundler)) = self.ready(dep.kind).await else {
+            return PairOutcome::ReleaseFailed(NOT_LISTED.into());
+        };
+        let key: Key = (Some(ns.to_owned()), dep.name.clone());
+        {
+            let mut slots = self.lock();
+            let slot = self.slot(&mut slots, side, cluster, ns, dep);
+            let change = match release_slot(slot, owner) {
+                Released::Remove => Change::Remove,
+                Released::Keep(manifest) => Change::Upsert(Box::new(entry(&key, manifest))),
+                Released::Nothing => return PairOutcome::Released,
+            };
+            bundler.change(cluster, &key, change, None);
+        }
+        match bundler.failure(cluster, &key) {
+            Some(message) => PairOutcome::ReleaseFailed(message),
+            None => PairOutcome::Released,
+        }
+    }
+
+    /// A Federated&lt;Kind&gt; propagates `dep` explicitly: `cluster`'s copy, if any, is
+    /// handed over (released by the agent, then out of the bundle). Whether a hand-over is
+    /// still under way (look again later).
+    pub(crate) async fn hand_over(&self, cluster: &str, ns: &str, dep: &Dependency) -> bool {
+        let Some((side, bundler)) = self.ready(dep.kind).await else {
+            return false;
+        };
+        let key: Key = (Some(ns.to_owned()), dep.name.clone());
+        let mut slots = self.lock();
+        let slot = self.slot(&mut slots, side, cluster, ns, dep);
+        let held = side.find(cluster, &key);
+        let step = hand_over_step(held.as_ref().map(|(w, i)| (&**w, *i)));
+        *slot = Slot::default();
+        match step {
+            HandOver::Done => false,
+            HandOver::Release(entry) => {
+                bundler.change(cluster, &key, Change::Upsert(entry), None);
+                true
+            }
+            HandOver::Waiting => true,
+            HandOver::Drop => {
+                bundler.change(cluster, &key, Change::Remove, None);
+                false
+            }
+        }
+    }
+
+    async fn ready(&self, kind: DependencyKind) -> Option<(&SideWorks, &super::bundles::Bundler)> {
+        let side = self.kinds.get(&kind)?;
+        Some((side, side.ready().await?))
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<SlotKey, Slot>> {
+        self.slots.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The slot of a copy, seeded from the Works the first time this process touches it.
+    fn slot<'m>(
+        &self,
+        slots: &'m mut HashMap<SlotKey, Slot>,
+        side: &SideWorks,
+        cluster: &str,
+        ns: &str,
+        dep: &Dependency,
+    ) -> &'m mut Slot {
+        let id = (
+            cluster.to_owned(),
+            dep.kind,
+            ns.to_owned(),
+            dep.name.clone(),
+        );
+        slots.entry(id).or_insert_with(|| {
+            let key = (Some(ns.to_owned()), dep.name.clone());
+            // A copy being handed over is no longer kept for anyone.
+            let held = (side.find(cluster, &key))
+                .filter(|(w, i)| !w.manifest_config(*i).is_some_and(|c| c.orphan));
+            seed(held.and_then(|(w, i)| w.spec.workload.manifests.get(i).cloned()))
+        })
+    }
+}
+
+const NOT_LISTED: &str =
+    "the host's cache of the Pull cluster's dependency Works has not listed yet";
+
+/// A slot as a bundle holds its copy (`None`: no copy).
+pub(crate) fn seed(manifest: Option<Value>) -> Slot {
+    Slot {
+        owners: manifest.as_ref().map(deps::owners).unwrap_or_default(),
+        manifest,
+    }
+}
+
+/// Adds `owner` and `host`'s current content to the slot; the manifest to carry.
+pub(crate) fn ensure_slot(
+    slot: &mut Slot,
+    kind: DependencyKind,
+    host: &Value,
+    owner: &str,
+) -> Option<Value> {
+    slot.owners.insert(owner.to_owned());
+    let manifest = pull_copy(kind, host, &slot.owners)?;
+    slot.manifest = Some(manifest.clone());
+    Some(manifest)
+}
+
+/// What letting go of a copy leaves.
+#[derive(Debug, PartialEq)]
+pub(crate) enum Released {
+    /// No workload keeps it: out of the bundle.
+    Remove,
+    /// Others keep it: this manifest, without the owner.
+    Keep(Value),
+    /// The owner held no part of it.
+    Nothing,
+}
+
+/// Takes `owner` out of the slot.
+pub(crate) fn release_slot(slot: &mut Slot, owner: &str) -> Released {
+    let had = slot.owners.remove(owner);
+    if slot.owners.is_empty() {
+        slot.manifest = None;
+        return Released::Remove;
+    }
+    match (&slot.manifest, had) {
+        (Some(m), true) => {
+            let next = with_owners(m.clone(), &slot.owners);
+            slot.manifest = Some(next.clone());
+            Released::Keep(next)
+        }
+        _ => Released::Nothing,
+    }
+}
+
+/// The manifest of `host`'s copy kept for `owners`: push mode's copy, labelled
+/// `kubefed.io/managed=true` (the agent prunes only what carries it) and hashed (the agent
+/// does not rewrite a current copy).
+pub(crate) fn pull_copy(
+    kind: DependencyKind,
+    host: &Value,
+    owners: &BTreeSet<String>,
+) -> Option<Value> {
+    let first = owners.iter().next()?;
+    let EnsureOp::Create(mut manifest) = deps::ensure_op(kind, host, None, first) else {
+        return None;
+    };
+    manifest["metadata"]["labels"][MANAGED_LABEL] = json!("true");
+    Some(with_owners(manifest, owners))
+}
+
+/// `manifest` naming `owners`, with the hash of that content.
+fn with_owners(mut manifest: Value, owners: &BTreeSet<String>) -> Value {
+    let names: Vec<&str> = owners.iter().map(String::as_str).collect();
+    manifest["metadata"]["annotations"][OWNERS_ANNOTATION] = json!(names.join(","));
+    if let Some(a) = (manifest.pointer_mut("/metadata/annotations")).and_then(Value::as_object_mut)
+    {
+        a.remove(HASH_ANNOTATION);
+    }
+    let hash = flotilla_api::hash::content_hash(&manifest);
+    manifest["metadata"]["annotations"][HASH_ANNOTATION] = json!(hash);
+    manifest
+}
+
+fn desired_hash(manifest: &Value) -> Option<String> {
+    flotilla_core::member::recorded_hash(manifest).map(str::to_owned)
+}
+
+/// A copy's entry in its bundle (its source: the copied object itself).
+fn entry(key: &Key, manifest: Value) -> Entry {
+    Entry {
+        config: ManifestConfig {
+            identifier: identify(0, &manifest),
+            source_namespace: key.0.clone(),
+            source_name: key.1.clone(),
+            ..ManifestConfig::default()
+        },
+        manifest,
+    }
+}
+
+/// The next step of handing a copy over to an explicit Federated&lt;Kind&gt;.
+#[derive(Debug, PartialEq)]
+pub(crate) enum HandOver {
+    /// No copy in the bundle.
+    Done,
+    /// Mark the copy for release (the agent unlabels and forgets it, prunes nothing).
+    Release(Box<Entry>),
+    /// Marked; the agent has not reported it released yet.
+    Waiting,
+    /// Released: drop it from the bundle.
+    Drop,
+}
+
+/// The hand-over step for the copy manifest `ordinal` of a Work (`None`: none).
+pub(crate) fn hand_over_step(held: Option<(&Work, usize)>) -> HandOver {
+    let Some((work, ordinal)) = held else {
+        return HandOver::Done;
+    };
+    let (Some(config), Some(manifest)) = (
+        work.manifest_config(ordinal),
+        work.spec.workload.manifests.get(ordinal),
+    ) else {
+        return HandOver::Done;
+    };
+    if !config.orphan {
+        let mut config = config.clone();
+        config.orphan = true;
+        config.identifier = identify(0, manifest);
+        let manifest = manifest.clone();
+        return HandOver::Release(Box::new(Entry { manifest, config }));
+    }
+    let released = (work.manifest_report(ordinal))
+        .and_then(|m| m.conditions.iter().find(|c| c.type_ == APPLIED))
+        .is_some_and(|c| c.reason == RELEASED && c.observed_generation == work.metadata.generation);
+    if released {
+        HandOver::Drop
+    } else {
+        HandOver::Waiting
+    }
+}
+
+/// The member's refusal of manifest `ordinal`, when the agent reported one on the Work's
+/// current generation for the content `hash`.
+pub(crate) fn refusal(work: &Work, ordinal: usize, hash: Option<&str>) -> Option<String> {
+    let report = work.manifest_report(ordinal)?;
+    let applied = report.conditions.iter().find(|c| c.type_ == APPLIED)?;
+    let current =
+        applied.observed_generation == work.metadata.generation && report.hash.as_deref() == hash;
+    (current && applied.status != "True").then(|| applied.message.clone())
+}
+
+#[cfg(test)]
+#[path = "pull_dependencies_tests.rs"]
+mod tests;

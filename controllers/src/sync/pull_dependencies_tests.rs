@@ -1,0 +1,210 @@
+use super::*;
+use flotilla_api::work::{Condition, ManifestCondition, WorkSpec, WorkStatus};
+use flotilla_core::dependencies::DEPENDENCY_LABEL;
+
+fn host_secret(password: &str) -> Value {
+    json!({
+        "apiVersion": "v1", "kind": "Secret",
+        "metadata": {"name": "creds", "namespace": "demo", "uid": "u1", "resourceVersion": "7",
+                     "labels": {"app": "web"}, "annotations": {"note": "host only"}},
+        "type": "Opaque",
+        "data": {"password": password},
+    })
+}
+
+fn owners_of(manifest: &Value) -> String {
+    manifest["metadata"]["annotations"][OWNERS_ANNOTATION]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned()
+}
+
+#[test]
+fn a_pull_copy_is_push_modes_copy_labelled_managed_and_hashed() {
+    let owners = BTreeSet::from(["FederatedDeployment/web".to_string()]);
+    let copy =
+        pull_copy(DependencyKind::Secret, &host_secret("cGFzcw=="), &owners).expect("a copy");
+    assert_eq!(copy["data"]["password"], "cGFzcw==");
+    assert_eq!(copy["type"], "Opaque");
+    assert_eq!(copy["metadata"]["labels"][DEPENDENCY_LABEL], "true");
+    assert_eq!(copy["metadata"]["labels"][MANAGED_LABEL], "true");
+    assert_eq!(copy["metadata"]["labels"]["app"], "web");
+    assert_eq!(copy["metadata"].get("uid"), None, "no server-set field");
+    assert_eq!(copy["metadata"]["annotations"].get("note"), None);
+    assert_eq!(owners_of(&copy), "FederatedDeployment/web");
+    // The hash covers the content: the same copy hashes the same, an edit differently.
+    let again = pull_copy(DependencyKind::Secret, &host_secret("cGFzcw=="), &owners);
+    assert_eq!(again.as_ref(), Some(&copy));
+    let edited = pull_copy(DependencyKind::Secret, &host_secret("bmV3"), &owners).expect("a copy");
+    assert_ne!(desired_hash(&edited), desired_hash(&copy));
+    assert!(desired_hash(&copy).is_some());
+    assert_eq!(
+        pull_copy(DependencyKind::Secret, &host_secret("x"), &BTreeSet::new()),
+        None
+    );
+}
+
+#[test]
+fn a_copy_kept_by_two_workloads_leaves_the_bundle_with_the_last_of_them() {
+    let mut slot = Slot::default();
+    let cm = json!({"apiVersion": "v1", "kind": "ConfigMap",
+                    "metadata": {"name": "settings", "namespace": "demo"}, "data": {"a": "1"}});
+    let first = ensure_slot(
+        &mut slot,
+        DependencyKind::ConfigMap,
+        &cm,
+        "FederatedDeployment/web",
+    )
+    .expect("a copy");
+    let both = ensure_slot(
+        &mut slot,
+        DependencyKind::ConfigMap,
+        &cm,
+        "FederatedJob/migrate",
+    )
+    .expect("a copy");
+    assert_eq!(owners_of(&first), "FederatedDeployment/web");
+    assert_eq!(
+        owners_of(&both),
+        "FederatedDeployment/web,FederatedJob/migrate"
+    );
+    assert_ne!(desired_hash(&first), desired_hash(&both));
+    // One lets go: the copy stays for the other, with its own hash again.
+    let Released::Keep(kept) = release_slot(&mut slot, "FederatedDeployment/web") else {
+        panic!("kept for the job");
+    };
+    assert_eq!(owners_of(&kept), "FederatedJob/migrate");
+    assert_eq!(kept["data"], json!({"a": "1"}));
+    // A workload that held nothing changes nothing; the last one removes the copy.
+    assert_eq!(
+        release_slot(&mut slot, "FederatedDeployment/web"),
+        Released::Nothing
+    );
+    assert_eq!(
+        release_slot(&mut slot, "FederatedJob/migrate"),
+        Released::Remove
+    );
+    assert_eq!(
+        release_slot(&mut slot, "FederatedJob/migrate"),
+        Released::Remove
+    );
+}
+
+#[test]
+fn a_restarted_control_plane_takes_the_owners_from_the_bundle() {
+    let cm = json!({"apiVersion": "v1", "kind": "ConfigMap",
+                    "metadata": {"name": "settings", "namespace": "demo"}, "data": {"a": "1"}});
+    let mut before = Slot::default();
+    ensure_slot(
+        &mut before,
+        DependencyKind::ConfigMap,
+        &cm,
+        "FederatedJob/migrate",
+    );
+    let held = ensure_slot(
+        &mut before,
+        DependencyKind::ConfigMap,
+        &cm,
+        "FederatedDeployment/web",
+    );
+    let mut after = seed(held.clone());
+    assert_eq!(after, before);
+    // The same workload again: the same manifest, so the bundler writes nothing.
+    let again = ensure_slot(
+        &mut after,
+        DependencyKind::ConfigMap,
+        &cm,
+        "FederatedDeployment/web",
+    );
+    assert_eq!(again, held);
+    assert_eq!(seed(None), Slot::default());
+}
+
+#[test]
+fn the_agents_refusal_counts_only_for_the_current_content_and_generation() {
+    let cm = json!({"apiVersion": "v1", "kind": "ConfigMap",
+                    "metadata": {"name": "settings", "namespace": "demo"}});
+    let report = |status: &str, generation: i64, hash: &str| ManifestCondition {
+        identifier: identify(0, &cm),
+        conditions: vec![Condition {
+            type_: APPLIED.into(),
+            status: status.into(),
+            observed_generation: Some(generation),
+            last_transition_time: "2026-01-01T00:00:00Z".into(),
+            reason: "CreationFailed".into(),
+            message: "configmaps \"settings\" is forbidden".into(),
+        }],
+        hash: Some(hash.into()),
+        ..ManifestCondition::default()
+    };
+    let work = |m: ManifestCondition| {
+        let mut w = Work::new("w", WorkSpec::default());
+        w.spec.workload.manifests.push(cm.clone());
+        w.metadata.generation = Some(3);
+        w.status = Some(WorkStatus {
+            manifest_conditions: vec![m],
+            ..WorkStatus::default()
+        });
+        w
+    };
+    let refused = work(report("False", 3, "h1"));
+    assert_eq!(
+        refusal(&refused, 0, Some("h1")).as_deref(),
+        Some("configmaps \"settings\" is forbidden")
+    );
+    assert_eq!(
+        refusal(&refused, 0, Some("h2")),
+        None,
+        "about older content"
+    );
+    assert_eq!(
+        refusal(&work(report("False", 2, "h1")), 0, Some("h1")),
+        None
+    );
+    assert_eq!(refusal(&work(report("True", 3, "h1")), 0, Some("h1")), None);
+}
+
+#[test]
+fn a_copy_is_handed_over_by_a_release_and_then_dropped() {
+    let cm = json!({"apiVersion": "v1", "kind": "ConfigMap",
+                    "metadata": {"name": "settings", "namespace": "demo"}});
+    assert_eq!(hand_over_step(None), HandOver::Done);
+    let mut work = Work::new("w", WorkSpec::default());
+    work.metadata.generation = Some(4);
+    work.spec.workload.manifests.push(cm.clone());
+    work.spec
+        .manifest_configs
+        .push(entry(&(Some("demo".into()), "settings".into()), cm.clone()).config);
+    // Held: marked for release, the manifest as it is.
+    let HandOver::Release(marked) = hand_over_step(Some((&work, 0))) else {
+        panic!("a release first");
+    };
+    assert!(marked.config.orphan);
+    assert_eq!(marked.manifest, cm);
+    // Marked: waits for the agent's report on this generation, then drops it.
+    work.spec.manifest_configs[0].orphan = true;
+    assert_eq!(hand_over_step(Some((&work, 0))), HandOver::Waiting);
+    let released = |generation: i64| WorkStatus {
+        manifest_conditions: vec![ManifestCondition {
+            identifier: identify(0, &cm),
+            conditions: vec![Condition {
+                type_: APPLIED.into(),
+                status: "True".into(),
+                observed_generation: Some(generation),
+                last_transition_time: "2026-01-01T00:00:00Z".into(),
+                reason: RELEASED.into(),
+                message: String::new(),
+            }],
+            ..ManifestCondition::default()
+        }],
+        ..WorkStatus::default()
+    };
+    work.status = Some(released(3));
+    assert_eq!(
+        hand_over_step(Some((&work, 0))),
+        HandOver::Waiting,
+        "an older report"
+    );
+    work.status = Some(released(4));
+    assert_eq!(hand_over_step(Some((&work, 0))), HandOver::Drop);
+}
