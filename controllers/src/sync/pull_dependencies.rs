@@ -20,11 +20,14 @@ use std::{
 };
 
 use flotilla_api::{
-    MANAGED_LABEL,
+    ClusterReason, MANAGED_LABEL,
     work::{APPLIED, ManifestConfig, RELEASED, Work, identify},
 };
 use flotilla_core::{
-    dependencies::{self as deps, Dependency, DependencyKind, EnsureOp, OWNERS_ANNOTATION},
+    dependencies::{
+        self as deps, DEPENDENCY_LABEL, Dependency, DependencyKind, EnsureOp, Holder,
+        OWNERS_ANNOTATION,
+    },
     dependency_plan::PairOutcome,
     member::HASH_ANNOTATION,
 };
@@ -100,8 +103,9 @@ impl PullDependencies {
         if let Some(message) = bundler.failure(cluster, &key) {
             return PairOutcome::Failed(message);
         }
-        let refused = (side.find(cluster, &key)).and_then(|(w, i)| refusal(&w, i, hash.as_deref()));
-        refused.map_or(PairOutcome::Placed, PairOutcome::Failed)
+        (side.find(cluster, &key))
+            .and_then(|(w, i)| refusal(&w, i, hash.as_deref()))
+            .unwrap_or(PairOutcome::Placed)
     }
 
     /// Lets `owner` go of `cluster`'s copy of `dep`: the copy leaves the bundle (the agent
@@ -279,13 +283,16 @@ fn desired_hash(manifest: &Value) -> Option<String> {
     flotilla_core::member::recorded_hash(manifest).map(str::to_owned)
 }
 
-/// A copy's entry in its bundle (its source: the copied object itself).
-fn entry(key: &Key, manifest: Value) -> Entry {
+/// A copy's entry in its bundle (its source: the copied object itself). The agent writes
+/// over no member object but a copy ([`DEPENDENCY_LABEL`]): a user's own is left alone and
+/// reported, as push mode refuses it.
+pub(crate) fn entry(key: &Key, manifest: Value) -> Entry {
     Entry {
         config: ManifestConfig {
             identifier: identify(0, &manifest),
             source_namespace: key.0.clone(),
             source_name: key.1.clone(),
+            adopt_label: Some(DEPENDENCY_LABEL.to_owned()),
             ..ManifestConfig::default()
         },
         manifest,
@@ -334,13 +341,21 @@ pub(crate) fn hand_over_step(held: Option<(&Work, usize)>) -> HandOver {
 }
 
 /// The member's refusal of manifest `ordinal`, when the agent reported one on the Work's
-/// current generation for the content `hash`.
-pub(crate) fn refusal(work: &Work, ordinal: usize, hash: Option<&str>) -> Option<String> {
+/// current generation for the content `hash`: an object not made by Flotilla holding the
+/// name ([`ClusterReason::AlreadyExists`]) is push mode's refusal, any other a failure.
+pub(crate) fn refusal(work: &Work, ordinal: usize, hash: Option<&str>) -> Option<PairOutcome> {
     let report = work.manifest_report(ordinal)?;
     let applied = report.conditions.iter().find(|c| c.type_ == APPLIED)?;
     let current =
         applied.observed_generation == work.metadata.generation && report.hash.as_deref() == hash;
-    (current && applied.status != "True").then(|| applied.message.clone())
+    if !current || applied.status == "True" {
+        return None;
+    }
+    Some(if applied.reason == ClusterReason::AlreadyExists.as_str() {
+        PairOutcome::Refused(Holder::Foreign)
+    } else {
+        PairOutcome::Failed(applied.message.clone())
+    })
 }
 
 #[cfg(test)]

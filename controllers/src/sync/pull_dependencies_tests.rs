@@ -1,6 +1,5 @@
 use super::*;
 use flotilla_api::work::{Condition, ManifestCondition, WorkSpec, WorkStatus};
-use flotilla_core::dependencies::DEPENDENCY_LABEL;
 
 fn host_secret(password: &str) -> Value {
     json!({
@@ -131,7 +130,7 @@ fn the_agents_refusal_counts_only_for_the_current_content_and_generation() {
             status: status.into(),
             observed_generation: Some(generation),
             last_transition_time: "2026-01-01T00:00:00Z".into(),
-            reason: "CreationFailed".into(),
+            reason: ClusterReason::CreationFailed.as_str().into(),
             message: "configmaps \"settings\" is forbidden".into(),
         }],
         hash: Some(hash.into()),
@@ -149,8 +148,18 @@ fn the_agents_refusal_counts_only_for_the_current_content_and_generation() {
     };
     let refused = work(report("False", 3, "h1"));
     assert_eq!(
-        refusal(&refused, 0, Some("h1")).as_deref(),
-        Some("configmaps \"settings\" is forbidden")
+        refusal(&refused, 0, Some("h1")),
+        Some(PairOutcome::Failed(
+            "configmaps \"settings\" is forbidden".into()
+        ))
+    );
+    // A user's own object of the copy's name, left alone by the agent: push mode's
+    // refusal (`ExistsInMember` in the dependency's status), not a failure.
+    let mut taken = report("False", 3, "h1");
+    taken.conditions[0].reason = ClusterReason::AlreadyExists.as_str().into();
+    assert_eq!(
+        refusal(&work(taken), 0, Some("h1")),
+        Some(PairOutcome::Refused(Holder::Foreign))
     );
     assert_eq!(
         refusal(&refused, 0, Some("h2")),
@@ -175,6 +184,11 @@ fn a_copy_is_handed_over_by_a_release_and_then_dropped() {
     work.spec
         .manifest_configs
         .push(entry(&(Some("demo".into()), "settings".into()), cm.clone()).config);
+    // The agent writes over no member object but a copy (a user's own is left alone).
+    assert_eq!(
+        work.spec.manifest_configs[0].adopt_label.as_deref(),
+        Some(DEPENDENCY_LABEL)
+    );
     // Held: marked for release, the manifest as it is.
     let HandOver::Release(marked) = hand_over_step(Some((&work, 0))) else {
         panic!("a release first");
