@@ -99,8 +99,16 @@ impl Adoption {
             return None;
         }
         let text = |p: &str| live.pointer(p).and_then(Value::as_str).unwrap_or("");
-        let (kind, ns, name) = (text("/kind"), text("/metadata/namespace"), text("/metadata/name"));
-        let at = if ns.is_empty() { String::new() } else { format!(" in namespace {ns}") };
+        let (kind, ns, name) = (
+            text("/kind"),
+            text("/metadata/namespace"),
+            text("/metadata/name"),
+        );
+        let at = if ns.is_empty() {
+            String::new()
+        } else {
+            format!(" in namespace {ns}")
+        };
         Some(ManifestOp::Refuse(
             ClusterReason::AlreadyExists,
             format!(

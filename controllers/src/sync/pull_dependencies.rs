@@ -14,8 +14,9 @@
 //! Works applying one object. Neither a copy's content nor the agent's report of it is
 //! logged.
 
+use flotilla_api::dependency_plan::DependencyStatus;
 use std::{
-    collections::{BTreeSet, HashMap},
+    collections::{BTreeMap, BTreeSet, HashMap},
     sync::{Arc, Mutex},
 };
 
@@ -28,7 +29,7 @@ use flotilla_core::{
         self as deps, DEPENDENCY_LABEL, Dependency, DependencyKind, EnsureOp, Holder,
         OWNERS_ANNOTATION,
     },
-    dependency_plan::PairOutcome,
+    dependency_plan::{Lookup, Pair, PairOutcome, previous_pairs},
     member::HASH_ANNOTATION,
 };
 use kube::Client;
@@ -164,6 +165,34 @@ impl PullDependencies {
         }
     }
 
+    /// Lets `owner` go of the copies its workload's plan did not touch (`pairs`,
+    /// [`unplanned`]) that `cluster`'s bundle still carries for it: a copy the agent
+    /// refused is never reported held, so no release plans it. Nothing for the others.
+    pub(crate) async fn sweep(
+        &self,
+        ns: &str,
+        owner: &str,
+        pairs: Vec<Pair>,
+    ) -> Vec<(Pair, PairOutcome)> {
+        let mut out = Vec::new();
+        for (dep, cluster) in pairs {
+            let Some((side, _)) = self.ready(dep.kind).await else {
+                continue;
+            };
+            let key: Key = (Some(ns.to_owned()), dep.name.clone());
+            let carried = (side.find(&cluster, &key)).is_some_and(|(w, i)| {
+                !w.manifest_config(i).is_some_and(|c| c.orphan)
+                    && (w.spec.workload.manifests.get(i))
+                        .is_some_and(|m| deps::owners(m).contains(owner))
+            });
+            if carried {
+                let outcome = self.release(&cluster, ns, &dep, owner).await;
+                out.push(((dep, cluster), outcome));
+            }
+        }
+        out
+    }
+
     async fn ready(&self, kind: DependencyKind) -> Option<(&SideWorks, &super::bundles::Bundler)> {
         let side = self.kinds.get(&kind)?;
         Some((side, side.ready().await?))
@@ -196,6 +225,36 @@ impl PullDependencies {
             seed(held.and_then(|(w, i)| w.spec.workload.manifests.get(i).cloned()))
         })
     }
+}
+
+/// The (dependency, Pull cluster) pairs no plan touched whose copy a bundle may still carry
+/// for the workload: each dependency it names or named (but an explicitly federated one,
+/// handed over instead) in each Pull cluster, but those the round ensured or released
+/// (`done`) and those reported held (kept by the plan).
+pub(crate) fn unplanned(
+    previous: &[DependencyStatus],
+    wanted: &BTreeMap<Dependency, Lookup>,
+    pull: &[&str],
+    done: &BTreeSet<Pair>,
+) -> Vec<Pair> {
+    let held = previous_pairs(previous);
+    let named = (previous.iter())
+        .filter_map(|p| {
+            let kind = DependencyKind::parse(&p.kind)?;
+            Some(Dependency {
+                kind,
+                name: p.name.clone(),
+            })
+        })
+        .chain(wanted.keys().cloned())
+        .filter(|d| wanted.get(d) != Some(&Lookup::Explicit))
+        .collect::<BTreeSet<_>>();
+    let pairs = named
+        .into_iter()
+        .flat_map(|d| pull.iter().map(move |c| (d.clone(), (*c).to_owned())));
+    pairs
+        .filter(|p| !done.contains(p) && !held.contains(p))
+        .collect()
 }
 
 const NOT_LISTED: &str =

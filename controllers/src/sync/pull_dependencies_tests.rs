@@ -222,3 +222,47 @@ fn a_copy_is_handed_over_by_a_release_and_then_dropped() {
     work.status = Some(released(4));
     assert_eq!(hand_over_step(Some((&work, 0))), HandOver::Drop);
 }
+
+#[test]
+fn a_copy_no_plan_touched_is_looked_for_in_every_pull_cluster_but_held_ensured_or_explicit_ones() {
+    let dep = |name: &str| Dependency {
+        kind: DependencyKind::ConfigMap,
+        name: name.into(),
+    };
+    let status = |name: &str, clusters: &[&str]| DependencyStatus {
+        kind: "ConfigMap".into(),
+        name: name.into(),
+        state: "Failed".into(),
+        clusters: clusters.iter().map(|c| (*c).to_owned()).collect(),
+        ..DependencyStatus::default()
+    };
+    // `settings` refused in p1 (never held), held in p2; `old` no longer named, refused;
+    // `fed` now explicitly federated (handed over, not swept).
+    let previous = [
+        status("settings", &["p2"]),
+        status("old", &[]),
+        status("fed", &[]),
+    ];
+    let wanted = BTreeMap::from([
+        (dep("settings"), Lookup::Found),
+        (dep("fed"), Lookup::Explicit),
+    ]);
+    let done = BTreeSet::from([(dep("settings"), "p3".to_owned())]);
+    let pairs = unplanned(&previous, &wanted, &["p1", "p2", "p3"], &done);
+    let names: Vec<(&str, &str)> = (pairs.iter())
+        .map(|(d, c)| (d.name.as_str(), c.as_str()))
+        .collect();
+    assert_eq!(
+        names,
+        [
+            ("old", "p1"),
+            ("old", "p2"),
+            ("old", "p3"),
+            ("settings", "p1")
+        ]
+    );
+    // A deleted workload: every dependency it named, in every Pull cluster not held.
+    let gone = unplanned(&previous, &BTreeMap::new(), &["p1"], &BTreeSet::new());
+    assert_eq!(gone.len(), 3);
+    assert!(unplanned(&previous, &wanted, &[], &done).is_empty());
+}
