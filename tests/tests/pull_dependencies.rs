@@ -5,7 +5,9 @@
 //! host edit reaches the copy; moved to the Push member, the workload takes them along and
 //! the Pull member's copies are pruned; moved back, they return; a FederatedConfigMap of
 //! the same name takes its copy over (released by the agent, not pruned); deleting the
-//! workload removes the rest. The Secret's value never shows in the workload's status.
+//! workload removes the rest. The Secret's value never shows in the workload's status. A
+//! user's own ConfigMap of a dependency's name in the Pull member is left untouched,
+//! reported `ExistsInMember`, and outlives the workload.
 
 use std::{collections::BTreeMap, time::Duration};
 

@@ -7,12 +7,15 @@
 //! A copy kept for several workloads (of one or several federated types) is one manifest
 //! naming all of them; each owner set is kept here, seeded once per process from the
 //! manifest the Works hold, and changed under one lock together with the queued write, so
-//! two workloads taking or letting go of a copy at once never lose each other. The agent's
-//! verdict on a manifest (a member refusal) comes back as the pair's outcome. A copy whose
-//! object a Federated&lt;Kind&gt; now propagates explicitly is handed over: released by the
-//! agent (unlabelled, forgotten, not pruned), then dropped from the bundle — never two
-//! Works applying one object. Neither a copy's content nor the agent's report of it is
-//! logged.
+//! two workloads taking or letting go of a copy at once never lose each other. Each manifest
+//! lets the agent write over copies only (`adoptLabel`: [`DEPENDENCY_LABEL`]): a user's own
+//! object of the name is left alone and reported `AlreadyExists`, which comes back as push
+//! mode's refusal (`ExistsInMember`); any other member refusal as a failure. A refused
+//! copy is never reported held, so [`PullDependencies::sweep`] lets go of it when no plan
+//! does. A copy whose object a Federated&lt;Kind&gt; now propagates explicitly is handed
+//! over: released by the agent (unlabelled, forgotten, not pruned), then dropped from the
+//! bundle — never two Works applying one object. Neither a copy's content nor the agent's
+//! report of it is logged.
 
 use flotilla_api::dependency_plan::DependencyStatus;
 use std::{
