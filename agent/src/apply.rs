@@ -26,8 +26,8 @@ use tracing::info;
 use super::cache::{Cached, ObjectCache, object_id};
 use super::drift;
 use super::plan::{
-    ManifestOp, ManifestResult, cacheable, check_manifest, decide, manifest_hash, may_prune,
-    may_prune_unrecorded,
+    Adoption, ManifestOp, ManifestResult, cacheable, check_manifest, decide, manifest_hash,
+    may_prune, may_prune_unrecorded,
 };
 use flotilla_api::drift::DriftState;
 use flotilla_core::member::PROTECTED_NAMESPACES;
@@ -112,7 +112,8 @@ impl Member {
         }
     }
 
-    /// Makes one manifest of the Work `work` true in the member.
+    /// Makes one manifest of the Work `work` true in the member; an existing object the
+    /// manifest's `adoption` rule does not let it write over is left alone.
     pub async fn apply_manifest(
         &self,
         work: &str,
@@ -120,6 +121,7 @@ impl Member {
         manifest: &Value,
         collect_status: bool,
         cx: &drift::Context<'_>,
+        adoption: &Adoption,
     ) -> Applied {
         let mut identifier = identify(ordinal, manifest);
         let mut result = ManifestResult {
@@ -152,13 +154,20 @@ impl Member {
         identifier.resource = resolved.ar.plural.clone();
         result.identifier = identifier.clone();
         let id = object_id(&resolved.ar, &identifier.namespace, &identifier.name);
-        let (live, lagging) = match self.read(&resolved, &id, manifest).await {
+        let (live, lagging) = match self.read(&resolved, &id, manifest, adoption).await {
             Ok(read) => read,
             Err((member_reason, msg)) => {
                 result.member_reason = member_reason;
                 return failed(result, ClusterReason::RetrievalFailed, msg);
             }
         };
+        // Another's object of the manifest's name is neither written nor recorded (so never
+        // pruned).
+        if let Some(ManifestOp::Refuse(reason, msg)) =
+            live.as_ref().and_then(|l| adoption.refusal(l))
+        {
+            return failed(result, reason, msg);
+        }
         let (current, wrote) = match self
             .make_true(&resolved, &id, manifest, live, cx, &mut result)
             .await
@@ -213,7 +222,7 @@ impl Member {
             let id = &result.identifier;
             let oid = object_id(&resolved.ar, &id.namespace, &id.name);
             let (live, _) = self
-                .read(&resolved, &oid, manifest)
+                .read(&resolved, &oid, manifest, &Adoption::default())
                 .await
                 .map_err(|r| r.1)?;
             self.cache.disown(&oid);
@@ -314,16 +323,20 @@ impl Member {
 
     /// The member object of a manifest: from the kind's watch cache once it is complete
     /// (starting the watch on first use), live before that or for an unlabelled manifest.
+    /// An object absent from the cache is read live when `adoption` restricts what may be
+    /// written over: the caches hold only labelled objects, not a user's own.
     async fn read(
         &self,
         resolved: &Resolved,
         id: &super::cache::ObjectId,
         manifest: &Value,
+        adoption: &Adoption,
     ) -> Result<(Option<Value>, bool), Refusal> {
         if cacheable(manifest) {
             self.cache.ensure(&resolved.ar);
             if let Cached::Known { object, lagging } =
                 self.cache.lookup(&resolved.ar, id, manifest_hash(manifest))
+                && (object.is_some() || !adoption.restricted())
             {
                 return Ok((object, lagging));
             }

@@ -5,7 +5,7 @@ use proptest::prelude::*;
 use serde_json::{Value, json};
 
 use crate::apply::identify;
-use crate::plan::{ManifestOp, check_manifest, decide, manifest_hash, may_prune};
+use crate::plan::{Adoption, ManifestOp, check_manifest, decide, manifest_hash, may_prune};
 
 fn config() -> ProptestConfig {
     ProptestConfig::with_cases(256)
@@ -50,6 +50,10 @@ proptest! {
             let _ = may_prune("", live);
         }
         let op = decide(&manifest, live.as_ref());
+        let rule = Adoption { label: Some("flotilla.io/dependency".into()), applied_uid: None };
+        if let Some(live) = &live {
+            let _ = rule.refusal(live);
+        }
         if live.is_none() {
             prop_assert_eq!(op, ManifestOp::Apply);
         }

@@ -68,7 +68,59 @@ pub enum ManifestOp {
     Refuse(ClusterReason, String),
 }
 
-/// Decides what to do with `manifest` given the live member object (`None`: absent).
+/// Which existing member object a manifest may be written over (its config's
+/// [`flotilla_api::work::ManifestConfig::adopt_label`]).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Adoption {
+    /// Only an object labelled `<label>=true` (`None`: any object).
+    pub label: Option<String>,
+    /// The UID this Work's record holds for the manifest's object, when it holds one.
+    pub applied_uid: Option<String>,
+}
+
+impl Adoption {
+    /// Whether the rule restricts anything (an absent object must then be read live: the
+    /// watch caches hold only labelled objects).
+    pub fn restricted(&self) -> bool {
+        self.label.is_some()
+    }
+
+    /// Why the existing member object `live` is not the manifest's to write, if it is not:
+    /// it lacks the label and is not the object this Work applied.
+    pub fn refusal(&self, live: &Value) -> Option<ManifestOp> {
+        let label = self.label.as_deref()?;
+        let labelled = (live.pointer("/metadata/labels"))
+            .and_then(|l| l.get(label))
+            .and_then(Value::as_str)
+            == Some("true");
+        let uid = live.pointer("/metadata/uid").and_then(Value::as_str);
+        let ours = uid.is_some() && uid == self.applied_uid.as_deref();
+        if labelled || ours {
+            return None;
+        }
+        let text = |p: &str| live.pointer(p).and_then(Value::as_str).unwrap_or("");
+        let (kind, ns, name) = (
+            text("/kind"),
+            text("/metadata/namespace"),
+            text("/metadata/name"),
+        );
+        let at = if ns.is_empty() {
+            String::new()
+        } else {
+            format!(" in namespace {ns}")
+        };
+        Some(ManifestOp::Refuse(
+            ClusterReason::AlreadyExists,
+            format!(
+                "{kind} {name}{at} exists in the member and is not labelled {label}=true: \
+                 an object not made by Flotilla holds this name; left alone"
+            ),
+        ))
+    }
+}
+
+/// Decides what to do with `manifest` given the live member object (`None`: absent),
+/// once its [`Adoption`] rule let it write over that object.
 pub fn decide(manifest: &Value, live: Option<&Value>) -> ManifestOp {
     let Some(live) = live else {
         return ManifestOp::Apply;
@@ -512,11 +564,59 @@ mod tests {
                "data": data})
     }
 
+    fn decide_any(manifest: &Value, live: Option<&Value>) -> ManifestOp {
+        super::decide(manifest, live)
+    }
+
+    /// What the agent does: the adoption rule first, then [`decide`].
+    fn decide(manifest: &Value, live: Option<&Value>, rule: &Adoption) -> ManifestOp {
+        live.and_then(|l| rule.refusal(l))
+            .unwrap_or_else(|| super::decide(manifest, live))
+    }
+
+    #[test]
+    fn an_object_without_the_adoption_label_is_left_alone_unless_this_work_applied_it() {
+        let rule = Adoption {
+            label: Some("flotilla.io/dependency".into()),
+            applied_uid: None,
+        };
+        let users = json!({"kind": "ConfigMap", "metadata": {"name": "a", "namespace": "d", "uid": "u1"},
+                           "data": {"k": "mine"}});
+        let ManifestOp::Refuse(reason, message) = decide(&manifest(), Some(&users), &rule) else {
+            panic!("a user's object is refused");
+        };
+        assert_eq!(reason, ClusterReason::AlreadyExists);
+        assert!(message.contains("ConfigMap a in namespace d"), "{message}");
+        // Absent: created. Labelled: Flotilla's copy, written as usual.
+        assert_eq!(decide(&manifest(), None, &rule), ManifestOp::Apply);
+        let mut copy = users.clone();
+        copy["metadata"]["labels"] = json!({"flotilla.io/dependency": "true"});
+        assert_eq!(decide(&manifest(), Some(&copy), &rule), ManifestOp::Apply);
+        // The very object this Work applied (its recorded UID) stays ours, label or not; a
+        // new object of that name (another UID) does not.
+        let ours = Adoption {
+            applied_uid: Some("u1".into()),
+            ..rule.clone()
+        };
+        assert_eq!(decide(&manifest(), Some(&users), &ours), ManifestOp::Apply);
+        let other = Adoption {
+            applied_uid: Some("u0".into()),
+            ..rule
+        };
+        assert!(matches!(
+            decide(&manifest(), Some(&users), &other),
+            ManifestOp::Refuse(ClusterReason::AlreadyExists, _)
+        ));
+        // No rule (federated types' manifests): taken over, as before.
+        assert_eq!(decide_any(&manifest(), Some(&users)), ManifestOp::Apply);
+        assert!(!Adoption::default().restricted());
+    }
+
     #[test]
     fn an_absent_object_is_applied_and_an_up_to_date_one_left_alone() {
-        assert_eq!(decide(&manifest(), None), ManifestOp::Apply);
+        assert_eq!(decide_any(&manifest(), None), ManifestOp::Apply);
         assert_eq!(
-            decide(&manifest(), Some(&live(json!({"k": "v"}), "true"))),
+            decide_any(&manifest(), Some(&live(json!({"k": "v"}), "true"))),
             ManifestOp::Nothing
         );
     }
@@ -524,7 +624,7 @@ mod tests {
     #[test]
     fn a_member_side_edit_is_drift_and_is_applied_again() {
         assert_eq!(
-            decide(&manifest(), Some(&live(json!({"k": "edited"}), "true"))),
+            decide_any(&manifest(), Some(&live(json!({"k": "edited"}), "true"))),
             ManifestOp::Apply
         );
     }
@@ -532,7 +632,7 @@ mod tests {
     #[test]
     fn an_object_labelled_managed_false_is_refused() {
         assert!(matches!(
-            decide(&manifest(), Some(&live(json!({"k": "v"}), "false"))),
+            decide_any(&manifest(), Some(&live(json!({"k": "v"}), "false"))),
             ManifestOp::Refuse(ClusterReason::ManagedLabelFalse, _)
         ));
     }

@@ -139,7 +139,8 @@ async fn sync_work(state: &State, work: &Work) -> Result<Done, kube::Error> {
         failed: intent_failed,
         deferred,
     } = prepare_record(state, work, &name).await;
-    let applied = apply_all(state, work, &name, previous.as_ref(), &deferred).await;
+    let known = plan::known_applied(&record.applied, &record.unsaved);
+    let applied = apply_all(state, work, &name, previous.as_ref(), &deferred, &known).await;
     let mut results = Vec::new();
     let mut records = Vec::new();
     let mut lagging = false;
@@ -190,13 +191,15 @@ async fn sync_work(state: &State, work: &Work) -> Result<Done, kube::Error> {
 }
 
 /// Applies (or releases) every manifest of the Work but the `deferred` ones: a bundle's a
-/// few at a time, a legacy or MCS Work's in order.
+/// few at a time, a legacy or MCS Work's in order. `known`: what the agent applied for the
+/// Work (an object it applied stays its own to write, whatever its manifest's adoption rule).
 async fn apply_all(
     state: &State,
     work: &Work,
     name: &str,
     previous: Option<&WorkStatus>,
     deferred: &[ResourceIdentifier],
+    known: &[AppliedResourceMeta],
 ) -> Vec<Applied> {
     let collect = work
         .annotations()
@@ -221,6 +224,13 @@ async fn apply_all(
             .as_ref()
             .map_or_else(|| policy.clone(), |c| drift::work_policy(&c.drift));
         let previous = previous_drift(previous, &id).cloned();
+        let adoption = plan::Adoption {
+            label: config.as_ref().and_then(|c| c.adopt_label.clone()),
+            applied_uid: (known.iter())
+                .find(|k| plan::same_manifest(&k.identifier, &id))
+                .map(|k| k.uid.clone())
+                .filter(|uid| !uid.is_empty()),
+        };
         let name = name.to_owned();
         rounds.push(Box::pin(async move {
             if config.is_some_and(|c| c.orphan) {
@@ -234,7 +244,7 @@ async fn apply_all(
             };
             state
                 .member
-                .apply_manifest(&name, i, manifest, collect, &cx)
+                .apply_manifest(&name, i, manifest, collect, &cx, &adoption)
                 .await
         }));
     }

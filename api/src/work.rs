@@ -203,6 +203,16 @@ pub struct ManifestConfig {
     /// the manifest is then dropped from the bundle without a prune.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub orphan: bool,
+    /// Which existing member object the agent may write over (adopt). Absent (federated
+    /// types' manifests, and every Work written before this field): any — an object of the
+    /// manifest's name is taken over, as kubefed's `adoptResources: Enabled`. Set to a
+    /// label key: only an object labelled `<key>=true`, or the very object the agent
+    /// applied for this Work (its recorded UID); any other is left untouched and never
+    /// pruned, and the manifest is reported `AlreadyExists` with the object named.
+    /// Flotilla sets `flotilla.io/dependency` on every dependency copy, so a user's own
+    /// object in a Pull member is refused as in a Push member.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub adopt_label: Option<String>,
 }
 
 impl Work {

@@ -35,7 +35,7 @@ pub struct Plan {
 }
 
 /// The clusters each dependency was reported on.
-fn previous_pairs(previous: &[DependencyStatus]) -> BTreeSet<Pair> {
+pub fn previous_pairs(previous: &[DependencyStatus]) -> BTreeSet<Pair> {
     let mut out = BTreeSet::new();
     for p in previous {
         let Some(kind) = DependencyKind::parse(&p.kind) else {

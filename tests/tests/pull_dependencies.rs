@@ -5,7 +5,9 @@
 //! host edit reaches the copy; moved to the Push member, the workload takes them along and
 //! the Pull member's copies are pruned; moved back, they return; a FederatedConfigMap of
 //! the same name takes its copy over (released by the agent, not pruned); deleting the
-//! workload removes the rest. The Secret's value never shows in the workload's status.
+//! workload removes the rest. The Secret's value never shows in the workload's status. A
+//! user's own ConfigMap of a dependency's name in the Pull member is left untouched,
+//! reported `ExistsInMember`, and outlives the workload.
 
 use std::{collections::BTreeMap, time::Duration};
 
@@ -379,5 +381,67 @@ async fn an_agent_with_the_generated_role_applies_and_prunes_dependency_copies()
     wait_copies_gone(&admin).await?;
     drop(control_plane);
     agent.stop().await;
+    Ok(())
+}
+
+/// A user's own ConfigMap of a dependency's name in the Pull member is left alone, as in a
+/// Push member: the agent neither writes over it nor prunes it, and the workload reports
+/// `ExistsInMember` for that cluster while its other dependency (the Secret) is copied.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_users_own_object_in_a_pull_member_is_refused_and_never_pruned() -> anyhow::Result<()> {
+    let p = mixed_federation().await?;
+    let (host, pull) = (&p.fed.host, &p.fed.pull);
+    host_objects(host).await?;
+    let mine = config_map("settings", &[("owner", "user")], &[("mode", "mine")]);
+    let before = config_maps(pull, NS)
+        .create(&PostParams::default(), &mine)
+        .await?;
+
+    let web = web_on(host, PULL).await?;
+    wait_present(T, &deployments(pull, NS), "web").await?;
+    let secret = wait_present(T, &secrets(pull), "creds").await?;
+    owned(&secret)?;
+    wait_for(T, "settings refused on the Pull member", || async {
+        let deps = web.status().await?.dependencies;
+        let d = entry(&deps, "settings")?;
+        ensure!(
+            d.state == "Failed" && d.reason == "ExistsInMember" && d.clusters.is_empty(),
+            "{d:?}"
+        );
+        ensure!(
+            d.message
+                .contains(&format!("{PULL}: an object not made by Flotilla")),
+            "{d:?}"
+        );
+        let c = entry(&deps, "creds")?;
+        ensure!(c.state == "Propagated" && c.clusters == [PULL], "{c:?}");
+        Ok(())
+    })
+    .await?;
+    // Left byte for byte: no write at all (same resourceVersion), no label added.
+    let unchanged = |cm: &k8s_openapi::api::core::v1::ConfigMap| -> anyhow::Result<()> {
+        ensure!(
+            cm.metadata.resource_version == before.metadata.resource_version
+                && cm.metadata.uid == before.metadata.uid,
+            "the user's ConfigMap was written: {:?}",
+            cm.metadata
+        );
+        ensure!(cm.labels() == before.labels() && cm.data == before.data);
+        ensure!(!cm.labels().contains_key(MANAGED_LABEL));
+        Ok(())
+    };
+    unchanged(&config_maps(pull, NS).get("settings").await?)?;
+
+    // Deleting the workload prunes its copy and leaves the user's object.
+    web.delete().await?;
+    web.wait_gone(T).await?;
+    wait_absent(T, &secrets(pull), "creds").await?;
+    wait_for(T, "the dependency Works emptied", || async {
+        ensure!(dependency_manifests(host).await?.is_empty());
+        Ok(())
+    })
+    .await?;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    unchanged(&config_maps(pull, NS).get("settings").await?)?;
     Ok(())
 }

@@ -115,7 +115,16 @@ impl Dependencies<'_> {
         };
         let plan = dplan::plan(&previous.dependencies, &wanted, lands);
         let owner = deps::owner_id(&self.ty.fed_ar.kind, &key.1);
-        let outcomes = self.carry_out(ns, &owner, plan, &found, snapshot).await;
+        let mut outcomes = self.carry_out(ns, &owner, plan, &found, snapshot).await;
+        (self.sweep_pull(
+            ns,
+            &owner,
+            &previous.dependencies,
+            &wanted,
+            snapshot,
+            &mut outcomes,
+        ))
+        .await;
         let handing_over = self.hand_over(ns, &wanted, snapshot).await;
         let failed = (outcomes.values())
             .any(|o| matches!(o, PairOutcome::Failed(_) | PairOutcome::ReleaseFailed(_)));
@@ -157,17 +166,47 @@ impl Dependencies<'_> {
         let Some(ns) = key.0.as_deref() else { return };
         let previous = FederatedStatus::from_dynamic(fed);
         let plan = dplan::plan(&previous.dependencies, &BTreeMap::new(), &BTreeSet::new());
-        if plan.release.is_empty() {
-            return;
-        }
         let owner = deps::owner_id(&self.ty.fed_ar.kind, &key.1);
         let snapshot = self.clusters.snapshot();
-        let outcomes = (self.carry_out(ns, &owner, plan, &BTreeMap::new(), &snapshot)).await;
+        let mut outcomes = (self.carry_out(ns, &owner, plan, &BTreeMap::new(), &snapshot)).await;
+        let wanted = BTreeMap::new();
+        (self.sweep_pull(
+            ns,
+            &owner,
+            &previous.dependencies,
+            &wanted,
+            &snapshot,
+            &mut outcomes,
+        ))
+        .await;
         for ((dep, cluster), outcome) in outcomes {
             if let PairOutcome::ReleaseFailed(message) = outcome {
                 warn!(%cluster, kind = dep.kind.as_str(), name = %dep.name, %message, "a dependency copy of a deleted workload was not removed");
             }
         }
+    }
+
+    /// Lets go of the Pull clusters' copies no plan touched that the bundles still carry
+    /// for `owner` (one the agent refused: a user's object holds the name), adding their
+    /// outcomes to `outcomes`.
+    async fn sweep_pull(
+        &self,
+        ns: &str,
+        owner: &str,
+        previous: &[DependencyStatus],
+        wanted: &BTreeMap<Dependency, Lookup>,
+        snapshot: &[ClusterState],
+        outcomes: &mut BTreeMap<Pair, PairOutcome>,
+    ) {
+        let pull: Vec<&str> = (snapshot.iter().filter(|c| c.pull))
+            .map(|c| c.name.as_str())
+            .collect();
+        if pull.is_empty() {
+            return;
+        }
+        let done = outcomes.keys().cloned().collect();
+        let pairs = super::pull_dependencies::unplanned(previous, wanted, &pull, &done);
+        outcomes.extend(self.pull.sweep(ns, owner, pairs).await);
     }
 
     fn referrer(&self, key: &Key) -> (String, Key) {

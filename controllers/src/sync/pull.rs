@@ -162,6 +162,7 @@ pub fn entry(key: &Key, object: &Value, policy: &Policy, orphan: bool) -> Entry 
             source_name: key.1.clone(),
             drift: super::pull_drift::work_policy_annotations(policy),
             orphan,
+            adopt_label: None,
         },
     }
 }

@@ -7,25 +7,32 @@
 //! A copy kept for several workloads (of one or several federated types) is one manifest
 //! naming all of them; each owner set is kept here, seeded once per process from the
 //! manifest the Works hold, and changed under one lock together with the queued write, so
-//! two workloads taking or letting go of a copy at once never lose each other. The agent's
-//! verdict on a manifest (a member refusal) comes back as the pair's outcome. A copy whose
-//! object a Federated&lt;Kind&gt; now propagates explicitly is handed over: released by the
-//! agent (unlabelled, forgotten, not pruned), then dropped from the bundle — never two
-//! Works applying one object. Neither a copy's content nor the agent's report of it is
-//! logged.
+//! two workloads taking or letting go of a copy at once never lose each other. Each manifest
+//! lets the agent write over copies only (`adoptLabel`: [`DEPENDENCY_LABEL`]): a user's own
+//! object of the name is left alone and reported `AlreadyExists`, which comes back as push
+//! mode's refusal (`ExistsInMember`); any other member refusal as a failure. A refused
+//! copy is never reported held, so [`PullDependencies::sweep`] lets go of it when no plan
+//! does. A copy whose object a Federated&lt;Kind&gt; now propagates explicitly is handed
+//! over: released by the agent (unlabelled, forgotten, not pruned), then dropped from the
+//! bundle — never two Works applying one object. Neither a copy's content nor the agent's
+//! report of it is logged.
 
+use flotilla_api::dependency_plan::DependencyStatus;
 use std::{
-    collections::{BTreeSet, HashMap},
+    collections::{BTreeMap, BTreeSet, HashMap},
     sync::{Arc, Mutex},
 };
 
 use flotilla_api::{
-    MANAGED_LABEL,
+    ClusterReason, MANAGED_LABEL,
     work::{APPLIED, ManifestConfig, RELEASED, Work, identify},
 };
 use flotilla_core::{
-    dependencies::{self as deps, Dependency, DependencyKind, EnsureOp, OWNERS_ANNOTATION},
-    dependency_plan::PairOutcome,
+    dependencies::{
+        self as deps, DEPENDENCY_LABEL, Dependency, DependencyKind, EnsureOp, Holder,
+        OWNERS_ANNOTATION,
+    },
+    dependency_plan::{Lookup, Pair, PairOutcome, previous_pairs},
     member::HASH_ANNOTATION,
 };
 use kube::Client;
@@ -100,8 +107,9 @@ impl PullDependencies {
         if let Some(message) = bundler.failure(cluster, &key) {
             return PairOutcome::Failed(message);
         }
-        let refused = (side.find(cluster, &key)).and_then(|(w, i)| refusal(&w, i, hash.as_deref()));
-        refused.map_or(PairOutcome::Placed, PairOutcome::Failed)
+        (side.find(cluster, &key))
+            .and_then(|(w, i)| refusal(&w, i, hash.as_deref()))
+            .unwrap_or(PairOutcome::Placed)
     }
 
     /// Lets `owner` go of `cluster`'s copy of `dep`: the copy leaves the bundle (the agent
@@ -160,6 +168,34 @@ impl PullDependencies {
         }
     }
 
+    /// Lets `owner` go of the copies its workload's plan did not touch (`pairs`,
+    /// [`unplanned`]) that `cluster`'s bundle still carries for it: a copy the agent
+    /// refused is never reported held, so no release plans it. Nothing for the others.
+    pub(crate) async fn sweep(
+        &self,
+        ns: &str,
+        owner: &str,
+        pairs: Vec<Pair>,
+    ) -> Vec<(Pair, PairOutcome)> {
+        let mut out = Vec::new();
+        for (dep, cluster) in pairs {
+            let Some((side, _)) = self.ready(dep.kind).await else {
+                continue;
+            };
+            let key: Key = (Some(ns.to_owned()), dep.name.clone());
+            let carried = (side.find(&cluster, &key)).is_some_and(|(w, i)| {
+                !w.manifest_config(i).is_some_and(|c| c.orphan)
+                    && (w.spec.workload.manifests.get(i))
+                        .is_some_and(|m| deps::owners(m).contains(owner))
+            });
+            if carried {
+                let outcome = self.release(&cluster, ns, &dep, owner).await;
+                out.push(((dep, cluster), outcome));
+            }
+        }
+        out
+    }
+
     async fn ready(&self, kind: DependencyKind) -> Option<(&SideWorks, &super::bundles::Bundler)> {
         let side = self.kinds.get(&kind)?;
         Some((side, side.ready().await?))
@@ -192,6 +228,36 @@ impl PullDependencies {
             seed(held.and_then(|(w, i)| w.spec.workload.manifests.get(i).cloned()))
         })
     }
+}
+
+/// The (dependency, Pull cluster) pairs no plan touched whose copy a bundle may still carry
+/// for the workload: each dependency it names or named (but an explicitly federated one,
+/// handed over instead) in each Pull cluster, but those the round ensured or released
+/// (`done`) and those reported held (kept by the plan).
+pub(crate) fn unplanned(
+    previous: &[DependencyStatus],
+    wanted: &BTreeMap<Dependency, Lookup>,
+    pull: &[&str],
+    done: &BTreeSet<Pair>,
+) -> Vec<Pair> {
+    let held = previous_pairs(previous);
+    let named = (previous.iter())
+        .filter_map(|p| {
+            let kind = DependencyKind::parse(&p.kind)?;
+            Some(Dependency {
+                kind,
+                name: p.name.clone(),
+            })
+        })
+        .chain(wanted.keys().cloned())
+        .filter(|d| wanted.get(d) != Some(&Lookup::Explicit))
+        .collect::<BTreeSet<_>>();
+    let pairs = named
+        .into_iter()
+        .flat_map(|d| pull.iter().map(move |c| (d.clone(), (*c).to_owned())));
+    pairs
+        .filter(|p| !done.contains(p) && !held.contains(p))
+        .collect()
 }
 
 const NOT_LISTED: &str =
@@ -279,13 +345,16 @@ fn desired_hash(manifest: &Value) -> Option<String> {
     flotilla_core::member::recorded_hash(manifest).map(str::to_owned)
 }
 
-/// A copy's entry in its bundle (its source: the copied object itself).
-fn entry(key: &Key, manifest: Value) -> Entry {
+/// A copy's entry in its bundle (its source: the copied object itself). The agent writes
+/// over no member object but a copy ([`DEPENDENCY_LABEL`]): a user's own is left alone and
+/// reported, as push mode refuses it.
+pub(crate) fn entry(key: &Key, manifest: Value) -> Entry {
     Entry {
         config: ManifestConfig {
             identifier: identify(0, &manifest),
             source_namespace: key.0.clone(),
             source_name: key.1.clone(),
+            adopt_label: Some(DEPENDENCY_LABEL.to_owned()),
             ..ManifestConfig::default()
         },
         manifest,
@@ -334,13 +403,21 @@ pub(crate) fn hand_over_step(held: Option<(&Work, usize)>) -> HandOver {
 }
 
 /// The member's refusal of manifest `ordinal`, when the agent reported one on the Work's
-/// current generation for the content `hash`.
-pub(crate) fn refusal(work: &Work, ordinal: usize, hash: Option<&str>) -> Option<String> {
+/// current generation for the content `hash`: an object not made by Flotilla holding the
+/// name ([`ClusterReason::AlreadyExists`]) is push mode's refusal, any other a failure.
+pub(crate) fn refusal(work: &Work, ordinal: usize, hash: Option<&str>) -> Option<PairOutcome> {
     let report = work.manifest_report(ordinal)?;
     let applied = report.conditions.iter().find(|c| c.type_ == APPLIED)?;
     let current =
         applied.observed_generation == work.metadata.generation && report.hash.as_deref() == hash;
-    (current && applied.status != "True").then(|| applied.message.clone())
+    if !current || applied.status == "True" {
+        return None;
+    }
+    Some(if applied.reason == ClusterReason::AlreadyExists.as_str() {
+        PairOutcome::Refused(Holder::Foreign)
+    } else {
+        PairOutcome::Failed(applied.message.clone())
+    })
 }
 
 #[cfg(test)]

@@ -1,6 +1,5 @@
 use super::*;
 use flotilla_api::work::{Condition, ManifestCondition, WorkSpec, WorkStatus};
-use flotilla_core::dependencies::DEPENDENCY_LABEL;
 
 fn host_secret(password: &str) -> Value {
     json!({
@@ -131,7 +130,7 @@ fn the_agents_refusal_counts_only_for_the_current_content_and_generation() {
             status: status.into(),
             observed_generation: Some(generation),
             last_transition_time: "2026-01-01T00:00:00Z".into(),
-            reason: "CreationFailed".into(),
+            reason: ClusterReason::CreationFailed.as_str().into(),
             message: "configmaps \"settings\" is forbidden".into(),
         }],
         hash: Some(hash.into()),
@@ -149,8 +148,18 @@ fn the_agents_refusal_counts_only_for_the_current_content_and_generation() {
     };
     let refused = work(report("False", 3, "h1"));
     assert_eq!(
-        refusal(&refused, 0, Some("h1")).as_deref(),
-        Some("configmaps \"settings\" is forbidden")
+        refusal(&refused, 0, Some("h1")),
+        Some(PairOutcome::Failed(
+            "configmaps \"settings\" is forbidden".into()
+        ))
+    );
+    // A user's own object of the copy's name, left alone by the agent: push mode's
+    // refusal (`ExistsInMember` in the dependency's status), not a failure.
+    let mut taken = report("False", 3, "h1");
+    taken.conditions[0].reason = ClusterReason::AlreadyExists.as_str().into();
+    assert_eq!(
+        refusal(&work(taken), 0, Some("h1")),
+        Some(PairOutcome::Refused(Holder::Foreign))
     );
     assert_eq!(
         refusal(&refused, 0, Some("h2")),
@@ -175,6 +184,11 @@ fn a_copy_is_handed_over_by_a_release_and_then_dropped() {
     work.spec
         .manifest_configs
         .push(entry(&(Some("demo".into()), "settings".into()), cm.clone()).config);
+    // The agent writes over no member object but a copy (a user's own is left alone).
+    assert_eq!(
+        work.spec.manifest_configs[0].adopt_label.as_deref(),
+        Some(DEPENDENCY_LABEL)
+    );
     // Held: marked for release, the manifest as it is.
     let HandOver::Release(marked) = hand_over_step(Some((&work, 0))) else {
         panic!("a release first");
@@ -207,4 +221,48 @@ fn a_copy_is_handed_over_by_a_release_and_then_dropped() {
     );
     work.status = Some(released(4));
     assert_eq!(hand_over_step(Some((&work, 0))), HandOver::Drop);
+}
+
+#[test]
+fn a_copy_no_plan_touched_is_looked_for_in_every_pull_cluster_but_held_ensured_or_explicit_ones() {
+    let dep = |name: &str| Dependency {
+        kind: DependencyKind::ConfigMap,
+        name: name.into(),
+    };
+    let status = |name: &str, clusters: &[&str]| DependencyStatus {
+        kind: "ConfigMap".into(),
+        name: name.into(),
+        state: "Failed".into(),
+        clusters: clusters.iter().map(|c| (*c).to_owned()).collect(),
+        ..DependencyStatus::default()
+    };
+    // `settings` refused in p1 (never held), held in p2; `old` no longer named, refused;
+    // `fed` now explicitly federated (handed over, not swept).
+    let previous = [
+        status("settings", &["p2"]),
+        status("old", &[]),
+        status("fed", &[]),
+    ];
+    let wanted = BTreeMap::from([
+        (dep("settings"), Lookup::Found),
+        (dep("fed"), Lookup::Explicit),
+    ]);
+    let done = BTreeSet::from([(dep("settings"), "p3".to_owned())]);
+    let pairs = unplanned(&previous, &wanted, &["p1", "p2", "p3"], &done);
+    let names: Vec<(&str, &str)> = (pairs.iter())
+        .map(|(d, c)| (d.name.as_str(), c.as_str()))
+        .collect();
+    assert_eq!(
+        names,
+        [
+            ("old", "p1"),
+            ("old", "p2"),
+            ("old", "p3"),
+            ("settings", "p1")
+        ]
+    );
+    // A deleted workload: every dependency it named, in every Pull cluster not held.
+    let gone = unplanned(&previous, &BTreeMap::new(), &["p1"], &BTreeSet::new());
+    assert_eq!(gone.len(), 3);
+    assert!(unplanned(&previous, &wanted, &[], &done).is_empty());
 }
