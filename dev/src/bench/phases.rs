@@ -437,6 +437,9 @@ async fn steady_and_restart(
     host: &Tracker,
     restarter: &mut Restarter<'_>,
 ) -> anyhow::Result<(Steady, Restart)> {
+    if run.pull() {
+        super::restart::wait_works_reported(run).await?;
+    }
     let steady = steady_state(run, kind, members, host).await?;
     info!(
         kind = kind.name(),

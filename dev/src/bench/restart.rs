@@ -15,7 +15,7 @@ use std::{
 
 use futures::StreamExt;
 
-use flotilla_api::work::{AppliedWork, Work};
+use flotilla_api::work::{APPLIED, AppliedWork, Work};
 use flotilla_localenv::LocalEnv;
 use kube::api::{
     Api, DeleteParams, DynamicObject, ListParams, PostParams, WatchEvent, WatchParams,
@@ -195,6 +195,24 @@ async fn wait_removal_reported(run: &Run) -> anyhow::Result<()> {
             }
         }
         Ok(true)
+    })
+    .await
+}
+
+/// In pull mode, waits until every agent has reported on the current generation of every
+/// Work in the host (its `Applied` condition's `observedGeneration`): the reports that trail
+/// a phase whose member objects are all in place belong to that phase, not to the window
+/// that follows it.
+pub(super) async fn wait_works_reported(run: &Run) -> anyhow::Result<()> {
+    let what = "every Work reported on its current generation";
+    poll(run.timeout.max(Duration::from_secs(60)), what, || async {
+        let works: Api<Work> = Api::all(run.host.clone());
+        let items = works.list(&ListParams::default()).await?.items;
+        Ok(items.iter().all(|w| {
+            let applied =
+                (w.status.iter().flat_map(|s| &s.conditions)).find(|c| c.type_ == APPLIED);
+            applied.is_some_and(|c| c.observed_generation == w.metadata.generation)
+        }))
     })
     .await
 }
