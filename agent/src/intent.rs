@@ -3,12 +3,12 @@
 //! objects by name only. A bundle's manifests share one kind and namespace, so each
 //! object costs its name and three bytes, while its entry in the bundle holds that name
 //! at least twice (the manifest and its config) besides a fixed part: a bundle within
-//! the split limit ([`BUNDLE_MAX_BYTES`], twice [`ANNOTATIONS_MAX_BYTES`]) always has an
+//! the largest split limit ([`BUNDLE_MAX_BYTES_CEILING`], twice [`ANNOTATIONS_MAX_BYTES`]) always has an
 //! intent within Kubernetes' bound on an object's annotations, which a list of full
 //! identifiers was not (the tests show the worst cases). An annotation of the older form
 //! (a JSON list of identifiers) is still read. Pure.
 //!
-//! [`BUNDLE_MAX_BYTES`]: flotilla_api::work::BUNDLE_MAX_BYTES
+//! [`BUNDLE_MAX_BYTES_CEILING`]: flotilla_api::work::BUNDLE_MAX_BYTES_CEILING
 
 #[cfg(doc)]
 use flotilla_api::work::APPLYING_ANNOTATION;
@@ -142,7 +142,7 @@ pub fn within_bound(
 mod tests {
     use super::*;
     use flotilla_api::work::{
-        APPLYING_ANNOTATION, BUNDLE_MAX_BYTES, ManifestConfig, identify, same_object,
+        APPLYING_ANNOTATION, BUNDLE_MAX_BYTES_CEILING, ManifestConfig, identify, same_object,
     };
 
     /// The smallest manifest of an object named `name` the control plane could bundle: a
@@ -178,7 +178,7 @@ mod tests {
             let name = format!("{i:0len$}");
             let manifest = smallest(&name, namespace);
             total += entry_size(&manifest, namespace, &name);
-            if total > BUNDLE_MAX_BYTES {
+            if total > BUNDLE_MAX_BYTES_CEILING {
                 break;
             }
             ids.push(identify(i, &manifest));

@@ -4,7 +4,8 @@
 //!
 //! The rule, in order:
 //! 1. an object that a chunk holds stays there while the chunk, filled in key order with
-//!    the objects it keeps, stays within the limit;
+//!    the objects it keeps, stays within the *keep* limit (the bundler gives the largest
+//!    bound it accepts, so that lowering the bound — an upgrade — moves nothing);
 //! 2. every other object (new, or no longer fitting), in key order, goes to the
 //!    lowest-numbered chunk whose total stays within the limit with it, else to the lowest
 //!    chunk number not in use;
@@ -29,6 +30,17 @@ pub struct Item<K> {
 
 /// The chunk of every item under the rule above, for chunks of at most `limit` bytes.
 pub fn assign<K: Ord + Clone>(items: &[Item<K>], limit: usize) -> BTreeMap<K, usize> {
+    assign_keeping(items, limit, limit)
+}
+
+/// [`assign`], where an item stays in its chunk while that chunk is within `keep` bytes
+/// (at least `limit`); new and moving items are placed within `limit`.
+pub fn assign_keeping<K: Ord + Clone>(
+    items: &[Item<K>],
+    limit: usize,
+    keep: usize,
+) -> BTreeMap<K, usize> {
+    let keep = keep.max(limit);
     let mut sorted: Vec<&Item<K>> = items.iter().collect();
     sorted.sort_by(|a, b| a.key.cmp(&b.key));
     let mut totals: BTreeMap<usize, usize> = BTreeMap::new();
@@ -36,7 +48,7 @@ pub fn assign<K: Ord + Clone>(items: &[Item<K>], limit: usize) -> BTreeMap<K, us
     let mut homeless = Vec::new();
     for item in &sorted {
         match item.current {
-            Some(c) if fits(totals.get(&c).copied(), item.size, limit) => {
+            Some(c) if fits(totals.get(&c).copied(), item.size, keep) => {
                 *totals.entry(c).or_default() += item.size;
                 out.insert(item.key.clone(), c);
             }
@@ -81,6 +93,24 @@ mod tests {
 
     fn chunks(a: &BTreeMap<String, usize>) -> Vec<(&str, usize)> {
         a.iter().map(|(k, c)| (k.as_str(), *c)).collect()
+    }
+
+    #[test]
+    fn a_lower_bound_moves_nothing_already_placed_and_places_new_objects_within_it() {
+        // Chunk 0 was filled to 12 bytes under an older, larger bound.
+        let items = [
+            item("a", 4, Some(0)),
+            item("b", 4, Some(0)),
+            item("c", 4, Some(0)),
+            item("d", 4, None),
+        ];
+        let a = assign_keeping(&items, 8, 512);
+        assert_eq!(chunks(&a), [("a", 0), ("b", 0), ("c", 0), ("d", 1)]);
+        assert_eq!(
+            chunks(&assign(&items, 8)),
+            [("a", 0), ("b", 0), ("c", 1), ("d", 1)],
+            "without the keep limit, c would move"
+        );
     }
 
     #[test]

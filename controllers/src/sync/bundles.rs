@@ -24,12 +24,12 @@ use std::{
 use flotilla_api::{
     FIELD_MANAGER,
     work::{
-        BUNDLE_MAX_BYTES, ManifestConfig, WORK_BUNDLE_CHUNK, WORK_BUNDLE_LABEL,
-        WORK_BUNDLE_NAMESPACE, WORK_COLLECT_STATUS, WORK_TYPE_LABEL, Work, WorkSpec, bundle_name,
-        cluster_namespace, identify, type_label,
+        BUNDLE_MAX_BYTES, BUNDLE_MAX_BYTES_CEILING, ManifestConfig, WORK_BUNDLE_CHUNK,
+        WORK_BUNDLE_LABEL, WORK_BUNDLE_NAMESPACE, WORK_COLLECT_STATUS, WORK_TYPE_LABEL, Work,
+        WorkSpec, bundle_name, cluster_namespace, identify, type_label,
     },
 };
-use flotilla_core::bundle::{Item, assign};
+use flotilla_core::bundle::{Item, assign_keeping};
 use flotilla_multicluster::{
     runner::{Action, PassRunner, Retry},
     unread,
@@ -47,9 +47,18 @@ use tracing::{info, warn};
 
 use super::Key;
 
-/// Environment variable overriding [`BUNDLE_MAX_BYTES`] (bytes; for tests that need a
-/// split without megabytes of manifests — not meant for production).
+/// Environment variable overriding [`BUNDLE_MAX_BYTES`] (bytes, at most
+/// [`BUNDLE_MAX_BYTES_CEILING`]).
 pub const MAX_BYTES_ENV: &str = "FLOTILLA_WORK_BUNDLE_MAX_BYTES";
+
+/// The bound `env` (the value of [`MAX_BYTES_ENV`]) gives: the default when it is absent,
+/// not a number or 0; never above [`BUNDLE_MAX_BYTES_CEILING`].
+pub fn bound_of(env: Option<&str>) -> usize {
+    match env.and_then(|v| v.trim().parse::<usize>().ok()) {
+        Some(n) if n > 0 => n.min(BUNDLE_MAX_BYTES_CEILING),
+        _ => BUNDLE_MAX_BYTES,
+    }
+}
 /// A process-wide override of the bound (0: none), for end-to-end tests that need a
 /// split with small objects; each test runs in its own process.
 static MAX_BYTES_OVERRIDE: AtomicUsize = AtomicUsize::new(0);
@@ -154,7 +163,7 @@ pub fn plan_group(
         })
         .collect();
     let mut chunks: BTreeMap<usize, BTreeMap<Key, Entry>> = BTreeMap::new();
-    for (key, index) in assign(&items, limit) {
+    for (key, index) in assign_keeping(&items, limit, BUNDLE_MAX_BYTES_CEILING) {
         if let Some((_, e)) = entries.remove(&key) {
             chunks.entry(index).or_default().insert(key, e);
         }
@@ -260,10 +269,7 @@ impl Bundler {
         works: Store<Work>,
     ) -> Self {
         let limit = match MAX_BYTES_OVERRIDE.load(Ordering::Relaxed) {
-            0 => std::env::var(MAX_BYTES_ENV)
-                .ok()
-                .and_then(|v| v.parse().ok())
-                .unwrap_or(BUNDLE_MAX_BYTES),
+            0 => bound_of(std::env::var(MAX_BYTES_ENV).ok().as_deref()),
             n => n,
         };
         Bundler {

@@ -93,8 +93,12 @@ fn a_chunk_that_gains_an_object_is_written_before_the_one_that_loses_it() {
         ),
     );
     assert_eq!(base.len(), 1);
-    // "a" grows past its chunk's room: it moves to a new chunk 1, written first.
-    let grown = BTreeMap::from([upsert("a", &"x".repeat(200))]);
+    // "a" grows past the room a chunk keeps (the largest bound: a chunk filled under an
+    // older, larger bound moves nothing): it moves to a new chunk 1, written first.
+    let grown = BTreeMap::from([upsert(
+        "a",
+        &"x".repeat(flotilla_api::work::BUNDLE_MAX_BYTES_CEILING),
+    )]);
     let writes = plan_group(&base, &grown, small);
     let order: Vec<_> = writes
         .iter()
@@ -128,4 +132,15 @@ fn a_manifest_whose_config_names_another_object_is_not_read_as_an_entry() {
     assert_eq!(entries_of(&spec).len(), 1);
     spec.manifest_configs[0].identifier.name = "b".into();
     assert!(entries_of(&spec).is_empty());
+}
+
+#[test]
+fn the_bound_is_the_default_unless_a_positive_number_under_the_ceiling_is_given() {
+    use flotilla_api::work::{BUNDLE_MAX_BYTES, BUNDLE_MAX_BYTES_CEILING};
+    assert_eq!(bound_of(None), BUNDLE_MAX_BYTES);
+    assert_eq!(bound_of(Some("4096")), 4096);
+    assert_eq!(bound_of(Some(" 65536 ")), 65536);
+    assert_eq!(bound_of(Some("0")), BUNDLE_MAX_BYTES);
+    assert_eq!(bound_of(Some("lots")), BUNDLE_MAX_BYTES);
+    assert_eq!(bound_of(Some("10000000")), BUNDLE_MAX_BYTES_CEILING);
 }
