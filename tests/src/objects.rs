@@ -230,6 +230,11 @@ pub fn widget_crd(short_names: &[&str]) -> anyhow::Result<CustomResourceDefiniti
     }))?)
 }
 
+/// kubefed's ReplicaSchedulingPreference (`scheduling.kubefed.io/v1alpha1`), as served.
+pub fn rsp_resource() -> ApiResource {
+    ApiResource::erase::<flotilla_api::scheduling::ReplicaSchedulingPreference>(&())
+}
+
 /// The API resource of `Widget` objects in a member.
 pub fn widget_resource() -> ApiResource {
     ApiResource {

@@ -15,6 +15,7 @@ use flotilla_tests::{
     federation::{Federation, apply, federated_namespace, federation_of_2_and_8_cpus},
     member::{deployments, replicas},
     objects::FederatedObject,
+    objects::rsp_resource,
     wait::wait_namespace_in,
     wait_for,
 };
@@ -99,17 +100,6 @@ async fn pods_beyond_a_members_node_capacity_stay_pending_unschedulable() -> any
     )
     .await?;
     Ok(())
-}
-
-/// `scheduling.kubefed.io/v1alpha1` ReplicaSchedulingPreference.
-fn rsp_resource() -> kube::core::ApiResource {
-    kube::core::ApiResource {
-        group: "scheduling.kubefed.io".into(),
-        version: "v1alpha1".into(),
-        api_version: "scheduling.kubefed.io/v1alpha1".into(),
-        kind: "ReplicaSchedulingPreference".into(),
-        plural: "replicaschedulingpreferences".into(),
-    }
 }
 
 /// A FederatedDeployment `web` in `ns` whose pods request 500m CPU each.

@@ -10,27 +10,17 @@ use flotilla_tests::{
     cli::run_ok,
     federation::{Federation, federation_of_2_and_8_cpus},
     member::{deployments, replicas},
+    objects::rsp_resource,
     wait_for,
 };
 use k8s_openapi::api::{apps::v1::Deployment, core::v1::Namespace};
 use kube::{
     Api,
     api::{DynamicObject, Patch, PatchParams},
-    core::ApiResource,
 };
 use serde_json::json;
 
 const NS: &str = "divided";
-
-fn rsp_resource() -> ApiResource {
-    ApiResource {
-        group: "scheduling.kubefed.io".into(),
-        version: "v1alpha1".into(),
-        api_version: "scheduling.kubefed.io/v1alpha1".into(),
-        kind: "ReplicaSchedulingPreference".into(),
-        plural: "replicaschedulingpreferences".into(),
-    }
-}
 
 /// Applies the plain Deployment `web` of `replicas` pods requesting 500m CPU each.
 async fn web(fed: &Federation, replicas: i32) -> anyhow::Result<()> {

@@ -21,13 +21,13 @@ use flotilla_tests::{
     cli::start_dashboard,
     federation::{Federation, apply, federated_namespace, federation_of_2_and_8_cpus},
     objects::FederatedObject,
+    objects::rsp_resource,
     wait::wait_namespace_in,
     wait_for,
 };
 use kube::{
     Api,
     api::{DynamicObject, Patch, PatchParams},
-    core::ApiResource,
 };
 use serde_json::{Value, json};
 
@@ -35,16 +35,6 @@ const NS: &str = "dash-replicas";
 /// How long a division may take: the estimate's threshold (5 s), the scheduler's write, the
 /// members' pods, the page's refetch.
 const SETTLED: Duration = Duration::from_secs(120);
-
-fn rsp_resource() -> ApiResource {
-    ApiResource {
-        group: "scheduling.kubefed.io".into(),
-        version: "v1alpha1".into(),
-        api_version: "scheduling.kubefed.io/v1alpha1".into(),
-        kind: "ReplicaSchedulingPreference".into(),
-        plural: "replicaschedulingpreferences".into(),
-    }
-}
 
 /// The FederatedDeployment `web`, its pods requesting 500m CPU each.
 fn web() -> FederatedObject {

@@ -25,7 +25,6 @@ use flotilla_tests::{
 use kube::{
     Api, Client,
     api::{Patch, PatchParams},
-    core::ApiResource,
 };
 use serde_json::{Value, json};
 use tokio::task::JoinHandle;
@@ -136,13 +135,7 @@ async fn scheduled_deployment_with_rsp(host: &Client) -> anyhow::Result<()> {
         }))
         .apply(host)
         .await?;
-    let rsp = ApiResource {
-        group: "scheduling.kubefed.io".into(),
-        version: "v1alpha1".into(),
-        api_version: "scheduling.kubefed.io/v1alpha1".into(),
-        kind: "ReplicaSchedulingPreference".into(),
-        plural: "replicaschedulingpreferences".into(),
-    };
+    let rsp = flotilla_tests::objects::rsp_resource();
     apply(
         host,
         &rsp,

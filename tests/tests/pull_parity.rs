@@ -33,7 +33,6 @@ use k8s_openapi::api::apps::v1::ControllerRevision;
 use kube::{
     Api, Client,
     api::{ListParams, Patch, PatchParams},
-    core::ApiResource,
 };
 use serde_json::json;
 
@@ -679,15 +678,7 @@ mod canary {
         .await
     }
 
-    pub fn rsp_resource() -> ApiResource {
-        ApiResource {
-            group: "scheduling.kubefed.io".into(),
-            version: "v1alpha1".into(),
-            api_version: "scheduling.kubefed.io/v1alpha1".into(),
-            kind: "ReplicaSchedulingPreference".into(),
-            plural: "replicaschedulingpreferences".into(),
-        }
-    }
+    pub use flotilla_tests::objects::rsp_resource;
 
     pub fn rsp() -> serde_json::Value {
         json!({

@@ -19,13 +19,11 @@ use flotilla_tests::{
     host::FederatedRef,
     member::{deployments, first_image, replicas},
     objects::FederatedObject,
+    objects::rsp_resource,
     wait::wait_namespace_in,
     wait_for,
 };
-use kube::{
-    api::{Patch, PatchParams},
-    core::ApiResource,
-};
+use kube::api::{Patch, PatchParams};
 use serde_json::json;
 
 const NS: &str = "canary";
@@ -291,16 +289,6 @@ async fn images(fed: &Federation) -> anyhow::Result<Vec<Option<String>>> {
         out.push(d.as_ref().and_then(first_image).map(str::to_string));
     }
     Ok(out)
-}
-
-fn rsp_resource() -> ApiResource {
-    ApiResource {
-        group: "scheduling.kubefed.io".into(),
-        version: "v1alpha1".into(),
-        api_version: "scheduling.kubefed.io/v1alpha1".into(),
-        kind: "ReplicaSchedulingPreference".into(),
-        plural: "replicaschedulingpreferences".into(),
-    }
 }
 
 fn rsp() -> serde_json::Value {

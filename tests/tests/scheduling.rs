@@ -8,27 +8,18 @@ use flotilla_tests::{
     federation::apply,
     member::{deployments, replicas},
     objects::FederatedObject,
+    objects::rsp_resource,
     setup::federation_with_namespace,
     wait::wait_object,
     wait_for,
 };
-use kube::{Client, core::ApiResource};
+use kube::Client;
 use serde_json::json;
 
 /// The replicas of Deployment `demo/web` in a member, if it exists.
 async fn web_replicas(client: &Client) -> anyhow::Result<Option<i32>> {
     let web = deployments(client, "demo").get_opt("web").await?;
     Ok(web.as_ref().and_then(replicas))
-}
-
-fn rsp_resource() -> ApiResource {
-    ApiResource {
-        group: "scheduling.kubefed.io".into(),
-        version: "v1alpha1".into(),
-        api_version: "scheduling.kubefed.io/v1alpha1".into(),
-        kind: "ReplicaSchedulingPreference".into(),
-        plural: "replicaschedulingpreferences".into(),
-    }
 }
 
 #[tokio::test]
