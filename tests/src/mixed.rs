@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use anyhow::ensure;
 use flotilla_agent::{Agent, AgentOptions};
+use flotilla_api::work::{Work, identify};
 use flotilla_controllers::{
     install,
     pull_join::{PullJoinOptions, join_pull},
@@ -62,16 +63,27 @@ pub async fn join_mixed(
     let joined = join_pull(&host, &opts).await?;
     let pull = pull_cluster.client().await?;
     install::install_crds(&pull, &[applied_work_crd], "flotilla-tests", T).await?;
-    let kubeconfig = Kubeconfig::from_yaml(&joined.kubeconfig)?;
-    let config =
-        kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default()).await?;
     Ok(Mixed {
         host,
         push,
         pull,
-        agent_host: Client::try_from(config)?,
+        agent_host: client_of_kubeconfig(&joined.kubeconfig).await?,
         env,
     })
+}
+
+/// A client of the kubeconfig `yaml` (its current context): a Pull agent's host client
+/// from the kubeconfig `join_pull` issued.
+pub async fn client_of_kubeconfig(yaml: &str) -> anyhow::Result<Client> {
+    let kubeconfig = Kubeconfig::from_yaml(yaml)?;
+    let config =
+        kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default()).await?;
+    Ok(Client::try_from(config)?)
+}
+
+/// Whether `work` carries a manifest of an object named `name`.
+pub fn holds(work: &Work, name: &str) -> bool {
+    (work.spec.workload.manifests.iter().enumerate()).any(|(i, m)| identify(i, m).name == name)
 }
 
 impl Mixed {

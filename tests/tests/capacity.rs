@@ -104,13 +104,32 @@ async fn pods_beyond_a_members_node_capacity_stay_pending_unschedulable() -> any
 
 /// A FederatedDeployment `web` in `ns` whose pods request 500m CPU each.
 fn web(ns: &str) -> FederatedObject {
-    FederatedObject::deployment(ns, "web", 1, "nginx").template(json!({"spec": {
+    FederatedObject::deployment(ns, "web", 1, "nginx").template(requesting("500m"))
+}
+
+/// The template of Deployment `web` whose pods request `cpu` each.
+fn requesting(cpu: &str) -> serde_json::Value {
+    json!({"spec": {
         "replicas": 1,
         "selector": {"matchLabels": {"app": "web"}},
         "template": {"metadata": {"labels": {"app": "web"}},
             "spec": {"containers": [{"name": "web", "image": "nginx",
-                "resources": {"requests": {"cpu": "500m"}}}]}}
-    }}))
+                "resources": {"requests": {"cpu": cpu}}}]}}
+    }})
+}
+
+/// member1's node (of 2 CPUs) now offers 8.
+async fn grow_member1_to_8_cpus(fed: &Federation) -> anyhow::Result<()> {
+    let nodes: Api<Node> = Api::all(fed.members[0].clone());
+    let room = json!({"status": {"allocatable": {"cpu": "8"}, "capacity": {"cpu": "8"}}});
+    nodes
+        .patch_status(
+            "member1-node1",
+            &PatchParams::default(),
+            &Patch::Merge(&room),
+        )
+        .await?;
+    Ok(())
 }
 
 /// The replicas of Deployment `web` in each member.
@@ -254,15 +273,7 @@ async fn replicas_overflow_by_capacity_estimate_and_divide_by_available_replicas
 
     // Room appears in member1 (its node now offers 8 CPUs): the Pending replicas start, the
     // estimate goes, and with rebalance the division returns to the weights.
-    let nodes: Api<Node> = Api::all(fed.members[0].clone());
-    let room = json!({"status": {"allocatable": {"cpu": "8"}, "capacity": {"cpu": "8"}}});
-    nodes
-        .patch_status(
-            "member1-node1",
-            &PatchParams::default(),
-            &Patch::Merge(&room),
-        )
-        .await?;
+    grow_member1_to_8_cpus(&fed).await?;
     wait_division(&fed, "overflow", [7, 3], ["Weight", "Weight"]).await?;
 
     // AvailableReplicas in another namespace. Free: member1 8 − 7 × 0.5 = 4.5 CPUs (9
@@ -314,15 +325,7 @@ async fn a_one_off_rebalance_moves_replicas_to_freed_room_unless_a_rollout_is_un
 
     // member1's node grows to 8 CPUs: the control plane sees it (its summary says so), and
     // with `rebalance: false` nothing moves.
-    let nodes: Api<Node> = Api::all(fed.members[0].clone());
-    let room = json!({"status": {"allocatable": {"cpu": "8"}, "capacity": {"cpu": "8"}}});
-    nodes
-        .patch_status(
-            "member1-node1",
-            &PatchParams::default(),
-            &Patch::Merge(&room),
-        )
-        .await?;
+    grow_member1_to_8_cpus(&fed).await?;
     wait_for(Duration::from_secs(30), "member1's 8 CPUs seen", || async {
         let kfcs: Api<KubeFedCluster> = Api::namespaced(fed.host.clone(), "kube-federation-system");
         let s = kfcs.get("member1").await?.status.and_then(|s| s.resources);
@@ -393,15 +396,7 @@ async fn a_one_off_rebalance_moves_replicas_to_freed_room_unless_a_rollout_is_un
 
 /// `web` of `ns` whose pods each request `cpu`, placed as `placement` says.
 fn web_requesting(ns: &str, cpu: &str, placement: serde_json::Value) -> FederatedObject {
-    web(ns)
-        .template(json!({"spec": {
-            "replicas": 1,
-            "selector": {"matchLabels": {"app": "web"}},
-            "template": {"metadata": {"labels": {"app": "web"}},
-                "spec": {"containers": [{"name": "web", "image": "nginx",
-                    "resources": {"requests": {"cpu": cpu}}}]}}
-        }}))
-        .placement(placement)
+    web(ns).template(requesting(cpu)).placement(placement)
 }
 
 #[tokio::test]

@@ -29,6 +29,7 @@ use flotilla_tests::{
     cli::service_account_token,
     federation::{bootstrap, install_host, seeded_env},
     member::config_maps,
+    mixed::{client_of_kubeconfig, holds},
     objects::{FederatedObject, create_namespace},
     wait::{wait_absent, wait_namespace_in, wait_present},
     wait_for,
@@ -40,7 +41,6 @@ use k8s_openapi::api::{
 use kube::{
     Api, Client, ResourceExt,
     api::{ApiResource, DynamicObject, ListParams, Patch, PatchParams},
-    config::{KubeConfigOptions, Kubeconfig},
 };
 use serde_json::json;
 
@@ -176,10 +176,7 @@ async fn the_agent_reports_metrics_readiness_and_the_members_reasons() -> anyhow
     let crd = flotilla_api::crdgen::applied_work_crd();
     install::install_crds(&admin, &[crd], "flotilla-tests", T).await?;
     let (member, token) = restricted_member(&admin, cluster.kube_config()).await?;
-    let host_config = Kubeconfig::from_yaml(&joined.kubeconfig)?;
-    let host_config =
-        kube::Config::from_custom_kubeconfig(host_config, &KubeConfigOptions::default()).await?;
-    let agent_host = Client::try_from(host_config)?;
+    let agent_host = client_of_kubeconfig(&joined.kubeconfig).await?;
     let start_agent = || {
         let mut agent_opts = AgentOptions::new(PULL, agent_host.clone(), member.clone());
         agent_opts.own_namespace = AGENT_NS.into();
@@ -420,14 +417,7 @@ async fn wait_recorded(host: &Client, name: &str, failure: Option<&str>) -> anyh
             let list = works.list(&ListParams::default()).await?.items;
             let work = list
                 .iter()
-                .find(|w| {
-                    w.spec
-                        .workload
-                        .manifests
-                        .iter()
-                        .enumerate()
-                        .any(|(i, m)| identify(i, m).name == name)
-                })
+                .find(|w| holds(w, name))
                 .context("no Work lists it")?;
             let status = work.status.clone().unwrap_or_default();
             let applied = status.manifest_conditions.iter().any(|m| {
@@ -548,12 +538,9 @@ async fn the_generated_member_role_follows_the_enabled_types() -> anyhow::Result
         "ConfigMaps"
     );
 
-    let host_config = Kubeconfig::from_yaml(&joined.kubeconfig)?;
-    let host_config =
-        kube::Config::from_custom_kubeconfig(host_config, &KubeConfigOptions::default()).await?;
     let agent = Agent::start(AgentOptions::new(
         PULL,
-        Client::try_from(host_config)?,
+        client_of_kubeconfig(&joined.kubeconfig).await?,
         member.clone(),
     ));
     let _control_plane = boot.start_control_plane(&host, 1).await?;

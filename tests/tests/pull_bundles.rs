@@ -15,7 +15,7 @@ use anyhow::{Context as _, ensure};
 use flotilla_agent::{Agent, AgentOptions};
 use flotilla_api::{
     KubeFedCluster, MANAGED_LABEL, ORPHAN_ANNOTATION,
-    work::{APPLYING_ANNOTATION, AppliedWork, Work, cluster_namespace, identify},
+    work::{APPLYING_ANNOTATION, AppliedWork, Work, cluster_namespace},
 };
 use flotilla_controllers::{
     install,
@@ -28,15 +28,12 @@ use flotilla_tests::{
     federation::{bootstrap, install_host, seeded_env},
     host::cluster_status,
     member::config_maps,
+    mixed::{client_of_kubeconfig, holds},
     objects::FederatedObject,
     wait::{wait_absent, wait_namespace_in, wait_object, wait_present},
     wait_for,
 };
-use kube::{
-    Api, Client, ResourceExt,
-    api::ListParams,
-    config::{KubeConfigOptions, Kubeconfig},
-};
+use kube::{Api, Client, ResourceExt, api::ListParams};
 use serde_json::json;
 
 const T: Duration = Duration::from_secs(60);
@@ -87,15 +84,12 @@ async fn start() -> anyhow::Result<Fed> {
     let pull = member.client().await?;
     let crds = [flotilla_api::crdgen::applied_work_crd()];
     install::install_crds(&pull, &crds, "flotilla-tests", T).await?;
-    let kubeconfig = Kubeconfig::from_yaml(&joined.kubeconfig)?;
-    let config =
-        kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default()).await?;
     let mut fed = Fed {
         control_plane: None,
         agent: None,
         host: host.clone(),
         pull,
-        agent_host: Client::try_from(config)?,
+        agent_host: client_of_kubeconfig(&joined.kubeconfig).await?,
         _env: env,
     };
     fed.start_agent();
@@ -324,14 +318,7 @@ async fn probe_joins_and_leaves_a_bundle(fed: &Fed) -> anyhow::Result<()> {
     let bundles = config_map_bundles(&fed.host).await?;
     let holder = bundles
         .iter()
-        .find(|w| {
-            w.spec
-                .workload
-                .manifests
-                .iter()
-                .enumerate()
-                .any(|(i, m)| identify(i, m).name == name)
-        })
+        .find(|w| holds(w, name))
         .context("no bundle holds the probe")?;
     ensure!(
         holder.spec.workload.manifests.len() > 1,
@@ -385,14 +372,7 @@ async fn one_manifest_orphaned(fed: &Fed, payload: &str) -> anyhow::Result<()> {
         let listed: Vec<String> = config_map_bundles(&fed.host)
             .await?
             .iter()
-            .filter(|w| {
-                w.spec
-                    .workload
-                    .manifests
-                    .iter()
-                    .enumerate()
-                    .any(|(i, m)| identify(i, m).name == name)
-            })
+            .filter(|w| holds(w, name))
             .map(|w| w.name_any())
             .collect();
         ensure!(listed.is_empty(), "still in {listed:?}");

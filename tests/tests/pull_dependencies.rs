@@ -30,7 +30,7 @@ use flotilla_tests::{
     federation::{apply, bootstrap, install_host, seeded_env},
     host::FederatedRef,
     member::{config_maps, data_is, deployments},
-    mixed::{Mixed, PULL, join_mixed},
+    mixed::{Mixed, PULL, client_of_kubeconfig, join_mixed},
     objects::{FederatedObject, config_map, create_namespace, meta},
     wait::{wait_absent, wait_namespace_in, wait_object, wait_present},
     wait_for,
@@ -39,7 +39,6 @@ use k8s_openapi::{ByteString, api::core::v1::Secret};
 use kube::{
     Api, Client, ResourceExt,
     api::{ListParams, Patch, PatchParams, PostParams},
-    config::{KubeConfigOptions, Kubeconfig},
 };
 use serde_json::json;
 
@@ -353,12 +352,9 @@ async fn an_agent_with_the_generated_role_applies_and_prunes_dependency_copies()
     let mut config = cluster.kube_config();
     config.auth_info.token = Some(token.into());
     let member = Client::try_from(config)?;
-    let host_config = Kubeconfig::from_yaml(&joined.kubeconfig)?;
-    let host_config =
-        kube::Config::from_custom_kubeconfig(host_config, &KubeConfigOptions::default()).await?;
     let agent = Agent::start(AgentOptions::new(
         ONLY,
-        Client::try_from(host_config)?,
+        client_of_kubeconfig(&joined.kubeconfig).await?,
         member.clone(),
     ));
     let control_plane = boot.start_control_plane(&host, 1).await?;

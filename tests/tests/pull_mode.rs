@@ -23,6 +23,7 @@ use flotilla_tests::{
     federation::{bootstrap, install_host, seeded_env},
     host::cluster_status,
     member::{config_maps, data_is},
+    mixed::client_of_kubeconfig,
     objects::FederatedObject,
     requests::{requests, writes},
     wait::{wait_absent, wait_namespace_in, wait_object, wait_present},
@@ -32,7 +33,6 @@ use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::{
     Api, Client,
     api::{ListParams, Patch, PatchParams, PostParams},
-    config::{KubeConfigOptions, Kubeconfig},
 };
 use serde_json::json;
 
@@ -104,10 +104,7 @@ async fn pull_federation() -> anyhow::Result<PullFederation> {
         T,
     )
     .await?;
-    let kubeconfig = Kubeconfig::from_yaml(&joined.kubeconfig)?;
-    let config =
-        kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default()).await?;
-    let agent_host = Client::try_from(config)?;
+    let agent_host = client_of_kubeconfig(&joined.kubeconfig).await?;
     let mut fed = PullFederation {
         control_plane: None,
         agent: None,
