@@ -269,7 +269,17 @@ impl Bundler {
         works: Store<Work>,
     ) -> Self {
         let limit = match MAX_BYTES_OVERRIDE.load(Ordering::Relaxed) {
-            0 => bound_of(std::env::var(MAX_BYTES_ENV).ok().as_deref()),
+            0 => {
+                let env = std::env::var(MAX_BYTES_ENV).ok();
+                let bound = bound_of(env.as_deref());
+                if let Some(v) = env.filter(|v| v.trim() != bound.to_string()) {
+                    warn!(
+                        value = %v, bound,
+                        "{MAX_BYTES_ENV} is not a number of bytes from 1 to {BUNDLE_MAX_BYTES_CEILING}: bundles are bounded at {bound}"
+                    );
+                }
+                bound
+            }
             n => n,
         };
         Bundler {
