@@ -68,6 +68,11 @@ impl DependencyHosts {
         self.changes.subscribe()
     }
 
+    /// Where news that requeues workloads is sent (their kind's controllers hear it).
+    pub(crate) fn sender(&self) -> broadcast::Sender<Referrer> {
+        self.changes.clone()
+    }
+
     /// Records what a workload references now (empty: nothing any more).
     pub(crate) fn record(&self, referrer: Referrer, namespace: &str, deps: &BTreeSet<Dependency>) {
         let mut index = self.index.lock().unwrap_or_else(|e| e.into_inner());

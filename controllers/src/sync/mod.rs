@@ -132,6 +132,9 @@ impl SyncShared {
         let recorder = crate::events::recorder(host.clone(), REPORTING_CONTROLLER);
         let decisions =
             crate::decisions::Publisher::start(host.clone(), &namespace, profile_namespace);
+        let dependency_hosts = dependency_hosts::DependencyHosts::new(host.clone());
+        let pull_dependencies =
+            pull_dependencies::PullDependencies::new(host.clone(), dependency_hosts.sender());
         Arc::new(SyncShared {
             host: host.clone(),
             clusters,
@@ -144,8 +147,8 @@ impl SyncShared {
             breakers: breaker::Breakers::default(),
             revisions: rollout::Revisions::default(),
             orphans: orphans::Orphans::default(),
-            dependency_hosts: dependency_hosts::DependencyHosts::new(host.clone()),
-            pull_dependencies: pull_dependencies::PullDependencies::new(host),
+            dependency_hosts,
+            pull_dependencies,
         })
     }
 

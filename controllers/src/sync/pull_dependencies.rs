@@ -35,12 +35,14 @@ use flotilla_core::{
     dependency_plan::{Lookup, Pair, PairOutcome, previous_pairs},
     member::HASH_ANNOTATION,
 };
-use kube::Client;
+use kube::{Client, ResourceExt};
 use serde_json::{Value, json};
+use tokio::sync::broadcast;
 
 use super::{
     Key,
     bundles::{Change, Entry},
+    dependency_hosts::Referrer,
     side_works::{SideWorks, side_resource},
 };
 
@@ -61,13 +63,19 @@ pub(crate) struct PullDependencies {
 }
 
 impl PullDependencies {
-    pub(crate) fn new(host: Client) -> Self {
+    /// `requeue`: where the workloads go whose copy the agent reported anew (a refusal
+    /// arriving after the workload's round said the copy was placed, a release).
+    pub(crate) fn new(host: Client, requeue: broadcast::Sender<Referrer>) -> Self {
         let kinds = (DependencyKind::ALL.into_iter())
             .map(|kind| {
                 let target = side_resource("dependencies", kind.as_str(), kind.plural());
-                // Nothing to requeue: a workload looks again after a failure on its own.
-                let side = SideWorks::new(host.clone(), target, false, Arc::new(|_: &Work| {}));
-                (kind, side)
+                let seen = Mutex::new(Reports::default());
+                let requeue = requeue.clone();
+                let on_change = Arc::new(move |w: &Work| {
+                    let owners = news(&mut seen.lock().unwrap_or_else(|e| e.into_inner()), w);
+                    owners.into_iter().for_each(|o| drop(requeue.send(o)));
+                });
+                (kind, SideWorks::new(host.clone(), target, false, on_change))
             })
             .collect();
         PullDependencies {
@@ -418,6 +426,48 @@ pub(crate) fn refusal(work: &Work, ordinal: usize, hash: Option<&str>) -> Option
     } else {
         PairOutcome::Failed(applied.message.clone())
     })
+}
+
+/// What the agent last said of one copy, as far as a workload's round reads it: its
+/// `Applied` status and reason, whether on the Work's current generation, and the content
+/// hash it applied.
+type Said = Option<(String, String, bool, Option<String>)>;
+
+/// What the agent said of each copy, by Work (namespace, name) and the copy's source key.
+pub(crate) type Reports = HashMap<(String, String), BTreeMap<Key, Said>>;
+
+/// The workloads to requeue for a change of `work`: the owners of each copy whose report
+/// differs from what `seen` holds for it (which then holds the new reports).
+pub(crate) fn news(seen: &mut Reports, work: &Work) -> Vec<Referrer> {
+    let id = (work.namespace().unwrap_or_default(), work.name_any());
+    let previous = seen.remove(&id).unwrap_or_default();
+    let mut now = BTreeMap::new();
+    let mut owners = Vec::new();
+    for (ordinal, config) in work.spec.manifest_configs.iter().enumerate() {
+        let key = (config.source_namespace.clone(), config.source_name.clone());
+        let said = work.manifest_report(ordinal).and_then(|m| {
+            let applied = m.conditions.iter().find(|c| c.type_ == APPLIED)?;
+            let current = applied.observed_generation == work.metadata.generation;
+            Some((applied.status.clone(), applied.reason.clone(), current, m.hash.clone()))
+        });
+        if said.is_some() && previous.get(&key) != Some(&said) {
+            let manifest = work.spec.workload.manifests.get(ordinal);
+            owners.extend(manifest.into_iter().flat_map(|m| referrers(&key, m)));
+        }
+        now.insert(key, said);
+    }
+    seen.insert(id, now);
+    owners
+}
+
+/// The workloads a copy names as its owners (`FederatedDeployment/web` in its namespace).
+fn referrers(key: &Key, manifest: &Value) -> Vec<Referrer> {
+    (deps::owners(manifest).into_iter())
+        .filter_map(|o| {
+            let (kind, name) = o.split_once('/')?;
+            Some((kind.to_owned(), (key.0.clone(), name.to_owned())))
+        })
+        .collect()
 }
 
 #[cfg(test)]

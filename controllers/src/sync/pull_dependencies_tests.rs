@@ -266,3 +266,53 @@ fn a_copy_no_plan_touched_is_looked_for_in_every_pull_cluster_but_held_ensured_o
     assert_eq!(gone.len(), 3);
     assert!(unplanned(&previous, &wanted, &[], &done).is_empty());
 }
+
+#[test]
+fn a_new_report_of_a_copy_requeues_its_owners_once() {
+    let owners = BTreeSet::from([
+        "FederatedDeployment/web".to_string(),
+        "FederatedJob/migrate".to_string(),
+    ]);
+    let cm = json!({"apiVersion": "v1", "kind": "ConfigMap",
+                    "metadata": {"name": "settings", "namespace": "demo"}});
+    let copy = pull_copy(DependencyKind::ConfigMap, &cm, &owners).expect("a copy");
+    let key: Key = (Some("demo".into()), "settings".into());
+    let mut work = Work::new("dep-1", WorkSpec::default());
+    work.metadata.namespace = Some("flotilla-cluster-member2".into());
+    work.metadata.generation = Some(1);
+    work.spec.workload.manifests.push(copy.clone());
+    work.spec.manifest_configs.push(entry(&key, copy.clone()).config);
+    let reported = |w: &Work, status: &str, reason: ClusterReason| {
+        let mut w = w.clone();
+        w.status = Some(WorkStatus {
+            manifest_conditions: vec![ManifestCondition {
+                identifier: identify(0, &copy),
+                conditions: vec![Condition {
+                    type_: APPLIED.into(),
+                    status: status.into(),
+                    observed_generation: Some(1),
+                    last_transition_time: "2026-01-01T00:00:00Z".into(),
+                    reason: reason.as_str().into(),
+                    message: String::new(),
+                }],
+                hash: desired_hash(&copy),
+                ..ManifestCondition::default()
+            }],
+            ..WorkStatus::default()
+        });
+        w
+    };
+    let mut seen = Reports::default();
+    assert_eq!(news(&mut seen, &work), vec![], "nothing reported yet");
+    let refused = reported(&work, "False", ClusterReason::AlreadyExists);
+    let web = ("FederatedDeployment".to_string(), (key.0.clone(), "web".into()));
+    let migrate = ("FederatedJob".to_string(), (key.0.clone(), "migrate".into()));
+    assert_eq!(news(&mut seen, &refused), vec![web.clone(), migrate]);
+    assert_eq!(news(&mut seen, &refused), vec![], "the same report again");
+    let applied = reported(&work, "True", ClusterReason::AlreadyExists);
+    assert_eq!(news(&mut seen, &applied).first(), Some(&web));
+    // Another Work's report is its own: a first sight is news.
+    let mut other = applied.clone();
+    other.metadata.name = Some("dep-2".into());
+    assert_eq!(news(&mut seen, &other).len(), 2);
+}
