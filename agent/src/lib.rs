@@ -27,6 +27,7 @@ pub mod mcs;
 pub mod metrics;
 pub mod observe;
 pub mod plan;
+mod pruning;
 pub mod rbac;
 pub mod records;
 pub mod rejection;

@@ -10,7 +10,7 @@ use flotilla_api::work::{
     ResourceIdentifier, WORK_COLLECT_STATUS, Work, WorkStatus,
 };
 use flotilla_multicluster::runner::Action;
-use futures::StreamExt;
+use futures::{FutureExt, StreamExt};
 use kube::{
     ResourceExt,
     api::{Patch, PatchParams, PostParams},
@@ -23,13 +23,14 @@ use super::{
     State,
     apply::{Applied, identify},
     drift, plan,
+    pruning::{Elsewhere, Prune, each_at_once},
     records::Record,
     rejection,
 };
 use flotilla_api::drift::ClusterDrift;
 
 /// How many manifests of one bundle are applied at once.
-const APPLY_CONCURRENCY: usize = 8;
+pub(super) const APPLY_CONCURRENCY: usize = 8;
 
 /// How soon a Work whose manifests failed is tried again at first (then backing off).
 const RETRY_FAILED: Duration = Duration::from_secs(2);
@@ -87,29 +88,21 @@ async fn remove_work(state: &State, name: &str) -> Result<Done, kube::Error> {
         .lock()
         .unwrap_or_else(|e| e.into_inner())
         .contains(name);
-    let mut ok = true;
     let known = plan::known_applied(&record.applied, &record.unsaved);
-    for r in &known {
-        if let Some(other) = listed_elsewhere(state, name, &r.identifier) {
-            // Handed over: the other Work applies (or finds up to date) and records it.
-            state.queue.add(other);
-            continue;
-        }
-        if let Err(e) = state.member.prune(r, orphan).await {
-            warn!(work = %name, object = %r.identifier.name, error = %e, "pruning failed");
-            ok = false;
-        }
-    }
-    for id in plan::unrecorded(&record.intended, &known) {
-        if state.records.listed_elsewhere(name, id) || listed_elsewhere(state, name, id).is_some() {
-            continue;
-        }
-        if let Err(e) = state.member.prune_unrecorded(id, orphan).await {
-            warn!(work = %name, object = %id.name, error = %e, "pruning failed");
-            ok = false;
-        }
-    }
-    if !ok {
+    let unrecorded = plan::unrecorded(&record.intended, &known);
+    let others = Elsewhere::of(state, name, !known.is_empty() || !unrecorded.is_empty());
+    // Handed over: the other Work applies (or finds up to date) and records it.
+    let gone: Vec<Prune<'_, _>> = (known.iter())
+        .filter(|r| !others.handed_over(state, &r.identifier))
+        .map(|r| (r, &r.identifier, state.member.prune(r, orphan).boxed()))
+        .collect();
+    let failed = each_at_once(name, gone).await;
+    let unrecorded: Vec<Prune<'_, _>> = (unrecorded.into_iter())
+        .filter(|id| !state.records.listed_elsewhere(name, id) && !others.lists(id))
+        .map(|id| (id, id, state.member.prune_unrecorded(id, orphan).boxed()))
+        .collect();
+    let unresolved = each_at_once(name, unrecorded).await;
+    if !failed.is_empty() || !unresolved.is_empty() {
         return Ok(Done::Failed);
     }
     state
@@ -343,33 +336,24 @@ async fn prune_dropped(
     records: &mut Vec<AppliedResourceMeta>,
 ) -> (bool, Vec<ResourceIdentifier>) {
     let known = plan::known_applied(&record.applied, &record.unsaved);
-    let mut ok = true;
-    for gone in plan::to_prune(&known, current) {
-        if let Some(other) = listed_elsewhere(state, name, &gone.identifier) {
-            state.queue.add(other);
-            continue;
-        }
-        if let Err(e) = state.member.prune(gone, false).await {
-            warn!(work = %name, object = %gone.identifier.name, error = %e, "pruning failed");
-            records.push(gone.clone());
-            ok = false;
-        }
-    }
     let is_current = |id: &ResourceIdentifier| current.iter().any(|c| plan::same_manifest(c, id));
-    let mut unresolved = Vec::new();
-    for id in plan::unrecorded(&record.intended, &known) {
-        if is_current(id)
-            || state.records.listed_elsewhere(name, id)
-            || listed_elsewhere(state, name, id).is_some()
-        {
-            continue;
-        }
-        if let Err(e) = state.member.prune_unrecorded(id, false).await {
-            warn!(work = %name, object = %id.name, error = %e, "pruning failed");
-            unresolved.push(id.clone());
-            ok = false;
-        }
-    }
+    let to_prune = plan::to_prune(&known, current);
+    let unrecorded: Vec<_> = (plan::unrecorded(&record.intended, &known).into_iter())
+        .filter(|id| !is_current(id))
+        .collect();
+    let others = Elsewhere::of(state, name, !to_prune.is_empty() || !unrecorded.is_empty());
+    let gone: Vec<Prune<'_, _>> = (to_prune.into_iter())
+        .filter(|g| !others.handed_over(state, &g.identifier))
+        .map(|g| (g, &g.identifier, state.member.prune(g, false).boxed()))
+        .collect();
+    let failed = each_at_once(name, gone).await;
+    records.extend(failed.iter().map(|g| (*g).clone()));
+    let unrecorded: Vec<Prune<'_, _>> = (unrecorded.into_iter())
+        .filter(|id| !state.records.listed_elsewhere(name, id) && !others.lists(id))
+        .map(|id| (id, id, state.member.prune_unrecorded(id, false).boxed()))
+        .collect();
+    let unresolved = each_at_once(name, unrecorded).await;
+    let ok = failed.is_empty() && unresolved.is_empty();
     for p in &known {
         let listed = current.iter().any(|c| plan::same_object(&p.identifier, c));
         let recorded = records
@@ -445,24 +429,6 @@ fn previous_drift<'a>(
         .find(|m| plan::same_manifest(&m.identifier, id))?
         .drift
         .as_ref()
-}
-
-/// Another Work of the namespace whose manifests name `id` (not for orphaning): the object
-/// moved there (a bundle took over a legacy Work, or a chunk took it from another), so it
-/// is handed over, not pruned.
-fn listed_elsewhere(state: &State, name: &str, id: &ResourceIdentifier) -> Option<String> {
-    state
-        .works
-        .state()
-        .into_iter()
-        .filter(|w| w.name_any() != name)
-        .find(|w| {
-            w.spec.workload.manifests.iter().enumerate().any(|(i, m)| {
-                plan::same_manifest(&identify(i, m), id)
-                    && !w.manifest_config(i).is_some_and(|c| c.orphan)
-            })
-        })
-        .map(|w| w.name_any())
 }
 
 /// Creates the Work's AppliedWork (nothing applied yet), naming the objects about to be

@@ -448,7 +448,12 @@ pub(crate) fn news(seen: &mut Reports, work: &Work) -> Vec<Referrer> {
         let said = work.manifest_report(ordinal).and_then(|m| {
             let applied = m.conditions.iter().find(|c| c.type_ == APPLIED)?;
             let current = applied.observed_generation == work.metadata.generation;
-            Some((applied.status.clone(), applied.reason.clone(), current, m.hash.clone()))
+            Some((
+                applied.status.clone(),
+                applied.reason.clone(),
+                current,
+                m.hash.clone(),
+            ))
         });
         if said.is_some() && previous.get(&key) != Some(&said) {
             let manifest = work.spec.workload.manifests.get(ordinal);

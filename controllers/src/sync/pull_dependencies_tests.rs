@@ -281,7 +281,9 @@ fn a_new_report_of_a_copy_requeues_its_owners_once() {
     work.metadata.namespace = Some("flotilla-cluster-member2".into());
     work.metadata.generation = Some(1);
     work.spec.workload.manifests.push(copy.clone());
-    work.spec.manifest_configs.push(entry(&key, copy.clone()).config);
+    work.spec
+        .manifest_configs
+        .push(entry(&key, copy.clone()).config);
     let reported = |w: &Work, status: &str, reason: ClusterReason| {
         let mut w = w.clone();
         w.status = Some(WorkStatus {
@@ -305,8 +307,14 @@ fn a_new_report_of_a_copy_requeues_its_owners_once() {
     let mut seen = Reports::default();
     assert_eq!(news(&mut seen, &work), vec![], "nothing reported yet");
     let refused = reported(&work, "False", ClusterReason::AlreadyExists);
-    let web = ("FederatedDeployment".to_string(), (key.0.clone(), "web".into()));
-    let migrate = ("FederatedJob".to_string(), (key.0.clone(), "migrate".into()));
+    let web = (
+        "FederatedDeployment".to_string(),
+        (key.0.clone(), "web".into()),
+    );
+    let migrate = (
+        "FederatedJob".to_string(),
+        (key.0.clone(), "migrate".into()),
+    );
     assert_eq!(news(&mut seen, &refused), vec![web.clone(), migrate]);
     assert_eq!(news(&mut seen, &refused), vec![], "the same report again");
     let applied = reported(&work, "True", ClusterReason::AlreadyExists);
