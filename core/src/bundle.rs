@@ -15,7 +15,11 @@
 //! Assignments are read back from the Works themselves, so a restart of the control plane
 //! computes the same chunks and writes nothing.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::{
+    collections::{BTreeMap, BTreeSet, HashMap},
+    hash::Hash,
+    time::{Duration, Instant},
+};
 
 /// One object of a group: its size in bytes and the chunk that holds it now, if any.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -77,6 +81,30 @@ fn fits(total: Option<usize>, size: usize, limit: usize) -> bool {
 
 fn lowest_free(used: BTreeSet<usize>) -> usize {
     (0..).find(|c| !used.contains(c)).unwrap_or(0)
+}
+
+/// Which of the `pending` groups are due at `now`: each is written at most once per
+/// `interval` from the end of its last write (`written`), so a stream of changes to one
+/// group costs a write per interval. Returns them and how soon the first of the others is.
+pub fn due<'g, G: Clone + Eq + Hash + 'g>(
+    pending: impl Iterator<Item = &'g G>,
+    written: &HashMap<G, Instant>,
+    now: Instant,
+    interval: Duration,
+) -> (Vec<G>, Option<Duration>) {
+    let mut due = Vec::new();
+    let mut later: Option<Duration> = None;
+    for group in pending {
+        let wait = (written.get(group))
+            .map(|at| (*at + interval).saturating_duration_since(now))
+            .unwrap_or_default();
+        if wait.is_zero() {
+            due.push(group.clone());
+        } else {
+            later = Some(later.map_or(wait, |l| l.min(wait)));
+        }
+    }
+    (due, later)
 }
 
 #[cfg(test)]
@@ -184,5 +212,28 @@ mod tests {
             *totals.entry(first[&i.key]).or_default() += i.size;
         }
         assert!(totals.values().all(|t| *t <= 40), "{totals:?}");
+    }
+
+    #[test]
+    fn a_group_is_written_at_once_then_at_most_once_per_interval() {
+        let now = Instant::now();
+        let interval = Duration::from_millis(200);
+        let ms = Duration::from_millis;
+        let written = HashMap::from([
+            ("a", now - ms(50)),
+            ("b", now - ms(250)),
+            ("c", now - ms(120)),
+        ]);
+        let pending = ["a", "b", "c", "d"];
+        let (due_now, later) = due(pending.iter(), &written, now, interval);
+        assert_eq!(due_now, vec!["b", "d"], "not written lately, or never");
+        assert_eq!(later, Some(ms(80)), "c is due first of the others");
+        let (none, later) = due(["a"].iter(), &written, now, interval);
+        assert!(none.is_empty());
+        assert_eq!(later, Some(ms(150)));
+        assert_eq!(
+            due(std::iter::empty(), &written, now, interval),
+            (vec![], None)
+        );
     }
 }

@@ -29,7 +29,7 @@ use flotilla_api::{
         WorkSpec, bundle_name, cluster_namespace, identify, type_label,
     },
 };
-use flotilla_core::bundle::{Item, assign_keeping};
+use flotilla_core::bundle::{Item, assign_keeping, due};
 use flotilla_multicluster::{
     runner::{Action, PassRunner, Retry},
     unread,
@@ -69,8 +69,12 @@ pub fn set_max_bytes_for_tests(bytes: usize) {
     MAX_BYTES_OVERRIDE.store(bytes, Ordering::Relaxed);
 }
 
-/// How long pending changes are gathered before the bundles are written.
+/// A group is written at most once per this interval (from the end of its last write):
+/// a stream of changes to one group costs a write per interval, not one per change.
 pub const FLUSH_INTERVAL: Duration = Duration::from_millis(200);
+/// How long the first change of a group not written for [`FLUSH_INTERVAL`] waits for the
+/// changes that come with it.
+pub const GATHER: Duration = Duration::from_millis(25);
 /// How soon a failed bundle write is tried again.
 const RETRY: Duration = Duration::from_secs(1);
 /// How many groups are written at once.
@@ -257,6 +261,8 @@ pub struct Bundler {
     /// (cluster namespace, Work name) → this process's last write.
     written: Mutex<HashMap<(String, String), Written>>,
     failed: Mutex<HashMap<Group, String>>,
+    /// When each group's last write ended.
+    flushed: Mutex<HashMap<Group, Instant>>,
     wake: Arc<Notify>,
 }
 
@@ -291,6 +297,7 @@ impl Bundler {
             pending: Mutex::default(),
             written: Mutex::default(),
             failed: Mutex::default(),
+            flushed: Mutex::default(),
             wake: Arc::new(Notify::new()),
         }
     }
@@ -331,28 +338,46 @@ impl Bundler {
         lock(&self.failed).get(&Self::group(cluster, key)).cloned()
     }
 
-    /// Writes pending changes, each group at most once per [`FLUSH_INTERVAL`] (the pass
-    /// runner's debounce), a failed flush again after [`RETRY`], until the task is aborted.
+    /// Writes pending changes: a group [`GATHER`] after its first change, then at most once
+    /// per [`FLUSH_INTERVAL`]; a failed flush again after [`RETRY`], until the task is
+    /// aborted.
     pub async fn run(self: Arc<Self>) {
         let mut runner = PassRunner::new("work-bundles", self.wake.clone())
-            .debounce(FLUSH_INTERVAL)
+            .debounce(GATHER)
             .retry(Retry::Fixed(RETRY));
         while runner.next().await.is_some() {
-            runner.finish(match self.flush().await {
-                true => Action::AwaitChange,
-                false => Action::backoff(),
+            let (written, later) = self.flush().await;
+            runner.finish(match (written, later) {
+                (false, _) => Action::backoff(),
+                (true, Some(after)) => Action::Requeue(after),
+                (true, None) => Action::AwaitChange,
             });
         }
     }
 
-    /// Writes every pending group; `false` when one failed (its changes are put back).
-    async fn flush(&self) -> bool {
-        let pending = std::mem::take(&mut *lock(&self.pending));
+    /// Writes every pending group that is due; `false` when one failed (its changes are put
+    /// back), and how soon the next of the others is due.
+    async fn flush(&self) -> (bool, Option<Duration>) {
+        let (pending, later) = {
+            let mut p = lock(&self.pending);
+            let mut flushed = lock(&self.flushed);
+            let now = Instant::now();
+            flushed.retain(|_, at| now.duration_since(*at) < FLUSH_INTERVAL);
+            let (due, later) = due(p.changes.keys(), &flushed, now, FLUSH_INTERVAL);
+            let mut taken = Pending::default();
+            for group in due {
+                let changes = p.changes.remove(&group).unwrap_or_default();
+                taken.retire.extend(p.retire.remove_entry(&group));
+                taken.changes.insert(group, changes);
+            }
+            (taken, later)
+        };
         let mut retire = pending.retire;
         let jobs = pending.changes.into_iter().map(|(group, changes)| {
             let retire = retire.remove(&group).unwrap_or_default();
             async move {
                 let result = self.flush_group(&group, &changes, &retire).await;
+                lock(&self.flushed).insert(group.clone(), Instant::now());
                 (group, changes, retire, result)
             }
         });
@@ -374,7 +399,7 @@ impl Bundler {
                 }
             }
         }
-        all_written
+        (all_written, later)
     }
 
     /// Puts back the changes of a failed flush, under any newer change of the same key.
