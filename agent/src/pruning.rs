@@ -3,8 +3,8 @@
 
 use std::collections::HashMap;
 
-use flotilla_api::work::{ResourceIdentifier, Work};
-use futures::{StreamExt, future::BoxFuture};
+use flotilla_api::work::{AppliedResourceMeta, ResourceIdentifier, Work};
+use futures::{FutureExt, StreamExt, future::BoxFuture};
 use kube::ResourceExt;
 use tracing::warn;
 
@@ -31,11 +31,11 @@ fn object_key(id: &ResourceIdentifier) -> ObjectKey {
 /// Work listing it: an object moved there (a bundle took over a legacy Work, or a chunk
 /// took it from another) is handed over, not pruned. Read from the cache once per round
 /// that prunes (per object, a round of many would read every Work as often).
-pub(super) struct Elsewhere(HashMap<ObjectKey, String>);
+struct Elsewhere(HashMap<ObjectKey, String>);
 
 impl Elsewhere {
     /// What the Works other than `name` list; nothing read unless `needed`.
-    pub(super) fn of(state: &State, name: &str, needed: bool) -> Self {
+    fn of(state: &State, name: &str, needed: bool) -> Self {
         let works = if needed {
             state.works.state()
         } else {
@@ -58,20 +58,44 @@ impl Elsewhere {
         Elsewhere(listed)
     }
 
-    pub(super) fn lists(&self, id: &ResourceIdentifier) -> bool {
+    fn lists(&self, id: &ResourceIdentifier) -> bool {
         self.0.contains_key(&object_key(id))
     }
 
     /// Whether another Work now lists the object: it is that Work's to apply (or find up
     /// to date) and record, not this one's to prune; that Work is queued.
-    pub(super) fn handed_over(&self, state: &State, id: &ResourceIdentifier) -> bool {
+    fn handed_over(&self, state: &State, id: &ResourceIdentifier) -> bool {
         let other = self.0.get(&object_key(id));
         other.map(|o| state.queue.add(o.clone())).is_some()
     }
 }
 
+/// Prunes what the Work `name` applied and no longer lists (`gone`) and what it meant to
+/// apply but never recorded (`unrecorded`) — but an object another Work lists now, handed
+/// over to it (that Work is queued: it applies, or finds up to date, and records it);
+/// `orphan`: unlabelled, not deleted. Returns the ones that failed, of each.
+pub(super) async fn prune<'a>(
+    state: &'a State,
+    name: &'a str,
+    gone: Vec<&'a AppliedResourceMeta>,
+    unrecorded: Vec<&'a ResourceIdentifier>,
+    orphan: bool,
+) -> (Vec<&'a AppliedResourceMeta>, Vec<&'a ResourceIdentifier>) {
+    let others = Elsewhere::of(state, name, !gone.is_empty() || !unrecorded.is_empty());
+    let gone: Vec<Prune<'_, _>> = (gone.into_iter())
+        .filter(|g| !others.handed_over(state, &g.identifier))
+        .map(|g| (g, &g.identifier, state.member.prune(g, orphan).boxed()))
+        .collect();
+    let failed = each_at_once(name, gone).await;
+    let unrecorded: Vec<Prune<'_, _>> = (unrecorded.into_iter())
+        .filter(|id| !state.records.listed_elsewhere(name, id) && !others.lists(id))
+        .map(|id| (id, id, state.member.prune_unrecorded(id, orphan).boxed()))
+        .collect();
+    (failed, each_at_once(name, unrecorded).await)
+}
+
 /// One prune to run: what it is for, the object it removes, the request.
-pub(super) type Prune<'a, T> = (
+type Prune<'a, T> = (
     &'a T,
     &'a ResourceIdentifier,
     BoxFuture<'a, Result<(), String>>,
@@ -79,7 +103,7 @@ pub(super) type Prune<'a, T> = (
 
 /// Runs the prunes, [`PRUNE_CONCURRENCY`] at a time (as a bundle's manifests are applied);
 /// what the failed ones were for, each failure logged with the object's name.
-pub(super) async fn each_at_once<'a, T: Sync>(name: &str, prunes: Vec<Prune<'a, T>>) -> Vec<&'a T> {
+async fn each_at_once<'a, T: Sync>(name: &str, prunes: Vec<Prune<'a, T>>) -> Vec<&'a T> {
     let runs: Vec<BoxFuture<'_, Option<&'a T>>> = (prunes.into_iter())
         .map(|(item, id, run)| -> BoxFuture<'_, Option<&'a T>> {
             Box::pin(async move {

@@ -10,7 +10,7 @@ use flotilla_api::work::{
     ResourceIdentifier, WORK_COLLECT_STATUS, Work, WorkStatus,
 };
 use flotilla_multicluster::runner::Action;
-use futures::{FutureExt, StreamExt};
+use futures::StreamExt;
 use kube::{
     ResourceExt,
     api::{Patch, PatchParams, PostParams},
@@ -23,7 +23,7 @@ use super::{
     State,
     apply::{Applied, identify},
     drift, plan,
-    pruning::{Elsewhere, Prune, each_at_once},
+    pruning::prune,
     records::Record,
     rejection,
 };
@@ -90,18 +90,7 @@ async fn remove_work(state: &State, name: &str) -> Result<Done, kube::Error> {
         .contains(name);
     let known = plan::known_applied(&record.applied, &record.unsaved);
     let unrecorded = plan::unrecorded(&record.intended, &known);
-    let others = Elsewhere::of(state, name, !known.is_empty() || !unrecorded.is_empty());
-    // Handed over: the other Work applies (or finds up to date) and records it.
-    let gone: Vec<Prune<'_, _>> = (known.iter())
-        .filter(|r| !others.handed_over(state, &r.identifier))
-        .map(|r| (r, &r.identifier, state.member.prune(r, orphan).boxed()))
-        .collect();
-    let failed = each_at_once(name, gone).await;
-    let unrecorded: Vec<Prune<'_, _>> = (unrecorded.into_iter())
-        .filter(|id| !state.records.listed_elsewhere(name, id) && !others.lists(id))
-        .map(|id| (id, id, state.member.prune_unrecorded(id, orphan).boxed()))
-        .collect();
-    let unresolved = each_at_once(name, unrecorded).await;
+    let (failed, unresolved) = prune(state, name, known.iter().collect(), unrecorded, orphan).await;
     if !failed.is_empty() || !unresolved.is_empty() {
         return Ok(Done::Failed);
     }
@@ -337,22 +326,12 @@ async fn prune_dropped(
 ) -> (bool, Vec<ResourceIdentifier>) {
     let known = plan::known_applied(&record.applied, &record.unsaved);
     let is_current = |id: &ResourceIdentifier| current.iter().any(|c| plan::same_manifest(c, id));
-    let to_prune = plan::to_prune(&known, current);
+    let gone = plan::to_prune(&known, current);
     let unrecorded: Vec<_> = (plan::unrecorded(&record.intended, &known).into_iter())
         .filter(|id| !is_current(id))
         .collect();
-    let others = Elsewhere::of(state, name, !to_prune.is_empty() || !unrecorded.is_empty());
-    let gone: Vec<Prune<'_, _>> = (to_prune.into_iter())
-        .filter(|g| !others.handed_over(state, &g.identifier))
-        .map(|g| (g, &g.identifier, state.member.prune(g, false).boxed()))
-        .collect();
-    let failed = each_at_once(name, gone).await;
+    let (failed, unresolved) = prune(state, name, gone, unrecorded, false).await;
     records.extend(failed.iter().map(|g| (*g).clone()));
-    let unrecorded: Vec<Prune<'_, _>> = (unrecorded.into_iter())
-        .filter(|id| !state.records.listed_elsewhere(name, id) && !others.lists(id))
-        .map(|id| (id, id, state.member.prune_unrecorded(id, false).boxed()))
-        .collect();
-    let unresolved = each_at_once(name, unrecorded).await;
     let ok = failed.is_empty() && unresolved.is_empty();
     for p in &known {
         let listed = current.iter().any(|c| plan::same_object(&p.identifier, c));

@@ -200,13 +200,13 @@ async fn reconcile_all(
     for op in ops {
         let op_label = op.as_str();
         let outcome = match op {
-            Op::Apply(profile) => {
+            Op::Apply(profile, parts) => {
                 let name = profile.name_any();
                 if memory.foreign.contains(&name) {
                     continue;
                 }
                 match claimable(writer, &clusters, &name, cached.contains(&name)).await {
-                    Ok(true) => apply(&writer.profiles, &profile).await.map(|()| {
+                    Ok(true) => apply(&writer.profiles, &profile, parts).await.map(|()| {
                         memory.applied.insert(name, *profile);
                     }),
                     Ok(false) => {
@@ -327,8 +327,13 @@ async fn claimable(
     Ok(false)
 }
 
-/// Applies the profile's metadata and spec, then its status (a subresource).
-async fn apply(api: &Api<ClusterProfile>, profile: &ClusterProfile) -> Result<(), Error> {
+/// Applies the `parts` of the profile that are not up to date (its metadata and spec, then
+/// its status).
+async fn apply(
+    api: &Api<ClusterProfile>,
+    profile: &ClusterProfile,
+    parts: plan::Parts,
+) -> Result<(), Error> {
     let name = profile.name_any();
     let params = PatchParams::apply(FIELD_MANAGER).force();
     let body = json!({
@@ -348,18 +353,22 @@ async fn apply(api: &Api<ClusterProfile>, profile: &ClusterProfile) -> Result<()
             source,
         }
     };
-    api.patch(&name, &params, &Patch::Apply(&body))
-        .await
-        .map_err(write_error("apply"))?;
-    let status = json!({
-        "apiVersion": "multicluster.x-k8s.io/v1alpha1", "kind": "ClusterProfile",
-        "metadata": {"name": name},
-        "status": profile.status,
-    });
-    api.patch_status(&name, &params, &Patch::Apply(&status))
-        .await
-        .map_err(write_error("apply status of"))?;
-    info!(cluster = %name, "cluster profile written");
+    if parts.spec {
+        api.patch(&name, &params, &Patch::Apply(&body))
+            .await
+            .map_err(write_error("apply"))?;
+    }
+    if parts.status {
+        let status = json!({
+            "apiVersion": "multicluster.x-k8s.io/v1alpha1", "kind": "ClusterProfile",
+            "metadata": {"name": name},
+            "status": profile.status,
+        });
+        api.patch_status(&name, &params, &Patch::Apply(&status))
+            .await
+            .map_err(write_error("apply status of"))?;
+    }
+    info!(cluster = %name, spec = parts.spec, status = parts.status, "cluster profile written");
     Ok(())
 }
 

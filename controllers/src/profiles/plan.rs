@@ -27,11 +27,28 @@ pub const REASON_NOT_READY: &str = "ClusterNotReady";
 /// `Joined=True`: the cluster has a KubeFedCluster.
 pub const REASON_JOINED: &str = "KubeFedClusterRegistered";
 
+/// Which parts of a profile a write brings up to date.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Parts {
+    /// Its labels, owner and spec (one apply).
+    pub spec: bool,
+    /// Its status (one apply of the status subresource).
+    pub status: bool,
+}
+
+impl Parts {
+    /// Both: a profile to create, or one whose spec and status both changed.
+    pub const ALL: Parts = Parts {
+        spec: true,
+        status: true,
+    };
+}
+
 /// One write to the host.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Op {
-    /// Create or update the profile (metadata, spec, then status).
-    Apply(Box<ClusterProfile>),
+    /// Create or update the profile: the parts that differ (metadata and spec, then status).
+    Apply(Box<ClusterProfile>, Parts),
     /// Delete the profile of a cluster that left, if it still has this uid.
     Delete {
         /// Name of the profile.
@@ -45,7 +62,7 @@ impl Op {
     /// The `op` label of the write metric.
     pub fn as_str(&self) -> &'static str {
         match self {
-            Op::Apply(_) => "apply",
+            Op::Apply(..) => "apply",
             Op::Delete { .. } => "delete",
         }
     }
@@ -230,9 +247,17 @@ pub fn is_foreign(existing: &ClusterProfile) -> bool {
     existing.spec.cluster_manager.name != CLUSTER_MANAGER_NAME
 }
 
-/// Whether `current` already is `desired` in everything Flotilla writes: its labels (other
-/// labels may be added by others), owner, spec and status.
-pub fn up_to_date(desired: &ClusterProfile, current: &ClusterProfile) -> bool {
+/// The parts of `current` that are not `desired` in what Flotilla writes: its labels (other
+/// labels may be added by others), owner and spec, and its status. `applied`: what this
+/// process last wrote, so a label the KubeFedCluster lost is also removed.
+pub fn stale_parts(
+    desired: &ClusterProfile,
+    current: Option<&ClusterProfile>,
+    applied: Option<&ClusterProfile>,
+) -> Parts {
+    let Some(current) = current else {
+        return Parts::ALL;
+    };
     let labels_match = desired
         .labels()
         .iter()
@@ -241,10 +266,15 @@ pub fn up_to_date(desired: &ClusterProfile, current: &ClusterProfile) -> bool {
         .owner_references()
         .iter()
         .all(|o| current.owner_references().contains(o));
-    labels_match
-        && owner_matches
-        && desired.spec == current.spec
-        && desired.status == current.status
+    let as_applied = applied.is_none_or(|a| {
+        a.labels() == desired.labels()
+            && a.owner_references() == desired.owner_references()
+            && a.spec == desired.spec
+    });
+    Parts {
+        spec: !(labels_match && owner_matches && desired.spec == current.spec && as_applied),
+        status: desired.status != current.status,
+    }
 }
 
 /// The writes that make `profiles` (Flotilla's, label-selected) match `clusters`.
@@ -266,10 +296,9 @@ pub fn plan<'a>(
             continue;
         };
         let name = desired.name_any();
-        let fresh = current.get(&name).is_some_and(|c| up_to_date(&desired, c))
-            && applied.get(&name).is_none_or(|a| a == &desired);
-        if !fresh {
-            ops.push(Op::Apply(Box::new(desired.clone())));
+        let parts = stale_parts(&desired, current.get(&name).copied(), applied.get(&name));
+        if parts.spec || parts.status {
+            ops.push(Op::Apply(Box::new(desired.clone()), parts));
         }
         wanted.insert(name, ());
     }

@@ -191,7 +191,7 @@ fn a_cluster_being_deleted_has_no_profile() {
 fn a_missing_profile_is_applied() {
     let kfc = kfc("member1");
     let ops = plan([&kfc], &[], &BTreeMap::new(), inputs(&BTreeMap::new()));
-    assert_eq!(ops, vec![Op::Apply(Box::new(profile_of(&kfc)))]);
+    assert_eq!(ops, vec![Op::Apply(Box::new(profile_of(&kfc)), Parts::ALL)]);
 }
 
 #[test]
@@ -224,7 +224,7 @@ fn an_up_to_date_profile_is_not_written_again() {
 }
 
 #[test]
-fn a_health_change_rewrites_the_profile() {
+fn a_health_change_rewrites_the_status_alone() {
     let ready = with_ready(
         kfc("member1"),
         "True",
@@ -245,12 +245,18 @@ fn a_health_change_rewrites_the_profile() {
             &BTreeMap::new(),
             inputs(&BTreeMap::new())
         ),
-        vec![Op::Apply(Box::new(profile_of(&down)))]
+        vec![Op::Apply(
+            Box::new(profile_of(&down)),
+            Parts {
+                spec: false,
+                status: true
+            }
+        )]
     );
 }
 
 #[test]
-fn a_label_the_cluster_lost_is_removed_from_its_profile() {
+fn a_label_the_cluster_lost_is_removed_from_its_profile_and_its_status_left_alone() {
     let mut labelled = kfc("member1");
     labelled.labels_mut().insert("region".into(), "eu".into());
     let plain = kfc("member1");
@@ -258,7 +264,13 @@ fn a_label_the_cluster_lost_is_removed_from_its_profile() {
     let applied = BTreeMap::from([("member1".to_string(), profile_of(&labelled))]);
     assert_eq!(
         plan([&plain], &[&current], &applied, inputs(&BTreeMap::new())),
-        vec![Op::Apply(Box::new(profile_of(&plain)))]
+        vec![Op::Apply(
+            Box::new(profile_of(&plain)),
+            Parts {
+                spec: true,
+                status: false
+            }
+        )]
     );
 }
 
