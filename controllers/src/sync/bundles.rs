@@ -24,12 +24,12 @@ use std::{
 use flotilla_api::{
     FIELD_MANAGER,
     work::{
-        BUNDLE_MAX_BYTES, BUNDLE_MAX_BYTES_CEILING, ManifestConfig, WORK_BUNDLE_CHUNK,
-        WORK_BUNDLE_LABEL, WORK_BUNDLE_NAMESPACE, WORK_COLLECT_STATUS, WORK_TYPE_LABEL, Work,
-        WorkSpec, bundle_name, cluster_namespace, identify, type_label,
+        BUNDLE_MAX_BYTES, BUNDLE_MAX_BYTES_CEILING, WORK_BUNDLE_CHUNK, WORK_BUNDLE_LABEL,
+        WORK_BUNDLE_NAMESPACE, WORK_COLLECT_STATUS, WORK_TYPE_LABEL, Work, WorkSpec, bundle_name,
+        cluster_namespace, type_label,
     },
 };
-use flotilla_core::bundle::{Item, assign_keeping, due};
+use flotilla_core::bundle::due;
 use flotilla_multicluster::{
     runner::{Action, PassRunner, Retry},
     unread,
@@ -46,6 +46,7 @@ use tokio::sync::Notify;
 use tracing::{info, warn};
 
 use super::Key;
+pub use super::bundle_plan::*;
 
 /// Environment variable overriding [`BUNDLE_MAX_BYTES`] (bytes, at most
 /// [`BUNDLE_MAX_BYTES_CEILING`]).
@@ -79,156 +80,6 @@ pub const GATHER: Duration = Duration::from_millis(25);
 const RETRY: Duration = Duration::from_secs(1);
 /// How many groups are written at once.
 const GROUPS_AT_ONCE: usize = 8;
-
-/// A bundle group: a Pull cluster and a federated namespace (`None`: cluster-scoped).
-pub type Group = (String, Option<String>);
-
-/// One object's part of a bundle.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Entry {
-    /// The member object (its hash annotation records the content).
-    pub manifest: Value,
-    /// Its source and drift policy, or its orphaning.
-    pub config: ManifestConfig,
-}
-
-/// A pending change of one object in its group.
-#[derive(Clone, Debug, PartialEq)]
-pub enum Change {
-    /// The object's manifest is this.
-    Upsert(Box<Entry>),
-    /// The object leaves the cluster (the agent prunes it).
-    Remove,
-}
-
-/// One chunk of a group as the host holds it.
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct Chunk {
-    /// Its entries by object.
-    pub entries: BTreeMap<Key, Entry>,
-    /// Whether its metadata is what this version writes (else it is written again).
-    pub current_metadata: bool,
-}
-
-/// What to do with one chunk.
-#[derive(Clone, Debug, PartialEq)]
-pub enum ChunkWrite {
-    /// Write the chunk with this spec; `gains`: it takes objects it did not hold (written
-    /// before the chunks that lose them, so an object is never absent from every Work).
-    Apply { spec: WorkSpec, gains: bool },
-    /// Delete the emptied chunk.
-    Delete,
-}
-
-/// The spec of a chunk holding `entries` (in key order; the configs follow the manifests).
-pub fn spec_of(entries: &BTreeMap<Key, Entry>) -> WorkSpec {
-    let mut spec = WorkSpec::default();
-    for (i, e) in entries.values().enumerate() {
-        let mut config = e.config.clone();
-        config.identifier = identify(i, &e.manifest);
-        spec.workload.manifests.push(e.manifest.clone());
-        spec.manifest_configs.push(config);
-    }
-    spec
-}
-
-/// The pure decision of one flush of a group: `base`, its chunks as held now (by chunk
-/// number); `changes`, the pending changes; `limit`, the bound of one chunk. Returns the
-/// writes in the order to make them (gaining chunks first, deletions last); an unchanged
-/// chunk is not written.
-pub fn plan_group(
-    base: &BTreeMap<usize, Chunk>,
-    changes: &BTreeMap<Key, Change>,
-    limit: usize,
-) -> Vec<(usize, ChunkWrite)> {
-    let mut entries: BTreeMap<Key, (Option<usize>, Entry)> = BTreeMap::new();
-    for (index, chunk) in base {
-        for (key, e) in &chunk.entries {
-            entries.insert(key.clone(), (Some(*index), e.clone()));
-        }
-    }
-    for (key, change) in changes {
-        match change {
-            Change::Upsert(e) => {
-                let current = entries.get(key).and_then(|(c, _)| *c);
-                entries.insert(key.clone(), (current, (**e).clone()));
-            }
-            Change::Remove => {
-                entries.remove(key);
-            }
-        }
-    }
-    let items: Vec<Item<Key>> = entries
-        .iter()
-        .map(|(key, (current, e))| Item {
-            key: key.clone(),
-            size: entry_size(e),
-            current: *current,
-        })
-        .collect();
-    let mut chunks: BTreeMap<usize, BTreeMap<Key, Entry>> = BTreeMap::new();
-    for (key, index) in assign_keeping(&items, limit, BUNDLE_MAX_BYTES_CEILING) {
-        if let Some((_, e)) = entries.remove(&key) {
-            chunks.entry(index).or_default().insert(key, e);
-        }
-    }
-    let indexes: BTreeSet<usize> = base.keys().chain(chunks.keys()).copied().collect();
-    let mut writes = Vec::new();
-    for index in indexes {
-        let old = base.get(&index);
-        match chunks.get(&index) {
-            None => writes.push((index, ChunkWrite::Delete)),
-            Some(new) => {
-                let spec = spec_of(new);
-                let unchanged =
-                    old.is_some_and(|o| o.current_metadata && spec_of(&o.entries) == spec);
-                if !unchanged {
-                    let gains = new
-                        .keys()
-                        .any(|k| old.is_none_or(|o| !o.entries.contains_key(k)));
-                    writes.push((index, ChunkWrite::Apply { spec, gains }));
-                }
-            }
-        }
-    }
-    writes.sort_by_key(|(_, w)| match w {
-        ChunkWrite::Apply { gains: true, .. } => 0,
-        ChunkWrite::Apply { gains: false, .. } => 1,
-        ChunkWrite::Delete => 2,
-    });
-    writes
-}
-
-/// Bytes of JSON one entry adds to a chunk.
-fn entry_size(e: &Entry) -> usize {
-    serde_json::to_vec(&e.manifest).map_or(0, |v| v.len())
-        + serde_json::to_vec(&e.config).map_or(0, |v| v.len())
-}
-
-/// The entries of a bundle Work, by the object each renders (manifests without a config
-/// naming their source are left out: the next write of the chunk drops them).
-pub fn entries_of(spec: &WorkSpec) -> BTreeMap<Key, Entry> {
-    let mut out = BTreeMap::new();
-    for (i, manifest) in spec.workload.manifests.iter().enumerate() {
-        let Some(config) = spec.manifest_configs.get(i) else {
-            continue;
-        };
-        if !flotilla_api::work::same_object(&config.identifier, &identify(i, manifest)) {
-            continue;
-        }
-        let key = (config.source_namespace.clone(), config.source_name.clone());
-        // As a reconcile makes it (ordinal 0): sizes and comparisons do not depend on
-        // where the manifest sits.
-        let mut config = config.clone();
-        config.identifier = identify(0, manifest);
-        let entry = Entry {
-            manifest: manifest.clone(),
-            config,
-        };
-        out.insert(key, entry);
-    }
-    out
-}
 
 /// This process's last write of a chunk.
 #[derive(Clone, Debug)]
@@ -346,8 +197,8 @@ impl Bundler {
             .debounce(GATHER)
             .retry(Retry::Fixed(RETRY));
         while runner.next().await.is_some() {
-            let (written, later) = self.flush().await;
-            runner.finish(match (written, later) {
+            let written = self.flush().await;
+            runner.finish(match (written, self.next_due()) {
                 (false, _) => Action::backoff(),
                 (true, Some(after)) => Action::Requeue(after),
                 (true, None) => Action::AwaitChange,
@@ -355,22 +206,38 @@ impl Bundler {
         }
     }
 
+    /// How soon the first pending group is due (none pending: `None`).
+    fn next_due(&self) -> Option<Duration> {
+        let p = lock(&self.pending);
+        let (ready, later) = due(
+            p.changes.keys(),
+            &lock(&self.flushed),
+            Instant::now(),
+            FLUSH_INTERVAL,
+        );
+        if ready.is_empty() {
+            later
+        } else {
+            Some(Duration::ZERO)
+        }
+    }
+
     /// Writes every pending group that is due; `false` when one failed (its changes are put
-    /// back), and how soon the next of the others is due.
-    async fn flush(&self) -> (bool, Option<Duration>) {
-        let (pending, later) = {
+    /// back).
+    async fn flush(&self) -> bool {
+        let pending = {
             let mut p = lock(&self.pending);
             let mut flushed = lock(&self.flushed);
             let now = Instant::now();
             flushed.retain(|_, at| now.duration_since(*at) < FLUSH_INTERVAL);
-            let (due, later) = due(p.changes.keys(), &flushed, now, FLUSH_INTERVAL);
+            let (due, _) = due(p.changes.keys(), &flushed, now, FLUSH_INTERVAL);
             let mut taken = Pending::default();
             for group in due {
                 let changes = p.changes.remove(&group).unwrap_or_default();
                 taken.retire.extend(p.retire.remove_entry(&group));
                 taken.changes.insert(group, changes);
             }
-            (taken, later)
+            taken
         };
         let mut retire = pending.retire;
         let jobs = pending.changes.into_iter().map(|(group, changes)| {
@@ -399,7 +266,7 @@ impl Bundler {
                 }
             }
         }
-        (all_written, later)
+        all_written
     }
 
     /// Puts back the changes of a failed flush, under any newer change of the same key.
@@ -421,40 +288,13 @@ impl Bundler {
         let base = self.base(group);
         let namespace = cluster_namespace(&group.0);
         let api: Api<Work> = Api::namespaced(self.host.clone(), &namespace);
-        for (index, write) in plan_group(&base, changes, self.limit) {
-            let name = bundle_name(
-                &self.target.plural,
-                &self.target.group,
-                group.1.as_deref(),
-                index,
-            );
-            let spec = match write {
-                ChunkWrite::Apply { spec, .. } => {
-                    let body = self.body(group, index, &name, &spec);
-                    let pp = PatchParams::apply(FIELD_MANAGER).force();
-                    unread::patch(&api, &name, &pp, &Patch::Apply(&body))
-                        .await
-                        .map_err(|e| format!("writing Work {name}: {}", message(&e)))?;
-                    info!(cluster = %group.0, work = %name, manifests = spec.workload.manifests.len(), "wrote a bundle");
-                    Some(spec)
-                }
-                ChunkWrite::Delete => {
-                    match unread::delete(&api, &name, &DeleteParams::default()).await {
-                        Ok(_) => {}
-                        Err(kube::Error::Api(s)) if s.code == 404 => {}
-                        Err(e) => return Err(format!("deleting Work {name}: {}", message(&e))),
-                    }
-                    info!(cluster = %group.0, work = %name, "deleted an emptied bundle");
-                    None
-                }
-            };
-            let w = Written {
-                group: group.clone(),
-                index,
-                spec,
-                at: Instant::now(),
-            };
-            lock(&self.written).insert((namespace.clone(), name), w);
+        for stage in stages(plan_group(&base, changes, self.limit)) {
+            let writes = (stage.into_iter())
+                .map(|(index, write)| self.write_chunk(&api, group, index, write));
+            futures::future::join_all(writes)
+                .await
+                .into_iter()
+                .collect::<Result<Vec<()>, String>>()?;
         }
         for name in retire {
             match unread::delete(&api, name, &DeleteParams::default()).await {
@@ -463,6 +303,50 @@ impl Bundler {
                 Err(e) => return Err(format!("deleting Work {name}: {}", message(&e))),
             }
         }
+        Ok(())
+    }
+
+    /// Applies or deletes chunk `index` of the group, and remembers the write.
+    async fn write_chunk(
+        &self,
+        api: &Api<Work>,
+        group: &Group,
+        index: usize,
+        write: ChunkWrite,
+    ) -> Result<(), String> {
+        let name = bundle_name(
+            &self.target.plural,
+            &self.target.group,
+            group.1.as_deref(),
+            index,
+        );
+        let spec = match write {
+            ChunkWrite::Apply { spec, .. } => {
+                let body = self.body(group, index, &name, &spec);
+                let pp = PatchParams::apply(FIELD_MANAGER).force();
+                unread::patch(api, &name, &pp, &Patch::Apply(&body))
+                    .await
+                    .map_err(|e| format!("writing Work {name}: {}", message(&e)))?;
+                info!(cluster = %group.0, work = %name, manifests = spec.workload.manifests.len(), "wrote a bundle");
+                Some(spec)
+            }
+            ChunkWrite::Delete => {
+                match unread::delete(api, &name, &DeleteParams::default()).await {
+                    Ok(_) => {}
+                    Err(kube::Error::Api(s)) if s.code == 404 => {}
+                    Err(e) => return Err(format!("deleting Work {name}: {}", message(&e))),
+                }
+                info!(cluster = %group.0, work = %name, "deleted an emptied bundle");
+                None
+            }
+        };
+        let w = Written {
+            group: group.clone(),
+            index,
+            spec,
+            at: Instant::now(),
+        };
+        lock(&self.written).insert((cluster_namespace(&group.0), name), w);
         Ok(())
     }
 

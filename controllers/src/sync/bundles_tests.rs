@@ -1,4 +1,5 @@
 use super::*;
+use flotilla_api::work::{ManifestConfig, identify};
 
 fn key(name: &str) -> Key {
     (Some("demo".to_string()), name.to_string())
@@ -105,6 +106,31 @@ fn a_chunk_that_gains_an_object_is_written_before_the_one_that_loses_it() {
         .map(|(i, w)| (*i, matches!(w, ChunkWrite::Apply { gains: true, .. })))
         .collect();
     assert_eq!(order, [(1, true), (0, false)]);
+    // Each in its own stage: the gaining chunk is written before the losing one starts.
+    let staged: Vec<Vec<usize>> = (stages(writes).iter())
+        .map(|s| s.iter().map(|(i, _)| *i).collect())
+        .collect();
+    assert_eq!(staged, [[1], [0]]);
+}
+
+#[test]
+fn the_writes_of_one_stage_go_together_and_deletions_last() {
+    let spec = |gains| ChunkWrite::Apply {
+        spec: WorkSpec::default(),
+        gains,
+    };
+    let writes = vec![
+        (3, spec(true)),
+        (4, spec(true)),
+        (0, spec(false)),
+        (1, spec(false)),
+        (2, ChunkWrite::Delete),
+    ];
+    let staged: Vec<Vec<usize>> = (stages(writes).iter())
+        .map(|s| s.iter().map(|(i, _)| *i).collect())
+        .collect();
+    assert_eq!(staged, vec![vec![3, 4], vec![0, 1], vec![2]]);
+    assert!(stages(Vec::new()).is_empty());
 }
 
 #[test]

@@ -19,6 +19,7 @@
 mod action;
 mod breaker;
 mod bundle_index;
+mod bundle_plan;
 pub mod bundles;
 mod cluster_run;
 mod ctl;

@@ -1,0 +1,183 @@
+//! The pure decision of a bundle write: what a group's chunks become once its pending
+//! changes are applied under the split rule (`flotilla_core::bundle::assign_keeping`), and
+//! which chunk writes that takes, in which order.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use flotilla_api::work::{BUNDLE_MAX_BYTES_CEILING, ManifestConfig, WorkSpec, identify};
+use flotilla_core::bundle::{Item, assign_keeping};
+use serde_json::Value;
+
+use super::Key;
+
+/// A bundle group: a Pull cluster and a federated namespace (`None`: cluster-scoped).
+pub type Group = (String, Option<String>);
+
+/// One object's part of a bundle.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Entry {
+    /// The member object (its hash annotation records the content).
+    pub manifest: Value,
+    /// Its source and drift policy, or its orphaning.
+    pub config: ManifestConfig,
+}
+
+/// A pending change of one object in its group.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Change {
+    /// The object's manifest is this.
+    Upsert(Box<Entry>),
+    /// The object leaves the cluster (the agent prunes it).
+    Remove,
+}
+
+/// One chunk of a group as the host holds it.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Chunk {
+    /// Its entries by object.
+    pub entries: BTreeMap<Key, Entry>,
+    /// Whether its metadata is what this version writes (else it is written again).
+    pub current_metadata: bool,
+}
+
+/// What to do with one chunk.
+#[derive(Clone, Debug, PartialEq)]
+pub enum ChunkWrite {
+    /// Write the chunk with this spec; `gains`: it takes objects it did not hold (written
+    /// before the chunks that lose them, so an object is never absent from every Work).
+    Apply { spec: WorkSpec, gains: bool },
+    /// Delete the emptied chunk.
+    Delete,
+}
+
+/// The spec of a chunk holding `entries` (in key order; the configs follow the manifests).
+pub fn spec_of(entries: &BTreeMap<Key, Entry>) -> WorkSpec {
+    let mut spec = WorkSpec::default();
+    for (i, e) in entries.values().enumerate() {
+        let mut config = e.config.clone();
+        config.identifier = identify(i, &e.manifest);
+        spec.workload.manifests.push(e.manifest.clone());
+        spec.manifest_configs.push(config);
+    }
+    spec
+}
+
+/// The pure decision of one flush of a group: `base`, its chunks as held now (by chunk
+/// number); `changes`, the pending changes; `limit`, the bound of one chunk. Returns the
+/// writes in the order to make them (gaining chunks first, deletions last); an unchanged
+/// chunk is not written.
+pub fn plan_group(
+    base: &BTreeMap<usize, Chunk>,
+    changes: &BTreeMap<Key, Change>,
+    limit: usize,
+) -> Vec<(usize, ChunkWrite)> {
+    let mut entries: BTreeMap<Key, (Option<usize>, Entry)> = BTreeMap::new();
+    for (index, chunk) in base {
+        for (key, e) in &chunk.entries {
+            entries.insert(key.clone(), (Some(*index), e.clone()));
+        }
+    }
+    for (key, change) in changes {
+        match change {
+            Change::Upsert(e) => {
+                let current = entries.get(key).and_then(|(c, _)| *c);
+                entries.insert(key.clone(), (current, (**e).clone()));
+            }
+            Change::Remove => {
+                entries.remove(key);
+            }
+        }
+    }
+    let items: Vec<Item<Key>> = entries
+        .iter()
+        .map(|(key, (current, e))| Item {
+            key: key.clone(),
+            size: entry_size(e),
+            current: *current,
+        })
+        .collect();
+    let mut chunks: BTreeMap<usize, BTreeMap<Key, Entry>> = BTreeMap::new();
+    for (key, index) in assign_keeping(&items, limit, BUNDLE_MAX_BYTES_CEILING) {
+        if let Some((_, e)) = entries.remove(&key) {
+            chunks.entry(index).or_default().insert(key, e);
+        }
+    }
+    let indexes: BTreeSet<usize> = base.keys().chain(chunks.keys()).copied().collect();
+    let mut writes = Vec::new();
+    for index in indexes {
+        let old = base.get(&index);
+        match chunks.get(&index) {
+            None => writes.push((index, ChunkWrite::Delete)),
+            Some(new) => {
+                let spec = spec_of(new);
+                let unchanged =
+                    old.is_some_and(|o| o.current_metadata && spec_of(&o.entries) == spec);
+                if !unchanged {
+                    let gains = new
+                        .keys()
+                        .any(|k| old.is_none_or(|o| !o.entries.contains_key(k)));
+                    writes.push((index, ChunkWrite::Apply { spec, gains }));
+                }
+            }
+        }
+    }
+    writes.sort_by_key(|(_, w)| stage(w));
+    writes
+}
+
+/// Which stage of a flush a write belongs to: chunks gaining objects, then the others,
+/// then deletions.
+fn stage(w: &ChunkWrite) -> u8 {
+    match w {
+        ChunkWrite::Apply { gains: true, .. } => 0,
+        ChunkWrite::Apply { gains: false, .. } => 1,
+        ChunkWrite::Delete => 2,
+    }
+}
+
+/// The writes of a plan by stage, in order: the writes of one stage may go at once, each
+/// stage once the one before is written (so an object is never absent from every Work).
+pub fn stages(writes: Vec<(usize, ChunkWrite)>) -> Vec<Vec<(usize, ChunkWrite)>> {
+    let mut out: Vec<Vec<(usize, ChunkWrite)>> = Vec::new();
+    let mut current = None;
+    for (index, write) in writes {
+        let s = stage(&write);
+        match out.last_mut() {
+            Some(last) if current == Some(s) => last.push((index, write)),
+            _ => out.push(vec![(index, write)]),
+        }
+        current = Some(s);
+    }
+    out
+}
+
+/// Bytes of JSON one entry adds to a chunk.
+pub fn entry_size(e: &Entry) -> usize {
+    serde_json::to_vec(&e.manifest).map_or(0, |v| v.len())
+        + serde_json::to_vec(&e.config).map_or(0, |v| v.len())
+}
+
+/// The entries of a bundle Work, by the object each renders (manifests without a config
+/// naming their source are left out: the next write of the chunk drops them).
+pub fn entries_of(spec: &WorkSpec) -> BTreeMap<Key, Entry> {
+    let mut out = BTreeMap::new();
+    for (i, manifest) in spec.workload.manifests.iter().enumerate() {
+        let Some(config) = spec.manifest_configs.get(i) else {
+            continue;
+        };
+        if !flotilla_api::work::same_object(&config.identifier, &identify(i, manifest)) {
+            continue;
+        }
+        let key = (config.source_namespace.clone(), config.source_name.clone());
+        // As a reconcile makes it (ordinal 0): sizes and comparisons do not depend on
+        // where the manifest sits.
+        let mut config = config.clone();
+        config.identifier = identify(0, manifest);
+        let entry = Entry {
+            manifest: manifest.clone(),
+            config,
+        };
+        out.insert(key, entry);
+    }
+    out
+}
