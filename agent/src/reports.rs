@@ -97,6 +97,19 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
+/// How a changed status is written: by server-side apply (field manager
+/// `flotilla-agent`, the host API server's cheaper path for a large Work), or by a merge
+/// patch where the new status leaves out a field the previous one had — an apply does not
+/// remove a field an earlier version of the agent wrote by merge patch, a merge patch with
+/// `null` does.
+pub fn by_merge(previous: Option<&WorkStatus>, status: &WorkStatus) -> bool {
+    previous.is_some_and(|p| {
+        (p.drift_policy.is_some() && status.drift_policy.is_none())
+            || (!p.conditions.is_empty() && status.conditions.is_empty())
+            || (!p.manifest_conditions.is_empty() && status.manifest_conditions.is_empty())
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use flotilla_api::{
@@ -224,5 +237,27 @@ mod tests {
         reports.wrote(&work("u1", "12", None));
         reports.forget("web");
         assert_eq!(reports.previous(&cached), cached.status);
+    }
+
+    #[test]
+    fn a_status_is_applied_unless_it_drops_a_field_the_previous_one_had() {
+        let policy = |p: Option<&str>| WorkStatus {
+            drift_policy: p.map(str::to_owned),
+            ..WorkStatus::default()
+        };
+        assert!(!by_merge(None, &policy(None)), "the first report");
+        assert!(!by_merge(Some(&policy(None)), &policy(Some("Repair"))));
+        assert!(!by_merge(
+            Some(&policy(Some("Report"))),
+            &policy(Some("Repair"))
+        ));
+        assert!(by_merge(Some(&policy(Some("Repair"))), &policy(None)));
+        let with_manifests = WorkStatus {
+            manifest_conditions: vec![Default::default()],
+            conditions: vec![Default::default()],
+            ..WorkStatus::default()
+        };
+        assert!(by_merge(Some(&with_manifests), &WorkStatus::default()));
+        assert!(!by_merge(Some(&WorkStatus::default()), &with_manifests));
     }
 }

@@ -6,8 +6,8 @@
 use std::time::Duration;
 
 use flotilla_api::work::{
-    APPLYING_ANNOTATION, AppliedResourceMeta, AppliedWork, AppliedWorkSpec, AppliedWorkStatus,
-    ResourceIdentifier, WORK_COLLECT_STATUS, Work, WorkStatus,
+    AGENT_FIELD_MANAGER, APPLYING_ANNOTATION, AppliedResourceMeta, AppliedWork, AppliedWorkSpec,
+    AppliedWorkStatus, ResourceIdentifier, WORK_COLLECT_STATUS, Work, WorkStatus,
 };
 use flotilla_multicluster::runner::Action;
 use futures::StreamExt;
@@ -473,18 +473,24 @@ async fn report(
         .report_failures(work, previous, results)
         .await;
     if previous != Some(&status) {
-        let mut patch = json!({"status": status});
-        if status.drift_policy.is_none() {
-            // A merge patch keeps an absent key: a policy the Work no longer carries goes.
-            patch["status"]["driftPolicy"] = serde_json::Value::Null;
-        }
-        let written = state
-            .works_api
-            .patch_status(
-                &work.name_any(),
-                &PatchParams::default(),
-                &Patch::Merge(&patch),
+        let name = work.name_any();
+        let (params, patch) = if super::reports::by_merge(previous, &status) {
+            let mut body = json!({"status": status});
+            if status.drift_policy.is_none() {
+                // A merge patch keeps an absent key: a policy the Work no longer carries goes.
+                body["status"]["driftPolicy"] = serde_json::Value::Null;
+            }
+            (PatchParams::default(), Patch::Merge(body))
+        } else {
+            let api_version = <Work as kube::Resource>::api_version(&());
+            let body = json!({"apiVersion": api_version, "kind": "Work", "status": status});
+            (
+                PatchParams::apply(AGENT_FIELD_MANAGER).force(),
+                Patch::Apply(body),
             )
+        };
+        let written = (state.works_api)
+            .patch_status(&name, &params, &patch)
             .await?;
         state.reports.wrote(&written);
     }

@@ -13,6 +13,10 @@ use crate::process::{self, Process};
 use crate::{kubeconfig, ports};
 use tracing::instrument::WithSubscriber as _;
 
+/// Set (to anything) to serve `/debug/pprof` on every API server, for profiling one while a
+/// benchmark runs; unset, the API servers do not profile.
+pub const PROFILING_ENV: &str = "FLOTILLA_LOCALENV_PROFILING";
+
 impl LocalEnv {
     pub(super) fn apiserver_args(&self, cluster: &Cluster, lean: bool) -> Vec<String> {
         let dir = cluster.dir();
@@ -39,7 +43,7 @@ impl LocalEnv {
             "--allow-privileged=true".to_owned(),
             "--max-requests-inflight=200".to_owned(),
             "--max-mutating-requests-inflight=100".to_owned(),
-            "--profiling=false".to_owned(),
+            format!("--profiling={}", std::env::var_os(PROFILING_ENV).is_some()),
         ];
         if lean || !self.options.priority_and_fairness {
             args.push("--enable-priority-and-fairness=false".to_owned());
