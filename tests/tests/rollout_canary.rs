@@ -178,7 +178,7 @@ async fn the_step_is_counted_in_every_member(
 /// replica) never gets ready; at the deadline the canaries go and `web` gets its full
 /// split back on nginx:2.
 async fn a_failing_canary_rolls_back(fed: &Federation, web: &FederatedRef) -> anyhow::Result<()> {
-    set_image(web, "fail:never-ready").await?;
+    set_image_within(web, "fail:never-ready", Some(FAILING_DEADLINE_SECONDS)).await?;
     let status = web.wait_rollout("RolledBack", STEP_TIMEOUT).await?;
     let c = status.rollout_condition().context("condition")?;
     assert!(
@@ -237,7 +237,9 @@ fn canary_rollout() -> serde_json::Value {
     json!({
         "strategy": "Canary",
         "canary": {"steps": [10, 50, 100], "minSuccessSeconds": 10},
-        "progressDeadlineSeconds": 40,
+        // Generous: a member turning unready for a while under load (as in a full suite
+        // run) must not roll a healthy canary back; the failing canary gets 40 s.
+        "progressDeadlineSeconds": 120,
         "onFailure": "Rollback",
     })
 }
@@ -253,9 +255,24 @@ async fn deploy(fed: &Federation, image: &str) -> anyhow::Result<FederatedRef> {
 
 /// Changes only the template's image (the RSP's overrides stay as they are).
 async fn set_image(web: &FederatedRef, image: &str) -> anyhow::Result<()> {
-    let patch = json!([{"op": "replace",
-        "path": "/spec/template/spec/template/spec/containers/0/image", "value": image}]);
-    let patch: json_patch::Patch = serde_json::from_value(patch)?;
+    set_image_within(web, image, None).await
+}
+
+/// How long the failing canary has to make progress before it is rolled back.
+const FAILING_DEADLINE_SECONDS: u64 = 40;
+
+/// Sets the image, and the rollout's progress deadline with it when given.
+async fn set_image_within(
+    web: &FederatedRef,
+    image: &str,
+    deadline: Option<u64>,
+) -> anyhow::Result<()> {
+    let mut ops = vec![json!({"op": "replace",
+        "path": "/spec/template/spec/template/spec/containers/0/image", "value": image})];
+    ops.extend(deadline.map(
+        |d| json!({"op": "replace", "path": "/spec/rollout/progressDeadlineSeconds", "value": d}),
+    ));
+    let patch: json_patch::Patch = serde_json::from_value(serde_json::Value::Array(ops))?;
     web.api
         .patch(
             &web.name,
