@@ -429,8 +429,10 @@ pub(crate) fn refusal(work: &Work, ordinal: usize, hash: Option<&str>) -> Option
 }
 
 /// What the agent last said of one copy, as far as a workload's round reads it: its
-/// `Applied` status and reason, whether on the Work's current generation, and the content
-/// hash it applied.
+/// `Applied` status and reason, whether on the Work's current generation (only while that
+/// is news — a refusal, a release: as the bundle index reads reports, a rewrite of the
+/// bundle for another copy moves every report's generation, and an applied copy is no
+/// news for its workloads), and the content hash it applied.
 type Said = Option<(String, String, bool, Option<String>)>;
 
 /// What the agent said of each copy, by Work (namespace, name) and the copy's source key.
@@ -447,7 +449,8 @@ pub(crate) fn news(seen: &mut Reports, work: &Work) -> Vec<Referrer> {
         let key = (config.source_namespace.clone(), config.source_name.clone());
         let said = work.manifest_report(ordinal).and_then(|m| {
             let applied = m.conditions.iter().find(|c| c.type_ == APPLIED)?;
-            let current = applied.observed_generation == work.metadata.generation;
+            let plain = applied.status == "True" && applied.reason == APPLIED;
+            let current = !plain && applied.observed_generation == work.metadata.generation;
             Some((
                 applied.status.clone(),
                 applied.reason.clone(),

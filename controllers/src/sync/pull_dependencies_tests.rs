@@ -319,6 +319,36 @@ fn a_new_report_of_a_copy_requeues_its_owners_once() {
     assert_eq!(news(&mut seen, &refused), vec![], "the same report again");
     let applied = reported(&work, "True", ClusterReason::AlreadyExists);
     assert_eq!(news(&mut seen, &applied).first(), Some(&web));
+    // Applied: a rewrite of the bundle for another copy (a new generation the report is
+    // not on yet), then the agent's report of it, are no news for this copy's workloads.
+    let plain = |generation: i64| {
+        let mut w = reported(&work, "True", ClusterReason::AlreadyExists);
+        w.metadata.generation = Some(generation);
+        if let Some(c) = (w.status.as_mut()).and_then(|s| s.manifest_conditions.first_mut()) {
+            c.conditions[0].reason = APPLIED.into();
+            c.conditions[0].observed_generation = Some(1);
+        }
+        w
+    };
+    assert_eq!(
+        news(&mut seen, &plain(1)).len(),
+        2,
+        "applied, after refused"
+    );
+    assert_eq!(
+        news(&mut seen, &plain(2)),
+        vec![],
+        "rewritten for another copy"
+    );
+    let mut reported_again = plain(2);
+    if let Some(s) = reported_again.status.as_mut() {
+        s.manifest_conditions[0].conditions[0].observed_generation = Some(2);
+    }
+    assert_eq!(
+        news(&mut seen, &reported_again),
+        vec![],
+        "its report on the new generation"
+    );
     // Another Work's report is its own: a first sight is news.
     let mut other = applied.clone();
     other.metadata.name = Some("dep-2".into());
