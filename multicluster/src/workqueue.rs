@@ -277,6 +277,13 @@ impl<K: Clone + Eq + Hash + Send + 'static> WorkQueue<K> {
         s.ready.is_empty() && s.active.is_empty()
     }
 
+    /// The keys ready or in a worker's hands (delayed adds not counted): those whose run
+    /// is about to happen or under way — a batching writer can wait for what they bring.
+    pub fn waiting(&self) -> HashSet<K> {
+        let s = self.lock();
+        s.queued.iter().chain(s.active.iter()).cloned().collect()
+    }
+
     /// Stops the queue: workers get `None`, adds are ignored, delayed adds are dropped.
     pub fn shutdown(&self) {
         {
@@ -367,6 +374,19 @@ mod tests {
         assert!(!q.is_idle(), "in a worker's hands");
         q.done(&"a");
         assert!(q.is_idle());
+    }
+
+    #[tokio::test]
+    async fn the_waiting_keys_are_the_ready_and_the_active_ones_not_the_delayed() {
+        let q = WorkQueue::new();
+        q.add_after("later", S);
+        q.add("a");
+        q.add("b");
+        assert_eq!(q.next().await, Some("a"));
+        let waiting = q.waiting();
+        assert_eq!(waiting, HashSet::from(["a", "b"]));
+        q.done(&"a");
+        assert_eq!(q.waiting(), HashSet::from(["b"]));
     }
 
     #[tokio::test]

@@ -71,6 +71,36 @@ pub fn plan_group(
     changes: &BTreeMap<Key, Change>,
     limit: usize,
 ) -> Vec<(usize, ChunkWrite)> {
+    let chunks = regroup(base, changes, limit);
+    let indexes: BTreeSet<usize> = base.keys().chain(chunks.keys()).copied().collect();
+    let mut writes = Vec::new();
+    for index in indexes {
+        let old = base.get(&index);
+        match chunks.get(&index) {
+            None => writes.push((index, ChunkWrite::Delete)),
+            Some(new) => {
+                let spec = spec_of(new);
+                let unchanged =
+                    old.is_some_and(|o| o.current_metadata && spec_of(&o.entries) == spec);
+                if !unchanged {
+                    let gains = new
+                        .keys()
+                        .any(|k| old.is_none_or(|o| !o.entries.contains_key(k)));
+                    writes.push((index, ChunkWrite::Apply { spec, gains }));
+                }
+            }
+        }
+    }
+    writes.sort_by_key(|(_, w)| stage(w));
+    writes
+}
+
+/// The group's chunks once `changes` are applied to `base` under the split rule.
+fn regroup(
+    base: &BTreeMap<usize, Chunk>,
+    changes: &BTreeMap<Key, Change>,
+    limit: usize,
+) -> BTreeMap<usize, BTreeMap<Key, Entry>> {
     let mut entries: BTreeMap<Key, (Option<usize>, Entry)> = BTreeMap::new();
     for (index, chunk) in base {
         for (key, e) in &chunk.entries {
@@ -102,27 +132,62 @@ pub fn plan_group(
             chunks.entry(index).or_default().insert(key, e);
         }
     }
-    let indexes: BTreeSet<usize> = base.keys().chain(chunks.keys()).copied().collect();
-    let mut writes = Vec::new();
-    for index in indexes {
-        let old = base.get(&index);
-        match chunks.get(&index) {
-            None => writes.push((index, ChunkWrite::Delete)),
-            Some(new) => {
-                let spec = spec_of(new);
-                let unchanged =
-                    old.is_some_and(|o| o.current_metadata && spec_of(&o.entries) == spec);
-                if !unchanged {
-                    let gains = new
-                        .keys()
-                        .any(|k| old.is_none_or(|o| !o.entries.contains_key(k)));
-                    writes.push((index, ChunkWrite::Apply { spec, gains }));
-                }
-            }
+    chunks
+}
+
+/// Which pending changes of a group wait for the ones still coming, so that a stream of
+/// changes rewrites each chunk once rather than once per flush. `waiting`: the group's
+/// objects whose reconcile is queued or under way (a change may follow) and that have no
+/// change pending yet; `overdue(key)`: whether the key's change has waited long enough.
+///
+/// A chunk the changes would rewrite waits while one of its own objects is waiting, and
+/// the last chunk taking new objects while a new object (in no chunk yet) is waiting —
+/// unless one of the chunk's changes is overdue. A change waits when a chunk it touches
+/// (the one holding it now, the one it goes to) waits. Pure.
+pub fn held(
+    base: &BTreeMap<usize, Chunk>,
+    changes: &BTreeMap<Key, Change>,
+    limit: usize,
+    waiting: &BTreeSet<Key>,
+    overdue: impl Fn(&Key) -> bool,
+) -> BTreeSet<Key> {
+    let before: BTreeMap<&Key, usize> = (base.iter())
+        .flat_map(|(i, c)| c.entries.keys().map(move |k| (k, *i)))
+        .collect();
+    let after = regroup(base, changes, limit);
+    let after: BTreeMap<&Key, usize> = (after.iter())
+        .flat_map(|(i, c)| c.keys().map(move |k| (k, *i)))
+        .collect();
+    let touched = |key: &Key| -> Vec<usize> {
+        let mut t: Vec<usize> = [before.get(key), after.get(key)]
+            .into_iter()
+            .flatten()
+            .copied()
+            .collect();
+        t.dedup();
+        t
+    };
+    let tail = (changes.keys())
+        .filter(|k| !before.contains_key(k))
+        .filter_map(|k| after.get(k).copied())
+        .max();
+    let new_waiting = waiting.iter().any(|w| !before.contains_key(w));
+    let mut waits: BTreeSet<usize> = waiting
+        .iter()
+        .filter_map(|w| before.get(w).copied())
+        .collect();
+    if new_waiting {
+        waits.extend(tail);
+    }
+    for key in changes.keys().filter(|k| overdue(k)) {
+        for chunk in touched(key) {
+            waits.remove(&chunk);
         }
     }
-    writes.sort_by_key(|(_, w)| stage(w));
-    writes
+    (changes.keys())
+        .filter(|k| touched(k).iter().any(|c| waits.contains(c)))
+        .cloned()
+        .collect()
 }
 
 /// Which stage of a flush a write belongs to: chunks gaining objects, then the others,

@@ -13,7 +13,7 @@
 //! the agent sees the bundle first and hands the object over without a member write.
 
 use std::{
-    collections::{BTreeMap, BTreeSet, HashMap},
+    collections::{BTreeMap, BTreeSet, HashMap, HashSet},
     sync::{
         Arc, Mutex,
         atomic::{AtomicUsize, Ordering},
@@ -33,6 +33,7 @@ use flotilla_core::bundle::due;
 use flotilla_multicluster::{
     runner::{Action, PassRunner, Retry},
     unread,
+    workqueue::WorkQueue,
 };
 use futures::StreamExt;
 use kube::{
@@ -76,6 +77,9 @@ pub const FLUSH_INTERVAL: Duration = Duration::from_millis(200);
 /// How long the first change of a group not written for [`FLUSH_INTERVAL`] waits for the
 /// changes that come with it.
 pub const GATHER: Duration = Duration::from_millis(25);
+/// The longest a change waits for the changes of its chunk still coming (objects whose
+/// reconcile is queued: [`held`]).
+pub const MAX_HOLD: Duration = Duration::from_secs(1);
 /// How soon a failed bundle write is tried again.
 const RETRY: Duration = Duration::from_secs(1);
 /// How many groups are written at once.
@@ -94,9 +98,12 @@ struct Written {
 /// How long this process's own write stands in for a Work cache that does not show it.
 const WRITTEN_TTL: Duration = Duration::from_secs(30);
 
+/// A pending change and when the first change of its key since the last write came.
+type Since = (Change, Instant);
+
 #[derive(Default)]
 struct Pending {
-    changes: BTreeMap<Group, BTreeMap<Key, Change>>,
+    changes: BTreeMap<Group, BTreeMap<Key, Since>>,
     /// Legacy Works to delete once their group is written: (cluster, Work name).
     retire: BTreeMap<Group, BTreeSet<String>>,
 }
@@ -115,6 +122,9 @@ pub struct Bundler {
     /// When each group's last write ended.
     flushed: Mutex<HashMap<Group, Instant>>,
     wake: Arc<Notify>,
+    /// The reconcile queue of the objects whose changes come here: a chunk waits for its
+    /// objects still in it ([`held`]).
+    queue: Option<Arc<WorkQueue<Key>>>,
 }
 
 impl Bundler {
@@ -150,7 +160,15 @@ impl Bundler {
             failed: Mutex::default(),
             flushed: Mutex::default(),
             wake: Arc::new(Notify::new()),
+            queue: None,
         }
+    }
+
+    /// Holds a chunk's changes while objects of the chunk wait in `queue`, their
+    /// reconciles' queue (at most [`MAX_HOLD`]).
+    pub fn waiting_on(mut self, queue: Arc<WorkQueue<Key>>) -> Self {
+        self.queue = Some(queue);
+        self
     }
 
     /// The group of `key` in `cluster`.
@@ -166,10 +184,15 @@ impl Bundler {
         if let Some(name) = retire {
             p.retire.entry(group.clone()).or_default().insert(name);
         }
+        let now = Instant::now();
+        let since = match p.changes.get(&group).and_then(|c| c.get(key)) {
+            Some((_, since)) => *since,
+            None => now,
+        };
         p.changes
             .entry(group)
             .or_default()
-            .insert(key.clone(), change);
+            .insert(key.clone(), (change, since));
         drop(p);
         self.wake.notify_one();
     }
@@ -240,10 +263,14 @@ impl Bundler {
             taken
         };
         let mut retire = pending.retire;
+        let waiting = (self.queue.as_ref())
+            .map(|q| q.waiting())
+            .unwrap_or_default();
+        let waiting = &waiting;
         let jobs = pending.changes.into_iter().map(|(group, changes)| {
             let retire = retire.remove(&group).unwrap_or_default();
             async move {
-                let result = self.flush_group(&group, &changes, &retire).await;
+                let (changes, result) = self.flush_group(&group, changes, &retire, waiting).await;
                 lock(&self.flushed).insert(group.clone(), Instant::now());
                 (group, changes, retire, result)
             }
@@ -257,6 +284,10 @@ impl Bundler {
             match result {
                 Ok(()) => {
                     lock(&self.failed).remove(&group);
+                    if !changes.is_empty() {
+                        // Held back: its legacy Works wait with them.
+                        self.requeue(group, changes, retire);
+                    }
                 }
                 Err(message) => {
                     warn!(cluster = %group.0, namespace = ?group.1, %message, "writing a bundle failed; retrying");
@@ -269,32 +300,74 @@ impl Bundler {
         all_written
     }
 
-    /// Puts back the changes of a failed flush, under any newer change of the same key.
-    fn requeue(&self, group: Group, changes: BTreeMap<Key, Change>, retire: BTreeSet<String>) {
+    /// Puts back the changes of a failed flush, or the held ones, under any newer change
+    /// of the same key (which keeps the earlier arrival).
+    fn requeue(&self, group: Group, changes: BTreeMap<Key, Since>, retire: BTreeSet<String>) {
         let mut p = lock(&self.pending);
         let newer = p.changes.entry(group.clone()).or_default();
-        for (key, change) in changes {
-            newer.entry(key).or_insert(change);
+        for (key, (change, since)) in changes {
+            let entry = newer.entry(key).or_insert((change, since));
+            entry.1 = entry.1.min(since);
         }
         p.retire.entry(group).or_default().extend(retire);
     }
 
+    /// Writes the group's changes but those [`held`] for the changes still coming; returns
+    /// the changes not written (all of them on failure, the held ones on success).
     async fn flush_group(
         &self,
         group: &Group,
+        mut changes: BTreeMap<Key, Since>,
+        retire: &BTreeSet<String>,
+        waiting: &HashSet<Key>,
+    ) -> (BTreeMap<Key, Since>, Result<(), String>) {
+        let base = self.base(group);
+        let plain: BTreeMap<Key, Change> = (changes.iter())
+            .map(|(k, (c, _))| (k.clone(), c.clone()))
+            .collect();
+        let waiting: BTreeSet<Key> = (waiting.iter())
+            .filter(|k| k.0 == group.1 && !changes.contains_key(*k))
+            .cloned()
+            .collect();
+        let now = Instant::now();
+        let overdue = |k: &Key| {
+            (changes.get(k)).is_none_or(|(_, since)| now.duration_since(*since) >= MAX_HOLD)
+        };
+        let hold = held(&base, &plain, self.limit, &waiting, overdue);
+        let release: BTreeMap<Key, Change> = (plain.into_iter())
+            .filter(|(k, _)| !hold.contains(k))
+            .collect();
+        let result = self
+            .write_group(group, &base, &release, retire, hold.is_empty())
+            .await;
+        if result.is_ok() {
+            changes.retain(|k, _| hold.contains(k));
+        }
+        (changes, result)
+    }
+
+    /// Writes `changes` to the group's chunks (`base`), then — when `retire_now`, nothing
+    /// of the group held back — deletes the legacy Works in `retire`.
+    async fn write_group(
+        &self,
+        group: &Group,
+        base: &BTreeMap<usize, Chunk>,
         changes: &BTreeMap<Key, Change>,
         retire: &BTreeSet<String>,
+        retire_now: bool,
     ) -> Result<(), String> {
-        let base = self.base(group);
         let namespace = cluster_namespace(&group.0);
         let api: Api<Work> = Api::namespaced(self.host.clone(), &namespace);
-        for stage in stages(plan_group(&base, changes, self.limit)) {
+        for stage in stages(plan_group(base, changes, self.limit)) {
             let writes = (stage.into_iter())
                 .map(|(index, write)| self.write_chunk(&api, group, index, write));
             futures::future::join_all(writes)
                 .await
                 .into_iter()
                 .collect::<Result<Vec<()>, String>>()?;
+        }
+        if !retire_now {
+            return Ok(());
         }
         for name in retire {
             match unread::delete(&api, name, &DeleteParams::default()).await {

@@ -170,3 +170,90 @@ fn the_bound_is_the_default_unless_a_positive_number_under_the_ceiling_is_given(
     assert_eq!(bound_of(Some("lots")), BUNDLE_MAX_BYTES);
     assert_eq!(bound_of(Some("10000000")), BUNDLE_MAX_BYTES_CEILING);
 }
+
+/// Six objects, two per chunk: cm0–cm1 in chunk 0, cm2–cm3 in 1, cm4–cm5 in 2.
+fn three_chunks() -> (BTreeMap<usize, Chunk>, usize) {
+    let changes: BTreeMap<Key, Change> = (0..6).map(|i| upsert(&format!("cm{i}"), "v")).collect();
+    let limit = 2 * entry_size(&entry("cm0", "v")) + 10;
+    let base = after(
+        &BTreeMap::new(),
+        &plan_group(&BTreeMap::new(), &changes, limit),
+    );
+    assert_eq!(base.len(), 3);
+    (base, limit)
+}
+
+fn keys(names: &[&str]) -> BTreeSet<Key> {
+    names.iter().map(|n| key(n)).collect()
+}
+
+#[test]
+fn a_chunk_whose_other_objects_wait_for_their_reconcile_is_held_and_the_others_written() {
+    let (base, limit) = three_chunks();
+    let changes = BTreeMap::from([upsert("cm0", "w"), upsert("cm2", "w"), upsert("cm4", "w")]);
+    // cm3 (chunk 1) is queued for its reconcile: cm2's change waits for it.
+    let hold = held(&base, &changes, limit, &keys(&["cm3"]), |_| false);
+    assert_eq!(hold, keys(&["cm2"]));
+    // Nothing waiting: nothing held.
+    assert_eq!(
+        held(&base, &changes, limit, &keys(&[]), |_| false),
+        keys(&[])
+    );
+    // A waiting object of a chunk with no pending change holds nothing.
+    let only_cm0 = BTreeMap::from([upsert("cm0", "w")]);
+    assert_eq!(
+        held(&base, &only_cm0, limit, &keys(&["cm5"]), |_| false),
+        keys(&[])
+    );
+}
+
+#[test]
+fn a_held_chunk_is_written_once_one_of_its_changes_has_waited_long_enough() {
+    let (base, limit) = three_chunks();
+    let changes = BTreeMap::from([upsert("cm2", "w"), upsert("cm4", "w")]);
+    let waiting = keys(&["cm3", "cm5"]);
+    let overdue = |k: &Key| k.1 == "cm4";
+    assert_eq!(
+        held(&base, &changes, limit, &waiting, overdue),
+        keys(&["cm2"])
+    );
+}
+
+#[test]
+fn new_objects_fill_chunks_at_once_and_the_last_one_waits_for_new_objects_still_coming() {
+    let (base, limit) = three_chunks();
+    // cm6 and cm7 fill chunk 3; cm8 opens chunk 4, and cm9 (new) is still queued.
+    let changes: BTreeMap<Key, Change> = ["cm6", "cm7", "cm8"]
+        .iter()
+        .map(|n| upsert(n, "v"))
+        .collect();
+    let hold = held(&base, &changes, limit, &keys(&["cm9"]), |_| false);
+    assert_eq!(
+        hold,
+        keys(&["cm8"]),
+        "the full chunk goes, the open one waits"
+    );
+    // An object already in a chunk waiting does not hold the new ones back.
+    let hold = held(&base, &changes, limit, &keys(&["cm1"]), |_| false);
+    assert_eq!(hold, keys(&[]));
+    // Once the open chunk's change is overdue it goes all the same.
+    let overdue = |k: &Key| k.1 == "cm8";
+    assert_eq!(
+        held(&base, &changes, limit, &keys(&["cm9"]), overdue),
+        keys(&[])
+    );
+}
+
+#[test]
+fn a_removal_waits_with_its_chunk() {
+    let (base, limit) = three_chunks();
+    let changes = BTreeMap::from([(key("cm4"), Change::Remove)]);
+    assert_eq!(
+        held(&base, &changes, limit, &keys(&["cm5"]), |_| false),
+        keys(&["cm4"])
+    );
+    assert_eq!(
+        held(&base, &changes, limit, &keys(&["cm1"]), |_| false),
+        keys(&[])
+    );
+}

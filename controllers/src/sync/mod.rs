@@ -229,12 +229,15 @@ impl TypeController {
             works: work_writer.as_reader(),
             bundles: Arc::default(),
         });
-        let bundler = Arc::new(bundles::Bundler::new(
-            shared.host.clone(),
-            ty.target_ar.clone(),
-            ty.collect_status,
-            work_writer.as_reader(),
-        ));
+        let bundler = Arc::new(
+            bundles::Bundler::new(
+                shared.host.clone(),
+                ty.target_ar.clone(),
+                ty.collect_status,
+                work_writer.as_reader(),
+            )
+            .waiting_on(queue.clone()),
+        );
         // A canary by replica share is for Deployments only; its Pull side starts on use.
         let canaries = (ty.target_ar.kind == "Deployment").then(|| {
             Arc::new(rollout::PullCanaries::new(
