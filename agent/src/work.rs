@@ -489,12 +489,29 @@ async fn report(
                 Patch::Apply(body),
             )
         };
-        let written = (state.works_api)
-            .patch_status(&name, &params, &patch)
-            .await?;
+        let written = match (state.works_api).patch_status(&name, &params, &patch).await {
+            Ok(written) => written,
+            Err(e) if work_gone(&e) => {
+                // Deleted while it was applied: its removal comes with the cache's event,
+                // and retrying the report before it would fail again.
+                debug!(work = %name, "the Work is gone; its report is not written");
+                return Ok(());
+            }
+            Err(e) => return Err(e),
+        };
         state.reports.wrote(&written);
     }
     Ok(())
+}
+
+/// Whether `e` says the Work itself is gone (a 404 naming a Work).
+fn work_gone(e: &kube::Error) -> bool {
+    match e {
+        kube::Error::Api(s) => {
+            s.code == 404 && s.details.as_ref().is_some_and(|d| d.kind == "works")
+        }
+        _ => false,
+    }
 }
 
 fn ignore_404(e: kube::Error) -> Result<(), kube::Error> {
@@ -510,4 +527,33 @@ fn now_rfc3339() -> String {
         .round(Unit::Second)
         .map(|t| t.to_string())
         .unwrap_or_else(|_| Timestamp::now().to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kube::core::{Status, response::StatusDetails};
+
+    fn not_found(kind: &str) -> kube::Error {
+        let mut s = Status::failure("not found", "NotFound");
+        s.code = 404;
+        s.details = Some(StatusDetails {
+            name: "w".into(),
+            group: "multicluster.x-k8s.io".into(),
+            kind: kind.into(),
+            uid: String::new(),
+            causes: Vec::new(),
+            retry_after_seconds: 0,
+        });
+        kube::Error::Api(Box::new(s))
+    }
+
+    #[test]
+    fn only_a_404_naming_a_work_says_the_work_is_gone() {
+        assert!(work_gone(&not_found("works")));
+        assert!(!work_gone(&not_found("appliedworks")));
+        let mut conflict = Status::failure("conflict", "Conflict");
+        conflict.code = 409;
+        assert!(!work_gone(&kube::Error::Api(Box::new(conflict))));
+    }
 }

@@ -51,9 +51,9 @@ pub enum ChunkWrite {
 }
 
 /// The spec of a chunk holding `entries` (in key order; the configs follow the manifests).
-pub fn spec_of(entries: &BTreeMap<Key, Entry>) -> WorkSpec {
+pub fn spec_of<'e>(entries: impl IntoIterator<Item = &'e Entry>) -> WorkSpec {
     let mut spec = WorkSpec::default();
-    for (i, e) in entries.values().enumerate() {
+    for (i, e) in entries.into_iter().enumerate() {
         let mut config = e.config.clone();
         config.identifier = identify(i, &e.manifest);
         spec.workload.manifests.push(e.manifest.clone());
@@ -79,13 +79,13 @@ pub fn plan_group(
         match chunks.get(&index) {
             None => writes.push((index, ChunkWrite::Delete)),
             Some(new) => {
-                let spec = spec_of(new);
+                let spec = spec_of(new.values().copied());
                 let unchanged =
-                    old.is_some_and(|o| o.current_metadata && spec_of(&o.entries) == spec);
+                    old.is_some_and(|o| o.current_metadata && spec_of(o.entries.values()) == spec);
                 if !unchanged {
                     let gains = new
                         .keys()
-                        .any(|k| old.is_none_or(|o| !o.entries.contains_key(k)));
+                        .any(|k| old.is_none_or(|o| !o.entries.contains_key(*k)));
                     writes.push((index, ChunkWrite::Apply { spec, gains }));
                 }
             }
@@ -95,40 +95,43 @@ pub fn plan_group(
     writes
 }
 
+/// A group's chunks: by chunk number, each entry by its object.
+type Regrouped<'a> = BTreeMap<usize, BTreeMap<&'a Key, &'a Entry>>;
+
 /// The group's chunks once `changes` are applied to `base` under the split rule.
-fn regroup(
-    base: &BTreeMap<usize, Chunk>,
-    changes: &BTreeMap<Key, Change>,
+fn regroup<'a>(
+    base: &'a BTreeMap<usize, Chunk>,
+    changes: &'a BTreeMap<Key, Change>,
     limit: usize,
-) -> BTreeMap<usize, BTreeMap<Key, Entry>> {
-    let mut entries: BTreeMap<Key, (Option<usize>, Entry)> = BTreeMap::new();
+) -> Regrouped<'a> {
+    let mut entries: BTreeMap<&Key, (Option<usize>, &Entry)> = BTreeMap::new();
     for (index, chunk) in base {
         for (key, e) in &chunk.entries {
-            entries.insert(key.clone(), (Some(*index), e.clone()));
+            entries.insert(key, (Some(*index), e));
         }
     }
     for (key, change) in changes {
         match change {
             Change::Upsert(e) => {
                 let current = entries.get(key).and_then(|(c, _)| *c);
-                entries.insert(key.clone(), (current, (**e).clone()));
+                entries.insert(key, (current, &**e));
             }
             Change::Remove => {
                 entries.remove(key);
             }
         }
     }
-    let items: Vec<Item<Key>> = entries
+    let items: Vec<Item<&Key>> = entries
         .iter()
         .map(|(key, (current, e))| Item {
-            key: key.clone(),
+            key: *key,
             size: entry_size(e),
             current: *current,
         })
         .collect();
-    let mut chunks: BTreeMap<usize, BTreeMap<Key, Entry>> = BTreeMap::new();
+    let mut chunks: Regrouped<'a> = BTreeMap::new();
     for (key, index) in assign_keeping(&items, limit, BUNDLE_MAX_BYTES_CEILING) {
-        if let Some((_, e)) = entries.remove(&key) {
+        if let Some((_, e)) = entries.remove(key) {
             chunks.entry(index).or_default().insert(key, e);
         }
     }
@@ -154,9 +157,17 @@ pub fn held(
     let before: BTreeMap<&Key, usize> = (base.iter())
         .flat_map(|(i, c)| c.entries.keys().map(move |k| (k, *i)))
         .collect();
-    let after = regroup(base, changes, limit);
-    let after: BTreeMap<&Key, usize> = (after.iter())
-        .flat_map(|(i, c)| c.keys().map(move |k| (k, *i)))
+    let new_waiting = waiting.iter().any(|w| !before.contains_key(w));
+    let mut waits: BTreeSet<usize> = waiting
+        .iter()
+        .filter_map(|w| before.get(w).copied())
+        .collect();
+    if waits.is_empty() && !new_waiting {
+        // Nothing of the group waits: no chunk is held (and no regrouping is needed).
+        return BTreeSet::new();
+    }
+    let after: BTreeMap<&Key, usize> = (regroup(base, changes, limit).into_iter())
+        .flat_map(|(i, c)| c.into_keys().map(move |k| (k, i)))
         .collect();
     let touched = |key: &Key| -> Vec<usize> {
         let mut t: Vec<usize> = [before.get(key), after.get(key)]
@@ -171,11 +182,6 @@ pub fn held(
         .filter(|k| !before.contains_key(k))
         .filter_map(|k| after.get(k).copied())
         .max();
-    let new_waiting = waiting.iter().any(|w| !before.contains_key(w));
-    let mut waits: BTreeSet<usize> = waiting
-        .iter()
-        .filter_map(|w| before.get(w).copied())
-        .collect();
     if new_waiting {
         waits.extend(tail);
     }

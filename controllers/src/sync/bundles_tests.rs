@@ -154,7 +154,7 @@ fn a_chunk_with_outdated_metadata_is_written_again() {
 
 #[test]
 fn a_manifest_whose_config_names_another_object_is_not_read_as_an_entry() {
-    let mut spec = spec_of(&BTreeMap::from([(key("a"), entry("a", "v"))]));
+    let mut spec = spec_of([&entry("a", "v")]);
     assert_eq!(entries_of(&spec).len(), 1);
     spec.manifest_configs[0].identifier.name = "b".into();
     assert!(entries_of(&spec).is_empty());
