@@ -184,11 +184,8 @@ impl Bundler {
         if let Some(name) = retire {
             p.retire.entry(group.clone()).or_default().insert(name);
         }
-        let now = Instant::now();
-        let since = match p.changes.get(&group).and_then(|c| c.get(key)) {
-            Some((_, since)) => *since,
-            None => now,
-        };
+        let since = (p.changes.get(&group).and_then(|c| c.get(key)))
+            .map_or_else(Instant::now, |(_, since)| *since);
         p.changes
             .entry(group)
             .or_default()
@@ -317,33 +314,38 @@ impl Bundler {
     async fn flush_group(
         &self,
         group: &Group,
-        mut changes: BTreeMap<Key, Since>,
+        changes: BTreeMap<Key, Since>,
         retire: &BTreeSet<String>,
         waiting: &HashSet<Key>,
     ) -> (BTreeMap<Key, Since>, Result<(), String>) {
         let base = self.base(group);
-        let plain: BTreeMap<Key, Change> = (changes.iter())
-            .map(|(k, (c, _))| (k.clone(), c.clone()))
-            .collect();
+        // Moved apart, not cloned: a change carries its whole manifest.
+        let (mut plain, mut since) = (BTreeMap::new(), BTreeMap::new());
+        for (k, (c, at)) in changes {
+            since.insert(k.clone(), at);
+            plain.insert(k, c);
+        }
         let waiting: BTreeSet<Key> = (waiting.iter())
-            .filter(|k| k.0 == group.1 && !changes.contains_key(*k))
+            .filter(|k| k.0 == group.1 && !plain.contains_key(*k))
             .cloned()
             .collect();
         let now = Instant::now();
-        let overdue = |k: &Key| {
-            (changes.get(k)).is_none_or(|(_, since)| now.duration_since(*since) >= MAX_HOLD)
-        };
+        let overdue = |k: &Key| (since.get(k)).is_none_or(|at| now.duration_since(*at) >= MAX_HOLD);
         let hold = held(&base, &plain, self.limit, &waiting, overdue);
-        let release: BTreeMap<Key, Change> = (plain.into_iter())
-            .filter(|(k, _)| !hold.contains(k))
-            .collect();
+        let (kept, release): (BTreeMap<Key, Change>, BTreeMap<Key, Change>) =
+            plain.into_iter().partition(|(k, _)| hold.contains(k));
         let result = self
             .write_group(group, &base, &release, retire, hold.is_empty())
             .await;
-        if result.is_ok() {
-            changes.retain(|k, _| hold.contains(k));
-        }
-        (changes, result)
+        // What is not written goes back with its arrival: the held changes, or all on failure.
+        let unwritten = match result {
+            Ok(()) => kept,
+            Err(_) => kept.into_iter().chain(release).collect(),
+        };
+        let back = (unwritten.into_iter())
+            .filter_map(|(k, c)| since.remove(&k).map(|at| (k, (c, at))))
+            .collect();
+        (back, result)
     }
 
     /// Writes `changes` to the group's chunks (`base`), then — when `retire_now`, nothing
