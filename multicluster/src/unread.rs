@@ -16,7 +16,19 @@ use kube::{
     api::{DeleteParams, Patch, PatchParams, PostParams},
     core::Request as UrlBuilder,
 };
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
+
+/// Which version of an object a write left: its uid and `metadata.generation` as the API
+/// server answered (either may be absent from an answer).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize)]
+pub struct Stamp {
+    /// The object's uid.
+    #[serde(default)]
+    pub uid: Option<String>,
+    /// Its `metadata.generation` (moved by spec changes only).
+    #[serde(default)]
+    pub generation: Option<i64>,
+}
 
 /// Patches `name`; only success or the API server's error is returned.
 pub async fn patch<K: Resource + Clone, P: Serialize + Debug>(
@@ -27,6 +39,30 @@ pub async fn patch<K: Resource + Clone, P: Serialize + Debug>(
 ) -> kube::Result<()> {
     let req = UrlBuilder::new(api.resource_url()).patch(name, pp, patch);
     send(api, labelled(req, "patch")?).await
+}
+
+/// [`patch`], reading from the answer only which version the write left ([`Stamp`]); an
+/// answer without readable metadata gives an empty stamp.
+pub async fn patch_stamped<K: Resource + Clone, P: Serialize + Debug>(
+    api: &Api<K>,
+    name: &str,
+    pp: &PatchParams,
+    patch: &Patch<P>,
+) -> kube::Result<Stamp> {
+    let req = UrlBuilder::new(api.resource_url()).patch(name, pp, patch);
+    let client: kube::Client = api.clone().into();
+    let text = client.request_text(labelled(req, "patch")?).await?;
+    Ok(stamp_of(&text))
+}
+
+/// The [`Stamp`] in an answer's `metadata` (empty when the answer has none).
+fn stamp_of(answer: &str) -> Stamp {
+    #[derive(Deserialize)]
+    struct Answer {
+        #[serde(default)]
+        metadata: Stamp,
+    }
+    serde_json::from_str::<Answer>(answer).map_or_else(|_| Stamp::default(), |a| a.metadata)
 }
 
 /// Patches the status subresource of `name`; only success or the API server's error is
@@ -113,6 +149,21 @@ mod tests {
         assert_eq!(ours.headers(), kubes.headers());
         assert_eq!(ours.body(), kubes.body());
         assert_eq!(ours.extensions().get::<&'static str>(), Some(&"patch"));
+    }
+
+    #[test]
+    fn a_stamp_is_read_from_the_answers_metadata_alone() {
+        let answer = json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "cm", "uid": "u-1", "generation": 4, "resourceVersion": "9",
+                "managedFields": [{"manager": "flotilla"}]},
+            "data": {"a": "1"}});
+        let stamp = stamp_of(&answer.to_string());
+        assert_eq!(stamp.uid.as_deref(), Some("u-1"));
+        assert_eq!(stamp.generation, Some(4));
+        let no_generation = json!({"metadata": {"uid": "u-2"}}).to_string();
+        assert_eq!(stamp_of(&no_generation).generation, None);
+        assert_eq!(stamp_of("not json"), Stamp::default());
+        assert_eq!(stamp_of("{}"), Stamp::default());
     }
 
     #[test]

@@ -7,8 +7,9 @@
 //! writes, and a steady state — or a restart, which starts with nothing pending — none.
 //!
 //! A chunk's content is read from the host's Work cache, or from this process's own last
-//! write of it while the cache has not shown that write yet (compared by generation), so
-//! two flushes in a row never lose each other's changes. Legacy one-object Works being
+//! write of it while the cache has not shown that write yet (by the uid and generation the
+//! API server answered with: [`super::bundle_standins`]), so two flushes in a row never
+//! lose each other's changes, however late the cache is. Legacy one-object Works being
 //! taken over are deleted only after the bundle that now holds their object is written:
 //! the agent sees the bundle first and hands the object over without a member write.
 
@@ -40,14 +41,17 @@ use kube::{
     Api, Client, ResourceExt,
     api::{DeleteParams, Patch, PatchParams},
     core::ApiResource,
-    runtime::reflector::{ObjectRef, Store},
+    runtime::reflector::Store,
 };
 use serde_json::{Value, json};
 use tokio::sync::Notify;
 use tracing::{info, warn};
 
-use super::Key;
 pub use super::bundle_plan::*;
+use super::{
+    Key,
+    bundle_standins::{StandIns, Wrote},
+};
 
 /// Environment variable overriding [`BUNDLE_MAX_BYTES`] (bytes, at most
 /// [`BUNDLE_MAX_BYTES_CEILING`]).
@@ -85,19 +89,6 @@ const RETRY: Duration = Duration::from_secs(1);
 /// How many groups are written at once.
 const GROUPS_AT_ONCE: usize = 8;
 
-/// This process's last write of a chunk.
-#[derive(Clone, Debug)]
-struct Written {
-    group: Group,
-    index: usize,
-    /// The spec written (`None`: deleted).
-    spec: Option<WorkSpec>,
-    at: Instant,
-}
-
-/// How long this process's own write stands in for a Work cache that does not show it.
-const WRITTEN_TTL: Duration = Duration::from_secs(30);
-
 /// A pending change and when the first change of its key since the last write came.
 type Since = (Change, Instant);
 
@@ -116,8 +107,8 @@ pub struct Bundler {
     limit: usize,
     works: Store<Work>,
     pending: Mutex<Pending>,
-    /// (cluster namespace, Work name) → this process's last write.
-    written: Mutex<HashMap<(String, String), Written>>,
+    /// This process's writes the cache does not show yet.
+    written: StandIns,
     failed: Mutex<HashMap<Group, String>>,
     /// When each group's last write ended.
     flushed: Mutex<HashMap<Group, Instant>>,
@@ -156,7 +147,7 @@ impl Bundler {
             limit,
             works,
             pending: Mutex::default(),
-            written: Mutex::default(),
+            written: StandIns::default(),
             failed: Mutex::default(),
             flushed: Mutex::default(),
             wake: Arc::new(Notify::new()),
@@ -395,15 +386,15 @@ impl Bundler {
             group.1.as_deref(),
             index,
         );
-        let spec = match write {
+        let wrote = match write {
             ChunkWrite::Apply { spec, .. } => {
                 let body = self.body(group, index, &name, &spec);
                 let pp = PatchParams::apply(FIELD_MANAGER).force();
-                unread::patch(api, &name, &pp, &Patch::Apply(&body))
+                let stamp = unread::patch_stamped(api, &name, &pp, &Patch::Apply(&body))
                     .await
                     .map_err(|e| format!("writing Work {name}: {}", message(&e)))?;
                 info!(cluster = %group.0, work = %name, manifests = spec.workload.manifests.len(), "wrote a bundle");
-                Some(spec)
+                Wrote::Applied { spec, stamp }
             }
             ChunkWrite::Delete => {
                 match unread::delete(api, &name, &DeleteParams::default()).await {
@@ -412,17 +403,18 @@ impl Bundler {
                     Err(e) => return Err(format!("deleting Work {name}: {}", message(&e))),
                 }
                 info!(cluster = %group.0, work = %name, "deleted an emptied bundle");
-                None
+                Wrote::Deleted
             }
         };
-        let w = Written {
-            group: group.clone(),
-            index,
-            spec,
-            at: Instant::now(),
-        };
-        lock(&self.written).insert((cluster_namespace(&group.0), name), w);
+        let namespace = cluster_namespace(&group.0);
+        self.written.record(&namespace, &name, group, index, wrote);
         Ok(())
+    }
+
+    /// A watch event of one of this type's Works (after the cache took it in): a write of
+    /// this process it shows stands in no more.
+    pub fn observe(&self, work: &Work) {
+        self.written.observe(work, &self.works);
     }
 
     /// The group's chunks: each from the cache, or from this process's own last write
@@ -454,36 +446,7 @@ impl Bundler {
                 },
             );
         }
-        let mut written = lock(&self.written);
-        written.retain(|(ns, name), w| {
-            let fresh = w.at.elapsed() < WRITTEN_TTL;
-            if ns != &namespace || &w.group != group {
-                return fresh;
-            }
-            let cached = self.works.get(&ObjectRef::new(name).within(ns));
-            let shown = match (&cached, &w.spec) {
-                (Some(c), Some(spec)) => &c.spec == spec,
-                (None, None) => true,
-                _ => false,
-            };
-            if shown || !fresh {
-                return false;
-            }
-            match &w.spec {
-                Some(spec) => {
-                    let chunk = Chunk {
-                        entries: entries_of(spec),
-                        current_metadata: true,
-                    };
-                    out.insert(w.index, chunk);
-                }
-                None if seen.contains(name) => {
-                    out.remove(&w.index);
-                }
-                None => {}
-            }
-            true
-        });
+        (self.written).overlay(group, &namespace, &self.works, &seen, &mut out);
         out
     }
 

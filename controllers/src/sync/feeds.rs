@@ -40,6 +40,8 @@ pub(super) struct Feeds {
     pub host_writer: reflector::store::Writer<DynamicObject>,
     pub fns_writer: reflector::store::Writer<DynamicObject>,
     pub work_writer: reflector::store::Writer<flotilla_api::work::Work>,
+    /// The bundler of the type's Works, which hears of each of their watch events.
+    pub bundler: Arc<super::bundles::Bundler>,
     pub alpha: twins::AlphaWiring,
     pub member_rx: mpsc::UnboundedReceiver<MemberEvent>,
     pub landed: mpsc::UnboundedReceiver<Key>,
@@ -83,6 +85,7 @@ impl Feeds {
                 target,
                 all.clone(),
                 self.work_writer,
+                self.bundler,
                 queue.clone(),
             )),
             tokio::spawn(dependencies::follow_host_changes(

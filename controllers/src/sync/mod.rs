@@ -20,6 +20,7 @@ mod action;
 mod breaker;
 mod bundle_index;
 mod bundle_plan;
+mod bundle_standins;
 pub mod bundles;
 mod cluster_run;
 mod ctl;
@@ -259,6 +260,7 @@ impl TypeController {
             host_writer,
             fns_writer,
             work_writer,
+            bundler: bundler.clone(),
             alpha,
             member_rx,
             landed,

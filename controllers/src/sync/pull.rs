@@ -58,7 +58,8 @@ pub(super) fn selector(target: &kube::core::ApiResource) -> String {
     )
 }
 
-/// Host: this type's Works in every cluster namespace. A change requeues the federated
+/// Host: this type's Works in every cluster namespace. A change is news for the bundler's
+/// stand-ins of its own writes (see [`Bundler::observe`]) and requeues the federated
 /// objects it is news for (see [`super::bundle_index`]); a completed list rebuilds the
 /// index and requeues everything.
 pub(super) async fn watch_works(
@@ -66,6 +67,7 @@ pub(super) async fn watch_works(
     target: ApiResource,
     all: AllKeys,
     writer: reflector::store::Writer<Work>,
+    bundler: Arc<Bundler>,
     queue: Arc<WorkQueue<Key>>,
 ) {
     let api: Api<Work> = Api::all(host);
@@ -75,6 +77,8 @@ pub(super) async fn watch_works(
         let (index, store) = (&all.host.bundles, &all.host.works);
         match c {
             WatchChange::Object(w) => {
+                // Before the requeues: their flushes read the cache, not a stale stand-in.
+                bundler.observe(w);
                 let ns = w.namespace().unwrap_or_default();
                 for key in index.update(store, &ns, &w.name_any()) {
                     queue.add(key);

@@ -133,6 +133,7 @@ impl SideWorks {
         let on_change = self.on_change.clone();
         let groups: Arc<Mutex<Groups>> = Arc::default();
         let seen = groups.clone();
+        let observer = bundler.clone();
         let watch = watch_into(
             api,
             writer,
@@ -142,6 +143,7 @@ impl SideWorks {
                 if let WatchChange::Object(w) = c {
                     let group = (w.namespace().unwrap_or_default(), bundle_namespace(w));
                     lock(&seen).entry(group).or_default().insert(w.name_any());
+                    observer.observe(w);
                     on_change(w);
                 }
                 ControlFlow::Continue(())

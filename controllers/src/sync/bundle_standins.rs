@@ -1,0 +1,374 @@
+//! This process's own bundle writes, standing in for a Work cache that has not shown them
+//! yet. A flush plans from the chunks as the host holds them; when the cache lags (a busy
+//! host API server can deliver watch events tens of seconds late), the chunk this process
+//! just wrote would be read as it was before, and the next flush would write the older
+//! content back — dropping objects from the member. So each write is remembered until the
+//! cache shows it or something newer: an apply by the uid and `metadata.generation` the
+//! API server answered with, a deletion until the Work is gone or terminating. Time ends a
+//! stand-in only as a backstop ([`BACKSTOP`]) for a change the cache can never show — the
+//! Work deleted by someone else before this process saw its own write, with the deletion
+//! event lost to a relist.
+
+use std::{
+    collections::{BTreeMap, BTreeSet, HashMap},
+    sync::Mutex,
+    time::{Duration, Instant},
+};
+
+use flotilla_api::work::{Work, WorkSpec};
+use flotilla_multicluster::unread::Stamp;
+use kube::{
+    ResourceExt,
+    runtime::reflector::{ObjectRef, Store},
+};
+use tracing::warn;
+
+use super::bundle_plan::{Chunk, Group, entries_of};
+
+/// The longest a write the cache does not show stands in for it.
+pub const BACKSTOP: Duration = Duration::from_secs(300);
+
+/// What this process last did to a chunk.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Wrote {
+    /// Applied this spec; the API server answered with `stamp`.
+    Applied { spec: WorkSpec, stamp: Stamp },
+    /// Deleted it.
+    Deleted,
+}
+
+/// Whether a Work cache shows a write.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Seen {
+    /// It shows the write or something newer: the cache is the truth again.
+    Shown,
+    /// Not yet: the write stands in for the cache.
+    NotYet,
+    /// Not after [`BACKSTOP`]: the write is forgotten.
+    GaveUp,
+}
+
+/// Whether `cached` (the Work as a cache holds it, or the object of a watch event) shows
+/// `wrote`, made `age` ago.
+pub fn seen(wrote: &Wrote, cached: Option<&Work>, age: Duration) -> Seen {
+    let shown = match (wrote, cached) {
+        (Wrote::Applied { stamp, .. }, Some(c))
+            if stamp.uid.is_some() && stamp.generation.is_some() =>
+        {
+            c.metadata.uid == stamp.uid && c.metadata.generation >= stamp.generation
+        }
+        // An answer without a version: the cache shows the spec written, or it does not.
+        (Wrote::Applied { spec, .. }, Some(c)) => &c.spec == spec,
+        (Wrote::Applied { .. }, None) => false,
+        (Wrote::Deleted, None) => true,
+        (Wrote::Deleted, Some(c)) => c.metadata.deletion_timestamp.is_some(),
+    };
+    match shown {
+        true => Seen::Shown,
+        false if age >= BACKSTOP => Seen::GaveUp,
+        false => Seen::NotYet,
+    }
+}
+
+#[derive(Clone, Debug)]
+struct Written {
+    group: Group,
+    index: usize,
+    wrote: Wrote,
+    at: Instant,
+}
+
+/// The writes of one bundler still standing in, by (cluster namespace, Work name).
+#[derive(Default)]
+pub struct StandIns {
+    writes: Mutex<HashMap<(String, String), Written>>,
+}
+
+impl StandIns {
+    /// Remembers a write of chunk `index` of `group`, Work `name` in `namespace`.
+    pub fn record(&self, namespace: &str, name: &str, group: &Group, index: usize, wrote: Wrote) {
+        let w = Written {
+            group: group.clone(),
+            index,
+            wrote,
+            at: Instant::now(),
+        };
+        lock(&self.writes).insert((namespace.to_owned(), name.to_owned()), w);
+    }
+
+    /// A watch event's Work `event` (after `works` took it in): the write it shows or
+    /// follows stands in no more — a deletion by someone else included, which the cache
+    /// alone would never tell from a lagging create.
+    pub fn observe(&self, event: &Work, works: &Store<Work>) {
+        let (Some(namespace), name) = (event.namespace(), event.name_any()) else {
+            return;
+        };
+        let mut writes = lock(&self.writes);
+        let key = (namespace, name);
+        let Some(w) = writes.get(&key) else {
+            return;
+        };
+        let cached = works.get(&ObjectRef::new(&key.1).within(&key.0));
+        let age = w.at.elapsed();
+        let by_event = seen(&w.wrote, Some(event), age);
+        let by_cache = seen(&w.wrote, cached.as_deref(), age);
+        if by_event != Seen::NotYet || by_cache != Seen::NotYet {
+            writes.remove(&key);
+        }
+    }
+
+    /// Lays the writes of `group` (Works in `namespace`) the cache `works` does not show
+    /// yet over its chunks `out` read from that cache (`seen`: the Work names read);
+    /// forgets every write, of any group, the cache shows.
+    pub fn overlay(
+        &self,
+        group: &Group,
+        namespace: &str,
+        works: &Store<Work>,
+        seen_names: &BTreeSet<String>,
+        out: &mut BTreeMap<usize, Chunk>,
+    ) {
+        let mut writes = lock(&self.writes);
+        writes.retain(|(ns, name), w| {
+            let cached = works.get(&ObjectRef::new(name).within(ns));
+            match seen(&w.wrote, cached.as_deref(), w.at.elapsed()) {
+                Seen::Shown => return false,
+                Seen::GaveUp => {
+                    warn!(namespace = %ns, work = %name, "the Work cache never showed this process's own bundle write; reading the cache again");
+                    return false;
+                }
+                Seen::NotYet => {}
+            }
+            if ns != namespace || &w.group != group {
+                return true;
+            }
+            match &w.wrote {
+                Wrote::Applied { spec, .. } => {
+                    let chunk = Chunk {
+                        entries: entries_of(spec),
+                        current_metadata: true,
+                    };
+                    out.insert(w.index, chunk);
+                }
+                Wrote::Deleted if seen_names.contains(name) => {
+                    out.remove(&w.index);
+                }
+                Wrote::Deleted => {}
+            }
+            true
+        });
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use flotilla_api::work::{ManifestConfig, identify};
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+    use kube::runtime::{reflector::store::Writer, watcher::Event};
+    use serde_json::json;
+
+    fn work(uid: &str, generation: i64) -> Work {
+        let mut w = Work::new("b-0", WorkSpec::default());
+        w.metadata.namespace = Some("flotilla-cluster-m1".into());
+        w.metadata.uid = Some(uid.into());
+        w.metadata.generation = Some(generation);
+        w
+    }
+
+    fn applied(uid: &str, generation: i64) -> Wrote {
+        Wrote::Applied {
+            spec: WorkSpec::default(),
+            stamp: Stamp {
+                uid: Some(uid.into()),
+                generation: Some(generation),
+            },
+        }
+    }
+
+    const NOW: Duration = Duration::ZERO;
+
+    #[test]
+    fn an_apply_stands_in_until_the_cache_shows_its_generation_however_long_it_lags() {
+        let wrote = applied("u1", 3);
+        assert_eq!(seen(&wrote, Some(&work("u1", 2)), NOW), Seen::NotYet);
+        // The old 30 s time-to-live would have given up here and read the older chunk.
+        let lagging = Duration::from_secs(90);
+        assert_eq!(seen(&wrote, Some(&work("u1", 2)), lagging), Seen::NotYet);
+        assert_eq!(
+            seen(&wrote, None, lagging),
+            Seen::NotYet,
+            "a create not seen yet"
+        );
+        assert_eq!(seen(&wrote, Some(&work("u1", 3)), lagging), Seen::Shown);
+        assert_eq!(
+            seen(&wrote, Some(&work("u1", 5)), NOW),
+            Seen::Shown,
+            "newer"
+        );
+        assert_eq!(seen(&wrote, Some(&work("u1", 2)), BACKSTOP), Seen::GaveUp);
+    }
+
+    #[test]
+    fn an_older_incarnation_of_the_work_does_not_show_a_write_to_the_new_one() {
+        let wrote = applied("u2", 1);
+        assert_eq!(seen(&wrote, Some(&work("u1", 7)), NOW), Seen::NotYet);
+        assert_eq!(seen(&wrote, Some(&work("u2", 1)), NOW), Seen::Shown);
+    }
+
+    #[test]
+    fn an_answer_without_a_version_is_compared_by_spec() {
+        let spec = WorkSpec::default();
+        let wrote = Wrote::Applied {
+            spec: spec.clone(),
+            stamp: Stamp::default(),
+        };
+        assert_eq!(seen(&wrote, Some(&work("u1", 1)), NOW), Seen::Shown);
+        let mut other = work("u1", 2);
+        other.spec.manifest_configs.push(Default::default());
+        assert_eq!(seen(&wrote, Some(&other), NOW), Seen::NotYet);
+    }
+
+    #[test]
+    fn a_deletion_stands_in_until_the_work_is_gone_or_terminating() {
+        let wrote = Wrote::Deleted;
+        assert_eq!(seen(&wrote, Some(&work("u1", 4)), NOW), Seen::NotYet);
+        assert_eq!(seen(&wrote, None, NOW), Seen::Shown);
+        let mut terminating = work("u1", 4);
+        terminating.metadata.deletion_timestamp = Some(Time(Default::default()));
+        assert_eq!(seen(&wrote, Some(&terminating), NOW), Seen::Shown);
+    }
+
+    /// A chunk's spec holding one ConfigMap per name.
+    fn spec_of_names(names: &[&str]) -> WorkSpec {
+        let mut spec = WorkSpec::default();
+        for (i, name) in names.iter().enumerate() {
+            let manifest = json!({"apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": name, "namespace": "demo"}});
+            spec.manifest_configs.push(ManifestConfig {
+                identifier: identify(i, &manifest),
+                source_namespace: Some("demo".into()),
+                source_name: (*name).into(),
+                ..ManifestConfig::default()
+            });
+            spec.workload.manifests.push(manifest);
+        }
+        spec
+    }
+
+    fn cached(uid: &str, generation: i64, names: &[&str]) -> Work {
+        let mut w = work(uid, generation);
+        w.spec = spec_of_names(names);
+        w
+    }
+
+    fn names(chunks: &BTreeMap<usize, Chunk>, index: usize) -> Vec<String> {
+        (chunks.get(&index).into_iter())
+            .flat_map(|c| c.entries.keys().map(|k| k.1.clone()))
+            .collect()
+    }
+
+    const NS: &str = "flotilla-cluster-m1";
+
+    fn group() -> Group {
+        ("m1".into(), Some("demo".into()))
+    }
+
+    #[test]
+    fn a_lagging_cache_reads_the_own_write_until_its_event_comes() {
+        let mut writer = Writer::<Work>::default();
+        let store = writer.as_reader();
+        writer.apply_watcher_event(&Event::Apply(cached("u1", 1, &["a"])));
+        let ins = StandIns::default();
+        let wrote = Wrote::Applied {
+            spec: spec_of_names(&["a", "b"]),
+            stamp: Stamp {
+                uid: Some("u1".into()),
+                generation: Some(2),
+            },
+        };
+        ins.record(NS, "b-0", &group(), 0, wrote);
+        let seen_names = BTreeSet::from(["b-0".to_string()]);
+        let read = |store: &Store<Work>| {
+            let mut out = BTreeMap::new();
+            if let Some(w) = store.get(&ObjectRef::new("b-0").within(NS)) {
+                let chunk = Chunk {
+                    entries: entries_of(&w.spec),
+                    current_metadata: true,
+                };
+                out.insert(0, chunk);
+            }
+            ins.overlay(&group(), NS, store, &seen_names, &mut out);
+            out
+        };
+        // The cache still holds generation 1: the write stands in.
+        assert_eq!(names(&read(&store), 0), ["a", "b"]);
+        // An agent's status report on generation 1 changes nothing.
+        let status_only = cached("u1", 1, &["a"]);
+        writer.apply_watcher_event(&Event::Apply(status_only.clone()));
+        ins.observe(&status_only, &store);
+        assert_eq!(names(&read(&store), 0), ["a", "b"]);
+        // The write's own event: the cache is the truth again.
+        let shown = cached("u1", 2, &["a", "b"]);
+        writer.apply_watcher_event(&Event::Apply(shown.clone()));
+        ins.observe(&shown, &store);
+        assert!(lock(&ins.writes).is_empty());
+        assert_eq!(names(&read(&store), 0), ["a", "b"]);
+    }
+
+    #[test]
+    fn a_work_deleted_by_someone_else_after_the_own_write_is_read_as_gone() {
+        let mut writer = Writer::<Work>::default();
+        let store = writer.as_reader();
+        let ins = StandIns::default();
+        let wrote = Wrote::Applied {
+            spec: spec_of_names(&["a"]),
+            stamp: Stamp {
+                uid: Some("u1".into()),
+                generation: Some(1),
+            },
+        };
+        ins.record(NS, "b-0", &group(), 0, wrote);
+        // The create's event and the deletion's come together: the cache never shows it.
+        let gone = cached("u1", 1, &["a"]);
+        writer.apply_watcher_event(&Event::Apply(gone.clone()));
+        writer.apply_watcher_event(&Event::Delete(gone.clone()));
+        ins.observe(&gone, &store);
+        let mut out = BTreeMap::new();
+        ins.overlay(&group(), NS, &store, &BTreeSet::new(), &mut out);
+        assert!(
+            out.is_empty(),
+            "the chunk is written again, not assumed there"
+        );
+    }
+
+    #[test]
+    fn an_own_deletion_hides_the_chunk_the_cache_still_holds() {
+        let mut writer = Writer::<Work>::default();
+        let store = writer.as_reader();
+        writer.apply_watcher_event(&Event::Apply(cached("u1", 3, &["a"])));
+        let ins = StandIns::default();
+        ins.record(NS, "b-0", &group(), 0, Wrote::Deleted);
+        let seen_names = BTreeSet::from(["b-0".to_string()]);
+        let mut out = BTreeMap::from([(0, Chunk::default())]);
+        ins.overlay(&group(), NS, &store, &seen_names, &mut out);
+        assert!(out.is_empty());
+        // Another group's flush keeps it standing in; the deletion's event ends it.
+        ins.overlay(
+            &("m2".into(), None),
+            "flotilla-cluster-m2",
+            &store,
+            &BTreeSet::new(),
+            &mut BTreeMap::new(),
+        );
+        assert_eq!(lock(&ins.writes).len(), 1);
+        let last = cached("u1", 3, &["a"]);
+        writer.apply_watcher_event(&Event::Delete(last.clone()));
+        ins.observe(&last, &store);
+        assert!(lock(&ins.writes).is_empty());
+    }
+}
