@@ -14,10 +14,10 @@ use std::{
         Arc, Mutex,
         atomic::{AtomicBool, Ordering},
     },
-    time::Instant,
 };
 
 use flotilla_api::MANAGED_LABEL;
+use flotilla_core::member::HASH_ANNOTATION;
 use flotilla_multicluster::{
     tasks::AbortOnDrop,
     watch::{Change, WatchParams, watch_into},
@@ -33,7 +33,7 @@ use kube::{
 };
 use serde_json::Value;
 
-use super::plan::RECENT_WRITE_TTL;
+use super::own_writes::OwnWrites;
 
 /// One member object: (group, resource, namespace, name).
 pub type ObjectId = (String, String, String, String);
@@ -74,7 +74,7 @@ pub struct ObjectCache {
     client: Client,
     kinds: Mutex<HashMap<(String, String, String), KindCache>>,
     owners: Arc<Mutex<HashMap<ObjectId, String>>>,
-    recent: Mutex<HashMap<ObjectId, (String, Instant, Value)>>,
+    recent: Arc<Mutex<OwnWrites>>,
     queue: Arc<WorkQueue<String>>,
     tasks: Mutex<AbortOnDrop>,
 }
@@ -87,7 +87,7 @@ impl ObjectCache {
             client,
             kinds: Mutex::default(),
             owners: Arc::default(),
-            recent: Mutex::default(),
+            recent: Arc::default(),
             queue,
             tasks: Mutex::default(),
         }
@@ -117,6 +117,7 @@ impl ObjectCache {
             failures: flotilla_multicluster::watch::FailureLog::Warn,
         };
         let (owners, queue, kind) = (self.owners.clone(), self.queue.clone(), ar.clone());
+        let recent = self.recent.clone();
         let task = tokio::spawn(watch_into(
             Api::<DynamicObject>::all_with(self.client.clone(), ar),
             writer,
@@ -128,12 +129,15 @@ impl ObjectCache {
                     Change::Object(o) => {
                         let id =
                             object_id(&kind, &o.namespace().unwrap_or_default(), &o.name_any());
+                        let hash = o.annotations().get(HASH_ANNOTATION).map(String::as_str);
+                        lock(&recent).observed(&id, hash);
                         if let Some(work) = owners.get(&id) {
                             queue.add(work.clone());
                         }
                     }
                     Change::Synced => {
                         synced.store(true, Ordering::Release);
+                        lock(&recent).relisted(&kind.group, &kind.plural);
                         // A relist may have dropped objects deleted while the watch was
                         // down, without an event: their Works look again.
                         for (id, work) in owners.iter() {
@@ -153,7 +157,7 @@ impl ObjectCache {
     }
 
     /// The object as the cache holds it, corrected by the agent's own recent write of
-    /// `desired_hash` when the cache has not shown it yet.
+    /// `desired_hash` when the cache has not shown it yet ([`OwnWrites`]).
     pub fn lookup(&self, ar: &ApiResource, id: &ObjectId, desired_hash: Option<&str>) -> Cached {
         let kinds = self.kinds.lock().unwrap_or_else(|e| e.into_inner());
         let key = (ar.group.clone(), ar.version.clone(), ar.plural.clone());
@@ -171,27 +175,14 @@ impl ObjectCache {
             .store
             .get(&oref)
             .map(|o| serde_json::to_value(o.as_ref()).unwrap_or(Value::Null));
-        let recent = self.recent.lock().unwrap_or_else(|e| e.into_inner());
-        let written = recent
-            .get(id)
-            .filter(|(_, at, _)| at.elapsed() < RECENT_WRITE_TTL)
-            .map(|(hash, _, obj)| (hash.as_str(), obj));
-        let (object, lagging) = super::plan::newest_view(cached, written, desired_hash);
+        let recent = lock(&self.recent);
+        let (object, lagging) = super::plan::newest_view(cached, recent.get(id), desired_hash);
         Cached::Known { object, lagging }
     }
 
     /// Remembers the agent's write of `hash` (the object the member returned).
     pub fn remember_write(&self, id: ObjectId, hash: Option<&str>, obj: Value) {
-        let mut recent = self.recent.lock().unwrap_or_else(|e| e.into_inner());
-        recent.retain(|_, (_, at, _)| at.elapsed() < RECENT_WRITE_TTL);
-        match hash {
-            Some(h) => {
-                recent.insert(id, (h.to_owned(), Instant::now(), obj));
-            }
-            None => {
-                recent.remove(&id);
-            }
-        }
+        lock(&self.recent).record(id, hash, obj);
     }
 
     /// Records that `work` owns the object (its edits requeue the Work).
@@ -208,9 +199,10 @@ impl ObjectCache {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .remove(id);
-        self.recent
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .remove(id);
+        lock(&self.recent).forget(id);
     }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
 }

@@ -26,6 +26,7 @@ pub mod lease;
 pub mod mcs;
 pub mod metrics;
 pub mod observe;
+mod own_writes;
 pub mod plan;
 mod pruning;
 pub mod rbac;

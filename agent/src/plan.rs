@@ -19,8 +19,10 @@ use flotilla_core::member::{
     HASH_ANNOTATION, excluded_message, is_terminating, recorded_hash, up_to_date,
 };
 
-/// How long the agent trusts its own write over a member cache that does not show it yet.
-pub const RECENT_WRITE_TTL: Duration = Duration::from_secs(10);
+/// How soon a Work whose member cache has not shown the agent's own write is looked at
+/// again (the write's own watch event requeues it sooner; the write stands in meanwhile:
+/// [`super::own_writes`]).
+pub const LAGGING_RECHECK: Duration = Duration::from_secs(10);
 
 /// Whether the member object of `manifest` is in the agent's watch caches: only objects
 /// labelled `kubefed.io/managed` are watched (as push mode's member caches), so a manifest
@@ -36,9 +38,9 @@ pub fn cacheable(manifest: &Value) -> bool {
 }
 
 /// The member object to decide on, and whether the cache lags: the cached object, unless
-/// the agent itself wrote `desired_hash` (any hash when `None`: pruning) within
-/// [`RECENT_WRITE_TTL`] (`written`: that hash and the object the member returned) and the
-/// cache does not show that hash yet — absent, or another hash — then the written object.
+/// the agent's own write of `desired_hash` (any hash when `None`: pruning) still stands in
+/// ([`super::own_writes`]; `written`: that hash and the object the member returned) and the
+/// cache does not show that hash — absent, or another hash — then the written object.
 /// An edit that keeps the hash annotation is seen at once (drift); only a lagging cache is
 /// overruled, so an object created a moment ago is pruned, not taken for gone.
 pub fn newest_view(

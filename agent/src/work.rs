@@ -47,8 +47,9 @@ enum Done {
 }
 
 /// One Work on the runner: a failure backs off per Work, but is tried again after
-/// [`RETRY_FAILED`] at the latest while the backoff is longer; a lagging cache is looked
-/// at again once the agent's own write no longer stands in for it.
+/// [`RETRY_FAILED`] at the latest while the backoff is longer; a Work whose cache lags is
+/// looked at again after [`plan::LAGGING_RECHECK`] (the write's own event requeues it
+/// sooner).
 pub(super) async fn work(state: &State, name: &str) -> Action {
     debug!(work = %name, "processing");
     let done = match process(state, name).await {
@@ -60,7 +61,7 @@ pub(super) async fn work(state: &State, name: &str) -> Action {
     };
     match done {
         Done::Settled => Action::AwaitChange,
-        Done::Lagging => Action::Requeue(plan::RECENT_WRITE_TTL),
+        Done::Lagging => Action::Requeue(plan::LAGGING_RECHECK),
         Done::Failed => Action::Backoff {
             recheck: Some(RETRY_FAILED),
         },

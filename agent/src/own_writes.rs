@@ -1,0 +1,139 @@
+//! The agent's own recent writes, standing in for a member watch cache that has not shown
+//! them yet — so a lagging cache is neither taken for drift nor answered with the same
+//! apply again. A write stands in until the kind's watch delivers an event of the object
+//! carrying the written hash (a member's events come in order, so whatever the cache shows
+//! after that is newer than the write: a user's edit or deletion is seen at once), or until
+//! the kind's watch lists again (a relist may skip the event; at worst one apply is
+//! repeated). Time ends a stand-in only as a backstop ([`BACKSTOP`]): a busy member API
+//! server can deliver events far later than any fixed interval a decision could trust.
+
+use std::{
+    collections::HashMap,
+    time::{Duration, Instant},
+};
+
+use serde_json::Value;
+
+use super::cache::ObjectId;
+
+/// The longest an own write stands in for a cache that never shows it.
+pub const BACKSTOP: Duration = Duration::from_secs(300);
+
+#[derive(Debug)]
+struct Own {
+    hash: String,
+    at: Instant,
+    object: Value,
+}
+
+/// The writes standing in, by member object.
+#[derive(Debug, Default)]
+pub struct OwnWrites {
+    writes: HashMap<ObjectId, Own>,
+}
+
+impl OwnWrites {
+    /// Remembers a write of `hash` (`object`: what the member returned); `None` forgets
+    /// the object's write (the write failed).
+    pub fn record(&mut self, id: ObjectId, hash: Option<&str>, object: Value) {
+        self.writes.retain(|_, w| w.at.elapsed() < BACKSTOP);
+        match hash {
+            Some(h) => {
+                let own = Own {
+                    hash: h.to_owned(),
+                    at: Instant::now(),
+                    object,
+                };
+                self.writes.insert(id, own);
+            }
+            None => {
+                self.writes.remove(&id);
+            }
+        }
+    }
+
+    /// The write standing in for `id`: its hash and the object the member returned.
+    pub fn get(&self, id: &ObjectId) -> Option<(&str, &Value)> {
+        (self.writes.get(id))
+            .filter(|w| w.at.elapsed() < BACKSTOP)
+            .map(|w| (w.hash.as_str(), &w.object))
+    }
+
+    /// A watch event of `id` carrying `hash`: the write of that hash stands in no more.
+    pub fn observed(&mut self, id: &ObjectId, hash: Option<&str>) {
+        if self
+            .writes
+            .get(id)
+            .is_some_and(|w| Some(w.hash.as_str()) == hash)
+        {
+            self.writes.remove(id);
+        }
+    }
+
+    /// The watch of resource `plural` in `group` listed again: its writes stand in no more.
+    pub fn relisted(&mut self, group: &str, plural: &str) {
+        self.writes.retain(|id, _| id.0 != group || id.1 != plural);
+    }
+
+    /// Forgets `id`'s write (the object was pruned or released).
+    pub fn forget(&mut self, id: &ObjectId) {
+        self.writes.remove(id);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn id(name: &str) -> ObjectId {
+        (
+            String::new(),
+            "configmaps".into(),
+            "demo".into(),
+            name.into(),
+        )
+    }
+
+    #[test]
+    fn a_write_stands_in_until_an_event_shows_its_hash() {
+        let mut own = OwnWrites::default();
+        own.record(id("a"), Some("h2"), json!({"v": 2}));
+        // The event of an older version (the cache lagging) keeps it.
+        own.observed(&id("a"), Some("h1"));
+        assert_eq!(own.get(&id("a")), Some(("h2", &json!({"v": 2}))));
+        own.observed(&id("b"), Some("h2"));
+        assert!(own.get(&id("a")).is_some(), "another object's event");
+        // The write's own event: the cache is the truth again.
+        own.observed(&id("a"), Some("h2"));
+        assert_eq!(own.get(&id("a")), None);
+    }
+
+    #[test]
+    fn a_newer_write_replaces_the_older_and_waits_for_its_own_event() {
+        let mut own = OwnWrites::default();
+        own.record(id("a"), Some("h1"), json!({"v": 1}));
+        own.record(id("a"), Some("h2"), json!({"v": 2}));
+        own.observed(&id("a"), Some("h1"));
+        assert_eq!(own.get(&id("a")).map(|w| w.0), Some("h2"));
+        own.record(id("a"), None, Value::Null);
+        assert_eq!(
+            own.get(&id("a")),
+            None,
+            "a failed write stands in for nothing"
+        );
+    }
+
+    #[test]
+    fn a_relist_of_the_kind_ends_its_writes_only() {
+        let mut own = OwnWrites::default();
+        own.record(id("a"), Some("h1"), Value::Null);
+        let secret = (String::new(), "secrets".into(), "demo".into(), "s".into());
+        own.record(secret.clone(), Some("h1"), Value::Null);
+        own.relisted("", "configmaps");
+        assert_eq!(own.get(&id("a")), None);
+        assert!(own.get(&secret).is_some());
+        own.forget(&secret);
+        assert_eq!(own.get(&secret), None);
+    }
+}
