@@ -181,13 +181,15 @@ mod tests {
     }
 
     fn applied(uid: &str, generation: i64) -> Wrote {
-        Wrote::Applied {
-            spec: WorkSpec::default(),
-            stamp: Stamp {
-                uid: Some(uid.into()),
-                generation: Some(generation),
-            },
-        }
+        applied_spec(WorkSpec::default(), uid, generation)
+    }
+
+    fn applied_spec(spec: WorkSpec, uid: &str, generation: i64) -> Wrote {
+        let stamp = Stamp {
+            uid: Some(uid.into()),
+            generation: Some(generation),
+        };
+        Wrote::Applied { spec, stamp }
     }
 
     const NOW: Duration = Duration::ZERO;
@@ -284,13 +286,7 @@ mod tests {
         let store = writer.as_reader();
         writer.apply_watcher_event(&Event::Apply(cached("u1", 1, &["a"])));
         let ins = StandIns::default();
-        let wrote = Wrote::Applied {
-            spec: spec_of_names(&["a", "b"]),
-            stamp: Stamp {
-                uid: Some("u1".into()),
-                generation: Some(2),
-            },
-        };
+        let wrote = applied_spec(spec_of_names(&["a", "b"]), "u1", 2);
         ins.record(NS, "b-0", &group(), 0, wrote);
         let seen_names = BTreeSet::from(["b-0".to_string()]);
         let read = |store: &Store<Work>| {
@@ -325,13 +321,7 @@ mod tests {
         let mut writer = Writer::<Work>::default();
         let store = writer.as_reader();
         let ins = StandIns::default();
-        let wrote = Wrote::Applied {
-            spec: spec_of_names(&["a"]),
-            stamp: Stamp {
-                uid: Some("u1".into()),
-                generation: Some(1),
-            },
-        };
+        let wrote = applied_spec(spec_of_names(&["a"]), "u1", 1);
         ins.record(NS, "b-0", &group(), 0, wrote);
         // The create's event and the deletion's come together: the cache never shows it.
         let gone = cached("u1", 1, &["a"]);
