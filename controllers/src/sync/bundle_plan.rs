@@ -206,22 +206,6 @@ fn stage(w: &ChunkWrite) -> u8 {
     }
 }
 
-/// The writes of a plan by stage, in order: the writes of one stage may go at once, each
-/// stage once the one before is written (so an object is never absent from every Work).
-pub fn stages(writes: Vec<(usize, ChunkWrite)>) -> Vec<Vec<(usize, ChunkWrite)>> {
-    let mut out: Vec<Vec<(usize, ChunkWrite)>> = Vec::new();
-    let mut current = None;
-    for (index, write) in writes {
-        let s = stage(&write);
-        match out.last_mut() {
-            Some(last) if current == Some(s) => last.push((index, write)),
-            _ => out.push(vec![(index, write)]),
-        }
-        current = Some(s);
-    }
-    out
-}
-
 /// Bytes of JSON one entry adds to a chunk.
 pub fn entry_size(e: &Entry) -> usize {
     serde_json::to_vec(&e.manifest).map_or(0, |v| v.len())

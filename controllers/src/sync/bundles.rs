@@ -50,6 +50,7 @@ use tracing::{info, warn};
 pub use super::bundle_plan::*;
 use super::{
     Key,
+    bundle_order::stages,
     bundle_standins::{StandIns, Wrote},
 };
 
@@ -351,7 +352,7 @@ impl Bundler {
     ) -> Result<(), String> {
         let namespace = cluster_namespace(&group.0);
         let api: Api<Work> = Api::namespaced(self.host.clone(), &namespace);
-        for stage in stages(plan_group(base, changes, self.limit)) {
+        for stage in stages(base, plan_group(base, changes, self.limit)) {
             let writes = (stage.into_iter())
                 .map(|(index, write)| self.write_chunk(&api, group, index, write));
             futures::future::join_all(writes)

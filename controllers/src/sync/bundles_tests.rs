@@ -107,30 +107,73 @@ fn a_chunk_that_gains_an_object_is_written_before_the_one_that_loses_it() {
         .collect();
     assert_eq!(order, [(1, true), (0, false)]);
     // Each in its own stage: the gaining chunk is written before the losing one starts.
-    let staged: Vec<Vec<usize>> = (stages(writes).iter())
+    assert_eq!(indexes(&stages(&base, writes)), [vec![1], vec![0]]);
+}
+
+fn indexes(stages: &[Vec<(usize, ChunkWrite)>]) -> Vec<Vec<usize>> {
+    (stages.iter())
         .map(|s| s.iter().map(|(i, _)| *i).collect())
-        .collect();
-    assert_eq!(staged, [[1], [0]]);
+        .collect()
+}
+
+fn chunk(names: &[&str]) -> Chunk {
+    Chunk {
+        entries: names.iter().map(|n| (key(n), entry(n, "v"))).collect(),
+        current_metadata: true,
+    }
+}
+
+fn apply(names: &[&str]) -> ChunkWrite {
+    let entries: Vec<Entry> = names.iter().map(|n| entry(n, "v")).collect();
+    ChunkWrite::Apply {
+        spec: spec_of(&entries),
+        gains: false,
+    }
+}
+
+fn names_of(w: &ChunkWrite) -> Vec<String> {
+    let ChunkWrite::Apply { spec, .. } = w else {
+        return Vec::new();
+    };
+    entries_of(spec).into_keys().map(|k| k.1).collect()
 }
 
 #[test]
-fn the_writes_of_one_stage_go_together_and_deletions_last() {
-    let spec = |gains| ChunkWrite::Apply {
-        spec: WorkSpec::default(),
-        gains,
-    };
+fn writes_that_move_nothing_go_together_and_deletions_last() {
+    let base = BTreeMap::from([(0, chunk(&["a"])), (2, chunk(&["d"]))]);
     let writes = vec![
-        (3, spec(true)),
-        (4, spec(true)),
-        (0, spec(false)),
-        (1, spec(false)),
+        (3, apply(&["e"])),
+        (0, apply(&["a"])),
         (2, ChunkWrite::Delete),
     ];
-    let staged: Vec<Vec<usize>> = (stages(writes).iter())
-        .map(|s| s.iter().map(|(i, _)| *i).collect())
-        .collect();
-    assert_eq!(staged, vec![vec![3, 4], vec![0, 1], vec![2]]);
-    assert!(stages(Vec::new()).is_empty());
+    assert_eq!(indexes(&stages(&base, writes)), [vec![3, 0], vec![2]]);
+    assert!(stages(&base, Vec::new()).is_empty());
+}
+
+#[test]
+fn a_chain_of_moves_is_written_from_its_end() {
+    // 0 loses "b" to 1, which loses "c" to 2: 2 first, then 1, then 0.
+    let base = BTreeMap::from([(0, chunk(&["a", "b"])), (1, chunk(&["c"]))]);
+    let writes = vec![(0, apply(&["a"])), (1, apply(&["b"])), (2, apply(&["c"]))];
+    assert_eq!(indexes(&stages(&base, writes)), [vec![2], vec![1], vec![0]]);
+}
+
+#[test]
+fn a_cycle_of_moves_first_holds_both_sides() {
+    // 0 and 1 swap their objects: no order keeps both present, so each chunk is first
+    // written holding both, then as planned.
+    let base = BTreeMap::from([(0, chunk(&["a"])), (1, chunk(&["b"])), (2, chunk(&["c"]))]);
+    let writes = vec![
+        (0, apply(&["b"])),
+        (1, apply(&["a"])),
+        (2, apply(&["c", "d"])),
+    ];
+    let staged = stages(&base, writes);
+    assert_eq!(indexes(&staged), [vec![2], vec![0, 1], vec![0, 1]]);
+    let both: Vec<Vec<String>> = staged[1].iter().map(|(_, w)| names_of(w)).collect();
+    assert_eq!(both, [["a", "b"], ["a", "b"]]);
+    let planned: Vec<Vec<String>> = staged[2].iter().map(|(_, w)| names_of(w)).collect();
+    assert_eq!(planned, [vec!["b"], vec!["a"]]);
 }
 
 #[test]

@@ -19,6 +19,7 @@
 mod action;
 mod breaker;
 mod bundle_index;
+mod bundle_order;
 mod bundle_plan;
 mod bundle_standins;
 pub mod bundles;
