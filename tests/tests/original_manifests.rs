@@ -28,9 +28,12 @@ use flotilla_tests::{
     wait_for,
 };
 use flotilla_webhook as webhook;
-use k8s_openapi::api::{
-    core::v1::{ConfigMap, Namespace, Pod, Secret, ServiceAccount},
-    rbac::v1::{Role, RoleBinding},
+use k8s_openapi::{
+    api::{
+        core::v1::{ConfigMap, Namespace, Pod, Secret, ServiceAccount},
+        rbac::v1::{Role, RoleBinding},
+    },
+    jiff::Timestamp,
 };
 use kube::{
     Api,
@@ -293,6 +296,13 @@ async fn twins_propagate_once_and_report_the_conflict_on_both(
     fed: &Federation,
     sample: &FederatedRef,
 ) -> anyhow::Result<()> {
+    // Creation timestamps count whole seconds and a tie goes to v1beta1: the twin must be
+    // created in a later second than the sample to be the younger one.
+    let created = (sample.get().await?.metadata.creation_timestamp)
+        .context("the sample has a creation timestamp")?;
+    while Timestamp::now().as_second() <= created.0.as_second() {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     let beta_ar = federated("Deployment", "deployments");
     let mut beta = yaml(ALPHA_DEPLOYMENT)?;
     beta["apiVersion"] = json!("types.kubefed.io/v1beta1");
