@@ -280,11 +280,19 @@ mod tests {
         ("m1".into(), Some("demo".into()))
     }
 
-    #[test]
-    fn a_lagging_cache_reads_the_own_write_until_its_event_comes() {
+    /// A Work cache holding `work`, and its writer.
+    fn cache_holding(work: Option<Work>) -> (Writer<Work>, Store<Work>) {
         let mut writer = Writer::<Work>::default();
         let store = writer.as_reader();
-        writer.apply_watcher_event(&Event::Apply(cached("u1", 1, &["a"])));
+        if let Some(w) = work {
+            writer.apply_watcher_event(&Event::Apply(w));
+        }
+        (writer, store)
+    }
+
+    #[test]
+    fn a_lagging_cache_reads_the_own_write_until_its_event_comes() {
+        let (mut writer, store) = cache_holding(Some(cached("u1", 1, &["a"])));
         let ins = StandIns::default();
         let wrote = applied_spec(spec_of_names(&["a", "b"]), "u1", 2);
         ins.record(NS, "b-0", &group(), 0, wrote);
@@ -318,8 +326,7 @@ mod tests {
 
     #[test]
     fn a_work_deleted_by_someone_else_after_the_own_write_is_read_as_gone() {
-        let mut writer = Writer::<Work>::default();
-        let store = writer.as_reader();
+        let (mut writer, store) = cache_holding(None);
         let ins = StandIns::default();
         let wrote = applied_spec(spec_of_names(&["a"]), "u1", 1);
         ins.record(NS, "b-0", &group(), 0, wrote);
@@ -338,9 +345,7 @@ mod tests {
 
     #[test]
     fn an_own_deletion_hides_the_chunk_the_cache_still_holds() {
-        let mut writer = Writer::<Work>::default();
-        let store = writer.as_reader();
-        writer.apply_watcher_event(&Event::Apply(cached("u1", 3, &["a"])));
+        let (mut writer, store) = cache_holding(Some(cached("u1", 3, &["a"])));
         let ins = StandIns::default();
         ins.record(NS, "b-0", &group(), 0, Wrote::Deleted);
         let seen_names = BTreeSet::from(["b-0".to_string()]);
