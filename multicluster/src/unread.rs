@@ -50,8 +50,7 @@ pub async fn patch_stamped<K: Resource + Clone, P: Serialize + Debug>(
     patch: &Patch<P>,
 ) -> kube::Result<Stamp> {
     let req = UrlBuilder::new(api.resource_url()).patch(name, pp, patch);
-    let client: kube::Client = api.clone().into();
-    let text = client.request_text(labelled(req, "patch")?).await?;
+    let text = send_text(api, labelled(req, "patch")?).await?;
     Ok(stamp_of(&text))
 }
 
@@ -114,8 +113,16 @@ fn labelled(
 /// Sends `req` through `api`'s client; the body of a successful answer is read (so the
 /// connection is reused) and dropped.
 async fn send<K: Resource + Clone>(api: &Api<K>, req: Request<Vec<u8>>) -> kube::Result<()> {
+    send_text(api, req).await.map(drop)
+}
+
+/// Sends `req` through `api`'s client; the body of a successful answer as text.
+async fn send_text<K: Resource + Clone>(
+    api: &Api<K>,
+    req: Request<Vec<u8>>,
+) -> kube::Result<String> {
     let client: kube::Client = api.clone().into();
-    client.request_text(req).await.map(drop)
+    client.request_text(req).await
 }
 
 #[cfg(test)]
