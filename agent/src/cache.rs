@@ -135,6 +135,10 @@ impl ObjectCache {
                             queue.add(work.clone());
                         }
                     }
+                    // The cache shows a list only at its end, and until then holds the
+                    // objects as they were: a listed object neither ends a stand-in nor
+                    // queues its Work (both happen at the end, for the whole kind).
+                    Change::Listed(_) => {}
                     Change::Synced => {
                         synced.store(true, Ordering::Release);
                         lock(&recent).relisted(&kind.group, &kind.plural);

@@ -3,8 +3,9 @@
 //! apply again. A write stands in until the kind's watch delivers an event of the object
 //! carrying the written hash (a member's events come in order, so whatever the cache shows
 //! after that is newer than the write: a user's edit or deletion is seen at once), or until
-//! the kind's watch lists again (a relist may skip the event; at worst one apply is
-//! repeated). Time ends a stand-in only as a backstop ([`BACKSTOP`]): a busy member API
+//! a list of the kind ends (the list reads the member's storage, so it holds every write
+//! made before it; a listed object does not end a stand-in on its own, because the cache
+//! shows the list only at its end). Time ends a stand-in only as a backstop ([`BACKSTOP`]): a busy member API
 //! server can deliver events far later than any fixed interval a decision could trust.
 
 use std::{

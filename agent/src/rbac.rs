@@ -11,7 +11,7 @@ use flotilla_api::work::AGENT_FIELD_MANAGER;
 use flotilla_core::agent_role::{
     AGENT_ROLE_ANNOTATION, AGENT_TYPES_CONFIGMAP, AGENT_TYPES_KEY, agent_member_rules,
 };
-use flotilla_multicluster::watch::{Change, WatchParams, watch_into};
+use flotilla_multicluster::watch::{WatchParams, watch_into};
 use k8s_openapi::api::{
     core::v1::ConfigMap,
     rbac::v1::{ClusterRole, PolicyRule},
@@ -74,10 +74,9 @@ pub async fn keep_role(published: Api<ConfigMap>, member: Client, role: String) 
     let roles: Api<ClusterRole> = Api::all(member);
     let namespace = published.namespace().unwrap_or_default().to_owned();
     let (tx, mut rx) = tokio::sync::mpsc::channel::<()>(1);
-    let watch = watch_into(published, writer, params, keep, move |c| {
-        if matches!(c, Change::Object(_) | Change::Synced) {
-            let _ = tx.try_send(());
-        }
+    // Every change, a list's objects and its end included, applies the published types.
+    let watch = watch_into(published, writer, params, keep, move |_| {
+        let _ = tx.try_send(());
         ControlFlow::Continue(())
     });
     let apply = async move {

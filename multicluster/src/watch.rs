@@ -20,10 +20,24 @@ use tracing::{debug, warn};
 
 /// A change seen by [`watch_into`].
 pub enum Change<'a, K> {
-    /// An object was added, modified or deleted (also each object of a (re)list).
+    /// An object was added, modified or deleted; the store already holds the change.
     Object(&'a K),
+    /// An object of a (re)list. The store shows the list only once it completes
+    /// ([`Change::Synced`]); until then it holds what it held before, so a caller must not
+    /// take the store to show this object yet.
+    Listed(&'a K),
     /// A (re)list completed: the cache is complete.
     Synced,
+}
+
+impl<'a, K> Change<'a, K> {
+    /// The object of a watch event or of a list; `None` for [`Change::Synced`].
+    pub fn object(&self) -> Option<&'a K> {
+        match self {
+            Change::Object(o) | Change::Listed(o) => Some(o),
+            Change::Synced => None,
+        }
+    }
 }
 
 /// How loudly a failed watch is logged before it is retried.
@@ -172,11 +186,13 @@ pub async fn watch_into_reporting<K>(
     let mut failures = 0u32;
     while let Some(event) = stream.next().await {
         let flow = match event {
-            Ok(
-                watcher::Event::Apply(o) | watcher::Event::Delete(o) | watcher::Event::InitApply(o),
-            ) => {
+            Ok(watcher::Event::Apply(o) | watcher::Event::Delete(o)) => {
                 failures = 0;
                 on_change(Change::Object(&o))
+            }
+            Ok(watcher::Event::InitApply(o)) => {
+                failures = 0;
+                on_change(Change::Listed(&o))
             }
             Ok(watcher::Event::InitDone) => {
                 failures = 0;

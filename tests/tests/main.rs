@@ -56,6 +56,7 @@ mod library_indexes;
 mod library_providers;
 mod library_sharding;
 mod library_unread_writes;
+mod library_watch_lists;
 mod lifecycle;
 mod mcs_dns;
 mod mcs_faults;

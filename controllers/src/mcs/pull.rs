@@ -28,7 +28,7 @@ use tokio::{sync::Notify, task::JoinHandle};
 use tracing::{debug, warn};
 
 use crate::watch::{WatchParams, notifying_store};
-use flotilla_multicluster::watch::{Change, watch_into};
+use flotilla_multicluster::watch::watch_into;
 
 use super::{
     apply::{Writes, count},
@@ -106,7 +106,7 @@ impl PullStores {
             params,
             |_| {},
             move |change| {
-                if let Change::Object(l) = change {
+                if let Some(l) = change.object() {
                     let version = l.annotations().get(SLICE_VERSION_ANNOTATION).cloned();
                     let ns = l.namespace().unwrap_or_default();
                     if versions.get(&ns) != Some(&version) {

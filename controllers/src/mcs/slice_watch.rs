@@ -208,7 +208,7 @@ async fn run_member(
         |_| {},
         |change| {
             let event = match change {
-                Change::Object(o) => MemberEvent::Object {
+                Change::Object(o) | Change::Listed(o) => MemberEvent::Object {
                     cluster: cluster.clone(),
                     namespace: o.metadata.namespace.clone(),
                     name: o.metadata.name.clone().unwrap_or_default(),

@@ -46,11 +46,7 @@ use kube::{
 };
 use tokio::sync::Notify;
 
-use crate::{
-    multicluster::ClusterSet,
-    watch::{Change, reflect},
-    workqueue::WorkQueue,
-};
+use crate::{multicluster::ClusterSet, watch::reflect, workqueue::WorkQueue};
 
 pub use outcome::{Blocked, Outcome, PolicyId, PolicyKind};
 
@@ -109,11 +105,8 @@ where
 {
     let writer = reflector::store::Writer::<K>::default();
     let store = writer.as_reader();
-    let task = tokio::spawn(reflect(api, writer, what, move |c| {
-        if matches!(c, Change::Object(_) | Change::Synced) {
-            wake.notify_one();
-        }
-    }));
+    // Every change, a list's objects and its end included, wakes the controller.
+    let task = tokio::spawn(reflect(api, writer, what, move |_| wake.notify_one()));
     (store, task)
 }
 
@@ -182,7 +175,7 @@ pub async fn run(host: Client, namespace: String, clusters: ClusterSet, ages: Ar
             rsp_writer,
             "ReplicaSchedulingPreference",
             move |change| {
-                if let Change::Object(rsp) = change {
+                if let Some(rsp) = change.object() {
                     c.rsp_changed(rsp);
                 }
             },

@@ -248,7 +248,7 @@ impl Types {
             shrink,
             move |c| {
                 match c {
-                    Change::Object(o) => {
+                    Change::Object(o) | Change::Listed(o) => {
                         queue.add((ftc.clone(), o.namespace().unwrap_or_default(), o.name_any()))
                     }
                     Change::Synced => {

@@ -37,7 +37,7 @@ use self::reconcile::{Ctx, Key};
 use crate::{
     metrics::Metrics,
     multicluster::ClusterSet,
-    watch::{Change, FailureLog, WatchParams, reflect, watch_into},
+    watch::{FailureLog, WatchParams, reflect, watch_into},
     workqueue::WorkQueue,
 };
 
@@ -92,7 +92,7 @@ async fn watch_imports(
         params,
         |_| {},
         move |c| {
-            if let Change::Object(o) = c {
+            if let Some(o) = c.object() {
                 queue.add((o.namespace().unwrap_or_default(), o.name_any()));
             }
             ControlFlow::Continue(())
@@ -129,7 +129,7 @@ fn watches(
             kfc_writer,
             "KubeFedCluster",
             move |c| {
-                if let Change::Object(_) = c {
+                if c.object().is_some() {
                     queue_all(&queue, &imports);
                 }
             },
@@ -151,7 +151,7 @@ fn watches(
             // Tokens are not kept in memory: the reconcile reads the Secret it needs.
             |s| s.data = None,
             move |c| {
-                if let Change::Object(s) = c
+                if let Some(s) = c.object()
                     && let Some(key) = owner_key(group, s)
                 {
                     queue.add(key);

@@ -56,7 +56,7 @@ use tracing::{debug, info, warn};
 use crate::{
     capacity::MemberResources,
     multicluster::{ClusterSet, ClusterState, MemberEvent},
-    watch::{Change, reflect},
+    watch::reflect,
     workqueue::WorkQueue,
 };
 
@@ -102,7 +102,7 @@ where
     K::DynamicType: Eq + std::hash::Hash + Clone + Send + Sync,
 {
     tokio::spawn(reflect(api, writer, what, move |c| {
-        if let Change::Object(o) = c {
+        if let Some(o) = c.object() {
             queue.add((o.namespace().unwrap_or_default(), o.name_any()));
         }
     }))

@@ -16,7 +16,7 @@ use std::{
 };
 
 use flotilla_api::work::{Work, WorkSpec};
-use flotilla_multicluster::unread::Stamp;
+use flotilla_multicluster::{unread::Stamp, watch::Change};
 use kube::{
     ResourceExt,
     runtime::reflector::{ObjectRef, Store},
@@ -96,10 +96,15 @@ impl StandIns {
         lock(&self.writes).insert((namespace.to_owned(), name.to_owned()), w);
     }
 
-    /// A watch event's Work `event` (after `works` took it in): the write it shows or
-    /// follows stands in no more — a deletion by someone else included, which the cache
-    /// alone would never tell from a lagging create.
-    pub fn observe(&self, event: &Work, works: &Store<Work>) {
+    /// A change of the Works watch (after `works` took it in): the write an event shows
+    /// or follows stands in no more — a deletion by someone else included, which the cache
+    /// alone would never tell from a lagging create. A listed Work ends nothing: the cache
+    /// shows a list only once it completes, and until then holds the chunk as it was
+    /// before the write (the next [`StandIns::overlay`] checks the cache then).
+    pub fn observe(&self, change: &Change<'_, Work>, works: &Store<Work>) {
+        let Change::Object(event) = change else {
+            return;
+        };
         let (Some(namespace), name) = (event.namespace(), event.name_any()) else {
             return;
         };
@@ -314,12 +319,12 @@ mod tests {
         // An agent's status report on generation 1 changes nothing.
         let status_only = cached("u1", 1, &["a"]);
         writer.apply_watcher_event(&Event::Apply(status_only.clone()));
-        ins.observe(&status_only, &store);
+        ins.observe(&Change::Object(&status_only), &store);
         assert_eq!(names(&read(&store), 0), ["a", "b"]);
         // The write's own event: the cache is the truth again.
         let shown = cached("u1", 2, &["a", "b"]);
         writer.apply_watcher_event(&Event::Apply(shown.clone()));
-        ins.observe(&shown, &store);
+        ins.observe(&Change::Object(&shown), &store);
         assert!(lock(&ins.writes).is_empty());
         assert_eq!(names(&read(&store), 0), ["a", "b"]);
     }
@@ -334,7 +339,7 @@ mod tests {
         let gone = cached("u1", 1, &["a"]);
         writer.apply_watcher_event(&Event::Apply(gone.clone()));
         writer.apply_watcher_event(&Event::Delete(gone.clone()));
-        ins.observe(&gone, &store);
+        ins.observe(&Change::Object(&gone), &store);
         let mut out = BTreeMap::new();
         ins.overlay(&group(), NS, &store, &BTreeSet::new(), &mut out);
         assert!(
@@ -363,7 +368,40 @@ mod tests {
         assert_eq!(lock(&ins.writes).len(), 1);
         let last = cached("u1", 3, &["a"]);
         writer.apply_watcher_event(&Event::Delete(last.clone()));
-        ins.observe(&last, &store);
+        ins.observe(&Change::Object(&last), &store);
+        assert!(lock(&ins.writes).is_empty());
+    }
+
+    #[test]
+    fn a_relisted_work_stands_in_until_the_list_ends() {
+        let (mut writer, store) = cache_holding(Some(cached("u1", 1, &["a"])));
+        let ins = StandIns::default();
+        let wrote = applied_spec(spec_of_names(&["a", "b"]), "u1", 2);
+        ins.record(NS, "b-0", &group(), 0, wrote);
+        let seen_names = BTreeSet::from(["b-0".to_string()]);
+        let read = |store: &Store<Work>| {
+            let mut out = BTreeMap::new();
+            if let Some(w) = store.get(&ObjectRef::new("b-0").within(NS)) {
+                let chunk = Chunk {
+                    entries: entries_of(&w.spec),
+                    current_metadata: true,
+                };
+                out.insert(0, chunk);
+            }
+            ins.overlay(&group(), NS, store, &seen_names, &mut out);
+            out
+        };
+        // The watch lists again; the list shows the write, but the cache holds generation
+        // 1 until the list ends: the write still stands in.
+        let listed = cached("u1", 2, &["a", "b"]);
+        writer.apply_watcher_event(&Event::Init);
+        writer.apply_watcher_event(&Event::InitApply(listed.clone()));
+        ins.observe(&Change::Listed(&listed), &store);
+        assert_eq!(names(&read(&store), 0), ["a", "b"]);
+        assert_eq!(lock(&ins.writes).len(), 1);
+        // The list ends: the cache shows it, and the next read forgets the write.
+        writer.apply_watcher_event(&Event::InitDone);
+        assert_eq!(names(&read(&store), 0), ["a", "b"]);
         assert!(lock(&ins.writes).is_empty());
     }
 }

@@ -34,6 +34,7 @@ use flotilla_core::bundle::due;
 use flotilla_multicluster::{
     runner::{Action, PassRunner, Retry},
     unread,
+    watch::Change as WatchChange,
     workqueue::WorkQueue,
 };
 use futures::StreamExt;
@@ -412,10 +413,10 @@ impl Bundler {
         Ok(())
     }
 
-    /// A watch event of one of this type's Works (after the cache took it in): a write of
-    /// this process it shows stands in no more.
-    pub fn observe(&self, work: &Work) {
-        self.written.observe(work, &self.works);
+    /// A change of the watch of this type's Works (after the cache took it in): a write of
+    /// this process an event shows stands in no more ([`StandIns::observe`]).
+    pub fn observe(&self, change: &WatchChange<'_, Work>) {
+        self.written.observe(change, &self.works);
     }
 
     /// The group's chunks: each from the cache, or from this process's own last write

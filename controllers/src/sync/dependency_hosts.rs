@@ -19,7 +19,7 @@ use kube::{
 use tokio::sync::broadcast;
 
 use super::Key;
-use crate::watch::{Change, reflect};
+use crate::watch::reflect;
 
 /// How long a reconcile waits for a freshly started cache to list.
 const READY_WAIT: Duration = Duration::from_secs(30);
@@ -136,7 +136,7 @@ impl DependencyHosts {
         let api: Api<DynamicObject> = Api::all_with(self.host.clone(), &ar);
         let (index, changes) = (self.index.clone(), self.changes.clone());
         tokio::spawn(reflect(api, writer, "dependency", move |c| {
-            if let Change::Object(o) = c {
+            if let Some(o) = c.object() {
                 let r = (kind, o.namespace().unwrap_or_default(), o.name_any());
                 let index = index.lock().unwrap_or_else(|e| e.into_inner());
                 for referrer in index.by_object.get(&r).into_iter().flatten() {

@@ -158,6 +158,10 @@ async fn watch_federated(
                 origins.event(&key);
                 queue.add(key);
             }
+            // Queued at the list's end, from the cache that shows it: a reconcile taken
+            // now would read the object as it was before the list, and could write that
+            // older version back to the members.
+            Change::Listed(_) => {}
             Change::Synced => {
                 for o in store.state() {
                     queue.add(key_of(&o));
@@ -179,7 +183,7 @@ pub(super) async fn watch_federated_namespaces(
 ) {
     let api: Api<DynamicObject> = Api::all_with(host, &ar);
     reflect(api, writer, "federated namespace", move |c| match c {
-        Change::Object(o) => {
+        Change::Object(o) | Change::Listed(o) => {
             let ns = o.namespace();
             for fed in store.state() {
                 if fed.namespace() == ns {

@@ -76,9 +76,9 @@ pub(super) async fn watch_works(
     watch_into(api, writer, params, keep, move |c| {
         let (index, store) = (&all.host.bundles, &all.host.works);
         match c {
-            WatchChange::Object(w) => {
+            WatchChange::Object(w) | WatchChange::Listed(w) => {
                 // Before the requeues: their flushes read the cache, not a stale stand-in.
-                bundler.observe(w);
+                bundler.observe(&c);
                 let ns = w.namespace().unwrap_or_default();
                 for key in index.update(store, &ns, &w.name_any()) {
                     queue.add(key);

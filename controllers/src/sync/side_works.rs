@@ -15,7 +15,7 @@ use std::{
 };
 
 use flotilla_api::work::{WORK_BUNDLE_NAMESPACE, Work, cluster_namespace, type_label};
-use flotilla_multicluster::watch::{Change as WatchChange, WatchParams, watch_into};
+use flotilla_multicluster::watch::{WatchParams, watch_into};
 use kube::{
     Api, Client, ResourceExt,
     core::{ApiResource, GroupVersionKind},
@@ -140,12 +140,13 @@ impl SideWorks {
             params,
             |_| {},
             move |c| {
-                if let WatchChange::Object(w) = c {
-                    let group = (w.namespace().unwrap_or_default(), bundle_namespace(w));
-                    lock(&seen).entry(group).or_default().insert(w.name_any());
-                    observer.observe(w);
-                    on_change(w);
-                }
+                let Some(w) = c.object() else {
+                    return ControlFlow::Continue(());
+                };
+                let group = (w.namespace().unwrap_or_default(), bundle_namespace(w));
+                lock(&seen).entry(group).or_default().insert(w.name_any());
+                observer.observe(&c);
+                on_change(w);
                 ControlFlow::Continue(())
             },
         );

@@ -240,7 +240,7 @@ async fn watch_twin(
         "federated twin",
         packed::pack,
         move |c| match c {
-            Change::Object(o) => queue.add(key_of(o)),
+            Change::Object(o) | Change::Listed(o) => queue.add(key_of(o)),
             Change::Synced => {}
         },
     )

@@ -349,7 +349,7 @@ where
     let (indexes, store, dyntype) = (indexes.clone(), store.clone(), dyntype.clone());
     Arc::new(move |cluster, change| {
         match &change {
-            Change::Object(o) => {
+            Change::Object(o) | Change::Listed(o) => {
                 let key = name_of(*o);
                 let mut at = ObjectRef::<K>::new_with(&key.1, dyntype.clone());
                 if let Some(ns) = &key.0 {
@@ -369,7 +369,7 @@ where
 fn forward_to<K: Resource>(events: mpsc::UnboundedSender<MemberEvent>) -> OnChange<K> {
     Arc::new(move |cluster, change| {
         let event = match change {
-            Change::Object(o) => MemberEvent::Object {
+            Change::Object(o) | Change::Listed(o) => MemberEvent::Object {
                 cluster: cluster.to_owned(),
                 namespace: o.meta().namespace.clone(),
                 name: o.meta().name.clone().unwrap_or_default(),

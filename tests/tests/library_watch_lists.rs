@@ -1,0 +1,165 @@
+//! The library's watch loop (`flotilla_multicluster::watch`) against a real API server: an
+//! object of a list — the first one, or a relist after the watch's resource version
+//! expired — comes as `Change::Listed` while the store still holds what it held before,
+//! and the store shows the list only at `Change::Synced`. A caller that took a listed object
+//! for "the cache shows this now" would read the state before the list (the bundler's
+//! stand-ins and the agent's own writes rely on this).
+
+use std::{
+    ops::ControlFlow,
+    sync::{Arc, Mutex},
+    time::Duration,
+};
+
+use flotilla_localenv::testkit::{TestClusters, wait_until};
+use flotilla_multicluster::watch::{Change, WatchParams, watch_into};
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::{
+    Api, Client, ResourceExt,
+    api::{Patch, PatchParams, PostParams},
+    runtime::reflector::{self, ObjectRef, Store},
+};
+use serde_json::json;
+
+const NS: &str = "default";
+
+/// One callback: its kind, the object's `v` as the change carries it, and the object's `v`
+/// as the store held it at that moment.
+#[derive(Clone, Debug, PartialEq)]
+enum Seen {
+    Object {
+        listed: bool,
+        v: String,
+        stored: Option<String>,
+    },
+    Synced {
+        stored: Option<String>,
+    },
+}
+
+fn v_of(cm: &ConfigMap) -> String {
+    (cm.data.as_ref().and_then(|d| d.get("v")).cloned()).unwrap_or_default()
+}
+
+fn stored_v(store: &Store<ConfigMap>) -> Option<String> {
+    store
+        .get(&ObjectRef::new("watched").within(NS))
+        .map(|cm| v_of(&cm))
+}
+
+async fn set_v(cms: &Api<ConfigMap>, v: &str) -> anyhow::Result<()> {
+    let patch = Patch::Merge(json!({"data": {"v": v}}));
+    cms.patch("watched", &PatchParams::default(), &patch)
+        .await?;
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_listed_object_is_in_the_store_only_once_the_list_ends() -> anyhow::Result<()> {
+    flotilla_tests::init_tracing();
+    let kit = TestClusters::start(1).await?;
+    let direct: Api<ConfigMap> = Api::namespaced(kit.client("host").await?, NS);
+    let mut cm = ConfigMap::default();
+    cm.metadata.name = Some("watched".into());
+    cm.data = Some([("v".to_owned(), "1".to_owned())].into());
+    direct.create(&PostParams::default(), &cm).await?;
+
+    // The watch goes through the cluster's fault proxy; the test's writes do not.
+    let proxied = Client::try_from(kit.proxied_config("host")?)?;
+    let writer = reflector::store::Writer::<ConfigMap>::default();
+    let store = writer.as_reader();
+    let seen: Arc<Mutex<Vec<Seen>>> = Arc::default();
+    let (log, reader) = (seen.clone(), store.clone());
+    let watch = tokio::spawn(watch_into(
+        Api::<ConfigMap>::namespaced(proxied, NS),
+        writer,
+        WatchParams::host("test"),
+        |_| {},
+        move |c| {
+            let stored = stored_v(&reader);
+            let entry = match c {
+                Change::Synced => Seen::Synced { stored },
+                Change::Object(o) | Change::Listed(o) if o.name_any() == "watched" => {
+                    let listed = matches!(c, Change::Listed(_));
+                    let v = v_of(o);
+                    Seen::Object { listed, v, stored }
+                }
+                _ => return ControlFlow::Continue(()),
+            };
+            log.lock().unwrap_or_else(|e| e.into_inner()).push(entry);
+            ControlFlow::Continue(())
+        },
+    ));
+    let count = |s: &Seen| -> usize {
+        let log = seen.lock().unwrap_or_else(|e| e.into_inner());
+        log.iter().filter(|e| *e == s).count()
+    };
+    let first_synced = Seen::Synced {
+        stored: Some("1".into()),
+    };
+    wait_until(Duration::from_secs(30), "first_synced", || async {
+        match count(&first_synced) {
+            1 => Ok(()),
+            _ => Err(format!("{seen:?}")),
+        }
+    })
+    .await?;
+
+    // The first list: the object came as listed, while the store was still empty.
+    let listed_first = Seen::Object {
+        listed: true,
+        v: "1".into(),
+        stored: None,
+    };
+    assert_eq!(count(&listed_first), 1, "{seen:?}");
+
+    // An event: the store already holds the change.
+    set_v(&direct, "2").await?;
+    let event = Seen::Object {
+        listed: false,
+        v: "2".into(),
+        stored: Some("2".into()),
+    };
+    wait_until(Duration::from_secs(30), "event", || async {
+        match count(&event) {
+            1 => Ok(()),
+            _ => Err(format!("{seen:?}")),
+        }
+    })
+    .await?;
+
+    // A relist: the watch is cut off, the API server restarts (its new watch cache does
+    // not hold the resource version the watch resumes from), and the object changes
+    // before the watch is back.
+    kit.black_hole("host");
+    kit.stop_apiserver("host").await?;
+    kit.start_apiserver("host").await?;
+    set_v(&direct, "3").await?;
+    kit.heal("host");
+    let relisted = Seen::Synced {
+        stored: Some("3".into()),
+    };
+    wait_until(Duration::from_secs(90), "relisted", || async {
+        match count(&relisted) {
+            1 => Ok(()),
+            _ => Err(format!("{seen:?}")),
+        }
+    })
+    .await?;
+    let listed_again = Seen::Object {
+        listed: true,
+        v: "3".into(),
+        stored: Some("2".into()),
+    };
+    assert_eq!(count(&listed_again), 1, "{seen:?}");
+    let shown_early = Seen::Object {
+        listed: true,
+        v: "3".into(),
+        stored: Some("3".into()),
+    };
+    assert_eq!(count(&shown_early), 0, "{seen:?}");
+
+    watch.abort();
+    kit.shutdown().await?;
+    Ok(())
+}
