@@ -248,9 +248,13 @@ impl Types {
             shrink,
             move |c| {
                 match c {
-                    Change::Object(o) | Change::Listed(o) => {
+                    Change::Object(o) => {
                         queue.add((ftc.clone(), o.namespace().unwrap_or_default(), o.name_any()))
                     }
+                    // Queued at the list's end (every key, from the cache that shows it):
+                    // a reconcile taken now would read the manifest as it was before the
+                    // list, and could write that older template into its federated object.
+                    Change::Listed(_) => {}
                     Change::Synced => {
                         flag.store(true, Ordering::Release);
                         relisted.store(true, Ordering::Release);

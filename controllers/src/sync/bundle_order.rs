@@ -10,7 +10,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use super::{
     Key,
-    bundle_plan::{Chunk, ChunkWrite, entries_of, spec_of},
+    bundle_plan::{Chunk, ChunkWrite, entries_of, source_of, spec_of},
 };
 
 /// One stage of writes: each may go at once with the others of its stage.
@@ -19,9 +19,7 @@ pub type Stage = Vec<(usize, ChunkWrite)>;
 /// The objects a planned write leaves in its chunk (none for a deletion).
 fn keys_after(write: &ChunkWrite) -> BTreeSet<Key> {
     match write {
-        ChunkWrite::Apply { spec, .. } => (spec.manifest_configs.iter())
-            .map(|c| (c.source_namespace.clone(), c.source_name.clone()))
-            .collect(),
+        ChunkWrite::Apply { spec } => spec.manifest_configs.iter().map(source_of).collect(),
         ChunkWrite::Delete => BTreeSet::new(),
     }
 }
@@ -101,6 +99,5 @@ fn holding_both(old: Option<&Chunk>, planned: &ChunkWrite) -> ChunkWrite {
     entries.extend(entries_of(spec));
     ChunkWrite::Apply {
         spec: spec_of(entries.values()),
-        gains: true,
     }
 }

@@ -43,9 +43,8 @@ pub struct Chunk {
 /// What to do with one chunk.
 #[derive(Clone, Debug, PartialEq)]
 pub enum ChunkWrite {
-    /// Write the chunk with this spec; `gains`: it takes objects it did not hold (written
-    /// before the chunks that lose them, so an object is never absent from every Work).
-    Apply { spec: WorkSpec, gains: bool },
+    /// Write the chunk with this spec.
+    Apply { spec: WorkSpec },
     /// Delete the emptied chunk.
     Delete,
 }
@@ -64,8 +63,8 @@ pub fn spec_of<'e>(entries: impl IntoIterator<Item = &'e Entry>) -> WorkSpec {
 
 /// The pure decision of one flush of a group: `base`, its chunks as held now (by chunk
 /// number); `changes`, the pending changes; `limit`, the bound of one chunk. Returns the
-/// writes in the order to make them (gaining chunks first, deletions last); an unchanged
-/// chunk is not written.
+/// writes by chunk number (`super::bundle_order::stages` says in which order to make
+/// them); an unchanged chunk is not written.
 pub fn plan_group(
     base: &BTreeMap<usize, Chunk>,
     changes: &BTreeMap<Key, Change>,
@@ -83,15 +82,11 @@ pub fn plan_group(
                 let unchanged =
                     old.is_some_and(|o| o.current_metadata && spec_of(o.entries.values()) == spec);
                 if !unchanged {
-                    let gains = new
-                        .keys()
-                        .any(|k| old.is_none_or(|o| !o.entries.contains_key(*k)));
-                    writes.push((index, ChunkWrite::Apply { spec, gains }));
+                    writes.push((index, ChunkWrite::Apply { spec }));
                 }
             }
         }
     }
-    writes.sort_by_key(|(_, w)| stage(w));
     writes
 }
 
@@ -196,16 +191,6 @@ pub fn held(
         .collect()
 }
 
-/// Which stage of a flush a write belongs to: chunks gaining objects, then the others,
-/// then deletions.
-fn stage(w: &ChunkWrite) -> u8 {
-    match w {
-        ChunkWrite::Apply { gains: true, .. } => 0,
-        ChunkWrite::Apply { gains: false, .. } => 1,
-        ChunkWrite::Delete => 2,
-    }
-}
-
 /// Bytes of JSON one entry adds to a chunk.
 pub fn entry_size(e: &Entry) -> usize {
     serde_json::to_vec(&e.manifest).map_or(0, |v| v.len())
@@ -223,7 +208,7 @@ pub fn entries_of(spec: &WorkSpec) -> BTreeMap<Key, Entry> {
         if !flotilla_api::work::same_object(&config.identifier, &identify(i, manifest)) {
             continue;
         }
-        let key = (config.source_namespace.clone(), config.source_name.clone());
+        let key = source_of(config);
         // As a reconcile makes it (ordinal 0): sizes and comparisons do not depend on
         // where the manifest sits.
         let mut config = config.clone();
@@ -235,4 +220,9 @@ pub fn entries_of(spec: &WorkSpec) -> BTreeMap<Key, Entry> {
         out.insert(key, entry);
     }
     out
+}
+
+/// The object (federated key) a manifest's config names as its source.
+pub fn source_of(config: &ManifestConfig) -> Key {
+    (config.source_namespace.clone(), config.source_name.clone())
 }

@@ -49,10 +49,9 @@ fn many_changes_at_once_are_one_write_and_the_same_changes_again_none() {
         (0..50).map(|i| upsert(&format!("cm{i:02}"), "v")).collect();
     let writes = plan_group(&BTreeMap::new(), &changes, 1 << 20);
     assert_eq!(writes.len(), 1, "50 objects, one bundle write");
-    let ChunkWrite::Apply { spec, gains } = &writes[0].1 else {
+    let ChunkWrite::Apply { spec } = &writes[0].1 else {
         panic!("a write, not a deletion");
     };
-    assert!(gains);
     assert_eq!(spec.workload.manifests.len(), 50);
     assert_eq!(spec.manifest_configs[7].identifier.ordinal, 7);
     assert_eq!(spec.manifest_configs[7].identifier.name, "cm07");
@@ -94,18 +93,19 @@ fn a_chunk_that_gains_an_object_is_written_before_the_one_that_loses_it() {
         ),
     );
     assert_eq!(base.len(), 1);
-    // "a" grows past the room a chunk keeps (the largest bound: a chunk filled under an
-    // older, larger bound moves nothing): it moves to a new chunk 1, written first.
+    // "a" grows past the room a chunk keeps (the largest bound). First in key order, it
+    // stays (a chunk takes anything while empty); "b" no longer fits beside it and moves
+    // to a new chunk 1, which is written first.
     let grown = BTreeMap::from([upsert(
         "a",
         &"x".repeat(flotilla_api::work::BUNDLE_MAX_BYTES_CEILING),
     )]);
     let writes = plan_group(&base, &grown, small);
-    let order: Vec<_> = writes
-        .iter()
-        .map(|(i, w)| (*i, matches!(w, ChunkWrite::Apply { gains: true, .. })))
-        .collect();
-    assert_eq!(order, [(1, true), (0, false)]);
+    let held: Vec<_> = writes.iter().map(|(i, w)| (*i, names_of(w))).collect();
+    assert_eq!(
+        held,
+        [(0, vec!["a".to_string()]), (1, vec!["b".to_string()])]
+    );
     // Each in its own stage: the gaining chunk is written before the losing one starts.
     assert_eq!(indexes(&stages(&base, writes)), [vec![1], vec![0]]);
 }
@@ -127,7 +127,6 @@ fn apply(names: &[&str]) -> ChunkWrite {
     let entries: Vec<Entry> = names.iter().map(|n| entry(n, "v")).collect();
     ChunkWrite::Apply {
         spec: spec_of(&entries),
-        gains: false,
     }
 }
 

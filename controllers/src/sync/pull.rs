@@ -76,7 +76,7 @@ pub(super) async fn watch_works(
     watch_into(api, writer, params, keep, move |c| {
         let (index, store) = (&all.host.bundles, &all.host.works);
         match c {
-            WatchChange::Object(w) | WatchChange::Listed(w) => {
+            WatchChange::Object(w) => {
                 // Before the requeues: their flushes read the cache, not a stale stand-in.
                 bundler.observe(&c);
                 let ns = w.namespace().unwrap_or_default();
@@ -84,6 +84,9 @@ pub(super) async fn watch_works(
                     queue.add(key);
                 }
             }
+            // The cache shows a list only at its end, and holds the Works as they were
+            // until then: the index, the stand-ins and the reconciles wait for it.
+            WatchChange::Listed(_) => {}
             WatchChange::Synced => {
                 index.rebuild(store);
                 all.requeue(&queue);

@@ -169,7 +169,7 @@ impl Drop for SideWorks {
 
 /// The sources (federated keys) a Work's manifests render.
 pub(crate) fn sources(work: &Work) -> impl Iterator<Item = Key> + '_ {
-    (work.spec.manifest_configs.iter()).map(|c| (c.source_namespace.clone(), c.source_name.clone()))
+    (work.spec.manifest_configs.iter()).map(super::bundle_plan::source_of)
 }
 
 #[cfg(test)]
