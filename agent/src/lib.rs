@@ -54,7 +54,7 @@ use kube::{
 };
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
-use tracing::info;
+use tracing::{Instrument, info};
 
 use self::{
     apply::Member, cache::ObjectCache, observe::Observer, records::Records, reports::Reports,
@@ -210,7 +210,10 @@ impl Agent {
         let worker = state.clone();
         tasks.push(tokio::spawn(runner.run(move |name: String| {
             let state = worker.clone();
-            async move { Ok::<_, Infallible>(work::work(&state, &name).await) }
+            // Every line of a Work's round names the member and the Work (agents of many
+            // members can share one log: the benchmark's fleet runs them in its process).
+            let span = tracing::info_span!("work", cluster = %state.cluster, work = %name);
+            async move { Ok::<_, Infallible>(work::work(&state, &name).await) }.instrument(span)
         })));
         Agent {
             tasks,
