@@ -47,6 +47,43 @@ fn stored_v(store: &Store<ConfigMap>) -> Option<String> {
         .map(|cm| v_of(&cm))
 }
 
+type Log = Arc<Mutex<Vec<Seen>>>;
+
+fn count(log: &Log, s: &Seen) -> usize {
+    let log = log.lock().unwrap_or_else(|e| e.into_inner());
+    log.iter().filter(|e| *e == s).count()
+}
+
+/// Waits up to `secs` until the watch has seen `s` once.
+async fn until_seen(log: &Log, s: Seen, secs: u64) -> anyhow::Result<()> {
+    wait_until(
+        Duration::from_secs(secs),
+        "the watch's callbacks",
+        || async {
+            match count(log, &s) {
+                1 => Ok(()),
+                _ => Err(format!("waiting for {s:?} in {log:?}")),
+            }
+        },
+    )
+    .await?;
+    Ok(())
+}
+
+fn synced(stored: &str) -> Seen {
+    Seen::Synced {
+        stored: Some(stored.into()),
+    }
+}
+
+fn object(listed: bool, v: &str, stored: &str) -> Seen {
+    Seen::Object {
+        listed,
+        v: v.into(),
+        stored: Some(stored.into()),
+    }
+}
+
 async fn set_v(cms: &Api<ConfigMap>, v: &str) -> anyhow::Result<()> {
     let patch = Patch::Merge(json!({"data": {"v": v}}));
     cms.patch("watched", &PatchParams::default(), &patch)
@@ -68,7 +105,7 @@ async fn a_listed_object_is_in_the_store_only_once_the_list_ends() -> anyhow::Re
     let proxied = Client::try_from(kit.proxied_config("host")?)?;
     let writer = reflector::store::Writer::<ConfigMap>::default();
     let store = writer.as_reader();
-    let seen: Arc<Mutex<Vec<Seen>>> = Arc::default();
+    let seen: Log = Arc::default();
     let (log, reader) = (seen.clone(), store.clone());
     let watch = tokio::spawn(watch_into(
         Api::<ConfigMap>::namespaced(proxied, NS),
@@ -90,43 +127,18 @@ async fn a_listed_object_is_in_the_store_only_once_the_list_ends() -> anyhow::Re
             ControlFlow::Continue(())
         },
     ));
-    let count = |s: &Seen| -> usize {
-        let log = seen.lock().unwrap_or_else(|e| e.into_inner());
-        log.iter().filter(|e| *e == s).count()
-    };
-    let first_synced = Seen::Synced {
-        stored: Some("1".into()),
-    };
-    wait_until(Duration::from_secs(30), "first_synced", || async {
-        match count(&first_synced) {
-            1 => Ok(()),
-            _ => Err(format!("{seen:?}")),
-        }
-    })
-    .await?;
-
+    until_seen(&seen, synced("1"), 30).await?;
     // The first list: the object came as listed, while the store was still empty.
     let listed_first = Seen::Object {
         listed: true,
         v: "1".into(),
         stored: None,
     };
-    assert_eq!(count(&listed_first), 1, "{seen:?}");
+    assert_eq!(count(&seen, &listed_first), 1, "{seen:?}");
 
     // An event: the store already holds the change.
     set_v(&direct, "2").await?;
-    let event = Seen::Object {
-        listed: false,
-        v: "2".into(),
-        stored: Some("2".into()),
-    };
-    wait_until(Duration::from_secs(30), "event", || async {
-        match count(&event) {
-            1 => Ok(()),
-            _ => Err(format!("{seen:?}")),
-        }
-    })
-    .await?;
+    until_seen(&seen, object(false, "2", "2"), 30).await?;
 
     // A relist: the watch is cut off, the API server restarts (its new watch cache does
     // not hold the resource version the watch resumes from), and the object changes
@@ -136,28 +148,9 @@ async fn a_listed_object_is_in_the_store_only_once_the_list_ends() -> anyhow::Re
     kit.start_apiserver("host").await?;
     set_v(&direct, "3").await?;
     kit.heal("host");
-    let relisted = Seen::Synced {
-        stored: Some("3".into()),
-    };
-    wait_until(Duration::from_secs(90), "relisted", || async {
-        match count(&relisted) {
-            1 => Ok(()),
-            _ => Err(format!("{seen:?}")),
-        }
-    })
-    .await?;
-    let listed_again = Seen::Object {
-        listed: true,
-        v: "3".into(),
-        stored: Some("2".into()),
-    };
-    assert_eq!(count(&listed_again), 1, "{seen:?}");
-    let shown_early = Seen::Object {
-        listed: true,
-        v: "3".into(),
-        stored: Some("3".into()),
-    };
-    assert_eq!(count(&shown_early), 0, "{seen:?}");
+    until_seen(&seen, synced("3"), 90).await?;
+    assert_eq!(count(&seen, &object(true, "3", "2")), 1, "{seen:?}");
+    assert_eq!(count(&seen, &object(true, "3", "3")), 0, "{seen:?}");
 
     watch.abort();
     kit.shutdown().await?;

@@ -295,25 +295,29 @@ mod tests {
         (writer, store)
     }
 
+    /// Chunk 0 of the group as a flush reads it: Work `b-0` from `store`, the stand-ins of
+    /// `ins` laid over it.
+    fn read_b0(ins: &StandIns, store: &Store<Work>) -> BTreeMap<usize, Chunk> {
+        let mut out = BTreeMap::new();
+        if let Some(w) = store.get(&ObjectRef::new("b-0").within(NS)) {
+            let chunk = Chunk {
+                entries: entries_of(&w.spec),
+                current_metadata: true,
+            };
+            out.insert(0, chunk);
+        }
+        let seen_names = BTreeSet::from(["b-0".to_string()]);
+        ins.overlay(&group(), NS, store, &seen_names, &mut out);
+        out
+    }
+
     #[test]
     fn a_lagging_cache_reads_the_own_write_until_its_event_comes() {
         let (mut writer, store) = cache_holding(Some(cached("u1", 1, &["a"])));
         let ins = StandIns::default();
         let wrote = applied_spec(spec_of_names(&["a", "b"]), "u1", 2);
         ins.record(NS, "b-0", &group(), 0, wrote);
-        let seen_names = BTreeSet::from(["b-0".to_string()]);
-        let read = |store: &Store<Work>| {
-            let mut out = BTreeMap::new();
-            if let Some(w) = store.get(&ObjectRef::new("b-0").within(NS)) {
-                let chunk = Chunk {
-                    entries: entries_of(&w.spec),
-                    current_metadata: true,
-                };
-                out.insert(0, chunk);
-            }
-            ins.overlay(&group(), NS, store, &seen_names, &mut out);
-            out
-        };
+        let read = |store: &Store<Work>| read_b0(&ins, store);
         // The cache still holds generation 1: the write stands in.
         assert_eq!(names(&read(&store), 0), ["a", "b"]);
         // An agent's status report on generation 1 changes nothing.
@@ -378,19 +382,7 @@ mod tests {
         let ins = StandIns::default();
         let wrote = applied_spec(spec_of_names(&["a", "b"]), "u1", 2);
         ins.record(NS, "b-0", &group(), 0, wrote);
-        let seen_names = BTreeSet::from(["b-0".to_string()]);
-        let read = |store: &Store<Work>| {
-            let mut out = BTreeMap::new();
-            if let Some(w) = store.get(&ObjectRef::new("b-0").within(NS)) {
-                let chunk = Chunk {
-                    entries: entries_of(&w.spec),
-                    current_metadata: true,
-                };
-                out.insert(0, chunk);
-            }
-            ins.overlay(&group(), NS, store, &seen_names, &mut out);
-            out
-        };
+        let read = |store: &Store<Work>| read_b0(&ins, store);
         // The watch lists again; the list shows the write, but the cache holds generation
         // 1 until the list ends: the write still stands in.
         let listed = cached("u1", 2, &["a", "b"]);
