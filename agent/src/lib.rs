@@ -257,21 +257,20 @@ async fn watch_works(state: Arc<State>, writer: reflector::store::Writer<Work>) 
     let api = state.works_api.clone();
     let s = state.clone();
     watch_into(api, writer, WatchParams::host("work"), keep, move |c| {
+        if let Some(w) = c.object()
+            && w.labels().get(ORPHAN_LABEL).is_some_and(|v| v == "true")
+        {
+            s.orphaned
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .insert(w.name_any());
+        }
         match c {
-            Change::Object(w) | Change::Listed(w) => {
-                if w.labels().get(ORPHAN_LABEL).is_some_and(|v| v == "true") {
-                    s.orphaned
-                        .lock()
-                        .unwrap_or_else(|e| e.into_inner())
-                        .insert(w.name_any());
-                }
-                // A listed Work is queued at the list's end: the cache holds the Work as
-                // it was before the list until then, and applying that would take the
-                // member back to an older manifest.
-                if let Change::Object(_) = c {
-                    s.queue.add(w.name_any());
-                }
-            }
+            Change::Object(w) => s.queue.add(w.name_any()),
+            // A listed Work is queued at the list's end: the cache holds the Work as it
+            // was before the list until then, and applying that would take the member
+            // back to an older manifest.
+            Change::Listed(_) => {}
             Change::Synced => {
                 for w in s.works.state() {
                     s.queue.add(w.name_any());

@@ -5,8 +5,9 @@
 //! after that is newer than the write: a user's edit or deletion is seen at once), or until
 //! a list of the kind ends (the list reads the member's storage, so it holds every write
 //! made before it; a listed object does not end a stand-in on its own, because the cache
-//! shows the list only at its end). Time ends a stand-in only as a backstop ([`BACKSTOP`]): a busy member API
-//! server can deliver events far later than any fixed interval a decision could trust.
+//! shows the list only at its end). Time ends a stand-in only as a backstop
+//! ([`BACKSTOP`]): a busy member API server can deliver events far later than any fixed
+//! interval a decision could trust.
 
 use std::{
     collections::HashMap,

@@ -349,7 +349,7 @@ where
     let (indexes, store, dyntype) = (indexes.clone(), store.clone(), dyntype.clone());
     Arc::new(move |cluster, change| {
         match &change {
-            Change::Object(o) | Change::Listed(o) => {
+            Change::Object(o) => {
                 let key = name_of(*o);
                 let mut at = ObjectRef::<K>::new_with(&key.1, dyntype.clone());
                 if let Some(ns) = &key.0 {
@@ -358,6 +358,9 @@ where
                 let current = store.get(&at);
                 indexes.update(cluster, key, current.as_deref());
             }
+            // The store shows a list only at its end, where the indexes are rebuilt from
+            // it: updating them from the store now would write back what they hold.
+            Change::Listed(_) => {}
             Change::Synced => indexes.rebuild(cluster, &store.state()),
         }
         on_change(cluster, change)
