@@ -367,7 +367,8 @@ impl Member {
         let pp = PatchParams::apply(AGENT_FIELD_MANAGER).force();
         match api.patch(&id.3, &pp, &Patch::Apply(manifest)).await {
             Ok(o) => {
-                info!(resource = %id.1, namespace = %id.2, name = %id.3, "applied");
+                let hash = manifest_hash(manifest).unwrap_or_default();
+                info!(resource = %id.1, namespace = %id.2, name = %id.3, hash, "applied");
                 let obj = serde_json::to_value(o).unwrap_or(Value::Null);
                 self.cache
                     .remember_write(id.clone(), manifest_hash(manifest), obj.clone());

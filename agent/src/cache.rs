@@ -117,7 +117,7 @@ impl ObjectCache {
             failures: flotilla_multicluster::watch::FailureLog::Warn,
         };
         let (owners, queue, kind) = (self.owners.clone(), self.queue.clone(), ar.clone());
-        let recent = self.recent.clone();
+        let (recent, store) = (self.recent.clone(), writer.as_reader());
         let task = tokio::spawn(watch_into(
             Api::<DynamicObject>::all_with(self.client.clone(), ar),
             writer,
@@ -139,9 +139,11 @@ impl ObjectCache {
                     // objects as they were: a listed object neither ends a stand-in nor
                     // queues its Work (both happen at the end, for the whole kind).
                     Change::Listed(_) => {}
+                    Change::Listing => lock(&recent).listing(&kind.group, &kind.plural),
                     Change::Synced => {
                         synced.store(true, Ordering::Release);
-                        lock(&recent).relisted(&kind.group, &kind.plural);
+                        let listed = |id: &ObjectId| stored_hash(&store, &kind, id);
+                        lock(&recent).relisted(&kind.group, &kind.plural, listed);
                         // A relist may have dropped objects deleted while the watch was
                         // down, without an event: their Works look again.
                         for (id, work) in owners.iter() {
@@ -171,13 +173,7 @@ impl ObjectCache {
         if !kind.synced.load(Ordering::Acquire) {
             return Cached::Unknown;
         }
-        let mut oref = ObjectRef::new_with(&id.3, ar.clone());
-        if !id.2.is_empty() {
-            oref = oref.within(&id.2);
-        }
-        let cached = kind
-            .store
-            .get(&oref)
+        let cached = (kind.store.get(&object_ref(ar, id)))
             .map(|o| serde_json::to_value(o.as_ref()).unwrap_or(Value::Null));
         let recent = lock(&self.recent);
         let (object, lagging) = super::plan::newest_view(cached, recent.get(id), desired_hash);
@@ -205,6 +201,20 @@ impl ObjectCache {
             .remove(id);
         lock(&self.recent).forget(id);
     }
+}
+
+fn object_ref(ar: &ApiResource, id: &ObjectId) -> ObjectRef<DynamicObject> {
+    let oref = ObjectRef::new_with(&id.3, ar.clone());
+    match id.2.is_empty() {
+        true => oref,
+        false => oref.within(&id.2),
+    }
+}
+
+/// The hash annotation of `id` as `store` holds it.
+fn stored_hash(store: &Store<DynamicObject>, ar: &ApiResource, id: &ObjectId) -> Option<String> {
+    let object = store.get(&object_ref(ar, id))?;
+    object.annotations().get(HASH_ANNOTATION).cloned()
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {

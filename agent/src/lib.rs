@@ -270,7 +270,7 @@ async fn watch_works(state: Arc<State>, writer: reflector::store::Writer<Work>) 
             // A listed Work is queued at the list's end: the cache holds the Work as it
             // was before the list until then, and applying that would take the member
             // back to an older manifest.
-            Change::Listed(_) => {}
+            Change::Listing | Change::Listed(_) => {}
             Change::Synced => {
                 for w in s.works.state() {
                     s.queue.add(w.name_any());

@@ -3,9 +3,12 @@
 //! apply again. A write stands in until the kind's watch delivers an event of the object
 //! carrying the written hash (a member's events come in order, so whatever the cache shows
 //! after that is newer than the write: a user's edit or deletion is seen at once), or until
-//! a list of the kind ends (the list reads the member's storage, so it holds every write
-//! made before it; a listed object does not end a stand-in on its own, because the cache
-//! shows the list only at its end). Time ends a stand-in only as a backstop
+//! a list of the kind ends that was requested after the member answered the write (the
+//! list reads the member's storage, so it holds every write committed before it; a write
+//! answered while the list was under way may be missing from its snapshot, and stands in
+//! until its event, which the watch resumed from the list delivers; a listed object does
+//! not end a stand-in on its own, because the cache shows the list only at its end). Time
+//! ends a stand-in only as a backstop
 //! ([`BACKSTOP`]): a busy member API server can deliver events far later than any fixed
 //! interval a decision could trust.
 
@@ -32,6 +35,8 @@ struct Own {
 #[derive(Debug, Default)]
 pub struct OwnWrites {
     writes: HashMap<ObjectId, Own>,
+    /// When the list under way of each kind (group, plural) was requested.
+    listing: HashMap<(String, String), Instant>,
 }
 
 impl OwnWrites {
@@ -72,9 +77,28 @@ impl OwnWrites {
         }
     }
 
-    /// The watch of resource `plural` in `group` listed again: its writes stand in no more.
-    pub fn relisted(&mut self, group: &str, plural: &str) {
-        self.writes.retain(|id, _| id.0 != group || id.1 != plural);
+    /// The watch of resource `plural` in `group` is about to list it (again).
+    pub fn listing(&mut self, group: &str, plural: &str) {
+        let kind = (group.to_owned(), plural.to_owned());
+        self.listing.insert(kind, Instant::now());
+    }
+
+    /// The list of resource `plural` in `group` ended (`listed`: the hash of an object as
+    /// the list holds it): the writes answered before it was requested stand in no more
+    /// (the list holds them), nor later ones the list happens to show; the others wait for
+    /// their event.
+    pub fn relisted(
+        &mut self,
+        group: &str,
+        plural: &str,
+        listed: impl Fn(&ObjectId) -> Option<String>,
+    ) {
+        let kind = (group.to_owned(), plural.to_owned());
+        let requested = self.listing.remove(&kind);
+        self.writes.retain(|id, w| {
+            let before = requested.is_some_and(|at| w.at <= at);
+            id.0 != group || id.1 != plural || !before && listed(id).as_ref() != Some(&w.hash)
+        });
     }
 
     /// Forgets `id`'s write (the object was pruned or released).
@@ -132,10 +156,58 @@ mod tests {
         own.record(id("a"), Some("h1"), Value::Null);
         let secret = (String::new(), "secrets".into(), "demo".into(), "s".into());
         own.record(secret.clone(), Some("h1"), Value::Null);
-        own.relisted("", "configmaps");
+        own.listing("", "configmaps");
+        own.listing("", "secrets");
+        own.relisted("", "configmaps", |_| None);
         assert_eq!(own.get(&id("a")), None);
         assert!(own.get(&secret).is_some());
         own.forget(&secret);
         assert_eq!(own.get(&secret), None);
+    }
+
+    #[test]
+    fn a_write_answered_during_a_list_outlives_the_list() {
+        let mut own = OwnWrites::default();
+        own.record(id("before"), Some("h1"), Value::Null);
+        own.listing("", "configmaps");
+        // Answered after the list was requested: its snapshot may precede it.
+        std::thread::sleep(Duration::from_millis(2));
+        own.record(id("during"), Some("h1"), Value::Null);
+        own.relisted("", "configmaps", |_| None);
+        assert_eq!(own.get(&id("before")), None, "the list holds it");
+        assert!(own.get(&id("during")).is_some(), "its event ends it");
+        own.observed(&id("during"), Some("h1"));
+        assert_eq!(own.get(&id("during")), None);
+    }
+
+    #[test]
+    fn a_write_the_list_shows_ends_with_it() {
+        let mut own = OwnWrites::default();
+        own.listing("", "configmaps");
+        std::thread::sleep(Duration::from_millis(2));
+        own.record(id("shown"), Some("h2"), Value::Null);
+        own.record(id("older"), Some("h2"), Value::Null);
+        own.relisted("", "configmaps", |id| match id.3.as_str() {
+            "shown" => Some("h2".into()),
+            _ => Some("h1".into()),
+        });
+        assert_eq!(own.get(&id("shown")), None, "the list holds the write");
+        assert!(
+            own.get(&id("older")).is_some(),
+            "the list's snapshot precedes it"
+        );
+    }
+
+    #[test]
+    fn a_list_whose_start_went_unseen_ends_only_what_it_shows() {
+        let mut own = OwnWrites::default();
+        own.record(id("a"), Some("h1"), Value::Null);
+        own.relisted("", "configmaps", |_| None);
+        assert!(own.get(&id("a")).is_some());
+        // Each list ends only what was answered before its own request.
+        own.listing("", "configmaps");
+        own.relisted("", "configmaps", |_| None);
+        own.relisted("", "configmaps", |_| None);
+        assert_eq!(own.get(&id("a")), None);
     }
 }

@@ -22,6 +22,11 @@ use tracing::{debug, warn};
 pub enum Change<'a, K> {
     /// An object was added, modified or deleted; the store already holds the change.
     Object(&'a K),
+    /// A (re)list is about to be requested. Its objects follow as [`Change::Listed`] and
+    /// [`Change::Synced`] ends it; a write answered before this change is in the list
+    /// when the list reads through to storage (the default), one answered later may not
+    /// be (the list's snapshot can precede it) and comes as an event after the list.
+    Listing,
     /// An object of a (re)list. The store shows the list only once it completes
     /// ([`Change::Synced`]); until then it holds what it held before, so a caller must not
     /// take the store to show this object yet.
@@ -31,11 +36,12 @@ pub enum Change<'a, K> {
 }
 
 impl<'a, K> Change<'a, K> {
-    /// The object of a watch event or of a list; `None` for [`Change::Synced`].
+    /// The object of a watch event or of a list; `None` for [`Change::Listing`] and
+    /// [`Change::Synced`].
     pub fn object(&self) -> Option<&'a K> {
         match self {
             Change::Object(o) | Change::Listed(o) => Some(o),
-            Change::Synced => None,
+            Change::Listing | Change::Synced => None,
         }
     }
 }
@@ -198,7 +204,7 @@ pub async fn watch_into_reporting<K>(
                 failures = 0;
                 on_change(Change::Synced)
             }
-            Ok(watcher::Event::Init) => ControlFlow::Continue(()),
+            Ok(watcher::Event::Init) => on_change(Change::Listing),
             Err(error) => {
                 failures = failures.saturating_add(1);
                 match on_failure(&error) {

@@ -216,6 +216,7 @@ async fn run_member(
                 Change::Synced => MemberEvent::Synced {
                     cluster: cluster.clone(),
                 },
+                Change::Listing => return ControlFlow::Continue(()),
             };
             match events.send(event) {
                 Ok(()) => ControlFlow::Continue(()),

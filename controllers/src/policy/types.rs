@@ -254,7 +254,7 @@ impl Types {
                     // Queued at the list's end (every key, from the cache that shows it):
                     // a reconcile taken now would read the manifest as it was before the
                     // list, and could write that older template into its federated object.
-                    Change::Listed(_) => {}
+                    Change::Listing | Change::Listed(_) => {}
                     Change::Synced => {
                         flag.store(true, Ordering::Release);
                         relisted.store(true, Ordering::Release);

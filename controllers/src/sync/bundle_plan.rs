@@ -226,3 +226,29 @@ pub fn entries_of(spec: &WorkSpec) -> BTreeMap<Key, Entry> {
 pub fn source_of(config: &ManifestConfig) -> Key {
     (config.source_namespace.clone(), config.source_name.clone())
 }
+
+/// How a chunk write differs from the chunk as it was read: objects added, changed (a
+/// new manifest or config) and removed; all zero for a write of its metadata alone.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ChunkDiff {
+    pub added: usize,
+    pub changed: usize,
+    pub removed: usize,
+}
+
+/// What writing `spec` over `old` changes.
+pub fn chunk_diff(old: Option<&Chunk>, spec: &WorkSpec) -> ChunkDiff {
+    let empty = BTreeMap::new();
+    let old = old.map_or(&empty, |c| &c.entries);
+    let new = entries_of(spec);
+    let mut diff = ChunkDiff::default();
+    for (key, entry) in &new {
+        match old.get(key) {
+            None => diff.added += 1,
+            Some(o) if o != entry => diff.changed += 1,
+            Some(_) => {}
+        }
+    }
+    diff.removed = old.keys().filter(|k| !new.contains_key(*k)).count();
+    diff
+}

@@ -354,8 +354,9 @@ impl Bundler {
         let namespace = cluster_namespace(&group.0);
         let api: Api<Work> = Api::namespaced(self.host.clone(), &namespace);
         for stage in stages(base, plan_group(base, changes, self.limit)) {
-            let writes = (stage.into_iter())
-                .map(|(index, write)| self.write_chunk(&api, group, index, write));
+            let writes = (stage.into_iter()).map(|(index, write)| {
+                self.write_chunk(&api, group, (index, base.get(&index)), write)
+            });
             futures::future::join_all(writes)
                 .await
                 .into_iter()
@@ -374,12 +375,13 @@ impl Bundler {
         Ok(())
     }
 
-    /// Applies or deletes chunk `index` of the group, and remembers the write.
+    /// Applies or deletes chunk `index` of the group (`old`: as it was read), and remembers
+    /// the write.
     async fn write_chunk(
         &self,
         api: &Api<Work>,
         group: &Group,
-        index: usize,
+        (index, old): (usize, Option<&Chunk>),
         write: ChunkWrite,
     ) -> Result<(), String> {
         let name = bundle_name(
@@ -395,7 +397,13 @@ impl Bundler {
                 let stamp = unread::patch_stamped(api, &name, &pp, &Patch::Apply(&body))
                     .await
                     .map_err(|e| format!("writing Work {name}: {}", message(&e)))?;
-                info!(cluster = %group.0, work = %name, manifests = spec.workload.manifests.len(), "wrote a bundle");
+                let ChunkDiff {
+                    added,
+                    changed,
+                    removed,
+                } = chunk_diff(old, &spec);
+                let manifests = spec.workload.manifests.len();
+                info!(cluster = %group.0, work = %name, manifests, added, changed, removed, "wrote a bundle");
                 Wrote::Applied { spec, stamp }
             }
             ChunkWrite::Delete => {

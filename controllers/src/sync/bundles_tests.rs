@@ -299,3 +299,29 @@ fn a_removal_waits_with_its_chunk() {
         keys(&[])
     );
 }
+
+#[test]
+fn a_write_is_described_by_the_objects_it_adds_changes_and_removes() {
+    let base: BTreeMap<usize, Chunk> = [(0, chunk(&["a", "b", "c"]))].into();
+    let changes: BTreeMap<Key, Change> = [
+        upsert("a", "2"),
+        upsert("d", "1"),
+        (key("c"), Change::Remove),
+    ]
+    .into();
+    let writes = plan_group(&base, &changes, usize::MAX);
+    let [(0, ChunkWrite::Apply { spec })] = writes.as_slice() else {
+        panic!("one write of chunk 0: {writes:?}");
+    };
+    let diff = chunk_diff(base.get(&0), spec);
+    let want = ChunkDiff {
+        added: 1,
+        changed: 1,
+        removed: 1,
+    };
+    assert_eq!(diff, want);
+    let unchanged = chunk_diff(base.get(&0), &spec_of(base[&0].entries.values()));
+    assert_eq!(unchanged, ChunkDiff::default(), "metadata alone");
+    let new = chunk_diff(None, spec);
+    assert_eq!((new.added, new.changed, new.removed), (3, 0, 0));
+}

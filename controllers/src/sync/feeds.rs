@@ -161,7 +161,7 @@ async fn watch_federated(
             // Queued at the list's end, from the cache that shows it: a reconcile taken
             // now would read the object as it was before the list, and could write that
             // older version back to the members.
-            Change::Listed(_) => {}
+            Change::Listing | Change::Listed(_) => {}
             Change::Synced => {
                 for o in store.state() {
                     queue.add(key_of(&o));
@@ -191,7 +191,7 @@ pub(super) async fn watch_federated_namespaces(
                 }
             }
         }
-        Change::Synced => {}
+        Change::Listing | Change::Synced => {}
     })
     .await;
 }

@@ -86,7 +86,7 @@ pub(super) async fn watch_works(
             }
             // The cache shows a list only at its end, and holds the Works as they were
             // until then: the index, the stand-ins and the reconciles wait for it.
-            WatchChange::Listed(_) => {}
+            WatchChange::Listing | WatchChange::Listed(_) => {}
             WatchChange::Synced => {
                 index.rebuild(store);
                 all.requeue(&queue);

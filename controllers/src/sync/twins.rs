@@ -241,7 +241,7 @@ async fn watch_twin(
         packed::pack,
         move |c| match c {
             Change::Object(o) | Change::Listed(o) => queue.add(key_of(o)),
-            Change::Synced => {}
+            Change::Listing | Change::Synced => {}
         },
     )
     .await;

@@ -140,7 +140,7 @@ where
                     Change::Object(o) => queue.add(ObjectKey::of(cluster, o)),
                     // Queued at the list's end, from the cache that shows it: a reconcile
                     // taken now would read the cache as it was before the list.
-                    Change::Listed(_) => {}
+                    Change::Listing | Change::Listed(_) => {}
                     Change::Synced => {
                         if let Some(cache) = upgrade(&cell) {
                             for o in cache.list(cluster) {
@@ -257,7 +257,7 @@ where
                 match change {
                     Change::Object(o) => mapper(cluster, o).into_iter().for_each(|k| queue.add(k)),
                     // Mapped at the list's end, from the cache that shows it.
-                    Change::Listed(_) => {}
+                    Change::Listing | Change::Listed(_) => {}
                     Change::Synced => {
                         for o in upgrade(&cell).map(|c| c.list(cluster)).unwrap_or_default() {
                             mapper(cluster, o.as_ref())

@@ -360,7 +360,7 @@ where
             }
             // The store shows a list only at its end, where the indexes are rebuilt from
             // it: updating them from the store now would write back what they hold.
-            Change::Listed(_) => {}
+            Change::Listing | Change::Listed(_) => {}
             Change::Synced => indexes.rebuild(cluster, &store.state()),
         }
         on_change(cluster, change)
@@ -380,6 +380,7 @@ fn forward_to<K: Resource>(events: mpsc::UnboundedSender<MemberEvent>) -> OnChan
             Change::Synced => MemberEvent::Synced {
                 cluster: cluster.to_owned(),
             },
+            Change::Listing => return ControlFlow::Continue(()),
         };
         match events.send(event) {
             Ok(()) => ControlFlow::Continue(()),
