@@ -8,6 +8,13 @@
 //! stand-in only as a backstop ([`BACKSTOP`]) for a change the cache can never show — the
 //! Work deleted by someone else before this process saw its own write, with the deletion
 //! event lost to a relist.
+//!
+//! A write the cache has shown is still remembered, without its spec, until the backstop:
+//! should the cache later hold that Work as it was before the write (the same uid at an
+//! older generation, or the uid of a Work this process deleted), the chunk is not read from
+//! it — a deleted chunk is read as gone, and a group whose chunk went back waits for the
+//! cache to catch up — and the controller says so in its log. A fleet run showed such a
+//! chunk, deleted 85 s before, written again from the cache's copy of it (issue #54).
 
 use std::{
     collections::{BTreeMap, BTreeSet, HashMap},
@@ -21,7 +28,7 @@ use kube::{
     ResourceExt,
     runtime::reflector::{ObjectRef, Store},
 };
-use tracing::warn;
+use tracing::{info, warn};
 
 use super::bundle_plan::{Chunk, Group, entries_of};
 
@@ -33,8 +40,8 @@ pub const BACKSTOP: Duration = Duration::from_secs(300);
 pub enum Wrote {
     /// Applied this spec; the API server answered with `stamp`.
     Applied { spec: WorkSpec, stamp: Stamp },
-    /// Deleted it.
-    Deleted,
+    /// Deleted it (the Work of this uid, when known).
+    Deleted { uid: Option<String> },
 }
 
 /// Whether a Work cache shows a write.
@@ -60,13 +67,45 @@ pub fn seen(wrote: &Wrote, cached: Option<&Work>, age: Duration) -> Seen {
         // An answer without a version: the cache shows the spec written, or it does not.
         (Wrote::Applied { spec, .. }, Some(c)) => &c.spec == spec,
         (Wrote::Applied { .. }, None) => false,
-        (Wrote::Deleted, None) => true,
-        (Wrote::Deleted, Some(c)) => c.metadata.deletion_timestamp.is_some(),
+        (Wrote::Deleted { .. }, None) => true,
+        (Wrote::Deleted { .. }, Some(c)) => c.metadata.deletion_timestamp.is_some(),
     };
     match shown {
         true => Seen::Shown,
         false if age >= BACKSTOP => Seen::GaveUp,
         false => Seen::NotYet,
+    }
+}
+
+/// Whether `cached` holds the Work as it was before `wrote`, a write the cache has already
+/// shown: the same uid at an older generation, or the uid of the Work deleted.
+pub fn went_back(wrote: &Wrote, cached: &Work) -> bool {
+    let uid = match wrote {
+        Wrote::Applied { stamp, .. } => &stamp.uid,
+        Wrote::Deleted { uid } => uid,
+    };
+    if uid.is_none() || &cached.metadata.uid != uid {
+        return false;
+    }
+    match wrote {
+        Wrote::Applied { stamp, .. } => cached.metadata.generation < stamp.generation,
+        Wrote::Deleted { .. } => true,
+    }
+}
+
+/// A write the cache has shown becomes a mark: the write without its spec, kept to tell
+/// a cache that goes back (`None`: nothing to tell it by).
+fn mark_of(wrote: &Wrote) -> Option<Wrote> {
+    match wrote {
+        Wrote::Applied { stamp, .. } if stamp.uid.is_some() && stamp.generation.is_some() => {
+            let stamp = stamp.clone();
+            Some(Wrote::Applied {
+                spec: WorkSpec::default(),
+                stamp,
+            })
+        }
+        Wrote::Deleted { uid: Some(_) } => Some(wrote.clone()),
+        _ => None,
     }
 }
 
@@ -76,6 +115,33 @@ struct Written {
     index: usize,
     wrote: Wrote,
     at: Instant,
+    /// The cache has shown the write: it no longer stands in, it only marks (see
+    /// [`went_back`]).
+    shown: bool,
+    /// The log has said the cache went back before this write.
+    told: bool,
+}
+
+impl Written {
+    /// The cache shows the write: a mark until the backstop, or nothing (`false`).
+    fn settle(&mut self) -> bool {
+        match mark_of(&self.wrote) {
+            Some(mark) => {
+                self.wrote = mark;
+                self.shown = true;
+                true
+            }
+            None => false,
+        }
+    }
+}
+
+/// What the stand-ins say of a group's chunks read from the cache.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Overlaid {
+    /// A chunk of the group is older in the cache than a write of it the cache already
+    /// showed: the group waits for the cache.
+    pub went_back: bool,
 }
 
 /// The writes of one bundler still standing in, by (cluster namespace, Work name).
@@ -92,6 +158,8 @@ impl StandIns {
             index,
             wrote,
             at: Instant::now(),
+            shown: false,
+            told: false,
         };
         lock(&self.writes).insert((namespace.to_owned(), name.to_owned()), w);
     }
@@ -110,21 +178,36 @@ impl StandIns {
         };
         let mut writes = lock(&self.writes);
         let key = (namespace, name);
-        let Some(w) = writes.get(&key) else {
+        let Some(w) = writes.get_mut(&key).filter(|w| !w.shown) else {
             return;
         };
         let cached = works.get(&ObjectRef::new(&key.1).within(&key.0));
         let age = w.at.elapsed();
         let by_event = seen(&w.wrote, Some(event), age);
         let by_cache = seen(&w.wrote, cached.as_deref(), age);
+        let shown = by_event == Seen::Shown || by_cache == Seen::Shown;
+        if shown && w.settle() {
+            return;
+        }
         if by_event != Seen::NotYet || by_cache != Seen::NotYet {
             writes.remove(&key);
         }
     }
 
+    /// The uid of the Work this process last wrote as `name` in `namespace`, if known.
+    pub fn uid_of(&self, namespace: &str, name: &str) -> Option<String> {
+        let writes = lock(&self.writes);
+        match &writes.get(&(namespace.to_owned(), name.to_owned()))?.wrote {
+            Wrote::Applied { stamp, .. } => stamp.uid.clone(),
+            Wrote::Deleted { .. } => None,
+        }
+    }
+
     /// Lays the writes of `group` (Works in `namespace`) the cache `works` does not show
-    /// yet over its chunks `out` read from that cache (`seen`: the Work names read);
-    /// forgets every write, of any group, the cache shows.
+    /// yet over its chunks `out` read from that cache (`seen`: the Work names read), and
+    /// reads a chunk the cache holds as it was before a deletion it showed as gone;
+    /// settles every write, of any group, the cache shows. Says whether a chunk of the
+    /// group went back in the cache to before a write it showed.
     pub fn overlay(
         &self,
         group: &Group,
@@ -132,12 +215,31 @@ impl StandIns {
         works: &Store<Work>,
         seen_names: &BTreeSet<String>,
         out: &mut BTreeMap<usize, Chunk>,
-    ) {
+    ) -> Overlaid {
+        let mut overlaid = Overlaid::default();
         let mut writes = lock(&self.writes);
         writes.retain(|(ns, name), w| {
             let cached = works.get(&ObjectRef::new(name).within(ns));
+            if w.shown {
+                if w.at.elapsed() >= BACKSTOP {
+                    return false;
+                }
+                let ours = ns == namespace && &w.group == group;
+                if ours && let Some(c) = cached.as_deref().filter(|c| went_back(&w.wrote, c)) {
+                    let deleted = matches!(w.wrote, Wrote::Deleted { .. });
+                    if !std::mem::replace(&mut w.told, true) {
+                        info!(namespace = %ns, work = %name, generation = ?c.metadata.generation, deleted, "the Work cache holds a bundle as it was before this process's own write it already showed; not read from it");
+                    }
+                    if deleted {
+                        out.remove(&w.index);
+                    } else {
+                        overlaid.went_back = true;
+                    }
+                }
+                return true;
+            }
             match seen(&w.wrote, cached.as_deref(), w.at.elapsed()) {
-                Seen::Shown => return false,
+                Seen::Shown => return w.settle(),
                 Seen::GaveUp => {
                     warn!(namespace = %ns, work = %name, "the Work cache never showed this process's own bundle write; reading the cache again");
                     return false;
@@ -155,13 +257,14 @@ impl StandIns {
                     };
                     out.insert(w.index, chunk);
                 }
-                Wrote::Deleted if seen_names.contains(name) => {
+                Wrote::Deleted { .. } if seen_names.contains(name) => {
                     out.remove(&w.index);
                 }
-                Wrote::Deleted => {}
+                Wrote::Deleted { .. } => {}
             }
             true
         });
+        overlaid
     }
 }
 
@@ -242,7 +345,7 @@ mod tests {
 
     #[test]
     fn a_deletion_stands_in_until_the_work_is_gone_or_terminating() {
-        let wrote = Wrote::Deleted;
+        let wrote = Wrote::Deleted { uid: None };
         assert_eq!(seen(&wrote, Some(&work("u1", 4)), NOW), Seen::NotYet);
         assert_eq!(seen(&wrote, None, NOW), Seen::Shown);
         let mut terminating = work("u1", 4);
@@ -311,6 +414,11 @@ mod tests {
         out
     }
 
+    /// How many writes stand in (shown ones only mark).
+    fn standing(ins: &StandIns) -> usize {
+        lock(&ins.writes).values().filter(|w| !w.shown).count()
+    }
+
     #[test]
     fn a_lagging_cache_reads_the_own_write_until_its_event_comes() {
         let (mut writer, store) = cache_holding(Some(cached("u1", 1, &["a"])));
@@ -329,7 +437,7 @@ mod tests {
         let shown = cached("u1", 2, &["a", "b"]);
         writer.apply_watcher_event(&Event::Apply(shown.clone()));
         ins.observe(&Change::Object(&shown), &store);
-        assert!(lock(&ins.writes).is_empty());
+        assert_eq!(standing(&ins), 0);
         assert_eq!(names(&read(&store), 0), ["a", "b"]);
     }
 
@@ -356,7 +464,7 @@ mod tests {
     fn an_own_deletion_hides_the_chunk_the_cache_still_holds() {
         let (mut writer, store) = cache_holding(Some(cached("u1", 3, &["a"])));
         let ins = StandIns::default();
-        ins.record(NS, "b-0", &group(), 0, Wrote::Deleted);
+        ins.record(NS, "b-0", &group(), 0, Wrote::Deleted { uid: None });
         let seen_names = BTreeSet::from(["b-0".to_string()]);
         let mut out = BTreeMap::from([(0, Chunk::default())]);
         ins.overlay(&group(), NS, &store, &seen_names, &mut out);
@@ -394,6 +502,84 @@ mod tests {
         // The list ends: the cache shows it, and the next read forgets the write.
         writer.apply_watcher_event(&Event::InitDone);
         assert_eq!(names(&read(&store), 0), ["a", "b"]);
-        assert!(lock(&ins.writes).is_empty());
+        assert_eq!(standing(&ins), 0);
+    }
+
+    #[test]
+    fn a_cache_holds_a_work_as_before_a_write_it_showed_when_it_went_back() {
+        let wrote = applied("u1", 3);
+        assert!(went_back(&wrote, &work("u1", 2)));
+        assert!(!went_back(&wrote, &work("u1", 3)));
+        assert!(!went_back(&wrote, &work("u2", 1)), "another incarnation");
+        let unknown = Wrote::Applied {
+            spec: WorkSpec::default(),
+            stamp: Stamp::default(),
+        };
+        assert!(!went_back(&unknown, &work("u1", 1)));
+        let deleted = Wrote::Deleted {
+            uid: Some("u1".into()),
+        };
+        assert!(
+            went_back(&deleted, &work("u1", 9)),
+            "the deleted Work itself"
+        );
+        assert!(!went_back(&deleted, &work("u2", 1)), "created again since");
+        assert!(!went_back(&Wrote::Deleted { uid: None }, &work("u1", 1)));
+    }
+
+    #[test]
+    fn a_chunk_deleted_and_shown_gone_is_read_as_gone_when_the_cache_holds_it_again() {
+        let before = cached("u1", 2, &["a", "b"]);
+        let (mut writer, store) = cache_holding(Some(before.clone()));
+        let ins = StandIns::default();
+        let deleted = Wrote::Deleted {
+            uid: Some("u1".into()),
+        };
+        ins.record(NS, "b-0", &group(), 0, deleted);
+        writer.apply_watcher_event(&Event::Delete(before.clone()));
+        ins.observe(&Change::Object(&before), &store);
+        assert_eq!(standing(&ins), 0, "the cache showed the deletion");
+        assert!(read_b0(&ins, &store).is_empty());
+        // The cache holds the deleted Work again: it is not read from it.
+        writer.apply_watcher_event(&Event::Apply(before));
+        assert!(read_b0(&ins, &store).is_empty());
+        // Written again (a new uid): the new chunk is read.
+        ins.record(
+            NS,
+            "b-0",
+            &group(),
+            0,
+            applied_spec(spec_of_names(&["c"]), "u2", 1),
+        );
+        writer.apply_watcher_event(&Event::Apply(cached("u2", 1, &["c"])));
+        assert_eq!(names(&read_b0(&ins, &store), 0), ["c"]);
+    }
+
+    #[test]
+    fn a_group_whose_chunk_went_back_before_a_shown_write_waits() {
+        let (mut writer, store) = cache_holding(Some(cached("u1", 1, &["a"])));
+        let ins = StandIns::default();
+        ins.record(
+            NS,
+            "b-0",
+            &group(),
+            0,
+            applied_spec(spec_of_names(&["a", "b"]), "u1", 2),
+        );
+        let shown = cached("u1", 2, &["a", "b"]);
+        writer.apply_watcher_event(&Event::Apply(shown.clone()));
+        ins.observe(&Change::Object(&shown), &store);
+        let overlay = |store: &Store<Work>, group: &Group, ns: &str| {
+            let mut out = BTreeMap::new();
+            ins.overlay(group, ns, store, &BTreeSet::new(), &mut out)
+        };
+        assert!(!overlay(&store, &group(), NS).went_back);
+        writer.apply_watcher_event(&Event::Apply(cached("u1", 1, &["a"])));
+        assert!(overlay(&store, &group(), NS).went_back);
+        let other = overlay(&store, &("m2".into(), None), "flotilla-cluster-m2");
+        assert!(!other.went_back, "another group reads on");
+        // The cache catches up: the group is read again.
+        writer.apply_watcher_event(&Event::Apply(shown));
+        assert!(!overlay(&store, &group(), NS).went_back);
     }
 }

@@ -42,7 +42,7 @@ use kube::{
     Api, Client, ResourceExt,
     api::{DeleteParams, Patch, PatchParams},
     core::ApiResource,
-    runtime::reflector::Store,
+    runtime::reflector::{ObjectRef, Store},
 };
 use serde_json::{Value, json};
 use tokio::sync::Notify;
@@ -311,7 +311,10 @@ impl Bundler {
         retire: &BTreeSet<String>,
         waiting: &HashSet<Key>,
     ) -> (BTreeMap<Key, Since>, Result<(), String>) {
-        let base = self.base(group);
+        let Some(base) = self.base(group) else {
+            // Held whole until the cache catches up with what it already showed.
+            return (changes, Ok(()));
+        };
         // Moved apart, not cloned: a change carries its whole manifest.
         let (mut plain, mut since) = (BTreeMap::new(), BTreeMap::new());
         for (k, (c, at)) in changes {
@@ -407,13 +410,18 @@ impl Bundler {
                 Wrote::Applied { spec, stamp }
             }
             ChunkWrite::Delete => {
+                let namespace = cluster_namespace(&group.0);
+                let uid = (self.written.uid_of(&namespace, &name)).or_else(|| {
+                    let cached = self.works.get(&ObjectRef::new(&name).within(&namespace));
+                    cached.and_then(|w| w.metadata.uid.clone())
+                });
                 match unread::delete(api, &name, &DeleteParams::default()).await {
                     Ok(_) => {}
                     Err(kube::Error::Api(s)) if s.code == 404 => {}
                     Err(e) => return Err(format!("deleting Work {name}: {}", message(&e))),
                 }
                 info!(cluster = %group.0, work = %name, "deleted an emptied bundle");
-                Wrote::Deleted
+                Wrote::Deleted { uid }
             }
         };
         let namespace = cluster_namespace(&group.0);
@@ -428,8 +436,9 @@ impl Bundler {
     }
 
     /// The group's chunks: each from the cache, or from this process's own last write
-    /// while the cache has not shown it.
-    fn base(&self, group: &Group) -> BTreeMap<usize, Chunk> {
+    /// while the cache has not shown it; `None` while the cache holds one of them as it
+    /// was before a write of this process it already showed (see [`StandIns::overlay`]).
+    fn base(&self, group: &Group) -> Option<BTreeMap<usize, Chunk>> {
         let namespace = cluster_namespace(&group.0);
         let mut out = BTreeMap::new();
         let mut seen = BTreeSet::new();
@@ -456,8 +465,8 @@ impl Bundler {
                 },
             );
         }
-        (self.written).overlay(group, &namespace, &self.works, &seen, &mut out);
-        out
+        let overlaid = (self.written).overlay(group, &namespace, &self.works, &seen, &mut out);
+        (!overlaid.went_back).then_some(out)
     }
 
     /// The Work of chunk `index` of `group`.
