@@ -3,7 +3,9 @@
 //! expired — comes as `Change::Listed` while the store still holds what it held before,
 //! and the store shows the list only at `Change::Synced`. A caller that took a listed object
 //! for "the cache shows this now" would read the state before the list (the bundler's
-//! stand-ins and the agent's own writes rely on this).
+//! stand-ins and the agent's own writes rely on this). Each list is announced before it is
+//! requested (`Change::Listing`): the agent's own writes answered after that may be missing
+//! from the list.
 
 use std::{
     ops::ControlFlow,
@@ -35,6 +37,7 @@ enum Seen {
     Synced {
         stored: Option<String>,
     },
+    Listing,
 }
 
 fn v_of(cm: &ConfigMap) -> String {
@@ -68,6 +71,22 @@ async fn until_seen(log: &Log, s: Seen, secs: u64) -> anyhow::Result<()> {
     )
     .await?;
     Ok(())
+}
+
+/// Whether every list's objects and end came after its start, and how many lists began.
+fn lists_announced(log: &Log) -> Result<usize, String> {
+    let log = log.lock().unwrap_or_else(|e| e.into_inner());
+    let (mut listing, mut begun) = (false, 0);
+    for (i, e) in log.iter().enumerate() {
+        match e {
+            Seen::Listing => (listing, begun) = (true, begun + 1),
+            Seen::Object { listed: true, .. } if !listing => return Err(format!("#{i}: {log:?}")),
+            Seen::Synced { .. } if !listing => return Err(format!("#{i}: {log:?}")),
+            Seen::Synced { .. } => listing = false,
+            Seen::Object { .. } => {}
+        }
+    }
+    Ok(begun)
 }
 
 fn synced(stored: &str) -> Seen {
@@ -116,6 +135,7 @@ async fn a_listed_object_is_in_the_store_only_once_the_list_ends() -> anyhow::Re
             let stored = stored_v(&reader);
             let entry = match c {
                 Change::Synced => Seen::Synced { stored },
+                Change::Listing => Seen::Listing,
                 Change::Object(o) | Change::Listed(o) if o.name_any() == "watched" => {
                     let listed = matches!(c, Change::Listed(_));
                     let v = v_of(o);
@@ -151,6 +171,8 @@ async fn a_listed_object_is_in_the_store_only_once_the_list_ends() -> anyhow::Re
     until_seen(&seen, synced("3"), 90).await?;
     assert_eq!(count(&seen, &object(true, "3", "2")), 1, "{seen:?}");
     assert_eq!(count(&seen, &object(true, "3", "3")), 0, "{seen:?}");
+    let lists = lists_announced(&seen).map_err(anyhow::Error::msg)?;
+    assert!(lists >= 2, "the first list and the relist: {seen:?}");
 
     watch.abort();
     kit.shutdown().await?;

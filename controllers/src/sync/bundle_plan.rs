@@ -38,6 +38,29 @@ pub struct Chunk {
     pub entries: BTreeMap<Key, Entry>,
     /// Whether its metadata is what this version writes (else it is written again).
     pub current_metadata: bool,
+    /// Where it was read from, for the log.
+    pub read: Read,
+}
+
+/// Where a chunk was read from: the Work cache or this process's own write standing in,
+/// and the Work's uid and `metadata.generation` there (each when known).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Read {
+    pub own_write: bool,
+    pub uid: Option<String>,
+    pub generation: Option<i64>,
+}
+
+impl std::fmt::Display for Read {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let from = if self.own_write { "own write" } else { "cache" };
+        let uid = self.uid.as_deref().unwrap_or("-");
+        let uid = uid.get(..8).unwrap_or(uid);
+        match self.generation {
+            Some(g) => write!(f, "{from} {uid} generation {g}"),
+            None => write!(f, "{from} {uid}"),
+        }
+    }
 }
 
 /// What to do with one chunk.

@@ -30,7 +30,7 @@ use kube::{
 };
 use tracing::{info, warn};
 
-use super::bundle_plan::{Chunk, Group, entries_of};
+use super::bundle_plan::{Chunk, Group, Read, entries_of};
 
 /// The longest a write the cache does not show stands in for it.
 pub const BACKSTOP: Duration = Duration::from_secs(300);
@@ -250,10 +250,16 @@ impl StandIns {
                 return true;
             }
             match &w.wrote {
-                Wrote::Applied { spec, .. } => {
+                Wrote::Applied { spec, stamp } => {
+                    let read = Read {
+                        own_write: true,
+                        uid: stamp.uid.clone(),
+                        generation: stamp.generation,
+                    };
                     let chunk = Chunk {
                         entries: entries_of(spec),
                         current_metadata: true,
+                        read,
                     };
                     out.insert(w.index, chunk);
                 }
@@ -406,6 +412,7 @@ mod tests {
             let chunk = Chunk {
                 entries: entries_of(&w.spec),
                 current_metadata: true,
+                ..Chunk::default()
             };
             out.insert(0, chunk);
         }

@@ -406,7 +406,13 @@ impl Bundler {
                     removed,
                 } = chunk_diff(old, &spec);
                 let manifests = spec.workload.manifests.len();
-                info!(cluster = %group.0, work = %name, manifests, added, changed, removed, "wrote a bundle");
+                let read = old.map_or_else(|| "nothing".to_owned(), |c| c.read.to_string());
+                let wrote = Read {
+                    own_write: true,
+                    uid: stamp.uid.clone(),
+                    generation: stamp.generation,
+                };
+                info!(cluster = %group.0, work = %name, manifests, added, changed, removed, %read, %wrote, "wrote a bundle");
                 Wrote::Applied { spec, stamp }
             }
             ChunkWrite::Delete => {
@@ -420,7 +426,8 @@ impl Bundler {
                     Err(kube::Error::Api(s)) if s.code == 404 => {}
                     Err(e) => return Err(format!("deleting Work {name}: {}", message(&e))),
                 }
-                info!(cluster = %group.0, work = %name, "deleted an emptied bundle");
+                let read = old.map_or_else(|| "nothing".to_owned(), |c| c.read.to_string());
+                info!(cluster = %group.0, work = %name, %read, "deleted an emptied bundle");
                 Wrote::Deleted { uid }
             }
         };
@@ -462,6 +469,11 @@ impl Bundler {
                 Chunk {
                     entries: entries_of(&w.spec),
                     current_metadata,
+                    read: Read {
+                        own_write: false,
+                        uid: w.metadata.uid.clone(),
+                        generation: w.metadata.generation,
+                    },
                 },
             );
         }

@@ -32,6 +32,7 @@ fn after(base: &BTreeMap<usize, Chunk>, writes: &[(usize, ChunkWrite)]) -> BTree
                 let chunk = Chunk {
                     entries: entries_of(spec),
                     current_metadata: true,
+                    ..Chunk::default()
                 };
                 out.insert(*index, chunk);
             }
@@ -120,6 +121,7 @@ fn chunk(names: &[&str]) -> Chunk {
     Chunk {
         entries: names.iter().map(|n| (key(n), entry(n, "v"))).collect(),
         current_metadata: true,
+        ..Chunk::default()
     }
 }
 
@@ -324,4 +326,20 @@ fn a_write_is_described_by_the_objects_it_adds_changes_and_removes() {
     assert_eq!(unchanged, ChunkDiff::default(), "metadata alone");
     let new = chunk_diff(None, spec);
     assert_eq!((new.added, new.changed, new.removed), (3, 0, 0));
+}
+
+#[test]
+fn a_chunk_read_is_logged_by_its_source_uid_and_generation() {
+    let cached = Read {
+        own_write: false,
+        uid: Some("0123456789abcdef".into()),
+        generation: Some(3),
+    };
+    assert_eq!(cached.to_string(), "cache 01234567 generation 3");
+    let own = Read {
+        own_write: true,
+        uid: None,
+        generation: None,
+    };
+    assert_eq!(own.to_string(), "own write -");
 }
