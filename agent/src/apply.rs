@@ -367,11 +367,11 @@ impl Member {
         let pp = PatchParams::apply(AGENT_FIELD_MANAGER).force();
         match api.patch(&id.3, &pp, &Patch::Apply(manifest)).await {
             Ok(o) => {
-                let hash = manifest_hash(manifest).unwrap_or_default();
-                info!(resource = %id.1, namespace = %id.2, name = %id.3, hash, "applied");
+                let hash = manifest_hash(manifest);
+                let logged = hash.unwrap_or_default();
+                info!(resource = %id.1, namespace = %id.2, name = %id.3, hash = logged, "applied");
                 let obj = serde_json::to_value(o).unwrap_or(Value::Null);
-                self.cache
-                    .remember_write(id.clone(), manifest_hash(manifest), obj.clone());
+                self.cache.remember_write(id.clone(), hash, obj.clone());
                 Ok(obj)
             }
             Err(e) => {

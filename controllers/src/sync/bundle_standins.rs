@@ -194,15 +194,6 @@ impl StandIns {
         }
     }
 
-    /// The uid of the Work this process last wrote as `name` in `namespace`, if known.
-    pub fn uid_of(&self, namespace: &str, name: &str) -> Option<String> {
-        let writes = lock(&self.writes);
-        match &writes.get(&(namespace.to_owned(), name.to_owned()))?.wrote {
-            Wrote::Applied { stamp, .. } => stamp.uid.clone(),
-            Wrote::Deleted { .. } => None,
-        }
-    }
-
     /// Lays the writes of `group` (Works in `namespace`) the cache `works` does not show
     /// yet over its chunks `out` read from that cache (`seen`: the Work names read), and
     /// reads a chunk the cache holds as it was before a deletion it showed as gone;

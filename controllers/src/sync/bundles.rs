@@ -42,7 +42,7 @@ use kube::{
     Api, Client, ResourceExt,
     api::{DeleteParams, Patch, PatchParams},
     core::ApiResource,
-    runtime::reflector::{ObjectRef, Store},
+    runtime::reflector::Store,
 };
 use serde_json::{Value, json};
 use tokio::sync::Notify;
@@ -393,6 +393,7 @@ impl Bundler {
             group.1.as_deref(),
             index,
         );
+        let read = old.map_or_else(|| "nothing".to_owned(), |c| c.read.to_string());
         let wrote = match write {
             ChunkWrite::Apply { spec, .. } => {
                 let body = self.body(group, index, &name, &spec);
@@ -406,7 +407,6 @@ impl Bundler {
                     removed,
                 } = chunk_diff(old, &spec);
                 let manifests = spec.workload.manifests.len();
-                let read = old.map_or_else(|| "nothing".to_owned(), |c| c.read.to_string());
                 let wrote = Read {
                     own_write: true,
                     uid: stamp.uid.clone(),
@@ -416,17 +416,14 @@ impl Bundler {
                 Wrote::Applied { spec, stamp }
             }
             ChunkWrite::Delete => {
-                let namespace = cluster_namespace(&group.0);
-                let uid = (self.written.uid_of(&namespace, &name)).or_else(|| {
-                    let cached = self.works.get(&ObjectRef::new(&name).within(&namespace));
-                    cached.and_then(|w| w.metadata.uid.clone())
-                });
+                // The Work the deletion was planned from (the cache's, or this process's own
+                // write standing in).
+                let uid = old.and_then(|c| c.read.uid.clone());
                 match unread::delete(api, &name, &DeleteParams::default()).await {
                     Ok(_) => {}
                     Err(kube::Error::Api(s)) if s.code == 404 => {}
                     Err(e) => return Err(format!("deleting Work {name}: {}", message(&e))),
                 }
-                let read = old.map_or_else(|| "nothing".to_owned(), |c| c.read.to_string());
                 info!(cluster = %group.0, work = %name, %read, "deleted an emptied bundle");
                 Wrote::Deleted { uid }
             }
