@@ -30,7 +30,7 @@ use super::plan::{
     may_prune, may_prune_unrecorded,
 };
 use flotilla_api::drift::DriftState;
-use flotilla_core::member::PROTECTED_NAMESPACES;
+use flotilla_core::member::{PROTECTED_NAMESPACES, recorded_hash};
 
 /// A kind the member serves: its resource and whether it is namespaced.
 #[derive(Clone)]
@@ -343,15 +343,25 @@ impl Member {
         }
         let api = self.api(resolved, &id.2);
         match api.get_opt(&id.3).await {
-            Ok(live) => Ok((
-                live.map(|mut o| {
+            Ok(live) => {
+                let live = live.map(|mut o| {
                     // As the watch caches keep it: the digest, not the whole list.
                     drift::keep_digest(&mut o);
                     o.metadata.managed_fields = None;
                     serde_json::to_value(o).unwrap_or(Value::Null)
-                }),
-                false,
-            )),
+                });
+                let hash = manifest_hash(manifest);
+                if let Some(o) = &live
+                    && hash.is_some()
+                    && recorded_hash(o) == hash
+                {
+                    // The member holds this manifest (the agent's own write its lagging
+                    // cache never showed): it stands in again, so the next rounds read
+                    // neither the stale cache nor the member.
+                    self.cache.remember_write(id.clone(), hash, o.clone());
+                }
+                Ok((live, false))
+            }
             Err(e) => Err(refusal(&e)),
         }
     }

@@ -17,7 +17,7 @@ use std::{
 };
 
 use flotilla_api::MANAGED_LABEL;
-use flotilla_core::member::HASH_ANNOTATION;
+use flotilla_core::member::{HASH_ANNOTATION, recorded_hash};
 use flotilla_multicluster::{
     tasks::AbortOnDrop,
     watch::{Change, WatchParams, watch_into},
@@ -57,7 +57,8 @@ struct KindCache {
 /// What the cache says about one object.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Cached {
-    /// The kind's cache is not complete yet (or the object is not cacheable): read it live.
+    /// The kind's cache is not complete yet, the object is not cacheable, or the cache
+    /// never showed the agent's write of the desired manifest: read it live.
     Unknown,
     /// The object as the cache holds it (`None`: absent); `lagging` when the agent's own
     /// recent write stands in for a cache that has not shown it yet.
@@ -176,6 +177,13 @@ impl ObjectCache {
         let cached = (kind.store.get(&object_ref(ar, id)))
             .map(|o| serde_json::to_value(o.as_ref()).unwrap_or(Value::Null));
         let recent = lock(&self.recent);
+        if let Some(want) = desired_hash
+            && cached.as_ref().and_then(recorded_hash) != Some(want)
+            && recent.unshown(id, want)
+        {
+            // The watch never showed this write: read the object live, not the cache.
+            return Cached::Unknown;
+        }
         let (object, lagging) = super::plan::newest_view(cached, recent.get(id), desired_hash);
         Cached::Known { object, lagging }
     }

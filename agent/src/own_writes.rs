@@ -10,7 +10,12 @@
 //! not end a stand-in on its own, because the cache shows the list only at its end). Time
 //! ends a stand-in only as a backstop
 //! ([`BACKSTOP`]): a busy member API server can deliver events far later than any fixed
-//! interval a decision could trust.
+//! interval a decision could trust. A write past the backstop is still kept (until
+//! [`FORGET`]) as *unshown*: a cache that still shows the object without its hash then is
+//! not trusted for it, and the object is read live before anything is written over it
+//! ([`OwnWrites::unshown`]) — a watch stalled on a saturated member (noticed only at the
+//! client's read timeout, about five minutes) would otherwise have the agent apply the
+//! same manifest again.
 
 use std::{
     collections::HashMap,
@@ -23,6 +28,9 @@ use super::cache::ObjectId;
 
 /// The longest an own write stands in for a cache that never shows it.
 pub const BACKSTOP: Duration = Duration::from_secs(300);
+
+/// How long a write the cache never showed is kept as unshown.
+pub const FORGET: Duration = Duration::from_secs(1200);
 
 #[derive(Debug)]
 struct Own {
@@ -43,7 +51,7 @@ impl OwnWrites {
     /// Remembers a write of `hash` (`object`: what the member returned); `None` forgets
     /// the object's write (the write failed).
     pub fn record(&mut self, id: ObjectId, hash: Option<&str>, object: Value) {
-        self.writes.retain(|_, w| w.at.elapsed() < BACKSTOP);
+        self.writes.retain(|_, w| w.at.elapsed() < FORGET);
         match hash {
             Some(h) => {
                 let own = Own {
@@ -64,6 +72,20 @@ impl OwnWrites {
         (self.writes.get(id))
             .filter(|w| w.at.elapsed() < BACKSTOP)
             .map(|w| (w.hash.as_str(), &w.object))
+    }
+
+    /// Whether the agent wrote `hash` to `id` more than [`BACKSTOP`] ago and the cache has
+    /// not shown it since (no event carried it, no list ended after it): the cache is not
+    /// to be trusted for the object.
+    pub fn unshown(&self, id: &ObjectId, hash: &str) -> bool {
+        self.unshown_as_of(id, hash, Instant::now())
+    }
+
+    fn unshown_as_of(&self, id: &ObjectId, hash: &str, now: Instant) -> bool {
+        self.writes.get(id).is_some_and(|w| {
+            let age = now.saturating_duration_since(w.at);
+            w.hash == hash && (BACKSTOP..FORGET).contains(&age)
+        })
     }
 
     /// A watch event of `id` carrying `hash`: the write of that hash stands in no more.
@@ -148,6 +170,28 @@ mod tests {
             None,
             "a failed write stands in for nothing"
         );
+    }
+
+    #[test]
+    fn a_write_the_cache_never_showed_is_unshown_after_the_backstop() {
+        let mut own = OwnWrites::default();
+        own.record(id("a"), Some("h2"), Value::Null);
+        let now = Instant::now();
+        assert!(!own.unshown_as_of(&id("a"), "h2", now), "still standing in");
+        let later = now + BACKSTOP;
+        assert!(own.unshown_as_of(&id("a"), "h2", later));
+        assert!(
+            !own.unshown_as_of(&id("a"), "h3", later),
+            "another manifest"
+        );
+        assert!(!own.unshown_as_of(&id("b"), "h2", later), "another object");
+        assert!(
+            !own.unshown_as_of(&id("a"), "h2", now + FORGET),
+            "forgotten"
+        );
+        // Its event comes at last: nothing is unshown any more.
+        own.observed(&id("a"), Some("h2"));
+        assert!(!own.unshown_as_of(&id("a"), "h2", later));
     }
 
     #[test]
