@@ -17,8 +17,8 @@
 //! chunk, deleted 85 s before, written again from the cache's copy of it (issue #54).
 
 use std::{
-    collections::{BTreeMap, BTreeSet, HashMap},
-    sync::Mutex,
+    collections::{BTreeMap, HashMap},
+    sync::{Arc, Mutex},
     time::{Duration, Instant},
 };
 
@@ -164,6 +164,28 @@ impl StandIns {
         lock(&self.writes).insert((namespace.to_owned(), name.to_owned()), w);
     }
 
+    /// What stands in for Work `name` in `namespace` (for the write log): `none`, or the
+    /// write kept, whether the cache showed it and its age.
+    pub fn describe(&self, namespace: &str, name: &str) -> String {
+        let writes = lock(&self.writes);
+        let Some(w) = writes.get(&(namespace.to_owned(), name.to_owned())) else {
+            return "none".to_owned();
+        };
+        let what = match &w.wrote {
+            Wrote::Applied { stamp, .. } => {
+                let uid = stamp.uid.as_deref().unwrap_or("-");
+                let uid = uid.get(..8).unwrap_or(uid);
+                format!("applied {uid} generation {:?}", stamp.generation)
+            }
+            Wrote::Deleted { uid } => {
+                let uid = uid.as_deref().unwrap_or("-");
+                format!("deleted {}", uid.get(..8).unwrap_or(uid))
+            }
+        };
+        let state = if w.shown { "mark" } else { "standing" };
+        format!("{state} {what} {}s ago", w.at.elapsed().as_secs())
+    }
+
     /// A change of the Works watch (after `works` took it in): the write an event shows
     /// or follows stands in no more — a deletion by someone else included, which the cache
     /// alone would never tell from a lagging create. A listed Work ends nothing: the cache
@@ -195,27 +217,35 @@ impl StandIns {
     }
 
     /// Lays the writes of `group` (Works in `namespace`) the cache `works` does not show
-    /// yet over its chunks `out` read from that cache (`seen`: the Work names read), and
-    /// reads a chunk the cache holds as it was before a deletion it showed as gone;
-    /// settles every write, of any group, the cache shows. Says whether a chunk of the
-    /// group went back in the cache to before a write it showed.
+    /// yet over its chunks `out`, read from that cache as `read` (the group's Works by
+    /// name, one snapshot), and reads a chunk the cache holds as it was before a deletion it
+    /// showed as gone; settles every write, of any group, the cache shows. Says whether a
+    /// chunk of the group went back in the cache to before a write it showed.
+    ///
+    /// The group's writes are judged against `read`, not the cache as it is by now: the
+    /// cache takes in events meanwhile, and a write it shows only after the chunks were
+    /// read would otherwise leave the older chunk in `out` — planned from, it would undo
+    /// the write (issue #54: a deleted chunk written again, an update reverted).
     pub fn overlay(
         &self,
         group: &Group,
         namespace: &str,
         works: &Store<Work>,
-        seen_names: &BTreeSet<String>,
+        read: &BTreeMap<String, Arc<Work>>,
         out: &mut BTreeMap<usize, Chunk>,
     ) -> Overlaid {
         let mut overlaid = Overlaid::default();
         let mut writes = lock(&self.writes);
         writes.retain(|(ns, name), w| {
-            let cached = works.get(&ObjectRef::new(name).within(ns));
+            let ours = ns == namespace && &w.group == group;
+            let cached = match ours {
+                true => read.get(name).cloned(),
+                false => works.get(&ObjectRef::new(name).within(ns)),
+            };
             if w.shown {
                 if w.at.elapsed() >= BACKSTOP {
                     return false;
                 }
-                let ours = ns == namespace && &w.group == group;
                 if ours && let Some(c) = cached.as_deref().filter(|c| went_back(&w.wrote, c)) {
                     let deleted = matches!(w.wrote, Wrote::Deleted { .. });
                     if !std::mem::replace(&mut w.told, true) {
@@ -237,7 +267,7 @@ impl StandIns {
                 }
                 Seen::NotYet => {}
             }
-            if ns != namespace || &w.group != group {
+            if !ours {
                 return true;
             }
             match &w.wrote {
@@ -254,7 +284,7 @@ impl StandIns {
                     };
                     out.insert(w.index, chunk);
                 }
-                Wrote::Deleted { .. } if seen_names.contains(name) => {
+                Wrote::Deleted { .. } if read.contains_key(name) => {
                     out.remove(&w.index);
                 }
                 Wrote::Deleted { .. } => {}
@@ -398,7 +428,14 @@ mod tests {
     /// Chunk 0 of the group as a flush reads it: Work `b-0` from `store`, the stand-ins of
     /// `ins` laid over it.
     fn read_b0(ins: &StandIns, store: &Store<Work>) -> BTreeMap<usize, Chunk> {
-        let mut out = BTreeMap::new();
+        let (mut out, read) = snapshot_b0(store);
+        ins.overlay(&group(), NS, store, &read, &mut out);
+        out
+    }
+
+    /// Chunk 0 as read from `store` now, and the Work it was read from.
+    fn snapshot_b0(store: &Store<Work>) -> (BTreeMap<usize, Chunk>, BTreeMap<String, Arc<Work>>) {
+        let (mut out, mut read) = (BTreeMap::new(), BTreeMap::new());
         if let Some(w) = store.get(&ObjectRef::new("b-0").within(NS)) {
             let chunk = Chunk {
                 entries: entries_of(&w.spec),
@@ -406,10 +443,9 @@ mod tests {
                 ..Chunk::default()
             };
             out.insert(0, chunk);
+            read.insert("b-0".to_string(), w);
         }
-        let seen_names = BTreeSet::from(["b-0".to_string()]);
-        ins.overlay(&group(), NS, store, &seen_names, &mut out);
-        out
+        (out, read)
     }
 
     /// How many writes stand in (shown ones only mark).
@@ -451,7 +487,7 @@ mod tests {
         writer.apply_watcher_event(&Event::Delete(gone.clone()));
         ins.observe(&Change::Object(&gone), &store);
         let mut out = BTreeMap::new();
-        ins.overlay(&group(), NS, &store, &BTreeSet::new(), &mut out);
+        ins.overlay(&group(), NS, &store, &BTreeMap::new(), &mut out);
         assert!(
             out.is_empty(),
             "the chunk is written again, not assumed there"
@@ -463,16 +499,15 @@ mod tests {
         let (mut writer, store) = cache_holding(Some(cached("u1", 3, &["a"])));
         let ins = StandIns::default();
         ins.record(NS, "b-0", &group(), 0, Wrote::Deleted { uid: None });
-        let seen_names = BTreeSet::from(["b-0".to_string()]);
-        let mut out = BTreeMap::from([(0, Chunk::default())]);
-        ins.overlay(&group(), NS, &store, &seen_names, &mut out);
+        let (mut out, read) = snapshot_b0(&store);
+        ins.overlay(&group(), NS, &store, &read, &mut out);
         assert!(out.is_empty());
         // Another group's flush keeps it standing in; the deletion's event ends it.
         ins.overlay(
             &("m2".into(), None),
             "flotilla-cluster-m2",
             &store,
-            &BTreeSet::new(),
+            &BTreeMap::new(),
             &mut BTreeMap::new(),
         );
         assert_eq!(lock(&ins.writes).len(), 1);
@@ -569,7 +604,11 @@ mod tests {
         ins.observe(&Change::Object(&shown), &store);
         let overlay = |store: &Store<Work>, group: &Group, ns: &str| {
             let mut out = BTreeMap::new();
-            ins.overlay(group, ns, store, &BTreeSet::new(), &mut out)
+            let read = match ns == NS {
+                true => snapshot_b0(store).1,
+                false => BTreeMap::new(),
+            };
+            ins.overlay(group, ns, store, &read, &mut out)
         };
         assert!(!overlay(&store, &group(), NS).went_back);
         writer.apply_watcher_event(&Event::Apply(cached("u1", 1, &["a"])));
@@ -579,5 +618,45 @@ mod tests {
         // The cache catches up: the group is read again.
         writer.apply_watcher_event(&Event::Apply(shown));
         assert!(!overlay(&store, &group(), NS).went_back);
+    }
+
+    #[test]
+    fn a_write_the_cache_shows_after_the_chunks_were_read_is_laid_over_them() {
+        let (mut writer, store) = cache_holding(Some(cached("u1", 1, &["a"])));
+        let ins = StandIns::default();
+        let wrote = applied_spec(spec_of_names(&["a", "b"]), "u1", 2);
+        ins.record(NS, "b-0", &group(), 0, wrote);
+        // The chunks are read; the write's event lands before the stand-ins are laid over
+        // them.
+        let (mut out, read) = snapshot_b0(&store);
+        writer.apply_watcher_event(&Event::Apply(cached("u1", 2, &["a", "b"])));
+        ins.overlay(&group(), NS, &store, &read, &mut out);
+        assert_eq!(names(&out, 0), ["a", "b"], "not the chunk as it was before");
+    }
+
+    #[test]
+    fn a_deletion_the_cache_shows_after_the_chunks_were_read_hides_the_chunk() {
+        let before = cached("u1", 2, &["a", "b"]);
+        let (mut writer, store) = cache_holding(Some(before.clone()));
+        let ins = StandIns::default();
+        let deleted = Wrote::Deleted {
+            uid: Some("u1".into()),
+        };
+        ins.record(NS, "b-0", &group(), 0, deleted);
+        let (mut out, read) = snapshot_b0(&store);
+        writer.apply_watcher_event(&Event::Delete(before.clone()));
+        ins.overlay(&group(), NS, &store, &read, &mut out);
+        assert!(out.is_empty(), "the deleted chunk is not written again");
+        // The same with the deletion's event observed in between: its mark hides it.
+        let (mut writer, store) = cache_holding(Some(before.clone()));
+        let deleted = Wrote::Deleted {
+            uid: Some("u1".into()),
+        };
+        ins.record(NS, "b-0", &group(), 0, deleted);
+        let (mut out, read) = snapshot_b0(&store);
+        writer.apply_watcher_event(&Event::Delete(before.clone()));
+        ins.observe(&Change::Object(&before), &store);
+        ins.overlay(&group(), NS, &store, &read, &mut out);
+        assert!(out.is_empty());
     }
 }

@@ -394,6 +394,9 @@ impl Bundler {
             index,
         );
         let read = old.map_or_else(|| "nothing".to_owned(), |c| c.read.to_string());
+        let namespace = cluster_namespace(&group.0);
+        // What stood in for the chunk when it was planned.
+        let standin = self.written.describe(&namespace, &name);
         let wrote = match write {
             ChunkWrite::Apply { spec, .. } => {
                 let body = self.body(group, index, &name, &spec);
@@ -412,7 +415,7 @@ impl Bundler {
                     uid: stamp.uid.clone(),
                     generation: stamp.generation,
                 };
-                info!(cluster = %group.0, work = %name, manifests, added, changed, removed, %read, %wrote, "wrote a bundle");
+                info!(cluster = %group.0, work = %name, manifests, added, changed, removed, %read, %wrote, %standin, "wrote a bundle");
                 Wrote::Applied { spec, stamp }
             }
             ChunkWrite::Delete => {
@@ -424,11 +427,10 @@ impl Bundler {
                     Err(kube::Error::Api(s)) if s.code == 404 => {}
                     Err(e) => return Err(format!("deleting Work {name}: {}", message(&e))),
                 }
-                info!(cluster = %group.0, work = %name, %read, "deleted an emptied bundle");
+                info!(cluster = %group.0, work = %name, %read, %standin, "deleted an emptied bundle");
                 Wrote::Deleted { uid }
             }
         };
-        let namespace = cluster_namespace(&group.0);
         self.written.record(&namespace, &name, group, index, wrote);
         Ok(())
     }
@@ -445,7 +447,7 @@ impl Bundler {
     fn base(&self, group: &Group) -> Option<BTreeMap<usize, Chunk>> {
         let namespace = cluster_namespace(&group.0);
         let mut out = BTreeMap::new();
-        let mut seen = BTreeSet::new();
+        let mut read = BTreeMap::new();
         for w in self.works.state() {
             if w.namespace().as_deref() != Some(namespace.as_str()) || !w.is_bundle() {
                 continue;
@@ -457,7 +459,6 @@ impl Bundler {
             let Some(index) = ann.get(WORK_BUNDLE_CHUNK).and_then(|c| c.parse().ok()) else {
                 continue;
             };
-            seen.insert(w.name_any());
             let collect = ann.get(WORK_COLLECT_STATUS).map(String::as_str);
             let current_metadata =
                 collect == Some(if self.collect_status { "true" } else { "false" });
@@ -473,8 +474,9 @@ impl Bundler {
                     },
                 },
             );
+            read.insert(w.name_any(), w);
         }
-        let overlaid = (self.written).overlay(group, &namespace, &self.works, &seen, &mut out);
+        let overlaid = (self.written).overlay(group, &namespace, &self.works, &read, &mut out);
         (!overlaid.went_back).then_some(out)
     }
 
