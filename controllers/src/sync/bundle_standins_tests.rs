@@ -262,10 +262,7 @@ fn a_chunk_deleted_and_shown_gone_is_read_as_gone_when_the_cache_holds_it_again(
     let before = cached("u1", 2, &["a", "b"]);
     let (mut writer, store) = cache_holding(Some(before.clone()));
     let ins = StandIns::default();
-    let deleted = Wrote::Deleted {
-        uid: Some("u1".into()),
-    };
-    ins.record(NS, "b-0", &group(), 0, deleted);
+    ins.record(NS, "b-0", &group(), 0, deleted("u1"));
     writer.apply_watcher_event(&Event::Delete(before.clone()));
     ins.observe(&Change::Object(&before), &store);
     assert_eq!(standing(&ins), 0, "the cache showed the deletion");
@@ -334,25 +331,24 @@ fn a_write_the_cache_shows_after_the_chunks_were_read_is_laid_over_them() {
 #[test]
 fn a_deletion_the_cache_shows_after_the_chunks_were_read_hides_the_chunk() {
     let before = cached("u1", 2, &["a", "b"]);
-    let (mut writer, store) = cache_holding(Some(before.clone()));
-    let ins = StandIns::default();
-    let deleted = Wrote::Deleted {
-        uid: Some("u1".into()),
-    };
-    ins.record(NS, "b-0", &group(), 0, deleted);
-    let (mut out, read) = snapshot_b0(&store);
-    writer.apply_watcher_event(&Event::Delete(before.clone()));
-    ins.overlay(&group(), NS, &store, &read, &mut out);
-    assert!(out.is_empty(), "the deleted chunk is not written again");
-    // The same with the deletion's event observed in between: its mark hides it.
-    let (mut writer, store) = cache_holding(Some(before.clone()));
-    let deleted = Wrote::Deleted {
-        uid: Some("u1".into()),
-    };
-    ins.record(NS, "b-0", &group(), 0, deleted);
-    let (mut out, read) = snapshot_b0(&store);
-    writer.apply_watcher_event(&Event::Delete(before.clone()));
-    ins.observe(&Change::Object(&before), &store);
-    ins.overlay(&group(), NS, &store, &read, &mut out);
-    assert!(out.is_empty());
+    // The deletion's event lands between the read and the overlay; observed in between or
+    // not (then its mark hides the chunk, else it stands in still), the chunk is gone.
+    for observed in [false, true] {
+        let (mut writer, store) = cache_holding(Some(before.clone()));
+        let ins = StandIns::default();
+        ins.record(NS, "b-0", &group(), 0, deleted("u1"));
+        let (mut out, read) = snapshot_b0(&store);
+        writer.apply_watcher_event(&Event::Delete(before.clone()));
+        if observed {
+            ins.observe(&Change::Object(&before), &store);
+        }
+        ins.overlay(&group(), NS, &store, &read, &mut out);
+        assert!(out.is_empty(), "the deleted chunk is not written again");
+    }
+}
+
+fn deleted(uid: &str) -> Wrote {
+    Wrote::Deleted {
+        uid: Some(uid.into()),
+    }
 }
