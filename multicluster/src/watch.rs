@@ -83,6 +83,13 @@ impl WatchParams {
         }
     }
 
+    /// Lists in pages of `objects` (kube's default is 500): for large objects, so that no
+    /// page's request outlasts the API server's request timeout.
+    pub fn paged(mut self, objects: u32) -> Self {
+        self.config = self.config.page_size(objects);
+        self
+    }
+
     /// A watch in a member cluster, failures at warn level with the cluster's name. Its
     /// lists are served from the member API server's watch cache (`resourceVersion=0`, as
     /// client-go's informers list), not read through to etcd: a control plane starting
