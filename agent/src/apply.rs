@@ -332,13 +332,15 @@ impl Member {
         manifest: &Value,
         adoption: &Adoption,
     ) -> Result<(Option<Value>, bool), Refusal> {
+        let mut unshown = false;
         if cacheable(manifest) {
             self.cache.ensure(&resolved.ar);
-            if let Cached::Known { object, lagging } =
-                self.cache.lookup(&resolved.ar, id, manifest_hash(manifest))
-                && (object.is_some() || !adoption.restricted())
-            {
-                return Ok((object, lagging));
+            match self.cache.lookup(&resolved.ar, id, manifest_hash(manifest)) {
+                Cached::Known { object, lagging } if object.is_some() || !adoption.restricted() => {
+                    return Ok((object, lagging));
+                }
+                Cached::Unshown => unshown = true,
+                Cached::Known { .. } | Cached::Unknown => {}
             }
         }
         let api = self.api(resolved, &id.2);
@@ -351,7 +353,8 @@ impl Member {
                     serde_json::to_value(o).unwrap_or(Value::Null)
                 });
                 let hash = manifest_hash(manifest);
-                if let Some(o) = &live
+                if unshown
+                    && let Some(o) = &live
                     && hash.is_some()
                     && recorded_hash(o) == hash
                 {
@@ -411,7 +414,7 @@ impl Member {
             // restart, the agent's own write older than it trusts): confirmed live before
             // the object is taken for gone. A rare path: an object is normally pruned while
             // present.
-            Cached::Known { object: None, .. } | Cached::Unknown => {
+            Cached::Known { object: None, .. } | Cached::Unknown | Cached::Unshown => {
                 live_object(&api, &id.name).await.map_err(|e| message(&e))?
             }
         };

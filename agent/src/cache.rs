@@ -57,9 +57,12 @@ struct KindCache {
 /// What the cache says about one object.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Cached {
-    /// The kind's cache is not complete yet, the object is not cacheable, or the cache
-    /// never showed the agent's write of the desired manifest: read it live.
+    /// The kind's cache is not complete yet (or the object is not cacheable): read it live.
     Unknown,
+    /// The cache never showed the agent's write of the desired manifest, made longer ago
+    /// than the agent trusts a write to stand in ([`OwnWrites::unshown`]): read it live, and
+    /// a member copy carrying that manifest stands in again.
+    Unshown,
     /// The object as the cache holds it (`None`: absent); `lagging` when the agent's own
     /// recent write stands in for a cache that has not shown it yet.
     Known {
@@ -181,8 +184,7 @@ impl ObjectCache {
             && cached.as_ref().and_then(recorded_hash) != Some(want)
             && recent.unshown(id, want)
         {
-            // The watch never showed this write: read the object live, not the cache.
-            return Cached::Unknown;
+            return Cached::Unshown;
         }
         let (object, lagging) = super::plan::newest_view(cached, recent.get(id), desired_hash);
         Cached::Known { object, lagging }

@@ -6,6 +6,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use flotilla_api::work::{BUNDLE_MAX_BYTES_CEILING, ManifestConfig, WorkSpec, identify};
 use flotilla_core::bundle::{Item, assign_keeping};
+use flotilla_multicluster::unread::Stamp;
 use serde_json::Value;
 
 use super::Key;
@@ -51,11 +52,27 @@ pub struct Read {
     pub generation: Option<i64>,
 }
 
+impl Read {
+    /// A chunk as this process's own write left it (the API server's answer).
+    pub fn own_write(stamp: &Stamp) -> Read {
+        Read {
+            own_write: true,
+            uid: stamp.uid.clone(),
+            generation: stamp.generation,
+        }
+    }
+}
+
+/// A uid's first 8 characters (`-` when unknown), enough to tell Works apart in a log.
+pub fn short_uid(uid: Option<&str>) -> &str {
+    let uid = uid.unwrap_or("-");
+    uid.get(..8).unwrap_or(uid)
+}
+
 impl std::fmt::Display for Read {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let from = if self.own_write { "own write" } else { "cache" };
-        let uid = self.uid.as_deref().unwrap_or("-");
-        let uid = uid.get(..8).unwrap_or(uid);
+        let uid = short_uid(self.uid.as_deref());
         match self.generation {
             Some(g) => write!(f, "{from} {uid} generation {g}"),
             None => write!(f, "{from} {uid}"),

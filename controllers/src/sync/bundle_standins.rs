@@ -30,7 +30,7 @@ use kube::{
 };
 use tracing::{info, warn};
 
-use super::bundle_plan::{Chunk, Group, Read, entries_of};
+use super::bundle_plan::{Chunk, Group, Read, entries_of, short_uid};
 
 /// The longest a write the cache does not show stands in for it.
 pub const BACKSTOP: Duration = Duration::from_secs(300);
@@ -172,15 +172,8 @@ impl StandIns {
             return "none".to_owned();
         };
         let what = match &w.wrote {
-            Wrote::Applied { stamp, .. } => {
-                let uid = stamp.uid.as_deref().unwrap_or("-");
-                let uid = uid.get(..8).unwrap_or(uid);
-                format!("applied {uid} generation {:?}", stamp.generation)
-            }
-            Wrote::Deleted { uid } => {
-                let uid = uid.as_deref().unwrap_or("-");
-                format!("deleted {}", uid.get(..8).unwrap_or(uid))
-            }
+            Wrote::Applied { stamp, .. } => format!("applied: {}", Read::own_write(stamp)),
+            Wrote::Deleted { uid } => format!("deleted {}", short_uid(uid.as_deref())),
         };
         let state = if w.shown { "mark" } else { "standing" };
         format!("{state} {what} {}s ago", w.at.elapsed().as_secs())
@@ -272,15 +265,10 @@ impl StandIns {
             }
             match &w.wrote {
                 Wrote::Applied { spec, stamp } => {
-                    let read = Read {
-                        own_write: true,
-                        uid: stamp.uid.clone(),
-                        generation: stamp.generation,
-                    };
                     let chunk = Chunk {
                         entries: entries_of(spec),
                         current_metadata: true,
-                        read,
+                        read: Read::own_write(stamp),
                     };
                     out.insert(w.index, chunk);
                 }

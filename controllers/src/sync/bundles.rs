@@ -410,11 +410,7 @@ impl Bundler {
                     removed,
                 } = chunk_diff(old, &spec);
                 let manifests = spec.workload.manifests.len();
-                let wrote = Read {
-                    own_write: true,
-                    uid: stamp.uid.clone(),
-                    generation: stamp.generation,
-                };
+                let wrote = Read::own_write(&stamp);
                 info!(cluster = %group.0, work = %name, manifests, added, changed, removed, %read, %wrote, %standin, "wrote a bundle");
                 Wrote::Applied { spec, stamp }
             }
