@@ -92,7 +92,7 @@ impl Member {
         let gvk = GroupVersionKind::gvk(group, version, kind);
         let (ar, caps) = pinned_kind(&self.client, &gvk)
             .await
-            .map_err(|e| format!("the cluster does not serve {kind} in {api_version}: {e}"))?;
+            .map_err(|e| discovery_failure(kind, api_version, &e))?;
         let resolved = Resolved {
             ar,
             namespaced: caps.scope == Scope::Namespaced,
@@ -516,6 +516,17 @@ async fn live_object(api: &Api<DynamicObject>, name: &str) -> Result<Option<Valu
 /// The identifier of a manifest (its resource name is filled in by discovery).
 pub fn identify(ordinal: usize, manifest: &Value) -> ResourceIdentifier {
     flotilla_api::work::identify(ordinal, manifest)
+}
+
+/// Why discovery did not resolve a manifest's kind: the member does not serve it (it
+/// answered so), or it could not be asked (unreachable, timed out).
+fn discovery_failure(kind: &str, api_version: &str, e: &kube::Error) -> String {
+    let refused =
+        matches!(e, kube::Error::Discovery(_)) || matches!(e, kube::Error::Api(s) if s.code == 404);
+    match refused {
+        true => format!("the cluster does not serve {kind} in {api_version}: {e}"),
+        false => format!("discovering {kind} in {api_version} failed: {e}"),
+    }
 }
 
 /// Why the member refused: its Status reason (when it answered) and message.

@@ -308,9 +308,28 @@ pub fn may_prune_unrecorded(live: &Value) -> bool {
 }
 
 /// Whether two identifiers name the same member object (the ordinal and the version do
-/// not matter).
+/// not matter). An identifier of a manifest the member's discovery did not resolve this
+/// round (the member unreachable, or the version not served) has no resource name: then
+/// the kinds tell, and without a kind either the object is taken to be the one named —
+/// a round that could not read a manifest never prunes what it still names (a fleet run
+/// pruned, and applied again moments later, 28 objects whose discovery met a refused
+/// connection just after their agent restarted; issue #54).
 pub fn same_object(a: &ResourceIdentifier, b: &ResourceIdentifier) -> bool {
-    a.group == b.group && a.resource == b.resource && a.namespace == b.namespace && a.name == b.name
+    let known = |x: &str, y: &str| !x.is_empty() && !y.is_empty();
+    let same_type = if known(&a.resource, &b.resource) {
+        a.resource == b.resource
+    } else if known(&a.kind, &b.kind) {
+        a.kind == b.kind
+    } else {
+        true
+    };
+    same_type && a.group == b.group && a.namespace == b.namespace && a.name == b.name
+}
+
+/// Whether two records of what was applied list the same objects, in any order: a round
+/// whose manifest failed keeps its record last, which is no reason to write the record.
+pub fn same_records(a: &[AppliedResourceMeta], b: &[AppliedResourceMeta]) -> bool {
+    a.len() == b.len() && a.iter().all(|x| b.contains(x)) && b.iter().all(|x| a.contains(x))
 }
 
 /// Whether a live object may be pruned: still Flotilla's, and the very object applied.
@@ -663,6 +682,40 @@ mod tests {
         assert!(may_prune("u1", &live(json!({}), "true")));
         assert!(!may_prune("u9", &live(json!({}), "true")));
         assert!(!may_prune("u1", &live(json!({}), "false")));
+    }
+
+    #[test]
+    fn a_manifest_discovery_did_not_resolve_prunes_nothing_it_names() {
+        let recorded = vec![applied("a", "u1"), applied("b", "u2")];
+        // `b`'s discovery failed this round: its identifier has a kind, no resource name.
+        let unresolved = |kind: &str, name: &str| ResourceIdentifier {
+            kind: kind.into(),
+            namespace: "demo".into(),
+            name: name.into(),
+            ..Default::default()
+        };
+        let a = recorded[0].identifier.clone();
+        assert!(to_prune(&recorded, &[a.clone(), unresolved("ConfigMap", "b")]).is_empty());
+        // A malformed manifest without a kind is taken for the object it names.
+        assert!(to_prune(&recorded, &[a.clone(), unresolved("", "b")]).is_empty());
+        // Another kind of the same name is another object.
+        let pruned = to_prune(&recorded, &[a, unresolved("Secret", "b")]);
+        assert_eq!(pruned.len(), 1);
+        assert_eq!(pruned[0].identifier.name, "b");
+    }
+
+    #[test]
+    fn records_listing_the_same_objects_in_another_order_are_the_same() {
+        let (a, b) = (applied("a", "u1"), applied("b", "u2"));
+        assert!(same_records(
+            &[a.clone(), b.clone()],
+            &[b.clone(), a.clone()]
+        ));
+        assert!(!same_records(
+            &[a.clone(), b.clone()],
+            std::slice::from_ref(&a)
+        ));
+        assert!(!same_records(&[a.clone(), b], &[a, applied("b", "u9")]));
     }
 
     fn applied(name: &str, uid: &str) -> AppliedResourceMeta {

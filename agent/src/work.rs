@@ -142,7 +142,7 @@ async fn sync_work(state: &State, work: &Work) -> Result<Done, kube::Error> {
         // applied is kept in memory until the creation, retried, succeeds.
         state.records.remember_unsaved(&name, records);
         None
-    } else if records != record.applied {
+    } else if !plan::same_records(&records, &record.applied) {
         save_record(state, &name, records, intended).await.err()
     } else {
         if !record.unsaved.is_empty() || intended != record.intended {

@@ -15,8 +15,8 @@ use std::{net::SocketAddr, time::Duration};
 use anyhow::{Context as _, ensure};
 use flotilla_agent::{Agent, AgentOptions, plan::RECORDED, rejection::REJECTED};
 use flotilla_api::{
-    DEFAULT_NAMESPACE, FederatedTypeConfig,
-    work::{AppliedWork, Work, cluster_namespace, identify},
+    DEFAULT_NAMESPACE, FederatedTypeConfig, MANAGED_LABEL,
+    work::{AppliedWork, Work, WorkSpec, WorkloadTemplate, cluster_namespace, identify},
 };
 use flotilla_cli::{self as cli, Context};
 use flotilla_controllers::{
@@ -40,7 +40,7 @@ use k8s_openapi::api::{
 };
 use kube::{
     Api, Client, ResourceExt,
-    api::{ApiResource, DynamicObject, ListParams, Patch, PatchParams},
+    api::{ApiResource, DynamicObject, ListParams, Patch, PatchParams, PostParams},
 };
 use serde_json::json;
 
@@ -280,6 +280,7 @@ async fn the_agent_reports_metrics_readiness_and_the_members_reasons() -> anyhow
 
     an_object_applied_but_not_recorded_is_pruned_with_its_work(&host, &admin).await?;
     a_refused_record_creation_does_not_hold_the_bundle_back(&host, &admin).await?;
+    an_unresolved_manifest_keeps_what_was_applied(&host, &admin).await?;
     agent.stop().await;
     let agent =
         a_restart_prunes_what_was_applied_but_not_recorded(&host, &admin, start_agent).await?;
@@ -403,6 +404,58 @@ async fn a_refused_record_creation_does_not_hold_the_bundle_back(
         Ok(())
     })
     .await
+}
+
+/// A Work written by hand (the Work API's own use), its manifest then changed to a version
+/// the member does not serve: the manifest fails, reported with the member's answer, and
+/// the object applied before stays — a round that cannot resolve a manifest prunes
+/// nothing it names (a fleet run pruned objects whose discovery met a refused connection).
+/// The Work's deletion removes it.
+async fn an_unresolved_manifest_keeps_what_was_applied(
+    host: &Client,
+    admin: &Client,
+) -> anyhow::Result<()> {
+    let name = "by-hand";
+    let works: Api<Work> = Api::namespaced(host.clone(), &cluster_namespace(PULL));
+    let manifest = |api_version: &str| {
+        // Labelled managed, as the control plane's manifests are: the agent prunes only
+        // what is still Flotilla's.
+        json!({"apiVersion": api_version, "kind": "ConfigMap",
+               "metadata": {"name": name, "namespace": NS, "labels": {MANAGED_LABEL: "true"}},
+               "data": {"k": "v"}})
+    };
+    let spec = WorkSpec {
+        workload: WorkloadTemplate {
+            manifests: vec![manifest("v1")],
+        },
+        ..WorkSpec::default()
+    };
+    works
+        .create(&PostParams::default(), &Work::new(name, spec))
+        .await?;
+    let cms = config_maps(admin, NS);
+    wait_present(T, &cms, name).await?;
+    let applied = cms.get(name).await?.uid();
+    let unserved = json!({"spec": {"workload": {"manifests": [manifest("v9")]}}});
+    works
+        .patch(name, &PatchParams::default(), &Patch::Merge(&unserved))
+        .await?;
+    wait_for(T, "the unserved version reported", || async {
+        let status = works.get(name).await?.status.unwrap_or_default();
+        let reported = (status.manifest_conditions.iter())
+            .flat_map(|m| &m.conditions)
+            .any(|c| c.status == "False" && c.message.contains("does not serve ConfigMap in v9"));
+        ensure!(reported, "{status:?}");
+        Ok(())
+    })
+    .await?;
+    let kept = cms.get_opt(name).await?.and_then(|c| c.uid());
+    ensure!(
+        kept == applied,
+        "the applied ConfigMap was pruned: {kept:?}"
+    );
+    works.delete(name, &Default::default()).await?;
+    wait_absent(T, &cms, name).await
 }
 
 /// Waits for the bundle listing the ConfigMap `name` to report it applied, with a
