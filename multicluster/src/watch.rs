@@ -25,7 +25,10 @@ pub enum Change<'a, K> {
     /// A (re)list is about to be requested. Its objects follow as [`Change::Listed`] and
     /// [`Change::Synced`] ends it; a write answered before this change is in the list
     /// when the list reads through to storage (the default), one answered later may not
-    /// be (the list's snapshot can precede it) and comes as an event after the list.
+    /// be (the list's snapshot can precede it) and comes as an event after the list. A
+    /// list from the watch cache ([`WatchParams::from_watch_cache`]) shows what the watch
+    /// would have: never older than an event already delivered by the same API server,
+    /// possibly older than a write just answered.
     Listing,
     /// An object of a (re)list. The store shows the list only once it completes
     /// ([`Change::Synced`]); until then it holds what it held before, so a caller must not
@@ -90,6 +93,17 @@ impl WatchParams {
         self
     }
 
+    /// Lists from the API server's watch cache (`resourceVersion=0`, as client-go's
+    /// informers list), not read through to etcd. A list read through to etcd with a label
+    /// selector reads every object of the resource and filters after the read: for the
+    /// Works of one federated type among a fleet's (tens of MiB), one page of it outlasted
+    /// the API server's 60 s request limit on a saturated host, was answered `504` and
+    /// started again, for ever (issue #54). The watch cache filters in memory.
+    pub fn from_watch_cache(mut self) -> Self {
+        self.config = self.config.any_semantic();
+        self
+    }
+
     /// A watch in a member cluster, failures at warn level with the cluster's name. Its
     /// lists are served from the member API server's watch cache (`resourceVersion=0`, as
     /// client-go's informers list), not read through to etcd: a control plane starting
@@ -100,9 +114,10 @@ impl WatchParams {
             what: "member",
             cluster: Some(cluster.into()),
             label_selector: None,
-            config: config.any_semantic(),
+            config,
             failures: FailureLog::Warn,
         }
+        .from_watch_cache()
     }
 
     fn config(&self) -> watcher::Config {

@@ -193,12 +193,23 @@ impl StandIns {
         };
         let mut writes = lock(&self.writes);
         let key = (namespace, name);
-        let Some(w) = writes.get_mut(&key).filter(|w| !w.shown) else {
+        let Some(w) = writes.get_mut(&key) else {
             return;
         };
         let cached = works.get(&ObjectRef::new(&key.1).within(&key.0));
         let age = w.at.elapsed();
         let by_event = seen(&w.wrote, Some(event), age);
+        // The event of the Work this process wrote, deleted (the cache holds it no more):
+        // someone else deleted it. Its absence is not the cache going back: nothing stands
+        // in for it or marks it.
+        let applied = matches!(w.wrote, Wrote::Applied { .. });
+        if cached.is_none() && applied && by_event == Seen::Shown {
+            writes.remove(&key);
+            return;
+        }
+        if w.shown {
+            return;
+        }
         let by_cache = seen(&w.wrote, cached.as_deref(), age);
         let shown = by_event == Seen::Shown || by_cache == Seen::Shown;
         if shown && w.settle() {
@@ -239,10 +250,20 @@ impl StandIns {
                 if w.at.elapsed() >= BACKSTOP {
                     return false;
                 }
-                if ours && let Some(c) = cached.as_deref().filter(|c| went_back(&w.wrote, c)) {
-                    let deleted = matches!(w.wrote, Wrote::Deleted { .. });
+                if !ours {
+                    return true;
+                }
+                let deleted = matches!(w.wrote, Wrote::Deleted { .. });
+                let back = match cached.as_deref() {
+                    Some(c) => went_back(&w.wrote, c).then_some(c.metadata.generation),
+                    // A Work this process wrote and the cache showed, absent from it with no
+                    // event of its deletion: a list older than the write (from another API
+                    // server's watch cache).
+                    None => (!deleted).then_some(None),
+                };
+                if let Some(generation) = back {
                     if !std::mem::replace(&mut w.told, true) {
-                        info!(namespace = %ns, work = %name, generation = ?c.metadata.generation, deleted, "the Work cache holds a bundle as it was before this process's own write it already showed; not read from it");
+                        info!(namespace = %ns, work = %name, ?generation, deleted, "the Work cache holds a bundle as it was before this process's own write it already showed; not read from it");
                     }
                     if deleted {
                         out.remove(&w.index);
