@@ -91,14 +91,6 @@ pub const BUNDLE_MAX_BYTES: usize = 32 * 1024;
 /// (per-manifest conditions, status feedback, drift) and for one manifest that grows.
 pub const BUNDLE_MAX_BYTES_CEILING: usize = 512 * 1024;
 
-/// How many Works one page of the control plane's Work lists holds, should its list read
-/// through to etcd (an API server without a watch cache; the control plane lists Works from
-/// the watch cache, which answers in one page). A bundle with its status is tens of KiB (up
-/// to [`BUNDLE_MAX_BYTES_CEILING`] and more): a fleet's list in pages of 500 took one API
-/// server request over its 60 s limit on a saturated host, and a list answered `504` is
-/// started again, so it never completed.
-pub const WORK_LIST_PAGE: u32 = 50;
-
 /// The host namespace of a Pull cluster's inventory.
 pub fn cluster_namespace(cluster: &str) -> String {
     format!("{CLUSTER_NAMESPACE_PREFIX}{cluster}")

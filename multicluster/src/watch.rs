@@ -86,29 +86,26 @@ impl WatchParams {
         }
     }
 
-    /// Lists in pages of `objects` (kube's default is 500): for large objects, so that no
-    /// page's request outlasts the API server's request timeout.
-    pub fn paged(mut self, objects: u32) -> Self {
-        self.config = self.config.page_size(objects);
-        self
-    }
-
     /// Lists from the API server's watch cache (`resourceVersion=0`, as client-go's
-    /// informers list), not read through to etcd. A list read through to etcd with a label
-    /// selector reads every object of the resource and filters after the read: for the
-    /// Works of one federated type among a fleet's (tens of MiB), one page of it outlasted
-    /// the API server's 60 s request limit on a saturated host, was answered `504` and
-    /// started again, for ever (issue #54). The watch cache filters in memory.
+    /// informers list), not read through to etcd, in one page: kube sends
+    /// `resourceVersion=0` only on a list without a limit (its default page of 500 silently
+    /// turned such a list into a paged read of etcd), and the watch cache answers whole
+    /// anyway. A list read through to etcd with a label selector reads every object of
+    /// the resource and filters after the read: for the Works of one federated type among
+    /// a fleet's (tens of MiB), one page of it outlasted the API server's 60 s request
+    /// limit on a saturated host, was answered `504` and started again, for ever (issue
+    /// #54). The watch cache filters in memory.
     pub fn from_watch_cache(mut self) -> Self {
+        self.config.page_size = None;
         self.config = self.config.any_semantic();
         self
     }
 
     /// A watch in a member cluster, failures at warn level with the cluster's name. Its
-    /// lists are served from the member API server's watch cache (`resourceVersion=0`, as
-    /// client-go's informers list), not read through to etcd: a control plane starting
-    /// against many members, or relisting after they come back, does not turn every
-    /// member's first list into a quorum read of its storage.
+    /// lists read through to the member's storage, in kube's pages: a write answered
+    /// before a list is requested is in it, which the agent's own writes rely on (see
+    /// `OwnWrites::relisted` in flotilla-agent). (These lists were meant to come from the
+    /// watch cache; kube drops `resourceVersion=0` from a paged list, so they never did.)
     pub fn member(cluster: impl Into<String>, config: watcher::Config) -> Self {
         WatchParams {
             what: "member",
@@ -117,7 +114,6 @@ impl WatchParams {
             config,
             failures: FailureLog::Warn,
         }
-        .from_watch_cache()
     }
 
     fn config(&self) -> watcher::Config {
@@ -461,10 +457,21 @@ mod tests {
         );
         assert_eq!(p.cluster.as_deref(), Some("c1"));
         assert_eq!(p.failures, FailureLog::Warn);
-        assert_eq!(p.config().list_semantic, watcher::ListSemantic::Any);
+        assert_eq!(p.config().list_semantic, watcher::ListSemantic::MostRecent);
         assert_eq!(
             p.config().label_selector.as_deref(),
             Some("kubefed.io/managed=true")
+        );
+    }
+
+    #[test]
+    fn a_list_from_the_watch_cache_is_not_paged() {
+        let p = WatchParams::host("work").from_watch_cache();
+        assert_eq!(p.config().list_semantic, watcher::ListSemantic::Any);
+        assert_eq!(
+            p.config().page_size,
+            None,
+            "kube drops resourceVersion=0 from a paged list"
         );
     }
 

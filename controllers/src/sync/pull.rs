@@ -71,9 +71,7 @@ pub(super) async fn watch_works(
     queue: Arc<WorkQueue<Key>>,
 ) {
     let api: Api<Work> = Api::all(host);
-    let mut params = WatchParams::host("work")
-        .paged(flotilla_api::work::WORK_LIST_PAGE)
-        .from_watch_cache();
+    let mut params = WatchParams::host("work").from_watch_cache();
     params.label_selector = Some(selector(&target));
     watch_into(api, writer, params, keep, move |c| {
         let (index, store) = (&all.host.bundles, &all.host.works);

@@ -127,9 +127,7 @@ impl SideWorks {
             works.clone(),
         ));
         let api: Api<Work> = Api::all(self.host.clone());
-        let mut params = WatchParams::host("work")
-            .paged(flotilla_api::work::WORK_LIST_PAGE)
-            .from_watch_cache();
+        let mut params = WatchParams::host("work").from_watch_cache();
         let label = type_label(&self.target.plural, &self.target.group);
         params.label_selector = Some(format!("{}={label}", flotilla_api::work::WORK_TYPE_LABEL));
         let on_change = self.on_change.clone();
