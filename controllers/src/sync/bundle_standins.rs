@@ -18,7 +18,10 @@
 
 use std::{
     collections::{BTreeMap, HashMap},
-    sync::{Arc, Mutex},
+    sync::{
+        Arc, Mutex,
+        atomic::{AtomicBool, Ordering},
+    },
     time::{Duration, Instant},
 };
 
@@ -142,12 +145,25 @@ pub struct Overlaid {
     /// A chunk of the group is older in the cache than a write of it the cache already
     /// showed: the group waits for the cache.
     pub went_back: bool,
+    /// The Works watch is listing (again), or failing to: the cache holds the Works as
+    /// they were when its watch ended, for as long as that lasts — longer than a write
+    /// stands in ([`BACKSTOP`]). Every group waits for the list.
+    pub listing: bool,
+}
+
+impl Overlaid {
+    /// Whether the group waits rather than plan from what was read.
+    pub fn waits(&self) -> bool {
+        self.went_back || self.listing
+    }
 }
 
 /// The writes of one bundler still standing in, by (cluster namespace, Work name).
 #[derive(Default)]
 pub struct StandIns {
     writes: Mutex<HashMap<(String, String), Written>>,
+    /// Between a (re)list's start and its end (see [`Overlaid::listing`]).
+    listing: AtomicBool,
 }
 
 impl StandIns {
@@ -185,8 +201,11 @@ impl StandIns {
     /// shows a list only once it completes, and until then holds the chunk as it was
     /// before the write (the next [`StandIns::overlay`] checks the cache then).
     pub fn observe(&self, change: &Change<'_, Work>, works: &Store<Work>) {
-        let Change::Object(event) = change else {
-            return;
+        let event = match change {
+            Change::Object(event) => event,
+            Change::Listing => return self.listing.store(true, Ordering::SeqCst),
+            Change::Synced => return self.listing.store(false, Ordering::SeqCst),
+            Change::Listed(_) => return,
         };
         let (Some(namespace), name) = (event.namespace(), event.name_any()) else {
             return;
@@ -238,6 +257,12 @@ impl StandIns {
         read: &BTreeMap<String, Arc<Work>>,
         out: &mut BTreeMap<usize, Chunk>,
     ) -> Overlaid {
+        if self.listing.load(Ordering::SeqCst) {
+            return Overlaid {
+                listing: true,
+                ..Overlaid::default()
+            };
+        }
         let mut overlaid = Overlaid::default();
         let mut writes = lock(&self.writes);
         writes.retain(|(ns, name), w| {

@@ -389,3 +389,32 @@ fn deleted(uid: &str) -> Wrote {
         uid: Some(uid.into()),
     }
 }
+
+#[test]
+fn no_group_is_planned_while_the_works_watch_lists() {
+    let (mut writer, store) = cache_holding(Some(cached("u1", 1, &["a"])));
+    let ins = StandIns::default();
+    ins.record(NS, "b-0", &group(), 0, applied("u1", 2));
+    let overlay = |store: &Store<Work>| {
+        let (mut out, read) = snapshot_b0(store);
+        ins.overlay(&group(), NS, store, &read, &mut out)
+    };
+    assert!(!overlay(&store).waits(), "the write stands in");
+    // The watch lists again, and goes on failing past the backstop: the cache still
+    // holds generation 1, which is not planned from.
+    ins.observe(&Change::Listing, &store);
+    let listing = overlay(&store);
+    assert!(listing.listing && listing.waits());
+    ins.observe(&Change::Listed(&cached("u1", 2, &["a", "b"])), &store);
+    assert!(
+        overlay(&store).waits(),
+        "a listed Work is not the cache yet"
+    );
+    // The list ends: the cache is the truth again.
+    writer.apply_watcher_event(&Event::Init);
+    writer.apply_watcher_event(&Event::InitApply(cached("u1", 2, &["a", "b"])));
+    writer.apply_watcher_event(&Event::InitDone);
+    ins.observe(&Change::Synced, &store);
+    assert!(!overlay(&store).waits());
+    assert_eq!(names(&read_b0(&ins, &store), 0), ["a", "b"]);
+}

@@ -432,14 +432,16 @@ impl Bundler {
     }
 
     /// A change of the watch of this type's Works (after the cache took it in): a write of
-    /// this process an event shows stands in no more ([`StandIns::observe`]).
+    /// this process an event shows stands in no more, and no group is planned while the
+    /// watch lists ([`StandIns::observe`]).
     pub fn observe(&self, change: &WatchChange<'_, Work>) {
         self.written.observe(change, &self.works);
     }
 
     /// The group's chunks: each from the cache, or from this process's own last write
     /// while the cache has not shown it; `None` while the cache holds one of them as it
-    /// was before a write of this process it already showed (see [`StandIns::overlay`]).
+    /// was before a write of this process it already showed, or while the Works watch
+    /// lists (see [`StandIns::overlay`]).
     fn base(&self, group: &Group) -> Option<BTreeMap<usize, Chunk>> {
         let namespace = cluster_namespace(&group.0);
         let mut out = BTreeMap::new();
@@ -473,7 +475,7 @@ impl Bundler {
             read.insert(w.name_any(), w);
         }
         let overlaid = (self.written).overlay(group, &namespace, &self.works, &read, &mut out);
-        (!overlaid.went_back).then_some(out)
+        (!overlaid.waits()).then_some(out)
     }
 
     /// The Work of chunk `index` of `group`.

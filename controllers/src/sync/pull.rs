@@ -86,8 +86,10 @@ pub(super) async fn watch_works(
             }
             // The cache shows a list only at its end, and holds the Works as they were
             // until then: the index, the stand-ins and the reconciles wait for it.
-            WatchChange::Listing | WatchChange::Listed(_) => {}
+            WatchChange::Listing => bundler.observe(&c),
+            WatchChange::Listed(_) => {}
             WatchChange::Synced => {
+                bundler.observe(&c);
                 index.rebuild(store);
                 all.requeue(&queue);
             }

@@ -140,12 +140,12 @@ impl SideWorks {
             params,
             |_| {},
             move |c| {
+                observer.observe(&c);
                 let Some(w) = c.object() else {
                     return ControlFlow::Continue(());
                 };
                 let group = (w.namespace().unwrap_or_default(), bundle_namespace(w));
                 lock(&seen).entry(group).or_default().insert(w.name_any());
-                observer.observe(&c);
                 on_change(w);
                 ControlFlow::Continue(())
             },
