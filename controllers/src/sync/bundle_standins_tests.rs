@@ -191,14 +191,21 @@ fn a_work_deleted_by_someone_else_after_the_own_write_is_read_as_gone() {
     );
 }
 
-#[test]
-fn a_work_deleted_by_someone_else_after_its_write_showed_is_read_as_gone() {
+/// Stand-ins that created Work `b-0` (uid u1, generation 1), a cache that showed it, and
+/// the Work as created.
+fn created_and_shown() -> (StandIns, Writer<Work>, Store<Work>, Work) {
     let (mut writer, store) = cache_holding(None);
     let ins = StandIns::default();
     ins.record(NS, "b-0", &group(), 0, applied("u1", 1));
     let created = cached("u1", 1, &["a"]);
     writer.apply_watcher_event(&Event::Apply(created.clone()));
     ins.observe(&Change::Object(&created), &store);
+    (ins, writer, store, created)
+}
+
+#[test]
+fn a_work_deleted_by_someone_else_after_its_write_showed_is_read_as_gone() {
+    let (ins, mut writer, store, created) = created_and_shown();
     writer.apply_watcher_event(&Event::Delete(created.clone()));
     ins.observe(&Change::Object(&created), &store);
     let (mut out, read) = snapshot_b0(&store);
@@ -208,12 +215,7 @@ fn a_work_deleted_by_someone_else_after_its_write_showed_is_read_as_gone() {
 
 #[test]
 fn a_cache_missing_a_work_whose_write_it_showed_waits() {
-    let (mut writer, store) = cache_holding(None);
-    let ins = StandIns::default();
-    ins.record(NS, "b-0", &group(), 0, applied("u1", 1));
-    let created = cached("u1", 1, &["a"]);
-    writer.apply_watcher_event(&Event::Apply(created.clone()));
-    ins.observe(&Change::Object(&created), &store);
+    let (ins, mut writer, store, created) = created_and_shown();
     let overlay = |store: &Store<Work>| {
         let (mut out, read) = snapshot_b0(store);
         ins.overlay(&group(), NS, store, &read, &mut out)
