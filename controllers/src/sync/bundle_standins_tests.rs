@@ -145,6 +145,22 @@ fn snapshot_b0(store: &Store<Work>) -> (BTreeMap<usize, Chunk>, BTreeMap<String,
     (out, read)
 }
 
+/// What the stand-ins of `ins` say of chunk 0 as a flush reads it from `store`.
+fn overlay_b0(ins: &StandIns, store: &Store<Work>) -> Overlaid {
+    let (mut out, read) = snapshot_b0(store);
+    ins.overlay(&group(), NS, store, &read, &mut out)
+}
+
+/// Stand-ins that wrote `b-0` (uid u1) as generation 2 listing "a" and "b", over a cache
+/// still holding generation 1 with "a" alone.
+fn written_over_generation_1() -> (StandIns, Writer<Work>, Store<Work>) {
+    let (writer, store) = cache_holding(Some(cached("u1", 1, &["a"])));
+    let ins = StandIns::default();
+    let wrote = applied_spec(spec_of_names(&["a", "b"]), "u1", 2);
+    ins.record(NS, "b-0", &group(), 0, wrote);
+    (ins, writer, store)
+}
+
 /// How many writes stand in (shown ones only mark).
 fn standing(ins: &StandIns) -> usize {
     lock(&ins.writes).values().filter(|w| !w.shown).count()
@@ -152,10 +168,7 @@ fn standing(ins: &StandIns) -> usize {
 
 #[test]
 fn a_lagging_cache_reads_the_own_write_until_its_event_comes() {
-    let (mut writer, store) = cache_holding(Some(cached("u1", 1, &["a"])));
-    let ins = StandIns::default();
-    let wrote = applied_spec(spec_of_names(&["a", "b"]), "u1", 2);
-    ins.record(NS, "b-0", &group(), 0, wrote);
+    let (ins, mut writer, store) = written_over_generation_1();
     let read = |store: &Store<Work>| read_b0(&ins, store);
     // The cache still holds generation 1: the write stands in.
     assert_eq!(names(&read(&store), 0), ["a", "b"]);
@@ -216,10 +229,7 @@ fn a_work_deleted_by_someone_else_after_its_write_showed_is_read_as_gone() {
 #[test]
 fn a_cache_missing_a_work_whose_write_it_showed_waits() {
     let (ins, mut writer, store, created) = created_and_shown();
-    let overlay = |store: &Store<Work>| {
-        let (mut out, read) = snapshot_b0(store);
-        ins.overlay(&group(), NS, store, &read, &mut out)
-    };
+    let overlay = |store: &Store<Work>| overlay_b0(&ins, store);
     assert!(!overlay(&store).went_back);
     // A relist older than the create (another API server's watch cache): no event says
     // the Work was deleted, so its absence is the cache going back.
@@ -255,10 +265,7 @@ fn an_own_deletion_hides_the_chunk_the_cache_still_holds() {
 
 #[test]
 fn a_relisted_work_stands_in_until_the_list_ends() {
-    let (mut writer, store) = cache_holding(Some(cached("u1", 1, &["a"])));
-    let ins = StandIns::default();
-    let wrote = applied_spec(spec_of_names(&["a", "b"]), "u1", 2);
-    ins.record(NS, "b-0", &group(), 0, wrote);
+    let (ins, mut writer, store) = written_over_generation_1();
     let read = |store: &Store<Work>| read_b0(&ins, store);
     // The watch lists again; the list shows the write, but the cache holds generation
     // 1 until the list ends: the write still stands in.
@@ -355,10 +362,7 @@ fn a_group_whose_chunk_went_back_before_a_shown_write_waits() {
 
 #[test]
 fn a_write_the_cache_shows_after_the_chunks_were_read_is_laid_over_them() {
-    let (mut writer, store) = cache_holding(Some(cached("u1", 1, &["a"])));
-    let ins = StandIns::default();
-    let wrote = applied_spec(spec_of_names(&["a", "b"]), "u1", 2);
-    ins.record(NS, "b-0", &group(), 0, wrote);
+    let (ins, mut writer, store) = written_over_generation_1();
     // The chunks are read; the write's event lands before the stand-ins are laid over
     // them.
     let (mut out, read) = snapshot_b0(&store);
@@ -397,10 +401,7 @@ fn no_group_is_planned_while_the_works_watch_lists() {
     let (mut writer, store) = cache_holding(Some(cached("u1", 1, &["a"])));
     let ins = StandIns::default();
     ins.record(NS, "b-0", &group(), 0, applied("u1", 2));
-    let overlay = |store: &Store<Work>| {
-        let (mut out, read) = snapshot_b0(store);
-        ins.overlay(&group(), NS, store, &read, &mut out)
-    };
+    let overlay = |store: &Store<Work>| overlay_b0(&ins, store);
     assert!(!overlay(&store).waits(), "the write stands in");
     // The watch lists again, and goes on failing past the backstop: the cache still
     // holds generation 1, which is not planned from.

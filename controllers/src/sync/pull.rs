@@ -75,10 +75,11 @@ pub(super) async fn watch_works(
     params.label_selector = Some(selector(&target));
     watch_into(api, writer, params, keep, move |c| {
         let (index, store) = (&all.host.bundles, &all.host.works);
+        // Before the requeues: their flushes read the cache, not a stale stand-in, and
+        // wait while the watch lists.
+        bundler.observe(&c);
         match c {
             WatchChange::Object(w) => {
-                // Before the requeues: their flushes read the cache, not a stale stand-in.
-                bundler.observe(&c);
                 let ns = w.namespace().unwrap_or_default();
                 for key in index.update(store, &ns, &w.name_any()) {
                     queue.add(key);
@@ -86,10 +87,8 @@ pub(super) async fn watch_works(
             }
             // The cache shows a list only at its end, and holds the Works as they were
             // until then: the index, the stand-ins and the reconciles wait for it.
-            WatchChange::Listing => bundler.observe(&c),
-            WatchChange::Listed(_) => {}
+            WatchChange::Listing | WatchChange::Listed(_) => {}
             WatchChange::Synced => {
-                bundler.observe(&c);
                 index.rebuild(store);
                 all.requeue(&queue);
             }
