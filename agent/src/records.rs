@@ -137,6 +137,19 @@ impl Records {
         lock(&self.written).insert(name.to_owned(), Written::Saved(saved));
     }
 
+    /// Narrows the record of a Work being removed to what is still to prune after some of
+    /// its prunes failed (`applied`, and the `intended` objects never recorded): in memory
+    /// only — the AppliedWork is deleted once nothing remains — so the retry sends nothing
+    /// for the objects already removed, which a member cache that lags still shows.
+    pub fn still_to_prune(
+        &self,
+        name: &str,
+        applied: Vec<AppliedResourceMeta>,
+        intended: Vec<ResourceIdentifier>,
+    ) {
+        self.remember(name, applied, intended);
+    }
+
     /// Remembers what this process applied for the Work but could not record.
     pub fn remember_unsaved(&self, name: &str, applied: Vec<AppliedResourceMeta>) {
         lock(&self.unsaved).insert(name.to_owned(), applied);
@@ -312,6 +325,46 @@ mod tests {
         assert_eq!(applied, ["old", "kept"], "nothing it applied is forgotten");
         let intended: Vec<_> = r.intended.iter().map(|i| i.name.as_str()).collect();
         assert_eq!(intended, ["old", "kept", "new"]);
+    }
+
+    #[test]
+    fn a_removal_retried_names_only_what_is_still_to_prune() {
+        let mut writer = reflector::store::Writer::<AppliedWork>::default();
+        let a = applied_work("cluster-a", &["a", "b", "c", "never"], &["a", "b", "c"]);
+        writer.apply_watcher_event(&watcher::Event::Apply(a));
+        let records = Records::new(writer.as_reader(), "cluster-a");
+        records.remember_unsaved("w", vec![meta("d")]);
+        let before = records.get("w");
+        let known = plan::known_applied(&before.applied, &before.unsaved);
+        assert_eq!(names(&known), ["d", "a", "b", "c"]);
+        // "b" and "never" failed to be pruned; the AppliedWork (in the cache) is unchanged.
+        records.still_to_prune("w", vec![meta("b")], vec![id("never")]);
+        let after = records.get("w");
+        assert!(
+            after.exists,
+            "the AppliedWork is deleted only once all is pruned"
+        );
+        let known = plan::known_applied(&after.applied, &after.unsaved);
+        assert_eq!(
+            names(&known),
+            ["b"],
+            "nothing pruned already is named again"
+        );
+        let unrecorded = plan::unrecorded(&after.intended, &known);
+        assert_eq!(unrecorded, [&id("never")]);
+        assert!(records.listed_elsewhere("other", &id("b")));
+        assert!(!records.listed_elsewhere("other", &id("a")));
+    }
+
+    fn meta(name: &str) -> AppliedResourceMeta {
+        AppliedResourceMeta {
+            identifier: id(name),
+            ..AppliedResourceMeta::default()
+        }
+    }
+
+    fn names(applied: &[AppliedResourceMeta]) -> Vec<&str> {
+        applied.iter().map(|m| m.identifier.name.as_str()).collect()
     }
 
     #[test]

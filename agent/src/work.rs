@@ -93,6 +93,9 @@ async fn remove_work(state: &State, name: &str) -> Result<Done, kube::Error> {
     let unrecorded = plan::unrecorded(&record.intended, &known);
     let (failed, unresolved) = prune(state, name, known.iter().collect(), unrecorded, orphan).await;
     if !failed.is_empty() || !unresolved.is_empty() {
+        let failed = failed.into_iter().cloned().collect();
+        let unresolved = unresolved.into_iter().cloned().collect();
+        state.records.still_to_prune(name, failed, unresolved);
         return Ok(Done::Failed);
     }
     state
